@@ -1,0 +1,36 @@
+# Two entry points: `make demo` (the main job) and `make test` (the suite).
+# Both create .venv when missing and install what they need.
+# TORCH pins the CPU wheel; GPU users override it, e.g. `make demo TORCH='torch==2.14.1'`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]' '$(TORCH)'
+	touch $(STAMP)
+
+# Debian packages some tests and recipes use (CJK font for plots, Chromium for the
+# HTML report tests, Tang poems). Installed only when missing and when we may use apt.
+system-deps:
+	@./.ci/system-deps
+
+demo: $(STAMP)
+	$(BIN)/glassformer demo
+
+test: $(STAMP) system-deps
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/glassformer bench
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

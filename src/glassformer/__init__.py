@@ -1,0 +1,32 @@
+"""glassformer: every Transformer of the lessons, from its parts, that you can see through.
+
+The names of the lesson-2 seed are kept: ``scaled_dot_product_attention``, ``causal_mask``,
+``prefix_mask``, ``padding_mask``, ``MultiHeadAttention``, ``FeedForward``, ``TransformerBlock``,
+``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
+"""
+
+from .checks import CausalityReport, check_causality
+from .config import PRESETS, ModelConfig
+from .models import EncoderDecoder, TransformerLM, build_model, count_params
+from .nn import (
+    FeedForward,
+    KVCache,
+    MultiHeadAttention,
+    RMSNorm,
+    TransformerBlock,
+    causal_mask,
+    padding_mask,
+    prefix_mask,
+    scaled_dot_product_attention,
+    sinusoidal_positions,
+)
+from .viz.trace import shape_trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CausalityReport", "check_causality", "ModelConfig", "PRESETS", "EncoderDecoder", "TransformerLM",
+    "build_model", "count_params", "FeedForward", "KVCache", "MultiHeadAttention", "RMSNorm",
+    "TransformerBlock", "causal_mask", "padding_mask", "prefix_mask", "scaled_dot_product_attention",
+    "sinusoidal_positions", "shape_trace", "__version__",
+]

@@ -1,0 +1,196 @@
+"""ModelConfig: every architectural choice of a glassformer model in one validated dataclass.
+
+A config round-trips through JSON (``to_json`` / ``from_json``), is stored in every checkpoint as
+``config.json``, and has named presets (``ModelConfig.preset("gpt2-small")``). Each field's comment
+says what it changes and where it comes from; ``validate`` rejects impossible combinations with a
+message naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .nn.feedforward import ACTIVATIONS
+
+ARCHS = ("lm", "encoder-decoder")
+ATTN_TYPES = ("causal", "bidirectional", "prefix")
+POS_TYPES = ("sinusoidal", "learned", "rope", "alibi", "none")
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass
+class ModelConfig:
+    """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`.
+
+    Defaults are the lesson-2 model (pre-norm, GELU, sinusoidal positions, tied output, embeddings
+    scaled by √d). Call :meth:`validate` (done by the models) to check the combination.
+    """
+
+    vocab_size: int
+    arch: str = "lm"  # "lm": TransformerLM; "encoder-decoder": EncoderDecoder (Vaswani 2017, T5)
+    d_model: int = 64  # width d of every position's vector
+    n_heads: int = 4  # attention heads h; d_model must be divisible by it
+    n_layers: int = 2  # blocks of a TransformerLM
+    n_enc: int = 2  # encoder blocks of an EncoderDecoder
+    n_dec: int = 2  # decoder blocks of an EncoderDecoder
+    d_ff: int = 256  # feed-forward hidden width (4d in the 2017 paper)
+    max_len: int = 512  # longest sequence; a hard limit only for pos="learned"
+    attn: str = "causal"  # "causal" (GPT), "bidirectional" (BERT), "prefix" (prefix-LM / T5's non-causal decoder)
+    pos: str = "sinusoidal"  # "sinusoidal" (2017), "learned" (GPT-2/BERT), "rope" (Llama), "alibi" (BLOOM), "none"
+    tie: bool = True  # output projection shares the token embedding matrix (Press & Wolf 2017)
+    norm_first: bool = True  # pre-norm (GPT-2 on) or post-norm (2017, BERT)
+    activation: str = "gelu"  # "relu" (2017), "gelu" (BERT), "gelu_tanh" (GPT-2), "silu", "swiglu" (Llama), "geglu"
+    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (Llama)
+    norm_eps: float = 1e-5  # epsilon of every norm (BERT: 1e-12, Llama: 1e-6)
+    n_kv_heads: int | None = None  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)
+    bias: bool = True  # biases in linear layers and LayerNorms (Llama and nanoGPT-style: False)
+    head_bias: bool = False  # a bias on the output logits (BERT's MLM decoder, the tiny char LM lesson)
+    dropout: float = 0.0  # on embeddings, attention weights and each sub-layer's output
+    scale_embeddings: bool = True  # multiply token embeddings by √d (2017 paper, the lessons)
+    rope_theta: float = 10000.0  # RoPE frequency base
+    n_token_types: int = 0  # BERT's segment (token type) embeddings; 0 = none
+    embed_norm: bool = False  # a norm right after the embeddings (BERT)
+    init_std: float | None = None  # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> ModelConfig:
+        """Check every field and their combination; return self. Raises ValueError/TypeError."""
+        for f in fields(self):  # annotations are strings like "int" or "float | None"
+            value, kind = getattr(self, f.name), f.type.split(" | ")[0]
+            if value is None and f.type.endswith("| None"):
+                continue
+            if not _has_type(value, kind):
+                raise TypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {value!r}")
+        self._choose("arch", ARCHS)
+        self._choose("attn", ATTN_TYPES)
+        self._choose("pos", POS_TYPES)
+        self._choose("activation", ACTIVATIONS)
+        self._choose("norm", NORMS)
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("n_layers", "n_enc", "n_dec", "n_token_types"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.kv_heads < 1 or self.n_heads % self.kv_heads != 0:
+            raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
+        if self.pos == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
+        if self.pos == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(f"pos='rope' needs an even head width d_model/n_heads, got {self.head_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.norm_eps <= 0:
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+        if self.rope_theta <= 0:
+            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        if self.init_std is not None and (isinstance(self.init_std, bool) or self.init_std <= 0):
+            raise ValueError(f"init_std must be None or > 0, got {self.init_std}")
+        if self.arch == "encoder-decoder" and self.attn != "causal":
+            raise ValueError(
+                f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
+                "and its decoder causal); leave attn='causal'")
+        if self.arch == "lm" and self.n_layers < 1:
+            raise ValueError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
+        return self
+
+    def _choose(self, name: str, choices: tuple[str, ...]) -> None:
+        if getattr(self, name) not in choices:
+            raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build and validate a config from a dict; unknown keys are an error naming them."""
+        if not isinstance(data, dict):
+            raise TypeError(f"config must be a dict, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        if "vocab_size" not in data:
+            raise ValueError("config is missing vocab_size")
+        return cls(**data).validate()
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The config as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> ModelConfig:
+        """Read a config from JSON text or from a JSON file path."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text(encoding="utf-8")
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes).validate()
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named configuration (see ``PRESETS``), optionally with fields overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; available: {sorted(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def presets(cls) -> list[str]:
+        return sorted(PRESETS)
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, {"str": str, "bool": bool}[kind])
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Lesson 2: the small model of the seed lesson (TransformerLM(vocab_size=100, ...)).
+    "lesson2": dict(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256),
+    "lesson2-encdec": dict(vocab_size=100, arch="encoder-decoder", d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256),
+    # The tiny character LM lesson: learned positions, untied head with bias, no embedding scale.
+    "tiny-char": dict(vocab_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16, pos="learned",
+                      tie=False, head_bias=True, scale_embeddings=False),
+    # nanoGPT's CPU recipe for shakespeare_char (4 layers, 128 wide, no bias).
+    "shakespeare-char": dict(vocab_size=65, d_model=128, n_heads=4, n_layers=4, d_ff=512, max_len=64, pos="learned",
+                             bias=False, scale_embeddings=False, init_std=0.02),
+    # GPT-2 124M (Radford et al. 2019): learned positions, pre-norm, tanh GELU, biases, tied output.
+    "gpt2-small": dict(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=1024,
+                       pos="learned", activation="gelu_tanh", scale_embeddings=False, dropout=0.1, init_std=0.02),
+    # BERT-base (Devlin et al. 2019): post-norm bidirectional encoder, token types, embedding LayerNorm.
+    "bert-base": dict(vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=512,
+                      attn="bidirectional", pos="learned", norm_first=False, norm_eps=1e-12, head_bias=True,
+                      scale_embeddings=False, n_token_types=2, embed_norm=True, dropout=0.1, init_std=0.02),
+    # The 2017 base model (Vaswani et al.): 6+6 post-norm layers, ReLU, shared 37k vocabulary.
+    "vaswani-base": dict(vocab_size=37000, arch="encoder-decoder", d_model=512, n_heads=8, n_enc=6, n_dec=6,
+                         d_ff=2048, max_len=512, norm_first=False, activation="relu", dropout=0.1),
+    # A small Llama-style decoder: RoPE, RMSNorm, SwiGLU, GQA (8 query / 2 kv heads), no biases, untied.
+    "llama-tiny": dict(vocab_size=32000, d_model=256, n_heads=8, n_kv_heads=2, n_layers=4, d_ff=688, max_len=1024,
+                       pos="rope", norm="rmsnorm", norm_eps=1e-6, activation="swiglu", bias=False, tie=False,
+                       scale_embeddings=False, init_std=0.02),
+}

@@ -1,0 +1,1 @@
+"""The lessons' experiments as functions that return their findings (examples/ prints them)."""

@@ -1,0 +1,171 @@
+"""What TransformerLM and EncoderDecoder share: config from arguments, embeddings, blocks, init."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..nn.block import TransformerBlock
+from ..nn.norms import make_norm
+from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
+
+
+def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
+                     arch: str) -> ModelConfig:
+    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``."""
+    if isinstance(first, ModelConfig):
+        if args or kwargs:
+            raise TypeError("pass either a ModelConfig or keyword arguments, not both "
+                            "(use config.replace(...) to change fields)")
+        config = first.validate()
+    elif isinstance(first, int) and not isinstance(first, bool):
+        if len(args) > len(names):
+            raise TypeError(f"too many positional arguments: at most {len(names) + 1} (vocab_size, {', '.join(names)})")
+        positional = dict(zip(names, args))
+        clash = sorted(set(positional) & set(kwargs))
+        if clash:
+            raise TypeError(f"argument(s) {clash} given both by position and by keyword")
+        config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
+    else:
+        raise TypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
+    if config.arch != arch:
+        raise ValueError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
+    return config
+
+
+def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleList:
+    """``n`` TransformerBlocks configured by ``config``."""
+    return nn.ModuleList([
+        TransformerBlock(config.d_model, config.n_heads, config.d_ff, cross=cross, norm_first=config.norm_first,
+                         activation=config.activation, bias=config.bias, n_kv_heads=config.n_kv_heads,
+                         dropout=config.dropout, norm=config.norm, norm_eps=config.norm_eps)
+        for _ in range(n)])
+
+
+def final_norm(config: ModelConfig) -> nn.Module:
+    """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f)."""
+    return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
+
+
+def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
+    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size)."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
+    if ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
+
+
+def check_pad(pad: torch.Tensor | None, B: int, T: int, name: str = "pad") -> None:
+    if pad is None:
+        return
+    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
+        got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
+        raise TypeError(f"{name} must be a bool tensor (True = padding), got {got}")
+    if tuple(pad.shape) != (B, T):
+        raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(pad.shape)}")
+
+
+class Embedder(nn.Module):
+    """Token ids -> vectors, and the position inputs attention needs.
+
+    ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
+    (sinusoidal or learned) + token types, then the optional norm and dropout.
+    ``attention_inputs`` gives the per-forward RoPE angles or ALiBi bias (None for other schemes).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = config
+        self.pos_type, self.max_len = c.pos, c.max_len
+        self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
+        self.tok = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos = LearnedPositions(c.max_len, c.d_model) if c.pos == "learned" else None
+        self.types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embed_norm else None
+        self.dropout = nn.Dropout(c.dropout)
+        self.head_dim, self.rope_theta = c.head_dim, c.rope_theta
+        if c.pos == "sinusoidal":
+            self.register_buffer("sinusoid", sinusoidal_positions(c.max_len, c.d_model), persistent=False)
+        if c.pos == "rope":
+            cos, sin = rope_angles(torch.arange(c.max_len), c.head_dim, c.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        if c.pos == "alibi":
+            self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T), positions (T,) or (B, T) with every value < ``end`` -> (B, T, d)."""
+        x = self.tok(ids) * self.scale  # (B, T, d)
+        if self.pos_type == "sinusoidal":
+            table = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
+            x = x + table[positions].to(x.dtype)
+        elif self.pos_type == "learned":
+            if end > self.max_len:
+                raise ValueError(f"sequence of {end} positions is longer than max_len={self.max_len} "
+                                 "(learned positions exist only up to max_len)")
+            x = x + self.pos(positions)
+        if self.types is not None:
+            x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+    def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int, end: int):
+        """(rope, bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
+
+        RoPE rotates by each token's ``positions``. ALiBi needs only the distance between sequence
+        slots (query slot n_keys - n_queries + i, key slot j), so padding on the left does not move it.
+        """
+        if self.pos_type == "rope":
+            if end <= self.max_len:
+                return (self.rope_cos[positions], self.rope_sin[positions]), None
+            return rope_angles(positions, self.head_dim, self.rope_theta), None
+        if self.pos_type == "alibi":
+            keys = torch.arange(n_keys, device=positions.device)
+            return None, alibi_bias(self.alibi, keys[n_keys - n_queries:], keys)  # (h, Tq, Tk)
+        return None, None
+
+
+def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:
+    """Initialise parameters.
+
+    ``init_std=None`` (the lessons): token embeddings N(0, 1/d) when scaled by √d (so they come out
+    near unit size) else N(0, 1); learned positions N(0, 0.02²·d) when scaled else N(0, 1); linear
+    layers keep torch's default. ``init_std=s`` (GPT-2): every linear weight and embedding N(0, s²),
+    biases 0, and the projections that write into the residual stream N(0, s²/(2L)).
+    """
+    d = config.d_model
+    if config.init_std is None:
+        for module in model.modules():
+            if isinstance(module, Embedder):
+                nn.init.normal_(module.tok.weight, std=d ** -0.5 if config.scale_embeddings else 1.0)
+                if module.pos is not None:
+                    nn.init.normal_(module.pos.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)
+        return
+    std = config.init_std
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            residual = name.endswith("o_proj") or name.endswith("ffn.down")
+            nn.init.normal_(module.weight, std=std / math.sqrt(2 * n_residual_layers) if residual else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.Embedding, LearnedPositions)):
+            nn.init.normal_(module.weight, std=std)
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of trainable parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

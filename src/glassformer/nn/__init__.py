@@ -1,0 +1,22 @@
+"""Building blocks, one concept per module. Imports nothing from the rest of glassformer."""
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .block import TransformerBlock
+from .feedforward import FeedForward
+from .kv_cache import KVCache
+from .masks import causal_mask, padding_mask, prefix_mask
+from .norms import LayerNorm, RMSNorm
+from .positions import (
+    LearnedPositions,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_angles,
+    sinusoidal_positions,
+)
+
+__all__ = [
+    "scaled_dot_product_attention", "MultiHeadAttention", "TransformerBlock", "FeedForward", "KVCache",
+    "causal_mask", "padding_mask", "prefix_mask", "LayerNorm", "RMSNorm", "LearnedPositions",
+    "alibi_bias", "alibi_slopes", "apply_rope", "rope_angles", "sinusoidal_positions",
+]

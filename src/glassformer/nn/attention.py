@@ -1,0 +1,207 @@
+"""Scaled dot-product attention (one function, two paths) and multi-head attention.
+
+``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + bias) v under a boolean mask. When
+nobody asks for the weights it calls the fused ``torch.nn.functional.scaled_dot_product_attention``;
+when they are asked for it runs the explicit softmax, so the weights the reader sees are the ones
+the model used. Both paths agree to float32 rounding (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kv_cache import KVCache
+from .masks import causal_mask
+from .positions import apply_rope
+
+
+def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(scores_shape):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} (batch..., Tq, Tk)")
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
+
+    Each query is compared with every key; the softmax of the scores weights an average of the
+    values. Dividing by √d_k keeps the scores' spread near 1 whatever the width, so the softmax does
+    not saturate (examples/02_why_scale.py measures it).
+
+    Args:
+        q: (..., h, Tq, d_k) queries; k: (..., kv, Tk, d_k) keys; v: (..., kv, Tk, d_v) values.
+            ``kv`` may divide ``h`` (grouped-query attention): each key/value head serves h/kv
+            query heads.
+        mask: bool, broadcastable to (..., h, Tq, Tk); True = query i may look at key j.
+        is_causal: also hide future keys. With Tq < Tk the queries are taken to be the *last* Tq
+            positions (as when decoding with a KV cache).
+        bias: optional additive float bias broadcastable to the scores (ALiBi).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
+        scale: score scale; default 1/√d_k.
+        need_weights: return the weights (explicit path) or None (fused path).
+    Returns:
+        (out, weights): out (..., h, Tq, d_v); weights (..., h, Tq, Tk), rows summing to 1, or None.
+        A query row with no visible key gets zeros (never NaN) on both paths.
+    """
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    if k.shape[-3] != q.shape[-3]:  # grouped-query attention: share each kv head among h/kv heads
+        if q.shape[-3] % k.shape[-3] != 0:
+            raise ValueError(f"query heads ({q.shape[-3]}) must be a multiple of key/value heads ({k.shape[-3]})")
+        repeat = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(repeat, dim=-3)
+        v = v.repeat_interleave(repeat, dim=-3)
+    scores_shape = (*q.shape[:-1], Tk)
+    if mask is not None:
+        _check_mask(mask, scores_shape)
+    visible = mask
+    if is_causal and Tq > 1:  # bottom-right aligned: query i is position Tk - Tq + i
+        future_hidden = causal_mask(Tk, q.device)[Tk - Tq:]  # (Tq, Tk)
+        visible = future_hidden if visible is None else visible & future_hidden
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    if not need_weights:
+        if visible is None and bias is None:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+            return out, None
+        if is_causal and mask is None and bias is None and Tq == Tk:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+            return out, None
+        attn_mask = visible
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            attn_mask = bias if visible is None else bias.masked_fill(~visible, float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+        if visible is not None:  # rows with nothing visible: zeros, as on the explicit path
+            out = out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
+        return out, None
+
+    scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if visible is not None:
+        weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, for self-attention and cross-attention alike.
+
+    The width d is split into h heads of hd = d/h; each head attends on its own and the results are
+    concatenated and mixed by ``o_proj``. Queries, keys and values come from one fused projection
+    ``qkv`` (one matmul instead of three); for cross-attention (``kv`` given) the same weight is
+    sliced: its query rows are applied to ``x`` and its key/value rows to ``kv``. With ``n_kv_heads``
+    < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
+
+    Args:
+        d_model: width d; must be divisible by ``n_heads``.
+        n_heads: query heads h.
+        bias: biases on the projections.
+        n_kv_heads: key/value heads (default ``n_heads``); must divide ``n_heads``.
+        dropout: dropout on the attention weights during training.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
+                 dropout: float = 0.0):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
+        self.h, self.kv, self.hd = n_heads, n_kv_heads, d_model // n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.hd, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _heads(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        B, T, _ = t.shape
+        return t.view(B, T, n, self.hd).transpose(1, 2)  # (B, n, T, hd)
+
+    def project_kv(self, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values for a source sequence ``kv`` (B, S, d) -> two (B, kv, S, hd) tensors."""
+        dq = self.h * self.hd
+        bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
+        k, v = F.linear(kv, self.qkv.weight[dq:], bias).split(self.kv * self.hd, dim=-1)
+        return self._heads(k, self.kv), self._heads(v, self.kv)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        bias: torch.Tensor | None = None,
+        need_weights: bool = True,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x`` to itself (``kv=None``) or to ``kv`` (cross-attention).
+
+        Args:
+            x: (B, Tq, d) queries' source.
+            kv: (B, Tk, d) keys' and values' source, or None for self-attention.
+            mask: bool, broadcastable to (B, h, Tq, Tk); True = may attend.
+            is_causal: hide future keys (see :func:`scaled_dot_product_attention`).
+            rope: (cos, sin) from ``rope_angles`` for the queries' positions, applied to q and to the
+                new keys (self-attention only).
+            bias: additive score bias (ALiBi), broadcastable to (B, h, Tq, Tk).
+            need_weights: return the attention weights (explicit path) instead of None (fused).
+            cache: a :class:`KVCache`; self-attention appends the new keys/values to it, and
+                cross-attention fills it once and reuses it.
+        Returns:
+            (out, weights): out (B, Tq, d); weights (B, h, Tq, Tk) or None.
+        """
+        B, Tq, _ = x.shape
+        dq, dkv = self.h * self.hd, self.kv * self.hd
+        cross = kv is not None or (cache is not None and cache.static)
+        if not cross:
+            q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)
+            q, k, v = self._heads(q, self.h), self._heads(k, self.kv), self._heads(v, self.kv)
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            if cache is not None:
+                k, v = cache.update(k, v)
+        else:
+            bias_q = None if self.qkv.bias is None else self.qkv.bias[:dq]
+            q = self._heads(F.linear(x, self.qkv.weight[:dq], bias_q), self.h)
+            if cache is not None and cache.length > 0:
+                k, v = cache.keys(), cache.values()
+            elif kv is None:
+                raise ValueError("cross-attention needs kv (the encoder output) until its cache is filled")
+            else:
+                k, v = self.project_kv(kv)
+                if cache is not None:
+                    k, v = cache.update(k, v)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, bias=bias,
+            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)  # (B, h, Tq, hd)
+        out = out.transpose(1, 2).reshape(B, Tq, dq)  # back to (B, Tq, d)
+        return self.o_proj(out), weights

@@ -1,0 +1,95 @@
+"""The Transformer block: attention, optional cross-attention and feed-forward, with residuals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .feedforward import FeedForward
+from .kv_cache import KVCache
+from .norms import make_norm
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention -> (cross-attention) -> feed-forward, each a residual sub-layer with a norm.
+
+    The residual ``x + f(x)`` lets each sub-layer learn a correction and gives gradients a short path.
+    Where the norm goes is the classic choice:
+    post-norm (2017, BERT): ``x = norm(x + f(x))``; pre-norm (GPT-2 on): ``x = x + f(norm(x))``,
+    which trains more easily when deep.
+
+    Args:
+        d_model, n_heads, d_ff: width, heads and feed-forward width.
+        cross: add a cross-attention sub-layer (the decoder of an encoder-decoder).
+        norm_first: pre-norm (True) or post-norm (False).
+        activation: feed-forward activation (see :class:`FeedForward`).
+        bias: biases in linear layers (and LayerNorm).
+        n_kv_heads: key/value heads for GQA/MQA.
+        dropout: on attention weights and on each sub-layer's output.
+        norm: "layernorm" or "rmsnorm"; norm_eps: its epsilon.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, cross: bool = False, norm_first: bool = True,
+                 activation: str = "gelu", *, bias: bool = True, n_kv_heads: int | None = None,
+                 dropout: float = 0.0, norm: str = "layernorm", norm_eps: float = 1e-5):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout)
+        self.n1 = make_norm(norm, d_model, norm_eps, bias)
+        self.cross_attn = (MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout)
+                           if cross else None)
+        self.n2 = make_norm(norm, d_model, norm_eps, bias) if cross else None
+        self.ffn = FeedForward(d_model, d_ff, activation, bias, dropout)
+        self.n3 = make_norm(norm, d_model, norm_eps, bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def _sublayer(self, x: torch.Tensor, norm: nn.Module,
+                  fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]):
+        """Both norm placements in one place; ``fn`` maps a tensor to (output, weights)."""
+        if self.norm_first:
+            y, w = fn(norm(x))
+            return x + self.dropout(y), w
+        y, w = fn(x)
+        return norm(x + self.dropout(y)), w
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        bias: torch.Tensor | None = None,
+        need_weights: bool = True,
+        cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        """Run the block.
+
+        Args:
+            x: (B, T, d).
+            mask: self-attention mask, broadcastable to (B, h, T, T); True = may attend.
+            memory: encoder output (B, S, d); required when the block has cross-attention.
+            memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
+            is_causal, rope, bias, need_weights, cache: passed to self-attention
+                (see :class:`MultiHeadAttention`); cross_cache to cross-attention.
+        Returns:
+            (x, weights): x (B, T, d); weights {"self": (B, h, T, T), "cross": (B, h, T, S) when
+            the block has cross-attention}, with None values when ``need_weights`` is False.
+        """
+        weights: dict[str, torch.Tensor | None] = {}
+        x, weights["self"] = self._sublayer(x, self.n1, lambda t: self.self_attn(
+            t, mask=mask, is_causal=is_causal, rope=rope, bias=bias, need_weights=need_weights, cache=cache))
+        if self.cross_attn is not None:
+            if memory is None and (cross_cache is None or cross_cache.length == 0):
+                raise ValueError("this block has cross-attention: pass the encoder output as memory")
+            x, weights["cross"] = self._sublayer(x, self.n2, lambda t: self.cross_attn(
+                t, kv=memory, mask=memory_mask,
+                need_weights=need_weights, cache=cross_cache))
+        x, _ = self._sublayer(x, self.n3, lambda t: (self.ffn(t), None))
+        return x, weights

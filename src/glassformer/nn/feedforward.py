@@ -1,0 +1,52 @@
+"""The position-wise feed-forward network: attention moves information, this transforms it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+
+
+class FeedForward(nn.Module):
+    """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
+
+    The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
+    GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, which needs a third matrix.
+
+    Args:
+        d_model: width.
+        d_ff: hidden width.
+        activation: one of "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu".
+        bias: whether the linear maps have biases.
+        dropout: dropout on the output.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+        self.gated = activation in ("swiglu", "geglu")
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def _act(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation == "relu":
+            return F.relu(x)
+        if self.activation in ("gelu", "geglu"):
+            return F.gelu(x)
+        if self.activation == "gelu_tanh":
+            return F.gelu(x, approximate="tanh")
+        return F.silu(x)  # "silu" and "swiglu"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d) -> (..., d)."""
+        if self.gate is not None:
+            hidden = self._act(self.gate(x)) * self.up(x)  # (..., d_ff)
+        else:
+            hidden = self._act(self.up(x))  # (..., d_ff)
+        return self.dropout(self.down(hidden))

@@ -1,0 +1,39 @@
+"""Normalisation layers: LayerNorm (torch's) and RMSNorm (Zhang & Sennrich 2019, used by Llama)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+LayerNorm = nn.LayerNorm
+
+
+class RMSNorm(nn.Module):
+    """Scale each vector to unit root-mean-square, then by a learned gain; no mean, no bias.
+
+    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does.
+
+    Args:
+        d_model: width.
+        eps: added inside the square root.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d) -> (..., d)."""
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
+    """Build the normalisation named by ``kind`` ("layernorm" or "rmsnorm")."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d_model, eps=eps, bias=bias)
+    if kind == "rmsnorm":
+        return RMSNorm(d_model, eps=eps)
+    raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")

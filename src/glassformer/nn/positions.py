@@ -1,0 +1,132 @@
+"""Position information: sinusoidal and learned embeddings, RoPE and ALiBi.
+
+Attention itself is blind to order (permuting the inputs permutes the outputs), so every model that
+cares about order adds position information in one of these ways:
+
+- sinusoidal (Vaswani et al. 2017) and learned (GPT-2, BERT) vectors added to the token embeddings;
+- RoPE (Su et al. 2021): rotate q and k by an angle proportional to the position, so that q·k depends
+  only on the relative offset (Llama);
+- ALiBi (Press et al. 2022): add ``-slope_h * |i - j|`` to the attention scores (BLOOM).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
+    """The original Transformer's fixed position encodings.
+
+    ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``: each pair of
+    dimensions is a clock hand turning at its own speed, and ``PE[p + k]`` is a rotation of ``PE[p]``
+    that depends only on k.
+
+    Args:
+        T: number of positions.
+        d_model: width; must be even.
+    Returns:
+        (T, d_model) float32 tensor.
+    """
+    if d_model % 2 != 0:
+        raise ValueError(f"sinusoidal positions need an even d_model, got d_model={d_model}")
+    pos = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe
+
+
+class LearnedPositions(nn.Module):
+    """A trainable vector per position (GPT-2, BERT); positions beyond ``max_len`` do not exist.
+
+    Args:
+        max_len: number of positions with a vector.
+        d_model: width.
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions: (T,) or (B, T) integer tensor -> (T, d) or (B, T, d)."""
+        return self.weight[positions]
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosines and sines of the RoPE rotation angles ``p * theta^(-2i/hd)``.
+
+    Args:
+        positions: (T,) or (B, T) integer positions.
+        head_dim: width of one head (even).
+        theta: base of the frequencies (10000 in the paper and Llama 2).
+    Returns:
+        (cos, sin), each (..., T, head_dim) in float32, laid out as two halves (the Hugging Face
+        "rotate_half" convention), ready for :func:`apply_rope`.
+    """
+    if head_dim % 2 != 0:
+        raise ValueError(f"RoPE needs an even head width, got head_dim={head_dim}")
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, hd/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (..., T, hd)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x[i], x[i + hd/2]) of ``x`` by its angle.
+
+    Args:
+        x: (B, h, T, hd) queries or keys.
+        cos, sin: (T, hd) or (B, T, hd) from :func:`rope_angles`.
+    Returns:
+        Tensor shaped like ``x``.
+    """
+    if cos.dim() == 3:  # per-row positions: (B, T, hd) -> (B, 1, T, hd) to broadcast over heads
+        cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes: a geometric sequence starting at ``2^(-8/n)``.
+
+    For a head count that is not a power of two, the paper's rule is used: the slopes of the
+    nearest lower power of two, then every other slope of the next power of two.
+
+    Returns:
+        (n_heads,) float32 tensor.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        slopes = power_of_two(n_heads)
+    else:
+        lower = 2 ** math.floor(math.log2(n_heads))
+        slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_heads - lower]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """ALiBi's additive attention bias ``-slope_h * |i - j|``.
+
+    The symmetric distance serves causal models (where only j <= i is visible, so it equals the
+    paper's ``j - i``) and bidirectional ones alike.
+
+    Args:
+        slopes: (h,) from :func:`alibi_slopes`.
+        q_pos: (Tq,) or (B, Tq) query positions; k_pos: (Tk,) or (B, Tk) key positions.
+    Returns:
+        (h, Tq, Tk) or (B, h, Tq, Tk) float32 bias.
+    """
+    distance = (q_pos[..., :, None] - k_pos[..., None, :]).abs().to(torch.float32)  # (..., Tq, Tk)
+    return -slopes.to(distance.device)[:, None, None] * distance.unsqueeze(-3)

@@ -1,0 +1,90 @@
+"""plot_attention: attention weights as a grid of heatmaps (layers x heads), written to PNG."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")
+
+
+def cjk_font_families() -> list[str]:
+    """Font families to use: DejaVu Sans, then the first installed font with CJK glyphs.
+
+    Matplotlib falls back along this list per glyph, so Latin and Chinese labels both render.
+    On Debian/Ubuntu, ``apt install fonts-noto-cjk`` provides one.
+    """
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans"] + [name for name in CJK_FONTS if name in installed][:1]
+
+
+def plot_attention(
+    weights: torch.Tensor | Sequence[torch.Tensor],
+    tokens: Sequence[str],
+    path: str | Path,
+    *,
+    query_tokens: Sequence[str] | None = None,
+    batch_index: int = 0,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Write a PNG grid of attention heatmaps: one row per layer, one column per head.
+
+    Args:
+        weights: per-layer attention weights, each (B, h, Tq, Tk) (as returned by
+            ``model(ids, return_attn=True)``), or one such tensor.
+        tokens: labels of the keys (Tk); ``query_tokens`` those of the queries (default: tokens).
+        path: where to write the PNG.
+        batch_index: which row of the batch to draw.
+        layers, heads: subsets to draw (default: all).
+        title: figure title.
+    Returns:
+        The path written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_layer = [weights] if isinstance(weights, torch.Tensor) else list(weights)
+    if not per_layer or any(w is None or w.dim() != 4 for w in per_layer):
+        raise ValueError("weights must be (B, h, Tq, Tk) tensors, one per layer (use return_attn=True)")
+    layers = list(range(len(per_layer))) if layers is None else list(layers)
+    n_heads = per_layer[0].shape[1]
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    Tq, Tk = per_layer[0].shape[2:]
+    query_tokens = tokens if query_tokens is None else query_tokens
+    if len(tokens) != Tk or len(query_tokens) != Tq:
+        raise ValueError(f"got {len(query_tokens)} query and {len(tokens)} key labels for weights of shape "
+                         f"(Tq={Tq}, Tk={Tk})")
+    cell = max(1.6, 0.22 * max(Tq, Tk))
+    with plt.rc_context({"font.family": cjk_font_families(), "axes.unicode_minus": False}):
+        fig, axes = plt.subplots(len(layers), len(heads), figsize=(cell * len(heads), cell * len(layers)),
+                                 squeeze=False)
+        show_labels = max(Tq, Tk) <= 40
+        for r, layer in enumerate(layers):
+            for c, head in enumerate(heads):
+                ax = axes[r][c]
+                grid = per_layer[layer][batch_index, head].detach().float().cpu().numpy()
+                ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+                ax.set_title(f"layer {layer} · head {head}", fontsize=8)
+                if show_labels:
+                    ax.set_xticks(range(Tk), [repr(t)[1:-1] for t in tokens], rotation=90, fontsize=7)
+                    ax.set_yticks(range(Tq), [repr(t)[1:-1] for t in query_tokens], fontsize=7)
+                else:
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return path
