@@ -1,0 +1,95 @@
+"""The one interface every glassformer tokenizer has (char, byte, BPE, and wrapped Hugging Face ones)."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
+
+
+class Tokenizer(ABC):
+    """Text <-> token ids.
+
+    Attributes:
+        kind: the registry name written to JSON ("char", "byte", "bpe", ...).
+        special_tokens: {name: id} for the special tokens this tokenizer has, names among
+            "pad", "bos", "eos", "mask", "unk".
+    """
+
+    kind: ClassVar[str] = ""
+    registry: ClassVar[dict[str, type[Tokenizer]]] = {}
+    special_tokens: dict[str, int]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            Tokenizer.registry[cls.kind] = cls
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, specials included."""
+
+    @abstractmethod
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids (with bos/eos around them when ``add_special_tokens`` and they exist)."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text."""
+
+    @abstractmethod
+    def id_to_token(self, token_id: int) -> str:
+        """The printable piece of one id (for traces and attention plots)."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild this tokenizer; must include ``"kind"``."""
+
+    @classmethod
+    @abstractmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
+        """Rebuild from :meth:`to_dict`'s output."""
+
+    # -- special ids (None when the tokenizer has no such token)
+    @property
+    def pad_id(self) -> int | None:
+        return self.special_tokens.get("pad")
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.special_tokens.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.special_tokens.get("eos")
+
+    @property
+    def mask_id(self) -> int | None:
+        return self.special_tokens.get("mask")
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.special_tokens.get("unk")
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        """The printable piece of each id."""
+        return [self.id_to_token(int(i)) for i in ids]
+
+    # -- files
+    def save(self, path: str | Path) -> None:
+        """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint)."""
+        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+
+    @staticmethod
+    def load(path: str | Path) -> Tokenizer:
+        """Read a tokenizer written by :meth:`save`, whatever its kind."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        kind = data.get("kind") if isinstance(data, dict) else None
+        if kind not in Tokenizer.registry:
+            raise ValueError(f"{path}: unknown tokenizer kind {kind!r}; known: {sorted(Tokenizer.registry)}")
+        return Tokenizer.registry[kind].from_dict(data)
