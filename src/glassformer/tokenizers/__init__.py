@@ -1,5 +1,10 @@
 """Tokenizers with one interface: character-level, byte-level and BPE (Hugging Face `tokenizers`)."""
 
-from .base import SPECIAL_NAMES, Tokenizer
+from .base import SPECIAL_NAMES, Tokenizer, check_specials
+from .bpe import BPETokenizer
+from .byte import ByteTokenizer
+from .char import CharTokenizer
+from .factory import KINDS, make_tokenizer
 
-__all__ = ["SPECIAL_NAMES", "Tokenizer"]
+__all__ = ["SPECIAL_NAMES", "Tokenizer", "check_specials", "CharTokenizer", "ByteTokenizer", "BPETokenizer",
+           "KINDS", "make_tokenizer"]

@@ -8,7 +8,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
+
+
+def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
+    """Validate special-token names (a subset of SPECIAL_NAMES, no repeats); return them as a tuple."""
+    if isinstance(specials, str):
+        raise TypeError(f"specials must be a list of names, got the string {specials!r}")
+    specials = tuple(specials)
+    unknown = [name for name in specials if name not in SPECIAL_NAMES]
+    if unknown:
+        raise ValueError(f"unknown special token(s) {unknown}; expected names among {list(SPECIAL_NAMES)}")
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"special tokens repeat: {list(specials)}")
+    return specials
 
 
 class Tokenizer(ABC):
@@ -75,6 +90,23 @@ class Tokenizer(ABC):
     @property
     def unk_id(self) -> int | None:
         return self.special_tokens.get("unk")
+
+    def add_specials(self, ids: list[int]) -> list[int]:
+        """``ids`` with bos before and eos after, for those of the two this tokenizer has."""
+        return ([self.bos_id] if self.bos_id is not None else []) + ids + (
+            [self.eos_id] if self.eos_id is not None else [])
+
+    def check_id(self, token_id: int) -> int:
+        """``token_id`` as an int, or a ValueError when it is outside [0, vocab_size)."""
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} is out of range: "
+                             f"expected 0 <= id < vocab_size={self.vocab_size}")
+        return token_id
+
+    def encode_to_array(self, text: str) -> np.ndarray:
+        """Ids of ``text`` (no specials) as an int64 array; subclasses vectorise it for big corpora."""
+        return np.asarray(self.encode(text), dtype=np.int64)
 
     def tokens(self, ids: Sequence[int]) -> list[str]:
         """The printable piece of each id."""

@@ -1,0 +1,29 @@
+"""Prefix-LM examples (T5's prefix-LM, UniLM): a random prefix read both ways, the rest predicted."""
+
+from __future__ import annotations
+
+import torch
+
+from .mlm import IGNORE
+
+
+def prefix_lm_labels(y: torch.Tensor, generator: torch.Generator,
+                     min_prefix: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw a prefix length per row and hide the targets that the prefix can already see.
+
+    With a prefix of P tokens, positions < P attend to the whole prefix, so the targets
+    y[:, :P - 1] (which are prefix tokens) would leak; the loss keeps only y[:, P - 1:], the
+    tokens after the prefix.
+
+    Args:
+        y: (B, T) next-token targets of windows x (``y[:, t] == x[:, t + 1]``).
+        min_prefix: the shortest prefix; lengths are uniform in [min_prefix, T - 1].
+    Returns:
+        prefix_len (B,) int64 and labels (B, T) with -100 on the hidden targets.
+    """
+    B, T = y.shape
+    if not 1 <= min_prefix <= T - 1:
+        raise ValueError(f"min_prefix must be in [1, block_size - 1 = {T - 1}], got {min_prefix}")
+    prefix_len = torch.randint(min_prefix, T, (B,), generator=generator)  # (B,)
+    hidden = torch.arange(T)[None, :] < (prefix_len - 1)[:, None]  # (B, T)
+    return prefix_len, y.masked_fill(hidden, IGNORE)

@@ -1,0 +1,105 @@
+"""Sequence-to-sequence pairs: reading them (two parallel files, TSV or JSONL) and length-bucketed batches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..tokenizers import Tokenizer
+from .mlm import IGNORE
+from .text import read_lines
+
+
+def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
+               pairs: str | Path | None = None) -> list[tuple[str, str]]:
+    """Parallel text as (source, target) strings.
+
+    Either ``src`` and ``tgt``: two files (plain or .gz) with one sentence per line, line i of one
+    translating line i of the other; or ``pairs``: a ``.tsv`` file (source TAB target per line) or a
+    ``.jsonl`` file (one ``{"src": ..., "tgt": ...}`` object per line). Blank lines are skipped.
+    """
+    if pairs is not None:
+        if src is not None or tgt is not None:
+            raise ValueError("give either pairs= (a TSV/JSONL file) or src= and tgt= (two files), not both")
+        return _read_pair_file(Path(pairs))
+    if src is None or tgt is None:
+        raise ValueError("seq2seq data needs src and tgt files (or one pairs file)")
+    sources, targets = read_lines(src, "source file"), read_lines(tgt, "target file")
+    if len(sources) != len(targets):
+        raise ValueError(f"parallel files differ in length: {str(src)!r} has {len(sources)} lines, "
+                         f"{str(tgt)!r} has {len(targets)}")
+    return [(s, t) for s, t in zip(sources, targets, strict=True) if s.strip() and t.strip()]
+
+
+def _read_pair_file(path: Path) -> list[tuple[str, str]]:
+    suffixes = [s for s in path.suffixes if s != ".gz"]
+    kind = suffixes[-1] if suffixes else ""
+    if kind not in (".tsv", ".jsonl"):
+        raise ValueError(f"pairs file {str(path)!r} must end in .tsv or .jsonl (optionally .gz)")
+    out = []
+    for number, line in enumerate(read_lines(path, "pairs file"), 1):
+        if not line.strip():
+            continue
+        if kind == ".tsv":
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"{path}:{number}: expected 'source<TAB>target', "
+                                 f"found {len(fields)} field(s)")
+            out.append((fields[0], fields[1]))
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("src"), str) or not isinstance(
+                record.get("tgt"), str):
+            raise ValueError(f'{path}:{number}: expected an object {{"src": "...", "tgt": "..."}}')
+        out.append((record["src"], record["tgt"]))
+    return out
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
+                 max_len: int) -> list[tuple[list[int], list[int]]]:
+    """Source ids + [eos], and target ids wrapped as [bos] + target + [eos], each cut to ``max_len``."""
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    if bos is None or eos is None:
+        raise ValueError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
+    return [((tokenizer.encode(s) + [eos])[:max_len], ([bos] + tokenizer.encode(t) + [eos])[:max_len + 1])
+            for s, t in pairs]
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists to one length. Returns ids (B, L) and pad (B, L), True = padding."""
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+    pad = torch.arange(length)[None, :] >= torch.tensor([len(r) for r in rows])[:, None]
+    return ids, pad
+
+
+def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """A teacher-forcing batch: src/src_pad, tgt_in (= target[:-1]) / tgt_pad, labels (= target[1:],
+    -100 on padding)."""
+    src, src_pad = pad_batch([s for s, _ in examples], pad_id)
+    tgt, tgt_pad = pad_batch([t for _, t in examples], pad_id)
+    labels = tgt[:, 1:].masked_fill(tgt_pad[:, 1:], IGNORE)
+    return {"src": src, "src_pad": src_pad, "tgt_in": tgt[:, :-1], "tgt_pad": tgt_pad[:, :-1],
+            "labels": labels}
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
+                   pool_batches: int = 50) -> list[list[int]]:
+    """Index batches of similar length, for little padding: shuffle, sort within pools of
+    ``pool_batches`` batches, cut into batches, shuffle the batches. Every index appears once;
+    the last batch may be smaller."""
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    pool = batch_size * pool_batches
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start:start + pool], key=lambda i: lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]

@@ -1,0 +1,76 @@
+"""Reading text files with one-line errors: missing, empty, a folder, not UTF-8."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+CHUNK_CHARS = 1 << 22
+
+
+def check_file(path: str | Path, what: str = "corpus file") -> Path:
+    """``path`` as a Path; FileNotFoundError / ValueError naming it when missing, a folder or empty."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder; expected a text file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{what} {str(path)!r} is empty")
+    return path
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a UTF-8 text file, transparently gunzipping ``*.gz``."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> ValueError:
+    return ValueError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
+                      f"cannot be decoded ({error.reason})")
+
+
+def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "corpus file") -> Iterator[str]:
+    """The text of ``path`` in pieces of about ``chunk_chars`` characters, each cut after a newline
+    (so no word is split between pieces), without ever holding the whole file.
+
+    Raises FileNotFoundError/ValueError for a missing, empty, non-UTF-8 or whitespace-only file.
+    """
+    path = check_file(path, what)
+    carry, seen_text = "", False
+    with open_text(path) as handle:
+        while True:
+            try:
+                piece = handle.read(chunk_chars)
+            except UnicodeDecodeError as error:
+                raise _not_utf8(path, error) from None
+            except (OSError, EOFError) as error:
+                raise ValueError(f"cannot read {what} {str(path)!r}: {error}") from None
+            if not piece:
+                break
+            seen_text = seen_text or bool(piece.strip())
+            piece = carry + piece
+            cut = piece.rfind("\n") + 1
+            if cut == 0:
+                carry = piece
+                continue
+            carry = piece[cut:]
+            yield piece[:cut]
+    if not seen_text:
+        raise ValueError(f"{what} {str(path)!r} has no text (only whitespace)")
+    if carry:
+        yield carry
+
+
+def read_text(path: str | Path, what: str = "corpus file") -> str:
+    """The whole text of a UTF-8 file (plain or .gz), with the errors of :func:`iter_text`."""
+    return "".join(iter_text(path, what=what))
+
+
+def read_lines(path: str | Path, what: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (plain or .gz) without their line endings."""
+    return read_text(path, what).splitlines()

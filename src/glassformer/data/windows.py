@@ -1,0 +1,59 @@
+"""Windows of a token array: random ones for training, consecutive ones covering a split for evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """A generator seeded by (seed, step): the batch of a step depends on nothing else, so a resumed
+    run and a run on N processes draw exactly the batches of one uninterrupted single-process run."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + step) % (1 << 62))
+
+
+def check_length(ids: np.ndarray, block_size: int, what: str = "corpus") -> None:
+    """A ValueError when ``ids`` is shorter than one window of ``block_size`` + 1 tokens."""
+    if len(ids) < block_size + 1:
+        raise ValueError(f"{what} has {len(ids)} tokens, fewer than one window of block_size + 1 = "
+                         f"{block_size + 1}; use more text or a smaller block_size")
+
+
+def random_windows(ids: np.ndarray, block_size: int, batch_size: int,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` windows at uniformly random starts, and the same windows shifted by one.
+
+    Args:
+        ids: (N,) token ids, N >= block_size + 1.
+    Returns:
+        x (B, T) inputs and y (B, T) next-token targets (``y[:, t] == x[:, t + 1]``), int64.
+    """
+    check_length(ids, block_size)
+    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator).tolist()
+    rows = np.stack([ids[s:s + block_size + 1] for s in starts]).astype(np.int64)  # (B, T + 1)
+    rows = torch.from_numpy(rows)
+    return rows[:, :-1], rows[:, 1:]
+
+
+def consecutive_windows(ids: np.ndarray, block_size: int,
+                        batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Windows that predict every token of ``ids`` after the first exactly once, in batches.
+
+    Window k covers ids[kT : kT + T + 1]; the last one may be shorter and comes in a batch of its own.
+    Yields (x, y) pairs of shape (B, T) (or (1, L) for the short tail).
+    """
+    check_length(ids, 1)
+    T = block_size
+    full = (len(ids) - 1) // T
+    for first in range(0, full, batch_size):
+        count = min(batch_size, full - first)
+        rows = np.asarray(ids[first * T:(first + count) * T + 1]).astype(np.int64)
+        body = torch.from_numpy(rows[:-1].reshape(count, T))
+        shifted = torch.from_numpy(rows[1:].reshape(count, T))
+        yield body, shifted
+    tail = np.asarray(ids[full * T:]).astype(np.int64)
+    if len(tail) > 1:
+        tail = torch.from_numpy(tail)[None]
+        yield tail[:, :-1], tail[:, 1:]

@@ -1,0 +1,87 @@
+"""BPETokenizer: byte-level byte-pair encoding trained with Hugging Face ``tokenizers`` (GPT-2's scheme)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from .base import Tokenizer, check_specials
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE: text is first mapped to bytes, so any language encodes with no unknowns;
+    frequent byte pairs are merged into tokens up to ``vocab_size``.
+
+    Training and encoding are done by the Hugging Face ``tokenizers`` library (Rust); its JSON is
+    stored inside ours, so ``tokenizer.json`` of a checkpoint holds everything. Special tokens take
+    the first ids, in the order given.
+    """
+
+    kind = "bpe"
+
+    def __init__(self, hf: HFTokenizer, specials: Sequence[str] = ()):
+        self.hf = hf
+        self.specials = check_specials(specials)
+        self.special_tokens = {}
+        for name in self.specials:
+            token_id = hf.token_to_id(f"<{name}>")
+            if token_id is None:
+                raise ValueError(f"the BPE vocabulary has no token '<{name}>' for special {name!r}")
+            self.special_tokens[name] = token_id
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, specials: Sequence[str] = (),
+              min_frequency: int = 2) -> BPETokenizer:
+        """Learn merges from ``texts`` (an iterable of strings, e.g. lines or chunks of a corpus).
+
+        Args:
+            vocab_size: the target vocabulary, at least 256 + len(specials) (the byte alphabet).
+            specials: special token names among pad/bos/eos/mask/unk.
+            min_frequency: a pair must occur this often to be merged.
+        """
+        specials = check_specials(specials)
+        if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
+            raise ValueError(f"vocab_size must be an int >= {256 + len(specials)} (256 bytes + specials), "
+                             f"got {vocab_size!r}")
+        hf = HFTokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                      special_tokens=[f"<{name}>" for name in specials],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        hf.train_from_iterator(texts, trainer=trainer)
+        return cls(hf, specials)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids = self.hf.encode(text, add_special_tokens=False).ids
+        return self.add_specials(ids) if add_special_tokens else ids
+
+    def encode_to_array(self, text: str) -> np.ndarray:
+        encodings = self.hf.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
+        return np.fromiter((i for enc in encodings for i in enc.ids), dtype=np.int64)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        ids = [self.check_id(i) for i in ids]
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        token_id = self.check_id(token_id)
+        if token_id in self.special_tokens.values():
+            return self.hf.id_to_token(token_id)
+        return self.decode([token_id])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "specials": list(self.specials), "hf": json.loads(self.hf.to_str())}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
+        return cls(HFTokenizer.from_str(json.dumps(data["hf"])), data.get("specials", ()))

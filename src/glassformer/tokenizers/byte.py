@@ -1,0 +1,61 @@
+"""ByteTokenizer: the 256 bytes of UTF-8 as tokens, so no text is ever unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Tokenizer, check_specials
+
+
+class ByteTokenizer(Tokenizer):
+    """Ids 0-255 are the bytes of the UTF-8 encoding; special tokens follow from 256 on.
+
+    Any language and any symbol encodes (a Chinese character is three ids). Decoding a byte
+    sequence cut in the middle of a character shows U+FFFD for the broken piece.
+    """
+
+    kind = "byte"
+
+    def __init__(self, specials: Sequence[str] = ()):
+        self.specials = check_specials(specials)
+        self.special_tokens = {name: 256 + i for i, name in enumerate(self.specials)}
+
+    @property
+    def vocab_size(self) -> int:
+        return 256 + len(self.specials)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return self.add_specials(ids) if add_special_tokens else ids
+
+    def encode_to_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        out, pending = [], bytearray()
+        for token_id in map(self.check_id, ids):
+            if token_id < 256:
+                pending.append(token_id)
+                continue
+            out.append(pending.decode("utf-8", errors="replace"))
+            pending = bytearray()
+            if not skip_special_tokens:
+                out.append(self.id_to_token(token_id))
+        out.append(pending.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def id_to_token(self, token_id: int) -> str:
+        token_id = self.check_id(token_id)
+        if token_id >= 256:
+            return f"<{self.specials[token_id - 256]}>"
+        return chr(token_id) if 32 <= token_id < 127 else f"<0x{token_id:02X}>"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "specials": list(self.specials)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ByteTokenizer:
+        return cls(data.get("specials", ()))

@@ -1,0 +1,97 @@
+"""CharTokenizer: one id per character, the vocabulary read off the corpus."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Tokenizer, check_specials
+
+
+class CharTokenizer(Tokenizer):
+    """Every distinct character of the corpus is a token (the tiny char LM and nanoGPT's shakespeare_char).
+
+    Special tokens (written ``<pad>``, ``<bos>``...) come first, then the characters in sorted order,
+    so a corpus with no specials gets exactly ``sorted(set(text))`` as its vocabulary.
+    An unknown character is a ``ValueError`` naming it, unless an ``unk`` special is configured.
+    """
+
+    kind = "char"
+
+    def __init__(self, chars: Iterable[str], specials: Sequence[str] = ()):
+        chars = list(chars)
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if bad:
+            raise ValueError(f"chars must be single characters, got {bad[:3]!r}")
+        if len(set(chars)) != len(chars):
+            raise ValueError("chars must not repeat")
+        self.specials = check_specials(specials)
+        self.special_tokens = {name: i for i, name in enumerate(self.specials)}
+        self.chars = chars
+        self._pieces = [f"<{name}>" for name in self.specials] + chars
+        self._lookup = {c: i + len(self.specials) for i, c in enumerate(chars)}
+        codes = np.array([ord(c) for c in chars], dtype=np.int64)
+        self._order = np.argsort(codes)
+        self._sorted_codes = codes[self._order]
+
+    @classmethod
+    def from_text(cls, text: str, specials: Sequence[str] = ()) -> CharTokenizer:
+        """The tokenizer whose characters are ``sorted(set(text))``."""
+        if not text:
+            raise ValueError("cannot build a CharTokenizer from empty text")
+        return cls(sorted(set(text)), specials)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._pieces)
+
+    def _unknown(self, char: str, position: int) -> ValueError:
+        return ValueError(
+            f"character {char!r} (U+{ord(char):04X}) at position {position} is not in this tokenizer's "
+            f"vocabulary of {len(self.chars)} characters (configure an 'unk' special token to map unknown "
+            "characters)")
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        unk = self.unk_id
+        ids = []
+        for position, char in enumerate(text):
+            token = self._lookup.get(char, unk)
+            if token is None:
+                raise self._unknown(char, position)
+            ids.append(token)
+        return self.add_specials(ids) if add_special_tokens else ids
+
+    def encode_to_array(self, text: str) -> np.ndarray:
+        """Vectorised :meth:`encode` for large corpora: characters are looked up by code point."""
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        where = np.searchsorted(self._sorted_codes, codes).clip(max=max(len(self.chars) - 1, 0))
+        known = self._sorted_codes[where] == codes if len(self.chars) else np.zeros(len(codes), dtype=bool)
+        ids = self._order[where] + len(self.specials)
+        if not known.all():
+            if self.unk_id is None:
+                position = int(np.argmin(known))
+                raise self._unknown(text[position], position)
+            ids[~known] = self.unk_id
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        n_special = len(self.specials)
+        return "".join(self._piece(i) for i in ids if not (skip_special_tokens and 0 <= int(i) < n_special))
+
+    def _piece(self, token_id: int) -> str:
+        return self._pieces[self.check_id(token_id)]
+
+    def id_to_token(self, token_id: int) -> str:
+        return self._piece(token_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "specials": list(self.specials), "chars": "".join(self.chars)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
+        return cls(list(data["chars"]), data.get("specials", ()))
+
+
+

@@ -1,0 +1,32 @@
+"""make_tokenizer: build the tokenizer a training config names from the training text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .base import Tokenizer
+from .bpe import BPETokenizer
+from .byte import ByteTokenizer
+from .char import CharTokenizer
+
+KINDS = ("char", "byte", "bpe")
+
+
+def make_tokenizer(kind: str, texts: Iterable[str], specials: Sequence[str] = (),
+                   vocab_size: int | None = None) -> Tokenizer:
+    """A new tokenizer of ``kind`` ("char", "byte" or "bpe") fitted to ``texts``.
+
+    Args:
+        texts: the training text(s); char reads its characters, bpe learns merges, byte ignores them.
+        specials: special token names (pad, bos, eos, mask, unk).
+        vocab_size: BPE's target vocabulary (required for "bpe", ignored otherwise).
+    """
+    if kind == "char":
+        return CharTokenizer(sorted(set().union(*(set(t) for t in texts))), specials)
+    if kind == "byte":
+        return ByteTokenizer(specials)
+    if kind == "bpe":
+        if vocab_size is None:
+            raise ValueError("tokenizer='bpe' needs a vocab_size (e.g. 1024)")
+        return BPETokenizer.train(texts, vocab_size, specials)
+    raise ValueError(f"tokenizer must be one of {KINDS}, got {kind!r}")
