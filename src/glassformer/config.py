@@ -54,6 +54,9 @@ class ModelConfig:
     rope_theta: float = 10000.0  # RoPE frequency base
     n_token_types: int = 0  # BERT's segment (token type) embeddings; 0 = none
     embed_norm: bool = False  # a norm right after the embeddings (BERT)
+    pos_offset: int = 0  # learned position p reads row p + pos_offset of its table (BART: 2, fairseq legacy)
+    split_positions: bool = False  # encoder-decoder: decoder's own position table and embedding norm (BART)
+    head_transform: bool = False  # dense + activation + norm before the output layer (BERT's MLM head)
     init_std: float | None = None  # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
 
     # ------------------------------------------------------------------ validation
@@ -96,6 +99,15 @@ class ModelConfig:
             raise ValueError(
                 f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
                 "and its decoder causal); leave attn='causal'")
+        if self.pos_offset < 0 or (self.pos_offset and self.pos != "learned"):
+            raise ValueError(f"pos_offset={self.pos_offset} must be >= 0 and needs pos='learned', "
+                             f"got pos={self.pos!r}")
+        if self.split_positions and (self.arch != "encoder-decoder" or self.pos != "learned"):
+            raise ValueError("split_positions=True needs arch='encoder-decoder' and pos='learned', "
+                             f"got arch={self.arch!r}, pos={self.pos!r}")
+        if self.head_transform and (self.arch != "lm" or self.activation in ("swiglu", "geglu")):
+            raise ValueError("head_transform needs arch='lm' and a plain activation, "
+                             f"got arch={self.arch!r}, activation={self.activation!r}")
         if self.arch == "lm" and self.n_layers < 1:
             raise ValueError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
         return self

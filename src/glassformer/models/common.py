@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
@@ -91,9 +92,14 @@ class Embedder(nn.Module):
         self.pos_type, self.max_len = c.pos, c.max_len
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = LearnedPositions(c.max_len, c.d_model) if c.pos == "learned" else None
+        self.pos_offset = c.pos_offset
+        self.pos = LearnedPositions(c.max_len + c.pos_offset, c.d_model) if c.pos == "learned" else None
         self.types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
         self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embed_norm else None
+        # split_positions (BART): the decoder's own position table and embedding norm
+        self.dec_pos = LearnedPositions(c.max_len + c.pos_offset, c.d_model) if c.split_positions else None
+        self.dec_norm = (make_norm(c.norm, c.d_model, c.norm_eps, c.bias)
+                         if c.split_positions and c.embed_norm else None)
         self.dropout = nn.Dropout(c.dropout)
         self.head_dim, self.rope_theta = c.head_dim, c.rope_theta
         if c.pos == "sinusoidal":
@@ -106,8 +112,13 @@ class Embedder(nn.Module):
             self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T), positions (T,) or (B, T) with every value < ``end`` -> (B, T, d)."""
+                token_type_ids: torch.Tensor | None = None, decoder: bool = False) -> torch.Tensor:
+        """ids (B, T), positions (T,) or (B, T) with every value < ``end`` -> (B, T, d).
+
+        ``decoder`` selects the decoder's own position table and norm when ``split_positions``.
+        """
+        own = decoder and self.dec_pos is not None
+        table, norm = (self.dec_pos, self.dec_norm) if own else (self.pos, self.norm)
         x = self.tok(ids) * self.scale  # (B, T, d)
         if self.pos_type == "sinusoidal":
             table = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
@@ -116,11 +127,11 @@ class Embedder(nn.Module):
             if end > self.max_len:
                 raise ValueError(f"sequence of {end} positions is longer than max_len={self.max_len} "
                                  "(learned positions exist only up to max_len)")
-            x = x + self.pos(positions)
+            x = x + table(positions + self.pos_offset)
         if self.types is not None:
             x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)
-        if self.norm is not None:
-            x = self.norm(x)
+        if norm is not None:
+            x = norm(x)
         return self.dropout(x)
 
     def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int, end: int):
@@ -139,6 +150,27 @@ class Embedder(nn.Module):
         return None, None
 
 
+class HeadTransform(nn.Module):
+    """BERT's MLM head transform (``head_transform``): norm(act(dense(h))) before the output layer."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.activation = config.activation  # a plain one: "relu", "gelu", "gelu_tanh" or "silu"
+        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., d) -> (..., d)."""
+        x = self.dense(hidden)
+        if self.activation == "relu":
+            x = F.relu(x)
+        elif self.activation == "silu":
+            x = F.silu(x)
+        else:
+            x = F.gelu(x, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+        return self.norm(x)
+
+
 def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:
     """Initialise parameters.
 
@@ -152,8 +184,9 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
         for module in model.modules():
             if isinstance(module, Embedder):
                 nn.init.normal_(module.tok.weight, std=d ** -0.5 if config.scale_embeddings else 1.0)
-                if module.pos is not None:
-                    nn.init.normal_(module.pos.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)
+                for table in (module.pos, module.dec_pos):
+                    if table is not None:
+                        nn.init.normal_(table.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)
         return
     std = config.init_std
     for name, module in model.named_modules():

@@ -48,11 +48,11 @@ class EncoderDecoder(nn.Module):
         """The shared token embedding matrix (V, d)."""
         return self.embeddings.tok
 
-    def _embed(self, ids: torch.Tensor, start: int = 0):
+    def _embed(self, ids: torch.Tensor, start: int = 0, decoder: bool = False):
         """ids (B, T) -> (vectors (B, T, d), rope, bias) for positions start .. start + T - 1."""
         T = ids.shape[1]
         positions = torch.arange(start, start + T, device=ids.device)
-        x = self.embeddings(ids, positions, start + T)
+        x = self.embeddings(ids, positions, start + T, decoder=decoder)
         rope, bias = self.embeddings.attention_inputs(positions, T, start + T, start + T)
         return x, rope, bias
 
@@ -99,7 +99,7 @@ class EncoderDecoder(nn.Module):
             raise ValueError(f"memory must have shape (B={B}, S, d={self.d}), got {tuple(memory.shape)}")
         if src_pad is not None and memory is not None:
             check_pad(src_pad, B, memory.shape[1], name="src_pad")
-        x, rope, bias = self._embed(tgt_in, start)
+        x, rope, bias = self._embed(tgt_in, start, decoder=True)
         mask = padding_mask(tgt_pad) if tgt_pad is not None else None
         memory_mask = padding_mask(src_pad) if src_pad is not None else None
         for i, block in enumerate(self.dec):
@@ -136,3 +136,11 @@ class EncoderDecoder(nn.Module):
         return [(KVCache(batch, c.kv_heads, max_len or c.max_len, c.head_dim, **kw),
                  KVCache(batch, c.kv_heads, src_len or c.max_len, c.head_dim, static=True, **kw))
                 for _ in self.dec]
+
+    def generate(self, src: Any, max_new_tokens: int = 20, *, decoder_start_token_id: int, **options: Any):
+        """Translate sources: (B * num_return_sequences, 1 + n) decoder ids, starting with
+        ``decoder_start_token_id``. Greedy by default; options as :func:`glassformer.generation.generate`.
+        """
+        from ..generation import generate
+
+        return generate(self, src, max_new_tokens, decoder_start_token_id=decoder_start_token_id, **options)

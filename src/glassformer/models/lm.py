@@ -18,7 +18,16 @@ from torch import nn
 from ..config import ModelConfig
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, padding_mask, prefix_mask
-from .common import Embedder, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from .common import (
+    Embedder,
+    HeadTransform,
+    check_ids,
+    check_pad,
+    config_from_args,
+    final_norm,
+    init_weights,
+    make_blocks,
+)
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
 SEED_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos", "tie", "norm_first", "activation")
@@ -45,6 +54,7 @@ class TransformerLM(nn.Module):
         self.norm_f = final_norm(config)
         self.head = None if config.tie else nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
         self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.tie and config.head_bias else None
+        self.head_transform = HeadTransform(config) if config.head_transform else None
         init_weights(self, config, config.n_layers)
 
     @property
@@ -150,6 +160,8 @@ class TransformerLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V)."""
+        if self.head_transform is not None:
+            hidden = self.head_transform(hidden)
         if self.head is None:
             return F.linear(hidden, self.emb.weight, self.logits_bias)
         return self.head(hidden)
@@ -171,3 +183,22 @@ class TransformerLM(nn.Module):
         param = self.emb.weight
         return [KVCache(batch, c.kv_heads, max_len or c.max_len, c.head_dim, dtype=param.dtype, device=param.device)
                 for _ in self.blocks]
+
+    # ------------------------------------------------------------------ generation (glassformer.generation)
+    def generate(self, ids: Any, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
+        """Continue prompts; returns (B * num_return_sequences, T + n) ids, prompt included.
+
+        Greedy by default; sampling, beam search and every option of
+        :func:`glassformer.generation.generate` apply (see docs/generation.md).
+        """
+        from ..generation import generate
+
+        return generate(self, ids, max_new_tokens, **options)
+
+    def fill_mask(self, ids: Any, mask_token_id: int | None = None, top_k: int = 5,
+                  **options: Any) -> list[dict]:
+        """Encoder-only models: the top-k candidates for each mask position
+        (:func:`glassformer.generation.fill_mask`)."""
+        from ..generation import fill_mask
+
+        return fill_mask(self, ids, mask_token_id, top_k, **options)
