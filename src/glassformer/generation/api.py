@@ -1,0 +1,306 @@
+"""``generate``: token ids in, token ids out, for decoder-only and encoder-decoder models.
+
+The arguments and the result follow Hugging Face ``model.generate``: a decoder-only model returns
+prompt + new tokens (B * num_return_sequences, T + n); an encoder-decoder returns the decoder's
+sequence, starting with ``decoder_start_token_id``. Rows that end early are filled with
+``pad_token_id``. Prompts of different lengths may be given as a list of lists: they are left-padded
+(right-padded for an encoder's source), and each row's result equals generating it alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .beam import beam_search
+from .incremental import IncrementalDecoder
+from .processors import make_processors
+from .search import Step, StoppingCriterion, decode_steps
+
+PromptLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
+
+
+def _is_seq2seq(model: nn.Module) -> bool:
+    return getattr(getattr(model, "config", None), "arch", None) == "encoder-decoder"
+
+
+def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
+                  attention_mask: torch.Tensor | None = None, pad_token_id: int = 0, side: str = "left",
+                  name: str = "ids",
+                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Turn prompts into a (B, T) id tensor and a (B, T) padding mask (None when nothing is padded).
+
+    Args:
+        ids: a (T,) or (B, T) integer tensor, a list of ids, or a list of lists (padded on ``side``).
+        pad: (B, T) bool, True = padding; or ``attention_mask`` (B, T), 1 = real token (Hugging Face).
+        pad_token_id: the id written into padded slots of a list of lists.
+        side: where padding goes: "left" (prompts to continue) or "right" (an encoder's source).
+    Returns:
+        (ids (B, T) long, pad (B, T) bool or None). Raises ValueError for an empty prompt or padding
+        on the wrong side.
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() not in (1, 2):
+            raise TypeError(f"{name} must be a (T,) or (B, T) integer tensor, got dtype {ids.dtype} "
+                            f"and shape {tuple(ids.shape)}")
+        ids = (ids[None] if ids.dim() == 1 else ids).long().to(device)
+    else:
+        rows = list(ids)
+        if rows and all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
+            rows = [rows]
+        if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
+            raise TypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
+                            f"got {ids!r:.80}")
+        if any(len(r) == 0 for r in rows):
+            raise ValueError(f"{name}: empty prompt; give at least one token per row")
+        T = max(len(r) for r in rows)
+        if any(len(r) != T for r in rows):
+            if pad is not None or attention_mask is not None:
+                raise ValueError(f"{name}: rows of different lengths are padded for you; "
+                                 "do not pass pad/attention_mask")
+            fill = [[pad_token_id] * (T - len(r)) for r in rows]
+            pad = torch.tensor([[True] * len(f) + [False] * len(r) if side == "left" else
+                                [False] * len(r) + [True] * len(f) for r, f in zip(rows, fill, strict=True)],
+                               device=device)
+            rows = [f + list(r) if side == "left" else list(r) + f for r, f in zip(rows, fill, strict=True)]
+        ids = torch.tensor(rows, dtype=torch.long, device=device)
+    B, T = ids.shape
+    if T == 0:
+        raise ValueError(f"{name}: empty prompt; give at least one token per row")
+    if attention_mask is not None:
+        if pad is not None:
+            raise ValueError("pass either pad (True = padding) or attention_mask (1 = real token), not both")
+        if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (B, T):
+            got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else attention_mask
+            raise ValueError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got!r}")
+        pad = attention_mask.to(ids.device) == 0
+    if pad is None:
+        return ids, None
+    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool or tuple(pad.shape) != (B, T):
+        got = f"{pad.dtype} {tuple(pad.shape)}" if isinstance(pad, torch.Tensor) else type(pad).__name__
+        raise ValueError(f"pad must be a (B, T) = {(B, T)} bool tensor (True = padding), got {got}")
+    pad = pad.to(ids.device)
+    if bool(pad.all(dim=1).any()):
+        raise ValueError(f"{name}: a row is all padding (an empty prompt); give at least one token per row")
+    edge = pad if side == "left" else pad.flip(1)  # padding must be a run at the start (left) / end (right)
+    if bool((edge[:, 1:] & ~edge[:, :-1]).any()):
+        why = "prompts to continue are left-padded" if side == "left" else "sources are right-padded"
+        raise ValueError(f"{name}: padding must be on the {side} of each row ({why})")
+    return ids, (pad if bool(pad.any()) else None)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Dropout off while generating; the model's train/eval state is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+@dataclass
+class GenerationSetup:
+    """What :func:`prepare` built: the decoder and the search options (shared with streaming)."""
+
+    decoder: IncrementalDecoder
+    kwargs: dict[str, Any]
+    prompt_len: int
+
+
+def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample: bool = False,
+            temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+            min_p: float | None = None, repetition_penalty: float | None = None,
+            no_repeat_ngram_size: int | None = None, num_beams: int = 1, length_penalty: float = 1.0,
+            early_stopping: bool | str = False, eos_token_id: int | Sequence[int] | None = None,
+            pad_token_id: int | None = None, num_return_sequences: int = 1, seed: int | None = None,
+            prefix_len: int | torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+            pad: torch.Tensor | None = None, decoder_start_token_id: int | None = None,
+            use_cache: bool = True, stopping_criteria: Sequence[StoppingCriterion] | None = None,
+            stop_strings: Sequence[str] | None = None, tokenizer: Any = None) -> GenerationSetup:
+    """Validate :func:`generate`'s arguments and build the decoder; see :func:`generate`."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "new_cache"):
+        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
+                        f"got {type(model).__name__}")
+    seq2seq = _is_seq2seq(model)
+    if not seq2seq and config.attn == "bidirectional":
+        raise ValueError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
+                         "use glassformer.generation.fill_mask")
+    _check_int("max_new_tokens", max_new_tokens, 1)
+    _check_int("num_beams", num_beams, 1)
+    _check_int("num_return_sequences", num_return_sequences, 1)
+    if num_beams == 1 and not do_sample and num_return_sequences != 1:
+        raise ValueError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
+                         f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
+    if num_beams > 1 and num_return_sequences > num_beams:
+        raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
+    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    for value in eos + ([pad_token_id] if pad_token_id is not None else []):
+        _check_int("eos_token_id/pad_token_id", value, 0)
+        if value >= config.vocab_size:
+            raise ValueError(f"token id {value} is out of range: expected 0 <= id < "
+                             f"vocab_size={config.vocab_size}")
+    if pad_token_id is None:
+        pad_token_id = eos[0] if eos else 0  # Hugging Face's fallback
+    processors = make_processors(
+        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+        min_tokens_to_keep=len(eos) + 1 if num_beams > 1 else 1)
+    device = next(model.parameters()).device
+    copies = num_beams if num_beams > 1 else num_return_sequences  # rows per prompt
+
+    if seq2seq:
+        if decoder_start_token_id is None:
+            raise ValueError("an encoder-decoder model needs decoder_start_token_id "
+                             "(e.g. the tokenizer's bos id)")
+        _check_int("decoder_start_token_id", decoder_start_token_id, 0)
+        if prefix_len is not None:
+            raise ValueError("prefix_len is only meaningful for attn='prefix' decoder-only models")
+        src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
+                                     side="right", name="src", device=device)
+        _check_length(config, src, src_pad, "source")
+        memory = model.encode(src, src_pad).repeat_interleave(copies, dim=0)
+        src_pad = None if src_pad is None else src_pad.repeat_interleave(copies, dim=0)
+        start = torch.full((memory.shape[0], 1), decoder_start_token_id, dtype=torch.long, device=device)
+        decoder = IncrementalDecoder(model, start, None, max_new_tokens, use_cache=use_cache,
+                                     memory=memory, src_pad=src_pad)
+    else:
+        ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
+                                 device=device)
+        _check_length(config, ids, pad, "prompt")
+        lengths = ids.shape[1] - (pad.sum(dim=1) if pad is not None else 0)
+        if config.attn == "prefix":
+            prefix_len = _prefix_lengths(prefix_len, ids.shape[0], lengths, device)
+        elif prefix_len is not None:
+            raise ValueError(f"prefix_len is only meaningful with attn='prefix' "
+                             f"(this model has attn={config.attn!r})")
+        ids = ids.repeat_interleave(copies, dim=0)
+        pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
+        prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
+        decoder = IncrementalDecoder(model, ids, pad, max_new_tokens, use_cache=use_cache,
+                                     prefix_len=prefix_len)
+
+    prompt_len = decoder.length
+    criteria = list(stopping_criteria or [])
+    if stop_strings:
+        if tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer to decode the generated text")
+        criteria.append(StopOnStrings(tokenizer, stop_strings, prompt_len))
+    generator = None
+    if seed is not None:
+        _check_int("seed", seed, 0)
+        generator = torch.Generator(device=device).manual_seed(seed)
+    kwargs = dict(processors=processors, eos_token_id=eos, pad_token_id=pad_token_id, do_sample=do_sample,
+                  generator=generator, num_beams=num_beams, length_penalty=float(length_penalty),
+                  early_stopping=early_stopping, num_return_sequences=num_return_sequences,
+                  stopping_criteria=criteria, max_new_tokens=max_new_tokens)
+    return GenerationSetup(decoder, kwargs, prompt_len)
+
+
+def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
+    longest = ids.shape[1] - (int(pad.sum(dim=1).min()) if pad is not None else 0)
+    if longest > config.max_len:
+        raise ValueError(f"{what} of {longest} tokens is longer than the model allows "
+                         f"(max_len={config.max_len})")
+
+
+def _prefix_lengths(prefix_len: int | torch.Tensor | None, B: int, lengths: torch.Tensor | int,
+                    device: torch.device) -> torch.Tensor:
+    """Per-row prefix lengths for a prefix-LM; by default the whole prompt is the prefix."""
+    lengths = torch.as_tensor(lengths, device=device).expand(B)
+    if prefix_len is None:
+        return lengths.clone()
+    if isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
+        prefix_len = torch.full((B,), prefix_len, device=device)
+    if (not isinstance(prefix_len, torch.Tensor) or prefix_len.shape != (B,)
+            or prefix_len.dtype.is_floating_point):
+        raise TypeError(f"prefix_len must be an int or a (B,) = ({B},) integer tensor, got {prefix_len!r}")
+    prefix_len = prefix_len.to(device).long()
+    if bool((prefix_len < 0).any() | (prefix_len > lengths).any()):
+        raise ValueError(f"prefix_len={prefix_len.tolist()} is out of range: expected 0 <= prefix_len <= "
+                         f"prompt length {lengths.tolist()}")
+    return prefix_len
+
+
+class StopOnStrings:
+    """Stop a row once its generated text contains one of ``stop_strings`` (decoded with ``tokenizer``)."""
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int):
+        if isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings):
+            raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
+        self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
+
+    def __call__(self, seq: torch.Tensor) -> torch.Tensor:
+        texts = [self.tokenizer.decode(row) for row in seq[:, self.prompt_len:].tolist()]
+        return torch.tensor([any(s in text for s in self.stop_strings) for text in texts], device=seq.device)
+
+
+def generate(model: nn.Module, ids: PromptLike, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
+    """Continue prompts (decoder-only) or translate sources (encoder-decoder); return token ids.
+
+    Args:
+        model: a causal or prefix :class:`TransformerLM`, or an :class:`EncoderDecoder`.
+        ids: prompts (decoder-only) or sources (encoder-decoder): a (T,) or (B, T) tensor, a list of
+            ids or a list of lists (padded for you). With a tensor, mark padding with ``pad`` (B, T)
+            bool or ``attention_mask`` (B, T), 1 = real token.
+        max_new_tokens: most tokens to add per row.
+        do_sample: sample from the distribution (else greedy / beam search). temperature, top_k,
+            top_p (in (0, 1]), min_p shape that distribution (sampling only).
+        repetition_penalty, no_repeat_ngram_size: discourage repeats (all strategies).
+        num_beams: beam search when > 1; length_penalty, early_stopping (True, False, "never") as in
+            Hugging Face. num_return_sequences: rows returned per prompt.
+        eos_token_id: int or list of ids that end a row; pad_token_id: filler after the end
+            (default: the first eos id, else 0). stop_strings (with tokenizer): texts that end a row.
+            stopping_criteria: callables (B, L) ids -> (B,) bool.
+        seed: seeds a private generator so sampling is reproducible.
+        prefix_len: prefix-LM only: an int or (B,) tensor; default the whole prompt.
+        decoder_start_token_id: encoder-decoder only (required): the decoder's first token.
+        use_cache: use the KV cache (default) or recompute everything each step.
+    Returns:
+        (B * num_return_sequences, T + n) long tensor: the prompt (as given, padding included) and
+        the n <= max_new_tokens new tokens; for an encoder-decoder (B * num_return_sequences, 1 + n).
+    """
+    with _eval_mode(model):
+        setup = prepare(model, ids, max_new_tokens=max_new_tokens, **options)
+        kw = setup.kwargs
+        if kw["num_beams"] > 1:
+            if kw["stopping_criteria"]:
+                raise ValueError("stop_strings/stopping_criteria are not supported with beam search")
+            sequences, _ = beam_search(
+                setup.decoder, kw["num_beams"], max_new_tokens, kw["processors"],
+                eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
+                length_penalty=kw["length_penalty"], early_stopping=kw["early_stopping"],
+                num_return_sequences=kw["num_return_sequences"], do_sample=kw["do_sample"],
+                generator=kw["generator"])
+            return sequences
+        for _ in iter_steps(setup):
+            pass
+        return setup.decoder.sequences().clone()
+
+
+def iter_steps(setup: GenerationSetup) -> Iterator[Step]:
+    """The greedy/sampling steps of a prepared generation (see :func:`decode_steps`)."""
+    kw = setup.kwargs
+    if kw["num_beams"] > 1:
+        raise ValueError("step-by-step output (streaming, traces) is not available with beam search "
+                         "(num_beams > 1)")
+    return decode_steps(setup.decoder, kw["max_new_tokens"], kw["processors"], do_sample=kw["do_sample"],
+                        eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
+                        stopping_criteria=kw["stopping_criteria"], generator=kw["generator"])

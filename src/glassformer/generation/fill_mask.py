@@ -1,0 +1,59 @@
+"""fill_mask: an encoder-only (BERT-style) model's best candidates for each masked position."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .api import PromptLike, _eval_mode, batch_prompts
+
+
+def fill_mask(model: nn.Module, ids: PromptLike, mask_token_id: int | None = None, top_k: int = 5, *,
+              tokenizer: Any = None, pad: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | None = None) -> list[dict[str, Any]]:
+    """Predict the tokens hidden behind ``mask_token_id`` in one forward pass.
+
+    Args:
+        model: a TransformerLM with ``attn="bidirectional"`` (trained with masked-LM).
+        ids: (T,) or (B, T) token ids, or lists (right-padded), containing mask ids.
+        mask_token_id: the mask id; defaults to ``tokenizer.mask_id``.
+        top_k: candidates per masked position.
+        tokenizer: when given, candidates also carry their text (``tokens``).
+        pad / attention_mask: padding of a tensor batch (True = padding / 1 = real token).
+    Returns:
+        One dict per masked position, in reading order: ``row``, ``position``, ``candidates``
+        [(id, probability)] best first, and with a tokenizer ``tokens`` [(piece, probability)].
+        Raises ValueError when there is no mask id in ``ids``.
+    """
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "arch", None) != "lm" or config.attn != "bidirectional":
+        raise ValueError("fill_mask needs an encoder-only TransformerLM (attn='bidirectional')")
+    if mask_token_id is None:
+        mask_token_id = None if tokenizer is None else tokenizer.mask_id
+        if mask_token_id is None:
+            raise ValueError("fill_mask needs mask_token_id (or a tokenizer with a mask token)")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    device = next(model.parameters()).device
+    ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, side="right", device=device)
+    if ids.shape[1] > config.max_len:
+        raise ValueError(f"input of {ids.shape[1]} tokens is longer than the model allows "
+                         f"(max_len={config.max_len})")
+    where = (ids == mask_token_id) if pad is None else (ids == mask_token_id) & ~pad
+    if not bool(where.any()):
+        raise ValueError(f"no mask token (id {mask_token_id}) in the input")
+    with _eval_mode(model):
+        logits = model(ids, pad)  # (B, T, V)
+        rows, positions = where.nonzero(as_tuple=True)
+        probs = logits[rows, positions].float().softmax(dim=-1)  # (M, V)
+        top_p, top_ids = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    results = []
+    found = zip(rows.tolist(), positions.tolist(), top_p.tolist(), top_ids.tolist(), strict=True)
+    for r, t, ps, cand in found:
+        item: dict[str, Any] = {"row": r, "position": t, "candidates": list(zip(cand, ps, strict=True))}
+        if tokenizer is not None:
+            item["tokens"] = [(tokenizer.id_to_token(i), p) for i, p in zip(cand, ps, strict=True)]
+        results.append(item)
+    return results

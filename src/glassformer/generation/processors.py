@@ -1,0 +1,158 @@
+"""Logits processors: small functions that reshape the next-token scores before a token is chosen.
+
+Each processor is called as ``processor(ids, scores) -> scores`` with ``ids`` (B, L) the tokens so
+far and ``scores`` (B, V) float32. Padding in ``ids`` is marked with the id V (one past the
+vocabulary) so it never counts as a token. They compose with :class:`LogitsProcessorList`, in the
+order Hugging Face ``generate`` applies them: repetition penalty, no-repeat n-gram, then (only when
+sampling) temperature, top-k, top-p, min-p. Removed tokens get ``-inf``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LogitsProcessorList(list):
+    """Apply processors in order: ``LogitsProcessorList([a, b])(ids, scores) == b(ids, a(ids, scores))``."""
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        for processor in self:
+            scores = processor(ids, scores)
+        return scores
+
+
+class Temperature:
+    """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it."""
+
+    def __init__(self, temperature: float):
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
+            raise ValueError(f"temperature must be a number > 0 when sampling, got {temperature!r}")
+        self.temperature = float(temperature)
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores / self.temperature
+
+
+class TopK:
+    """Keep the ``top_k`` highest-scoring tokens (ties with the k-th are kept too); remove the rest."""
+
+    def __init__(self, top_k: int, min_tokens_to_keep: int = 1):
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        self.top_k = max(top_k, min_tokens_to_keep)
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        k = min(self.top_k, scores.shape[-1])
+        kth = scores.topk(k, dim=-1).values[..., -1:]  # (B, 1)
+        return scores.masked_fill(scores < kth, float("-inf"))
+
+
+class TopP:
+    """Nucleus sampling (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
+    probabilities sum to at least ``top_p``."""
+
+    def __init__(self, top_p: float, min_tokens_to_keep: int = 1):
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        self.top_p, self.min_tokens_to_keep = float(top_p), min_tokens_to_keep
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        sorted_scores, order = scores.sort(dim=-1)  # ascending
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= 1.0 - self.top_p  # the unlikely tail whose total mass is <= 1 - top_p
+        remove[..., -self.min_tokens_to_keep:] = False
+        return scores.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+class MinP:
+    """Min-p sampling (Nguyen et al. 2024): remove tokens less likely than ``min_p`` times the top one."""
+
+    def __init__(self, min_p: float, min_tokens_to_keep: int = 1):
+        if isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0.0 <= min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+        self.min_p, self.min_tokens_to_keep = float(min_p), min_tokens_to_keep
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = scores.softmax(dim=-1)
+        remove = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
+        keep = probs.topk(min(self.min_tokens_to_keep, probs.shape[-1]), dim=-1).indices
+        remove.scatter_(-1, keep, False)
+        return scores.masked_fill(remove, float("-inf"))
+
+
+class RepetitionPenalty:
+    """CTRL's repetition penalty (Keskar et al. 2019): make every token already in ``ids`` less likely.
+
+    A seen token's score s becomes s / penalty when positive and s * penalty when negative.
+    """
+
+    def __init__(self, penalty: float):
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty <= 0:
+            raise ValueError(f"repetition_penalty must be a number > 0, got {penalty!r}")
+        self.penalty = float(penalty)
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        B, V = scores.shape
+        seen = torch.zeros(B, V + 1, dtype=torch.bool, device=scores.device)
+        seen.scatter_(1, ids, True)  # column V collects the padding marker
+        penalised = torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
+        return torch.where(seen[:, :V], penalised, scores)
+
+
+class NoRepeatNGram:
+    """Forbid any token that would repeat an n-gram of ``ids`` (Paulus et al. 2017).
+
+    When the last n-1 tokens occurred before, the tokens that followed them then are removed.
+    """
+
+    def __init__(self, ngram_size: int):
+        if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
+            raise ValueError(f"no_repeat_ngram_size must be an int >= 1, got {ngram_size!r}")
+        self.n = ngram_size
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        n, L = self.n, ids.shape[1]
+        if n > L:
+            return scores
+        windows = ids.unfold(1, n, 1)  # (B, L - n + 1, n): every n-gram
+        current = ids[:, L - n + 1:]  # (B, n - 1): the context the next token would extend
+        matches = (windows[:, :, :-1] == current[:, None, :]).all(dim=-1)  # (B, L - n + 1)
+        V = scores.shape[-1]
+        banned = torch.zeros(scores.shape[0], V + 1, dtype=torch.bool, device=scores.device)
+        banned.scatter_(1, torch.where(matches, windows[:, :, -1], V), True)
+        return scores.masked_fill(banned[:, :V], float("-inf"))
+
+
+def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | None = None,
+                    top_p: float | None = None, min_p: float | None = None,
+                    repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
+                    min_tokens_to_keep: int = 1) -> LogitsProcessorList:
+    """The processors a ``generate`` call asks for, in Hugging Face's order.
+
+    Temperature, top-k, top-p and min-p shape a distribution to sample from, so (as in Hugging Face)
+    they apply only when ``do_sample``; greedy and beam search ignore them. ``min_tokens_to_keep``
+    (beam sampling keeps at least 2) protects the best tokens from the filters.
+    """
+    processors = LogitsProcessorList()
+    if repetition_penalty is not None and repetition_penalty != 1.0:
+        processors.append(RepetitionPenalty(repetition_penalty))
+    if no_repeat_ngram_size:
+        processors.append(NoRepeatNGram(no_repeat_ngram_size))
+    if do_sample:
+        Temperature(temperature)  # validates even when it is 1.0
+        if temperature != 1.0:
+            processors.append(Temperature(temperature))
+        if top_k is not None and top_k != 0:
+            processors.append(TopK(top_k, min_tokens_to_keep))
+        if top_p is not None:
+            processors.append(TopP(top_p, min_tokens_to_keep))  # validates top_p == 1.0 too
+        if min_p is not None:
+            processors.append(MinP(min_p, min_tokens_to_keep))
+    else:
+        if top_p is not None:
+            TopP(top_p)  # an out-of-range top_p is an error even when it would be unused
+    return processors

@@ -1,0 +1,72 @@
+"""A generation trace: at every step, what the model saw, its top candidates and what was chosen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .api import PromptLike, _eval_mode, iter_steps, prepare
+
+
+def trace_generation(model: nn.Module, ids: PromptLike, max_new_tokens: int = 12, top_k: int = 4,
+                     tokenizer: Any = None, **options: Any) -> list[dict[str, Any]]:
+    """Generate from one prompt and record each step (the tiny char LM lesson's generation trace).
+
+    Greedy by default; every :func:`generate` option except beam search applies.
+
+    Args:
+        model: a causal or prefix TransformerLM, or an EncoderDecoder (``decoder_start_token_id``).
+        ids: one prompt: a (T,) or (1, T) tensor or a list of ids.
+        max_new_tokens: steps to run (fewer when an eos id is produced).
+        top_k: candidates recorded per step. (It is not a filter: to sample from the top k
+            tokens pass ``do_sample=True, sample_top_k=k``.)
+        tokenizer: when given, each record also has the text of the context, choice and candidates.
+    Returns:
+        One dict per step: ``step`` (1, 2, ...), ``context`` (the ids the model saw: the last
+        ``max_len`` ones), ``chosen`` (id), ``chosen_probability``, ``top_k`` [(id, probability)]
+        best first. Probabilities are those of the distribution the choice was drawn from (after
+        temperature, top-k... when sampling; the plain softmax when greedy). With a tokenizer:
+        ``context_text``, ``chosen_text``, ``top_k_text`` [(piece, probability)].
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    if "sample_top_k" in options:
+        options["top_k"] = options.pop("sample_top_k")
+    records: list[dict[str, Any]] = []
+    with _eval_mode(model):
+        setup = prepare(model, ids, max_new_tokens=max_new_tokens, **options)
+        decoder = setup.decoder
+        if decoder.tokens.shape[0] != 1:
+            raise ValueError(f"trace_generation follows one prompt; got {decoder.tokens.shape[0]} rows")
+        for number, step in enumerate(iter_steps(setup), start=1):
+            seen_until = decoder.length - 1  # the context excludes the token just chosen
+            context = decoder.tokens[0, max(0, seen_until - decoder.window):seen_until].tolist()
+            probs = step.scores[0].softmax(dim=-1)
+            top_p, top_ids = probs.topk(min(top_k, probs.shape[-1]))
+            chosen = int(step.tokens[0])
+            record: dict[str, Any] = {
+                "step": number, "context": context, "chosen": chosen,
+                "chosen_probability": float(probs[chosen]),
+                "top_k": [(int(i), float(p)) for p, i in zip(top_p, top_ids, strict=True)],
+            }
+            if tokenizer is not None:
+                record["context_text"] = tokenizer.decode(context, skip_special_tokens=False)
+                record["chosen_text"] = tokenizer.id_to_token(chosen)
+                record["top_k_text"] = [(tokenizer.id_to_token(i), p) for i, p in record["top_k"]]
+            records.append(record)
+    return records
+
+
+def format_trace(records: list[dict[str, Any]]) -> str:
+    """A plain-text table of a trace (uses the ``*_text`` fields when present)."""
+    lines = []
+    for r in records:
+        chosen = r.get("chosen_text", r["chosen"])
+        top = r.get("top_k_text", r["top_k"])
+        candidates = "  ".join(f"{piece!r}:{p:.3f}" for piece, p in top)
+        context = r.get("context_text", r["context"])
+        chosen_p = r["chosen_probability"]
+        lines.append(f"{r['step']:>3}  {context!r:>30.30}  -> {chosen!r} ({chosen_p:.3f})   {candidates}")
+    return "\n".join(lines)
+
