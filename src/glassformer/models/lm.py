@@ -107,7 +107,8 @@ class TransformerLM(nn.Module):
             else:
                 is_causal = True
         elif prefix_len is not None:
-            raise ValueError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={self.attn_type!r})")
+            raise ValueError(
+                f"prefix_len is only meaningful with attn='prefix' (this model has attn={self.attn_type!r})")
         if pad is not None:
             pad_keys = padding_mask(pad)  # (B, 1, 1, Tk)
             mask = pad_keys if mask is None else mask & pad_keys
