@@ -1,6 +1,7 @@
-"""Seeing inside: shape traces and attention plots."""
+"""Seeing inside: shape traces, attention plots and the HTML report."""
 
 from .plots import plot_attention
+from .report import write_report
 from .trace import shape_trace
 
-__all__ = ["plot_attention", "shape_trace"]
+__all__ = ["plot_attention", "shape_trace", "write_report"]

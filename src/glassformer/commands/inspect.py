@@ -1,0 +1,95 @@
+"""``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """examples:
+  glassformer inspect runs/char-lm --text "ROMEO:" --out report.html
+  glassformer inspect runs/translate --text "ein Hund läuft" --target "a dog runs"
+  glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
+  glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad-to 10
+  glassformer inspect --hf path/to/bert --text "The cat sat." --add-special-tokens
+
+Without a checkpoint, --preset builds a model with random weights and a byte-level tokenizer:
+its attention is meaningless, but its masks (causal, prefix, padding) show exactly as trained."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "inspect", help="write an offline HTML report: attention, shapes, generation",
+        description="Run a model once on --text (and --target) and write ONE self-contained HTML file "
+                    "(no network needed to view it): head and model views of every attention layer "
+                    "(encoder, decoder and cross-attention for encoder-decoders), the shape trace, "
+                    "the config and parameter count, and a generation trace for models that generate.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", nargs="?", type=Path,
+                        help="a checkpoint folder written by glassformer train (or use --preset / --hf)")
+    parser.add_argument("--text", required=True, help="the input; the source of an encoder-decoder, "
+                                                      "the prefix of a prefix-LM")
+    parser.add_argument("--target", help="encoder-decoder: the target; prefix-LM: the continuation")
+    parser.add_argument("--out", type=Path, default=Path("report.html"), help="the HTML file to write")
+    parser.add_argument("--prefix-len", type=int, help="prefix-LM: prefix length in tokens (default: --text)")
+    parser.add_argument("--pad-to", type=int, help="right-pad the input to this many tokens, to see padding")
+    parser.add_argument("--generate", type=int, default=16, help="steps of the generation trace (0: none)")
+    parser.add_argument("--top-k", type=int, default=5, help="candidates shown per generation step")
+    parser.add_argument("--max-tokens", type=int, default=128,
+                        help="longer inputs are cut to this many tokens (noted in the report)")
+    parser.add_argument("--add-special-tokens", action="store_true",
+                        help="let the tokenizer add its bos/eos ([CLS]/[SEP]) around --text")
+    source = parser.add_argument_group("model without a checkpoint")
+    source.add_argument("--preset", help="a ModelConfig preset with random weights and a byte tokenizer")
+    source.add_argument("--attn", choices=("causal", "bidirectional", "prefix"),
+                        help="with --preset: override its attention type")
+    source.add_argument("--seed", type=int, default=0, help="with --preset: the random seed of the weights")
+    source.add_argument("--hf", type=Path,
+                        help="a Hugging Face model folder, converted by glassformer.interop")
+    parser.set_defaults(func=run)
+
+
+def _load(args: argparse.Namespace):
+    """(model, tokenizer) from exactly one of CHECKPOINT, --preset and --hf."""
+    from ..cli import CLIError
+
+    given = [name for name, value in (("CHECKPOINT", args.checkpoint), ("--preset", args.preset),
+                                      ("--hf", args.hf)) if value is not None]
+    if len(given) != 1:
+        raise CLIError(f"give exactly one of CHECKPOINT, --preset or --hf (got {', '.join(given) or 'none'})")
+    if args.attn is not None and args.preset is None:
+        raise CLIError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
+    if args.checkpoint is not None:
+        from ..training.checkpoint import load
+
+        return load(args.checkpoint)
+    if args.hf is not None:
+        try:
+            from ..interop import load_hf
+        except ImportError as error:
+            raise CLIError(f"--hf needs glassformer.interop.load_hf, which is not available "
+                           f"({error})") from None
+        return load_hf(args.hf)
+    import torch
+
+    from ..config import ModelConfig
+    from ..models import build_model
+    from ..tokenizers.byte import ByteTokenizer
+
+    tokenizer = ByteTokenizer(["pad", "bos", "eos", "mask"])
+    overrides = {"vocab_size": tokenizer.vocab_size, "dropout": 0.0}
+    if args.attn is not None:
+        overrides["attn"] = args.attn
+    config = ModelConfig.preset(args.preset, **overrides)
+    torch.manual_seed(args.seed)
+    return build_model(config).eval(), tokenizer
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..viz.report import write_report
+
+    model, tokenizer = _load(args)
+    path = write_report(model, tokenizer, args.text, args.target, args.out, prefix_len=args.prefix_len,
+                        pad_to=args.pad_to, generate=args.generate, top_k=args.top_k,
+                        max_tokens=args.max_tokens, add_special_tokens=args.add_special_tokens)
+    print(f"report written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
+    return 0

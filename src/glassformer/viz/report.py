@@ -1,0 +1,478 @@
+"""write_report: one self-contained HTML page showing what a model does with one input.
+
+The page holds everything inline (data as JSON, script and style from ``report_assets/``), so it
+opens offline, from an e-mail attachment or a USB stick; a Content-Security-Policy forbids every
+network request. It shows:
+
+- the attention of every layer and head: a *head view* (one layer; a line from each query token to
+  each key token, weight as opacity) and a *model view* (a layers x heads grid of heatmaps; click one
+  to enlarge it). An encoder-decoder gets three views: encoder self-attention, decoder
+  self-attention and cross-attention. A prefix-LM's prefix boundary and padded positions are marked;
+- the shape of every step of the forward pass, the config and the parameter count;
+- for models that generate, the generation trace: per step the top-k candidates and the choice.
+
+Long inputs: the page scrolls, and inputs longer than ``max_tokens`` are cut to their first
+``max_tokens`` tokens *before* the model runs, with a note saying so (the weights shown are then
+exactly the model's weights for the text shown). Attention weights are stored as bytes (weight x 255,
+about 0.002 precision), base64-encoded, one byte per weight.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..models.common import count_params
+from .trace import shape_trace
+
+PAD_LABEL = "<pad>"
+
+
+@dataclass
+class AttentionView:
+    """One family of attention maps: (L, h, Tq, Tk) weights with the tokens along both axes."""
+
+    key: str  # "self", "enc", "cross"
+    title: str
+    caption: str
+    query_tokens: list[str]
+    key_tokens: list[str]
+    weights: torch.Tensor  # (L, h, Tq, Tk)
+    query_pad: list[bool]
+    key_pad: list[bool]
+    prefix_len: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        L, h, Tq, Tk = self.weights.shape
+        quantised = (self.weights.float().clamp(0, 1) * 255).round().to(torch.uint8)
+        return {
+            "key": self.key, "title": self.title, "caption": self.caption,
+            "query_tokens": self.query_tokens, "key_tokens": self.key_tokens,
+            "n_layers": L, "n_heads": h, "query_pad": self.query_pad, "key_pad": self.key_pad,
+            "prefix_len": self.prefix_len,
+            "weights": base64.b64encode(quantised.contiguous().numpy().tobytes()).decode("ascii"),
+        }
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows, gathered from one forward pass (and one generation)."""
+
+    title: str
+    structure: str
+    summary: str
+    views: list[AttentionView]
+    shapes: dict[str, list[int]]
+    config: dict[str, Any]
+    params: int
+    params_by_part: dict[str, int]
+    generation: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "structure": self.structure, "views": [v.to_json() for v in self.views],
+                "shapes": self.shapes, "params": self.params, "notes": self.notes,
+                "generation": self.generation}
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool = False) -> list[int]:
+    """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids."""
+    if isinstance(value, str):
+        if tokenizer is None:
+            raise TypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
+        ids = list(tokenizer.encode(value, add_special_tokens=add_special_tokens))
+    elif isinstance(value, torch.Tensor):
+        if value.dim() == 2 and value.shape[0] == 1:
+            value = value[0]
+        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            raise ValueError(f"{name} as a tensor must be integer ids of shape (T,) or (1, T), "
+                             f"got dtype {value.dtype} shape {tuple(value.shape)}")
+        ids = [int(i) for i in value.tolist()]
+    elif isinstance(value, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        ids = list(value)
+    else:
+        raise TypeError(f"{name} must be text, a list of token ids or an id tensor, "
+                        f"got {type(value).__name__}")
+    if not ids:
+        raise ValueError(f"{name} is empty: it gives no tokens")
+    return ids
+
+
+def _labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = None) -> list[str]:
+    """The printable piece of each id (the id itself without a tokenizer); padding shows as <pad>."""
+    if tokenizer is None:
+        labels = [str(i) for i in ids]
+    elif hasattr(tokenizer, "id_to_token"):
+        labels = [str(tokenizer.id_to_token(int(i))) for i in ids]
+    else:  # a Hugging Face tokenizer
+        labels = [str(t) for t in tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
+    if pad is not None:
+        labels = [PAD_LABEL if p else t for t, p in zip(labels, pad, strict=True)]
+    return labels
+
+
+def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str]) -> list[int]:
+    if len(ids) > max_tokens:
+        notes.append(f"The {name} has {len(ids)} tokens; the report keeps the first {max_tokens} "
+                     f"(max_tokens={max_tokens}) and the model ran on those only.")
+        return ids[:max_tokens]
+    return ids
+
+
+def _pad(ids: list[int], pad_to: int | None, pad_id: int, name: str) -> tuple[list[int], list[bool]]:
+    """Right-pad ``ids`` to ``pad_to`` tokens with ``pad_id``; return (ids, pad flags)."""
+    if pad_to is None:
+        return ids, [False] * len(ids)
+    if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < len(ids):
+        raise ValueError(f"pad_to must be an int >= the {name}'s length ({len(ids)} tokens), got {pad_to!r}")
+    n = pad_to - len(ids)
+    return ids + [pad_id] * n, [False] * len(ids) + [True] * n
+
+
+def _special(tokenizer: Any, name: str) -> int | None:
+    value = getattr(tokenizer, f"{name}_id", None) if tokenizer is not None else None
+    if value is None and tokenizer is not None:  # Hugging Face tokenizers: pad_token_id, bos_token_id
+        value = getattr(tokenizer, f"{name}_token_id", None)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- gather
+STRUCTURES = {"causal": "decoder-only (causal)", "bidirectional": "encoder-only (bidirectional)",
+              "prefix": "prefix-LM"}
+
+
+def _structure(config: Any) -> str:
+    return "encoder-decoder" if config.arch == "encoder-decoder" else STRUCTURES[config.attn]
+
+
+def _params_by_part(model: nn.Module) -> dict[str, int]:
+    """Trainable parameters of each top-level part; a shared (tied) matrix counts at its first owner."""
+    seen: set[int] = set()
+    parts: dict[str, int] = {}
+    for name, child in [("", model)] + list(model.named_children()):
+        params = child.parameters(recurse=bool(name)) if name else model.parameters(recurse=False)
+        n = 0
+        for p in params:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+        if n:
+            parts[name or "(model)"] = n
+    return parts
+
+
+def _stack(weights: list[torch.Tensor]) -> torch.Tensor:
+    """[(1, h, Tq, Tk)] per layer -> (L, h, Tq, Tk)."""
+    return torch.stack([w[0] for w in weights]).detach().float().cpu()
+
+
+def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
+                      **options: Any) -> dict[str, Any]:
+    """Per step of a greedy continuation: the top-k candidates with probabilities and the choice."""
+    from ..generation.trace import trace_generation
+
+    eos = _special(tokenizer, "eos")
+    if eos is not None:
+        options["eos_token_id"] = eos
+    records = trace_generation(model, ids, steps, top_k=top_k, **options)
+    rows = [{"chosen": r["chosen"], "chosen_label": _labels([r["chosen"]], tokenizer)[0],
+             "candidates": [{"id": i, "label": _labels([i], tokenizer)[0], "p": p} for i, p in r["top_k"]]}
+            for r in records]
+    new_ids = [r["chosen"] for r in rows]
+    text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
+    return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
+
+
+@torch.no_grad()
+def gather(
+    model: nn.Module,
+    tokenizer: Any,
+    text: str | Sequence[int] | torch.Tensor,
+    target: str | Sequence[int] | torch.Tensor | None = None,
+    *,
+    prefix_len: int | None = None,
+    pad_to: int | None = None,
+    start_id: int | None = None,
+    generate: int = 16,
+    top_k: int = 5,
+    max_tokens: int = 128,
+    add_special_tokens: bool = False,
+    title: str | None = None,
+) -> ReportData:
+    """Run the model once with attention weights on and collect what :func:`write_report` shows.
+
+    Arguments are those of :func:`write_report`.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "arch"):
+        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
+                        f"got {type(model).__name__}")
+    for name, value, low in (("max_tokens", max_tokens, 1), ("generate", generate, 0), ("top_k", top_k, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    structure = _structure(config)
+    notes: list[str] = []
+    ids = _to_ids(text, tokenizer, "text", add_special_tokens)
+    eos = _special(tokenizer, "eos")
+    if config.arch == "encoder-decoder" and isinstance(text, str) and not add_special_tokens\
+            and eos is not None:
+        ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
+    ids = _cap(ids, max_tokens, "text", notes)
+    tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes)
+    pad_id = _special(tokenizer, "pad")
+    pad_id = 0 if pad_id is None else pad_id
+    was_training = model.training
+    model.eval()
+    try:
+        if config.arch == "encoder-decoder":
+            data = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id, prefix_len, generate,
+                                  top_k, notes)
+        else:
+            data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes)
+    finally:
+        model.train(was_training)
+    views, shapes, generation = data
+    params = count_params(model)
+    dims = (f"{config.n_enc} encoder + {config.n_dec} decoder layers" if config.arch == "encoder-decoder"
+            else f"{config.n_layers} layers")
+    summary = (f"{type(model).__name__} · {structure} · {dims} × {config.n_heads} heads · "
+               f"d_model {config.d_model} · {params:,} parameters")
+    return ReportData(title=title or f"glassformer report: {structure}", structure=structure, summary=summary,
+                      views=views, shapes=shapes, config=config.to_dict(), params=params,
+                      params_by_part=_params_by_part(model), generation=generation, notes=notes)
+
+
+def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes):
+    attn = model.config.attn
+    if attn == "prefix":
+        if tgt is not None:
+            prefix_len = len(ids) if prefix_len is None else prefix_len
+            ids = ids + tgt
+        elif prefix_len is None:
+            prefix_len = len(ids)
+            notes.append("No target given: the whole text is the prefix (prefix_len = its length).")
+        if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= len(ids):
+            raise ValueError(f"prefix_len must be an int in [0, {len(ids)}] (the number of tokens), "
+                             f"got {prefix_len!r}")
+    elif tgt is not None:
+        raise ValueError(f"target is used by prefix-LM and encoder-decoder models; this model is "
+                         f"attn={attn!r} (put the whole input in text)")
+    elif prefix_len is not None:
+        raise ValueError(f"prefix_len is only meaningful for attn='prefix' models; "
+                         f"this model is attn={attn!r}")
+    real = ids
+    ids, pad = _pad(ids, pad_to, pad_id, "text")
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    pad_t = torch.tensor([pad], device=x.device) if any(pad) else None
+    _, weights = model(x, pad=pad_t, prefix_len=prefix_len, return_attn=True)
+    tokens = _labels(ids, tokenizer, pad)
+    captions = {
+        "causal": "Each token attends to itself and the tokens before it (causal mask).",
+        "bidirectional": "Each token attends to every token of the sequence (no causal mask).",
+        "prefix": f"The first {prefix_len} tokens (the prefix) see each other both ways; the rest is causal.",
+    }
+    caption = captions[attn] + (" Padded positions are masked out as keys." if any(pad) else "")
+    views = [AttentionView("self", "Self-attention", caption, tokens, tokens, _stack(weights), pad, pad,
+                           prefix_len if attn == "prefix" else None)]
+    shapes = shape_trace(model, x, depth=2, pad=pad_t, prefix_len=prefix_len)
+    generation = None
+    if generate and attn != "bidirectional":
+        options = {"prefix_len": prefix_len} if attn == "prefix" else {}
+        generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
+    elif attn == "bidirectional":
+        notes.append("Encoder-only models do not generate text, so there is no generation trace.")
+    return views, shapes, generation
+
+
+def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_len, generate, top_k, notes):
+    if prefix_len is not None:
+        raise ValueError("prefix_len is only meaningful for attn='prefix' models, not an encoder-decoder")
+    start = _special(tokenizer, "bos") if start_id is None else start_id
+    if start is None:
+        raise ValueError("an encoder-decoder report needs the decoder's start token: pass start_id "
+                         "or use a tokenizer with a bos token")
+    generation = None
+    if generate:
+        generation = _generation_trace(model, tokenizer, src, generate, top_k, decoder_start_token_id=start)
+    if tgt is None:
+        tgt = generation["ids"] if generation else []
+        notes.append("No target given: the decoder reads the start token"
+                     + (" and the model's own greedy output." if generation else " alone."))
+    src, src_pad = _pad(src, pad_to, pad_id, "text")
+    device = next(model.parameters()).device
+    s = torch.tensor([src], device=device)
+    t = torch.tensor([[start] + tgt], device=device)
+    src_pad_t = torch.tensor([src_pad], device=device) if any(src_pad) else None
+    _, log = model(s, t, src_pad=src_pad_t, return_attn=True)
+    src_tokens = _labels(src, tokenizer, src_pad)
+    tgt_tokens = _labels(t[0].tolist(), tokenizer)
+    tgt_pad = [False] * len(tgt_tokens)
+    padded = " Padded source positions are masked out as keys." if any(src_pad) else ""
+    views = [
+        AttentionView("enc", "Encoder self-attention",
+                      "Each source token attends to every source token (bidirectional)." + padded,
+                      src_tokens, src_tokens, _stack(log["enc"]), src_pad, src_pad),
+        AttentionView("self", "Decoder self-attention",
+                      "Each target token attends to itself and the target tokens before it (causal).",
+                      tgt_tokens, tgt_tokens, _stack(log["self"]), tgt_pad, tgt_pad),
+        AttentionView("cross", "Cross-attention",
+                      "Each target token (query) attends to the encoder's output for every source token."
+                      + padded,
+                      tgt_tokens, src_tokens, _stack(log["cross"]), tgt_pad, src_pad),
+    ]
+    shapes = shape_trace(model, s, t, depth=2, src_pad=src_pad_t)
+    return views, shapes, generation
+
+
+# ---------------------------------------------------------------------------------------------- render
+def _asset(name: str) -> str:
+    return resources.files("glassformer.viz").joinpath("report_assets", name).read_text(encoding="utf-8")
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside a <script> element: no '<', '>' or '&' can end it early."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _table(rows: list[tuple[str, str]], cls: str, head: tuple[str, str]) -> str:
+    body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows)
+    return (f'<table class="{cls}"><thead><tr><th>{html.escape(head[0])}</th><th>{html.escape(head[1])}</th>'
+            f"</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _generation_html(gen: dict[str, Any]) -> str:
+    rows = []
+    for n, step in enumerate(gen["steps"]):
+        cells = []
+        for cand in step["candidates"]:
+            chosen = " gf-chosen" if cand["id"] == step["chosen"] else ""
+            label = html.escape(cand["label"])
+            bar = f'<span class="gf-bar" style="width:{100 * cand["p"]:.1f}%"></span>'
+            cells.append(f'<td class="gf-cand{chosen}" title="id {cand["id"]}">{bar}<code>{label}</code> '
+                         f'{cand["p"]:.3f}</td>')
+        chosen_label = html.escape(step["chosen_label"])
+        rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>'
+                    f'{"".join(cells)}</tr>')
+    head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))
+    return (f'<p>Continuation: <code class="gf-continuation">{html.escape(gen["continuation"])}</code></p>'
+            f'<table class="gf-generation"><thead><tr><th>step</th><th>chosen</th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+       "font-src 'none'; connect-src 'none'")
+
+
+def render_html(data: ReportData) -> str:
+    """The report page for ``data``: one HTML document, everything inline."""
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in data.notes)
+    tabs = "".join(f'<button class="gf-tab" data-view="{v.key}">{html.escape(v.title)}</button>'
+                   for v in data.views)
+    config_rows = [(k, json.dumps(v)) for k, v in data.config.items()]
+    part_rows = [(k, f"{v:,}") for k, v in data.params_by_part.items()] + [("total", f"{data.params:,}")]
+    shape_rows = [(k, "(" + ", ".join(map(str, v)) + ")") for k, v in data.shapes.items()]
+    generation = ""
+    if data.generation is not None:
+        gen = data.generation
+        generation = (f'<section id="gf-generation"><h2>Generation trace</h2><p>Greedy decoding, '
+                      f'{len(gen["steps"])} steps: at each step the {gen["top_k"]} most likely next tokens '
+                      f"with their probabilities; the chosen one is highlighted.</p>"
+                      f"{_generation_html(gen)}</section>")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{html.escape(data.title)}</title>
+<style>
+{_asset("report.css")}
+</style>
+</head>
+<body>
+<header>
+<h1>{html.escape(data.title)}</h1>
+<p class="gf-summary">{html.escape(data.summary)}</p>
+{f'<ul class="gf-notes">{notes}</ul>' if notes else ""}
+</header>
+<section id="gf-attention">
+<h2>Attention</h2>
+<nav class="gf-tabs">{tabs}</nav>
+<div id="gf-views"></div>
+<noscript>The attention views need JavaScript; the data is in the gf-data script element.</noscript>
+</section>
+{generation}
+<section id="gf-shapes"><h2>Shapes of the forward pass</h2>
+<p>Output shape of each part, in the order it ran (B batch, T tokens, d width, V vocabulary).</p>
+{_table(shape_rows, "gf-shape-table", ("step", "shape"))}</section>
+<section id="gf-config"><h2>Model</h2>
+<p>{data.params:,} trainable parameters (a tied matrix counts once).</p>
+{_table(part_rows, "gf-param-table", ("part", "parameters"))}
+{_table(config_rows, "gf-config-table", ("config field", "value"))}</section>
+<footer>Written by glassformer; self-contained, works offline.</footer>
+<script type="application/json" id="gf-data">{_script_json(data.to_json())}</script>
+<script>
+{_asset("report.js")}
+</script>
+</body>
+</html>
+"""
+
+
+def report_html(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,
+                target: str | Sequence[int] | torch.Tensor | None = None, **kwargs: Any) -> str:
+    """The report page as a string; arguments as for :func:`write_report`."""
+    return render_html(gather(model, tokenizer, text, target, **kwargs))
+
+
+def write_report(
+    model: nn.Module,
+    tokenizer: Any,
+    text: str | Sequence[int] | torch.Tensor,
+    target: str | Sequence[int] | torch.Tensor | None = None,
+    out: str | Path = "report.html",
+    **kwargs: Any,
+) -> Path:
+    """Write a self-contained HTML report of ``model`` reading ``text``.
+
+    Args:
+        model: a TransformerLM (causal, bidirectional or prefix) or EncoderDecoder, e.g. from
+            ``glassformer.load`` or a Hugging Face model converted by ``glassformer.interop``.
+        tokenizer: a glassformer (or Hugging Face) tokenizer, or None when text and target are ids.
+        text: the input: text, or token ids (a list, a (T,) or (1, T) tensor). For an
+            encoder-decoder the source (text gets the tokenizer's eos appended, as in
+            glassformer's seq2seq data); for a prefix-LM the prefix.
+        target: encoder-decoder: the target (the decoder reads the start token, then the target);
+            prefix-LM: the continuation after the prefix. Other models take none.
+        out: the HTML file to write (its folder is created).
+    Keyword args:
+        prefix_len: prefix-LM only: prefix length (default: the length of ``text``).
+        pad_to: right-pad ``text`` with the pad token to this many tokens, with a padding mask,
+            to show how padding is masked.
+        start_id: the decoder's start token (default: the tokenizer's bos token).
+        generate: steps of the greedy generation trace for causal and prefix LMs (0: none).
+        top_k: candidates shown per generation step.
+        max_tokens: inputs longer than this are cut to their first ``max_tokens`` tokens
+            (with a note in the report); the page holds L·h·T² bytes of weights per view.
+        add_special_tokens: let the tokenizer add bos/eos (or [CLS]/[SEP]) around ``text``.
+        title: the page title.
+    Returns:
+        The path written.
+    """
+    path = Path(out)
+    page = report_html(model, tokenizer, text, target, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
