@@ -5,6 +5,7 @@ from .bpe import BPETokenizer
 from .byte import ByteTokenizer
 from .char import CharTokenizer
 from .factory import KINDS, make_tokenizer
+from .hf import HFTokenizer
 
 __all__ = ["SPECIAL_NAMES", "Tokenizer", "check_specials", "CharTokenizer", "ByteTokenizer", "BPETokenizer",
-           "KINDS", "make_tokenizer"]
+           "KINDS", "make_tokenizer", "HFTokenizer"]

@@ -1,0 +1,64 @@
+"""``glassformer embed``: sentence embeddings (mean pooling, L2 norm) from an encoder, or their similarities."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+EPILOG = """examples:
+  glassformer embed --model path/to/all-MiniLM-L6-v2 "A cat sits." "A kitten is sitting."
+  glassformer embed --model path/to/all-MiniLM-L6-v2 --similarity "A cat sits." "Stocks fell." "Ein Hund."
+
+--model is a Hugging Face folder (read without transformers) or a glassformer checkpoint of an
+encoder (attn="bidirectional"). Without --similarity each text prints as one JSON line."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "embed", help="print sentence embeddings or their cosine similarities",
+        description="Encode each TEXT with an encoder, pool its last hidden states over the real tokens "
+                    "(the sentence-transformers recipe) and print the vectors or their similarity matrix.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("texts", nargs="+", metavar="TEXT", help="the sentences")
+    parser.add_argument("--model", type=Path, required=True, help="a Hugging Face folder or glassformer checkpoint")
+    parser.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix instead")
+    parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
+                        help="mean over real tokens (default) or the first token's vector")
+    parser.add_argument("--no-normalize", action="store_true", help="do not L2-normalise the vectors")
+    parser.add_argument("--digits", type=int, default=6, help="decimals printed")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch.nn.functional as F
+
+    from ..cli import CLIError
+    from ..interop import sentence_embeddings
+    from ..interop.hf_dir import is_hf_dir, load_hf_dir
+    from ..training.checkpoint import load
+
+    if not args.model.is_dir():
+        raise FileNotFoundError(f"model folder {str(args.model)!r} does not exist")
+    model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)
+    if tokenizer is None:
+        raise CLIError(f"{str(args.model)!r} has no tokenizer files")
+    if model.config.arch != "lm" or model.config.attn != "bidirectional":
+        raise CLIError(f"embed needs an encoder (arch='lm', attn='bidirectional'); {str(args.model)!r} has "
+                       f"arch={model.config.arch!r}, attn={model.config.attn!r}")
+    vectors = sentence_embeddings(model, tokenizer, args.texts, pooling=args.pooling,
+                                  normalize=not args.no_normalize)
+    if not args.similarity:
+        for text, vector in zip(args.texts, vectors.tolist(), strict=True):
+            print(json.dumps({"text": text, "embedding": [round(v, args.digits) for v in vector]},
+                             ensure_ascii=False))
+        return 0
+    unit = F.normalize(vectors, dim=-1)
+    sims = (unit @ unit.T).tolist()
+    width = max(len(str(i)) for i in range(len(args.texts)))
+    print(" " * width + "  " + "  ".join(f"{i:>{args.digits + 3}}" for i in range(len(args.texts))))
+    for i, row in enumerate(sims):
+        print(f"{i:>{width}}  " + "  ".join(f"{s:>{args.digits + 3}.{args.digits}f}" for s in row))
+    for i, text in enumerate(args.texts):
+        print(f"{i:>{width}}: {text}")
+    return 0

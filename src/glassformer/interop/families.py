@@ -1,0 +1,351 @@
+"""The Hugging Face families glassformer converts: GPT-2, Llama, BERT and BART.
+
+Each family says, in plain data, how a Hugging Face ``config.json`` maps to a :class:`ModelConfig`
+(and back) and how tensor names map (:class:`~glassformer.interop.mapping.Rule`). Nothing here
+imports ``transformers``: :func:`load_hf_dir` works from the files alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import ModelConfig
+from .mapping import Rule, rule
+
+# Hugging Face activation names <-> ours.
+ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One Hugging Face architecture family.
+
+    Attributes:
+        name: our short name ("gpt2").
+        model_type: Hugging Face's ``model_type``.
+        head_class, base_class: the transformers classes with and without the output head.
+        prefix: the base model's prefix inside ``head_class`` ("transformer.").
+        config_from_hf: (hf config dict, has_head) -> ModelConfig.
+        config_to_hf: ModelConfig -> hf config dict (architecture fields only).
+        required: ModelConfig -> {field: allowed values}: what a glassformer model must be to export.
+        rules: (ModelConfig, has_head) -> weight rules with ``head_class`` names.
+        has_head: ModelConfig -> whether it exports as ``head_class`` (else ``base_class``).
+        ignore: regexes of their tensors dropped on import (buffers, BERT's pooler).
+    """
+
+    name: str
+    model_type: str
+    head_class: str
+    base_class: str
+    prefix: str
+    config_from_hf: Callable[[dict[str, Any], bool], ModelConfig]
+    config_to_hf: Callable[[ModelConfig], dict[str, Any]]
+    required: Callable[[ModelConfig], dict[str, tuple]]
+    rules: Callable[[ModelConfig, bool], list[Rule]]
+    has_head: Callable[[ModelConfig], bool]
+    ignore: tuple[str, ...] = ()
+
+    def check_exportable(self, config: ModelConfig) -> None:
+        """Raise ValueError naming the first field this family cannot represent."""
+        for name, allowed in self.required(config).items():
+            value = getattr(config, name)
+            if value not in allowed:
+                raise ValueError(f"cannot export as {self.head_class}: ModelConfig.{name}={value!r}, "
+                                 f"but {self.name} needs {' or '.join(map(repr, allowed))}")
+
+
+def _need(family: str, hf: dict[str, Any], key: str, default: Any, allowed: tuple, why: str) -> Any:
+    """hf[key] (or its default), which must be one of ``allowed``."""
+    value = hf.get(key, default)
+    if value not in allowed:
+        raise ValueError(f"{family} config field {key}={value!r} cannot be honoured by glassformer: {why}")
+    return value
+
+
+def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:
+    name = hf.get(key, default)
+    if name not in ACT_FROM_HF:
+        raise ValueError(f"{family} config field {key}={name!r} cannot be honoured by glassformer: "
+                         f"supported activations are {sorted(ACT_FROM_HF)}")
+    return ACT_FROM_HF[name]
+
+
+def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same") -> list[Rule]:
+    out = [rule(f"{ours}.weight", f"{theirs}.weight", layout=layout)]
+    return out + [rule(f"{ours}.bias", f"{theirs}.bias")] if bias else out
+
+
+def _qkv(ours: str, q: str, k: str, v: str, sizes: tuple[int, int, int], bias: bool = True) -> list[Rule]:
+    out = [rule(f"{ours}.weight", f"{q}.weight", f"{k}.weight", f"{v}.weight", sizes=sizes)]
+    if bias:
+        out.append(rule(f"{ours}.bias", f"{q}.bias", f"{k}.bias", f"{v}.bias", sizes=sizes))
+    return out
+
+
+def _sizes(c: ModelConfig) -> tuple[int, int, int]:
+    return (c.n_heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim)
+
+
+# ---------------------------------------------------------------------------------------------- GPT-2
+def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    why = "glassformer's attention is plain scaled dot-product"
+    _need("gpt2", hf, "scale_attn_weights", True, (True,), why)
+    _need("gpt2", hf, "scale_attn_by_inverse_layer_idx", False, (False,), why)
+    _need("gpt2", hf, "add_cross_attention", False, (False,), "GPT-2 with cross-attention is not supported")
+    d = hf["n_embd"]
+    return ModelConfig(
+        vocab_size=hf["vocab_size"], d_model=d, n_heads=hf["n_head"], n_layers=hf["n_layer"],
+        d_ff=hf.get("n_inner") or 4 * d, max_len=hf["n_positions"], pos="learned",
+        activation=_act("gpt2", hf, "activation_function", "gelu_new"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        scale_embeddings=False, dropout=hf.get("resid_pdrop", 0.1), init_std=hf.get("initializer_range", 0.02),
+    ).validate()
+
+
+def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return dict(model_type="gpt2", vocab_size=c.vocab_size, n_embd=c.d_model, n_head=c.n_heads, n_layer=c.n_layers,
+                n_inner=c.d_ff, n_positions=c.max_len, activation_function=ACT_TO_HF[c.activation],
+                layer_norm_epsilon=c.norm_eps, resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
+                initializer_range=c.init_std or 0.02, tie_word_embeddings=True)
+
+
+def _gpt2_required(c: ModelConfig) -> dict[str, tuple]:
+    return dict(arch=("lm",), attn=("causal",), pos=("learned",), norm=("layernorm",), norm_first=(True,),
+                bias=(True,), tie=(True,), head_bias=(False,), n_kv_heads=(None, c.n_heads),
+                scale_embeddings=(False,), n_token_types=(0,), embed_norm=(False,), pos_offset=(0,),
+                head_transform=(False,), activation=tuple(ACT_TO_HF))
+
+
+def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
+    t = "transformer."
+    out = [rule("embeddings.tok.weight", f"{t}wte.weight", aliases=["lm_head.weight"]),
+           rule("embeddings.pos.weight", f"{t}wpe.weight")]
+    for i in range(c.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{t}h.{i}."
+        out += _linear(f"{ours}n1", f"{theirs}ln_1")
+        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attn.c_attn", layout="transposed")
+        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attn.c_proj", layout="transposed")
+        out += _linear(f"{ours}n3", f"{theirs}ln_2")
+        out += _linear(f"{ours}ffn.up", f"{theirs}mlp.c_fc", layout="transposed")
+        out += _linear(f"{ours}ffn.down", f"{theirs}mlp.c_proj", layout="transposed")
+    return out + _linear("norm_f", f"{t}ln_f")
+
+
+GPT2 = Family("gpt2", "gpt2", "GPT2LMHeadModel", "GPT2Model", "transformer.", _gpt2_config, _gpt2_to_hf,
+              _gpt2_required, _gpt2_rules, has_head=lambda c: True,
+              ignore=(r"transformer\.h\.\d+\.attn\.(masked_)?bias",))
+
+
+# ---------------------------------------------------------------------------------------------- Llama
+def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    d, heads = hf["hidden_size"], hf["num_attention_heads"]
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise ValueError(f"llama config field rope type={kind!r} cannot be honoured by glassformer: "
+                         "only plain RoPE (rope_type 'default', no scaling) is implemented")
+    _need("llama", hf, "head_dim", d // heads, (d // heads, None), "glassformer's head width is hidden_size / heads")
+    bias = _need("llama", hf, "attention_bias", False, (True, False), "")
+    _need("llama", hf, "mlp_bias", False, (bias,), "glassformer has one `bias` flag, so mlp_bias must equal "
+          f"attention_bias={bias}")
+    act = hf.get("hidden_act", "silu")
+    if act not in ("silu", "gelu"):
+        raise ValueError(f"llama config field hidden_act={act!r} cannot be honoured by glassformer: "
+                         "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
+    return ModelConfig(
+        vocab_size=hf["vocab_size"], d_model=d, n_heads=heads, n_kv_heads=hf.get("num_key_value_heads") or heads,
+        n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
+        pos="rope", rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))), norm="rmsnorm",
+        norm_eps=hf.get("rms_norm_eps", 1e-6), activation="swiglu" if act == "silu" else "geglu", bias=bias,
+        tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
+        dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
+    ).validate()
+
+
+def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return dict(model_type="llama", vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                num_key_value_heads=c.kv_heads, num_hidden_layers=c.n_layers, intermediate_size=c.d_ff,
+                max_position_embeddings=c.max_len, hidden_act="silu" if c.activation == "swiglu" else "gelu",
+                rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, attention_bias=c.bias,
+                mlp_bias=c.bias, tie_word_embeddings=c.tie, attention_dropout=c.dropout,
+                initializer_range=c.init_std or 0.02, head_dim=c.head_dim)
+
+
+def _llama_required(c: ModelConfig) -> dict[str, tuple]:
+    return dict(arch=("lm",), attn=("causal",), pos=("rope",), norm=("rmsnorm",), norm_first=(True,),
+                activation=("swiglu", "geglu"), head_bias=(False,), scale_embeddings=(False,), n_token_types=(0,),
+                embed_norm=(False,), head_transform=(False,))
+
+
+def _llama_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
+    m = "model."
+    out = [rule("embeddings.tok.weight", f"{m}embed_tokens.weight", aliases=["lm_head.weight"] if c.tie else [])]
+    for i in range(c.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{m}layers.{i}."
+        out.append(rule(f"{ours}n1.weight", f"{theirs}input_layernorm.weight"))
+        a = f"{theirs}self_attn."
+        out += _qkv(f"{ours}self_attn.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c), c.bias)
+        out += _linear(f"{ours}self_attn.o_proj", f"{a}o_proj", c.bias)
+        out.append(rule(f"{ours}n3.weight", f"{theirs}post_attention_layernorm.weight"))
+        for ours_name, theirs_name in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            out += _linear(f"{ours}ffn.{ours_name}", f"{theirs}mlp.{theirs_name}", c.bias)
+    out.append(rule("norm_f.weight", f"{m}norm.weight"))
+    return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
+
+
+LLAMA = Family("llama", "llama", "LlamaForCausalLM", "LlamaModel", "model.", _llama_config, _llama_to_hf,
+               _llama_required, _llama_rules, has_head=lambda c: True, ignore=(r".*rotary_emb\.inv_freq",))
+
+
+# ---------------------------------------------------------------------------------------------- BERT
+def _bert_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    _need("bert", hf, "position_embedding_type", "absolute", ("absolute",),
+          "only absolute (learned) positions are implemented for BERT")
+    _need("bert", hf, "is_decoder", False, (False,), "a causal BERT decoder is not supported")
+    _need("bert", hf, "add_cross_attention", False, (False,), "BERT with cross-attention is not supported")
+    return ModelConfig(
+        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
+        n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
+        attn="bidirectional", pos="learned", norm_first=False, activation=_act("bert", hf, "hidden_act", "gelu"),
+        norm_eps=hf.get("layer_norm_eps", 1e-12), head_bias=has_head, head_transform=has_head,
+        scale_embeddings=False, n_token_types=hf.get("type_vocab_size", 2), embed_norm=True,
+        dropout=hf.get("hidden_dropout_prob", 0.1), init_std=hf.get("initializer_range", 0.02),
+    ).validate()
+
+
+def _bert_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return dict(model_type="bert", vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                num_hidden_layers=c.n_layers, intermediate_size=c.d_ff, max_position_embeddings=c.max_len,
+                hidden_act=ACT_TO_HF[c.activation], layer_norm_eps=c.norm_eps, type_vocab_size=c.n_token_types,
+                hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.dropout,
+                initializer_range=c.init_std or 0.02, tie_word_embeddings=True)
+
+
+def _bert_required(c: ModelConfig) -> dict[str, tuple]:
+    return dict(arch=("lm",), attn=("bidirectional",), pos=("learned",), norm=("layernorm",), norm_first=(False,),
+                bias=(True,), tie=(True,), head_bias=(c.head_transform,), n_kv_heads=(None, c.n_heads),
+                scale_embeddings=(False,), embed_norm=(True,), pos_offset=(0,), activation=tuple(ACT_TO_HF),
+                n_token_types=(c.n_token_types,) if c.n_token_types >= 1 else (2,))
+
+
+def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
+    b, e = "bert.", "bert.embeddings."
+    out = [rule("embeddings.tok.weight", f"{e}word_embeddings.weight", aliases=["cls.predictions.decoder.weight"]),
+           rule("embeddings.pos.weight", f"{e}position_embeddings.weight"),
+           rule("embeddings.types.weight", f"{e}token_type_embeddings.weight")]
+    out += _linear("embeddings.norm", f"{e}LayerNorm")
+    for i in range(c.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{b}encoder.layer.{i}."
+        a = f"{theirs}attention.self."
+        out += _qkv(f"{ours}self_attn.qkv", f"{a}query", f"{a}key", f"{a}value", _sizes(c))
+        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attention.output.dense")
+        out += _linear(f"{ours}n1", f"{theirs}attention.output.LayerNorm")
+        out += _linear(f"{ours}ffn.up", f"{theirs}intermediate.dense")
+        out += _linear(f"{ours}ffn.down", f"{theirs}output.dense")
+        out += _linear(f"{ours}n3", f"{theirs}output.LayerNorm")
+    if has_head:
+        p = "cls.predictions."
+        out += _linear("head_transform.dense", f"{p}transform.dense")
+        out += _linear("head_transform.norm", f"{p}transform.LayerNorm")
+        out.append(rule("logits_bias", f"{p}bias", aliases=[f"{p}decoder.bias"]))
+    return out
+
+
+BERT = Family("bert", "bert", "BertForMaskedLM", "BertModel", "bert.", _bert_config, _bert_to_hf, _bert_required,
+              _bert_rules, has_head=lambda c: c.head_transform,
+              ignore=(r"bert\.embeddings\.position_ids", r"bert\.pooler\..*"))
+
+
+# ---------------------------------------------------------------------------------------------- BART
+def _bart_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    heads, ffn = hf["encoder_attention_heads"], hf["encoder_ffn_dim"]
+    _need("bart", hf, "decoder_attention_heads", heads, (heads,), "encoder and decoder must have the same heads")
+    _need("bart", hf, "decoder_ffn_dim", ffn, (ffn,), "encoder and decoder must have the same d_ff")
+    for key in ("normalize_before", "add_final_layer_norm"):  # mBART-style pre-norm variants
+        _need("bart", hf, key, False, (False,), "only BART's post-norm layout is implemented")
+    return ModelConfig(
+        vocab_size=hf["vocab_size"], arch="encoder-decoder", d_model=hf["d_model"], n_heads=heads,
+        n_enc=hf["encoder_layers"], n_dec=hf["decoder_layers"], d_ff=ffn, max_len=hf["max_position_embeddings"],
+        pos="learned", pos_offset=2, split_positions=True, embed_norm=True, norm_first=False,
+        activation=_act("bart", hf, "activation_function", "gelu"), norm_eps=1e-5,
+        tie=hf.get("tie_word_embeddings", True) or not has_head, head_bias=has_head,
+        scale_embeddings=bool(hf.get("scale_embedding", False)), dropout=hf.get("dropout", 0.1),
+        init_std=hf.get("init_std", 0.02),
+    ).validate()
+
+
+def _bart_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return dict(model_type="bart", vocab_size=c.vocab_size, d_model=c.d_model, encoder_attention_heads=c.n_heads,
+                decoder_attention_heads=c.n_heads, encoder_layers=c.n_enc, decoder_layers=c.n_dec,
+                encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, max_position_embeddings=c.max_len,
+                activation_function=ACT_TO_HF[c.activation], scale_embedding=c.scale_embeddings,
+                tie_word_embeddings=c.tie, dropout=c.dropout, attention_dropout=c.dropout,
+                activation_dropout=0.0, init_std=c.init_std or 0.02)
+
+
+def _bart_required(c: ModelConfig) -> dict[str, tuple]:
+    return dict(arch=("encoder-decoder",), pos=("learned",), pos_offset=(2,), split_positions=(True,),
+                embed_norm=(True,), norm=("layernorm",), norm_first=(False,), bias=(True,), norm_eps=(1e-5,),
+                n_kv_heads=(None, c.n_heads), n_token_types=(0,), activation=tuple(ACT_TO_HF))
+
+
+def _bart_layer(c: ModelConfig, ours: str, theirs: str, cross: bool) -> list[Rule]:
+    out = []
+    for ours_attn, theirs_attn, norm, theirs_norm in (
+            ("self_attn", "self_attn", "n1", "self_attn_layer_norm"),
+            *((("cross_attn", "encoder_attn", "n2", "encoder_attn_layer_norm"),) if cross else ())):
+        a = f"{theirs}{theirs_attn}."
+        out += _qkv(f"{ours}{ours_attn}.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c))
+        out += _linear(f"{ours}{ours_attn}.o_proj", f"{a}out_proj")
+        out += _linear(f"{ours}{norm}", f"{theirs}{theirs_norm}")
+    out += _linear(f"{ours}ffn.up", f"{theirs}fc1")
+    out += _linear(f"{ours}ffn.down", f"{theirs}fc2")
+    return out + _linear(f"{ours}n3", f"{theirs}final_layer_norm")
+
+
+def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
+    m = "model."
+    tied = [f"{m}encoder.embed_tokens.weight", f"{m}decoder.embed_tokens.weight"]
+    out = [rule("embeddings.tok.weight", f"{m}shared.weight", aliases=tied + (["lm_head.weight"] if c.tie else [])),
+           rule("embeddings.pos.weight", f"{m}encoder.embed_positions.weight"),
+           rule("embeddings.dec_pos.weight", f"{m}decoder.embed_positions.weight")]
+    out += _linear("embeddings.norm", f"{m}encoder.layernorm_embedding")
+    out += _linear("embeddings.dec_norm", f"{m}decoder.layernorm_embedding")
+    for i in range(c.n_enc):
+        out += _bart_layer(c, f"enc.{i}.", f"{m}encoder.layers.{i}.", cross=False)
+    for i in range(c.n_dec):
+        out += _bart_layer(c, f"dec.{i}.", f"{m}decoder.layers.{i}.", cross=True)
+    if has_head:
+        out.append(rule("logits_bias" if c.tie else "head.bias", "final_logits_bias", layout="row"))
+    return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
+
+
+BART = Family("bart", "bart", "BartForConditionalGeneration", "BartModel", "model.", _bart_config, _bart_to_hf,
+              _bart_required, _bart_rules, has_head=lambda c: c.head_bias)
+
+FAMILIES = (GPT2, LLAMA, BERT, BART)
+
+
+def family_of_class(class_name: str) -> tuple[Family, bool]:
+    """(family, has_head) for a transformers class name such as "BertForMaskedLM"."""
+    for family in FAMILIES:
+        if class_name in (family.head_class, family.base_class):
+            return family, class_name == family.head_class
+    supported = [name for f in FAMILIES for name in (f.head_class, f.base_class)]
+    raise ValueError(f"unsupported architecture {class_name!r}; glassformer converts {', '.join(supported)}")
+
+
+def family_of_config(config: ModelConfig) -> Family:
+    """The family a glassformer config can be exported as; ValueError says why none fits."""
+    reasons = []
+    for family in FAMILIES:
+        try:
+            family.check_exportable(config)
+            return family
+        except ValueError as error:
+            reasons.append(str(error))
+    raise ValueError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons))

@@ -1,0 +1,98 @@
+"""Hugging Face models <-> glassformer models: ``from_hf`` and ``to_hf``.
+
+The conversion itself works on plain data (a config dict and a state dict), so
+:func:`glassformer.interop.load_hf_dir` needs no ``transformers``; only :func:`from_hf` (which receives
+a transformers model) and :func:`to_hf` (which builds one) touch it, and import it lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..models import EncoderDecoder, TransformerLM, build_model
+from .families import Family, family_of_class, family_of_config
+from .mapping import export_state, import_state
+
+
+def _with_prefix(family: Family, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Their state with the base model's prefix ("bert.") on base tensors, as in the head class.
+
+    A base class (``BertModel``) and many checkpoints on disk store base tensors without it.
+    """
+    if any(name.startswith(family.prefix) for name in state):
+        return dict(state)
+    return {family.prefix + name: tensor for name, tensor in state.items()}
+
+
+def model_from_hf_state(class_name: str, hf_config: dict[str, Any], state: Mapping[str, torch.Tensor],
+                        source: str = "Hugging Face checkpoint") -> TransformerLM | EncoderDecoder:
+    """A glassformer model from a transformers class name, its config dict and its state dict.
+
+    Raises:
+        ValueError for an unsupported architecture, a config field glassformer cannot honour, and
+        missing, unexpected, untied or wrongly shaped tensors (each named).
+    """
+    family, has_head = family_of_class(class_name)
+    config = family.config_from_hf(hf_config, has_head)
+    model = build_model(config)
+    expected = {name: t.shape for name, t in model.state_dict().items()}
+    ours = import_state(family.rules(config, has_head), _with_prefix(family, state), expected, family.ignore,
+                        source=f"{source} ({class_name})")
+    model.load_state_dict(ours)
+    return model.eval()
+
+
+def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str, torch.Tensor]]:
+    """(transformers class name, hf config dict, hf state dict) for a glassformer model.
+
+    Tied tensors appear once (under the name transformers saves); ValueError when no family fits.
+    """
+    if not isinstance(model, (TransformerLM, EncoderDecoder)):
+        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got {type(model).__name__}")
+    config = model.config
+    family = family_of_config(config)
+    has_head = family.has_head(config)
+    class_name = family.head_class if has_head else family.base_class
+    state = export_state(family.rules(config, has_head), model.state_dict())
+    if not has_head:
+        state = {name.removeprefix(family.prefix): tensor for name, tensor in state.items()}
+    hf_config = {**family.config_to_hf(config), "architectures": [class_name]}
+    return class_name, hf_config, state
+
+
+def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
+    """A glassformer model with the weights of a ``transformers`` model (in eval mode).
+
+    Supported: GPT2LMHeadModel/GPT2Model, LlamaForCausalLM/LlamaModel, BertForMaskedLM/BertModel,
+    BartForConditionalGeneration/BartModel. Base models (no output head) become a model whose
+    output layer is the tied embedding; use ``model.hidden_states`` for their outputs.
+    """
+    if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
+        raise TypeError(f"hf_model must be a transformers PreTrainedModel, got {type(hf_model).__name__}")
+    state = {name: t.detach().to("cpu", torch.float32) for name, t in hf_model.state_dict().items()}
+    return model_from_hf_state(type(hf_model).__name__, hf_model.config.to_dict(), state, "transformers model")
+
+
+def to_hf(model: nn.Module) -> Any:
+    """The ``transformers`` model with this glassformer model's weights (in eval mode).
+
+    The class is chosen from the config (GPT-2, Llama, BERT, BART); ValueError names the field that
+    keeps a config from every family.
+    """
+    import transformers
+
+    class_name, hf_config, state = hf_state_from_model(model)
+    config_class = transformers.AutoConfig.for_model(hf_config.pop("model_type"), **hf_config)
+    kwargs = {"add_pooling_layer": False} if class_name == "BertModel" else {}
+    hf_model = getattr(transformers, class_name)(config_class, **kwargs)
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    tied = {name for name, _ in hf_model.named_parameters(remove_duplicate=False)} - {
+        name for name, _ in hf_model.named_parameters()}  # second names of tied parameters
+    untied = sorted(set(missing) - tied)
+    if untied or unexpected:
+        raise ValueError(f"export to {class_name} left tensors unset {untied} or unused {sorted(unexpected)}")
+    return hf_model.eval()

@@ -1,0 +1,122 @@
+"""Weight renaming between glassformer and another library, with errors that name the tensors.
+
+A converter is a list of :class:`Rule`: one glassformer tensor <- one or more foreign tensors. Both
+directions use the same list, so import and export cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+LAYOUTS = ("same", "transposed", "row")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """glassformer tensor ``ours`` <-> foreign tensor(s) ``theirs``.
+
+    Attributes:
+        ours: our state-dict name.
+        theirs: their name; several names (q, k, v) are concatenated along dim 0 into ours and split
+            back with ``sizes``.
+        sizes: rows of each of ``theirs`` when there are several.
+        layout: "same"; "transposed" (GPT-2's Conv1D stores (in, out)); "row" (a (1, n) row, BART's
+            ``final_logits_bias``).
+        aliases: their names of tensors tied to ``theirs[0]`` (e.g. ``lm_head.weight``): checked to be
+            equal on import, not written on export (the library re-ties them).
+    """
+
+    ours: str
+    theirs: tuple[str, ...]
+    sizes: tuple[int, ...] = ()
+    layout: str = "same"
+    aliases: tuple[str, ...] = ()
+
+
+def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "same",
+         aliases: Iterable[str] = ()) -> Rule:
+    """Shorthand for :class:`Rule` with ``theirs`` as positional arguments."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases))
+
+
+def _to_ours(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t.t() if layout == "transposed" else t.reshape(-1) if layout == "row" else t
+
+
+def _to_theirs(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t.t() if layout == "transposed" else t.reshape(1, -1) if layout == "row" else t
+
+
+def _names(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size],
+                 ignore: Iterable[str] = (), source: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """Build our state dict from a foreign one.
+
+    Args:
+        rules: the converter.
+        theirs: their state dict.
+        expected: our state dict's shapes ({name: shape}); every name must be produced by a rule.
+        ignore: regular expressions of their tensors we knowingly drop (buffers, unused heads).
+        source: how to call their side in error messages.
+    Returns:
+        {our name: tensor}.
+    Raises:
+        ValueError naming missing tensors, tensors we have no place for, untied "tied" tensors and
+        shape mismatches.
+    """
+    missing = sorted({n for r in rules for n in r.theirs if n not in theirs})
+    if missing:
+        raise ValueError(f"{source} is missing tensor(s) {_names(missing)}")
+    used, out, problems = set(), {}, []
+    for r in rules:
+        parts = [_to_ours(theirs[n], r.layout) for n in r.theirs]
+        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        used.update(r.theirs)
+        for alias in r.aliases:
+            if alias in theirs:
+                used.add(alias)
+                if not torch.equal(theirs[alias], theirs[r.theirs[0]]):
+                    problems.append(f"{alias} differs from {r.theirs[0]} but glassformer ties them")
+        want = expected.get(r.ours)
+        if want is None:
+            raise AssertionError(f"converter rule for unknown glassformer tensor {r.ours}")
+        if tensor.shape != want:
+            shapes = ", ".join(f"{n} {tuple(theirs[n].shape)}" for n in r.theirs)
+            problems.append(f"shape mismatch: {shapes} -> {r.ours} {tuple(tensor.shape)}, "
+                            f"but the config needs {tuple(want)}")
+        out[r.ours] = tensor
+    patterns = [re.compile(p) for p in ignore]
+    extra = sorted(n for n in theirs if n not in used and not any(p.fullmatch(n) for p in patterns))
+    if extra:
+        problems.append(f"unexpected tensor(s) {_names(extra)}: glassformer has no place for them "
+                        "(does config.json match the weights?)")
+    unset = sorted(set(expected) - set(out))
+    if unset:
+        raise AssertionError(f"converter leaves glassformer tensors unset: {_names(unset)}")
+    if problems:
+        raise ValueError(f"{source}: " + "; ".join(problems))
+    return out
+
+
+def export_state(rules: list[Rule], ours: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Their state dict from ours (tied aliases left out). Every one of our tensors must be used."""
+    unused = sorted(set(ours) - {r.ours for r in rules})
+    if unused:
+        raise ValueError(f"glassformer tensor(s) {_names(unused)} have no counterpart in the export format")
+    out = {}
+    for r in rules:
+        tensor = ours[r.ours]
+        pieces = tensor.split(list(r.sizes), dim=0) if len(r.theirs) > 1 else (tensor,)
+        for name, piece in zip(r.theirs, pieces, strict=True):
+            out[name] = _to_theirs(piece, r.layout).contiguous()
+    return out

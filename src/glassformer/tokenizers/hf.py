@@ -1,0 +1,158 @@
+"""HFTokenizer: a pretrained Hugging Face tokenizer (tokenizer.json, BERT's vocab.txt, GPT-2's
+vocab.json + merges.txt) behind glassformer's tokenizer interface. Needs only ``tokenizers``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+from .base import Tokenizer
+
+# Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
+ROLE_KEYS = {"pad": ("pad_token",), "bos": ("bos_token", "cls_token"), "eos": ("eos_token", "sep_token"),
+             "mask": ("mask_token",), "unk": ("unk_token",)}
+# Token strings to look for when no tokenizer_config.json names them.
+ROLE_GUESSES = {"pad": ("[PAD]", "<pad>"), "bos": ("[CLS]", "<s>", "<|endoftext|>"),
+                "eos": ("[SEP]", "</s>", "<|endoftext|>"), "mask": ("[MASK]", "<mask>"), "unk": ("[UNK]", "<unk>")}
+
+
+class HFTokenizer(Tokenizer):
+    """A ``tokenizers.Tokenizer`` (the Rust library transformers' fast tokenizers use) as a glassformer one.
+
+    ``encode(text, add_special_tokens=True)`` runs the tokenizer's own post-processor (``[CLS] ... [SEP]``
+    for BERT), so ids match ``transformers``. Its built-in padding and truncation are switched off:
+    batching is done by the caller (see :func:`glassformer.interop.sentence_embeddings`).
+
+    Args:
+        tokenizer: the Rust tokenizer.
+        special_tokens: {role: token string} for roles among pad/bos/eos/mask/unk; None = guess from
+            the usual names ([PAD], [CLS], <s>, <|endoftext|>...).
+    """
+
+    kind = "hf"
+
+    def __init__(self, tokenizer: RustTokenizer, special_tokens: dict[str, str] | None = None):
+        if not isinstance(tokenizer, RustTokenizer):
+            raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        self.hf = tokenizer
+        self.hf.no_padding()
+        self.hf.no_truncation()
+        if special_tokens is None:
+            special_tokens = {}
+            for role, names in ROLE_GUESSES.items():
+                found = [name for name in names if tokenizer.token_to_id(name) is not None]
+                if found:
+                    special_tokens[role] = found[0]
+        self.special_strings = dict(special_tokens)
+        self.special_tokens = {}
+        for role, token in special_tokens.items():
+            token_id = tokenizer.token_to_id(token)
+            if token_id is None:
+                raise ValueError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
+            self.special_tokens[role] = token_id
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_dir(cls, path: str | Path) -> HFTokenizer:
+        """The tokenizer of a Hugging Face model folder.
+
+        Reads ``tokenizer.json`` if present, else ``vocab.txt`` (BERT WordPiece), else ``vocab.json`` +
+        ``merges.txt`` (GPT-2 byte-level BPE); special tokens and lower-casing come from
+        ``tokenizer_config.json`` / ``special_tokens_map.json`` when present.
+        """
+        path = Path(path)
+        settings: dict[str, Any] = {}
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            if (path / name).is_file():
+                settings.update(json.loads((path / name).read_text(encoding="utf-8")))
+        if (path / "tokenizer.json").is_file():
+            tokenizer = RustTokenizer.from_file(str(path / "tokenizer.json"))
+        elif (path / "vocab.txt").is_file():
+            tokenizer = wordpiece(path / "vocab.txt", lowercase=settings.get("do_lower_case", True))
+        elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+            tokenizer = byte_level_bpe(path / "vocab.json", path / "merges.txt")
+        else:
+            raise FileNotFoundError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
+        specials = {}
+        for role, keys in ROLE_KEYS.items():
+            for key in keys:
+                token = settings.get(key)
+                token = token.get("content") if isinstance(token, dict) else token
+                if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
+                    specials[role] = token
+                    break
+        return cls(tokenizer, specials or None)
+
+    # ------------------------------------------------------------------ the interface
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Several texts at once (in parallel, in Rust); no padding."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a sequence of str")
+        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode([self.check_id(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self.hf.id_to_token(self.check_id(token_id))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "special_tokens": self.special_strings, "hf": json.loads(self.hf.to_str())}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
+        return cls(RustTokenizer.from_str(json.dumps(data["hf"])), data.get("special_tokens"))
+
+    # ------------------------------------------------------------------ Hugging Face files
+    def save_hf(self, path: str | Path) -> None:
+        """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` into the
+        folder ``path``, as ``transformers.AutoTokenizer.from_pretrained`` reads them."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.hf.save(str(path / "tokenizer.json"))
+        names = {"pad": "pad_token", "bos": "bos_token", "eos": "eos_token", "mask": "mask_token",
+                 "unk": "unk_token"}
+        tokens = {names[role]: token for role, token in self.special_strings.items()}
+        for role, name in (("bos", "cls_token"), ("eos", "sep_token")):  # BERT calls them cls and sep
+            if role in self.special_strings:
+                tokens[name] = self.special_strings[role]
+        (path / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n", encoding="utf-8")
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens}
+        (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:
+    """BERT's tokenizer from its ``vocab.txt``: normalise, split on spaces and punctuation, WordPiece,
+    then ``[CLS] text [SEP]`` (the same pipeline as transformers' ``BertTokenizerFast``)."""
+    tokenizer = RustTokenizer(models.WordPiece.from_file(str(vocab_file), unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.add_special_tokens([t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+                                  if tokenizer.token_to_id(t) is not None])
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls_id is not None and sep_id is not None:
+        tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep_id), ("[CLS]", cls_id))
+    return tokenizer
+
+
+def byte_level_bpe(vocab_file: str | Path, merges_file: str | Path) -> RustTokenizer:
+    """GPT-2's tokenizer from ``vocab.json`` and ``merges.txt`` (byte-level BPE, no added specials)."""
+    tokenizer = RustTokenizer(models.BPE.from_file(str(vocab_file), str(merges_file)))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
