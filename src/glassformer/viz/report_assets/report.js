@@ -9,6 +9,7 @@
   const LINE_AREA = 240;     // px between the two token columns
   const THUMB = 72;          // px of a model-view heatmap
   const MIN_WEIGHT = 0.01;   // lines fainter than this are not drawn
+  const MAX_LINES = 6;       // without a focused token: lines drawn per query token and head
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf"];
 
@@ -82,7 +83,8 @@
     const cross = spec.key === "cross";
     box.appendChild(el("span", {}, "left: " + (cross ? "target tokens (queries)" : "tokens as queries") +
       " · right: " + (cross ? "source tokens (keys)" : "tokens as keys") +
-      " · hover or click a token to see only its lines"));
+      " · per token and head the " + MAX_LINES +
+      " strongest links are drawn; hover or click a token to see all of its own"));
     if (spec.prefix_len !== null) {
       const s = el("span"); s.appendChild(el("span", { class: "gf-swatch", style: "background: var(--prefix)" }));
       s.appendChild(document.createTextNode("prefix (" + spec.prefix_len + " tokens, seen both ways); " +
@@ -152,26 +154,36 @@
       root.dataset.activeHeads = heads.join(",");
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.clearRect(0, 0, LINE_AREA, height);
-      ctx.lineWidth = 1.6;
       const keyMass = new Float32Array(W.Tk);
       const queryMass = new Float32Array(W.Tq);
+      // Collect the lines first: without a focused token, only the MAX_LINES strongest of each query
+      // row and head (long inputs would otherwise need T² strokes per head).
+      const lines = [];
       for (const h of heads) {
-        ctx.strokeStyle = headColor(h, W.H);
         for (let i = 0; i < W.Tq; i++) {
           if (focus && focus.side === "q" && focus.index !== i) continue;
+          const row = [];
           for (let j = 0; j < W.Tk; j++) {
             if (focus && focus.side === "k" && focus.index !== j) continue;
             const w = W.get(state.layer, h, i, j);
-            keyMass[j] += w / heads.length; queryMass[i] += w / heads.length;
-            if (w < MIN_WEIGHT) continue;
-            ctx.globalAlpha = w;
-            ctx.beginPath();
-            ctx.moveTo(0, i * ROW + ROW / 2);
-            ctx.lineTo(LINE_AREA, j * ROW + ROW / 2);
-            ctx.stroke();
+            if (focus) { keyMass[j] += w / heads.length; queryMass[i] += w / heads.length; }
+            if (w >= MIN_WEIGHT) row.push([w, j]);
           }
+          if (!focus && row.length > MAX_LINES) row.sort((a, b) => b[0] - a[0]).length = MAX_LINES;
+          for (const [w, j] of row) lines.push([h, i, j, w]);
         }
       }
+      // Thin lines rasterise much faster in software; use them when there are many.
+      ctx.lineWidth = lines.length > 2000 ? 1 : 1.6;
+      for (const [h, i, j, w] of lines) {
+        ctx.strokeStyle = headColor(h, W.H);
+        ctx.globalAlpha = w;
+        ctx.beginPath();
+        ctx.moveTo(0, i * ROW + ROW / 2);
+        ctx.lineTo(LINE_AREA, j * ROW + ROW / 2);
+        ctx.stroke();
+      }
+      root.dataset.lines = String(lines.length);
       ctx.globalAlpha = 1;
       // With a focused token, shade the tokens on the other side by their (head-averaged) weight.
       [...keys.children].forEach((node, j) => {
