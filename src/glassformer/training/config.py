@@ -1,0 +1,230 @@
+"""TrainConfig: every training choice in one validated dataclass, read from YAML plus ``--key value``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import ModelConfig
+from ..data.batches import OBJECTIVES
+from ..tokenizers import KINDS, check_specials
+from .optim import SCHEDULES
+
+
+@dataclass
+class TrainConfig:
+    """A training run. Paths are relative to the working directory.
+
+    ``model`` holds ModelConfig fields, optionally with ``preset``: a preset's name whose fields the
+    others override. ``vocab_size`` comes from the tokenizer; ``max_len`` defaults to ``block_size``;
+    ``attn`` (and ``arch`` for seq2seq) follow from the objective.
+    """
+
+    objective: str = "clm"  # "clm" (GPT), "mlm" (BERT), "prefix" (prefix-LM), "seq2seq" (encoder-decoder)
+    data: list[str] = field(default_factory=list)  # text files for clm/mlm/prefix
+    val_data: list[str] = field(default_factory=list)  # validation text; empty: the last val_fraction of data
+    val_fraction: float = 0.1  # nanoGPT: first 90% train, last 10% val
+    src: str | None = None  # seq2seq: source file (one sentence a line; plain or .gz)
+    tgt: str | None = None  # seq2seq: target file, parallel to src
+    pairs: str | None = None  # seq2seq: a .tsv or .jsonl file of pairs instead of src/tgt
+    val_src: str | None = None
+    val_tgt: str | None = None
+    val_pairs: str | None = None
+    tokenizer: str = "char"  # "char", "byte" or "bpe"
+    tokenizer_vocab_size: int | None = None  # bpe's vocabulary size
+    specials: list[str] | None = None  # special tokens; None: those the objective needs
+    model: dict = field(default_factory=dict)  # ModelConfig fields (and "preset")
+    block_size: int = 64  # tokens per training window (seq2seq: longest source/target)
+    batch_size: int = 12  # sequences per optimiser step, over all processes and accumulation steps
+    grad_accum: int = 1  # micro-batches per optimiser step (per process)
+    max_steps: int = 2000
+    lr: float = 1e-3  # peak learning rate
+    min_lr: float = 1e-4  # cosine schedule's floor
+    warmup_steps: int = 100
+    lr_schedule: str = "cosine"  # "cosine", "noam" or "constant"
+    lr_decay_steps: int | None = None  # end of the cosine decay; None: max_steps
+    weight_decay: float = 0.1  # on weight matrices only
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # max global gradient norm; 0 = off
+    label_smoothing: float = 0.0
+    mask_prob: float = 0.15  # mlm: fraction of tokens chosen
+    eval_every: int = 250  # steps between evaluations (and checkpoints); 0 = only at the end
+    eval_batches: int | None = None  # None: the whole validation split
+    eval_batch_size: int = 64
+    log_every: int = 10
+    seed: int = 1337
+    device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
+    dtype: str = "float32"  # "float32" or "bfloat16" (autocast)
+    compile: bool = False  # torch.compile the model
+    fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
+    num_threads: int | None = None  # torch CPU threads; None: torch's default
+    out_dir: str = "out"
+    resume: bool = False  # continue from out_dir/last when it exists
+    cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
+    progress: bool = True  # tqdm progress bar
+
+    def validate(self) -> TrainConfig:
+        """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
+        for f in fields(self):
+            setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
+        for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
+                              ("dtype", ("float32", "bfloat16"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
+        for name in ("block_size", "batch_size", "grad_accum", "max_steps", "log_every", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "eval_every", "weight_decay", "grad_clip", "min_lr"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name in ("beta1", "beta2", "val_fraction", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.mask_prob <= 1.0:
+            raise ValueError(f"mask_prob must be in (0, 1], got {self.mask_prob}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
+        if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
+            raise ValueError("tokenizer 'bpe' needs tokenizer_vocab_size (e.g. 1024)")
+        if self.specials is not None:
+            check_specials(self.specials)
+        if "vocab_size" in self.model:
+            raise ValueError("model.vocab_size is set by the tokenizer; remove it from the config")
+        unknown = sorted(set(self.model) - {f.name for f in fields(ModelConfig)} - {"preset"})
+        if unknown:
+            raise ValueError(f"unknown model config key(s) {unknown}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build and validate; an unknown key is a ValueError naming it."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        return cls(**data).validate()
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+        """Read a YAML file (optional) and apply ``--key value`` / ``--model.key value`` overrides.
+
+        Override values are parsed as YAML (``--compile true``, ``--data [a.txt, b.txt]``).
+        """
+        data: dict[str, Any] = {}
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as error:
+                first = str(error).splitlines()[0]
+                raise ValueError(f"config file {str(path)!r} is not valid YAML ({first})") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        data = {**data, "model": dict(data.get("model") or {})}
+        for key, value in parse_overrides(overrides or []):
+            if key.startswith("model."):
+                data["model"][key[len("model."):]] = value
+            else:
+                data[key] = value
+        return cls.from_dict(data)
+
+    def check_data(self) -> None:
+        """A ValueError when the config names no training data for its objective."""
+        if self.objective == "seq2seq":
+            if not (self.pairs or (self.src and self.tgt)):
+                raise ValueError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
+        elif not self.data:
+            raise ValueError(f"objective {self.objective!r} needs data: one or more text files")
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The ModelConfig this run trains, given the tokenizer's vocabulary size."""
+        fields_ = dict(self.model)
+        preset = fields_.pop("preset", None)
+        base = {"max_len": self.block_size}
+        if self.objective == "seq2seq":
+            base["arch"] = "encoder-decoder"
+        else:
+            base["attn"] = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}[self.objective]
+        merged = {**base, **fields_, "vocab_size": vocab_size}
+        return ModelConfig.preset(preset, **merged) if preset else ModelConfig.from_dict(merged)
+
+    def needed_specials(self) -> list[str]:
+        """The special tokens of the tokenizer: ``specials`` if given, else what the objective needs."""
+        if self.specials is not None:
+            return list(self.specials)
+        return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
+
+
+def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
+    """``["--lr", "3e-4", "--model.n_layers=2"]`` -> [("lr", "3e-4"), ("model.n_layers", 2)]."""
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ValueError(f"expected an override like --key value, got {arg!r}")
+        if "=" in arg:
+            key, text = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ValueError(f"override {arg} has no value")
+            key, text = arg[2:], args[i + 1]
+            i += 2
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        out.append((key.replace("-", "_"), value))
+    return out
+
+
+def _coerce(name: str, kind: str, value: Any) -> Any:
+    """``value`` converted to the annotated type where that is unambiguous ("3e-4" -> 3e-4), else a TypeError."""
+    options = [k.strip() for k in kind.split("|")]
+    if value is None:
+        if "None" in options:
+            return None
+        raise TypeError(f"{name} must not be empty (null)")
+    base = options[0]
+    if base == "list[str]":
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{name} must be a string or a list of strings, got {value!r}")
+        return value
+    if base == "dict":
+        if not isinstance(value, dict):
+            raise TypeError(f"{name} must be a mapping, got {value!r}")
+        return value
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"{name} must be true or false, got {value!r}")
+    if base in ("int", "float") and not isinstance(value, bool):
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value) if base == "int" else float(value)
+            except ValueError:
+                raise TypeError(f"{name} must be a number ({base}), got {value!r}") from None
+        if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
+            return float(value) if base == "float" else value
+        raise TypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
+    if base == "str" and isinstance(value, str):
+        return value
+    raise TypeError(f"{name} must be a {base}, got {value!r}")

@@ -1,0 +1,317 @@
+"""Trainer: the training loop, with evaluation, logging, checkpoints, exact resume and torchrun scale-out.
+
+One step: draw the global batch of the step (the same on every process), take this process's rows,
+split them into ``grad_accum`` micro-batches, and backpropagate each micro-batch's summed loss divided
+by the number of counted tokens in the whole global batch, so one process, accumulation and N
+processes all compute the same gradient. Then clip, set the learning rate of the step, and update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
+from ..tokenizers import Tokenizer
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .distributed import DistInfo, all_reduce_sum, init_distributed
+from .objectives import batch_loss, check_model_for
+from .optim import lr_at, make_optimizer
+
+STATE_FORMAT = 1
+
+
+class TrainingDiverged(ValueError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
+             max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
+             autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
+    """Loss, perplexity and token accuracy on the validation split (the whole split by default).
+
+    Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
+    "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
+    """
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
+    try:
+        for batch in batches.eval_batches(batch_size, max_batches):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with torch.autocast(torch.device(device).type, dtype=autocast_dtype or torch.bfloat16,
+                                enabled=autocast_dtype is not None):
+                parts = batch_loss(model, batch)
+            total += torch.stack([parts.loss_sum.double(), parts.count.double(), parts.correct.double()]).cpu()
+    finally:
+        model.train(was_training)
+    loss_sum, count, correct = total.tolist()
+    if count == 0:
+        return {}
+    loss = loss_sum / count
+    out = {"val_loss": loss, "val_ppl": math.exp(min(loss, 700.0)), "val_accuracy": correct / count,
+           "val_tokens": int(count)}
+    if char_level:
+        out["val_bits_per_char"] = loss / math.log(2)
+    return out
+
+
+def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
+    """Write train and validation loss against step as a PNG (matplotlib, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, label=key.replace("_", " "), markersize=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+class Trainer:
+    """Train ``model`` on ``batches`` as ``config`` says; rank 0 writes to ``config.out_dir``:
+
+        last/          checkpoint with training state (every eval_every steps, at the end, on Ctrl-C)
+        best/          checkpoint of the lowest validation loss
+        metrics.jsonl  one JSON object per log line and per evaluation
+        loss.png       the loss curve
+
+    Args:
+        config: the run's TrainConfig.
+        model, tokenizer, batches: from :func:`~glassformer.training.prepare` or built by hand.
+        dist: the process's place in a distributed run (default: read from torchrun's environment).
+    """
+
+    def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
+                 batches: LMBatches | Seq2SeqBatches, dist: DistInfo | None = None):
+        self.config = config.validate()
+        check_model_for(config.objective, model)
+        self.dist = dist or init_distributed(config.device)
+        per_process, rest = divmod(config.batch_size, self.dist.world_size * config.grad_accum)
+        if rest or per_process == 0:
+            raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x grad_accum = "
+                             f"{self.dist.world_size} x {config.grad_accum}")
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model = model.to(self.dist.device)
+        self.tokenizer, self.batches = tokenizer, batches
+        self.out = Path(config.out_dir)
+        self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),
+                                        config.eps, config.fused_adamw)
+        self.train_model: nn.Module = self.model
+        if self.dist.distributed:
+            ids = [self.dist.device.index] if self.dist.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
+        if config.compile:
+            self.train_model = torch.compile(self.train_model)
+        self.autocast_dtype = torch.bfloat16 if config.dtype == "bfloat16" else None
+        self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
+        self.history: list[dict[str, Any]] = []
+        self._stop_requested = False
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable)."""
+        state = {"format": STATE_FORMAT, "step": self.step, "best_val": self.best_val,
+                 "tokens_seen": self.tokens_seen, "optimizer": self.optimizer.state_dict(),
+                 "rng_cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and self.dist.device.type == "cuda":
+            state["rng_cuda"] = torch.cuda.get_rng_state(self.dist.device)
+        return state
+
+    def save(self, name: str = "last", with_state: bool = True) -> Path | None:
+        """Write ``out_dir/name`` (rank 0 only)."""
+        if not self.dist.is_main:
+            return None
+        return save_checkpoint(self.out / name, self.model, self.tokenizer, training=self.config.to_dict(),
+                               train_state=self.state() if with_state else None)
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Restore weights, optimizer, RNG and step from ``path`` (default ``out_dir/last``).
+
+        Returns False when there is nothing to resume from.
+        """
+        path = Path(path) if path is not None else self.out / "last"
+        if not path.exists():
+            return False
+        checkpoint = load_checkpoint(path, with_state=True)
+        if checkpoint.model.config != self.model.config:
+            raise ValueError(f"cannot resume from {str(path)!r}: its model config differs from this run's")
+        state = checkpoint.train_state
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
+        self.model.load_state_dict(checkpoint.model.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng_cpu"])
+        if "rng_cuda" in state and self.dist.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng_cuda"], self.dist.device)
+        self.step, self.best_val, self.tokens_seen = int(state["step"]), float(state["best_val"]), int(
+            state["tokens_seen"])
+        self.history = [h for h in self._read_metrics() if h["step"] <= self.step]
+        return True
+
+    def _read_metrics(self) -> list[dict[str, Any]]:
+        file = self.out / "metrics.jsonl"
+        if not file.is_file():
+            return []
+        return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self.dist.is_main:
+            with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------------ one step
+    def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
+        """This process's micro-batches of the current step's global batch."""
+        config, rank, world = self.config, self.dist.rank, self.dist.world_size
+        batch = self.batches.global_batch(self.step, config.batch_size)
+        rows = config.batch_size // world
+        mine = take_rows(batch, rank * rows, (rank + 1) * rows)
+        size = rows // config.grad_accum
+        return [{k: v.to(self.dist.device) for k, v in take_rows(mine, i * size, (i + 1) * size).items()}
+                for i in range(config.grad_accum)]
+
+    def train_step(self) -> torch.Tensor:
+        """One optimiser update; returns the global mean training loss of the step (a 0-dim tensor)."""
+        config = self.config
+        micro = self._micro_batches()
+        # Counted tokens of the whole global batch, and the stop flag, summed over processes in one call.
+        local = torch.stack([sum((mb["labels"] != IGNORE).sum() for mb in micro).double().cpu(),
+                             torch.tensor(float(self._stop_requested), dtype=torch.float64)])
+        counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
+        self._stop_requested = bool(counts[1] > 0)
+        count = max(float(counts[0]), 1.0)
+        scale = self.dist.world_size / count  # DDP averages gradients over processes
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
+                                config.lr_decay_steps or config.max_steps, config.min_lr)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.dist.device)
+        self.train_model.train()
+        for i, mb in enumerate(micro):
+            sync = i == len(micro) - 1 or not self.dist.distributed
+            with (contextlib.nullcontext() if sync else self.train_model.no_sync()), torch.autocast(
+                    self.dist.device.type, dtype=torch.bfloat16, enabled=self.autocast_dtype is not None):
+                parts = batch_loss(self.train_model, mb, config.label_smoothing)
+            (parts.loss_sum * scale).backward()
+            loss_sum += parts.loss_sum.detach().double()
+        if config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += sum(int(mb["labels"].numel()) for mb in micro) * self.dist.world_size
+        return all_reduce_sum(loss_sum, self.dist) / count
+
+    # ------------------------------------------------------------------ the loop
+    def evaluate(self) -> dict[str, float]:
+        """:func:`evaluate` of the current model on the validation split (every rank computes nothing
+        but rank 0; other ranks get an empty dict)."""
+        if not self.dist.is_main:
+            return {}
+        return evaluate(self.model, self.batches, self.config.eval_batch_size, self.config.eval_batches,
+                        self.dist.device, self.tokenizer.kind == "char", self.autocast_dtype)
+
+    def _evaluate_and_save(self) -> None:
+        metrics = self.evaluate()
+        if metrics:
+            self._log({"step": self.step, **metrics})
+            if metrics["val_loss"] < self.best_val:
+                self.best_val = metrics["val_loss"]
+                self.save("best", with_state=False)
+        self.save("last")
+
+    def _check_finite(self, loss: float) -> None:
+        if not math.isfinite(loss):
+            raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. The last good "
+                                   f"checkpoint is kept in {self.out / 'last'} (try a lower lr or grad_clip)")
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        self._stop_requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+
+    def train(self) -> dict[str, Any]:
+        """Run until ``max_steps`` (resuming from ``out_dir/last`` when ``config.resume``).
+
+        Ctrl-C finishes the current step, saves ``last`` and returns with ``stopped="interrupted"``;
+        a NaN/inf loss raises :class:`TrainingDiverged` without overwriting the last checkpoint.
+        Returns {"step", "stopped", "train_loss", "best_val_loss", "tokens_per_s", "wall_s", **last eval}.
+        """
+        config = self.config
+        if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        if config.resume:
+            self.resume()
+        if self.dist.is_main:
+            lines = "".join(json.dumps(h) + "\n" for h in self.history)
+            (self.out / "metrics.jsonl").write_text(lines, encoding="utf-8")
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if main_thread else None
+        show = config.progress and self.dist.is_main
+        bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True, desc="train",
+                   dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
+        stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
+        window_start, window_tokens = time.perf_counter(), self.tokens_seen
+        try:
+            while self.step < config.max_steps:
+                loss = self.train_step()
+                if self._stop_requested:
+                    stopped = "interrupted"
+                    break
+                at_eval = config.eval_every and self.step % config.eval_every == 0
+                if self.step % config.log_every == 0 or at_eval or self.step == config.max_steps:
+                    last_loss = float(loss)
+                    self._check_finite(last_loss)
+                    now = time.perf_counter()
+                    rate = (self.tokens_seen - window_tokens) / max(now - window_start, 1e-9)
+                    window_start, window_tokens = now, self.tokens_seen
+                    self._log({"step": self.step, "train_loss": last_loss, "lr": self.optimizer.param_groups[0]["lr"],
+                               "tokens_per_s": rate})
+                    bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
+                if at_eval and self.step < config.max_steps:
+                    self._evaluate_and_save()
+                bar.update(1)
+            if stopped == "done":
+                self._evaluate_and_save()
+                eval_metrics = self.history[-1] if self.history and "val_loss" in self.history[-1] else {}
+            else:
+                self._check_finite(float(loss))
+                self.save("last")
+        finally:
+            bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            if self.dist.is_main and self.history:
+                plot_losses(self.history, self.out / "loss.png")
+        wall = time.perf_counter() - started
+        return {"step": self.step, "stopped": stopped, "train_loss": last_loss,
+                "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
+                "tokens_per_s": self.tokens_seen / wall if wall > 0 else 0.0, "wall_s": wall,
+                **{k: v for k, v in eval_metrics.items() if k != "step"}}

@@ -1,0 +1,65 @@
+"""prepare: from a TrainConfig to the tokenizer, the batches and a fresh model."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
+from ..models import build_model
+from ..tokenizers import Tokenizer, make_tokenizer
+from .checkpoint import TOKENIZER
+from .config import TrainConfig
+
+
+@dataclass
+class Run:
+    """The pieces a :class:`~glassformer.training.Trainer` needs."""
+
+    model: nn.Module
+    tokenizer: Tokenizer
+    batches: LMBatches | Seq2SeqBatches
+
+
+def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
+    last = Path(config.out_dir) / "last" / TOKENIZER
+    if config.resume and last.is_file():
+        return Tokenizer.load(last)
+    return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
+
+
+def prepare(config: TrainConfig) -> Run:
+    """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
+
+    The model is initialised from ``torch.manual_seed(config.seed)``, so every process of a
+    distributed run starts from the same weights.
+    """
+    config.check_data()
+    if config.objective == "seq2seq":
+        train = read_pairs(config.src, config.tgt, config.pairs)
+        has_val = config.val_pairs or (config.val_src and config.val_tgt)
+        val = read_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else []
+        tokenizer = _tokenizer(config, itertools.chain((s for s, _ in train + val), (t for _, t in train + val)))
+        batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(
+            encode_pairs(train, tokenizer, config.block_size), encode_pairs(val, tokenizer, config.block_size),
+            tokenizer.pad_id, config.seed)
+    else:
+        files = config.data + config.val_data
+        tokenizer = _tokenizer(config, itertools.chain.from_iterable(iter_text(f) for f in files))
+        cache = config.cache_dir or str(Path(config.out_dir) / "cache")
+        ids = encode_files(config.data, tokenizer, cache)
+        if config.val_data:
+            train_ids, val_ids = ids, encode_files(config.val_data, tokenizer, cache)
+        else:
+            train_ids, val_ids = split_ids(ids, config.val_fraction)
+        specials = list(tokenizer.special_tokens.values())
+        batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
+                            config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+                            special_ids=specials, mask_prob=config.mask_prob)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model_config(tokenizer.vocab_size))
+    return Run(model, tokenizer, batches)
