@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from .api import _eval_mode, generate, iter_steps, prepare
+from .trace import trace_generation
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for bytes that are not (yet) a whole character
 
@@ -80,14 +81,17 @@ def _cut_at_stop(text: str, stop_strings: Sequence[str] | None) -> str:
 
 
 def _source_and_start(model: nn.Module, tokenizer: Any, prompt: str, options: dict[str, Any]) -> list[int]:
-    """An encoder-decoder's source ids (with bos/eos when the tokenizer adds them) and its start token."""
-    seq2seq = getattr(model.config, "arch", "") == "encoder-decoder"
-    if seq2seq and options.get("decoder_start_token_id") is None:
+    """The prompt's ids. For an encoder-decoder: the source as glassformer.data.seq2seq builds it
+    (ids + [eos]), and ``decoder_start_token_id`` defaulting to the tokenizer's bos id."""
+    ids = _encode_prompt(tokenizer, prompt)
+    if getattr(model.config, "arch", "") != "encoder-decoder":
+        return ids
+    if options.get("decoder_start_token_id") is None:
         if tokenizer.bos_id is None:
             raise ValueError("an encoder-decoder needs decoder_start_token_id; "
                              "this tokenizer has no bos token")
         options["decoder_start_token_id"] = tokenizer.bos_id
-    return _encode_prompt(tokenizer, prompt)
+    return ids + ([tokenizer.eos_id] if tokenizer.eos_id is not None else [])
 
 
 def generate_text(model: nn.Module, tokenizer: Any, prompt: str | Sequence[str], max_new_tokens: int = 50,
@@ -156,3 +160,12 @@ def _steps_in_eval_mode(model: nn.Module, setup: Any) -> Iterator[Any]:
 def _partial_stop(text: str, stops: Sequence[str]) -> int:
     """Length of the longest end of ``text`` that could still grow into a stop string."""
     return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+def trace_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int = 12, top_k: int = 4,
+               **options: Any) -> list[dict[str, Any]]:
+    """:func:`glassformer.generation.trace_generation` for a text prompt: records carry the text
+    of the context, the choice and the candidates (``context_text``, ``chosen_text``, ``top_k_text``)."""
+    options = _text_options(tokenizer, options)
+    ids = _source_and_start(model, tokenizer, prompt, options)
+    return trace_generation(model, ids, max_new_tokens, top_k, tokenizer=tokenizer, **options)

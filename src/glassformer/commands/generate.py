@@ -1,0 +1,111 @@
+"""``glassformer generate CHECKPOINT --prompt TEXT``: every decoding option, streaming and traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _early_stopping(value: str) -> bool | str:
+    choices = {"true": True, "false": False, "never": "never"}
+    if value.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"expected true, false or never, got {value!r}")
+    return choices[value.lower()]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "generate", help="continue or translate prompts with a checkpoint (greedy, sampling, beam search)",
+        description="Generate from a checkpoint folder. Greedy by default; --sample draws tokens (shaped by "
+                    "--temperature/--top_k/--top_p/--min_p); --num_beams N runs beam search (Hugging Face "
+                    "semantics). --stream prints text as it is produced; --trace prints each step's top "
+                    "candidates. See docs/generation.md.")
+    parser.add_argument("checkpoint", type=Path, help="checkpoint folder (model.safetensors, config.json, ...)")
+    parser.add_argument("--prompt", action="append", required=True,
+                        help="text to continue (an encoder-decoder translates it); repeat for a batch")
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=100)
+    parser.add_argument("--sample", "--do_sample", dest="do_sample", action="store_true",
+                        help="sample instead of taking the most likely token")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
+    parser.add_argument("--top_k", "--top-k", type=int, default=None, help="sample among the k most likely")
+    parser.add_argument("--top_p", "--top-p", type=float, default=None, help="nucleus threshold in (0, 1]")
+    parser.add_argument("--min_p", "--min-p", type=float, default=None, help="drop tokens below min_p x top")
+    parser.add_argument("--repetition_penalty", "--repetition-penalty", type=float, default=None)
+    parser.add_argument("--no_repeat_ngram_size", "--no-repeat-ngram-size", type=int, default=None)
+    parser.add_argument("--num_beams", "--num-beams", type=int, default=1)
+    parser.add_argument("--length_penalty", "--length-penalty", type=float, default=1.0)
+    parser.add_argument("--early_stopping", "--early-stopping", type=_early_stopping, default=False,
+                        help="beam search stop rule: true, false or never")
+    parser.add_argument("--num_return_sequences", "--num-return-sequences", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
+    parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    parser.add_argument("--ignore_eos", "--ignore-eos", action="store_true",
+                        help="do not stop at the tokenizer's end-of-sequence token")
+    parser.add_argument("--no_cache", "--no-cache", action="store_true", help="recompute instead of KV caching")
+    parser.add_argument("--stream", action="store_true", help="print the text as it is generated")
+    parser.add_argument("--trace", action="store_true", help="print each step's top candidates and choice")
+    parser.add_argument("--trace_top_k", "--trace-top-k", type=int, default=4)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
+    parser.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    options: dict[str, Any] = dict(
+        do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
+        length_penalty=args.length_penalty, early_stopping=args.early_stopping,
+        num_return_sequences=args.num_return_sequences, seed=args.seed, stop_strings=args.stop,
+        use_cache=not args.no_cache)
+    if args.ignore_eos:
+        options["eos_token_id"] = []
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..generation import format_trace, generate_text, stream_text, trace_text
+    from ..training import load
+
+    if not all(args.prompt):
+        raise ValueError("--prompt must not be empty")
+    if (args.stream or args.trace) and (len(args.prompt) > 1 or args.num_beams > 1 or args.num_return_sequences > 1):
+        raise ValueError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
+                         "--num_return_sequences 1")
+    model, tokenizer = load(args.checkpoint)
+    options = _options(args, tokenizer)
+    continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
+    if args.trace:
+        if args.do_sample and args.top_k is not None:
+            options["sample_top_k"] = options.pop("top_k")
+        options.pop("top_k", None)
+        records = trace_text(model, tokenizer, args.prompt[0], args.max_new_tokens, args.trace_top_k, **options)
+        print(format_trace(records))
+        text = tokenizer.decode([r["chosen"] for r in records])
+        print((args.prompt[0] if continues else "") + text)
+        result: Any = records
+    elif args.stream:
+        if continues:
+            print(args.prompt[0], end="", flush=True)
+        pieces = []
+        for piece in stream_text(model, tokenizer, args.prompt[0], args.max_new_tokens, **options):
+            pieces.append(piece)
+            print(piece, end="", flush=True)
+        print()
+        result = [{"prompt": args.prompt[0], "text": "".join(pieces)}]
+    else:
+        texts = generate_text(model, tokenizer, list(args.prompt), args.max_new_tokens, **options)
+        per_prompt = args.num_return_sequences
+        result = []
+        for i, text in enumerate(texts):
+            prompt = args.prompt[i // per_prompt]
+            if len(texts) > 1:
+                print(f"--- {i + 1}")
+            print((prompt if continues else "") + text)
+            result.append({"prompt": prompt, "text": text})
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        print(f"written to {args.json}", file=sys.stderr)
+    return 0
