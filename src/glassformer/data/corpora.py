@@ -1,0 +1,145 @@
+"""Public corpora of the recipes: where each lives, how to fetch it once, and how to read it.
+
+Every loader takes a data folder (``data_dir``) laid out like the download, so a local copy and a
+fresh download are read the same way::
+
+    <data_dir>/tinyshakespeare/input.txt
+    <data_dir>/multi30k/{train,val,test_2016_flickr}.{de,en}.gz
+
+``data_dir`` defaults to ``$GLASSFORMER_DATA`` or ``./data``. Nothing is downloaded unless
+``download=True`` is passed; then a missing file is fetched from its canonical public URL (``URLS``)
+and written atomically. The Tang poems come from Debian's ``fortunes-zh`` package
+(``/usr/share/games/fortunes/tang300``), whose entries carry ANSI colour codes that are stripped here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .seq2seq import read_pairs
+from .text import read_text
+
+TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+TANG300 = Path("/usr/share/games/fortunes/tang300")
+
+# Relative path inside data_dir -> canonical public URL.
+URLS: dict[str, str] = {"tinyshakespeare/input.txt": TINYSHAKESPEARE_URL} | {
+    f"multi30k/{split}.{lang}.gz": MULTI30K_URL.format(file=f"{split}.{lang}.gz")
+    for split in MULTI30K_SPLITS for lang in ("de", "en")}
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def default_data_dir() -> Path:
+    """``$GLASSFORMER_DATA`` when set, else ``./data``."""
+    return Path(os.environ.get("GLASSFORMER_DATA") or "data")
+
+
+def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
+    """Fetch ``url`` into ``target`` (temp file + rename, so an interrupted download leaves nothing)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=target.parent, suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+        os.replace(temp, target)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+    return target
+
+
+def corpus_file(relative: str, data_dir: str | Path | None = None, download_missing: bool = False) -> Path:
+    """The path of one known corpus file (a key of ``URLS``) inside ``data_dir``.
+
+    Raises FileNotFoundError naming the URL when it is missing and ``download_missing`` is False.
+    """
+    if relative not in URLS:
+        raise ValueError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
+    path = Path(data_dir) if data_dir is not None else default_data_dir()
+    path = path / relative
+    if not path.is_file():
+        if not download_missing:
+            raise FileNotFoundError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "
+                                    f"save {URLS[relative]} there, or point data_dir/$GLASSFORMER_DATA at a copy")
+        download(URLS[relative], path)
+    return path
+
+
+def tinyshakespeare(data_dir: str | Path | None = None, download: bool = False) -> Path:
+    """Path of tinyshakespeare's ``input.txt`` (1,115,394 characters; char-rnn's and nanoGPT's corpus)."""
+    return corpus_file("tinyshakespeare/input.txt", data_dir, download)
+
+
+def multi30k(split: str, data_dir: str | Path | None = None, download: bool = False) -> tuple[Path, Path]:
+    """(German, English) files of a Multi30k task-1 split: "train" (29,000 pairs), "val" (1,014) or
+    "test_2016_flickr" (1,000). One caption per line, gzip; cite Elliott et al. 2016."""
+    if split not in MULTI30K_SPLITS:
+        raise ValueError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
+    return (corpus_file(f"multi30k/{split}.de.gz", data_dir, download),
+            corpus_file(f"multi30k/{split}.en.gz", data_dir, download))
+
+
+def multi30k_pairs(split: str, data_dir: str | Path | None = None, download: bool = False) -> list[tuple[str, str]]:
+    """The (German, English) sentence pairs of a Multi30k split."""
+    de, en = multi30k(split, data_dir, download)
+    return read_pairs(de, en)
+
+
+# ---------------------------------------------------------------------- fortune files (Tang poems)
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI terminal escape sequences (colours like ``ESC[32m`` ... ``ESC[m``)."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+def read_fortunes(path: str | Path) -> list[str]:
+    """The entries of a fortune file (separated by lines holding only ``%``), ANSI codes stripped."""
+    text = strip_ansi(read_text(path, "fortune file"))
+    entries = [entry.strip("\n") for entry in re.split(r"^%\n", text + "\n", flags=re.MULTILINE)]
+    return [entry for entry in entries if entry.strip()]
+
+
+@dataclass
+class Poem:
+    """One poem of a fortune file: its title (without 《》), author and lines."""
+
+    title: str
+    author: str
+    lines: list[str]
+
+
+def tang_poems(path: str | Path = TANG300) -> list[Poem]:
+    """The 313 Tang poems of Debian's ``fortunes-zh`` (``apt-get install fortunes-zh``).
+
+    Each entry reads ``《title》``, ``作者：author``, then the poem's lines; an entry without that
+    header is a ValueError naming it.
+    """
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{str(path)!r} does not exist; install Debian's fortunes-zh "
+                                "(apt-get install fortunes-zh) or pass the path of a copy")
+    poems = []
+    for number, entry in enumerate(read_fortunes(path), 1):
+        lines = [line.strip() for line in entry.splitlines() if line.strip()]
+        if len(lines) < 3 or not lines[0].startswith("《") or not lines[1].startswith("作者："):
+            raise ValueError(f"{path}: entry {number} is not '《title》 / 作者：author / lines': {lines[:2]!r}")
+        poems.append(Poem(lines[0].strip("《》"), lines[1].removeprefix("作者："), lines[2:]))
+    return poems
+
+
+def write_poem_text(poems: list[Poem], path: str | Path) -> Path:
+    """Write the poems' lines as training text: one line per line of verse, a blank line between poems."""
+    if not poems:
+        raise ValueError("no poems to write")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join("\n".join(p.lines) for p in poems) + "\n", encoding="utf-8")
+    return path
