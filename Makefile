@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/glassformer demo
 
 test: $(STAMP) system-deps
-	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
