@@ -135,3 +135,27 @@ def test_encoder_decoder_beam_search_rows_alone_and_without_cache():
         alone = generate(model, [s], **kw)
         assert batched[2 * i:2 * i + 2, :alone.shape[1]].tolist() == alone.tolist()
     assert bool((batched[:, 0] == 2).all())
+
+
+@pytest.mark.parametrize("kw", [dict(num_beams=1), dict(num_beams=3, num_return_sequences=2),
+                                dict(num_beams=4, length_penalty=2.0, early_stopping=True),
+                                dict(num_beams=3, early_stopping="never", no_repeat_ngram_size=2)],
+                         ids=["greedy", "beams", "lp-early", "never-ngram"])
+@pytest.mark.parametrize("eos", [22, 4])
+def test_encoder_decoder_generate_matches_hugging_face_bart(kw, eos):
+    """A random BART converted with glassformer.interop.from_hf: same sequences as Hugging Face."""
+    from glassformer.interop.hf import from_hf
+
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32,
+        init_std=0.3, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        forced_eos_token_id=None, forced_bos_token_id=None)
+    hf = transformers.BartForConditionalGeneration(config).eval()
+    ours = from_hf(hf)
+    src = torch.tensor([[0, 5, 9, 7, 11, 2], [0, 13, 6, 2, 1, 1]])  # the second source is right-padded
+    kw = dict(max_new_tokens=8, eos_token_id=eos, pad_token_id=PAD, decoder_start_token_id=2, **kw)
+    with torch.inference_mode():
+        expected = hf.generate(src, attention_mask=(src != 1).long(), do_sample=False, **kw)
+    assert generate(ours, src, attention_mask=(src != 1).long(), **kw).tolist() == expected.tolist()
