@@ -65,7 +65,7 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
 
 
 def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
-    """A glassformer model with the weights of a ``transformers`` model (in eval mode).
+    """A float32 glassformer model with the weights of a ``transformers`` model (in eval mode).
 
     Supported: GPT2LMHeadModel/GPT2Model, LlamaForCausalLM/LlamaModel, BertForMaskedLM/BertModel,
     BartForConditionalGeneration/BartModel. Base models (no output head) become a model whose
