@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
-VERBS = ("demo", "generate", "inspect", "convert", "embed")
+VERBS = ("demo", "generate", "translate", "inspect", "convert", "embed")
 
 
 class CLIError(Exception):

@@ -1,0 +1,60 @@
+"""``glassformer translate CHECKPOINT [FILE ...]``: translate lines with an encoder-decoder checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "translate", help="translate lines of text with an encoder-decoder checkpoint",
+        description="Translate one sentence per line, read from FILEs (plain or .gz) or standard input, in "
+                    "batches of similar length; one translation per line on standard output (or --output). "
+                    "Greedy by default, beam search with --beams N. With --ref, sacreBLEU is printed to "
+                    "standard error.",
+        epilog="example: glassformer translate out/multi30k_de_en/best test.de --beams 4 --ref test.en")
+    parser.add_argument("checkpoint", type=Path, help="checkpoint folder of a seq2seq model (e.g. out/.../best)")
+    parser.add_argument("files", nargs="*", type=Path, help="input files; none or '-' reads standard input")
+    parser.add_argument("--beams", type=int, default=1, help="beam width (1 = greedy, the default)")
+    parser.add_argument("--length_penalty", type=float, default=1.0,
+                        help="beam search: score / length**penalty (> 1 favours longer outputs)")
+    parser.add_argument("--batch_size", type=int, default=64, help="sentences decoded together")
+    parser.add_argument("--max_new_tokens", type=int, default=None,
+                        help="longest output in tokens (default: 2 x source length + 10, at most max_len)")
+    parser.add_argument("--output", type=Path, default=None, help="write translations here instead of stdout")
+    parser.add_argument("--ref", type=Path, default=None, help="reference translations: print sacreBLEU")
+    parser.set_defaults(func=run)
+
+
+def _read_sources(files: list[Path]) -> list[str]:
+    from ..data import read_lines
+
+    if not files or files == [Path("-")]:
+        return sys.stdin.read().splitlines()
+    return [line for path in files for line in read_lines(path, "input file")]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..recipes.translation import bleu, translate
+    from ..training import load
+
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max_new_tokens must be >= 1, got {args.max_new_tokens}")
+    model, tokenizer = load(args.checkpoint)
+    sources = _read_sources(args.files)
+    if not sources:
+        raise ValueError("nothing to translate: the input has no lines")
+    hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=args.beams,
+                           length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens)
+    text = "\n".join(hypotheses) + "\n"
+    if args.output is not None:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if args.ref is not None:
+        from ..data import read_lines
+
+        print(bleu(hypotheses, read_lines(args.ref, "reference file")), file=sys.stderr)
+    return 0

@@ -1,0 +1,118 @@
+"""A task where the input must be read both ways: reverse (or sort) a sequence given as the prefix.
+
+An example is ``x = y.``: ``x`` is a random string of 4-16 symbols, ``y`` its reversal (or its sorted
+form), ``.`` the end. The loss covers only ``y.``. A prefix-LM reads ``x =`` bidirectionally, so each
+input symbol knows how far it is from the end, which is exactly the output step that copies it; a
+causal LM's input symbols cannot see the end of the input and every output step has to work the
+length out again. Both are the same TransformerLM with the same weights budget: only the mask differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from ..data import IGNORE, step_generator
+from ..generation import generate
+from ..tokenizers import CharTokenizer
+
+KINDS = ("reverse", "sort")
+SEPARATOR, END = "=", "."
+
+
+class SequenceTask:
+    """Random examples of the reverse/sort task as batches for :class:`~glassformer.training.Trainer`.
+
+    Batches hold ``ids`` (B, 2 * max_len + 1) (right-padded with the end symbol), ``labels`` (-100
+    except on the output and the end mark) and, for ``objective="prefix"``, ``prefix_len`` (B,) =
+    input length + 1 (the separator). The batch of step s depends only on (seed, s).
+
+    Args:
+        kind: "reverse" or "sort".
+        objective: "prefix" (prefix-LM) or "clm" (causal LM).
+        alphabet: the symbols (single characters other than "=" and ".").
+        min_len, max_len: input lengths are uniform in [min_len, max_len].
+        eval_examples: size of the fixed validation set.
+    """
+
+    def __init__(self, kind: str = "reverse", objective: str = "prefix", alphabet: str = "abcdefghij",
+                 min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512):
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if objective not in ("prefix", "clm"):
+            raise ValueError(f"objective must be 'prefix' or 'clm', got {objective!r}")
+        if not alphabet or SEPARATOR in alphabet or END in alphabet or len(set(alphabet)) != len(alphabet):
+            raise ValueError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
+        if not 1 <= min_len <= max_len:
+            raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        self.kind, self.objective, self.seed = kind, objective, seed
+        self.min_len, self.max_len, self.eval_examples = min_len, max_len, eval_examples
+        self.alphabet = alphabet
+        self.tokenizer = CharTokenizer(list(alphabet + SEPARATOR + END))
+        self.block_size = 2 * max_len + 1
+
+    def answer(self, text: str) -> str:
+        """The output the task asks for, given an input string."""
+        return text[::-1] if self.kind == "reverse" else "".join(sorted(text))
+
+    def inputs(self, count: int, generator: torch.Generator) -> list[str]:
+        """``count`` random input strings."""
+        lengths = torch.randint(self.min_len, self.max_len + 1, (count,), generator=generator).tolist()
+        return ["".join(self.alphabet[i] for i in torch.randint(len(self.alphabet), (n,), generator=generator))
+                for n in lengths]
+
+    def batch(self, inputs: list[str]) -> dict[str, torch.Tensor]:
+        """The training batch of some input strings (see the class docstring)."""
+        end = self.tokenizer.encode(END)[0]
+        B, T = len(inputs), self.block_size
+        ids = torch.full((B, T + 1), end, dtype=torch.long)
+        labels = torch.full((B, T), IGNORE, dtype=torch.long)
+        for row, text in enumerate(inputs):
+            n = len(text)
+            ids[row, :2 * n + 2] = torch.tensor(self.tokenizer.encode(text + SEPARATOR + self.answer(text) + END))
+            labels[row, n:2 * n + 1] = ids[row, n + 1:2 * n + 2]  # predict y and the end mark
+        batch = {"ids": ids[:, :-1], "labels": labels}
+        if self.objective == "prefix":
+            batch["prefix_len"] = torch.tensor([len(t) + 1 for t in inputs])
+        return batch
+
+    def global_batch(self, step: int, batch_size: int) -> dict[str, torch.Tensor]:
+        return self.batch(self.inputs(batch_size, step_generator(self.seed, step)))
+
+    def val_inputs(self) -> list[str]:
+        """The fixed validation inputs (drawn from a seed training never uses)."""
+        return self.inputs(self.eval_examples, step_generator(self.seed, -1))
+
+    def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        inputs = self.val_inputs()
+        for n, start in enumerate(range(0, len(inputs), batch_size)):
+            if max_batches is not None and n >= max_batches:
+                return
+            yield self.batch(inputs[start:start + batch_size])
+
+
+def exact_match(model: nn.Module, task: SequenceTask, batch_size: int = 256) -> dict[str, float]:
+    """Greedy-decode every validation input and compare with the answer.
+
+    Returns {"exact_match": fraction of outputs exactly right, "symbol_accuracy": fraction of output
+    symbols right at their position, "examples": a few (input, output) pairs}.
+    """
+    tokenizer, inputs = task.tokenizer, task.val_inputs()
+    end = tokenizer.encode(END)[0]
+    exact, symbols_right, symbols, examples = 0, 0, 0, []
+    for start in range(0, len(inputs), batch_size):
+        chunk = inputs[start:start + batch_size]
+        prompts = [tokenizer.encode(text + SEPARATOR) for text in chunk]
+        out = generate(model, prompts, task.max_len + 1, eos_token_id=end, pad_token_id=end)
+        width = max(len(p) for p in prompts)
+        for text, row in zip(chunk, out[:, width:].tolist(), strict=True):
+            got = tokenizer.decode(row).split(END)[0]
+            want = task.answer(text)
+            exact += got == want
+            symbols_right += sum(a == b for a, b in zip(got, want))
+            symbols += len(want)
+            if len(examples) < 4:
+                examples.append((text, got))
+    return {"exact_match": exact / len(inputs), "symbol_accuracy": symbols_right / symbols, "examples": examples}

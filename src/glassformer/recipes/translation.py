@@ -1,0 +1,69 @@
+"""Translating many sentences with an encoder-decoder checkpoint, and scoring them with sacreBLEU."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from ..generation import generate
+from ..tokenizers import Tokenizer
+
+
+def translate(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str], *, batch_size: int = 64,
+              num_beams: int = 1, length_penalty: float = 1.0, max_new_tokens: int | None = None) -> list[str]:
+    """Translate ``sources`` in batches of similar length; the results come back in input order.
+
+    Each source is encoded as in training (ids + eos, cut to the model's ``max_len``) and decoded
+    greedily (``num_beams=1``) or with beam search, starting from the tokenizer's bos token and
+    stopping at its eos.
+
+    Args:
+        model: an EncoderDecoder (``config.arch == "encoder-decoder"``).
+        tokenizer: the checkpoint's tokenizer, with bos, eos and pad tokens.
+        max_new_tokens: the longest output; default ``min(max_len, 2 x longest source in the batch + 10)``.
+    Returns:
+        One detokenized string per source.
+    """
+    if getattr(getattr(model, "config", None), "arch", None) != "encoder-decoder":
+        raise ValueError("translate needs an encoder-decoder checkpoint (a model trained with objective 'seq2seq')")
+    if isinstance(sources, str):
+        raise TypeError("sources must be a list of sentences, got a single str")
+    bos, eos, pad = tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id
+    if bos is None or eos is None:
+        raise ValueError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
+    for name, value in (("batch_size", batch_size), ("num_beams", num_beams)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    max_len = model.config.max_len
+    encoded = [(tokenizer.encode(s) + [eos])[:max_len] for s in sources]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out: list[str] = [""] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch = [encoded[i] for i in rows]
+        limit = max_new_tokens or min(max_len, 2 * max(len(r) for r in batch) + 10)
+        options: dict[str, Any] = {"num_beams": num_beams, "length_penalty": length_penalty} if num_beams > 1 else {}
+        ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos,
+                       pad_token_id=pad if pad is not None else eos, **options)
+        for i, row in zip(rows, ids[:, 1:].tolist(), strict=True):
+            if eos in row:
+                row = row[:row.index(eos)]
+            out[i] = tokenizer.decode(row).strip()
+    return out
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Any:
+    """sacreBLEU's corpus BLEU (cased, 13a tokenization of detokenized text: the standard WMT score).
+
+    Returns the ``sacrebleu`` score object: ``.score`` is BLEU in [0, 100]; ``str()`` gives the
+    full line with n-gram precisions and the brevity penalty.
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
+    try:
+        import sacrebleu
+    except ImportError:
+        raise ImportError("BLEU needs sacrebleu: pip install sacrebleu (or the 'dev' extra)") from None
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)])
