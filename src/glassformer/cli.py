@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
-VERBS = ("demo", "generate", "translate", "inspect", "convert", "embed")
+VERBS = ("demo", "train", "eval", "sample", "generate", "translate", "inspect", "convert", "embed", "bench")
 
 
 class CLIError(Exception):
@@ -30,7 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not hasattr(args, "overrides"):  # only verbs that declare `overrides` take --key value pairs
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

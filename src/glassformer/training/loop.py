@@ -133,7 +133,8 @@ class Trainer:
         self.autocast_dtype = torch.bfloat16 if config.dtype == "bfloat16" else None
         self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
         self.history: list[dict[str, Any]] = []
-        self._stop_requested = False
+        self._stop_requested = False  # set by Ctrl-C in this process
+        self._stop_agreed = False  # some process asked to stop (agreed on at the start of a step)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -207,7 +208,7 @@ class Trainer:
         local = torch.stack([sum((mb["labels"] != IGNORE).sum() for mb in micro).double().cpu(),
                              torch.tensor(float(self._stop_requested), dtype=torch.float64)])
         counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
-        self._stop_requested = bool(counts[1] > 0)
+        self._stop_agreed = bool(counts[1] > 0)  # every process stops after this same step
         count = max(float(counts[0]), 1.0)
         scale = self.dist.world_size / count  # DDP averages gradients over processes
         for group in self.optimizer.param_groups:
@@ -260,8 +261,9 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming from ``out_dir/last`` when ``config.resume``).
 
-        Ctrl-C finishes the current step, saves ``last`` and returns with ``stopped="interrupted"``;
-        a NaN/inf loss raises :class:`TrainingDiverged` without overwriting the last checkpoint.
+        Ctrl-C finishes the current step and the next (so all processes agree where to stop), saves
+        ``last`` and returns with ``stopped="interrupted"``; a NaN/inf loss raises
+        :class:`TrainingDiverged` without overwriting the last checkpoint.
         Returns {"step", "stopped", "train_loss", "best_val_loss", "tokens_per_s", "wall_s", **last eval}.
         """
         config = self.config
@@ -282,7 +284,7 @@ class Trainer:
         try:
             while self.step < config.max_steps:
                 loss = self.train_step()
-                if self._stop_requested:
+                if self._stop_agreed:
                     stopped = "interrupted"
                     break
                 at_eval = config.eval_every and self.step % config.eval_every == 0

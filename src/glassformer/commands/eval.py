@@ -1,0 +1,57 @@
+"""``glassformer eval CHECKPOINT --data FILE``: loss, perplexity and accuracy of a checkpoint on a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "eval", help="evaluate a checkpoint on a text file (or parallel files)",
+        description="Score a checkpoint on a whole file: loss, perplexity, token accuracy (and bits per character "
+                    "for character models). The objective and block size come from the checkpoint's training.json "
+                    "unless given.")
+    parser.add_argument("checkpoint", type=Path, help="checkpoint folder (e.g. out/best)")
+    parser.add_argument("--data", type=Path, help="text file (clm, mlm, prefix)")
+    parser.add_argument("--src", type=Path, help="source file (seq2seq)")
+    parser.add_argument("--tgt", type=Path, help="target file (seq2seq)")
+    parser.add_argument("--pairs", type=Path, help=".tsv or .jsonl pairs file (seq2seq)")
+    parser.add_argument("--objective", choices=("clm", "mlm", "prefix", "seq2seq"))
+    parser.add_argument("--block_size", type=int, help="window length (default: the training one)")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--max_batches", type=int, help="stop after this many batches (default: the whole file)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, read_pairs
+    from ..training import check_model_for, evaluate, load_checkpoint
+
+    checkpoint = load_checkpoint(args.checkpoint)
+    model, tokenizer, training = checkpoint.model, checkpoint.tokenizer, checkpoint.training or {}
+    objective = args.objective or training.get("objective") or (
+        "seq2seq" if model.config.arch == "encoder-decoder" else
+        {"causal": "clm", "bidirectional": "mlm", "prefix": "prefix"}[model.config.attn])
+    check_model_for(objective, model)
+    block_size = args.block_size or training.get("block_size") or model.config.max_len
+    if block_size < 1:
+        raise ValueError(f"--block_size must be >= 1, got {block_size}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
+    if objective == "seq2seq":
+        pairs = encode_pairs(read_pairs(args.src, args.tgt, args.pairs), tokenizer, block_size)
+        batches = Seq2SeqBatches(pairs, pairs, tokenizer.pad_id, 0)
+    else:
+        if args.data is None:
+            raise ValueError(f"objective {objective!r} needs --data FILE")
+        ids = np.asarray(encode_files([args.data], tokenizer))
+        batches = LMBatches(objective, ids, ids, min(block_size, len(ids) - 1), seed=0, mask_id=tokenizer.mask_id,
+                            vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
+                            mask_prob=training.get("mask_prob", 0.15))
+    metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char")
+    print(json.dumps({"objective": objective, **metrics}))
+    return 0
