@@ -20,7 +20,16 @@ from .nn import (
     scaled_dot_product_attention,
     sinusoidal_positions,
 )
+from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
 from .viz.trace import shape_trace
+
+
+def load(path, map_location="cpu"):
+    """``(model, tokenizer)`` from a checkpoint folder written by training (see glassformer.training)."""
+    from .training.checkpoint import load as load_checkpoint_folder
+
+    return load_checkpoint_folder(path, map_location)
+
 
 __version__ = "0.1.0"
 
@@ -29,4 +38,5 @@ __all__ = [
     "build_model", "count_params", "FeedForward", "KVCache", "MultiHeadAttention", "RMSNorm",
     "TransformerBlock", "causal_mask", "padding_mask", "prefix_mask", "scaled_dot_product_attention",
     "sinusoidal_positions", "shape_trace", "__version__",
+    "load", "Tokenizer", "CharTokenizer", "ByteTokenizer", "BPETokenizer",
 ]
