@@ -1,0 +1,123 @@
+"""Every recipe in configs/ runs end to end in a shortened form (a few steps of a tiny model, on small
+stand-in corpora laid out like the real ones), so none of them rots. No network: data is written here."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from glassformer.recipes import SequenceTask, load_recipe
+from glassformer.recipes.__main__ import main
+from glassformer.training import TrainConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+RECIPES = sorted(p.name for p in CONFIGS.glob("*.yaml") if "recipe:" in p.read_text(encoding="utf-8"))
+TINY = ["--max_steps", "2", "--eval_every", "0", "--batch_size", "4", "--eval_batch_size", "8", "--eval_batches",
+        "2", "--log_every", "1", "--model.d_model", "16", "--model.n_heads", "2", "--model.d_ff", "32"]
+# Per recipe: further overrides that keep it small (layer counts, vocabulary, block, evaluation size).
+SHORTEN = {
+    "shakespeare_char_fast.yaml": ["--block_size", "16", "--model.n_layers", "1", "--model.max_len", "16",
+                                   "--recipe.sample_tokens", "5"],
+    "tang_poems_char.yaml": ["--block_size", "8", "--model.n_layers", "1", "--recipe.sample_tokens", "4",
+                             "--recipe.prompts", "[床, 月]"],
+    "mlm_shakespeare_bpe.yaml": ["--block_size", "16", "--model.n_layers", "1", "--tokenizer_vocab_size", "300",
+                                 "--recipe.examples", "2"],
+    "multi30k_de_en.yaml": ["--block_size", "24", "--model.n_enc", "1", "--model.n_dec", "1",
+                            "--tokenizer_vocab_size", "300", "--recipe.beams", "[2]", "--recipe.test_split", "val"],
+    "prefix_reverse.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
+}
+VERSE = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+         "ROMEO:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n\n")
+PAIRS = [("Ein Hund läuft über das Gras.", "A dog runs across the grass."),
+         ("Zwei Männer sprechen miteinander.", "Two men are talking to each other."),
+         ("Eine Frau liest ein Buch.", "A woman is reading a book."),
+         ("Kinder spielen im Park.", "Children play in the park.")]
+POEM = "\x1b[32m《{t}》\x1b[m\n\x1b[33m作者：李白\x1b[m\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    (root / "tinyshakespeare").mkdir()
+    (root / "tinyshakespeare/input.txt").write_text(VERSE * 12, encoding="utf-8")
+    (root / "multi30k").mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang, side in (("de", 0), ("en", 1)):
+            with gzip.open(root / f"multi30k/{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(pair[side] + "\n" for pair in PAIRS * 3))
+    (root / "tang300").write_text("%\n".join(POEM.format(t=f"静夜思{i}") for i in range(12)), encoding="utf-8")
+    return root
+
+
+def test_every_recipe_is_covered():
+    assert set(RECIPES) == set(SHORTEN), "add the new recipe to SHORTEN"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
+    overrides = [*TINY, *SHORTEN[name], "--out_dir", str(tmp_path / "out"), "--recipe.source",
+                 str(data_dir / "tang300")]
+    assert main([str(CONFIGS / name), "--data-dir", str(data_dir), *overrides]) == 0
+    results = json.loads((tmp_path / "out/results.json").read_text(encoding="utf-8"))
+    assert results["config"]["max_steps"] == 2 and results["wall_s"] > 0
+    task = results["task"]
+    if task == "prefix-vs-causal":
+        for model in ("prefix-LM", "causal LM"):
+            assert 0.0 <= results["models"][model]["exact_match"] <= 1.0
+            assert results["models"][model]["training"]["step"] == 2
+        return
+    assert results["training"]["step"] == 2 and results["training"]["val_loss"] > 0
+    if task == "lm":
+        assert [s["prompt"] for s in results["samples"]] == results["recipe"]["prompts"]
+        assert all(s["text"].startswith(s["prompt"]) for s in results["samples"])
+    elif task == "mlm":
+        assert 0 <= results["training"]["val_accuracy"] <= 1
+        for example in results["fill_mask"]:
+            assert "[MASK]" in example["text"] and len(example["top5"]) == 5
+    else:
+        scores = results["bleu"]
+        assert scores["sentences"] == 12 and set(scores) >= {"greedy", "beam2"}
+        assert 0 <= scores["greedy"]["bleu"] <= 100
+        assert (tmp_path / "out/val.greedy.en").read_text(encoding="utf-8").count("\n") == 12
+    assert json.loads(capsys.readouterr().out)["task"] == task
+
+
+def test_recipes_hold_valid_training_configs(data_dir):
+    for name in RECIPES:
+        recipe = load_recipe(CONFIGS / name, ["--recipe.source", str(data_dir / "tang300"), "--out_dir",
+                                              str(data_dir / "out")], data_dir)
+        assert isinstance(recipe.train, TrainConfig)
+        if recipe.train.objective != "seq2seq" and recipe.spec["task"] != "prefix-vs-causal":
+            assert all(Path(p).is_file() for p in recipe.train.data)
+
+
+def test_recipe_errors_are_named(tmp_path, data_dir, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_steps: 3\n")
+    with pytest.raises(ValueError, match="'recipe:' section"):
+        load_recipe(bad)
+    bad.write_text("recipe: {task: dance}\n")
+    with pytest.raises(ValueError, match="recipe.task must be one of"):
+        load_recipe(bad)
+    assert main([str(CONFIGS / "shakespeare_char_fast.yaml"), "--data-dir", str(tmp_path)]) == 2
+    assert "--download" in capsys.readouterr().err
+
+
+def test_sequence_task_batches():
+    task = SequenceTask("reverse", "prefix", alphabet="abc", min_len=2, max_len=4, seed=3)
+    assert task.answer("abcc") == "ccba" and SequenceTask("sort", alphabet="cab").answer("cab") == "abc"
+    inputs = ["ab", "cab"]
+    batch = task.batch(inputs)
+    decode = task.tokenizer.decode
+    assert decode(batch["ids"][1].tolist()) == "cab=bac.."  # right-padded with the end mark
+    assert batch["prefix_len"].tolist() == [3, 4]
+    labelled = [decode([t for t in row.tolist() if t >= 0]) for row in batch["labels"]]
+    assert labelled == ["ba.", "bac."]  # only the output and its end are predicted
+    assert (batch["labels"][1, :3] == -100).all() and batch["labels"][1, 3] == task.tokenizer.encode("b")[0]
+    causal = SequenceTask("reverse", "clm", alphabet="abc", min_len=2, max_len=4, seed=3)
+    assert "prefix_len" not in causal.global_batch(0, 2)
+    assert torch.equal(causal.global_batch(5, 8)["ids"], task.global_batch(5, 8)["ids"])
+    with pytest.raises(ValueError, match="alphabet"):
+        SequenceTask(alphabet="ab=")
