@@ -76,18 +76,19 @@ def scaled_dot_product_attention(
     scores_shape = (*q.shape[:-1], Tk)
     if mask is not None:
         _check_mask(mask, scores_shape)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if not need_weights and is_causal and mask is None and bias is None and Tq == Tk:
+        # the training case: the kernel applies causality itself, no (T, T) mask is built
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        return out, None
     visible = mask
     if is_causal and Tq > 1:  # bottom-right aligned: query i is position Tk - Tq + i
         future_hidden = causal_mask(Tk, q.device)[Tk - Tq:]  # (Tq, Tk)
         visible = future_hidden if visible is None else visible & future_hidden
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     if not need_weights:
         if visible is None and bias is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
-            return out, None
-        if is_causal and mask is None and bias is None and Tq == Tk:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
             return out, None
         attn_mask = visible
         if bias is not None:

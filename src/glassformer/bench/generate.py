@@ -1,0 +1,88 @@
+"""Generation speed: greedy decoding with a KV cache, glassformer against Hugging Face ``generate``.
+
+Each case is (batch, prompt length, new tokens); both sides produce exactly that many tokens (no
+end-of-sequence token is set, so nobody stops early). Time per call includes the prompt's forward.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ..generation import generate
+from .setups import Size, glass_model, hf_model
+from .timing import paired, paired_ratio, sync
+
+# (batch, prompt tokens, new tokens)
+CASES = ((1, 1, 256), (1, 200, 56), (8, 1, 256), (8, 200, 56))
+
+
+def generation_size(size: Size) -> Size:
+    """``size`` with room for the longest case (a 1-token prompt + 256 new tokens)."""
+    longest = max(prompt + new for _, prompt, new in CASES)
+    return replace(size, block=max(size.block, 2 ** (longest - 1).bit_length()))
+
+
+def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASES, rounds: int = 3,
+                   calls: int = 1, hf: bool = True, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Greedy generation tokens/s (new tokens only) per case, glassformer vs Hugging Face, paired.
+
+    Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}":
+    tokens_per_s per contender, ratio (HF seconds / glassformer seconds) and seconds per round.
+    """
+    size = generation_size(size)
+    glass = glass_model(size, device, dtype).eval()
+    reference = hf_model(size, device, dtype).eval() if hf else None
+    g = torch.Generator().manual_seed(0)
+    results: dict[str, Any] = {"size": size.__dict__, "cases": {}}
+    for batch, prompt, new in cases:
+        ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=g).to(device)
+        contenders = {"glassformer": lambda ids=ids, new=new: generate(glass, ids, new)}
+        if reference is not None:
+            contenders["hf"] = lambda ids=ids, new=new: hf_generate(reference, ids, new)
+        timings = paired(contenders, rounds=rounds, calls=calls, device=device)
+        case: dict[str, Any] = {
+            "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
+            "seconds": {n: t.rounds for n, t in timings.items()},
+        }
+        if reference is not None:
+            case["ratio"] = paired_ratio(timings["hf"], timings["glassformer"])
+        results["cases"][f"B{batch}-P{prompt}-N{new}"] = case
+    return results
+
+
+def hf_generate(model: torch.nn.Module, ids: torch.Tensor, new: int) -> torch.Tensor:
+    """Hugging Face greedy decoding with its KV cache, exactly ``new`` tokens."""
+    with torch.inference_mode():
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                              do_sample=False, use_cache=True, pad_token_id=0)
+
+
+def bench_decode_compile(size: Size, *, batch: int = 1, prompt: int = 1, new: int = 256, rounds: int = 3,
+                         device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """The compile path for decoding: ``torch.compile`` of the model's step, first call and gain.
+
+    The compiled function is ``hidden_states`` (what each decoding step runs), with dynamic shapes so
+    the growing cache does not recompile every step. Returns first_call_s (compiling included),
+    tokens_per_s eager and compiled, and gain (eager seconds / compiled seconds, paired).
+    """
+    size = generation_size(size)
+    eager, compiled = glass_model(size, device, dtype).eval(), glass_model(size, device, dtype).eval()
+    compiled.hidden_states = torch.compile(compiled.hidden_states, dynamic=True)
+    ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
+    runs = {"eager": lambda: generate(eager, ids, new), "compiled": lambda: generate(compiled, ids, new)}
+    start = time.perf_counter()
+    runs["compiled"]()
+    sync(device)
+    first_call = time.perf_counter() - start
+    timings = paired(runs, rounds=rounds, calls=1, device=device)
+    return {
+        "size": size.name, "case": f"B{batch}-P{prompt}-N{new}", "first_call_s": first_call,
+        "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
+        "gain": paired_ratio(timings["eager"], timings["compiled"]),
+        "seconds": {n: t.rounds for n, t in timings.items()},
+    }

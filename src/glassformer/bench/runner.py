@@ -1,0 +1,143 @@
+"""The benchmark suite behind ``glassformer bench``: run the parts, print a table, keep the JSON."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import platform
+from typing import Any
+
+import torch
+
+from .generate import CASES, bench_decode_compile, bench_generate
+from .setups import SIZES
+from .train import bench_train, bench_train_compile
+from .transparency import bench_transparency
+
+PARTS = ("train", "gen", "attn", "compile")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers come from: CPU/GPU, threads, library versions and the load right now."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if hasattr(os, "getloadavg"):
+        info["load_1min"] = os.getloadavg()[0]
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        info["transformers"] = None
+    return info
+
+
+def run_suite(parts: tuple[str, ...] = PARTS, sizes: tuple[str, ...] = tuple(SIZES), *, quick: bool = False,
+              rounds: int | None = None, device: str = "cpu", dtype: str = "float32",
+              hf: bool = True) -> dict[str, Any]:
+    """Run the chosen parts of the suite; return everything as a JSON-ready dict.
+
+    Args:
+        parts: any of "train" (throughput, memory, MFU vs Hugging Face), "gen" (greedy generation vs
+            Hugging Face), "attn" (return_attn=True vs fused), "compile" (torch.compile's first call
+            and steady-state gain, training and decoding).
+        sizes: names in ``SIZES`` ("small", "baby"); generation and compile use the last one.
+        quick: fewer rounds, batch-1 generation only: a smoke run of a minute or two.
+        rounds: override the number of paired rounds of every part.
+        device, dtype: e.g. "cuda" and "bfloat16" on a GPU.
+        hf: include the Hugging Face contenders (needs ``transformers``).
+    Returns:
+        {"machine": ..., "settings": ..., "train": {size: ...}, "gen": ..., "attn": {size: ...}, "compile": ...}
+        with only the parts asked for.
+    """
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise ValueError(f"unknown bench part(s) {unknown}; expected some of {PARTS}")
+    bad_sizes = sorted(set(sizes) - set(SIZES))
+    if bad_sizes or not sizes:
+        raise ValueError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if hf and importlib.util.find_spec("transformers") is None:
+        raise ValueError("the Hugging Face contenders need transformers (pip install transformers), "
+                         "or pass hf=False (--no-hf)")
+    torch_dtype = DTYPES[dtype]
+    n = rounds or (3 if quick else 5)
+    calls = 1 if quick else 2
+    matmul_n = 4096 if torch.device(device).type == "cuda" else 1024
+    results: dict[str, Any] = {"machine": machine(), "settings": {
+        "parts": list(parts), "sizes": list(sizes), "quick": quick, "rounds": n, "device": device, "dtype": dtype}}
+    last = SIZES[sizes[-1]]
+    if "train" in parts:
+        contenders = ("glassformer", "glassformer-gelu", "hf") if hf else ("glassformer", "glassformer-gelu")
+        results["train"] = {s: bench_train(SIZES[s], rounds=n, calls=calls, contenders=contenders, matmul_n=matmul_n,
+                                           device=device, dtype=torch_dtype) for s in sizes}
+    if "gen" in parts:
+        cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
+        results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
+                                        dtype=torch_dtype)
+    if "attn" in parts:
+        results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device, dtype=torch_dtype)
+                           for s in sizes}
+    if "compile" in parts:
+        results["compile"] = {
+            "train": bench_train_compile(SIZES[sizes[0]], rounds=n, calls=calls, device=device, dtype=torch_dtype),
+            "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, dtype=torch_dtype)}
+    results["machine"]["load_1min_after"] = machine().get("load_1min")
+    return results
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The results as Markdown tables (what ``glassformer bench`` prints and docs/benchmarks.md shows)."""
+    m, s = results["machine"], results["settings"]
+    lines = [f"machine: {m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch {m['torch']}, "
+             f"transformers {m.get('transformers')}, {s['device']} {s['dtype']}; load {m.get('load_1min', 0):.1f} "
+             f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds", ""]
+    if "train" in results:
+        lines.append("training (forward + backward + clip + AdamW), medians; ratio = paired speed-up over hf")
+        rows = []
+        for size, r in results["train"].items():
+            for name, tps in r["tokens_per_s"].items():
+                ratio = r.get("ratio_vs_hf", {}).get(name)
+                rows.append([size, name, f"{tps:,.0f}", "-" if ratio is None else f"{ratio:.2f}x",
+                             f"{r['mfu'][name]:.0%}", f"{r['peak_mb'][name]:.0f}", f"{r['spread'][name]:.0%}"])
+            rows.append([size, "matmul peak", f"{r['peak_flops'] / 1e9:.0f} GFLOP/s", "", "", "", ""])
+        lines += _table(["size", "model", "tokens/s", "vs hf", "MFU", "peak MB", "spread"], rows)
+    if "gen" in results:
+        lines.append(f"greedy generation with KV cache ({results['gen']['size']['name']}, "
+                     f"max_len {results['gen']['size']['block']}), new tokens/s, medians")
+        rows = [[case, f"{r['tokens_per_s']['glassformer']:,.0f}", f"{r['tokens_per_s'].get('hf', 0):,.0f}",
+                 f"{r['ratio']:.2f}x" if "ratio" in r else "-"] for case, r in results["gen"]["cases"].items()]
+        lines += _table(["batch-prompt-new", "glassformer", "hf", "speed-up"], rows)
+    if "attn" in results:
+        lines.append("cost of transparency: inference forward, return_attn=True vs fused")
+        rows = [[size, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",
+                 f"{r['ratio']:.2f}x"] for size, r in results["attn"].items()]
+        lines += _table(["size", "fused tokens/s", "return_attn tokens/s", "time ratio"], rows)
+    if "compile" in results:
+        lines.append("torch.compile: first call (compiling included) and steady-state gain, paired")
+        rows = [[f"{part} ({r['size']})", f"{r['first_call_s']:.1f} s", f"{r['tokens_per_s']['eager']:,.0f}",
+                 f"{r['tokens_per_s']['compiled']:,.0f}", f"{r['gain']:.2f}x"]
+                for part, r in results["compile"].items()]
+        lines += _table(["path", "first call", "eager tokens/s", "compiled tokens/s", "gain"], rows)
+    return "\n".join(lines)

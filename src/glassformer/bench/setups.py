@@ -1,0 +1,78 @@
+"""The benchmarked model sizes, built as a glassformer model and as Hugging Face GPT-2 alike.
+
+Both sides are the GPT-2 architecture (pre-norm, learned positions, tanh GELU, d_ff = 4d, tied
+output layer, init N(0, 0.02²)), random init, dropout 0. ``transformers`` is imported only here and
+only when a Hugging Face contender is asked for; the library itself never needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..models import TransformerLM
+
+
+@dataclass(frozen=True)
+class Size:
+    """One benchmarked configuration: the model and the training batch it is timed with."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    block: int  # context length T of a training batch (and max_len)
+    batch: int
+    vocab_size: int = 65
+    bias: bool = True
+
+    def config(self) -> ModelConfig:
+        return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_heads=self.n_heads,
+                           n_layers=self.n_layers, d_ff=4 * self.d_model, max_len=self.block, pos="learned",
+                           activation="gelu_tanh", scale_embeddings=False, bias=self.bias, dropout=0.0,
+                           init_std=0.02)
+
+
+SIZES = {
+    # nanoGPT's CPU shakespeare_char recipe at block 128.
+    "small": Size("small", n_layers=4, n_heads=4, d_model=128, block=128, batch=16),
+    # nanoGPT's "baby GPT" for shakespeare_char (bias=False, dropout 0 when benchmarking).
+    "baby": Size("baby", n_layers=6, n_heads=6, d_model=384, block=256, batch=8, bias=False),
+}
+
+
+def get_size(name: str) -> Size:
+    if name not in SIZES:
+        raise ValueError(f"unknown benchmark size {name!r}; available: {sorted(SIZES)}")
+    return SIZES[name]
+
+
+def glass_model(size: Size, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                **changes: object) -> TransformerLM:
+    """The glassformer model of ``size`` (config fields in ``changes`` overridden), seeded."""
+    torch.manual_seed(0)
+    return TransformerLM(size.config().replace(**changes)).to(device=device, dtype=dtype)
+
+
+def hf_model(size: Size, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Hugging Face ``GPT2LMHeadModel`` of the same size with SDPA attention (always has biases)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=size.vocab_size, n_positions=size.block, n_embd=size.d_model,
+                        n_layer=size.n_layers, n_head=size.n_heads, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+    return model.to(device=device, dtype=dtype)
+
+
+def train_flops_per_token(size: Size, n_params: int, context: int) -> float:
+    """Forward + backward FLOPs per token, as nanoGPT and the PaLM paper count them.
+
+    6 per parameter (2 forward, 4 backward) plus attention's scores and weighted sum,
+    6 · 2 · L · T · d (counted over the full T x T square, causal or not).
+    """
+    return 6 * n_params + 12 * size.n_layers * context * size.d_model

@@ -1,0 +1,118 @@
+"""Timing helpers: paired interleaved runs, medians and ratios, peak memory.
+
+On a shared machine absolute times drift with the load, so every comparison runs its contenders in
+alternation (A B A B ..., the order flipped every round) and reports each one's median and the
+median of the per-round ratios: a slow minute slows both sides of a pair alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+def sync(device: torch.device | str) -> None:
+    """Wait for queued GPU work (a no-op on CPU), so a timer sees the work it started."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one contender: one median per round, in round order."""
+
+    name: str
+    rounds: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rounds)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median (0.1 = the middle half lies within 10%)."""
+        if len(self.rounds) < 4:
+            return (max(self.rounds) - min(self.rounds)) / self.median
+        q1, _, q3 = statistics.quantiles(self.rounds, n=4)
+        return (q3 - q1) / self.median
+
+
+def paired(contenders: dict[str, Callable[[], object]], *, rounds: int = 5, calls: int = 3, warmup: int = 1,
+           device: torch.device | str = "cpu") -> dict[str, Timing]:
+    """Time several no-argument functions in alternation.
+
+    Args:
+        contenders: name -> function doing one unit of work (a training step, a generation...).
+        rounds: how many times each contender is timed; the order is reversed every other round.
+        calls: calls per timing (their median is the round's value).
+        warmup: untimed calls of each contender first (allocator, caches, lazy init).
+        device: synchronised around each call when it is a GPU.
+    Returns:
+        name -> :class:`Timing` (seconds per call, one value per round).
+    """
+    if rounds < 1 or calls < 1 or warmup < 0:
+        raise ValueError(f"need rounds >= 1, calls >= 1, warmup >= 0; got {rounds}, {calls}, {warmup}")
+    names = list(contenders)
+    for name in names:
+        for _ in range(warmup):
+            contenders[name]()
+    sync(device)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            per_call = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                contenders[name]()
+                sync(device)
+                per_call.append(time.perf_counter() - start)
+            seconds[name].append(statistics.median(per_call))
+    return {name: Timing(name, s) for name, s in seconds.items()}
+
+
+def paired_ratio(numerator: Timing, denominator: Timing) -> float:
+    """Median over rounds of numerator/denominator seconds (> 1: the denominator is faster)."""
+    return statistics.median(n / d for n, d in zip(numerator.rounds, denominator.rounds))
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Peak bytes of tensor memory allocated *during* ``fn()`` above what was live before it.
+
+    On CUDA this is the allocator's high-water mark; on CPU it replays the profiler's allocation
+    and free events in time order. Memory held before the call (weights, optimiser state) is not
+    included: add it yourself.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def tensor_bytes(tensors: object) -> int:
+    """Total bytes of the tensors in a (nested) list/tuple/dict, e.g. parameters plus optimiser state."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors.numel() * tensors.element_size()
+    if isinstance(tensors, dict):
+        return sum(tensor_bytes(v) for v in tensors.values())
+    if isinstance(tensors, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tensors)
+    return 0

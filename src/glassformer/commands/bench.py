@@ -1,0 +1,52 @@
+"""``glassformer bench``: the benchmark suite (training, generation, transparency, compile)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "bench", help="benchmark training and generation against Hugging Face GPT-2",
+        description="Time training (tokens/s, peak memory, MFU), greedy generation, return_attn=True and "
+                    "torch.compile, each side by side with Hugging Face GPT-2 in paired interleaved rounds; "
+                    "print Markdown tables and write the numbers as JSON. See docs/benchmarks.md.")
+    parser.add_argument("--only", type=_names, default=("train", "gen", "attn", "compile"), metavar="PARTS",
+                        help="comma-separated parts: train, gen, attn, compile (default: all)")
+    parser.add_argument("--sizes", type=_names, default=("small", "baby"), metavar="SIZES",
+                        help="comma-separated model sizes: small, baby (default: both)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer rounds, batch-1 generation only (a minute or two on a laptop CPU)")
+    parser.add_argument("--rounds", type=int, default=None, help="paired rounds per measurement")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default: float32)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face contenders")
+    parser.add_argument("--out", type=Path, default=Path("bench-output/bench.json"), help="where to write the JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..bench import format_table, run_suite
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: no CUDA device is available here")
+    results = run_suite(args.only, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
+                        dtype=args.dtype, hf=not args.no_hf)
+    print(format_table(results))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"results written to {args.out}")
+    return 0
