@@ -1,0 +1,123 @@
+"""The CLI verbs demo, train, eval and sample: the lesson's result, a train -> eval -> sample round, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from glassformer.cli import build_parser, main
+
+CORPUS = "The quick brown fox jumps over the lazy dog.\nPack my box with five dozen liquor jugs.\n" * 6
+TINY = ["--block_size", "8", "--batch_size", "4", "--max_steps", "4", "--eval_every", "2", "--progress", "false",
+        "--device", "cpu", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
+        "--model.d_ff", "32"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_demo_runs_the_tiny_char_lm_lesson(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "generated: '春天来了，花开了。" in printed
+    result = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert result["generation"]["text"].startswith("春天来了，花开了。")
+    assert result["final_train_token_accuracy"] >= 0.9
+    for key in ("torch_version", "lines", "corpus", "vocab", "configuration", "window_count", "shapes",
+                "shift_example", "norm_example", "causal_earlier_logits_max_diff", "history"):
+        assert key in result
+    assert result["window_count"] == 24 and len(result["vocab"]) == 18
+    assert result["causal_earlier_logits_max_diff"] == 0.0
+    assert result["history"][0]["step"] == 0 and result["history"][-1]["step"] == 320
+    assert result["history"][-1]["train_loss"] < 0.2 < result["history"][0]["train_loss"]
+    first = result["generation"]["steps"][0]
+    assert first["chosen"] == "花" and len(first["top4"]) == 4 and first["top4"][0]["char"] == "花"
+    assert result["checkpoint"]["reload_max_logit_diff"] == 0.0
+    for name in ("loss_curve.png", "attention_layer1.png", "attention_layer2.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_lesson2_is_still_reachable():
+    args = build_parser().parse_args(["demo", "--lesson2"])
+    assert args.lesson2 and args.verb == "demo"
+
+
+@pytest.mark.parametrize("verb", ["demo", "train", "eval", "sample"])
+def test_help(verb, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([verb, "--help"])
+    assert exit_.value.code == 0 and "usage: glassformer " + verb in capsys.readouterr().out
+
+
+def test_train_eval_sample(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"data: {corpus}\nlr: 3.0e-3\nmodel:\n  pos: learned\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["train", "--config", str(recipe), "--out_dir", str(out), *TINY]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert summary["step"] == 4 and summary["stopped"] == "done"
+    assert json.loads((out / "last" / "config.json").read_text())["pos"] == "learned"
+
+    assert main(["eval", str(out / "best"), "--data", str(corpus)]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["objective"] == "clm" and metrics["val_tokens"] == len(CORPUS) - 1
+    assert metrics["val_bits_per_char"] > 0
+
+    assert main(["sample", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--seed", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("The ") and len(text.rstrip("\n")) >= 4
+    assert main(["sample", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--greedy"]) == 0
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("glassformer: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    (b"", "is empty"),
+    ("café\n".encode("latin-1"), "is not UTF-8 text"),
+    (b"tiny\n", "has 5 tokens, fewer than one window of block_size \\+ 1 = 9"),
+])
+def test_bad_corpus(tmp_path, capsys, content, message):
+    corpus = tmp_path / "corpus.txt"
+    if content is not None:
+        corpus.write_bytes(content)
+    err = _error(capsys, ["train", "--data", str(corpus), "--out_dir", str(tmp_path / "o"), "--val_fraction", "0",
+                          *TINY])
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--learning_rate", "1"], "unknown config key(s) ['learning_rate']"),
+    (["--model.widht", "3"], "unknown model config key(s) ['widht']"),
+    (["--batch_size", "0"], "batch_size must be >= 1, got 0"),
+    (["--lr", "-1"], "lr must be > 0, got -1.0"),
+    (["--block_size", "many"], "block_size must be a number (int), got 'many'"),
+    (["--model.n_heads", "3"], "d_model=16 must be divisible by n_heads=3"),
+    (["--objective", "gan"], "objective must be one of"),
+])
+def test_bad_config(tmp_path, capsys, overrides, message):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    err = _error(capsys, ["train", "--data", str(corpus), "--out_dir", str(tmp_path / "o"), *TINY, *overrides])
+    assert message in err, err
+
+
+def test_bad_config_file_and_checkpoint(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("lr: [1, 2\n", encoding="utf-8")
+    assert "is not valid YAML" in _error(capsys, ["train", "--config", str(tmp_path / "bad.yaml")])
+    assert "config file" in _error(capsys, ["train", "--config", str(tmp_path / "missing.yaml")])
+    assert "needs data" in _error(capsys, ["train"])
+    assert "does not exist" in _error(capsys, ["eval", str(tmp_path / "nope"), "--data", "x.txt"])
+    assert "does not exist" in _error(capsys, ["sample", str(tmp_path / "nope")])
