@@ -32,5 +32,5 @@ def test_plot_attention_renders_cjk_without_missing_glyphs(tmp_path):
 
 def test_plot_attention_checks_labels(tmp_path):
     attn = [torch.rand(1, 2, 4, 4)]
-    with pytest.raises(ValueError, match="got 4 query and 3 key labels"):
+    with pytest.raises(ValueError, match=r"got 3 query and 3 key labels for weights of shape \(Tq=4, Tk=4\)"):
         plot_attention(attn, list("abc"), tmp_path / "x.png")
