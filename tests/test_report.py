@@ -222,3 +222,9 @@ def test_cli_inspect_reads_a_hugging_face_folder(tmp_path):
     (view,) = data["views"]
     assert view["query_tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
     assert (view["n_layers"], view["n_heads"]) == (6, 12) and data["structure"] == "encoder-only (bidirectional)"
+
+
+def test_generation_table_shows_whitespace_tokens():
+    from glassformer.viz.report import _shown
+
+    assert [_shown(t) for t in ("\n", "  ", " the", "<b>")] == ["↵", "␣␣", " the", "&lt;b&gt;"]

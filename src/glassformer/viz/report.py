@@ -351,17 +351,22 @@ def _table(rows: list[tuple[str, str]], cls: str, head: tuple[str, str]) -> str:
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
+def _shown(token: str) -> str:
+    """A token with its whitespace made visible (as the page's script does): ↵ ⇥, and ␣ for spaces alone."""
+    token = token.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    return html.escape(token.replace(" ", "␣") if token and not token.strip(" ") else token)
+
+
 def _generation_html(gen: dict[str, Any]) -> str:
     rows = []
-    for n, step in enumerate(gen["steps"]):
+    for n, step in enumerate(gen["steps"], start=1):
         cells = []
         for cand in step["candidates"]:
             chosen = " gf-chosen" if cand["id"] == step["chosen"] else ""
-            label = html.escape(cand["label"])
             bar = f'<span class="gf-bar" style="width:{100 * cand["p"]:.1f}%"></span>'
-            cells.append(f'<td class="gf-cand{chosen}" title="id {cand["id"]}">{bar}<code>{label}</code> '
-                         f'{cand["p"]:.3f}</td>')
-        chosen_label = html.escape(step["chosen_label"])
+            cells.append(f'<td class="gf-cand{chosen}" title="id {cand["id"]}">{bar}<span class="gf-cand-text">'
+                         f'<code>{_shown(cand["label"])}</code> {cand["p"]:.3f}</span></td>')
+        chosen_label = _shown(step["chosen_label"])
         rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>'
                     f'{"".join(cells)}</tr>')
     head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))

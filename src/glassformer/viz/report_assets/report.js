@@ -290,8 +290,8 @@
     const measure = document.createElement("canvas").getContext("2d");
     measure.font = fontSpec;
     const labels = cell >= 8;
-    const widest = labels ? Math.min(140, Math.max(...spec.query_tokens.concat(spec.key_tokens)
-      .map((t) => measure.measureText(shown(t)).width)) + 8) : 4;
+    const widest = labels ? Math.min(140, Math.max(16, ...spec.query_tokens.concat(spec.key_tokens)
+      .map((t) => measure.measureText(shown(t)).width)) + 10) : 4;
     const left = widest, top = widest, w = W.Tk * cell, hgt = W.Tq * cell;
     const dpr = window.devicePixelRatio || 1;
     const canvas = el("canvas", { class: "gf-zoom-canvas" });
