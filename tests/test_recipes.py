@@ -3,6 +3,7 @@ stand-in corpora laid out like the real ones), so none of them rots. No network:
 
 import gzip
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,13 @@ def test_sequence_task_batches():
     assert torch.equal(causal.global_batch(5, 8)["ids"], task.global_batch(5, 8)["ids"])
     with pytest.raises(ValueError, match="alphabet"):
         SequenceTask(alphabet="ab=")
+
+
+@pytest.mark.parametrize("script", ["10_tiny_char_lm.py", "11_objective_mlm.py", "13_objective_seq2seq.py",
+                                    pytest.param("12_objective_prefix.py", marks=pytest.mark.slow)])
+def test_objective_lessons_run(script, capsys):
+    runpy.run_path(str(CONFIGS.parent / "examples" / script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert {"10_tiny_char_lm.py": "greedy continuation of '春天来了，': '春天来了，花开了。",
+            "11_objective_mlm.py": "-> 'c':", "13_objective_seq2seq.py": "exactly right",
+            "12_objective_prefix.py": "sort     causal LM"}[script] in out
