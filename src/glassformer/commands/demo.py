@@ -152,7 +152,7 @@ def tiny_char_lm(out: str | Path, steps: int = STEPS, progress: bool = True) -> 
     for layer in range(config.n_layers):
         files[f"attention_layer{layer + 1}"] = str(plot_attention(
             attention, pieces, out / f"attention_layer{layer + 1}.png", layers=[layer],
-            title=f"layer {layer + 1} attention on {LINES[0]!r}"))
+            title=f"attention on {LINES[0]!r}"))
 
     result = {
         "torch_version": torch.__version__, "device": "cpu", "lines": LINES, "corpus": corpus,
