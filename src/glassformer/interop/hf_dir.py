@@ -7,9 +7,6 @@ writes a folder that ``transformers.AutoModel...from_pretrained`` and ``AutoToke
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..fileio import atomic_directory
 from ..models import EncoderDecoder, TransformerLM
 from ..tokenizers import Tokenizer
 from ..tokenizers.hf import HFTokenizer
@@ -133,22 +131,10 @@ def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path)
         hf_config.update(decoder_start_token_id=special.get("eos"), forced_bos_token_id=None,
                          forced_eos_token_id=None)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with atomic_directory(path) as temp:
         (temp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
         weights = {name: t.detach().to("cpu").contiguous() for name, t in state.items()}
         save_file(weights, str(temp / "model.safetensors"), metadata={"format": "pt"})
         if hf_tokenizer is not None:
             hf_tokenizer.save_hf(temp)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
-        os.replace(temp, path)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp)
     return path

@@ -13,10 +13,7 @@ crash while saving leaves the previous checkpoint intact.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..config import ModelConfig
+from ..fileio import atomic_directory
 from ..models import build_model
 from ..tokenizers import Tokenizer
 
@@ -63,10 +61,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
         The checkpoint path.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = unwrap(model)
-    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with atomic_directory(path) as temp:
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         save_file(weights, str(temp / WEIGHTS), metadata={"format": "pt"})
         model.config.to_json(temp / CONFIG)
@@ -75,16 +71,6 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
             (temp / TRAINING).write_text(json.dumps(training, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         if train_state is not None:
             torch.save(train_state, temp / STATE)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
-        os.replace(temp, path)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp)
     return path
 
 
