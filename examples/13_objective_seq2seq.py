@@ -19,7 +19,7 @@ from glassformer.training import batch_loss
 
 DE = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun"]
 EN = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-STEPS, BATCH = 400, 32
+STEPS, BATCH = 300, 32
 
 
 def pair(rng: random.Random) -> tuple[str, str]:
