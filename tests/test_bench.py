@@ -101,3 +101,13 @@ def test_cli_writes_json(tiny_size, tmp_path, capsys):
 def test_cli_errors(argv, message, capsys):
     assert main(["bench", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_scaling_context_points_keep_tokens_per_step():
+    from glassformer.bench.scaling import SERIES, _point
+
+    small = SIZES["small"]
+    for block in SERIES["context"][1]:
+        point = _point(small, "block", block)
+        assert (point.block, point.batch * point.block) == (block, small.batch * small.block)
+    assert _point(small, "d_model", 256).d_model == 256

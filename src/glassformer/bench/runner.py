@@ -6,16 +6,19 @@ import datetime
 import importlib.util
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .generate import CASES, bench_decode_compile, bench_generate
+from .scaling import bench_scaling
 from .setups import SIZES
 from .train import bench_train, bench_train_compile
 from .transparency import bench_transparency
 
-PARTS = ("train", "gen", "attn", "compile")
+PARTS = ("train", "gen", "attn", "compile", "scaling")
+DEFAULT_PARTS = PARTS[:4]  # "scaling" only when asked for
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -42,20 +45,22 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_suite(parts: tuple[str, ...] = PARTS, sizes: tuple[str, ...] = tuple(SIZES), *, quick: bool = False,
+def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = tuple(SIZES), *, quick: bool = False,
               rounds: int | None = None, device: str = "cpu", dtype: str = "float32",
-              hf: bool = True) -> dict[str, Any]:
+              hf: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the chosen parts of the suite; return everything as a JSON-ready dict.
 
     Args:
         parts: any of "train" (throughput, memory, MFU vs Hugging Face), "gen" (greedy generation vs
             Hugging Face), "attn" (return_attn=True vs fused), "compile" (torch.compile's first call
-            and steady-state gain, training and decoding).
+            and steady-state gain, training and decoding), "scaling" (training tokens/s as context,
+            batch and width grow; glassformer only).
         sizes: names in ``SIZES`` ("small", "baby"); generation and compile use the last one.
         quick: fewer rounds, batch-1 generation only: a smoke run of a minute or two.
         rounds: override the number of paired rounds of every part.
         device, dtype: e.g. "cuda" and "bfloat16" on a GPU.
         hf: include the Hugging Face contenders (needs ``transformers``).
+        progress: called with a part's name when it is done (the CLI prints it).
     Returns:
         {"machine": ..., "settings": ..., "train": {size: ...}, "gen": ..., "attn": {size: ...}, "compile": ...}
         with only the parts asked for.
@@ -84,19 +89,31 @@ def run_suite(parts: tuple[str, ...] = PARTS, sizes: tuple[str, ...] = tuple(SIZ
         contenders = ("glassformer", "glassformer-gelu", "hf") if hf else ("glassformer", "glassformer-gelu")
         results["train"] = {s: bench_train(SIZES[s], rounds=n, calls=calls, contenders=contenders, matmul_n=matmul_n,
                                            device=device, dtype=torch_dtype) for s in sizes}
+        _done(progress, "train")
     if "gen" in parts:
         cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
         results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
                                         dtype=torch_dtype)
+        _done(progress, "gen")
     if "attn" in parts:
         results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device, dtype=torch_dtype)
                            for s in sizes}
+        _done(progress, "attn")
     if "compile" in parts:
         results["compile"] = {
             "train": bench_train_compile(SIZES[sizes[0]], rounds=n, calls=calls, device=device, dtype=torch_dtype),
             "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, dtype=torch_dtype)}
+        _done(progress, "compile")
+    if "scaling" in parts:
+        results["scaling"] = bench_scaling(SIZES[sizes[0]], rounds=n, device=device, dtype=torch_dtype)
+        _done(progress, "scaling")
     results["machine"]["load_1min_after"] = machine().get("load_1min")
     return results
+
+
+def _done(progress: Callable[[str], None] | None, part: str) -> None:
+    if progress is not None:
+        progress(part)
 
 
 def _row(cells: list[str]) -> str:
@@ -140,4 +157,9 @@ def format_table(results: dict[str, Any]) -> str:
                  f"{r['tokens_per_s']['compiled']:,.0f}", f"{r['gain']:.2f}x"]
                 for part, r in results["compile"].items()]
         lines += _table(["path", "first call", "eager tokens/s", "compiled tokens/s", "gain"], rows)
+    if "scaling" in results:
+        lines.append("training tokens/s as one thing grows (glassformer; context series keeps 2048 tokens per step)")
+        rows = [[series, r["field"], ", ".join(f"{v}: {tps:,.0f}" for v, tps in r["tokens_per_s"].items())]
+                for series, r in results["scaling"].items()]
+        lines += _table(["series", "field", "value: tokens/s"], rows)
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -17,12 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Time training (tokens/s, peak memory, MFU), greedy generation, return_attn=True and "
                     "torch.compile, each side by side with Hugging Face GPT-2 in paired interleaved rounds; "
                     "print Markdown tables and write the numbers as JSON. See docs/benchmarks.md.")
-    parser.add_argument("--only", type=_names, default=("train", "gen", "attn", "compile"), metavar="PARTS",
-                        help="comma-separated parts: train, gen, attn, compile (default: all)")
+    parser.add_argument("--only", type=_names, default=None, metavar="PARTS",
+                        help="comma-separated parts: train, gen, attn, compile, scaling "
+                             "(default: train, gen, attn, compile; --quick drops compile)")
     parser.add_argument("--sizes", type=_names, default=("small", "baby"), metavar="SIZES",
                         help="comma-separated model sizes: small, baby (default: both)")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer rounds, batch-1 generation only (a minute or two on a laptop CPU)")
+                        help="fewer rounds, batch-1 generation only, no compile (a minute or two on an idle CPU)")
     parser.add_argument("--rounds", type=int, default=None, help="paired rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default: float32)")
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..bench import format_table, run_suite
+    from ..bench.runner import DEFAULT_PARTS
 
     if args.threads is not None:
         if args.threads < 1:
@@ -43,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: no CUDA device is available here")
-    results = run_suite(args.only, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
-                        dtype=args.dtype, hf=not args.no_hf)
+    parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
+    results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
+                        dtype=args.dtype, hf=not args.no_hf,
+                        progress=lambda part: print(f"bench: {part} done", file=sys.stderr, flush=True))
     print(format_table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,52 @@
+"""How a training step's cost grows with context length, batch and width (glassformer only).
+
+Each series changes one thing of the *small* size and times training steps, paired across the
+series' points, so the shape of the curve survives a drifting load. The FLOP count per token is
+6N + 12·L·T·d: the parameter term is flat in T and B, the attention term grows with T, and N grows
+with d², so tokens/s should be flat in batch (once the matmuls are big enough), fall slowly with
+T, and fall about as 1/d² with width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from .setups import SIZES, Size, glass_model
+from .timing import paired
+from .train import make_optimizer, train_step
+
+SERIES: dict[str, tuple[str, tuple[int, ...]]] = {
+    "context": ("block", (64, 128, 256, 512)),  # batch adjusted so every step has 2048 tokens
+    "batch": ("batch", (1, 4, 16, 32)),
+    "width": ("d_model", (64, 128, 256, 384)),
+}
+
+
+def _point(base: Size, field: str, value: int) -> Size:
+    if field == "block":
+        return replace(base, block=value, batch=max(1, base.batch * base.block // value))
+    return replace(base, **{field: value})
+
+
+def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 1,
+                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Training tokens/s of ``base`` with one of block, batch, d_model changed at a time.
+
+    Returns {series: {value: tokens_per_s}} for "context", "batch" and "width".
+    """
+    results: dict[str, Any] = {}
+    for series, (field, values) in SERIES.items():
+        steps, tokens = {}, {}
+        for value in values:
+            size = _point(base, field, value)
+            model = glass_model(size, device, dtype).train()
+            g = torch.Generator().manual_seed(0)
+            ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+            steps[str(value)] = train_step(model, make_optimizer(model, device), ids, ids.roll(-1, dims=1))
+            tokens[str(value)] = size.batch * size.block
+        timings = paired(steps, rounds=rounds, calls=calls, device=device)
+        results[series] = {"field": field, "tokens_per_s": {v: tokens[v] / t.median for v, t in timings.items()}}
+    return results
