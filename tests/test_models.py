@@ -287,3 +287,15 @@ def test_unknown_and_impossible_config_values():
         ModelConfig.preset("gpt5")
     with pytest.raises(TypeError, match="not both"):
         TransformerLM(ModelConfig(vocab_size=10), d_model=32)
+
+
+def test_default_init_starts_near_uniform_loss_for_every_embedding_choice():
+    """Tied output + unscaled embeddings once started at loss ~18 (logits √d too large)."""
+    ids = torch.randint(0, 65, (4, 32))
+    for scale in (True, False):
+        for tie in (True, False):
+            torch.manual_seed(0)
+            model = TransformerLM(vocab_size=65, d_model=128, n_heads=4, n_layers=2, d_ff=256,
+                                  scale_embeddings=scale, tie=tie)
+            loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+            assert loss < 2 * torch.log(torch.tensor(65.0)), (scale, tie, float(loss))

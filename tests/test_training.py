@@ -202,3 +202,10 @@ def test_seq2seq_trains(tmp_path):
 def test_batch_must_split_evenly(tmp_path):
     with pytest.raises(ValueError, match="batch_size=6 must be divisible by grad_accum=4"):
         config(tmp_path, "x", batch_size=6, grad_accum=4)
+
+
+def test_recipe_config_given_to_train_says_how_to_run_it():
+    from glassformer.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"this is a recipe config .*python -m glassformer.recipes FILE"):
+        TrainConfig.from_dict({"recipe": {"task": "lm"}, "max_steps": 2})

@@ -175,15 +175,19 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
     """Initialise parameters.
 
     ``init_std=None`` (the lessons): token embeddings N(0, 1/d) when scaled by √d (so they come out
-    near unit size) else N(0, 1); learned positions N(0, 0.02²·d) when scaled else N(0, 1); linear
-    layers keep torch's default. ``init_std=s`` (GPT-2): every linear weight and embedding N(0, s²),
-    biases 0, and the projections that write into the residual stream N(0, s²/(2L)).
+    near unit size) or tied to the output layer (so the first logits are near unit size), else N(0, 1);
+    learned positions N(0, 0.02²·d) when scaled else N(0, 1); linear layers keep torch's default.
+    ``init_std=s`` (GPT-2): every linear weight and embedding N(0, s²), biases 0, and the projections
+    that write into the residual stream N(0, s²/(2L)).
     """
     d = config.d_model
     if config.init_std is None:
         for module in model.modules():
             if isinstance(module, Embedder):
-                nn.init.normal_(module.tok.weight, std=d ** -0.5 if config.scale_embeddings else 1.0)
+                # N(0, 1/d) whenever the vectors come out near unit size: scaled by √d on the way in,
+                # or (tied) used as the output layer, where N(0, 1) would start with logits √d too large
+                small = config.scale_embeddings or config.tie
+                nn.init.normal_(module.tok.weight, std=d ** -0.5 if small else 1.0)
                 for table in (module.pos, module.dec_pos):
                     if table is not None:
                         nn.init.normal_(table.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)

@@ -111,6 +111,9 @@ class TrainConfig:
         """Build and validate; an unknown key is a ValueError naming it."""
         if not isinstance(data, dict):
             raise TypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
+        if "recipe" in data:
+            raise ValueError("this is a recipe config (it has a 'recipe:' section): run it with "
+                             "`python -m glassformer.recipes FILE`")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
