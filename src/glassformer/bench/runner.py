@@ -81,7 +81,7 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     torch_dtype = DTYPES[dtype]
     n = rounds or (3 if quick else 5)
     calls = 1 if quick else 2
-    matmul_n = 4096 if torch.device(device).type == "cuda" else 1024
+    matmul_n = 4096 if torch.device(device).type == "cuda" else 2048
     results: dict[str, Any] = {"machine": machine(), "settings": {
         "parts": list(parts), "sizes": list(sizes), "quick": quick, "rounds": n, "device": device, "dtype": dtype}}
     last = SIZES[sizes[-1]]
