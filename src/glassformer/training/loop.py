@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..tokenizers import Tokenizer
+from ..viz.plots import plot_losses
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import DistInfo, all_reduce_sum, init_distributed
@@ -67,31 +68,6 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     if char_level:
         out["val_bits_per_char"] = loss / math.log(2)
     return out
-
-
-def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
-    """Write train and validation loss against step as a PNG (matplotlib, no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
-        points = [(h["step"], h[key]) for h in history if key in h]
-        if points:
-            ax.plot(*zip(*points, strict=True), style, label=key.replace("_", " "), markersize=3)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 class Trainer:

@@ -1,9 +1,10 @@
-"""plot_attention: attention weights as a grid of heatmaps (layers x heads), written to PNG."""
+"""PNG plots: attention weights as a grid of heatmaps (layers x heads), and loss curves."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,6 +22,43 @@ def cjk_font_families() -> list[str]:
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
     return ["DejaVu Sans"] + [name for name in CJK_FONTS if name in installed][:1]
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Lay out, write as PNG (creating folders) and close ``fig``."""
+    plt = _pyplot()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
+    """Write train and validation loss against step as a PNG (matplotlib, no display needed)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, label=key.replace("_", " "), markersize=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
 
 
 def plot_attention(
@@ -47,11 +85,7 @@ def plot_attention(
     Returns:
         The path written.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     per_layer = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     if not per_layer or any(w is None or w.dim() != 4 for w in per_layer):
         raise ValueError("weights must be (B, h, Tq, Tk) tensors, one per layer (use return_attn=True)")
@@ -82,9 +116,4 @@ def plot_attention(
                     ax.set_yticks([])
         if title:
             fig.suptitle(title)
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return path
+        return _save(fig, path)
