@@ -6,11 +6,11 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
 from ..nn.block import TransformerBlock
+from ..nn.feedforward import activate
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 
@@ -118,16 +118,16 @@ class Embedder(nn.Module):
         ``decoder`` selects the decoder's own position table and norm when ``split_positions``.
         """
         own = decoder and self.dec_pos is not None
-        table, norm = (self.dec_pos, self.dec_norm) if own else (self.pos, self.norm)
+        learned, norm = (self.dec_pos, self.dec_norm) if own else (self.pos, self.norm)
         x = self.tok(ids) * self.scale  # (B, T, d)
         if self.pos_type == "sinusoidal":
-            table = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
-            x = x + table[positions].to(x.dtype)
+            sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
+            x = x + sinusoid[positions].to(x.dtype)
         elif self.pos_type == "learned":
             if end > self.max_len:
                 raise ValueError(f"sequence of {end} positions is longer than max_len={self.max_len} "
                                  "(learned positions exist only up to max_len)")
-            x = x + table(positions + self.pos_offset)
+            x = x + learned(positions + self.pos_offset)
         if self.types is not None:
             x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)
         if norm is not None:
@@ -161,14 +161,7 @@ class HeadTransform(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., d) -> (..., d)."""
-        x = self.dense(hidden)
-        if self.activation == "relu":
-            x = F.relu(x)
-        elif self.activation == "silu":
-            x = F.silu(x)
-        else:
-            x = F.gelu(x, approximate="tanh" if self.activation == "gelu_tanh" else "none")
-        return self.norm(x)
+        return self.norm(activate(self.activation, self.dense(hidden)))
 
 
 def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:

@@ -9,6 +9,19 @@ from torch import nn
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
+def activate(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Apply the non-linearity ``name``; a gated name ("swiglu", "geglu") gives its gate's function."""
+    if name == "relu":
+        return F.relu(x)
+    if name in ("gelu", "geglu"):
+        return F.gelu(x)
+    if name == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    if name in ("silu", "swiglu"):
+        return F.silu(x)
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+
+
 class FeedForward(nn.Module):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
@@ -34,19 +47,10 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def _act(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation == "relu":
-            return F.relu(x)
-        if self.activation in ("gelu", "geglu"):
-            return F.gelu(x)
-        if self.activation == "gelu_tanh":
-            return F.gelu(x, approximate="tanh")
-        return F.silu(x)  # "silu" and "swiglu"
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
         if self.gate is not None:
-            hidden = self._act(self.gate(x)) * self.up(x)  # (..., d_ff)
+            hidden = activate(self.activation, self.gate(x)) * self.up(x)  # (..., d_ff)
         else:
-            hidden = self._act(self.up(x))  # (..., d_ff)
+            hidden = activate(self.activation, self.up(x))  # (..., d_ff)
         return self.dropout(self.down(hidden))
