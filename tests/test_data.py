@@ -169,3 +169,13 @@ def test_global_batch_depends_only_on_step():
     s2s = Seq2SeqBatches(pairs, pairs[:3], tok.pad_id, seed=0)
     assert torch.equal(s2s.global_batch(5, 4)["src"], s2s.global_batch(5, 4)["src"])
     assert sum(int((b["labels"] != IGNORE).sum()) for b in s2s.eval_batches(2)) == 2 + 3 + 4  # targets y, yy, yyy + eos
+
+
+def test_length_batches_sort_pairs_by_target_then_source_length():
+    lengths = [(t, s) for t in (3, 1, 2) for s in (5, 4, 6, 1)]  # (target, source) lengths of 12 pairs
+    batches = length_batches(lengths, 4, torch.Generator().manual_seed(0))
+    assert sorted(i for b in batches for i in b) == list(range(12))
+    for b in batches:  # one target length per batch, sources in order within it
+        assert len({lengths[i][0] for i in b}) == 1
+        assert [lengths[i][1] for i in b] == sorted(lengths[i][1] for i in b)
+

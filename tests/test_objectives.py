@@ -82,3 +82,9 @@ def test_objective_needs_matching_model():
         check_model_for("mlm", causal)
     with pytest.raises(ValueError, match="needs model arch='encoder-decoder'"):
         check_model_for("seq2seq", causal)
+
+
+def test_token_loss_can_skip_the_accuracy_argmax():
+    logits, labels = torch.randn(2, 3, 7), torch.tensor([[1, 2, IGNORE], [0, 6, 5]])
+    assert token_loss(logits, labels, count_correct=False).correct is None
+    assert int(token_loss(logits, labels).count) == 5

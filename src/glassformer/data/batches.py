@@ -89,7 +89,7 @@ class Seq2SeqBatches:
 
     def _batches(self, epoch: int, batch_size: int) -> list[list[int]]:
         if self._epoch is None or self._epoch[:2] != (epoch, batch_size):
-            lengths = [len(s) + len(t) for s, t in self.train]
+            lengths = [(len(t), len(s)) for s, t in self.train]  # target first: see length_batches
             full = [b for b in length_batches(lengths, batch_size, step_generator(self.seed, -1 - epoch))
                     if len(b) == batch_size]
             if not full:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -91,15 +92,21 @@ def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) 
             "labels": labels}
 
 
-def length_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
-                   pool_batches: int = 50) -> list[list[int]]:
-    """Index batches of similar length, for little padding: shuffle, sort within pools of
-    ``pool_batches`` batches, cut into batches, shuffle the batches. Every index appears once;
-    the last batch may be smaller."""
+def length_batches(lengths: Sequence[Any], batch_size: int, generator: torch.Generator,
+                   pool_batches: int | None = None) -> list[list[int]]:
+    """Index batches of similar length, for little padding: shuffle, sort by ``lengths`` (ties stay
+    in shuffled order), cut into batches, shuffle the batches. Every index appears once; the last
+    batch may be smaller.
+
+    ``lengths`` may hold tuples: pairs are sorted by (target length, source length), so that both
+    sides of a batch need little padding (Multi30k: 0.5% of target and 10% of source positions are
+    padding, against 17% and 19% when sorting by the sum). ``pool_batches``: sort only within pools
+    of that many batches (more variety between epochs, more padding); None sorts the whole set.
+    """
     order = torch.randperm(len(lengths), generator=generator).tolist()
-    pool = batch_size * pool_batches
+    pool = len(order) if pool_batches is None else batch_size * pool_batches
     batches = []
-    for start in range(0, len(order), pool):
+    for start in range(0, len(order), max(pool, 1)):
         chunk = sorted(order[start:start + pool], key=lambda i: lengths[i])
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]

@@ -196,7 +196,7 @@ class Trainer:
             sync = i == len(micro) - 1 or not self.dist.distributed
             with (contextlib.nullcontext() if sync else self.train_model.no_sync()), torch.autocast(
                     self.dist.device.type, dtype=torch.bfloat16, enabled=self.autocast_dtype is not None):
-                parts = batch_loss(self.train_model, mb, config.label_smoothing)
+                parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False)
             (parts.loss_sum * scale).backward()
             loss_sum += parts.loss_sum.detach().double()
         if config.grad_clip > 0:

@@ -20,14 +20,16 @@ OBJECTIVE_ATTN = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}  
 
 @dataclass
 class LossParts:
-    """Summed loss over counted positions, their number, and how many the argmax got right (tensors)."""
+    """Summed loss over counted positions, their number, and how many the argmax got right (tensors;
+    ``correct`` is None when not asked for)."""
 
     loss_sum: torch.Tensor
     count: torch.Tensor
-    correct: torch.Tensor
+    correct: torch.Tensor | None
 
 
-def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> LossParts:
+def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
+               count_correct: bool = True) -> LossParts:
     """Cross-entropy over the positions with a label (labels == -100 take no part).
 
     With label smoothing ε (Szegedy et al. 2016; the 2017 Transformer used 0.1) each position's loss
@@ -35,6 +37,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
 
     Args:
         logits: (..., V) scores; labels: (...) ids or -100.
+        count_correct: also count argmax hits (an argmax over the vocabulary: training skips it).
     Returns:
         LossParts with the summed loss (float32 scalar), the count and the number correct.
     """
@@ -45,7 +48,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
     loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE, reduction="sum",
                                label_smoothing=label_smoothing)
     counted = flat_labels != IGNORE
-    correct = ((flat_logits.argmax(-1) == flat_labels) & counted).sum()
+    correct = ((flat_logits.argmax(-1) == flat_labels) & counted).sum() if count_correct else None
     return LossParts(loss_sum, counted.sum(), correct)
 
 
@@ -62,9 +65,10 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
     return model(batch["ids"])
 
 
-def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0) -> LossParts:
+def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0,
+               count_correct: bool = True) -> LossParts:
     """:func:`token_loss` of the model's logits on ``batch`` against its labels."""
-    return token_loss(forward_logits(model, batch), batch["labels"], label_smoothing)
+    return token_loss(forward_logits(model, batch), batch["labels"], label_smoothing, count_correct)
 
 
 def check_model_for(objective: str, model: nn.Module) -> None:
