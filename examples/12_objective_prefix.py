@@ -1,10 +1,12 @@
-"""Lesson 2 · objectives 3: the prefix-LM, next to a causal LM of the same size, on reverse and sort.
+"""Lesson 2 · objectives 3: the prefix-LM, next to a causal LM of the same size, on reverse, sort and count.
 
 Run: python examples/12_objective_prefix.py   (seconds on an idle CPU)
 An example is "cab=bac.": the prefix "cab=" is read both ways by the prefix-LM (one-way by the causal
 LM), and only "bac." is predicted. The script prints the mask of one example, then trains both
 models with the same seed, steps and size, and prints how many held-out inputs each maps exactly right.
-The full-size comparison (configs/prefix_reverse.yaml) and its figures are in docs/results.md.
+"count" ("abcab=11000.": does each symbol occur again later?) needs look-ahead inside the input: that
+is where reading the prefix both ways pays. The full-size comparisons (configs/prefix_lookahead.yaml,
+configs/prefix_reverse.yaml) and their figures are in docs/results.md.
 """
 
 import torch
@@ -25,7 +27,7 @@ if __name__ == "__main__":
         print(f"  {char}  {' '.join(map(str, row))}")
     print(f"labels (predicted only after the prefix): {example['labels'][0].tolist()}\n")
 
-    for kind in ("reverse", "sort"):
+    for kind in ("reverse", "sort", "count"):
         for objective in ("prefix", "clm"):
             task = SequenceTask(kind, objective, alphabet="abcdef", min_len=3, max_len=6, eval_examples=128)
             torch.manual_seed(0)

@@ -28,6 +28,7 @@ SHORTEN = {
     "multi30k_de_en.yaml": ["--block_size", "24", "--model.n_enc", "1", "--model.n_dec", "1",
                             "--tokenizer_vocab_size", "300", "--recipe.beams", "[2]", "--recipe.test_split", "val"],
     "prefix_reverse.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
+    "prefix_lookahead.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
 }
 VERSE = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
          "ROMEO:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n\n")
@@ -122,6 +123,20 @@ def test_sequence_task_batches():
     assert torch.equal(causal.global_batch(5, 8)["ids"], task.global_batch(5, 8)["ids"])
     with pytest.raises(ValueError, match="alphabet"):
         SequenceTask(alphabet="ab=")
+
+
+def test_count_task_counts_later_copies():
+    again = SequenceTask("count", "prefix", alphabet="abc")  # max_count=1: "does it occur again later?"
+    assert again.answer("abcab") == "11000" and again.answer("aaaa") == "1110"
+    capped = SequenceTask("count", alphabet="abc", max_count=2)
+    assert capped.answer("aaaab") == "22100"
+    batch = again.batch(["aba"])
+    assert again.tokenizer.decode(batch["ids"][0].tolist()).startswith("aba=100.")
+    assert batch["prefix_len"].tolist() == [4]
+    with pytest.raises(ValueError, match="must not contain any"):
+        SequenceTask("count", alphabet="ab1")
+    with pytest.raises(ValueError, match=r"max_count must be an int in \[1, 9\], got 0"):
+        SequenceTask("count", max_count=0)
 
 
 @pytest.mark.parametrize("script", ["10_tiny_char_lm.py", "11_objective_mlm.py", "13_objective_seq2seq.py",

@@ -172,7 +172,8 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
 
 def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
     """Train the same TransformerLM twice on the sequence task, as a prefix-LM and as a causal LM."""
-    options = {k: spec[k] for k in ("kind", "alphabet", "min_len", "max_len", "eval_examples") if k in spec}
+    keys = ("kind", "alphabet", "min_len", "max_len", "eval_examples", "max_count")
+    options = {k: spec[k] for k in keys if k in spec}
     found = {}
     for objective in ("prefix", "clm"):
         task = SequenceTask(objective=objective, seed=config.seed, **options)

@@ -1,10 +1,19 @@
-"""A task where the input must be read both ways: reverse (or sort) a sequence given as the prefix.
+"""Tasks where the output is written after the whole input is read, given as the prefix.
 
-An example is ``x = y.``: ``x`` is a random string of 4-16 symbols, ``y`` its reversal (or its sorted
-form), ``.`` the end. The loss covers only ``y.``. A prefix-LM reads ``x =`` bidirectionally (each input
-symbol can see the end of the input, hence its distance from it); a causal LM reads it left to right.
-Both are the same TransformerLM with the same size: only the mask differs. Which learns the task
-faster is measured in docs/results.md (at the sizes tried there, the causal LM).
+An example is ``x = y.``: ``x`` is a random string of 4-16 symbols, ``.`` the end, and ``y``
+
+- ``reverse``: ``x`` reversed (``cab=bac.``);
+- ``sort``: ``x`` sorted (``cab=abc.``);
+- ``count``: for each symbol of ``x``, how many times it occurs *later* in ``x``, capped at
+  ``max_count`` (a digit): ``abab=1100.``. With ``max_count=1`` (the default) this asks "does this
+  symbol occur again later?".
+
+The loss covers only ``y.``. A prefix-LM reads ``x =`` bidirectionally; a causal LM reads it left to
+right. Both are the same TransformerLM with the same size: only the mask differs. ``count`` is where
+that matters: in a prefix-LM each input symbol can count its later copies in the first layer, and an
+output step has only to fetch that count; a causal LM's input symbols cannot see what follows them,
+so its output steps must find the symbol and then count, one more hop. Reversal and sorting need no
+look-ahead inside the input, and there the causal LM learns as fast or faster (docs/results.md).
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from ..data import IGNORE, step_generator
 from ..generation import generate
 from ..tokenizers import CharTokenizer
 
-KINDS = ("reverse", "sort")
+KINDS = ("reverse", "sort", "count")
+DIGITS = "0123456789"
 SEPARATOR, END = "=", "."
 
 
@@ -30,31 +40,39 @@ class SequenceTask:
     input length + 1 (the separator). The batch of step s depends only on (seed, s).
 
     Args:
-        kind: "reverse" or "sort".
+        kind: "reverse", "sort" or "count".
         objective: "prefix" (prefix-LM) or "clm" (causal LM).
-        alphabet: the symbols (single characters other than "=" and ".").
+        alphabet: the input symbols (single characters other than "=" and "."; no digits for "count").
         min_len, max_len: input lengths are uniform in [min_len, max_len].
         eval_examples: size of the fixed validation set.
+        max_count: "count" only: the largest count written (1-9).
     """
 
     def __init__(self, kind: str = "reverse", objective: str = "prefix", alphabet: str = "abcdefghij",
-                 min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512):
+                 min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512, max_count: int = 1):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if objective not in ("prefix", "clm"):
             raise ValueError(f"objective must be 'prefix' or 'clm', got {objective!r}")
         if not alphabet or SEPARATOR in alphabet or END in alphabet or len(set(alphabet)) != len(alphabet):
             raise ValueError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or not 1 <= max_count <= 9:
+            raise ValueError(f"max_count must be an int in [1, 9], got {max_count!r}")
+        if kind == "count" and any(c in DIGITS for c in alphabet):
+            raise ValueError(f"kind 'count' writes digits, so the alphabet must not contain any, got {alphabet!r}")
         if not 1 <= min_len <= max_len:
             raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-        self.kind, self.objective, self.seed = kind, objective, seed
+        self.kind, self.objective, self.seed, self.max_count = kind, objective, seed, max_count
         self.min_len, self.max_len, self.eval_examples = min_len, max_len, eval_examples
         self.alphabet = alphabet
-        self.tokenizer = CharTokenizer(list(alphabet + SEPARATOR + END))
+        outputs = DIGITS[:max_count + 1] if kind == "count" else ""
+        self.tokenizer = CharTokenizer(list(alphabet + outputs + SEPARATOR + END))
         self.block_size = 2 * max_len + 1
 
     def answer(self, text: str) -> str:
         """The output the task asks for, given an input string."""
+        if self.kind == "count":
+            return "".join(str(min(text[i + 1:].count(c), self.max_count)) for i, c in enumerate(text))
         return text[::-1] if self.kind == "reverse" else "".join(sorted(text))
 
     def inputs(self, count: int, generator: torch.Generator) -> list[str]:
