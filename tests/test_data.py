@@ -178,4 +178,5 @@ def test_length_batches_sort_pairs_by_target_then_source_length():
     for b in batches:  # one target length per batch, sources in order within it
         assert len({lengths[i][0] for i in b}) == 1
         assert [lengths[i][1] for i in b] == sorted(lengths[i][1] for i in b)
-
+    with pytest.raises(ValueError, match="pool_batches must be None or an int >= 1, got 0"):
+        length_batches(lengths, 4, torch.Generator().manual_seed(0), pool_batches=0)

@@ -98,15 +98,19 @@ def length_batches(lengths: Sequence[Any], batch_size: int, generator: torch.Gen
     in shuffled order), cut into batches, shuffle the batches. Every index appears once; the last
     batch may be smaller.
 
-    ``lengths`` may hold tuples: pairs are sorted by (target length, source length), so that both
-    sides of a batch need little padding (Multi30k: 0.5% of target and 10% of source positions are
-    padding, against 17% and 19% when sorting by the sum). ``pool_batches``: sort only within pools
-    of that many batches (more variety between epochs, more padding); None sorts the whole set.
+    ``lengths`` may hold tuples, compared in order: Seq2SeqBatches passes (target length, source
+    length) per pair, so that both sides of a batch need little padding (Multi30k: 0.5% of target
+    and 10% of source positions are padding, against 17% and 19% when sorting by the sum).
+    ``pool_batches``: sort only within pools of that many batches (more variety between epochs,
+    more padding); None sorts the whole set.
     """
+    if pool_batches is not None and (isinstance(pool_batches, bool) or not isinstance(pool_batches, int)
+                                     or pool_batches < 1):
+        raise ValueError(f"pool_batches must be None or an int >= 1, got {pool_batches!r}")
     order = torch.randperm(len(lengths), generator=generator).tolist()
-    pool = len(order) if pool_batches is None else batch_size * pool_batches
+    pool = max(len(order), 1) if pool_batches is None else batch_size * pool_batches
     batches = []
-    for start in range(0, len(order), max(pool, 1)):
+    for start in range(0, len(order), pool):
         chunk = sorted(order[start:start + pool], key=lambda i: lengths[i])
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
