@@ -11,6 +11,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..nn.block import TransformerBlock
 from ..nn.feedforward import activate
+from ..nn.linear import Linear
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 
@@ -132,7 +133,7 @@ class Embedder(nn.Module):
             x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)
         if norm is not None:
             x = norm(x)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x
 
     def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int, end: int):
         """(rope, bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
@@ -155,7 +156,7 @@ class HeadTransform(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
         self.activation = config.activation  # a plain one: "relu", "gelu", "gelu_tanh" or "silu"
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
 from ..nn.kv_cache import KVCache
+from ..nn.linear import Linear, linear
 from ..nn.masks import padding_mask
 from .common import Embedder, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
 
@@ -39,7 +39,7 @@ class EncoderDecoder(nn.Module):
         self.dec = make_blocks(config, config.n_dec, cross=True)
         self.enc_norm = final_norm(config)
         self.dec_norm = final_norm(config)
-        self.head = None if config.tie else nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
+        self.head = None if config.tie else Linear(config.d_model, config.vocab_size, bias=config.head_bias)
         self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.tie and config.head_bias else None
         init_weights(self, config, config.n_enc + config.n_dec)
 
@@ -114,7 +114,7 @@ class EncoderDecoder(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project decoder states (B, T, d) to vocabulary scores (B, T, V)."""
         if self.head is None:
-            return F.linear(hidden, self.emb.weight, self.logits_bias)
+            return linear(hidden, self.emb.weight, self.logits_bias)
         return self.head(hidden)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
 from ..nn.kv_cache import KVCache
+from ..nn.linear import Linear, linear
 from ..nn.masks import causal_mask, padding_mask, prefix_mask
 from .common import (
     Embedder,
@@ -52,7 +52,7 @@ class TransformerLM(nn.Module):
         self.embeddings = Embedder(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
-        self.head = None if config.tie else nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
+        self.head = None if config.tie else Linear(config.d_model, config.vocab_size, bias=config.head_bias)
         self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.tie and config.head_bias else None
         self.head_transform = HeadTransform(config) if config.head_transform else None
         init_weights(self, config, config.n_layers)
@@ -164,7 +164,7 @@ class TransformerLM(nn.Module):
         if self.head_transform is not None:
             hidden = self.head_transform(hidden)
         if self.head is None:
-            return F.linear(hidden, self.emb.weight, self.logits_bias)
+            return linear(hidden, self.emb.weight, self.logits_bias)
         return self.head(hidden)
 
     def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None,

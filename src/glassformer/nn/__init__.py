@@ -4,6 +4,7 @@ from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .block import TransformerBlock
 from .feedforward import FeedForward
 from .kv_cache import KVCache
+from .linear import Linear, linear, set_batched_matvec
 from .masks import causal_mask, padding_mask, prefix_mask
 from .norms import LayerNorm, RMSNorm
 from .positions import (
@@ -17,6 +18,7 @@ from .positions import (
 
 __all__ = [
     "scaled_dot_product_attention", "MultiHeadAttention", "TransformerBlock", "FeedForward", "KVCache",
+    "Linear", "linear", "set_batched_matvec",
     "causal_mask", "padding_mask", "prefix_mask", "LayerNorm", "RMSNorm", "LearnedPositions",
     "alibi_bias", "alibi_slopes", "apply_rope", "rope_angles", "sinusoidal_positions",
 ]

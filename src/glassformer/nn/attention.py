@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kv_cache import KVCache
+from .linear import Linear, linear
 from .masks import causal_mask
 from .positions import apply_rope
 
@@ -138,8 +139,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
         self.h, self.kv, self.hd = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.hd, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.hd, bias=bias)
+        self.o_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, t: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = t.shape
@@ -149,7 +150,7 @@ class MultiHeadAttention(nn.Module):
         """Keys and values for a source sequence ``kv`` (B, S, d) -> two (B, kv, S, hd) tensors."""
         dq = self.h * self.hd
         bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
-        k, v = F.linear(kv, self.qkv.weight[dq:], bias).split(self.kv * self.hd, dim=-1)
+        k, v = linear(kv, self.qkv.weight[dq:], bias).split(self.kv * self.hd, dim=-1)
         return self._heads(k, self.kv), self._heads(v, self.kv)
 
     def forward(
@@ -192,7 +193,7 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)
         else:
             bias_q = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(F.linear(x, self.qkv.weight[:dq], bias_q), self.h)
+            q = self._heads(linear(x, self.qkv.weight[:dq], bias_q), self.h)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:

@@ -48,12 +48,16 @@ class TransformerBlock(nn.Module):
 
     def _sublayer(self, x: torch.Tensor, norm: nn.Module,
                   fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]):
-        """Both norm placements in one place; ``fn`` maps a tensor to (output, weights)."""
+        """Both norm placements in one place; ``fn`` maps a tensor to (output, weights).
+
+        Dropout is the identity in eval mode, so it is only called while training (a decoding step
+        runs this twice per layer; the skipped calls are measurable there).
+        """
         if self.norm_first:
             y, w = fn(norm(x))
-            return x + self.dropout(y), w
+            return x + (self.dropout(y) if self.training else y), w
         y, w = fn(x)
-        return norm(x + self.dropout(y)), w
+        return norm(x + (self.dropout(y) if self.training else y)), w
 
     def forward(
         self,

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import Linear
+
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
@@ -33,7 +35,8 @@ class FeedForward(nn.Module):
         d_ff: hidden width.
         activation: one of "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu".
         bias: whether the linear maps have biases.
-        dropout: dropout on the output.
+        dropout: dropout on the hidden activations (as in ``torch.nn.TransformerEncoderLayer``); the
+            block that holds this layer applies its own dropout to the output.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
@@ -42,9 +45,9 @@ class FeedForward(nn.Module):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.gated = activation in ("swiglu", "geglu")
-        self.up = nn.Linear(d_model, d_ff, bias=bias)
-        self.gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None
-        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.up = Linear(d_model, d_ff, bias=bias)
+        self.gate = Linear(d_model, d_ff, bias=bias) if self.gated else None
+        self.down = Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -53,4 +56,6 @@ class FeedForward(nn.Module):
             hidden = activate(self.activation, self.gate(x)) * self.up(x)  # (..., d_ff)
         else:
             hidden = activate(self.activation, self.up(x))  # (..., d_ff)
-        return self.dropout(self.down(hidden))
+        if self.training:  # the identity in eval mode
+            hidden = self.dropout(hidden)
+        return self.down(hidden)

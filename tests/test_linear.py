@@ -1,0 +1,106 @@
+"""nn.linear: the few-row route equals F.linear, is taken only where it should be, and can be turned off."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glassformer import TransformerLM
+from glassformer.nn import FeedForward, Linear, linear, set_batched_matvec
+from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
+
+
+@pytest.fixture
+def bmm_calls(monkeypatch):
+    """Count torch.bmm calls (the few-row route's product)."""
+    calls = []
+    real = torch.bmm
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "bmm", spy)
+    return calls
+
+
+# (out, in): a multiple of 4 rows, and GPT-2's vocabulary (50257 = 4 * 12564 + 1: one row left over)
+@pytest.mark.parametrize("shape", [(1536, 384), (50257, 8)])
+@pytest.mark.parametrize("x_shape", [(1, 1), (1,), (8, 1), (2, 16), (3,)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_few_rows_equal_f_linear(shape, x_shape, with_bias, bmm_calls):
+    torch.manual_seed(0)
+    n_out, n_in = shape
+    weight, bias = torch.randn(n_out, n_in), (torch.randn(n_out) if with_bias else None)
+    x = torch.randn(*x_shape, n_in)
+    with torch.no_grad():
+        got, want = linear(x, weight, bias), F.linear(x, weight, bias)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    assert len(bmm_calls) == 1 and bmm_calls[0] == (4, n_out // 4, n_in)
+
+
+@pytest.mark.parametrize("case", ["grad", "many rows", "small weight", "float64", "off"])
+def test_other_cases_are_exactly_f_linear(case, bmm_calls):
+    torch.manual_seed(0)
+    weight = torch.randn(16 if case == "small weight" else 1536, 384)
+    x = torch.randn(FEW_ROWS + 1 if case == "many rows" else 1, 384)
+    if case == "float64":
+        weight, x = weight.double(), x.double()
+    previous = set_batched_matvec(case != "off")
+    try:
+        with torch.set_grad_enabled(case == "grad"):
+            got = linear(x, weight)
+        assert torch.equal(got, F.linear(x, weight))  # bit for bit: the plain path
+    finally:
+        set_batched_matvec(previous)
+    assert bmm_calls == []
+
+
+def test_weight_size_threshold():
+    assert 1536 * 384 >= MIN_WEIGHT > 512 * 128  # baby's matrices take the route, small's do not
+
+
+def test_linear_module_is_an_nn_linear_with_the_same_state_dict():
+    ours, ref = Linear(384, 1536), nn.Linear(384, 1536)
+    assert isinstance(ours, nn.Linear)
+    ours.load_state_dict(ref.state_dict())
+    assert list(ours.state_dict()) == ["weight", "bias"]
+    x = torch.randn(2, 5, 384)
+    torch.testing.assert_close(ours(x), ref(x))  # grad enabled: the plain path, same numbers
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x[:, :1]), ref(x[:, :1]), rtol=1e-5, atol=1e-5)
+
+
+def test_set_batched_matvec_needs_a_bool():
+    with pytest.raises(TypeError, match="enabled must be a bool, got int"):
+        set_batched_matvec(1)
+
+
+def test_generation_is_the_same_with_the_route_on_and_off(bmm_calls):
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=2, d_ff=1024, max_len=64).eval()
+    prompt = torch.randint(0, 50, (2, 5))
+    on = model.generate(prompt, 12)
+    assert bmm_calls  # the decoding steps took the route
+    previous = set_batched_matvec(False)
+    try:
+        off = model.generate(prompt, 12)
+    finally:
+        set_batched_matvec(previous)
+    assert torch.equal(on, off)
+
+
+def test_feedforward_dropout_acts_on_the_hidden_activations_once():
+    torch.manual_seed(0)
+    ffn = FeedForward(8, 64, "relu", dropout=0.5).train()
+    seen = {}
+    ffn.down.register_forward_hook(lambda m, args, out: seen.update(hidden=args[0], out=out))
+    x = torch.randn(4, 8)
+    y = ffn(x)
+    kept = F.relu(ffn.up(x))
+    hidden = seen["hidden"]
+    dropped = (hidden == 0) & (kept > 0)
+    assert dropped.any()  # some active units were dropped ...
+    torch.testing.assert_close(hidden[~dropped], (kept * 2)[~dropped])  # ... the rest scaled by 1/(1-p)
+    assert torch.equal(y, seen["out"])  # and the output itself is not dropped a second time here
