@@ -42,9 +42,9 @@ def batched_matvec_enabled() -> bool:
 
 def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     """x's number of rows when the batched route applies to ``x Wᵀ``, else 0."""
-    if not _batched_matvec or x.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != torch.float32:
+    if not _batched_matvec or weight.numel() < MIN_WEIGHT or weight.dim() != 2 or x.device.type != "cpu":
         return 0
-    if weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1] or weight.numel() < MIN_WEIGHT:
+    if weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         return 0
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or not weight.is_contiguous():
         return 0
@@ -62,7 +62,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     split = BLOCKS * per_block  # rows of W in the blocks; the last n_out % BLOCKS rows go alone
     flat = x.reshape(rows, n_in)
     columns = flat.t().expand(BLOCKS, n_in, rows)  # xᵀ, shared by every block (strides (0, 1, in))
-    blocks = weight[:split].view(BLOCKS, per_block, n_in)
+    blocks = (weight if split == n_out else weight[:split]).view(BLOCKS, per_block, n_in)
     y = torch.bmm(blocks, columns).view(split, rows).t()  # (rows, split)
     if split < n_out:
         y = torch.cat([y, F.linear(flat, weight[split:])], dim=1)
