@@ -7,12 +7,14 @@ end-of-sequence token is set, so nobody stops early). Time per call includes the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ..generation import generate
+from ..nn.linear import set_batched_matvec
 from .setups import Size, glass_model, hf_model
 from .timing import paired, paired_ratio, sync
 
@@ -26,13 +28,29 @@ def generation_size(size: Size) -> Size:
     return replace(size, block=max(size.block, 2 ** (longest - 1).bit_length()))
 
 
+def without_batched_matvec(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with :func:`glassformer.nn.linear.set_batched_matvec` off (plain ``F.linear``)."""
+
+    def run() -> Any:
+        previous = set_batched_matvec(False)
+        try:
+            return fn()
+        finally:
+            set_batched_matvec(previous)
+
+    return run
+
+
 def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASES, rounds: int = 3,
-                   calls: int = 1, hf: bool = True, device: torch.device | str = "cpu",
+                   calls: int = 1, hf: bool = True, plain: bool = True, device: torch.device | str = "cpu",
                    dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """Greedy generation tokens/s (new tokens only) per case, glassformer vs Hugging Face, paired.
 
+    With ``plain`` a third contender, "glassformer-flinear", runs glassformer with the few-row
+    route of :mod:`glassformer.nn.linear` turned off, so the table shows what that route buys.
     Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}":
-    tokens_per_s per contender, ratio (HF seconds / glassformer seconds) and seconds per round.
+    tokens_per_s per contender, ratio (HF seconds / glassformer seconds), route_gain
+    (glassformer-flinear seconds / glassformer seconds) and seconds per round.
     """
     size = generation_size(size)
     glass = glass_model(size, device, dtype).eval()
@@ -42,6 +60,8 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
     for batch, prompt, new in cases:
         ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=g).to(device)
         contenders = {"glassformer": lambda ids=ids, new=new: generate(glass, ids, new)}
+        if plain:
+            contenders["glassformer-flinear"] = without_batched_matvec(contenders["glassformer"])
         if reference is not None:
             contenders["hf"] = lambda ids=ids, new=new: hf_generate(reference, ids, new)
         timings = paired(contenders, rounds=rounds, calls=calls, device=device)
@@ -51,6 +71,8 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
         }
         if reference is not None:
             case["ratio"] = paired_ratio(timings["hf"], timings["glassformer"])
+        if plain:
+            case["route_gain"] = paired_ratio(timings["glassformer-flinear"], timings["glassformer"])
         results["cases"][f"B{batch}-P{prompt}-N{new}"] = case
     return results
 

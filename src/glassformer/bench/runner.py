@@ -92,8 +92,9 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
         _done(progress, "train")
     if "gen" in parts:
         cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
+        # the few-row route exists on the CPU only; elsewhere there is nothing to compare it with
         results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
-                                        dtype=torch_dtype)
+                                        dtype=torch_dtype, plain=torch.device(device).type == "cpu")
         _done(progress, "gen")
     if "attn" in parts:
         results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device, dtype=torch_dtype)
@@ -143,9 +144,12 @@ def format_table(results: dict[str, Any]) -> str:
     if "gen" in results:
         lines.append(f"greedy generation with KV cache ({results['gen']['size']['name']}, "
                      f"max_len {results['gen']['size']['block']}), new tokens/s, medians")
-        rows = [[case, f"{r['tokens_per_s']['glassformer']:,.0f}", f"{r['tokens_per_s'].get('hf', 0):,.0f}",
-                 f"{r['ratio']:.2f}x" if "ratio" in r else "-"] for case, r in results["gen"]["cases"].items()]
-        lines += _table(["batch-prompt-new", "glassformer", "hf", "speed-up"], rows)
+        rows = [[case, f"{r['tokens_per_s']['glassformer']:,.0f}", f"{r['ratio']:.2f}x" if "ratio" in r else "-",
+                 f"{r['tokens_per_s'].get('glassformer-flinear', 0):,.0f}",
+                 f"{r['route_gain']:.2f}x" if "route_gain" in r else "-", f"{r['tokens_per_s'].get('hf', 0):,.0f}"]
+                for case, r in results["gen"]["cases"].items()]
+        lines += _table(["batch-prompt-new", "glassformer", "vs hf", "F.linear only", "few-row route gain", "hf"],
+                        rows)
     if "attn" in results:
         lines.append("cost of transparency: inference forward, return_attn=True vs fused")
         rows = [[size, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",

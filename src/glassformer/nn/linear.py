@@ -46,7 +46,7 @@ def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
         return 0
     if weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         return 0
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() or not weight.is_contiguous():
+    if torch.is_grad_enabled() or not weight.is_contiguous():
         return 0
     rows = x.numel() // weight.shape[1]
     return rows if 0 < rows <= FEW_ROWS else 0
