@@ -26,7 +26,7 @@ def bmm_calls(monkeypatch):
 
 # (out, in): a multiple of 4 rows, and GPT-2's vocabulary (50257 = 4 * 12564 + 1: one row left over)
 @pytest.mark.parametrize("shape", [(1536, 384), (50257, 8)])
-@pytest.mark.parametrize("x_shape", [(1, 1), (1,), (8, 1), (2, 16), (3,)])
+@pytest.mark.parametrize("x_shape", [(1, 1), (1,), (4, 1), (2, 2), (3,)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_few_rows_equal_f_linear(shape, x_shape, with_bias, bmm_calls):
     torch.manual_seed(0)
