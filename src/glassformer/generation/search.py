@@ -61,7 +61,8 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
         else:
             tokens = scores.argmax(dim=-1)
         tokens = tokens.masked_fill(finished, pad_token_id)
-        finished = finished | torch.isin(tokens, eos)
+        if eos_token_id:
+            finished = finished | torch.isin(tokens, eos)
         decoder.append(tokens)
         for criterion in stopping_criteria or []:
             finished = finished | criterion(decoder.sequences())

@@ -63,7 +63,7 @@ def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
         raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
     if ids.numel() == 0 or torch.compiler.is_compiling():
         return
-    low, high = int(ids.min()), int(ids.max())
+    low, high = (int(v) for v in torch.aminmax(ids))
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
@@ -120,7 +120,9 @@ class Embedder(nn.Module):
         """
         own = decoder and self.dec_pos is not None
         learned, norm = (self.dec_pos, self.dec_norm) if own else (self.pos, self.norm)
-        x = self.tok(ids) * self.scale  # (B, T, d)
+        x = self.tok(ids)  # (B, T, d)
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.pos_type == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
             x = x + sinusoid[positions].to(x.dtype)
