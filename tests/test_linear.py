@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from glassformer import TransformerLM
-from glassformer.nn import FeedForward, Linear, linear, set_batched_matvec
+from glassformer.nn import FeedForward, Linear, TransformerBlock, linear, set_batched_matvec
 from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
 
 
@@ -104,3 +104,15 @@ def test_feedforward_dropout_acts_on_the_hidden_activations_once():
     assert dropped.any()  # some active units were dropped ...
     torch.testing.assert_close(hidden[~dropped], (kept * 2)[~dropped])  # ... the rest scaled by 1/(1-p)
     assert torch.equal(y, seen["out"])  # and the output itself is not dropped a second time here
+
+
+def test_block_drops_the_feedforward_output_once():
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, 32, dropout=0.5).train()
+    seen = {}
+    block.n3.register_forward_pre_hook(lambda m, args: seen.update(before=args[0]))
+    block.ffn.down.register_forward_hook(lambda m, args, out: seen.update(y=out))  # before any dropout
+    out, _ = block(torch.randn(3, 5, 8))
+    ratio = (out - seen["before"]) / seen["y"]  # 0 where dropped, 1/(1-p) = 2 where kept
+    assert torch.allclose(ratio[ratio.abs() > 0.5], torch.tensor(2.0), atol=1e-4)
+    assert (ratio.abs() < 1e-4).any()  # some outputs were dropped; a second dropout would give 4s

@@ -49,7 +49,7 @@ class ModelConfig:
     n_kv_heads: int | None = None  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)
     bias: bool = True  # biases in linear layers and LayerNorms (Llama and nanoGPT-style: False)
     head_bias: bool = False  # a bias on the output logits (BERT's MLM decoder, the tiny char LM lesson)
-    dropout: float = 0.0  # embeddings, attention weights, sub-layer outputs, feed-forward hidden
+    dropout: float = 0.0  # on embeddings, attention weights and each sub-layer's output
     scale_embeddings: bool = True  # multiply token embeddings by √d (2017 paper, the lessons)
     rope_theta: float = 10000.0  # RoPE frequency base
     n_token_types: int = 0  # BERT's segment (token type) embeddings; 0 = none

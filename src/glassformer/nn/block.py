@@ -42,7 +42,8 @@ class TransformerBlock(nn.Module):
         self.cross_attn = (MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout)
                            if cross else None)
         self.n2 = make_norm(norm, d_model, norm_eps, bias) if cross else None
-        self.ffn = FeedForward(d_model, d_ff, activation, bias, dropout)
+        # one dropout per sub-layer, on its output (GPT-2, nanoGPT); none inside the feed-forward
+        self.ffn = FeedForward(d_model, d_ff, activation, bias)
         self.n3 = make_norm(norm, d_model, norm_eps, bias)
         self.dropout = nn.Dropout(dropout)
 

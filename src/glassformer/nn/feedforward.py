@@ -35,8 +35,8 @@ class FeedForward(nn.Module):
         d_ff: hidden width.
         activation: one of "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu".
         bias: whether the linear maps have biases.
-        dropout: dropout on the hidden activations (as in ``torch.nn.TransformerEncoderLayer``); the
-            block that holds this layer applies its own dropout to the output.
+        dropout: dropout on the hidden activations (as in ``torch.nn.TransformerEncoderLayer``). A
+            :class:`TransformerBlock` leaves it at 0 and drops the sub-layer's output instead.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
