@@ -35,18 +35,13 @@ def set_batched_matvec(enabled: bool) -> bool:
     return previous
 
 
-def batched_matvec_enabled() -> bool:
-    """Whether :func:`linear` may take the few-row route (see :func:`set_batched_matvec`)."""
-    return _batched_matvec
-
-
 def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     """x's number of rows when the batched route applies to ``x Wᵀ``, else 0."""
-    if not _batched_matvec or weight.numel() < MIN_WEIGHT or weight.dim() != 2 or x.device.type != "cpu":
+    if not _batched_matvec or torch.is_grad_enabled() or weight.numel() < MIN_WEIGHT or weight.dim() != 2:
+        return 0  # training (autograd on) always leaves here, at the first two checks
+    if x.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0:
         return 0
-    if weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
-        return 0
-    if torch.is_grad_enabled() or not weight.is_contiguous():
+    if x.shape[-1] != weight.shape[1] or not weight.is_contiguous():
         return 0
     rows = x.numel() // weight.shape[1]
     return rows if 0 < rows <= FEW_ROWS else 0
