@@ -98,6 +98,7 @@ def test_cli_writes_json(tiny_size, tmp_path, capsys):
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--dtype", "float8"], "dtype must be one of"),
     (["--threads", "0"], "--threads must be >= 1"),
+    (["--device", "tpu"], "--device must be cpu or cuda (cuda:N), got 'tpu'"),
 ])
 def test_cli_errors(argv, message, capsys):
     assert main(["bench", *argv]) == 2

@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        raise ValueError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: no CUDA device is available here")
     parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
