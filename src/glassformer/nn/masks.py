@@ -7,6 +7,8 @@ the opposite convention; convert only at that boundary (see ``glassformer.intero
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -27,6 +29,47 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tenso
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
+def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
+                     batch: int | None = None) -> int | torch.Tensor:
+    """The one check of a prefix-LM's ``prefix_len``, used wherever one is passed in.
+
+    Args:
+        prefix_len: an int, or a (B,) integer tensor with one prefix length per row.
+        length: the sequence length (an int, or a (B,) tensor of per-row lengths) the prefix must fit
+            in; None checks only ``>= 0``.
+        batch: the batch size B a tensor must match; None accepts any (B,).
+    Returns:
+        ``prefix_len`` itself: an int, or the tensor as ``torch.long``.
+    Raises:
+        TypeError for anything but an int or a 1-D integer tensor; ValueError for a wrong batch size or
+        a length outside ``0 <= prefix_len <= length``, naming the value.
+    """
+    if isinstance(prefix_len, torch.Tensor):
+        if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
+                or prefix_len.dtype == torch.bool:
+            raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
+                            f"tensor of shape {tuple(prefix_len.shape)}")
+        if batch is not None and prefix_len.shape[0] != batch:
+            raise ValueError(f"prefix_len must have one length per row: shape ({batch},), "
+                             f"got {tuple(prefix_len.shape)}")
+        prefix_len = prefix_len.long()
+        shown: Any = prefix_len.tolist()
+        low_ok = bool((prefix_len >= 0).all())
+        high_ok = length is None or bool((prefix_len <= torch.as_tensor(length, device=prefix_len.device)).all())
+    elif isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
+        shown = prefix_len
+        low_ok = prefix_len >= 0
+        high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
+    else:
+        raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
+    if not (low_ok and high_ok):
+        if length is None:
+            raise ValueError(f"prefix_len must be >= 0, got {shown}")
+        limit = length.tolist() if isinstance(length, torch.Tensor) else length
+        raise ValueError(f"prefix_len={shown} is out of range: expected 0 <= prefix_len <= sequence length {limit}")
+    return prefix_len
+
+
 def prefix_mask(T: int, prefix_len: int | torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
     """Prefix-LM mask: the prefix sees itself in both directions, the rest stays causal.
 
@@ -40,19 +83,9 @@ def prefix_mask(T: int, prefix_len: int | torch.Tensor, device: torch.device | s
     Returns:
         (T, T) for an int ``prefix_len``; (B, 1, T, T) for a tensor (the 1 broadcasts over heads).
     """
-    if isinstance(prefix_len, torch.Tensor):
-        if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype == torch.bool:
-            raise ValueError(
-                f"prefix_len tensor must be a 1-D integer tensor of shape (B,), got dtype "
-                f"{prefix_len.dtype} and shape {tuple(prefix_len.shape)}")
-        if device is None:
-            device = prefix_len.device
-        if (prefix_len < 0).any():
-            raise ValueError(f"prefix_len must be >= 0, got {prefix_len.tolist()}")
-    elif isinstance(prefix_len, bool) or not isinstance(prefix_len, int):
-        raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
-    elif prefix_len < 0:
-        raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+    prefix_len = check_prefix_len(prefix_len)
+    if device is None and isinstance(prefix_len, torch.Tensor):
+        device = prefix_len.device
     causal = causal_mask(T, device)
     key = torch.arange(T, device=device)
     if isinstance(prefix_len, int):

@@ -1,0 +1,38 @@
+"""The one padder: id lists of different lengths -> a (B, L) id tensor and a (B, L) padding mask."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+SIDES = ("left", "right")
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
+             device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists to the longest one.
+
+    Right padding suits an encoder's input and training batches; left padding suits prompts to be
+    continued (every row's last token then sits in the last column).
+
+    Args:
+        rows: B lists of token ids (a row may be empty).
+        pad_id: the id written into padded slots.
+        side: "right" or "left".
+        device: where to create the tensors.
+    Returns:
+        (ids (B, L) long, pad (B, L) bool, True = padding), L the longest row's length.
+    """
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    L = int(lengths.max()) if len(rows) else 0
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            span = slice(L - len(row), L) if side == "left" else slice(0, len(row))
+            ids[i, span] = torch.tensor(row, dtype=torch.long)
+    column = torch.arange(L)[None, :]  # (1, L)
+    pad = column < (L - lengths)[:, None] if side == "left" else column >= lengths[:, None]  # (B, L)
+    return ids.to(device), pad.to(device)
