@@ -4,7 +4,7 @@ a decoder writes the target token by token, looking back at the source through c
 Run: python examples/13_objective_seq2seq.py   (seconds on an idle CPU)
 A toy German -> English task (number words: "drei eins" -> "three one"). Shows the teacher-forcing
 batch (the decoder input is the target shifted right), trains a 1+1-layer encoder-decoder, and
-translates held-out inputs with glassformer.recipes.translate.
+translates held-out inputs with glassformer.generation.translate.
 """
 
 import random
@@ -13,7 +13,7 @@ import torch
 
 from glassformer import EncoderDecoder
 from glassformer.data import collate_pairs, encode_pairs
-from glassformer.recipes import translate
+from glassformer.generation import translate
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 

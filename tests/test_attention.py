@@ -58,9 +58,10 @@ def test_fused_path_equals_explicit_path(B, h, Tq, extra, causal, use_mask, use_
     Tk = Tq + extra
     q, k, v = torch.randn(B, h, Tq, 8), torch.randn(B, h, Tk, 8), torch.randn(B, h, Tk, 8)
     mask = torch.rand(B, 1, Tq, Tk) > 0.3 if use_mask else None
-    bias = alibi_bias(alibi_slopes(h), torch.arange(extra, Tk), torch.arange(Tk)) if use_bias else None
-    explicit, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, bias=bias)
-    fused, none = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, bias=bias, need_weights=False)
+    score_bias = alibi_bias(alibi_slopes(h), torch.arange(extra, Tk), torch.arange(Tk)) if use_bias else None
+    explicit, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, score_bias=score_bias)
+    fused, none = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, score_bias=score_bias,
+                                               need_weights=False)
     assert none is None
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     assert not torch.isnan(fused).any() and not torch.isnan(weights).any()

@@ -40,8 +40,10 @@ def test_timing_median_spread_and_ratio():
 
 
 def test_paired_rejects_bad_counts():
-    with pytest.raises(ValueError, match="rounds >= 1"):
+    with pytest.raises(ValueError, match="rounds must be an int >= 1, got 0"):
         paired({"a": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 0, got -1"):
+        paired({"a": lambda: None}, warmup=-1)
 
 
 def test_peak_memory_sees_a_temporary_tensor():
@@ -97,7 +99,7 @@ def test_cli_writes_json(tiny_size, tmp_path, capsys):
     (["--only", "trian"], "unknown bench part(s) ['trian']"),
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--dtype", "float8"], "dtype must be one of"),
-    (["--threads", "0"], "--threads must be >= 1"),
+    (["--threads", "0"], "--threads must be an int >= 1, got 0"),
     (["--device", "tpu"], "--device must be cpu or cuda (cuda:N), got 'tpu'"),
 ])
 def test_cli_errors(argv, message, capsys):
@@ -113,3 +115,16 @@ def test_scaling_context_points_keep_tokens_per_step():
         point = _point(small, "block", block)
         assert (point.block, point.batch * point.block) == (block, small.batch * small.block)
     assert _point(small, "d_model", 256).d_model == 256
+
+
+def test_bench_uses_the_library_optimizer():
+    """One optimizer builder: the bench's AdamW is training.optim.make_optimizer with nanoGPT's settings."""
+    import glassformer.bench.train as bench_train_module
+    from glassformer.bench.setups import glass_model
+    from glassformer.training import optim
+
+    assert bench_train_module.make_optimizer is optim.make_optimizer
+    optimizer = optim.make_optimizer(glass_model(TINY), **bench_train_module.ADAMW)
+    decay, no_decay = optimizer.param_groups
+    assert (decay["lr"], decay["betas"], decay["fused"]) == (1e-3, (0.9, 0.95), True)
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)

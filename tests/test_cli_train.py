@@ -40,6 +40,7 @@ def test_demo_runs_the_tiny_char_lm_lesson(tmp_path, capsys):
     assert result["checkpoint"]["reload_max_logit_diff"] == 0.0
     for name in ("loss_curve.png", "attention_layer1.png", "attention_layer2.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "run" / "loss.png").read_bytes()[:4] == b"\x89PNG"  # the trainer's curve, drawn by the lesson
 
 
 def test_demo_lesson2_is_still_reachable():
@@ -62,7 +63,8 @@ def test_train_eval_sample(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["train", "--config", str(recipe), "--out_dir", str(out), *TINY]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert summary["step"] == 4 and summary["stopped"] == "done"
+    assert summary["step"] == 4 and summary["stopped"] == "done" and "history" not in summary
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the command from the returned history
     assert json.loads((out / "last" / "config.json").read_text())["pos"] == "learned"
 
     assert main(["eval", str(out / "best"), "--data", str(corpus)]) == 0
@@ -101,8 +103,11 @@ def test_bad_corpus(tmp_path, capsys, content, message):
 @pytest.mark.parametrize("overrides, message", [
     (["--learning_rate", "1"], "unknown config key(s) ['learning_rate']"),
     (["--model.widht", "3"], "unknown model config key(s) ['widht']"),
-    (["--batch_size", "0"], "batch_size must be >= 1, got 0"),
-    (["--lr", "-1"], "lr must be > 0, got -1.0"),
+    (["--batch_size", "0"], "batch_size must be an int >= 1, got 0"),
+    (["--lr", "-1"], "lr must be a finite number > 0.0, got -1.0"),
+    (["--lr", "nan"], "lr must be a finite number > 0.0, got nan"),
+    (["--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
+    (["--weight_decay", "inf"], "weight_decay must be a finite number >= 0.0, got inf"),
     (["--block_size", "many"], "block_size must be a number (int), got 'many'"),
     (["--model.n_heads", "3"], "d_model=16 must be divisible by n_heads=3"),
     (["--objective", "gan"], "objective must be one of"),
@@ -121,3 +126,60 @@ def test_bad_config_file_and_checkpoint(tmp_path, capsys):
     assert "needs data" in _error(capsys, ["train"])
     assert "does not exist" in _error(capsys, ["eval", str(tmp_path / "nope"), "--data", "x.txt"])
     assert "does not exist" in _error(capsys, ["sample", str(tmp_path / "nope")])
+
+
+def test_overrides_from_argv_then_applied_to_a_config():
+    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.errors import UsageError
+    from glassformer.training import TrainConfig, apply_overrides
+
+    pairs = overrides_from_argv(["--lr", "3e-4", "--model.n_layers=2", "--max-steps", "7", "--data", "[a, b]",
+                                 "--compile", "true"])
+    assert pairs == [("lr", "3e-4"), ("model.n_layers", 2), ("max_steps", 7), ("data", ["a", "b"]), ("compile", True)]
+    base = {"lr": 1.0, "model": {"d_model": 16}}
+    merged = apply_overrides(base, pairs)
+    assert merged["model"] == {"d_model": 16, "n_layers": 2} and merged["max_steps"] == 7
+    assert TrainConfig.from_dict({k: v for k, v in merged.items() if k != "data"}).lr == 3e-4  # typed by the config
+    assert base == {"lr": 1.0, "model": {"d_model": 16}}  # the input is not modified
+    config = TrainConfig.from_yaml(None, {"block_size": "12", "model.n_heads": 2})  # a mapping works too
+    assert config.block_size == 12 and config.model == {"n_heads": 2}
+    for argv, message in ((["lr", "1"], "expected an override like --key value, got 'lr'"),
+                          (["--lr"], "override --lr has no value")):
+        with pytest.raises(UsageError, match=message):
+            overrides_from_argv(argv)
+
+
+def test_commands_do_not_import_the_cli():
+    """The verbs raise glassformer's own errors; nothing in glassformer.commands imports glassformer.cli."""
+    import ast
+    from pathlib import Path
+
+    import glassformer.commands
+
+    for path in Path(glassformer.commands.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module == "cli" or (node.module or "").endswith("glassformer.cli")), path.name
+
+
+def test_train_draws_the_loss_curve_even_when_training_diverges(tmp_path, capsys, monkeypatch):
+    import glassformer.training.loop as loop
+
+    real_loss, calls = loop.batch_loss, {"train": 0}
+
+    def poisoned(model, batch, label_smoothing=0.0, count_correct=True):
+        parts = real_loss(model, batch, label_smoothing, count_correct)
+        calls["train"] += model.training
+        if model.training and calls["train"] >= 3:  # steps 1 and 2 are fine, step 3 diverges
+            parts.loss_sum = parts.loss_sum * float("nan")
+        return parts
+
+    monkeypatch.setattr(loop, "batch_loss", poisoned)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    out = tmp_path / "out"
+    err = _error(capsys, ["train", "--data", str(corpus), "--out_dir", str(out), *TINY, "--log_every", "1"])
+    assert "training loss became nan at step 3" in err
+    logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 2]  # two training records and the evaluation at step 2
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn from the history the failed run left

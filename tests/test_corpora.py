@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from glassformer.data import corpora
+from glassformer.recipes import corpora
 
 FORTUNE = ("\x1b[32m《静夜思》\x1b[m\n\x1b[33m作者：李白\x1b[m\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n%\n"
            "\x1b[32m《登鹳雀楼》\x1b[m\n\x1b[33m作者：王之涣\x1b[m\n白日依山尽，黄河入海流。\n欲穷千里目，更上一层楼。\n")

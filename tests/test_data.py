@@ -19,6 +19,7 @@ from glassformer.data import (
     iter_text,
     length_batches,
     mask_tokens,
+    pad_rows,
     prefix_lm_labels,
     random_windows,
     read_pairs,
@@ -150,6 +151,16 @@ def test_seq2seq_batches_pad_and_shift():
     assert batch["tgt_pad"].tolist() == [[False] * 3, [False] * 3]  # row 0 feeds eos at its last step: no label
 
 
+def test_pad_rows_pads_right_or_left():
+    ids, pad = pad_rows([[5, 6, 7], [8], []], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0], [0, 0, 0]]
+    assert pad.tolist() == [[False] * 3, [False, True, True], [True] * 3]
+    ids, pad = pad_rows([[5, 6, 7], [8]], pad_id=9, side="left")
+    assert ids.tolist() == [[5, 6, 7], [9, 9, 8]] and pad.tolist() == [[False] * 3, [True, True, False]]
+    with pytest.raises(ValueError, match="side must be one of"):
+        pad_rows([[1]], 0, side="middle")
+
+
 def test_length_batches_use_every_index_once():
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 0]
     batches = length_batches(lengths, 3, torch.Generator().manual_seed(0), pool_batches=10)
@@ -178,5 +189,5 @@ def test_length_batches_sort_pairs_by_target_then_source_length():
     for b in batches:  # one target length per batch, sources in order within it
         assert len({lengths[i][0] for i in b}) == 1
         assert [lengths[i][1] for i in b] == sorted(lengths[i][1] for i in b)
-    with pytest.raises(ValueError, match="pool_batches must be None or an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="pool_batches must be an int >= 1 or None, got 0"):
         length_batches(lengths, 4, torch.Generator().manual_seed(0), pool_batches=0)

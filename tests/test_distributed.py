@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from glassformer import load
-from glassformer.training import DistInfo, TrainConfig, Trainer, prepare
+from glassformer.commands.overrides import overrides_from_argv
+from glassformer.training import DistInfo, TrainConfig, Trainer, prepare_run
 
 CORPUS = "It was the best of times, it was the worst of times, it was the age of wisdom.\n" * 10
 # No biases (a key bias's gradient is pure rounding noise that Adam would amplify) and no dropout
@@ -33,13 +34,15 @@ def test_two_processes_match_one(tmp_path):
 
     args = dict(zip((k[2:] for k in KEYS[::2]), KEYS[1::2], strict=True))
     overrides = [item for key, value in args.items() for item in (f"--{key}", value)]
-    config = TrainConfig.from_yaml(None, ["--data", str(corpus), "--out_dir", str(tmp_path / "one"), *overrides])
-    run = prepare(config)
+    argv = ["--data", str(corpus), "--out_dir", str(tmp_path / "one"), *overrides]
+    config = TrainConfig.from_yaml(None, overrides_from_argv(argv))
+    run = prepare_run(config)
     Trainer(config, run.model, run.tokenizer, run.batches).train()
     single = run.model.state_dict()
     for key, value in ddp_model.state_dict().items():
         torch.testing.assert_close(value, single[key], atol=1e-5, rtol=0, msg=key)
-    assert not torch.equal(single["embeddings.tok.weight"], prepare(config).model.state_dict()["embeddings.tok.weight"])
+    fresh = prepare_run(config).model.state_dict()
+    assert not torch.equal(single["embeddings.tok.weight"], fresh["embeddings.tok.weight"])
 
 
 def test_batch_must_split_over_processes(tmp_path):
@@ -47,6 +50,6 @@ def test_batch_must_split_over_processes(tmp_path):
     corpus.write_text(CORPUS, encoding="utf-8")
     config = TrainConfig.from_dict({"data": [str(corpus)], "batch_size": 8, "block_size": 8,
                                     "out_dir": str(tmp_path / "o"), "device": "cpu"})
-    run = prepare(config)
+    run = prepare_run(config)
     with pytest.raises(ValueError, match="batch_size=8 must be a multiple of processes x grad_accum = 3 x 1"):
         Trainer(config, run.model, run.tokenizer, run.batches, dist=DistInfo(0, 3, 0, torch.device("cpu")))

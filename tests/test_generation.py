@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from glassformer import EncoderDecoder, ModelConfig, TransformerLM
-from glassformer.generation import fill_mask, generate, make_processors, trace_generation
+from glassformer.generation import (
+    DecoderOnly,
+    Encoder,
+    EncoderDecoderModel,
+    fill_mask,
+    generate,
+    make_processors,
+    trace_generation,
+)
+from glassformer.generation.embeddings import encode_texts, sentence_embeddings
 from glassformer.generation.processors import MinP, NoRepeatNGram, RepetitionPenalty, Temperature, TopK, TopP
 
 V = 30
@@ -49,7 +58,7 @@ def test_greedy_equals_brute_force_with_and_without_cache(kw):
     expected = brute_force_greedy(model, prompt, 8, prefix=kw.get("attn") == "prefix")
     assert generate(model, prompt, 8).tolist() == [expected]
     assert generate(model, prompt, 8, use_cache=False).tolist() == [expected]
-    assert model.generate(torch.tensor(prompt), 8).tolist() == [expected]
+    assert generate(model, torch.tensor(prompt), 8).tolist() == [expected]
 
 
 def test_prefix_lm_prompt_is_encoded_bidirectionally():
@@ -81,7 +90,7 @@ def test_encoder_decoder_greedy_equals_brute_force():
     for _ in range(7):
         tgt.append(int(model(src, torch.tensor([tgt]))[0, -1].argmax()))
     assert generate(model, src, 7, decoder_start_token_id=2).tolist() == [tgt]
-    assert model.generate(src, 7, decoder_start_token_id=2, use_cache=False).tolist() == [tgt]
+    assert generate(model, src, 7, decoder_start_token_id=2, use_cache=False).tolist() == [tgt]
 
 
 # ---------------------------------------------------------------------------------------- batching
@@ -192,9 +201,9 @@ def test_greedy_ignores_sampling_filters_like_hugging_face():
     ([[1, 2], []], {}, ValueError, "empty prompt"),
     (torch.zeros(1, 0, dtype=torch.long), {}, ValueError, "empty prompt"),
     (list(range(1, 30)) + [1, 2, 3, 4], {}, ValueError, r"longer than the model allows \(max_len=32\)"),
-    ([1, 2], dict(do_sample=True, top_p=0.0), ValueError, r"top_p must be in \(0, 1\], got 0.0"),
-    ([1, 2], dict(top_p=1.5), ValueError, r"top_p must be in \(0, 1\], got 1.5"),
-    ([1, 2], dict(do_sample=True, temperature=0), ValueError, "temperature must be a number > 0"),
+    ([1, 2], dict(do_sample=True, top_p=0.0), ValueError, r"top_p must be a finite number > 0 and <= 1, got 0.0"),
+    ([1, 2], dict(top_p=1.5), ValueError, r"top_p must be a finite number > 0 and <= 1, got 1.5"),
+    ([1, 2], dict(do_sample=True, temperature=0), ValueError, "temperature must be a finite number > 0"),
     ([1, 2], dict(num_beams=0), ValueError, "num_beams must be an int >= 1, got 0"),
     ([1, 2], dict(num_return_sequences=2), ValueError, "greedy decoding gives one sequence"),
     ([1, 2], dict(num_beams=2, num_return_sequences=3), ValueError, "must be <= num_beams=2"),
@@ -218,6 +227,43 @@ def test_model_kind_errors():
         generate(lm(), [1, 2], 3, prefix_len=1)
     with pytest.raises(ValueError, match="prefix_len=.* out of range"):
         generate(lm(attn="prefix"), [1, 2], 3, prefix_len=3)
+
+
+def test_per_row_prefix_lengths_with_left_padding_equal_each_row_alone():
+    model = lm(attn="prefix", pos="rope")
+    prompts, prefix = [[3, 14, 15, 9], [2, 6]], torch.tensor([2, 1])
+    batched = generate(model, prompts, 5, prefix_len=prefix, pad_token_id=0)
+    for i, (prompt, p) in enumerate(zip(prompts, prefix.tolist(), strict=True)):
+        alone = generate(model, [prompt], 5, prefix_len=p)
+        assert batched[i, 4 - len(prompt):].tolist() == alone[0].tolist()
+    with pytest.raises(ValueError, match=r"prefix_len=\[1, 3\] is out of range"):
+        generate(model, prompts, 2, prefix_len=torch.tensor([1, 3]))  # row 2 has 2 real tokens
+    with pytest.raises(ValueError, match="one length per row"):
+        generate(model, prompts, 2, prefix_len=torch.tensor([1, 1, 1]))
+    with pytest.raises(TypeError, match="prefix_len must be an int"):
+        generate(model, prompts, 2, prefix_len=1.5)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(do_sample=True, temperature=float("nan")), "temperature"),
+    (dict(do_sample=True, temperature=float("inf")), "temperature"),
+    (dict(top_p=float("nan")), "top_p"),
+    (dict(do_sample=True, min_p=float("inf")), "min_p"),
+    (dict(repetition_penalty=float("nan")), "repetition_penalty"),
+    (dict(num_beams=2, length_penalty=float("inf")), "length_penalty"),
+    (dict(do_sample=True, top_k=2.0), "top_k"),
+    (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+])
+def test_nan_inf_and_wrong_types_in_options_are_refused(kw, name):
+    with pytest.raises(ValueError, match=f"^{name} must be an? "):
+        generate(lm(), [1, 2], 3, **kw)
+
+
+def test_models_are_checked_against_the_generation_protocol():
+    assert isinstance(lm(), DecoderOnly) and isinstance(encdec(), EncoderDecoderModel)
+    assert isinstance(lm(attn="bidirectional"), Encoder) and not isinstance(encdec(), DecoderOnly)
+    with pytest.raises(TypeError, match="DecoderOnly.*lacks config, new_cache, hidden_states, logits"):
+        generate(torch.nn.Linear(2, 2), [1, 2], 3)
 
 
 def test_generate_restores_training_mode_and_leaves_no_grad_state():
@@ -268,8 +314,29 @@ def test_fill_mask_gives_top_k_per_mask_position():
         top_p, top_i = probs[f["row"], f["position"]].topk(3)
         assert [i for i, _ in f["candidates"]] == top_i.tolist()
         assert [p for _, p in f["candidates"]] == pytest.approx(top_p.tolist(), abs=1e-6)
-    assert model.fill_mask(ids, 29, 3) == found
+    assert fill_mask(model, ids, 29, 3) == found
     with pytest.raises(ValueError, match="no mask token"):
         fill_mask(model, [[4, 5]], mask_token_id=29)
     with pytest.raises(ValueError, match="attn='bidirectional'"):
         fill_mask(lm(), [[4, 29]], mask_token_id=29)
+
+
+# ---------------------------------------------------------------------------------------- embeddings
+def test_sentence_embeddings_ignore_padding_and_keep_the_final_eos():
+    from glassformer.tokenizers import CharTokenizer
+
+    tokenizer = CharTokenizer.from_text("abcdef", specials=["pad", "bos", "eos"])
+    rows = encode_texts(tokenizer, ["abcdef", "ab"], max_len=4)
+    assert rows == [[tokenizer.bos_id, *tokenizer.encode("ab"), tokenizer.eos_id],
+                    [tokenizer.bos_id, *tokenizer.encode("ab"), tokenizer.eos_id]]
+    model = lm(attn="bidirectional", pos="learned").train()
+    texts = ["abc", "a", "fedcba"]
+    together = sentence_embeddings(model, tokenizer, texts, batch_size=3)  # padded batch
+    alone = torch.cat([sentence_embeddings(model, tokenizer, [t]) for t in texts])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+    assert together.shape == (3, 32) and model.training  # eval inside, training mode restored
+    torch.testing.assert_close(together.norm(dim=-1), torch.ones(3))
+    with pytest.raises(TypeError, match="TransformerLM"):
+        sentence_embeddings(torch.nn.Linear(2, 2), tokenizer, texts)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        sentence_embeddings(model, tokenizer, texts, batch_size=0)

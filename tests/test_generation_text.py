@@ -90,8 +90,8 @@ def test_encoder_decoder_text_uses_bos_and_eos_of_the_tokenizer():
                            max_len=32, init_std=0.3)
     text = generate_text(model, tokenizer, "the cat", 10, num_beams=2)
     src = tokenizer.encode("the cat") + [tokenizer.eos_id]
-    ids = model.generate([src], 10, decoder_start_token_id=tokenizer.bos_id, num_beams=2,
-                         eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
+    ids = generate(model, [src], 10, decoder_start_token_id=tokenizer.bos_id, num_beams=2,
+                   eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
     assert text == tokenizer.decode(ids[0, 1:].tolist())
     records = trace_text(model, tokenizer, "the cat", 4)
     assert records[0]["context"] == [tokenizer.bos_id] and "chosen_text" in records[0]
@@ -136,8 +136,8 @@ def test_cli_generate_beams_and_samples(checkpoint, capsys):
     (["--prompt", ""], "--prompt must not be empty"),
     (["--prompt", "Zebra"], "Z"),
     (["--prompt", "the cat sat on the mat"], "longer than the model allows (max_len=16)"),
-    (["--prompt", "the", "--sample", "--top_p", "2"], "top_p must be in (0, 1]"),
-    (["--prompt", "the", "--sample", "--temperature", "0"], "temperature must be a number > 0"),
+    (["--prompt", "the", "--sample", "--top_p", "2"], "top_p must be a finite number > 0 and <= 1"),
+    (["--prompt", "the", "--sample", "--temperature", "0"], "temperature must be a finite number > 0"),
     (["--prompt", "the", "--num_beams", "0"], "num_beams must be an int >= 1"),
     (["--prompt", "the", "--stream", "--num_beams", "2"], "--stream and --trace follow one sequence"),
 ])

@@ -28,8 +28,8 @@ def test_split_positions_give_the_decoder_its_own_table_and_norm():
     src, tgt = torch.randint(0, 20, (1, 5)), torch.randint(0, 20, (1, 4))
     memory, logits = model.encode(src), model(src, tgt)
     with torch.no_grad():
-        model.embeddings.dec_pos.weight.normal_()
-        model.embeddings.dec_norm.weight.normal_()
+        model.dec_embedding.pos.weight.normal_()
+        model.dec_embedding.norm.weight.normal_()
     torch.testing.assert_close(model.encode(src), memory, rtol=0, atol=0)  # encoder untouched
     assert (model(src, tgt) - logits).abs().max() > 1e-3  # decoder reads its own table
 
@@ -40,11 +40,11 @@ def test_head_transform_is_dense_act_norm_before_tied_output():
                          head_bias=True, head_transform=True, norm_eps=1e-12)
     model = TransformerLM(config).eval()
     with torch.no_grad():
-        model.logits_bias.normal_()
+        model.head.bias.normal_()
     ids = torch.randint(0, 20, (2, 6))
-    h, t = model.hidden_states(ids), model.head_transform
+    h, t = model.hidden_states(ids), model.head.transform
     expected = F.layer_norm(F.gelu(t.dense(h)), (16,), t.norm.weight, t.norm.bias, 1e-12)
-    expected = expected @ model.emb.weight.T + model.logits_bias
+    expected = expected @ model.emb.weight.T + model.head.bias
     torch.testing.assert_close(model(ids), expected)
 
 
@@ -61,4 +61,4 @@ def test_new_options_are_validated(fields, message):
 
 def test_defaults_leave_state_dict_unchanged():
     keys = set(TransformerLM(ModelConfig(vocab_size=10, pos="learned")).state_dict())
-    assert not any("dec_pos" in k or "head_transform" in k for k in keys)
+    assert not any(k.startswith(("dec_embedding.", "head.")) for k in keys)

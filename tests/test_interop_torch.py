@@ -46,7 +46,7 @@ def test_encoder_layer(norm_first, activation, bias):
     layer = _perturb(nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, activation=activation, batch_first=True,
                                                 norm_first=norm_first, bias=bias, layer_norm_eps=1e-6))
     ours = from_torch(layer)
-    assert isinstance(ours, TransformerBlock) and ours.n1.eps == 1e-6
+    assert isinstance(ours, TransformerBlock) and ours.attn_norm.eps == 1e-6
     x, pad = torch.randn(2, 7, D), _pad()
     ref = layer(x, src_key_padding_mask=pad)
     out, _ = ours(x, mask=padding_mask(pad))

@@ -28,8 +28,8 @@ def test_encoder_layer_equals_torch(norm_first, activation):
     with torch.no_grad():
         copy_attention(ours.self_attn, ref.self_attn)
         copy_common(ours, ref)
-        ours.n1.load_state_dict(ref.norm1.state_dict())
-        ours.n3.load_state_dict(ref.norm2.state_dict())
+        ours.attn_norm.load_state_dict(ref.norm1.state_dict())
+        ours.ffn_norm.load_state_dict(ref.norm2.state_dict())
     x = torch.randn(3, 7, 32)
     pad = torch.zeros(3, 7, dtype=torch.bool)
     pad[2, 5:] = True
@@ -48,9 +48,9 @@ def test_decoder_layer_equals_torch(norm_first):
         copy_attention(ours.self_attn, ref.self_attn)
         copy_attention(ours.cross_attn, ref.multihead_attn)
         copy_common(ours, ref)
-        ours.n1.load_state_dict(ref.norm1.state_dict())
-        ours.n2.load_state_dict(ref.norm2.state_dict())
-        ours.n3.load_state_dict(ref.norm3.state_dict())
+        ours.attn_norm.load_state_dict(ref.norm1.state_dict())
+        ours.cross_norm.load_state_dict(ref.norm2.state_dict())
+        ours.ffn_norm.load_state_dict(ref.norm3.state_dict())
     x, memory = torch.randn(2, 6, 32), torch.randn(2, 8, 32)
     src_pad = torch.zeros(2, 8, dtype=torch.bool)
     src_pad[1, 5:] = True

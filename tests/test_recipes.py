@@ -4,14 +4,21 @@ stand-in corpora laid out like the real ones), so none of them rots. No network:
 import gzip
 import json
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from glassformer.cli import main as cli_main
 from glassformer.recipes import SequenceTask, load_recipe
-from glassformer.recipes.__main__ import main
 from glassformer.training import TrainConfig
+
+
+def main(argv: list[str]) -> int:
+    """``glassformer recipe ...`` (what ``python -m glassformer.recipes ...`` runs)."""
+    return cli_main(["recipe", *argv])
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(p.name for p in CONFIGS.glob("*.yaml") if "recipe:" in p.read_text(encoding="utf-8"))
@@ -66,11 +73,15 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
     assert results["config"]["max_steps"] == 2 and results["wall_s"] > 0
     task = results["task"]
     if task == "prefix-vs-causal":
-        for model in ("prefix-LM", "causal LM"):
+        for model, folder in (("prefix-LM", "prefix"), ("causal LM", "clm")):
             assert 0.0 <= results["models"][model]["exact_match"] <= 1.0
             assert results["models"][model]["training"]["step"] == 2
+            assert "history" not in results["models"][model]["training"]
+            assert (tmp_path / "out" / folder / "loss.png").read_bytes()[:4] == b"\x89PNG"
         return
     assert results["training"]["step"] == 2 and results["training"]["val_loss"] > 0
+    assert "history" not in results["training"]
+    assert (tmp_path / "out/loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the recipe from the history
     if task == "lm":
         assert [s["prompt"] for s in results["samples"]] == results["recipe"]["prompts"]
         assert all(s["text"].startswith(s["prompt"]) for s in results["samples"])
@@ -88,8 +99,8 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
 
 def test_recipes_hold_valid_training_configs(data_dir):
     for name in RECIPES:
-        recipe = load_recipe(CONFIGS / name, ["--recipe.source", str(data_dir / "tang300"), "--out_dir",
-                                              str(data_dir / "out")], data_dir)
+        recipe = load_recipe(CONFIGS / name, [("recipe.source", str(data_dir / "tang300")),
+                                              ("out_dir", str(data_dir / "out"))], data_dir)
         assert isinstance(recipe.train, TrainConfig)
         if recipe.train.objective != "seq2seq" and recipe.spec["task"] != "prefix-vs-causal":
             assert all(Path(p).is_file() for p in recipe.train.data)
@@ -104,7 +115,24 @@ def test_recipe_errors_are_named(tmp_path, data_dir, capsys):
     with pytest.raises(ValueError, match="recipe.task must be one of"):
         load_recipe(bad)
     assert main([str(CONFIGS / "shakespeare_char_fast.yaml"), "--data-dir", str(tmp_path)]) == 2
-    assert "--download" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("glassformer: error: ") and "--download" in err
+    assert main([str(CONFIGS / "shakespeare_char_fast.yaml"), "--max_steps"]) == 2
+    assert "override --max_steps has no value" in capsys.readouterr().err
+
+
+def test_load_recipe_takes_a_mapping_and_split_overrides(tmp_path):
+    config = {"recipe": {"task": "prefix-vs-causal", "kind": "reverse"}, "max_steps": 5, "model": {"d_model": 16}}
+    recipe = load_recipe(config, {"recipe.kind": "sort", "model.n_heads": 2, "out_dir": str(tmp_path)})
+    assert recipe.spec == {"task": "prefix-vs-causal", "kind": "sort"}
+    assert recipe.train.model == {"d_model": 16, "n_heads": 2} and recipe.train.max_steps == 5
+    assert config["recipe"]["kind"] == "reverse" and "n_heads" not in config["model"]  # the input is untouched
+
+
+def test_python_m_glassformer_recipes_is_the_recipe_verb():
+    done = subprocess.run([sys.executable, "-m", "glassformer.recipes", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "usage: glassformer recipe" in done.stdout
 
 
 def test_sequence_task_batches():

@@ -170,12 +170,15 @@ def test_cjk_tokens_and_ids_without_tokenizer():
 @pytest.mark.parametrize("call, error, message", [
     (lambda: gather(lm("causal"), TOK, "ab", "cd"), ValueError, "target is used by prefix-LM"),
     (lambda: gather(lm("causal"), TOK, "ab", prefix_len=1), ValueError, "prefix_len is only meaningful"),
-    (lambda: gather(lm("prefix"), TOK, "ab", prefix_len=5), ValueError, r"prefix_len must be an int in \[0, 2\]"),
+    (lambda: gather(lm("prefix"), TOK, "ab", prefix_len=5), ValueError,
+     r"prefix_len=5 is out of range: expected 0 <= prefix_len <= sequence length 2"),
+    (lambda: gather(lm("prefix"), TOK, "ab", prefix_len=1.5), TypeError, "prefix_len must be an int"),
     (lambda: gather(lm("causal"), None, "ab"), TypeError, "no tokenizer"),
     (lambda: gather(lm("causal"), TOK, ""), ValueError, "text is empty"),
     (lambda: gather(lm("causal"), TOK, [1.5]), TypeError, "text must be text, a list of token ids"),
     (lambda: gather(lm("bidirectional"), TOK, "abc", pad_to=2), ValueError, "pad_to must be an int >= "),
     (lambda: gather(lm("causal"), TOK, "ab", max_tokens=0), ValueError, "max_tokens must be an int >= 1"),
+    (lambda: gather(lm("causal"), TOK, "ab", top_k=True), ValueError, "top_k must be an int >= 1, got True"),
     (lambda: gather(encdec(), None, [1, 2]), ValueError, "start token"),
     (lambda: gather(torch.nn.Linear(2, 2), TOK, "ab"), TypeError, "model must be a glassformer"),
 ])

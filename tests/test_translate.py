@@ -1,4 +1,4 @@
-"""glassformer translate and glassformer.recipes.translation: batching keeps order and results, BLEU, errors."""
+"""glassformer translate and glassformer.generation.translate: batching keeps order and results, BLEU, errors."""
 
 import io
 import sys
@@ -8,7 +8,7 @@ import torch
 
 from glassformer import ModelConfig, TransformerLM, build_model
 from glassformer.cli import main
-from glassformer.recipes.translation import bleu, translate
+from glassformer.generation import bleu, translate
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 

@@ -1,12 +1,13 @@
 """plot_attention writes readable PNGs, CJK labels included."""
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 from glassformer import TransformerLM
-from glassformer.viz import plot_attention
+from glassformer.viz import plot_attention, plots
 from glassformer.viz.plots import cjk_font_families
 
 
@@ -20,14 +21,51 @@ def test_plot_attention_writes_a_layer_by_head_grid(tmp_path):
     assert pixels.shape[0] > pixels.shape[1]  # 3 rows (layers) x 2 columns (heads): taller than wide
 
 
-def test_plot_attention_renders_cjk_without_missing_glyphs(tmp_path):
-    if len(cjk_font_families()) < 2:
-        pytest.skip("no CJK font installed (apt install fonts-noto-cjk)")
+def _captured_figures(monkeypatch) -> list:
+    """Make plots._save remember each figure it writes (then write it as usual)."""
+    figures, real_save = [], plots._save
+
+    def save(fig, path):
+        figures.append(fig)
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", save)
+    return figures
+
+
+def _cjk_attention(tmp_path, name: str):
     model = TransformerLM(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     _, attn = model(torch.randint(0, 20, (1, 5)), return_attn=True)
+    return plot_attention(attn, list("春天来了，"), tmp_path / name)
+
+
+def test_missing_cjk_glyphs_are_detected(tmp_path, monkeypatch):
+    """With DejaVu Sans alone matplotlib warns about each missing glyph: the check below can fail."""
+    monkeypatch.setattr(plots, "cjk_font_families", lambda: ["DejaVu Sans"])
+    with pytest.warns(UserWarning, match=r"Glyph \d+ .* missing from font\(s\) DejaVu Sans"):
+        _cjk_attention(tmp_path, "tofu.png")
+
+
+def test_plot_attention_renders_cjk_without_missing_glyphs(tmp_path, monkeypatch):
+    families = cjk_font_families()
+    if len(families) < 2:
+        pytest.skip("no CJK font installed (apt install fonts-noto-cjk)")
+    from matplotlib import font_manager, ft2font
+
+    figures = _captured_figures(monkeypatch)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # matplotlib warns "Glyph ... missing from font(s)"
-        plot_attention(attn, list("春天来了，"), tmp_path / "cjk.png")
+        warnings.simplefilter("error")  # matplotlib warns "Glyph ... missing from font(s)" when it draws tofu
+        path = _cjk_attention(tmp_path, "cjk.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    labels = [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert {t.get_text() for t in labels} == set("春天来了，")
+    cjk_file = font_manager.findfont(font_manager.FontProperties(family=families[1]), fallback_to_default=False)
+    assert "DejaVu" not in Path(cjk_file).name
+    for label in labels:
+        assert label.get_fontfamily() == families  # Latin from DejaVu Sans, the rest from the CJK font
+        for char in label.get_text():  # every label character has a glyph in the CJK font
+            assert ft2font.FT2Font(cjk_file).get_char_index(ord(char)) != 0, char
 
 
 def test_plot_attention_checks_labels(tmp_path):

@@ -21,7 +21,7 @@ from .nn import (
     sinusoidal_positions,
 )
 from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
-from .viz.trace import shape_trace
+from .viz.shapes import shape_trace
 
 
 def load(path, map_location="cpu"):

@@ -27,6 +27,7 @@ class CausalityReport:
 
     @property
     def ok(self) -> bool:
+        """No leak at all: ``max_leak`` is exactly 0.0."""
         return self.max_leak == 0.0
 
 

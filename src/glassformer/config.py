@@ -14,12 +14,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .nn.feedforward import ACTIVATIONS
+from .errors import check_int
 
+# The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
+# and tests/test_models.py checks that nn/ builds every choice.
 ARCHS = ("lm", "encoder-decoder")
 ATTN_TYPES = ("causal", "bidirectional", "prefix")
 POS_TYPES = ("sinusoidal", "learned", "rope", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
 @dataclass
@@ -74,14 +77,13 @@ class ModelConfig:
         self._choose("activation", ACTIVATIONS)
         self._choose("norm", NORMS)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            check_int(name, getattr(self, name), low=1)
         for name in ("n_layers", "n_enc", "n_dec", "n_token_types"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            check_int(name, getattr(self, name), low=0)
+        check_int("n_kv_heads", self.n_kv_heads, low=1, allow_none=True)
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.kv_heads < 1 or self.n_heads % self.kv_heads != 0:
+        if self.n_heads % self.kv_heads != 0:
             raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
         if self.pos == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
@@ -118,14 +120,17 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head, hd = d_model / n_heads."""
         return self.d_model // self.n_heads
 
     @property
     def kv_heads(self) -> int:
+        """Key/value heads actually used: ``n_kv_heads``, or ``n_heads`` when it is None."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
+        """The config as a plain dict of its fields (JSON-serialisable)."""
         return asdict(self)
 
     @classmethod
@@ -170,6 +175,7 @@ class ModelConfig:
 
     @classmethod
     def presets(cls) -> list[str]:
+        """The names :meth:`preset` accepts, sorted."""
         return sorted(PRESETS)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..errors import check_int
 from .generate import CASES, bench_decode_compile, bench_generate
 from .scaling import bench_scaling
 from .setups import SIZES
@@ -73,8 +74,7 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
         raise ValueError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
-    if rounds is not None and rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    check_int("rounds", rounds, 1, allow_none=True)
     if hf and importlib.util.find_spec("transformers") is None:
         raise ValueError("the Hugging Face contenders need transformers (pip install transformers), "
                          "or pass hf=False (--no-hf)")
@@ -113,15 +113,18 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
 
 
 def _done(progress: Callable[[str], None] | None, part: str) -> None:
+    """Tell ``progress`` (when given) that ``part`` has finished."""
     if progress is not None:
         progress(part)
 
 
 def _row(cells: list[str]) -> str:
+    """One Markdown table row."""
     return "| " + " | ".join(cells) + " |"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table (header, rule, rows) and a blank line."""
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
+from ..training.optim import make_optimizer
 from .setups import SIZES, Size, glass_model
 from .timing import paired
-from .train import make_optimizer, train_step
+from .train import ADAMW, train_step
 
 SERIES: dict[str, tuple[str, tuple[int, ...]]] = {
     "context": ("block", (64, 128, 256, 512)),  # batch adjusted so every step has 2048 tokens
@@ -26,6 +27,7 @@ SERIES: dict[str, tuple[str, tuple[int, ...]]] = {
 
 
 def _point(base: Size, field: str, value: int) -> Size:
+    """``base`` with ``field`` set to ``value``; a new context length keeps batch x block (tokens per step)."""
     if field == "block":
         return replace(base, block=value, batch=max(1, base.batch * base.block // value))
     return replace(base, **{field: value})
@@ -45,7 +47,7 @@ def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 
             model = glass_model(size, device, dtype).train()
             g = torch.Generator().manual_seed(0)
             ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
-            steps[str(value)] = train_step(model, make_optimizer(model, device), ids, ids.roll(-1, dims=1))
+            steps[str(value)] = train_step(model, make_optimizer(model, **ADAMW), ids, ids.roll(-1, dims=1))
             tokens[str(value)] = size.batch * size.block
         timings = paired(steps, rounds=rounds, calls=calls, device=device)
         results[series] = {"field": field, "tokens_per_s": {v: tokens[v] / t.median for v, t in timings.items()}}

@@ -30,6 +30,7 @@ class Size:
     bias: bool = True
 
     def config(self) -> ModelConfig:
+        """The GPT-2-shaped ModelConfig of this size (d_ff = 4 d, learned positions, tanh GELU, no dropout)."""
         return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_heads=self.n_heads,
                            n_layers=self.n_layers, d_ff=4 * self.d_model, max_len=self.block, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, bias=self.bias, dropout=0.0,
@@ -45,6 +46,7 @@ SIZES = {
 
 
 def get_size(name: str) -> Size:
+    """The :class:`Size` called ``name`` in ``SIZES``; a ValueError listing them for any other name."""
     if name not in SIZES:
         raise ValueError(f"unknown benchmark size {name!r}; available: {sorted(SIZES)}")
     return SIZES[name]

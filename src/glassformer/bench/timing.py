@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import check_int
+
 
 def sync(device: torch.device | str) -> None:
     """Wait for queued GPU work (a no-op on CPU), so a timer sees the work it started."""
@@ -30,6 +32,7 @@ class Timing:
 
     @property
     def median(self) -> float:
+        """The median of the rounds' seconds per call."""
         return statistics.median(self.rounds)
 
     @property
@@ -54,8 +57,9 @@ def paired(contenders: dict[str, Callable[[], object]], *, rounds: int = 5, call
     Returns:
         name -> :class:`Timing` (seconds per call, one value per round).
     """
-    if rounds < 1 or calls < 1 or warmup < 0:
-        raise ValueError(f"need rounds >= 1, calls >= 1, warmup >= 0; got {rounds}, {calls}, {warmup}")
+    check_int("rounds", rounds, 1)
+    check_int("calls", calls, 1)
+    check_int("warmup", warmup, 0)
     names = list(contenders)
     for name in names:
         for _ in range(warmup):

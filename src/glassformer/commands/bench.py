@@ -9,10 +9,12 @@ from pathlib import Path
 
 
 def _names(text: str) -> tuple[str, ...]:
+    """``"train, gen"`` -> ("train", "gen"): a comma-separated option as a tuple, blanks dropped."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "bench", help="benchmark training and generation against Hugging Face GPT-2",
         description="Time training (tokens/s, peak memory, MFU), greedy generation, return_attn=True and "
@@ -35,19 +37,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen benchmark parts, print their tables and write the JSON to ``args.out``; returns 0."""
     import torch
 
     from ..bench import format_table, run_suite
     from ..bench.runner import DEFAULT_PARTS
+    from ..errors import GlassformerError, UsageError, check_int
 
+    if args.rounds is not None:
+        check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(check_int("--threads", args.threads, 1))
     if args.device != "cpu" and not args.device.startswith("cuda"):
-        raise ValueError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
+        raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device}: no CUDA device is available here")
+        raise GlassformerError(f"--device {args.device}: no CUDA device is available here")
     parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
     results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
                         dtype=args.dtype, hf=not args.no_hf,

@@ -14,6 +14,7 @@ otherwise it is a glassformer checkpoint. Supported families: GPT-2, Llama, BERT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``convert`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "convert", help="convert a Hugging Face model folder to a glassformer checkpoint, or back",
         description="Convert between a Hugging Face model folder (config.json, model.safetensors, tokenizer "
@@ -26,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import CLIError
+    """Convert ``args.src`` into ``args.dst`` (direction from what SRC is); print a one-line summary; 0."""
+    from ..errors import GlassformerError, UsageError
     from ..interop.hf_dir import is_hf_dir, load_hf_dir, save_hf_dir
     from ..models import count_params
     from ..training.checkpoint import load, save_checkpoint
@@ -34,12 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.src.is_dir():
         raise FileNotFoundError(f"{str(args.src)!r} is not a folder")
     if args.src.resolve() == args.dst.resolve():
-        raise CLIError("src and dst must be different folders")
+        raise UsageError("src and dst must be different folders")
     if is_hf_dir(args.src):
         model, tokenizer = load_hf_dir(args.src)
         if tokenizer is None:
-            raise CLIError(f"{str(args.src)!r} has no tokenizer files (tokenizer.json, vocab.txt or vocab.json + "
-                           "merges.txt); a glassformer checkpoint needs one")
+            raise GlassformerError(f"{str(args.src)!r} has no tokenizer files (tokenizer.json, vocab.txt or "
+                                   "vocab.json + merges.txt); a glassformer checkpoint needs one")
         save_checkpoint(args.dst, model, tokenizer)
         what = "Hugging Face folder -> glassformer checkpoint"
     else:

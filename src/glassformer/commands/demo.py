@@ -1,30 +1,18 @@
 """``glassformer demo``: the tiny character LM lesson end to end, with no files needed.
 
-Four built-in lines of Chinese; a 2-layer, 32-wide decoder-only model learns them in seconds, and
-every step is shown: windows and the shift by one, the shape of each layer's output, LayerNorm and
-the residual sum by hand, a causality check, the training history, a greedy generation trace with
-the top-4 candidates, and a checkpoint reload. ``--lesson2`` runs lesson 2's experiments instead.
+The lesson itself lives in :mod:`glassformer.lessons.tiny_char` (``--lesson2``:
+:mod:`glassformer.lessons.lesson2`); this verb runs it and prints what it found.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
-
-LINES = ["春天来了，花开了。", "夏天来了，蝉叫了。", "秋天来了，叶落了。", "冬天来了，雪下了。"]
-PREFIX = "春天来了，"
-EXPECTED = "春天来了，花开了。"
-CONTEXT, STEPS, BATCH, LR, SEED, GENERATE = 16, 320, 32, 0.004, 1212, 12
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "demo", help="train the tiny character LM of the lessons and show every step",
         description="Train a 2-layer character Transformer on four built-in lines and show shapes, checks, "
@@ -37,22 +25,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the tiny char LM lesson into ``args.out`` and print its summary (or lesson 2's with ``--lesson2``).
+
+    Returns 0, or 1 when the trained model does not generate the lesson's expected line.
+    """
+    import torch
+
+    from ..lessons import tiny_char
+
     if args.lesson2:
         return run_lesson2(args.out)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 32-wide model: more threads only add synchronisation
     try:
-        result = tiny_char_lm(args.out)
+        result = tiny_char.run(args.out)
     finally:
         torch.set_num_threads(threads)
-    print(summary(result))
-    if not result["generation"]["text"].startswith(EXPECTED):
-        print(f"glassformer: error: expected the generation to start with {EXPECTED!r}")
+    print(tiny_char.summary(result))
+    if not result["generation"]["text"].startswith(tiny_char.EXPECTED):
+        print(f"glassformer: error: expected the generation to start with {tiny_char.EXPECTED!r}")
         return 1
     return 0
 
 
 def run_lesson2(out: Path) -> int:
+    """Run lesson 2's experiments, print their summary and write the findings to ``out/lesson2.json``; 0."""
     from ..lessons import lesson2
 
     findings = lesson2.run_all()
@@ -61,154 +58,3 @@ def run_lesson2(out: Path) -> int:
     (out / "lesson2.json").write_text(json.dumps(findings, indent=2), encoding="utf-8")
     print(f"findings written to {out / 'lesson2.json'}")
     return 0
-
-
-def _lesson_batches(ids: np.ndarray, x: torch.Tensor, y: torch.Tensor):
-    """Random training windows, and the lesson's evaluation: every window of the corpus at once."""
-    from ..data import LMBatches
-
-    class LessonBatches(LMBatches):
-        def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict]:
-            yield {"ids": x, "labels": y}
-
-    return LessonBatches("clm", ids, ids, CONTEXT, SEED)
-
-
-def tiny_char_lm(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str, Any]:
-    """Run the tiny char LM lesson; write results.json, loss_curve.png and attention PNGs to ``out``.
-
-    Returns the results dict (the lesson's fields plus ``checks``, ``checkpoint`` and ``files``).
-    """
-    from .. import ModelConfig, build_model, check_causality, count_params, shape_trace
-    from ..generation import trace_generation
-    from ..nn.norms import make_norm
-    from ..tokenizers import CharTokenizer
-    from ..training import TrainConfig, Trainer, evaluate, load, plot_losses, save_checkpoint
-    from ..viz import plot_attention
-
-    started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(SEED)
-    corpus = "\n".join(LINES) + "\n"
-    tokenizer = CharTokenizer.from_text(corpus)
-    ids = np.asarray(tokenizer.encode(corpus), dtype=np.int64)
-    data = torch.from_numpy(ids)
-    starts = range(len(ids) - CONTEXT)  # every window whose next-token targets exist
-    x = torch.stack([data[s:s + CONTEXT] for s in starts])  # (N, T)
-    y = torch.stack([data[s + 1:s + CONTEXT + 1] for s in starts])  # (N, T), x shifted by one
-    assert torch.equal(x[:, 1:], y[:, :-1]) and tokenizer.decode(x[0].tolist()) == corpus[:CONTEXT]
-
-    config = ModelConfig.preset("tiny-char", vocab_size=tokenizer.vocab_size, max_len=CONTEXT)
-    model = build_model(config)
-    shapes = shape_trace(model, x[:2])
-
-    norm = make_norm("layernorm", 4, 1e-5)
-    norm_input = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    with torch.no_grad():
-        normalized = norm(norm_input)
-    by_hand = (norm_input - norm_input.mean()) / torch.sqrt(norm_input.var(correction=0) + 1e-5)
-    branch = torch.tensor([0.5, -0.5, 1.0, -1.0])
-    residual = norm_input + branch
-    if not torch.allclose(normalized, by_hand) or not torch.equal(residual, torch.tensor([1.5, 1.5, 4.0, 3.0])):
-        raise RuntimeError(f"LayerNorm/residual check failed: {normalized.tolist()} vs {by_hand.tolist()}")
-
-    causality = check_causality(model, x[:1])
-    if not causality.ok:
-        raise RuntimeError(f"causality check failed: a future token changed earlier logits by {causality.max_leak}")
-
-    train_config = TrainConfig(max_steps=steps, batch_size=BATCH, block_size=CONTEXT, lr=LR, lr_schedule="constant",
-                               warmup_steps=0, weight_decay=0.01, beta2=0.999, grad_clip=0.0, eval_every=20,
-                               log_every=20, seed=SEED, device="cpu", out_dir=str(out / "run"), progress=progress)
-    batches = _lesson_batches(ids, x, y)
-    initial = evaluate(model, batches)["val_loss"]
-    trainer = Trainer(train_config, model, tokenizer, batches)
-    trainer.train()
-    history = [{"step": 0, "train_loss": initial}] + [
-        {"step": h["step"], "train_loss": h["val_loss"]} for h in trainer.history if "val_loss" in h]
-    model.eval()
-    with torch.inference_mode():
-        accuracy = float((model(x).argmax(-1) == y).float().mean())
-
-    records = trace_generation(model, tokenizer.encode(PREFIX), max_new_tokens=GENERATE, top_k=4,
-                               tokenizer=tokenizer)
-    generated = PREFIX + "".join(r["chosen_text"] for r in records)
-    steps_out = [{"step": r["step"], "context": r["context_text"], "chosen": r["chosen_text"],
-                  "chosen_probability": r["chosen_probability"],
-                  "top4": [{"char": c, "probability": p} for c, p in r["top_k_text"]]} for r in records]
-
-    checkpoint = save_checkpoint(out / "tiny-char-lm", model, tokenizer)
-    reloaded, reloaded_tokenizer = load(checkpoint)
-    with torch.inference_mode():
-        reload_diff = float((reloaded(x[:2]) - model(x[:2])).abs().max())
-    if reload_diff != 0.0 or reloaded_tokenizer.to_dict() != tokenizer.to_dict():
-        raise RuntimeError(f"the reloaded checkpoint differs from the trained model (max logit diff {reload_diff})")
-
-    line = torch.tensor([tokenizer.encode(LINES[0])])
-    with torch.inference_mode():
-        _, attention = model(line, return_attn=True)
-    pieces = tokenizer.tokens(line[0].tolist())
-    files = {"loss_curve": str(plot_losses(history, out / "loss_curve.png", "tiny char LM: loss on all windows"))}
-    for layer in range(config.n_layers):
-        files[f"attention_layer{layer + 1}"] = str(plot_attention(
-            attention, pieces, out / f"attention_layer{layer + 1}.png", layers=[layer],
-            title=f"attention on {LINES[0]!r}"))
-
-    result = {
-        "torch_version": torch.__version__, "device": "cpu", "lines": LINES, "corpus": corpus,
-        "vocab": tokenizer.chars,
-        "configuration": {"context": CONTEXT, "d_model": config.d_model, "heads": config.n_heads,
-                          "head_width": config.head_dim, "layers": config.n_layers, "ffn_width": config.d_ff,
-                          "steps": steps, "batch_size": BATCH, "lr": LR, "parameters": count_params(model),
-                          "sampling": "greedy argmax"},
-        "window_count": len(x), "shapes": shapes,
-        "shift_example": {"input": list(corpus[:8]), "target": list(corpus[1:9])},
-        "norm_example": {"input": norm_input.tolist(), "mean": float(norm_input.mean()),
-                         "variance": float(norm_input.var(correction=0)), "epsilon": 1e-5,
-                         "normalized": normalized.tolist(), "branch": branch.tolist(), "sum": residual.tolist()},
-        "causal_earlier_logits_max_diff": causality.max_leak,
-        "causality": {"max_leak": causality.max_leak, "max_visible_change": causality.max_visible_change,
-                      "checks": causality.checks},
-        "history": history, "final_train_token_accuracy": accuracy,
-        "generation": {"prefix": PREFIX, "text": generated, "steps": steps_out},
-        "checkpoint": {"path": str(checkpoint), "reload_max_logit_diff": reload_diff},
-        "files": files, "wall_seconds": round(time.perf_counter() - started, 2),
-    }
-    (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
-    result["files"]["results"] = str(out / "results.json")
-    return result
-
-
-def summary(result: dict[str, Any]) -> str:
-    """A readable account of :func:`tiny_char_lm`'s results."""
-    c, gen = result["configuration"], result["generation"]
-    history = result["history"]
-    lines = [
-        "Tiny character LM (lesson 12): four lines, one decoder-only Transformer",
-        f"  corpus: {len(result['corpus'])} characters, {len(result['vocab'])} distinct; "
-        f"{result['window_count']} windows of {c['context']}",
-        f"  shift by one: input {''.join(result['shift_example']['input'])!r} -> "
-        f"target {''.join(result['shift_example']['target'])!r}",
-        f"  model: {c['layers']} layers, d_model {c['d_model']}, {c['heads']} heads of {c['head_width']}, "
-        f"ffn {c['ffn_width']}: {c['parameters']:,} parameters",
-        "  shapes: " + ", ".join(f"{k} {tuple(v)}" for k, v in result["shapes"].items()),
-        f"  LayerNorm([1, 2, 3, 4]) = {[round(v, 4) for v in result['norm_example']['normalized']]} "
-        f"(matches (x - mean) / sqrt(var + eps)); residual sum {result['norm_example']['sum']}",
-        f"  causality: {result['causality']['checks']} (token, position) pairs where a future token must "
-        f"not matter; largest change {result['causality']['max_leak']:.1e}",
-        "  training (loss on all windows): " + "  ".join(
-            f"{h['step']}:{h['train_loss']:.3f}" for i, h in enumerate(history)
-            if i % max(1, len(history) // 6) == 0 or i == len(history) - 1),
-        f"  final train token accuracy: {result['final_train_token_accuracy']:.3f}",
-        f"  greedy generation from {gen['prefix']!r}:",
-    ]
-    for s in gen["steps"]:
-        top = "  ".join(f"{t['char']!r} {t['probability']:.2f}" for t in s["top4"])
-        lines.append(f"    {s['step']:>2}  {s['context']!r:<24} -> {s['chosen']!r} ({s['chosen_probability']:.2f})"
-                     f"   top-4: {top}")
-    lines += [f"  generated: {gen['text']!r}",
-              f"  checkpoint {result['checkpoint']['path']}: reloaded, logits differ by "
-              f"{result['checkpoint']['reload_max_logit_diff']}",
-              f"  wrote {', '.join(Path(p).name for p in result['files'].values())} to "
-              f"{Path(result['files']['results']).parent} in {result['wall_seconds']:.1f} s"]
-    return "\n".join(lines)

@@ -15,6 +15,7 @@ encoder (attn="bidirectional"). Without --similarity each text prints as one JSO
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``embed`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "embed", help="print sentence embeddings or their cosine similarities",
         description="Encode each TEXT with an encoder, pool its last hidden states over the real tokens "
@@ -31,21 +32,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print one JSON line per text (its vector) or the cosine similarity matrix; returns 0."""
     import torch.nn.functional as F
 
-    from ..cli import CLIError
-    from ..interop import sentence_embeddings
+    from ..errors import GlassformerError, check_int
+    from ..generation import sentence_embeddings
     from ..interop.hf_dir import is_hf_dir, load_hf_dir
     from ..training.checkpoint import load
 
+    check_int("--digits", args.digits, 0, 16)
     if not args.model.is_dir():
         raise FileNotFoundError(f"model folder {str(args.model)!r} does not exist")
     model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)
     if tokenizer is None:
-        raise CLIError(f"{str(args.model)!r} has no tokenizer files")
+        raise GlassformerError(f"{str(args.model)!r} has no tokenizer files")
     if model.config.arch != "lm" or model.config.attn != "bidirectional":
-        raise CLIError(f"embed needs an encoder (arch='lm', attn='bidirectional'); {str(args.model)!r} has "
-                       f"arch={model.config.arch!r}, attn={model.config.attn!r}")
+        raise GlassformerError(f"embed needs an encoder (arch='lm', attn='bidirectional'); {str(args.model)!r} "
+                               f"has arch={model.config.arch!r}, attn={model.config.attn!r}")
     vectors = sentence_embeddings(model, tokenizer, args.texts, pooling=args.pooling,
                                   normalize=not args.no_normalize)
     if not args.similarity:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``eval`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "eval", help="evaluate a checkpoint on a text file (or parallel files)",
         description="Score a checkpoint on a whole file: loss, perplexity, token accuracy (and bits per character "
@@ -26,28 +27,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Score ``args.checkpoint`` on the given data and print the metrics as one JSON line; returns 0."""
     import numpy as np
 
     from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, read_pairs
+    from ..errors import UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
+    from ..training.objectives import OBJECTIVE_ATTN
 
     checkpoint = load_checkpoint(args.checkpoint)
     model, tokenizer, training = checkpoint.model, checkpoint.tokenizer, checkpoint.training or {}
     objective = args.objective or training.get("objective") or (
         "seq2seq" if model.config.arch == "encoder-decoder" else
-        {"causal": "clm", "bidirectional": "mlm", "prefix": "prefix"}[model.config.attn])
+        {attn: name for name, attn in OBJECTIVE_ATTN.items()}[model.config.attn])
     check_model_for(objective, model)
+    for option in ("block_size", "max_batches"):  # None: the training block size / the whole file
+        if getattr(args, option) is not None:
+            check_int(f"--{option}", getattr(args, option), 1)
+    check_int("--batch_size", args.batch_size, 1)
     block_size = args.block_size or training.get("block_size") or model.config.max_len
-    if block_size < 1:
-        raise ValueError(f"--block_size must be >= 1, got {block_size}")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
     if objective == "seq2seq":
         pairs = encode_pairs(read_pairs(args.src, args.tgt, args.pairs), tokenizer, block_size)
         batches = Seq2SeqBatches(pairs, pairs, tokenizer.pad_id, 0)
     else:
         if args.data is None:
-            raise ValueError(f"objective {objective!r} needs --data FILE")
+            raise UsageError(f"objective {objective!r} needs --data FILE")
         ids = np.asarray(encode_files([args.data], tokenizer))
         batches = LMBatches(objective, ids, ids, min(block_size, len(ids) - 1), seed=0, mask_id=tokenizer.mask_id,
                             vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),

@@ -10,6 +10,7 @@ from typing import Any
 
 
 def _early_stopping(value: str) -> bool | str:
+    """``--early_stopping``: "true", "false" or "never" (any case) -> True, False or "never"."""
     choices = {"true": True, "false": False, "never": "never"}
     if value.lower() not in choices:
         raise argparse.ArgumentTypeError(f"expected true, false or never, got {value!r}")
@@ -17,6 +18,7 @@ def _early_stopping(value: str) -> bool | str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``generate`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "generate", help="continue or translate prompts with a checkpoint (greedy, sampling, beam search)",
         description="Generate from a checkpoint folder. Greedy by default; --sample draws tokens (shaped by "
@@ -53,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    """The keyword options of :func:`glassformer.generation.generate` the command line asks for."""
     options: dict[str, Any] = dict(
         do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         min_p=args.min_p, repetition_penalty=args.repetition_penalty,
@@ -66,13 +69,16 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
+    from ..errors import UsageError, check_int
     from ..generation import format_trace, generate_text, stream_text, trace_text
     from ..training import load
 
     if not all(args.prompt):
-        raise ValueError("--prompt must not be empty")
+        raise UsageError("--prompt must not be empty")
+    check_int("--trace_top_k", args.trace_top_k, 1)
     if (args.stream or args.trace) and (len(args.prompt) > 1 or args.num_beams > 1 or args.num_return_sequences > 1):
-        raise ValueError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
+        raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
     model, tokenizer = load(args.checkpoint)
     options = _options(args, tokenizer)

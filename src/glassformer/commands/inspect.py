@@ -19,6 +19,7 @@ prefix, padding) show exactly as they do in a trained model."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``inspect`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "inspect", help="write an offline HTML report: attention, shapes, generation",
         description="Run a model once on --text (and --target) and write ONE self-contained HTML file "
@@ -50,13 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _load(args: argparse.Namespace):
     """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
-    from ..cli import CLIError
+    from ..errors import GlassformerError, UsageError
 
     if (args.checkpoint is None) == (args.preset is None):
-        raise CLIError("give either CHECKPOINT or --preset (a random model), not "
-                       + ("both" if args.preset else "neither"))
+        raise UsageError("give either CHECKPOINT or --preset (a random model), not "
+                         + ("both" if args.preset else "neither"))
     if args.attn is not None and args.preset is None:
-        raise CLIError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
+        raise UsageError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
     if args.checkpoint is not None:
         from ..interop.hf_dir import is_hf_dir, load_hf_dir
         from ..training.checkpoint import load
@@ -65,7 +66,7 @@ def _load(args: argparse.Namespace):
             return load(args.checkpoint)
         model, tokenizer = load_hf_dir(args.checkpoint)
         if tokenizer is None:
-            raise CLIError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
+            raise GlassformerError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
         return model, tokenizer
     import torch
 
@@ -83,6 +84,7 @@ def _load(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write the HTML report of ``args.text`` (and ``args.target``) to ``args.out``; returns 0."""
     from ..viz.report import write_report
 
     model, tokenizer = _load(args)

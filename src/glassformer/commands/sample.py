@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``sample`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "sample", help="generate text from a checkpoint",
         description="Continue a prompt with a trained checkpoint (for an encoder-decoder: translate it). Sampling "
@@ -16,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--max_new_tokens", type=int, default=200)
     parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
-    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--temperature", type=float, default=0.8, help="> 0; --greedy for argmax instead")
     parser.add_argument("--top_k", type=int, default=None, help="sample among the k most likely tokens")
     parser.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1]")
     parser.add_argument("--num_samples", type=int, default=1)
@@ -25,15 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print ``--num_samples`` continuations (translations) of ``--prompt``; returns 0."""
+    from ..errors import UsageError, check_int, check_number
     from ..generation import generate_text
     from ..training import load
 
-    if args.temperature <= 0:
-        raise ValueError(f"--temperature must be > 0, got {args.temperature} (use --greedy for argmax)")
-    if args.num_samples < 1:
-        raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
+    if not args.greedy:
+        check_number("--temperature", args.temperature, 0, low_open=True)
+    check_int("--num_samples", args.num_samples, 1)
     if not args.prompt:
-        raise ValueError("--prompt must not be empty")
+        raise UsageError("--prompt must not be empty")
     model, tokenizer = load(args.checkpoint)
     options = {} if args.greedy else {"do_sample": True, "temperature": args.temperature, "top_k": args.top_k,
                                       "top_p": args.top_p, "seed": args.seed}

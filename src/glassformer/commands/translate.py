@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``translate`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
         "translate", help="translate lines of text with an encoder-decoder checkpoint",
         description="Translate one sentence per line, read from FILEs (plain or .gz) or standard input, in "
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_sources(files: list[Path]) -> list[str]:
+    """The lines of ``files`` in order, or of standard input when there are none (or just '-')."""
     from ..data import read_lines
 
     if not files or files == [Path("-")]:
@@ -37,15 +39,19 @@ def _read_sources(files: list[Path]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..recipes.translation import bleu, translate
+    """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
+    from ..errors import GlassformerError, check_int, check_number
+    from ..generation import bleu, translate
     from ..training import load
 
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(f"--max_new_tokens must be >= 1, got {args.max_new_tokens}")
+    check_int("--beams", args.beams, 1)
+    check_number("--length_penalty", args.length_penalty)
+    check_int("--batch_size", args.batch_size, 1)
+    check_int("--max_new_tokens", args.max_new_tokens, 1, allow_none=True)
     model, tokenizer = load(args.checkpoint)
     sources = _read_sources(args.files)
     if not sources:
-        raise ValueError("nothing to translate: the input has no lines")
+        raise GlassformerError("nothing to translate: the input has no lines")
     hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=args.beams,
                            length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens)
     text = "\n".join(hypotheses) + "\n"

@@ -9,8 +9,10 @@ from typing import Any
 
 import torch
 
+from ..errors import check_int
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
+from .padding import pad_rows
 from .text import read_lines
 
 
@@ -21,6 +23,7 @@ def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
     Either ``src`` and ``tgt``: two files (plain or .gz) with one sentence per line, line i of one
     translating line i of the other; or ``pairs``: a ``.tsv`` file (source TAB target per line) or a
     ``.jsonl`` file (one ``{"src": ..., "tgt": ...}`` object per line). Blank lines are skipped.
+    Returns the (source, target) pairs in file order.
     """
     if pairs is not None:
         if src is not None or tgt is not None:
@@ -64,7 +67,11 @@ def _read_pair_file(path: Path) -> list[tuple[str, str]]:
 
 def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
                  max_len: int) -> list[tuple[list[int], list[int]]]:
-    """Source ids + [eos], and target ids wrapped as [bos] + target + [eos], each cut to ``max_len``."""
+    """Source ids + [eos], and target ids wrapped as [bos] + target + [eos], cut to ``max_len`` and
+    ``max_len + 1`` (the decoder reads all but the last, predicts all but the first).
+
+    Returns one (source ids, target ids) pair of lists per input pair, in order.
+    """
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     if bos is None or eos is None:
         raise ValueError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
@@ -72,21 +79,15 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
             for s, t in pairs]
 
 
-def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists to one length. Returns ids (B, L) and pad (B, L), True = padding."""
-    length = max(len(r) for r in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-    pad = torch.arange(length)[None, :] >= torch.tensor([len(r) for r in rows])[:, None]
-    return ids, pad
-
-
 def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """A teacher-forcing batch: src/src_pad, tgt_in (= target[:-1]) / tgt_pad, labels (= target[1:],
-    -100 on padding)."""
-    src, src_pad = pad_batch([s for s, _ in examples], pad_id)
-    tgt, tgt_pad = pad_batch([t for _, t in examples], pad_id)
+    """A teacher-forcing batch from B encoded pairs (as :func:`encode_pairs` makes them), right-padded.
+
+    Returns a dict: ``src`` (B, S) and ``src_pad`` (B, S) bool (True = padding); ``tgt_in`` (B, T) =
+    target[:-1] and ``tgt_pad`` (B, T); ``labels`` (B, T) = target[1:], ``IGNORE`` (-100) on padding.
+    S and T + 1 are the longest source and target of the batch.
+    """
+    src, src_pad = pad_rows([s for s, _ in examples], pad_id)
+    tgt, tgt_pad = pad_rows([t for _, t in examples], pad_id)
     labels = tgt[:, 1:].masked_fill(tgt_pad[:, 1:], IGNORE)
     return {"src": src, "src_pad": src_pad, "tgt_in": tgt[:, :-1], "tgt_pad": tgt_pad[:, :-1],
             "labels": labels}
@@ -103,10 +104,10 @@ def length_batches(lengths: Sequence[Any], batch_size: int, generator: torch.Gen
     and 10% of source positions are padding, against 17% and 19% when sorting by the sum).
     ``pool_batches``: sort only within pools of that many batches (more variety between epochs,
     more padding); None sorts the whole set.
+    Returns the batches: lists of indices into ``lengths``.
     """
-    if pool_batches is not None and (isinstance(pool_batches, bool) or not isinstance(pool_batches, int)
-                                     or pool_batches < 1):
-        raise ValueError(f"pool_batches must be None or an int >= 1, got {pool_batches!r}")
+    check_int("batch_size", batch_size, 1)
+    check_int("pool_batches", pool_batches, 1, allow_none=True)
     order = torch.randperm(len(lengths), generator=generator).tolist()
     pool = max(len(order), 1) if pool_batches is None else batch_size * pool_batches
     batches = []

@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
+from ..data.padding import pad_rows
+from ..errors import GlassformerError, check_int, check_number
+from ..nn.masks import check_prefix_len
 from .beam import beam_search
 from .incremental import IncrementalDecoder
 from .processors import make_processors
+from .protocol import Generative, Model, check_generative
 from .search import Step, StoppingCriterion, decode_steps
 
 PromptLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
+"""Prompts as :func:`generate` takes them: a (T,) or (B, T) id tensor, a list of ids, or a list of lists."""
 
 
-def _is_seq2seq(model: nn.Module) -> bool:
+def _is_seq2seq(model: Model) -> bool:
     return getattr(getattr(model, "config", None), "arch", None) == "encoder-decoder"
 
 
@@ -40,6 +44,8 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
         pad: (B, T) bool, True = padding; or ``attention_mask`` (B, T), 1 = real token (Hugging Face).
         pad_token_id: the id written into padded slots of a list of lists.
         side: where padding goes: "left" (prompts to continue) or "right" (an encoder's source).
+        name: the argument's name in error messages.
+        device: where to put the tensors.
     Returns:
         (ids (B, T) long, pad (B, T) bool or None). Raises ValueError for an empty prompt or padding
         on the wrong side.
@@ -58,17 +64,12 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
                             f"got {ids!r:.80}")
         if any(len(r) == 0 for r in rows):
             raise ValueError(f"{name}: empty prompt; give at least one token per row")
-        T = max(len(r) for r in rows)
-        if any(len(r) != T for r in rows):
+        ids, row_pad = pad_rows(rows, pad_token_id, side=side, device=device)
+        if bool(row_pad.any()):
             if pad is not None or attention_mask is not None:
                 raise ValueError(f"{name}: rows of different lengths are padded for you; "
                                  "do not pass pad/attention_mask")
-            fill = [[pad_token_id] * (T - len(r)) for r in rows]
-            pad = torch.tensor([[True] * len(f) + [False] * len(r) if side == "left" else
-                                [False] * len(r) + [True] * len(f) for r, f in zip(rows, fill, strict=True)],
-                               device=device)
-            rows = [f + list(r) if side == "left" else list(r) + f for r, f in zip(rows, fill, strict=True)]
-        ids = torch.tensor(rows, dtype=torch.long, device=device)
+            pad = row_pad
     B, T = ids.shape
     if T == 0:
         raise ValueError(f"{name}: empty prompt; give at least one token per row")
@@ -95,7 +96,7 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
 
 
 @contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def _eval_mode(model: Model) -> Iterator[None]:
     """Dropout off while generating; the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
@@ -106,21 +107,32 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+def _check_token_id(name: str, value: Any, vocab_size: int) -> int:
+    """``value`` if it is a token id of the model's vocabulary, else an error naming ``name``."""
+    check_int(name, value, 0)
+    if value >= vocab_size:
+        raise GlassformerError(f"{name}: token id {value} is out of range: expected 0 <= id < "
+                               f"vocab_size={vocab_size}")
+    return value
 
 
 @dataclass
 class GenerationSetup:
-    """What :func:`prepare` built: the decoder and the search options (shared with streaming)."""
+    """What :func:`setup_generation` built, shared by :func:`generate`, streaming and traces.
+
+    Attributes:
+        decoder: the :class:`IncrementalDecoder` holding the (B * copies, T) prompts, copies being
+            ``num_beams`` or ``num_return_sequences``.
+        kwargs: the search options (processors, eos/pad ids, generator, ...) for the search loops.
+        prompt_len: T, the prompt's width in columns (padding included); new tokens start there.
+    """
 
     decoder: IncrementalDecoder
     kwargs: dict[str, Any]
     prompt_len: int
 
 
-def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample: bool = False,
+def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int, do_sample: bool = False,
             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
             min_p: float | None = None, repetition_penalty: float | None = None,
             no_repeat_ngram_size: int | None = None, num_beams: int = 1, length_penalty: float = 1.0,
@@ -130,18 +142,21 @@ def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample
             pad: torch.Tensor | None = None, decoder_start_token_id: int | None = None,
             use_cache: bool = True, stopping_criteria: Sequence[StoppingCriterion] | None = None,
             stop_strings: Sequence[str] | None = None, tokenizer: Any = None) -> GenerationSetup:
-    """Validate :func:`generate`'s arguments and build the decoder; see :func:`generate`."""
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "new_cache"):
-        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
-                        f"got {type(model).__name__}")
+    """Check :func:`generate`'s arguments, encode the source (encoder-decoder) and build the decoder.
+
+    Arguments as :func:`generate`. Returns a :class:`GenerationSetup` whose decoder has not run yet;
+    :func:`iter_steps` (greedy/sampling) or :func:`glassformer.generation.beam_search` drives it.
+    Call it under ``torch.inference_mode()`` with the model in eval mode (as :func:`generate` does).
+    """
+    check_generative(model)
+    config = model.config
     seq2seq = _is_seq2seq(model)
     if not seq2seq and config.attn == "bidirectional":
         raise ValueError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
                          "use glassformer.generation.fill_mask")
-    _check_int("max_new_tokens", max_new_tokens, 1)
-    _check_int("num_beams", num_beams, 1)
-    _check_int("num_return_sequences", num_return_sequences, 1)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("num_beams", num_beams, 1)
+    check_int("num_return_sequences", num_return_sequences, 1)
     if num_beams == 1 and not do_sample and num_return_sequences != 1:
         raise ValueError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
                          f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
@@ -149,14 +164,12 @@ def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample
         raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
     if early_stopping not in (True, False, "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
+    length_penalty = check_number("length_penalty", length_penalty)
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    for value in eos + ([pad_token_id] if pad_token_id is not None else []):
-        _check_int("eos_token_id/pad_token_id", value, 0)
-        if value >= config.vocab_size:
-            raise ValueError(f"token id {value} is out of range: expected 0 <= id < "
-                             f"vocab_size={config.vocab_size}")
+    for value in eos:
+        _check_token_id("eos_token_id", value, config.vocab_size)
+    if pad_token_id is not None:
+        _check_token_id("pad_token_id", pad_token_id, config.vocab_size)
     if pad_token_id is None:
         pad_token_id = eos[0] if eos else 0  # Hugging Face's fallback
     processors = make_processors(
@@ -170,7 +183,7 @@ def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample
         if decoder_start_token_id is None:
             raise ValueError("an encoder-decoder model needs decoder_start_token_id "
                              "(e.g. the tokenizer's bos id)")
-        _check_int("decoder_start_token_id", decoder_start_token_id, 0)
+        _check_token_id("decoder_start_token_id", decoder_start_token_id, config.vocab_size)
         if prefix_len is not None:
             raise ValueError("prefix_len is only meaningful for attn='prefix' decoder-only models")
         src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
@@ -205,16 +218,17 @@ def prepare(model: nn.Module, ids: PromptLike, *, max_new_tokens: int, do_sample
         criteria.append(StopOnStrings(tokenizer, stop_strings, prompt_len))
     generator = None
     if seed is not None:
-        _check_int("seed", seed, 0)
+        check_int("seed", seed, 0)
         generator = torch.Generator(device=device).manual_seed(seed)
     kwargs = dict(processors=processors, eos_token_id=eos, pad_token_id=pad_token_id, do_sample=do_sample,
-                  generator=generator, num_beams=num_beams, length_penalty=float(length_penalty),
+                  generator=generator, num_beams=num_beams, length_penalty=length_penalty,
                   early_stopping=early_stopping, num_return_sequences=num_return_sequences,
                   stopping_criteria=criteria, max_new_tokens=max_new_tokens)
     return GenerationSetup(decoder, kwargs, prompt_len)
 
 
 def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
+    """An error when the longest real row of ids (B, T) exceeds the model's context ``max_len``."""
     longest = ids.shape[1] - (int(pad.sum(dim=1).min()) if pad is not None else 0)
     if longest > config.max_len:
         raise ValueError(f"{what} of {longest} tokens is longer than the model allows "
@@ -223,26 +237,26 @@ def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what
 
 def _prefix_lengths(prefix_len: int | torch.Tensor | None, B: int, lengths: torch.Tensor | int,
                     device: torch.device) -> torch.Tensor:
-    """Per-row prefix lengths for a prefix-LM; by default the whole prompt is the prefix."""
+    """(B,) prefix lengths for a prefix-LM, counted in real tokens; by default the whole prompt.
+
+    ``prefix_len`` (an int or a (B,) integer tensor) is checked by :func:`glassformer.nn.masks.check_prefix_len`
+    against each row's real length ``lengths`` (an int or (B,): left padding makes rows shorter).
+    """
     lengths = torch.as_tensor(lengths, device=device).expand(B)
     if prefix_len is None:
         return lengths.clone()
-    if isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
-        prefix_len = torch.full((B,), prefix_len, device=device)
-    if (not isinstance(prefix_len, torch.Tensor) or prefix_len.shape != (B,)
-            or prefix_len.dtype.is_floating_point):
-        raise TypeError(f"prefix_len must be an int or a (B,) = ({B},) integer tensor, got {prefix_len!r}")
-    prefix_len = prefix_len.to(device).long()
-    if bool((prefix_len < 0).any() | (prefix_len > lengths).any()):
-        raise ValueError(f"prefix_len={prefix_len.tolist()} is out of range: expected 0 <= prefix_len <= "
-                         f"prompt length {lengths.tolist()}")
-    return prefix_len
+    prefix_len = check_prefix_len(prefix_len, lengths, B)
+    return torch.as_tensor(prefix_len, device=device).expand(B).clone()
 
 
 class StopOnStrings:
-    """Stop a row once its generated text contains one of ``stop_strings`` (decoded with ``tokenizer``)."""
+    """Stop a row once its generated text contains one of ``stop_strings`` (decoded with ``tokenizer``).
 
-    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int):
+    Called with the sequences so far (B, L); returns (B,) bool, True = the text after the first
+    ``prompt_len`` columns contains a stop string.
+    """
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int) -> None:
         if isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings):
             raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
         self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
@@ -252,11 +266,12 @@ class StopOnStrings:
         return torch.tensor([any(s in text for s in self.stop_strings) for text in texts], device=seq.device)
 
 
-def generate(model: nn.Module, ids: PromptLike, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
+def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
     """Continue prompts (decoder-only) or translate sources (encoder-decoder); return token ids.
 
     Args:
-        model: a causal or prefix :class:`TransformerLM`, or an :class:`EncoderDecoder`.
+        model: a causal or prefix :class:`TransformerLM`, or an :class:`EncoderDecoder` (any model
+            offering :class:`glassformer.generation.protocol.DecoderOnly` or ``EncoderDecoderModel``).
         ids: prompts (decoder-only) or sources (encoder-decoder): a (T,) or (B, T) tensor, a list of
             ids or a list of lists (padded for you). With a tensor, mark padding with ``pad`` (B, T)
             bool or ``attention_mask`` (B, T), 1 = real token.
@@ -278,7 +293,7 @@ def generate(model: nn.Module, ids: PromptLike, max_new_tokens: int = 20, **opti
         the n <= max_new_tokens new tokens; for an encoder-decoder (B * num_return_sequences, 1 + n).
     """
     with _eval_mode(model):
-        setup = prepare(model, ids, max_new_tokens=max_new_tokens, **options)
+        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
         kw = setup.kwargs
         if kw["num_beams"] > 1:
             if kw["stopping_criteria"]:
@@ -296,7 +311,8 @@ def generate(model: nn.Module, ids: PromptLike, max_new_tokens: int = 20, **opti
 
 
 def iter_steps(setup: GenerationSetup) -> Iterator[Step]:
-    """The greedy/sampling steps of a prepared generation (see :func:`decode_steps`)."""
+    """The greedy/sampling steps of a :func:`setup_generation` result: one :class:`Step` per new token
+    (tokens (B,), scores (B, V), finished (B,)); see :func:`decode_steps`. Not for beam search."""
     kw = setup.kwargs
     if kw["num_beams"] > 1:
         raise ValueError("step-by-step output (streaming, traces) is not available with beam search "

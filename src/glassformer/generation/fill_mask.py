@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
+from ..errors import check_int
 from .api import PromptLike, _eval_mode, batch_prompts
+from .protocol import Encoder
 
 
-def fill_mask(model: nn.Module, ids: PromptLike, mask_token_id: int | None = None, top_k: int = 5, *,
+def fill_mask(model: Encoder, ids: PromptLike, mask_token_id: int | None = None, top_k: int = 5, *,
               tokenizer: Any = None, pad: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None) -> list[dict[str, Any]]:
     """Predict the tokens hidden behind ``mask_token_id`` in one forward pass.
@@ -34,8 +35,7 @@ def fill_mask(model: nn.Module, ids: PromptLike, mask_token_id: int | None = Non
         mask_token_id = None if tokenizer is None else tokenizer.mask_id
         if mask_token_id is None:
             raise ValueError("fill_mask needs mask_token_id (or a tokenizer with a mask token)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    check_int("top_k", top_k, 1)
     device = next(model.parameters()).device
     ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, side="right", device=device)
     if ids.shape[1] > config.max_len:

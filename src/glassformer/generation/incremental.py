@@ -15,7 +15,8 @@ The search loops (greedy, sampling, beam) only see four calls: ``start() -> logi
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from .protocol import Generative
 
 
 def left_pad_positions(pad: torch.Tensor) -> torch.Tensor:
@@ -27,7 +28,9 @@ class IncrementalDecoder:
     """Next-token logits for a batch of sequences that grow by one token per row per step.
 
     Args:
-        model: a TransformerLM or EncoderDecoder (in eval mode, under ``torch.inference_mode``).
+        model: a :class:`~glassformer.generation.protocol.DecoderOnly` model (TransformerLM) or an
+            :class:`~glassformer.generation.protocol.EncoderDecoderModel` (in eval mode, under
+            ``torch.inference_mode``); only the methods those protocols list are called.
         ids: (B, T) prompt tokens (decoder-only) or decoder start tokens (encoder-decoder).
         pad: (B, T) bool, True = left padding; None when no row is padded.
         max_new_tokens: how many tokens will at most be appended (sizes the buffers).
@@ -36,9 +39,9 @@ class IncrementalDecoder:
         memory, src_pad: encoder-decoder only: the encoder output (B, S, d) and its padding.
     """
 
-    def __init__(self, model: nn.Module, ids: torch.Tensor, pad: torch.Tensor | None, max_new_tokens: int, *,
+    def __init__(self, model: Generative, ids: torch.Tensor, pad: torch.Tensor | None, max_new_tokens: int, *,
                  use_cache: bool = True, prefix_len: torch.Tensor | None = None,
-                 memory: torch.Tensor | None = None, src_pad: torch.Tensor | None = None):
+                 memory: torch.Tensor | None = None, src_pad: torch.Tensor | None = None) -> None:
         self.model, self.use_cache = model, use_cache
         self.seq2seq = memory is not None
         self.memory, self.src_pad = memory, src_pad

@@ -13,11 +13,17 @@ from collections.abc import Callable
 
 import torch
 
+from ..errors import check_int, check_number
+
 LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(ids (B, L), scores (B, V)) -> scores (B, V)."""
 
 
 class LogitsProcessorList(list):
-    """Apply processors in order: ``LogitsProcessorList([a, b])(ids, scores) == b(ids, a(ids, scores))``."""
+    """Apply processors in order: ``LogitsProcessorList([a, b])(ids, scores) == b(ids, a(ids, scores))``.
+
+    Called with ids (B, L) and scores (B, V); returns scores (B, V).
+    """
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for processor in self:
@@ -28,10 +34,8 @@ class LogitsProcessorList(list):
 class Temperature:
     """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it."""
 
-    def __init__(self, temperature: float):
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
-            raise ValueError(f"temperature must be a number > 0 when sampling, got {temperature!r}")
-        self.temperature = float(temperature)
+    def __init__(self, temperature: float) -> None:
+        self.temperature = check_number("temperature", temperature, 0, low_open=True)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores / self.temperature
@@ -40,10 +44,8 @@ class Temperature:
 class TopK:
     """Keep the ``top_k`` highest-scoring tokens (ties with the k-th are kept too); remove the rest."""
 
-    def __init__(self, top_k: int, min_tokens_to_keep: int = 1):
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-        self.top_k = max(top_k, min_tokens_to_keep)
+    def __init__(self, top_k: int, min_tokens_to_keep: int = 1) -> None:
+        self.top_k = max(check_int("top_k", top_k, 1), min_tokens_to_keep)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         k = min(self.top_k, scores.shape[-1])
@@ -55,10 +57,9 @@ class TopP:
     """Nucleus sampling (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
     probabilities sum to at least ``top_p``."""
 
-    def __init__(self, top_p: float, min_tokens_to_keep: int = 1):
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        self.top_p, self.min_tokens_to_keep = float(top_p), min_tokens_to_keep
+    def __init__(self, top_p: float, min_tokens_to_keep: int = 1) -> None:
+        self.top_p = check_number("top_p", top_p, 0, 1, low_open=True)
+        self.min_tokens_to_keep = min_tokens_to_keep
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         sorted_scores, order = scores.sort(dim=-1)  # ascending
@@ -71,10 +72,9 @@ class TopP:
 class MinP:
     """Min-p sampling (Nguyen et al. 2024): remove tokens less likely than ``min_p`` times the top one."""
 
-    def __init__(self, min_p: float, min_tokens_to_keep: int = 1):
-        if isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0.0 <= min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
-        self.min_p, self.min_tokens_to_keep = float(min_p), min_tokens_to_keep
+    def __init__(self, min_p: float, min_tokens_to_keep: int = 1) -> None:
+        self.min_p = check_number("min_p", min_p, 0, 1)
+        self.min_tokens_to_keep = min_tokens_to_keep
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         probs = scores.softmax(dim=-1)
@@ -90,10 +90,8 @@ class RepetitionPenalty:
     A seen token's score s becomes s / penalty when positive and s * penalty when negative.
     """
 
-    def __init__(self, penalty: float):
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty <= 0:
-            raise ValueError(f"repetition_penalty must be a number > 0, got {penalty!r}")
-        self.penalty = float(penalty)
+    def __init__(self, penalty: float) -> None:
+        self.penalty = check_number("repetition_penalty", penalty, 0, low_open=True)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         B, V = scores.shape
@@ -109,10 +107,8 @@ class NoRepeatNGram:
     When the last n-1 tokens occurred before, the tokens that followed them then are removed.
     """
 
-    def __init__(self, ngram_size: int):
-        if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
-            raise ValueError(f"no_repeat_ngram_size must be an int >= 1, got {ngram_size!r}")
-        self.n = ngram_size
+    def __init__(self, ngram_size: int) -> None:
+        self.n = check_int("no_repeat_ngram_size", ngram_size, 1)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         n, L = self.n, ids.shape[1]
@@ -135,18 +131,18 @@ def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | N
 
     Temperature, top-k, top-p and min-p shape a distribution to sample from, so (as in Hugging Face)
     they apply only when ``do_sample``; greedy and beam search ignore them. ``min_tokens_to_keep``
-    (beam sampling keeps at least 2) protects the best tokens from the filters.
+    (beam sampling keeps at least 2) protects the best tokens from the filters. ``top_k`` and
+    ``no_repeat_ngram_size`` of 0 (or None) are off. Returns the list, empty when nothing applies.
     """
     processors = LogitsProcessorList()
     if repetition_penalty is not None and repetition_penalty != 1.0:
         processors.append(RepetitionPenalty(repetition_penalty))
-    if no_repeat_ngram_size:
+    if check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0, allow_none=True):  # None or 0: off
         processors.append(NoRepeatNGram(no_repeat_ngram_size))
     if do_sample:
-        Temperature(temperature)  # validates even when it is 1.0
-        if temperature != 1.0:
+        if Temperature(temperature).temperature != 1.0:  # validates 1.0 too
             processors.append(Temperature(temperature))
-        if top_k is not None and top_k != 0:
+        if check_int("top_k", top_k, 0, allow_none=True):  # None or 0: off
             processors.append(TopK(top_k, min_tokens_to_keep))
         if top_p is not None:
             processors.append(TopP(top_p, min_tokens_to_keep))  # validates top_p == 1.0 too

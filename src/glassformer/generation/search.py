@@ -47,7 +47,15 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
                  generator: torch.Generator | None = None) -> Iterator[Step]:
     """Greedy or sampled decoding; yields a :class:`Step` per new token, at most ``max_new_tokens``.
 
-    Stops early when every row is finished (that check is the loop's only host synchronisation).
+    Args:
+        decoder: B rows, not started yet (this calls ``start()``).
+        processors: shape the (B, V) scores before each choice (empty: the raw logits).
+        do_sample: draw from softmax(scores) with ``generator``; else argmax.
+        eos_token_id: ids that finish a row; pad_token_id: what finished rows receive.
+        stopping_criteria: callables (B, L) tokens -> (B,) bool, True = finished.
+    Yields:
+        :class:`Step` (tokens (B,), scores (B, V), finished (B,)). Stops early when every row is
+        finished (that check is the loop's only host synchronisation).
     """
     logits = decoder.start()
     B, V = logits.shape

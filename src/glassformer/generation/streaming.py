@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from torch import nn
-
-from .api import _eval_mode, generate, iter_steps, prepare
+from .api import GenerationSetup, _eval_mode, generate, iter_steps, setup_generation
+from .protocol import Generative
+from .search import Step
 from .trace import trace_generation
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for bytes that are not (yet) a whole character
@@ -28,7 +28,7 @@ class TextStream:
     rest at the end. The concatenation of everything returned equals ``tokenizer.decode(all_ids)``.
     """
 
-    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True):
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True) -> None:
         self.tokenizer, self.skip = tokenizer, skip_special_tokens
         self.ids: list[int] = []
         self.prefix_offset = 0  # start of the window re-decoded for context
@@ -38,6 +38,7 @@ class TextStream:
         return self.tokenizer.decode(list(ids), skip_special_tokens=self.skip)
 
     def push(self, token_id: int) -> str:
+        """Add one id; return the text that became final with it ("" while it must wait)."""
         self.ids.append(int(token_id))
         before = self._decode(self.ids[self.prefix_offset:self.read_offset])
         now = self._decode(self.ids[self.prefix_offset:])
@@ -80,7 +81,7 @@ def _cut_at_stop(text: str, stop_strings: Sequence[str] | None) -> str:
     return text if cut < 0 else text[:cut]
 
 
-def _source_and_start(model: nn.Module, tokenizer: Any, prompt: str, options: dict[str, Any]) -> list[int]:
+def _source_and_start(model: Generative, tokenizer: Any, prompt: str, options: dict[str, Any]) -> list[int]:
     """The prompt's ids. For an encoder-decoder: the source as glassformer.data.seq2seq builds it
     (ids + [eos]), and ``decoder_start_token_id`` defaulting to the tokenizer's bos id."""
     ids = _encode_prompt(tokenizer, prompt)
@@ -94,12 +95,12 @@ def _source_and_start(model: nn.Module, tokenizer: Any, prompt: str, options: di
     return ids + ([tokenizer.eos_id] if tokenizer.eos_id is not None else [])
 
 
-def generate_text(model: nn.Module, tokenizer: Any, prompt: str | Sequence[str], max_new_tokens: int = 50,
+def generate_text(model: Generative, tokenizer: Any, prompt: str | Sequence[str], max_new_tokens: int = 50,
                   **options: Any) -> str | list[str]:
     """Continue (or translate) ``prompt`` and return only the new text.
 
     Args:
-        model, tokenizer: a generating model and the tokenizer it was trained with.
+        model, tokenizer: a decoder-only model or an encoder-decoder, and the tokenizer it was trained with.
         prompt: a string, or a list of strings (batched with left padding).
         max_new_tokens, options: as :func:`glassformer.generation.generate`; eos/pad ids default to
             the tokenizer's; ``stop_strings`` end a row and are cut from the returned text.
@@ -116,7 +117,7 @@ def generate_text(model: nn.Module, tokenizer: Any, prompt: str | Sequence[str],
     return texts[0] if isinstance(prompt, str) and len(texts) == 1 else texts
 
 
-def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int = 50,
+def stream_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: int = 50,
                 **options: Any) -> Iterator[str]:
     """Yield the new text of one prompt piece by piece, as soon as each piece is final.
 
@@ -128,7 +129,7 @@ def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     ids = _source_and_start(model, tokenizer, prompt, options)
     stops = list(options.get("stop_strings") or [])
     with _eval_mode(model):
-        setup = prepare(model, ids, max_new_tokens=max_new_tokens, **options)
+        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
     if setup.decoder.tokens.shape[0] != 1:
         raise ValueError("stream_text streams one sequence; use num_return_sequences=1")
     stream, pending = TextStream(tokenizer), ""
@@ -147,7 +148,7 @@ def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
         yield pending
 
 
-def _steps_in_eval_mode(model: nn.Module, setup: Any) -> Iterator[Any]:
+def _steps_in_eval_mode(model: Generative, setup: GenerationSetup) -> Iterator[Step]:
     steps = iter_steps(setup)
     while True:
         with _eval_mode(model):
@@ -162,7 +163,7 @@ def _partial_stop(text: str, stops: Sequence[str]) -> int:
     return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
 
 
-def trace_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int = 12, top_k: int = 4,
+def trace_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: int = 12, top_k: int = 4,
                **options: Any) -> list[dict[str, Any]]:
     """:func:`glassformer.generation.trace_generation` for a text prompt: records carry the text
     of the context, the choice and the candidates (``context_text``, ``chosen_text``, ``top_k_text``)."""

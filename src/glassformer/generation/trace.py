@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from ..errors import check_int
+from .api import PromptLike, _eval_mode, iter_steps, setup_generation
+from .protocol import Generative
 
-from .api import PromptLike, _eval_mode, iter_steps, prepare
 
-
-def trace_generation(model: nn.Module, ids: PromptLike, max_new_tokens: int = 12, top_k: int = 4,
+def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 12, top_k: int = 4,
                      tokenizer: Any = None, **options: Any) -> list[dict[str, Any]]:
     """Generate from one prompt and record each step (the tiny char LM lesson's generation trace).
 
@@ -29,13 +29,12 @@ def trace_generation(model: nn.Module, ids: PromptLike, max_new_tokens: int = 12
         temperature, top-k... when sampling; the plain softmax when greedy). With a tokenizer:
         ``context_text``, ``chosen_text``, ``top_k_text`` [(piece, probability)].
     """
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    check_int("top_k", top_k, 1)
     if "sample_top_k" in options:
         options["top_k"] = options.pop("sample_top_k")
     records: list[dict[str, Any]] = []
     with _eval_mode(model):
-        setup = prepare(model, ids, max_new_tokens=max_new_tokens, **options)
+        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
         decoder = setup.decoder
         if decoder.tokens.shape[0] != 1:
             raise ValueError(f"trace_generation follows one prompt; got {decoder.tokens.shape[0]} rows")
@@ -59,7 +58,8 @@ def trace_generation(model: nn.Module, ids: PromptLike, max_new_tokens: int = 12
 
 
 def format_trace(records: list[dict[str, Any]]) -> str:
-    """A plain-text table of a trace (uses the ``*_text`` fields when present)."""
+    """A plain-text table of a :func:`trace_generation` result, one line per step: step, context,
+    choice (probability) and candidates (uses the ``*_text`` fields when present)."""
     lines = []
     for r in records:
         chosen = r.get("chosen_text", r["chosen"])

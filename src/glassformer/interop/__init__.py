@@ -4,11 +4,10 @@
 Face folders (:func:`load_hf_dir`, :func:`save_hf_dir`) needs only ``safetensors`` and ``tokenizers``.
 """
 
-from .embeddings import sentence_embeddings
 from .families import FAMILIES, Family
 from .hf import from_hf, hf_state_from_model, model_from_hf_state, to_hf
 from .hf_dir import load_hf_dir, save_hf_dir
 from .torch_nn import BlockStack, EncoderDecoderStack, from_torch
 
-__all__ = ["from_hf", "to_hf", "from_torch", "load_hf_dir", "save_hf_dir", "sentence_embeddings", "FAMILIES",
+__all__ = ["from_hf", "to_hf", "from_torch", "load_hf_dir", "save_hf_dir", "FAMILIES",
            "Family", "hf_state_from_model", "model_from_hf_state", "BlockStack", "EncoderDecoderStack"]

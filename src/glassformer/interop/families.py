@@ -125,10 +125,10 @@ def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
            rule("embeddings.pos.weight", f"{t}wpe.weight")]
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{t}h.{i}."
-        out += _linear(f"{ours}n1", f"{theirs}ln_1")
+        out += _linear(f"{ours}attn_norm", f"{theirs}ln_1")
         out += _linear(f"{ours}self_attn.qkv", f"{theirs}attn.c_attn", layout="transposed")
         out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attn.c_proj", layout="transposed")
-        out += _linear(f"{ours}n3", f"{theirs}ln_2")
+        out += _linear(f"{ours}ffn_norm", f"{theirs}ln_2")
         out += _linear(f"{ours}ffn.up", f"{theirs}mlp.c_fc", layout="transposed")
         out += _linear(f"{ours}ffn.down", f"{theirs}mlp.c_proj", layout="transposed")
     return out + _linear("norm_f", f"{t}ln_f")
@@ -186,11 +186,11 @@ def _llama_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     out = [rule("embeddings.tok.weight", f"{m}embed_tokens.weight", aliases=["lm_head.weight"] if c.tie else [])]
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{m}layers.{i}."
-        out.append(rule(f"{ours}n1.weight", f"{theirs}input_layernorm.weight"))
+        out.append(rule(f"{ours}attn_norm.weight", f"{theirs}input_layernorm.weight"))
         a = f"{theirs}self_attn."
         out += _qkv(f"{ours}self_attn.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c), c.bias)
         out += _linear(f"{ours}self_attn.o_proj", f"{a}o_proj", c.bias)
-        out.append(rule(f"{ours}n3.weight", f"{theirs}post_attention_layernorm.weight"))
+        out.append(rule(f"{ours}ffn_norm.weight", f"{theirs}post_attention_layernorm.weight"))
         for ours_name, theirs_name in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
             out += _linear(f"{ours}ffn.{ours_name}", f"{theirs}mlp.{theirs_name}", c.bias)
     out.append(rule("norm_f.weight", f"{m}norm.weight"))
@@ -243,15 +243,15 @@ def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
         a = f"{theirs}attention.self."
         out += _qkv(f"{ours}self_attn.qkv", f"{a}query", f"{a}key", f"{a}value", _sizes(c))
         out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attention.output.dense")
-        out += _linear(f"{ours}n1", f"{theirs}attention.output.LayerNorm")
+        out += _linear(f"{ours}attn_norm", f"{theirs}attention.output.LayerNorm")
         out += _linear(f"{ours}ffn.up", f"{theirs}intermediate.dense")
         out += _linear(f"{ours}ffn.down", f"{theirs}output.dense")
-        out += _linear(f"{ours}n3", f"{theirs}output.LayerNorm")
+        out += _linear(f"{ours}ffn_norm", f"{theirs}output.LayerNorm")
     if has_head:
         p = "cls.predictions."
-        out += _linear("head_transform.dense", f"{p}transform.dense")
-        out += _linear("head_transform.norm", f"{p}transform.LayerNorm")
-        out.append(rule("logits_bias", f"{p}bias", aliases=[f"{p}decoder.bias"]))
+        out += _linear("head.transform.dense", f"{p}transform.dense")
+        out += _linear("head.transform.norm", f"{p}transform.LayerNorm")
+        out.append(rule("head.bias", f"{p}bias", aliases=[f"{p}decoder.bias"]))
     return out
 
 
@@ -296,15 +296,15 @@ def _bart_required(c: ModelConfig) -> dict[str, tuple]:
 def _bart_layer(c: ModelConfig, ours: str, theirs: str, cross: bool) -> list[Rule]:
     out = []
     for ours_attn, theirs_attn, norm, theirs_norm in (
-            ("self_attn", "self_attn", "n1", "self_attn_layer_norm"),
-            *((("cross_attn", "encoder_attn", "n2", "encoder_attn_layer_norm"),) if cross else ())):
+            ("self_attn", "self_attn", "attn_norm", "self_attn_layer_norm"),
+            *((("cross_attn", "encoder_attn", "cross_norm", "encoder_attn_layer_norm"),) if cross else ())):
         a = f"{theirs}{theirs_attn}."
         out += _qkv(f"{ours}{ours_attn}.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c))
         out += _linear(f"{ours}{ours_attn}.o_proj", f"{a}out_proj")
         out += _linear(f"{ours}{norm}", f"{theirs}{theirs_norm}")
     out += _linear(f"{ours}ffn.up", f"{theirs}fc1")
     out += _linear(f"{ours}ffn.down", f"{theirs}fc2")
-    return out + _linear(f"{ours}n3", f"{theirs}final_layer_norm")
+    return out + _linear(f"{ours}ffn_norm", f"{theirs}final_layer_norm")
 
 
 def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -312,15 +312,15 @@ def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     tied = [f"{m}encoder.embed_tokens.weight", f"{m}decoder.embed_tokens.weight"]
     out = [rule("embeddings.tok.weight", f"{m}shared.weight", aliases=tied + (["lm_head.weight"] if c.tie else [])),
            rule("embeddings.pos.weight", f"{m}encoder.embed_positions.weight"),
-           rule("embeddings.dec_pos.weight", f"{m}decoder.embed_positions.weight")]
+           rule("dec_embedding.pos.weight", f"{m}decoder.embed_positions.weight")]
     out += _linear("embeddings.norm", f"{m}encoder.layernorm_embedding")
-    out += _linear("embeddings.dec_norm", f"{m}decoder.layernorm_embedding")
+    out += _linear("dec_embedding.norm", f"{m}decoder.layernorm_embedding")
     for i in range(c.n_enc):
         out += _bart_layer(c, f"enc.{i}.", f"{m}encoder.layers.{i}.", cross=False)
     for i in range(c.n_dec):
         out += _bart_layer(c, f"dec.{i}.", f"{m}decoder.layers.{i}.", cross=True)
     if has_head:
-        out.append(rule("logits_bias" if c.tie else "head.bias", "final_logits_bias", layout="row"))
+        out.append(rule("head.bias", "final_logits_bias", layout="row"))
     return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
 
 

@@ -36,7 +36,8 @@ class BlockStack(nn.Module):
         self.norm = norm if norm is not None else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, *, is_causal: bool = False, need_weights: bool = False):
+                memory_mask: torch.Tensor | None = None, *, is_causal: bool = False, need_weights: bool = False,
+                ) -> torch.Tensor | tuple[torch.Tensor, list[dict[str, torch.Tensor | None]]]:
         """x (B, T, d) -> (B, T, d); with ``need_weights`` also each block's weights dict.
 
         Masks are boolean, True = may attend: ``mask`` broadcastable to (B, h, T, T), ``memory_mask``
@@ -98,12 +99,12 @@ def _mha_rules(ours: str, theirs: str, bias: bool) -> list[Rule]:
 
 def _layer_rules(ours: str, theirs: str, cross: bool, bias: bool) -> list[Rule]:
     out = _mha_rules(f"{ours}self_attn.", f"{theirs}self_attn.", bias)
-    pairs = [("n1", "norm1"), ("ffn.up", "linear1"), ("ffn.down", "linear2")]
+    pairs = [("attn_norm", "norm1"), ("ffn.up", "linear1"), ("ffn.down", "linear2")]
     if cross:
         out += _mha_rules(f"{ours}cross_attn.", f"{theirs}multihead_attn.", bias)
-        pairs += [("n2", "norm2"), ("n3", "norm3")]
+        pairs += [("cross_norm", "norm2"), ("ffn_norm", "norm3")]
     else:
-        pairs.append(("n3", "norm2"))
+        pairs.append(("ffn_norm", "norm2"))
     for o, t in pairs:
         out.append(rule(f"{ours}{o}.weight", f"{theirs}{t}.weight"))
         if bias:

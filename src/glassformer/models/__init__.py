@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from ..config import ModelConfig
-from .common import count_params
-from .encdec import EncoderDecoder
-from .lm import TransformerLM
+from .common import OutputHead, count_params
+from .encdec import EncoderDecoder, EncoderDecoderOutput
+from .legacy import upgrade_state_dict
+from .lm import HiddenStates, LMOutput, TransformerLM
 
 
-def build_model(config: ModelConfig) -> nn.Module:
-    """The model class ``config.arch`` names, built from ``config``."""
+def build_model(config: ModelConfig) -> TransformerLM | EncoderDecoder:
+    """The model class ``config.arch`` names, built from ``config``: a :class:`TransformerLM`
+    ("lm") or an :class:`EncoderDecoder` ("encoder-decoder")."""
     config.validate()
     return EncoderDecoder(config) if config.arch == "encoder-decoder" else TransformerLM(config)
 
 
-__all__ = ["TransformerLM", "EncoderDecoder", "build_model", "count_params"]
+__all__ = ["TransformerLM", "EncoderDecoder", "build_model", "count_params", "LMOutput", "HiddenStates",
+           "EncoderDecoderOutput", "OutputHead", "upgrade_state_dict"]

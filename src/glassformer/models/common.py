@@ -1,4 +1,5 @@
-"""What TransformerLM and EncoderDecoder share: config from arguments, embeddings, blocks, init."""
+"""What TransformerLM and EncoderDecoder share: config from arguments, input checks, embeddings,
+blocks, the output head and initialisation."""
 
 from __future__ import annotations
 
@@ -11,14 +12,23 @@ from torch import nn
 from ..config import ModelConfig
 from ..nn.block import TransformerBlock
 from ..nn.feedforward import activate
-from ..nn.linear import Linear
+from ..nn.linear import Linear, linear
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 
 
 def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
                      arch: str) -> ModelConfig:
-    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``."""
+    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
+
+    Args:
+        first: a :class:`ModelConfig`, or vocab_size.
+        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
+        names: the lesson's positional argument order after vocab_size.
+        arch: the model's architecture ("lm" or "encoder-decoder").
+    Returns:
+        The validated config.
+    """
     if isinstance(first, ModelConfig):
         if args or kwargs:
             raise TypeError("pass either a ModelConfig or keyword arguments, not both "
@@ -40,7 +50,7 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
 
 
 def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleList:
-    """``n`` TransformerBlocks configured by ``config``."""
+    """``n`` TransformerBlocks configured by ``config`` (with cross-attention when ``cross``)."""
     return nn.ModuleList([
         TransformerBlock(config.d_model, config.n_heads, config.d_ff, cross=cross, norm_first=config.norm_first,
                          activation=config.activation, bias=config.bias, n_kv_heads=config.n_kv_heads,
@@ -49,12 +59,17 @@ def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleLi
 
 
 def final_norm(config: ModelConfig) -> nn.Module:
-    """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f)."""
+    """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f);
+    post-norm blocks end normalised, so this is the identity. (B, T, d) -> (B, T, d)."""
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
 def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
-    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size)."""
+    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
+
+    Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
+    naming ``name``.
+    """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
@@ -69,14 +84,18 @@ def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
         raise ValueError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
 
 
-def check_pad(pad: torch.Tensor | None, B: int, T: int, name: str = "pad") -> None:
+def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
+    """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding.
+
+    Raises TypeError (not a bool tensor) or ValueError (wrong shape), naming ``name``.
+    """
     if pad is None:
         return
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
         got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
         raise TypeError(f"{name} must be a bool tensor (True = padding), got {got}")
-    if tuple(pad.shape) != (B, T):
-        raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(pad.shape)}")
+    if tuple(pad.shape) != (batch, length):
+        raise ValueError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
 
 
 class Embedder(nn.Module):
@@ -84,87 +103,141 @@ class Embedder(nn.Module):
 
     ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
     (sinusoidal or learned) + token types, then the optional norm and dropout.
-    ``attention_inputs`` gives the per-forward RoPE angles or ALiBi bias (None for other schemes).
+    ``attention_inputs`` gives the per-forward RoPE angles or ALiBi score bias (None for other schemes).
+
+    Parts: ``tok`` (V, d) token table; ``pos`` learned position table (pos="learned"); ``types``
+    segment table (``n_token_types``); ``norm`` embedding norm (``embed_norm``).
+
+    Args:
+        config: the model's config.
     """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
-        self.pos_type, self.max_len = c.pos, c.max_len
+        self.scheme, self.max_len = c.pos, c.max_len  # position scheme: see ModelConfig.pos
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_offset = c.pos_offset
-        self.pos = LearnedPositions(c.max_len + c.pos_offset, c.d_model) if c.pos == "learned" else None
+        self.pos = LearnedPositions(c.max_len, c.d_model, c.pos_offset) if c.pos == "learned" else None
         self.types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
         self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embed_norm else None
-        # split_positions (BART): the decoder's own position table and embedding norm
-        self.dec_pos = LearnedPositions(c.max_len + c.pos_offset, c.d_model) if c.split_positions else None
-        self.dec_norm = (make_norm(c.norm, c.d_model, c.norm_eps, c.bias)
-                         if c.split_positions and c.embed_norm else None)
         self.dropout = nn.Dropout(c.dropout)
         self.head_dim, self.rope_theta = c.head_dim, c.rope_theta
-        if c.pos == "sinusoidal":
+        if c.pos == "sinusoidal":  # (max_len, d), computed once
             self.register_buffer("sinusoid", sinusoidal_positions(c.max_len, c.d_model), persistent=False)
-        if c.pos == "rope":
+        if c.pos == "rope":  # (max_len, hd) each, computed once
             cos, sin = rope_angles(torch.arange(c.max_len), c.head_dim, c.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        if c.pos == "alibi":
+        if c.pos == "alibi":  # (h,)
             self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
-                token_type_ids: torch.Tensor | None = None, decoder: bool = False) -> torch.Tensor:
-        """ids (B, T), positions (T,) or (B, T) with every value < ``end`` -> (B, T, d).
+                token_type_ids: torch.Tensor | None = None, parts: nn.Module | None = None) -> torch.Tensor:
+        """The input vectors of a block stack.
 
-        ``decoder`` selects the decoder's own position table and norm when ``split_positions``.
+        Args:
+            ids: (B, T) token ids.
+            positions: (T,) or (B, T) position of each token.
+            end: one more than the largest position (learned positions must have ``end <= max_len``).
+            token_type_ids: (B, T) segment ids (default all 0) for models with ``types``.
+            parts: a module with its own ``pos`` and ``norm`` to use instead of this one's (BART's
+                decoder, see :class:`~glassformer.models.encdec.DecoderEmbeddingParts`).
+        Returns:
+            (B, T, d).
         """
-        own = decoder and self.dec_pos is not None
-        learned, norm = (self.dec_pos, self.dec_norm) if own else (self.pos, self.norm)
+        table, norm = (self.pos, self.norm) if parts is None else (parts.pos, parts.norm)
         x = self.tok(ids)  # (B, T, d)
         if self.scale != 1.0:
             x = x * self.scale
-        if self.pos_type == "sinusoidal":
+        if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
-            x = x + sinusoid[positions].to(x.dtype)
-        elif self.pos_type == "learned":
+            x = x + sinusoid[positions].to(x.dtype)  # + (T, d) or (B, T, d)
+        elif self.scheme == "learned":
             if end > self.max_len:
                 raise ValueError(f"sequence of {end} positions is longer than max_len={self.max_len} "
                                  "(learned positions exist only up to max_len)")
-            x = x + learned(positions + self.pos_offset)
+            x = x + table(positions)  # + (T, d) or (B, T, d)
         if self.types is not None:
-            x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)
+            x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # + (B, T, d)
         if norm is not None:
             x = norm(x)
         return self.dropout(x) if self.training else x
 
-    def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int, end: int):
-        """(rope, bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
+    def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int,
+                         end: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
+        """(rope, score_bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
 
-        RoPE rotates by each token's ``positions``. ALiBi needs only the distance between sequence
-        slots (query slot n_keys - n_queries + i, key slot j), so padding on the left does not move it.
+        RoPE rotates by each token's ``positions``: rope = (cos, sin), each (T, hd) or (B, T, hd).
+        ALiBi needs only the distance between sequence slots (query slot n_keys - n_queries + i, key
+        slot j), so padding on the left does not move it: score_bias (h, Tq, Tk).
         """
-        if self.pos_type == "rope":
+        if self.scheme == "rope":
             if end <= self.max_len:
                 return (self.rope_cos[positions], self.rope_sin[positions]), None
             return rope_angles(positions, self.head_dim, self.rope_theta), None
-        if self.pos_type == "alibi":
+        if self.scheme == "alibi":
             keys = torch.arange(n_keys, device=positions.device)
             return None, alibi_bias(self.alibi, keys[n_keys - n_queries:], keys)  # (h, Tq, Tk)
         return None, None
 
 
 class HeadTransform(nn.Module):
-    """BERT's MLM head transform (``head_transform``): norm(act(dense(h))) before the output layer."""
+    """BERT's MLM head transform: norm(act(dense(h))) before the output layer.
+
+    Args:
+        config: the model's config (``activation`` must be a plain one: "relu", "gelu", "gelu_tanh", "silu").
+    """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.activation = config.activation  # a plain one: "relu", "gelu", "gelu_tanh" or "silu"
+        self.activation = config.activation
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., d) -> (..., d)."""
         return self.norm(activate(self.activation, self.dense(hidden)))
+
+
+class OutputHead(nn.Module):
+    """Hidden states -> vocabulary scores: ``logits = transform(h) Wᵀ + b``, for both models.
+
+    - W: the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) matrix of
+      its own (``weight``), initialised as ``torch.nn.Linear`` initialises itself;
+    - b: ``bias`` (V,) when ``config.head_bias`` (BERT's MLM decoder, BART's final_logits_bias),
+      zero at the start when tied;
+    - transform: BERT's :class:`HeadTransform` when ``config.head_transform``, else nothing.
+
+    Args:
+        config: the model's config.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        V, d = config.vocab_size, config.d_model
+        if config.tie:
+            weight, bias = None, (nn.Parameter(torch.zeros(V)) if config.head_bias else None)
+        else:
+            untied = nn.Linear(d, V, bias=config.head_bias)
+            weight, bias = untied.weight, untied.bias  # (V, d), (V,) or None
+        self.register_parameter("weight", weight)
+        self.register_parameter("bias", bias)
+        self.transform = HeadTransform(config) if config.head_transform else None
+
+    def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """Scores of every vocabulary entry.
+
+        Args:
+            hidden: (..., d) final hidden states.
+            embedding: (V, d) the token embedding matrix (the output weight when tied).
+        Returns:
+            (..., V) logits.
+        """
+        if self.transform is not None:
+            hidden = self.transform(hidden)  # (..., d)
+        weight = embedding if self.weight is None else self.weight  # (V, d)
+        return linear(hidden, weight, self.bias)  # (..., V); a decoding step's few rows take the fast route
 
 
 def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:
@@ -175,6 +248,11 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
     learned positions N(0, 0.02²·d) when scaled else N(0, 1); linear layers keep torch's default.
     ``init_std=s`` (GPT-2): every linear weight and embedding N(0, s²), biases 0, and the projections
     that write into the residual stream N(0, s²/(2L)).
+
+    Args:
+        model: a TransformerLM or EncoderDecoder, initialised in place.
+        config: its config.
+        n_residual_layers: L, the number of blocks writing into the residual stream.
     """
     d = config.d_model
     if config.init_std is None:
@@ -184,9 +262,8 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
                 # or (tied) used as the output layer, where N(0, 1) would start with logits √d too large
                 small = config.scale_embeddings or config.tie
                 nn.init.normal_(module.tok.weight, std=d ** -0.5 if small else 1.0)
-                for table in (module.pos, module.dec_pos):
-                    if table is not None:
-                        nn.init.normal_(table.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)
+            elif isinstance(module, LearnedPositions):
+                nn.init.normal_(module.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)
         return
     std = config.init_std
     for name, module in model.named_modules():
@@ -197,6 +274,10 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
                 nn.init.zeros_(module.bias)
         elif isinstance(module, (nn.Embedding, LearnedPositions)):
             nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, OutputHead) and module.weight is not None:  # an untied output layer
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
 
 def count_params(model: nn.Module) -> int:

@@ -8,19 +8,51 @@ source position (the descendant of Bahdanau attention, without the RNN's one-vec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import check_int
 from ..nn.kv_cache import KVCache
-from ..nn.linear import Linear, linear
 from ..nn.masks import padding_mask
-from .common import Embedder, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from ..nn.norms import make_norm
+from ..nn.positions import LearnedPositions
+from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
 SEED_ARGS = ("d_model", "n_heads", "n_enc", "n_dec", "d_ff", "activation")
+
+
+class EncoderDecoderOutput(NamedTuple):
+    """What ``EncoderDecoder(src, tgt_in, return_attn=True)`` returns; unpacks as ``logits, attn = ...``.
+
+    Attributes:
+        logits: (B, T, V) vocabulary scores.
+        attn: {"enc": [(B, h, S, S)], "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}, one tensor per layer.
+    """
+
+    logits: torch.Tensor
+    attn: dict[str, list[torch.Tensor]]
+
+
+class DecoderEmbeddingParts(nn.Module):
+    """The decoder's own learned position table and embedding norm (``config.split_positions``, BART).
+
+    The token table stays shared with the encoder; :class:`Embedder` uses these two parts in place of
+    its own when embedding the decoder's input.
+
+    Parts: ``pos`` (:class:`LearnedPositions`); ``norm`` (when ``config.embed_norm``, else None).
+
+    Args:
+        config: the model's config.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.pos = LearnedPositions(config.max_len, config.d_model, config.pos_offset)
+        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
 
 class EncoderDecoder(nn.Module):
@@ -28,33 +60,38 @@ class EncoderDecoder(nn.Module):
 
     Build it from a config (``arch="encoder-decoder"``) or, as in the lessons, from keyword
     arguments: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
+
+    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embedder`), ``dec_embedding``
+    (:class:`DecoderEmbeddingParts`, only with ``split_positions``), ``enc`` and ``dec`` (blocks),
+    ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (:class:`~glassformer.models.common.OutputHead`).
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
         self.config = config = config_from_args(vocab_size, args, kwargs, SEED_ARGS, arch="encoder-decoder")
-        self.d = config.d_model
         self.embeddings = Embedder(config)
+        self.dec_embedding = DecoderEmbeddingParts(config) if config.split_positions else None
         self.enc = make_blocks(config, config.n_enc)
         self.dec = make_blocks(config, config.n_dec, cross=True)
         self.enc_norm = final_norm(config)
         self.dec_norm = final_norm(config)
-        self.head = None if config.tie else Linear(config.d_model, config.vocab_size, bias=config.head_bias)
-        self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.tie and config.head_bias else None
+        self.head = OutputHead(config)
         init_weights(self, config, config.n_enc + config.n_dec)
 
     @property
     def emb(self) -> nn.Embedding:
-        """The shared token embedding matrix (V, d)."""
+        """The shared token embedding (V, d)."""
         return self.embeddings.tok
 
-    def _embed(self, ids: torch.Tensor, start: int = 0, decoder: bool = False):
-        """ids (B, T) -> (vectors (B, T, d), rope, bias) for positions start .. start + T - 1."""
+    def _embed(self, ids: torch.Tensor, start: int = 0, decoder: bool = False,
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
+        """ids (B, T) -> (vectors (B, T, d), rope, score_bias) for positions start .. start + T - 1."""
         T = ids.shape[1]
-        positions = torch.arange(start, start + T, device=ids.device)
-        x = self.embeddings(ids, positions, start + T, decoder=decoder)
-        rope, bias = self.embeddings.attention_inputs(positions, T, start + T, start + T)
-        return x, rope, bias
+        positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+        parts = self.dec_embedding if decoder else None  # None: the shared position table and norm
+        x = self.embeddings(ids, positions, start + T, parts=parts)  # (B, T, d)
+        rope, score_bias = self.embeddings.attention_inputs(positions, T, start + T, start + T)
+        return x, rope, score_bias
 
     def encode(self, src: torch.Tensor, src_pad: torch.Tensor | None = None,
                attn_log: dict[str, list] | None = None) -> torch.Tensor:
@@ -68,10 +105,10 @@ class EncoderDecoder(nn.Module):
         """
         check_ids(src, self.config.vocab_size, "src")
         check_pad(src_pad, *src.shape, name="src_pad")
-        x, rope, bias = self._embed(src)
-        mask = padding_mask(src_pad) if src_pad is not None else None
+        x, rope, score_bias = self._embed(src)  # (B, S, d)
+        mask = padding_mask(src_pad) if src_pad is not None else None  # (B, 1, 1, S)
         for block in self.enc:
-            x, weights = block(x, mask=mask, rope=rope, bias=bias, need_weights=attn_log is not None)
+            x, weights = block(x, mask=mask, rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
             if attn_log is not None:
                 attn_log["enc"].append(weights["self"])
         return self.enc_norm(x)
@@ -93,54 +130,53 @@ class EncoderDecoder(nn.Module):
         """
         check_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
-        start = cache[0][0].length if cache else 0
+        d = self.config.d_model
+        start = cache[0][0].length if cache else 0  # target positions already in the cache
         check_pad(tgt_pad, B, start + T, name="tgt_pad")
-        if memory is not None and (memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != self.d):
-            raise ValueError(f"memory must have shape (B={B}, S, d={self.d}), got {tuple(memory.shape)}")
+        if memory is not None and (memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d):
+            raise ValueError(f"memory must have shape (B={B}, S, d={d}), got {tuple(memory.shape)}")
         if src_pad is not None and memory is not None:
             check_pad(src_pad, B, memory.shape[1], name="src_pad")
-        x, rope, bias = self._embed(tgt_in, start, decoder=True)
-        mask = padding_mask(tgt_pad) if tgt_pad is not None else None
-        memory_mask = padding_mask(src_pad) if src_pad is not None else None
+        x, rope, score_bias = self._embed(tgt_in, start, decoder=True)  # (B, T, d)
+        mask = padding_mask(tgt_pad) if tgt_pad is not None else None  # (B, 1, 1, cached + T); causal: flag
+        memory_mask = padding_mask(src_pad) if src_pad is not None else None  # (B, 1, 1, S)
         for i, block in enumerate(self.dec):
             self_cache, cross_cache = cache[i] if cache else (None, None)
             x, weights = block(x, mask=mask, memory=memory, memory_mask=memory_mask, is_causal=True, rope=rope,
-                               bias=bias, need_weights=attn_log is not None, cache=self_cache, cross_cache=cross_cache)
+                               score_bias=score_bias, need_weights=attn_log is not None, cache=self_cache,
+                               cross_cache=cross_cache)  # (B, T, d)
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])
         return self.logits(self.dec_norm(x))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Project decoder states (B, T, d) to vocabulary scores (B, T, V)."""
-        if self.head is None:
-            return linear(hidden, self.emb.weight, self.logits_bias)
-        return self.head(hidden)
+        """Project decoder states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
+        return self.head(hidden, self.emb.weight)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
-                tgt_pad: torch.Tensor | None = None, return_attn: bool = False):
+                tgt_pad: torch.Tensor | None = None, return_attn: bool = False) -> torch.Tensor | EncoderDecoderOutput:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V).
 
-        With ``return_attn`` also {"enc": [(B, h, S, S)], "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}.
+        With ``return_attn`` an :class:`EncoderDecoderOutput`: (logits, {"enc": [(B, h, S, S)],
+        "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}).
         """
         log: dict[str, list] | None = {"enc": [], "self": [], "cross": []} if return_attn else None
-        memory = self.encode(src, src_pad, log)
-        logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log)
-        return (logits, log) if return_attn else logits
+        memory = self.encode(src, src_pad, log)  # (B, S, d)
+        logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log)  # (B, T, V)
+        return EncoderDecoderOutput(logits, log) if return_attn else logits
 
-    def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None):
-        """Empty (self, cross) KV caches per decoder layer for ``batch`` rows."""
+    def new_cache(self, batch: int, max_len: int | None = None,
+                  src_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
+        """Empty (self, cross) KV caches per decoder layer for ``batch`` rows: self-attention up to
+        ``max_len`` target positions, cross-attention ``src_len`` source positions (both default
+        ``config.max_len``)."""
         c = self.config
+        check_int("batch", batch, low=1)
+        max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
+        src_len = check_int("src_len", src_len, low=0, allow_none=True) or c.max_len
         param = self.emb.weight
         kw = dict(dtype=param.dtype, device=param.device)
-        return [(KVCache(batch, c.kv_heads, max_len or c.max_len, c.head_dim, **kw),
-                 KVCache(batch, c.kv_heads, src_len or c.max_len, c.head_dim, static=True, **kw))
+        return [(KVCache(batch, c.kv_heads, max_len, c.head_dim, **kw),
+                 KVCache(batch, c.kv_heads, src_len, c.head_dim, static=True, **kw))
                 for _ in self.dec]
-
-    def generate(self, src: Any, max_new_tokens: int = 20, *, decoder_start_token_id: int, **options: Any):
-        """Translate sources: (B * num_return_sequences, 1 + n) decoder ids, starting with
-        ``decoder_start_token_id``. Greedy by default; options as :func:`glassformer.generation.generate`.
-        """
-        from ..generation import generate
-
-        return generate(self, src, max_new_tokens, decoder_start_token_id=decoder_start_token_id, **options)

@@ -9,28 +9,43 @@ Only the mask differs; the blocks, embeddings and output layer are the same code
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import check_int
 from ..nn.kv_cache import KVCache
-from ..nn.linear import Linear, linear
-from ..nn.masks import causal_mask, padding_mask, prefix_mask
-from .common import (
-    Embedder,
-    HeadTransform,
-    check_ids,
-    check_pad,
-    config_from_args,
-    final_norm,
-    init_weights,
-    make_blocks,
-)
+from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
+from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
 SEED_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos", "tie", "norm_first", "activation")
+
+
+class LMOutput(NamedTuple):
+    """What ``TransformerLM(ids, return_attn=True)`` returns; unpacks as ``logits, attn = ...``.
+
+    Attributes:
+        logits: (B, T, V) vocabulary scores.
+        attn: one (B, h, T, Tk) attention-weight tensor per layer (Tk = cached + T).
+    """
+
+    logits: torch.Tensor
+    attn: list[torch.Tensor]
+
+
+class HiddenStates(NamedTuple):
+    """What ``TransformerLM.hidden_states(ids, return_attn=True)`` returns; unpacks as ``hidden, attn = ...``.
+
+    Attributes:
+        hidden: (B, T, d) the last layer's normalised states.
+        attn: one (B, h, T, Tk) attention-weight tensor per layer.
+    """
+
+    hidden: torch.Tensor
+    attn: list[torch.Tensor]
 
 
 class TransformerLM(nn.Module):
@@ -43,23 +58,24 @@ class TransformerLM(nn.Module):
 
     Every :class:`ModelConfig` field is accepted as a keyword; ``model.config`` gives it back.
     Attention runs the fused kernel unless ``return_attn=True`` asks for the weights.
+
+    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embedder`), ``blocks`` (n_layers
+    :class:`TransformerBlock`), ``norm_f`` (final norm), ``head``
+    (:class:`~glassformer.models.common.OutputHead`).
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
         self.config = config = config_from_args(vocab_size, args, kwargs, SEED_ARGS, arch="lm")
-        self.attn_type, self.pos_type, self.d = config.attn, config.pos, config.d_model
         self.embeddings = Embedder(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
-        self.head = None if config.tie else Linear(config.d_model, config.vocab_size, bias=config.head_bias)
-        self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.tie and config.head_bias else None
-        self.head_transform = HeadTransform(config) if config.head_transform else None
+        self.head = OutputHead(config)
         init_weights(self, config, config.n_layers)
 
     @property
     def emb(self) -> nn.Embedding:
-        """The token embedding matrix (V, d), shared with the output layer when ``tie``."""
+        """The token embedding (V, d), shared with the output layer when ``tie``."""
         return self.embeddings.tok
 
     # ------------------------------------------------------------------ inputs
@@ -69,7 +85,7 @@ class TransformerLM(nn.Module):
         check_ids(ids, self.config.vocab_size)
         T = ids.shape[1]
         if positions is None:
-            positions = torch.arange(T, device=ids.device)
+            positions = torch.arange(T, device=ids.device)  # (T,)
         return self.embeddings(ids, positions, T, token_type_ids)
 
     def make_mask(self, T: int, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
@@ -84,31 +100,25 @@ class TransformerLM(nn.Module):
         return mask
 
     def _attention_mask(self, T: int, pad: torch.Tensor | None, prefix_len: int | torch.Tensor | None,
-                        device: torch.device | str | None, start: int = 0) -> tuple[torch.Tensor | None, bool]:
-        """(mask, is_causal) for T new positions after ``start`` cached ones.
+                        device: torch.device | str | None, start: int = 0,
+                        batch: int | None = None) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for T new positions after ``start`` cached ones, in a batch of ``batch`` rows.
 
         Causality is passed as a flag rather than a tensor so the fused kernel can skip the mask.
         A prefix-LM's prefix is processed in the first call; later (cached) steps are causal.
         """
-        mask, is_causal = None, self.attn_type == "causal"
-        if self.attn_type == "prefix":
+        attn = self.config.attn
+        mask, is_causal = None, attn == "causal"
+        if attn == "prefix":
             if prefix_len is None:
                 raise ValueError("attn='prefix' needs prefix_len (an int or a (B,) tensor of prefix lengths)")
-            low, high = ((prefix_len, prefix_len) if isinstance(prefix_len, int)
-                         else (int(prefix_len.min()), int(prefix_len.max())) if isinstance(prefix_len, torch.Tensor)
-                         else (None, None))
-            if low is None or isinstance(prefix_len, bool):
-                raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
-            if low < 0 or high > start + T:
-                raise ValueError(f"prefix_len={prefix_len if isinstance(prefix_len, int) else prefix_len.tolist()} "
-                                 f"is out of range: expected 0 <= prefix_len <= sequence length {start + T}")
+            prefix_len = check_prefix_len(prefix_len, start + T, batch)
             if start == 0:
-                mask = prefix_mask(T, prefix_len, device)
+                mask = prefix_mask(T, prefix_len, device)  # (T, T) or (B, 1, T, T)
             else:
                 is_causal = True
         elif prefix_len is not None:
-            raise ValueError(
-                f"prefix_len is only meaningful with attn='prefix' (this model has attn={self.attn_type!r})")
+            raise ValueError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={attn!r})")
         if pad is not None:
             pad_keys = padding_mask(pad)  # (B, 1, 1, Tk)
             mask = pad_keys if mask is None else mask & pad_keys
@@ -125,7 +135,7 @@ class TransformerLM(nn.Module):
         positions: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
-    ):
+    ) -> torch.Tensor | HiddenStates:
         """The last layer's (normalised) hidden states: contextual embeddings of each position.
 
         Args:
@@ -137,69 +147,52 @@ class TransformerLM(nn.Module):
             token_type_ids: (B, T) segment ids (models with ``n_token_types``).
             cache: one :class:`KVCache` per layer (see :meth:`new_cache`), filled as a side effect.
         Returns:
-            (B, T, d), or ((B, T, d), [(B, h, T, Tk) per layer]) with ``return_attn``.
+            (B, T, d), or with ``return_attn`` a :class:`HiddenStates` (hidden (B, T, d),
+            attn [(B, h, T, Tk)] per layer).
         """
         check_ids(ids, self.config.vocab_size)
         B, T = ids.shape
-        start = cache[0].length if cache else 0
+        start = cache[0].length if cache else 0  # positions already in the cache
         check_pad(pad, B, start + T)
         if positions is None:
-            positions = torch.arange(start, start + T, device=ids.device)
+            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
             end = start + T
         else:
             end = int(positions.max()) + 1 if positions.numel() else 0
         x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
-        rope, bias = self.embeddings.attention_inputs(positions, T, start + T, end)
-        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start)
+        rope, score_bias = self.embeddings.attention_inputs(positions, T, start + T, end)
+        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start, B)
         attn = []
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, mask=mask, is_causal=is_causal, rope=rope, bias=bias, need_weights=return_attn,
-                               cache=cache[i] if cache else None)
+            x, weights = block(x, mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
+                               need_weights=return_attn, cache=cache[i] if cache else None)  # (B, T, d)
             attn.append(weights["self"])
         x = self.norm_f(x)
-        return (x, attn) if return_attn else x
+        return HiddenStates(x, attn) if return_attn else x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Project hidden states (B, T, d) to vocabulary scores (B, T, V)."""
-        if self.head_transform is not None:
-            hidden = self.head_transform(hidden)
-        if self.head is None:
-            return linear(hidden, self.emb.weight, self.logits_bias)
-        return self.head(hidden)
+        """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
+        return self.head(hidden, self.emb.weight)
 
     def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
-                prefix_len: int | torch.Tensor | None = None, return_attn: bool = False, **kwargs: Any):
-        """ids (B, T) -> logits (B, T, V); with ``return_attn`` also [(B, h, T, T)] per layer.
+                prefix_len: int | torch.Tensor | None = None, return_attn: bool = False,
+                **kwargs: Any) -> torch.Tensor | LMOutput:
+        """ids (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`LMOutput` (logits,
+        attn [(B, h, T, T)] per layer).
 
         Keyword arguments (positions, token_type_ids, cache) are those of :meth:`hidden_states`.
         """
-        out = self.hidden_states(ids, pad, prefix_len, return_attn, **kwargs)
-        x, attn = out if return_attn else (out, None)
-        logits = self.logits(x)
-        return (logits, attn) if return_attn else logits
+        if return_attn:
+            hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
+            return LMOutput(self.logits(hidden), attn)
+        return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
 
     def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
-        """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions."""
+        """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions
+        (default ``config.max_len``); each holds (B, kv, max_len, hd) keys and values."""
         c = self.config
+        check_int("batch", batch, low=1)
+        max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
         param = self.emb.weight
-        return [KVCache(batch, c.kv_heads, max_len or c.max_len, c.head_dim, dtype=param.dtype, device=param.device)
+        return [KVCache(batch, c.kv_heads, max_len, c.head_dim, dtype=param.dtype, device=param.device)
                 for _ in self.blocks]
-
-    # ------------------------------------------------------------------ generation (glassformer.generation)
-    def generate(self, ids: Any, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
-        """Continue prompts; returns (B * num_return_sequences, T + n) ids, prompt included.
-
-        Greedy by default; sampling, beam search and every option of
-        :func:`glassformer.generation.generate` apply (see docs/generation.md).
-        """
-        from ..generation import generate
-
-        return generate(self, ids, max_new_tokens, **options)
-
-    def fill_mask(self, ids: Any, mask_token_id: int | None = None, top_k: int = 5,
-                  **options: Any) -> list[dict]:
-        """Encoder-only models: the top-k candidates for each mask position
-        (:func:`glassformer.generation.fill_mask`)."""
-        from ..generation import fill_mask
-
-        return fill_mask(self, ids, mask_token_id, top_k, **options)

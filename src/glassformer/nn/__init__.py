@@ -1,4 +1,4 @@
-"""Building blocks, one concept per module. Imports nothing from the rest of glassformer."""
+"""Building blocks, one concept per module. Imports nothing from the rest of glassformer but its error types."""
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .block import TransformerBlock
@@ -6,7 +6,7 @@ from .feedforward import FeedForward
 from .kv_cache import KVCache
 from .linear import Linear, linear, set_batched_matvec
 from .masks import causal_mask, padding_mask, prefix_mask
-from .norms import LayerNorm, RMSNorm
+from .norms import RMSNorm
 from .positions import (
     LearnedPositions,
     alibi_bias,
@@ -19,6 +19,6 @@ from .positions import (
 __all__ = [
     "scaled_dot_product_attention", "MultiHeadAttention", "TransformerBlock", "FeedForward", "KVCache",
     "Linear", "linear", "set_batched_matvec",
-    "causal_mask", "padding_mask", "prefix_mask", "LayerNorm", "RMSNorm", "LearnedPositions",
+    "causal_mask", "padding_mask", "prefix_mask", "RMSNorm", "LearnedPositions",
     "alibi_bias", "alibi_slopes", "apply_rope", "rope_angles", "sinusoidal_positions",
 ]

@@ -1,6 +1,6 @@
 """Scaled dot-product attention (one function, two paths) and multi-head attention.
 
-``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + bias) v under a boolean mask. When
+``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + score_bias) v under a boolean mask. When
 nobody asks for the weights it calls the fused ``torch.nn.functional.scaled_dot_product_attention``;
 when they are asked for it runs the explicit softmax, so the weights the reader sees are the ones
 the model used. Both paths agree to float32 rounding (tests/test_attention.py).
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import check_int
 from .kv_cache import KVCache
 from .linear import Linear, linear
 from .masks import causal_mask
@@ -41,7 +42,7 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     *,
     is_causal: bool = False,
-    bias: torch.Tensor | None = None,
+    score_bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = True,
@@ -59,7 +60,8 @@ def scaled_dot_product_attention(
         mask: bool, broadcastable to (..., h, Tq, Tk); True = query i may look at key j.
         is_causal: also hide future keys. With Tq < Tk the queries are taken to be the *last* Tq
             positions (as when decoding with a KV cache).
-        bias: optional additive float bias broadcastable to the scores (ALiBi).
+        score_bias: optional float tensor added to the scores before the softmax, broadcastable to
+            (..., h, Tq, Tk) (ALiBi's distance penalty).
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
         scale: score scale; default 1/√d_k.
         need_weights: return the weights (explicit path) or None (fused path).
@@ -68,48 +70,48 @@ def scaled_dot_product_attention(
         A query row with no visible key gets zeros (never NaN) on both paths.
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
-    if k.shape[-3] != q.shape[-3]:  # grouped-query attention: share each kv head among h/kv heads
-        if q.shape[-3] % k.shape[-3] != 0:
-            raise ValueError(f"query heads ({q.shape[-3]}) must be a multiple of key/value heads ({k.shape[-3]})")
-        repeat = q.shape[-3] // k.shape[-3]
-        k = k.repeat_interleave(repeat, dim=-3)
-        v = v.repeat_interleave(repeat, dim=-3)
-    scores_shape = (*q.shape[:-1], Tk)
+    n_heads, n_kv_heads = q.shape[-3], k.shape[-3]
+    if n_kv_heads != n_heads:  # grouped-query attention: each kv head serves n_heads / n_kv_heads query heads
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})")
+        k = k.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_k)
+        v = v.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_v)
+    scores_shape = (*q.shape[:-1], Tk)  # (..., h, Tq, Tk)
     if mask is not None:
         _check_mask(mask, scores_shape)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if not need_weights and is_causal and mask is None and bias is None and Tq == Tk:
+    if not need_weights and is_causal and mask is None and score_bias is None and Tq == Tk:
         # the training case: the kernel applies causality itself, no (T, T) mask is built
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
         return out, None
     visible = mask
     if is_causal and Tq > 1:  # bottom-right aligned: query i is position Tk - Tq + i
-        future_hidden = causal_mask(Tk, q.device)[Tk - Tq:]  # (Tq, Tk)
-        visible = future_hidden if visible is None else visible & future_hidden
+        not_future = causal_mask(Tk, q.device)[Tk - Tq:]  # (Tq, Tk)
+        visible = not_future if visible is None else visible & not_future
 
-    if not need_weights:
-        if visible is None and bias is None:
+    if not need_weights:  # fused kernel; the bias and the mask travel together as one float mask
+        if visible is None and score_bias is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
             return out, None
         attn_mask = visible
-        if bias is not None:
-            bias = bias.to(q.dtype)
-            attn_mask = bias if visible is None else bias.masked_fill(~visible, float("-inf"))
+        if score_bias is not None:
+            score_bias = score_bias.to(q.dtype)
+            attn_mask = score_bias if visible is None else score_bias.masked_fill(~visible, float("-inf"))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
         if visible is not None:  # rows with nothing visible: zeros, as on the explicit path
             out = out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
         return out, None
 
     scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias
+    if score_bias is not None:
+        scores = scores + score_bias
     if visible is not None:
         scores = scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
     if visible is not None:
         weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
-    return dropped @ v, weights
+    return dropped @ v, weights  # (..., h, Tq, d_v)
 
 
 class MultiHeadAttention(nn.Module):
@@ -120,6 +122,7 @@ class MultiHeadAttention(nn.Module):
     ``qkv`` (one matmul instead of three); for cross-attention (``kv`` given) the same weight is
     sliced: its query rows are applied to ``x`` and its key/value rows to ``kv``. With ``n_kv_heads``
     < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
+    ``need_weights`` defaults to True (a direct call returns the weights, as in the seed); models always pass it.
 
     Args:
         d_model: width d; must be divisible by ``n_heads``.
@@ -132,26 +135,36 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
                  dropout: float = 0.0):
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_int("d_model", d_model, low=1)
+        check_int("n_heads", n_heads, low=1)
+        n_kv_heads = check_int("n_kv_heads", n_heads if n_kv_heads is None else n_kv_heads, low=1)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+        if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
-        self.h, self.kv, self.hd = n_heads, n_kv_heads, d_model // n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
-        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.hd, bias=bias)
+        # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
+        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
         self.o_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head."""
         B, T, _ = t.shape
-        return t.view(B, T, n, self.hd).transpose(1, 2)  # (B, n, T, hd)
+        return t.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, hd)
 
-    def project_kv(self, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values for a source sequence ``kv`` (B, S, d) -> two (B, kv, S, hd) tensors."""
-        dq = self.h * self.hd
-        bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
-        k, v = linear(kv, self.qkv.weight[dq:], bias).split(self.kv * self.hd, dim=-1)
-        return self._heads(k, self.kv), self._heads(v, self.kv)
+    def project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of a source sequence (cross-attention) with the key/value rows of ``qkv``.
+
+        Args:
+            source: (B, S, d), e.g. the encoder output.
+        Returns:
+            (k, v), each (B, n_kv_heads, S, hd).
+        """
+        dq = self.n_heads * self.head_dim
+        kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
+        k, v = linear(source, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
+        return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
     def forward(
         self,
@@ -161,7 +174,7 @@ class MultiHeadAttention(nn.Module):
         *,
         is_causal: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        bias: torch.Tensor | None = None,
+        score_bias: torch.Tensor | None = None,
         need_weights: bool = True,
         cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -174,7 +187,7 @@ class MultiHeadAttention(nn.Module):
             is_causal: hide future keys (see :func:`scaled_dot_product_attention`).
             rope: (cos, sin) from ``rope_angles`` for the queries' positions, applied to q and to the
                 new keys (self-attention only).
-            bias: additive score bias (ALiBi), broadcastable to (B, h, Tq, Tk).
+            score_bias: float tensor added to the scores (ALiBi), broadcastable to (B, h, Tq, Tk).
             need_weights: return the attention weights (explicit path) instead of None (fused).
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it, and
                 cross-attention fills it once and reuses it.
@@ -182,28 +195,29 @@ class MultiHeadAttention(nn.Module):
             (out, weights): out (B, Tq, d); weights (B, h, Tq, Tk) or None.
         """
         B, Tq, _ = x.shape
-        dq, dkv = self.h * self.hd, self.kv * self.hd
+        dq, dkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         cross = kv is not None or (cache is not None and cache.static)
         if not cross:
-            q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)
-            q, k, v = self._heads(q, self.h), self._heads(k, self.kv), self._heads(v, self.kv)
+            q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
+            q = self._heads(q, self.n_heads)  # (B, h, Tq, hd)
+            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)  # (B, kv, Tq, hd)
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             if cache is not None:
-                k, v = cache.update(k, v)
+                k, v = cache.update(k, v)  # (B, kv, cached + Tq, hd)
         else:
-            bias_q = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(linear(x, self.qkv.weight[:dq], bias_q), self.h)
+            q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
+            q = self._heads(linear(x, self.qkv.weight[:dq], q_bias), self.n_heads)  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:
                 raise ValueError("cross-attention needs kv (the encoder output) until its cache is filled")
             else:
-                k, v = self.project_kv(kv)
+                k, v = self.project_kv(kv)  # (B, kv, Tk, hd)
                 if cache is not None:
                     k, v = cache.update(k, v)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, bias=bias,
+            q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)  # (B, h, Tq, hd)
-        out = out.transpose(1, 2).reshape(B, Tq, dq)  # back to (B, Tq, d)
+        out = out.transpose(1, 2).reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
         return self.o_proj(out), weights

@@ -30,6 +30,9 @@ class TransformerBlock(nn.Module):
         n_kv_heads: key/value heads for GQA/MQA.
         dropout: on attention weights and on each sub-layer's output.
         norm: "layernorm" or "rmsnorm"; norm_eps: its epsilon.
+
+    Parts: ``self_attn`` with ``attn_norm``; ``cross_attn`` with ``cross_norm`` (only when ``cross``);
+    ``ffn`` with ``ffn_norm``.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, cross: bool = False, norm_first: bool = True,
@@ -38,18 +41,19 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout)
-        self.n1 = make_norm(norm, d_model, norm_eps, bias)
+        self.attn_norm = make_norm(norm, d_model, norm_eps, bias)
         self.cross_attn = (MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout)
                            if cross else None)
-        self.n2 = make_norm(norm, d_model, norm_eps, bias) if cross else None
-        # one dropout per sub-layer, on its output (GPT-2, nanoGPT); none inside the feed-forward
+        self.cross_norm = make_norm(norm, d_model, norm_eps, bias) if cross else None
         self.ffn = FeedForward(d_model, d_ff, activation, bias)
-        self.n3 = make_norm(norm, d_model, norm_eps, bias)
+        self.ffn_norm = make_norm(norm, d_model, norm_eps, bias)
+        # dropout on each sub-layer's output, applied once in _sublayer (GPT-2, nanoGPT); none inside the FFN
         self.dropout = nn.Dropout(dropout)
 
     def _sublayer(self, x: torch.Tensor, norm: nn.Module,
-                  fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]):
-        """Both norm placements in one place; ``fn`` maps a tensor to (output, weights).
+                  fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Both norm placements in one place; ``fn`` maps a tensor (B, T, d) to (output (B, T, d), weights).
 
         Dropout is the identity in eval mode, so it is only called while training (a decoding step
         runs this twice per layer; the skipped calls are measurable there).
@@ -69,7 +73,7 @@ class TransformerBlock(nn.Module):
         *,
         is_causal: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        bias: torch.Tensor | None = None,
+        score_bias: torch.Tensor | None = None,
         need_weights: bool = True,
         cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
@@ -81,20 +85,20 @@ class TransformerBlock(nn.Module):
             mask: self-attention mask, broadcastable to (B, h, T, T); True = may attend.
             memory: encoder output (B, S, d); required when the block has cross-attention.
             memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
-            is_causal, rope, bias, need_weights, cache: passed to self-attention
+            is_causal, rope, score_bias, need_weights, cache: passed to self-attention
                 (see :class:`MultiHeadAttention`); cross_cache to cross-attention.
         Returns:
             (x, weights): x (B, T, d); weights {"self": (B, h, T, T), "cross": (B, h, T, S) when
             the block has cross-attention}, with None values when ``need_weights`` is False.
         """
         weights: dict[str, torch.Tensor | None] = {}
-        x, weights["self"] = self._sublayer(x, self.n1, lambda t: self.self_attn(
-            t, mask=mask, is_causal=is_causal, rope=rope, bias=bias, need_weights=need_weights, cache=cache))
+        x, weights["self"] = self._sublayer(x, self.attn_norm, lambda t: self.self_attn(
+            t, mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias, need_weights=need_weights,
+            cache=cache))
         if self.cross_attn is not None:
             if memory is None and (cross_cache is None or cross_cache.length == 0):
                 raise ValueError("this block has cross-attention: pass the encoder output as memory")
-            x, weights["cross"] = self._sublayer(x, self.n2, lambda t: self.cross_attn(
-                t, kv=memory, mask=memory_mask,
-                need_weights=need_weights, cache=cross_cache))
-        x, _ = self._sublayer(x, self.n3, lambda t: (self.ffn(t), None))
+            x, weights["cross"] = self._sublayer(x, self.cross_norm, lambda t: self.cross_attn(
+                t, kv=memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache))
+        x, _ = self._sublayer(x, self.ffn_norm, lambda t: (self.ffn(t), None))
         return x, weights

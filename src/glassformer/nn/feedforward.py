@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import ACTIVATIONS
+from ..errors import check_int
 from .linear import Linear
-
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
 def activate(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -35,12 +35,14 @@ class FeedForward(nn.Module):
         d_ff: hidden width.
         activation: one of "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu".
         bias: whether the linear maps have biases.
-        dropout: dropout on the hidden activations (as in ``torch.nn.TransformerEncoderLayer``). A
-            :class:`TransformerBlock` leaves it at 0 and drops the sub-layer's output instead.
+
+    No dropout here: a :class:`TransformerBlock` drops the whole sub-layer's output once.
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True):
         super().__init__()
+        check_int("d_model", d_model, low=1)
+        check_int("d_ff", d_ff, low=1)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
@@ -48,7 +50,6 @@ class FeedForward(nn.Module):
         self.up = Linear(d_model, d_ff, bias=bias)
         self.gate = Linear(d_model, d_ff, bias=bias) if self.gated else None
         self.down = Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
@@ -56,6 +57,4 @@ class FeedForward(nn.Module):
             hidden = activate(self.activation, self.gate(x)) * self.up(x)  # (..., d_ff)
         else:
             hidden = activate(self.activation, self.up(x))  # (..., d_ff)
-        if self.training:  # the identity in eval mode
-            hidden = self.dropout(hidden)
-        return self.down(hidden)
+        return self.down(hidden)  # (..., d)

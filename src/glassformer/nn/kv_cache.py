@@ -23,13 +23,14 @@ class KVCache:
     def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
                  static: bool = False):
-        self.k = torch.zeros(batch, n_kv_heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        self.k = torch.zeros(batch, n_kv_heads, max_len, head_dim, dtype=dtype, device=device)  # (B, kv, max_len, hd)
+        self.v = torch.zeros_like(self.k)  # (B, kv, max_len, hd)
         self.length = 0
         self.static = static
 
     @property
     def capacity(self) -> int:
+        """How many positions the buffers hold."""
         return self.k.shape[2]
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,12 +44,14 @@ class KVCache:
         return self.keys(), self.values()
 
     def keys(self) -> torch.Tensor:
+        """The filled keys, (B, kv, length, hd) (a view of the buffer)."""
         return self.k[:, :, :self.length]
 
     def values(self) -> torch.Tensor:
+        """The filled values, (B, kv, length, hd) (a view of the buffer)."""
         return self.v[:, :, :self.length]
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (B',) of the batch, e.g. the surviving beams in beam search."""
+        """Keep rows ``index`` (B',) of the batch, e.g. the surviving beams in beam search: buffers become (B', ...)."""
         self.k = self.k.index_select(0, index)
         self.v = self.v.index_select(0, index)

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ..errors import check_int
+
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Lower-triangular mask: position i may look at positions 0..i.
@@ -24,8 +26,7 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tenso
     Returns:
         (T, T) bool tensor with ``mask[i, j] = j <= i``.
     """
-    if not isinstance(T, int) or T < 0:
-        raise ValueError(f"T must be a non-negative int, got {T!r}")
+    check_int("T", T, low=0)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 

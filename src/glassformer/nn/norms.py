@@ -1,11 +1,11 @@
-"""Normalisation layers: LayerNorm (torch's) and RMSNorm (Zhang & Sennrich 2019, used by Llama)."""
+"""Normalisation layers: torch's LayerNorm and RMSNorm (Zhang & Sennrich 2019, used by Llama)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-LayerNorm = nn.LayerNorm
+from ..errors import check_int
 
 
 class RMSNorm(nn.Module):
@@ -20,6 +20,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
+        check_int("d_model", d_model, low=1)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
@@ -31,7 +32,14 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
-    """Build the normalisation named by ``kind`` ("layernorm" or "rmsnorm")."""
+    """The normalisation named by ``kind``: "layernorm" (``torch.nn.LayerNorm``) or "rmsnorm" (:class:`RMSNorm`).
+
+    Args:
+        kind: "layernorm" or "rmsnorm".
+        d_model: width d of the vectors it normalises, (..., d) -> (..., d).
+        eps: added to the variance (or mean square).
+        bias: LayerNorm's additive bias (RMSNorm has none).
+    """
     if kind == "layernorm":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "rmsnorm":

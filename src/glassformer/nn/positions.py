@@ -16,6 +16,8 @@ import math
 import torch
 from torch import nn
 
+from ..errors import check_int
+
 
 def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
     """The original Transformer's fixed position encodings.
@@ -46,17 +48,21 @@ class LearnedPositions(nn.Module):
     Args:
         max_len: number of positions with a vector.
         d_model: width.
+        offset: position p reads row p + offset of the table, which has max_len + offset rows. BART
+            keeps fairseq's two reserved rows at the top of its tables (offset 2); others use 0.
     """
 
-    def __init__(self, max_len: int, d_model: int):
+    def __init__(self, max_len: int, d_model: int, offset: int = 0):
         super().__init__()
-        self.max_len = max_len
-        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        check_int("max_len", max_len, low=1)
+        check_int("d_model", d_model, low=1)
+        self.max_len, self.offset = max_len, check_int("offset", offset, low=0)
+        self.weight = nn.Parameter(torch.empty(max_len + offset, d_model))  # (max_len + offset, d)
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: (T,) or (B, T) integer tensor -> (T, d) or (B, T, d)."""
-        return self.weight[positions]
+        return self.weight[positions + self.offset]
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,9 +106,12 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     For a head count that is not a power of two, the paper's rule is used: the slopes of the
     nearest lower power of two, then every other slope of the next power of two.
 
+    Args:
+        n_heads: number of heads h.
     Returns:
         (n_heads,) float32 tensor.
     """
+    check_int("n_heads", n_heads, low=1)
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

@@ -6,8 +6,9 @@ evaluate the result. One call trains and evaluates, and writes ``out_dir/results
       corpus: tinyshakespeare | multi30k | tang300     (fills data/src/tgt when the config leaves them out)
       ...                                              task options, see each ``_evaluate_*`` below
 
-Every other key is a :class:`~glassformer.training.TrainConfig` key, so ``--key value`` overrides
-work as for ``glassformer train``; ``--recipe.key value`` overrides the recipe section.
+Every other key is a :class:`~glassformer.training.TrainConfig` key, so overrides work as for
+``glassformer train`` (``model.KEY`` for ModelConfig fields), and ``recipe.KEY`` overrides the recipe
+section. The command line is ``glassformer recipe`` (glassformer.commands.recipe); nothing here reads argv.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,14 @@ from typing import Any
 import torch
 import yaml
 
-from ..data import corpora
-from ..generation import fill_mask, generate_text
+from ..data import read_pairs
+from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
-from ..training import TrainConfig, Trainer, load, parse_overrides, prepare
+from ..training import TrainConfig, Trainer, load, prepare_run
+from ..training.config import Overrides, apply_overrides
+from ..viz.plots import plot_losses
+from . import corpora
 from .sequence_task import SequenceTask, exact_match
-from .translation import bleu, translate
 
 TASKS = ("lm", "mlm", "translation", "prefix-vs-causal")
 CORPORA = ("tinyshakespeare", "multi30k", "tang300")
@@ -42,26 +44,30 @@ class Recipe:
     spec: dict[str, Any]
 
 
-def load_recipe(path: str | Path, overrides: Sequence[str] = (), data_dir: str | Path | None = None,
-                download: bool = False) -> Recipe:
-    """Read a recipe YAML, apply ``--key value`` overrides and attach its corpus.
+def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
+                data_dir: str | Path | None = None, download: bool = False) -> Recipe:
+    """Read a recipe, apply overrides and attach its corpus.
 
     Args:
-        data_dir: the corpus folder (see :mod:`glassformer.data.corpora`); default $GLASSFORMER_DATA or ./data.
+        config: a recipe YAML file, or the same content as a mapping (copied, not modified).
+        overrides: (key, value) pairs or a mapping: TrainConfig keys, ``model.KEY`` and ``recipe.KEY``
+            (see :func:`~glassformer.training.config.apply_overrides`).
+        data_dir: the corpus folder (see :mod:`glassformer.recipes.corpora`); default $GLASSFORMER_DATA or ./data.
         download: fetch a missing corpus from its public URL.
+    Returns:
+        The :class:`Recipe`: a validated TrainConfig whose data files are set, and the recipe section.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if isinstance(config, dict):
+        data, where = config, "the recipe"
+    else:
+        path = Path(config)
+        if not path.is_file():
+            raise FileNotFoundError(f"recipe file {str(path)!r} does not exist")
+        data, where = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, str(path)
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
-        raise ValueError(f"{path} must be a mapping with a 'recipe:' section (task, corpus, ...)")
-    spec = dict(data.pop("recipe"))
-    data["model"] = dict(data.get("model") or {})
-    for key, value in parse_overrides(list(overrides)):
-        head, _, rest = key.partition(".")
-        target = spec if head == "recipe" else data["model"] if head == "model" else data
-        target[rest if head in ("recipe", "model") else key] = value
+        raise ValueError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
+    data = apply_overrides(data, overrides, sections=("model", "recipe"))
+    spec = data.pop("recipe")
     if spec.get("task") not in TASKS:
         raise ValueError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
     _attach_corpus(spec, data, data_dir, download)
@@ -69,6 +75,7 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = (), data_dir: str |
 
 
 def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | Path | None, download: bool) -> None:
+    """Fill ``data``'s data (or src/tgt) keys with the files of ``spec["corpus"]`` unless it names its own."""
     corpus = spec.get("corpus")
     if corpus is None:
         return
@@ -86,18 +93,36 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
 
 
 def _load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none): results record how busy the machine was."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
+def _train(config: TrainConfig, model: Any, tokenizer: Any, batches: Any) -> dict[str, Any]:
+    """Train with :class:`Trainer`, draw ``out_dir/loss.png`` from its history (also when training fails),
+    and return the trainer's summary without the history."""
+    trainer = Trainer(config, model, tokenizer, batches)
+    try:
+        result = trainer.train()
+    finally:
+        if trainer.history:
+            plot_losses(trainer.history, Path(config.out_dir) / "loss.png")
+    return {k: v for k, v in result.items() if k != "history"}
+
+
 def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: bool = False) -> dict[str, Any]:
-    """Train and evaluate; returns the results (also written to ``out_dir/results.json``)."""
+    """Train and evaluate; returns the results (also written to ``out_dir/results.json``).
+
+    Each training run writes its checkpoints, ``metrics.jsonl`` and ``loss.png`` to its ``out_dir``.
+    Returns {"task", "corpus", "training" or "models", the task's evaluation ("samples", "fill_mask" or
+    "bleu"), "wall_s", "load_average", "cpu_count", "torch_threads", "config", "recipe"}.
+    """
     config, spec = recipe.train, recipe.spec
     started, load_before = time.perf_counter(), _load_average()
     if spec["task"] == "prefix-vs-causal":
         results: dict[str, Any] = {"models": _prefix_vs_causal(config, spec)}
     else:
-        run = prepare(config)
-        training = Trainer(config, run.model, run.tokenizer, run.batches).train()
+        run = prepare_run(config)
+        training = _train(config, run.model, run.tokenizer, run.batches)
         model, tokenizer = load(Path(config.out_dir) / "best")
         results = {"training": training}
         if spec["task"] == "lm":
@@ -154,7 +179,7 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
     """BLEU on ``spec["test_split"]`` (default test_2016_flickr) greedy and with ``spec["beams"]`` beams."""
     split = spec.get("test_split", "test_2016_flickr")
     src_file, ref_file = corpora.multi30k(split, data_dir, download)
-    pairs = corpora.read_pairs(src_file, ref_file)
+    pairs = read_pairs(src_file, ref_file)
     sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
     scores: dict[str, Any] = {"split": split, "sentences": len(sources)}
     for beams in [1, *spec.get("beams", [4])]:
@@ -182,7 +207,7 @@ def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, An
                                             "out_dir": str(Path(config.out_dir) / objective)})
         torch.manual_seed(config.seed)
         model = build_model(run_config.model_config(task.tokenizer.vocab_size))
-        training = Trainer(run_config, model, task.tokenizer, task).train()
+        training = _train(run_config, model, task.tokenizer, task)
         found["prefix-LM" if objective == "prefix" else "causal LM"] = {"training": training,
                                                                        **exact_match(model, task)}
     return found

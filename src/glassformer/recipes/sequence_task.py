@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..data import IGNORE, step_generator
+from ..errors import check_int
 from ..generation import generate
 from ..tokenizers import CharTokenizer
 
@@ -56,12 +57,13 @@ class SequenceTask:
             raise ValueError(f"objective must be 'prefix' or 'clm', got {objective!r}")
         if not alphabet or SEPARATOR in alphabet or END in alphabet or len(set(alphabet)) != len(alphabet):
             raise ValueError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
-        if isinstance(max_count, bool) or not isinstance(max_count, int) or not 1 <= max_count <= 9:
-            raise ValueError(f"max_count must be an int in [1, 9], got {max_count!r}")
+        check_int("max_count", max_count, 1, 9)
         if kind == "count" and any(c in DIGITS for c in alphabet):
             raise ValueError(f"kind 'count' writes digits, so the alphabet must not contain any, got {alphabet!r}")
-        if not 1 <= min_len <= max_len:
-            raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        check_int("min_len", min_len, 1)
+        check_int("max_len", max_len, min_len)
+        check_int("eval_examples", eval_examples, 1)
+        check_int("seed", seed)
         self.kind, self.objective, self.seed, self.max_count = kind, objective, seed, max_count
         self.min_len, self.max_len, self.eval_examples = min_len, max_len, eval_examples
         self.alphabet = alphabet
@@ -70,19 +72,20 @@ class SequenceTask:
         self.block_size = 2 * max_len + 1
 
     def answer(self, text: str) -> str:
-        """The output the task asks for, given an input string."""
+        """The output the task asks for, given an input string (as long as the input)."""
         if self.kind == "count":
             return "".join(str(min(text[i + 1:].count(c), self.max_count)) for i, c in enumerate(text))
         return text[::-1] if self.kind == "reverse" else "".join(sorted(text))
 
     def inputs(self, count: int, generator: torch.Generator) -> list[str]:
-        """``count`` random input strings."""
+        """``count`` random input strings, each of min_len to max_len symbols, drawn from ``generator``."""
         lengths = torch.randint(self.min_len, self.max_len + 1, (count,), generator=generator).tolist()
         return ["".join(self.alphabet[i] for i in torch.randint(len(self.alphabet), (n,), generator=generator))
                 for n in lengths]
 
     def batch(self, inputs: list[str]) -> dict[str, torch.Tensor]:
-        """The training batch of some input strings (see the class docstring)."""
+        """The batch of B input strings: ``ids`` and ``labels`` (B, block_size), and for a prefix-LM
+        ``prefix_len`` (B,) (see the class docstring)."""
         end = self.tokenizer.encode(END)[0]
         B, T = len(inputs), self.block_size
         ids = torch.full((B, T + 1), end, dtype=torch.long)
@@ -97,6 +100,7 @@ class SequenceTask:
         return batch
 
     def global_batch(self, step: int, batch_size: int) -> dict[str, torch.Tensor]:
+        """The training batch of ``step``: :meth:`batch` of ``batch_size`` inputs drawn from (seed, step)."""
         return self.batch(self.inputs(batch_size, step_generator(self.seed, step)))
 
     def val_inputs(self) -> list[str]:
@@ -104,6 +108,7 @@ class SequenceTask:
         return self.inputs(self.eval_examples, step_generator(self.seed, -1))
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """The validation inputs as :meth:`batch` es of up to ``batch_size`` rows (at most ``max_batches``)."""
         inputs = self.val_inputs()
         for n, start in enumerate(range(0, len(inputs), batch_size)):
             if max_batches is not None and n >= max_batches:
@@ -117,6 +122,7 @@ def exact_match(model: nn.Module, task: SequenceTask, batch_size: int = 256) -> 
     Returns {"exact_match": fraction of outputs exactly right, "symbol_accuracy": fraction of output
     symbols right at their position, "examples": a few (input, output) pairs}.
     """
+    check_int("batch_size", batch_size, 1)
     tokenizer, inputs = task.tokenizer, task.val_inputs()
     end = tokenizer.encode(END)[0]
     exact, symbols_right, symbols, examples = 0, 0, 0, []

@@ -26,7 +26,7 @@ class HFTokenizer(Tokenizer):
 
     ``encode(text, add_special_tokens=True)`` runs the tokenizer's own post-processor (``[CLS] ... [SEP]``
     for BERT), so ids match ``transformers``. Its built-in padding and truncation are switched off:
-    batching is done by the caller (see :func:`glassformer.interop.sentence_embeddings`).
+    batching is done by the caller (see :func:`glassformer.generation.sentence_embeddings`).
 
     Args:
         tokenizer: the Rust tokenizer.

@@ -1,16 +1,19 @@
-"""Training: objectives, AdamW and schedules, the Trainer loop, checkpoints and torch.distributed."""
+"""Training: objectives, AdamW and schedules, the Trainer loop, checkpoints and torch.distributed.
+
+Nothing here parses argv or draws: ``glassformer train`` (glassformer.commands) does both around it.
+"""
 
 from .checkpoint import Checkpoint, load, load_checkpoint, load_state_file, save_checkpoint, unwrap
-from .config import TrainConfig, parse_overrides
+from .config import TrainConfig, apply_overrides
 from .distributed import DistInfo, init_distributed
-from .loop import Trainer, TrainingDiverged, evaluate, plot_losses
+from .loop import Trainer, TrainingDiverged, evaluate
 from .objectives import LossParts, batch_loss, check_model_for, forward_logits, token_loss
 from .optim import SCHEDULES, lr_at, make_optimizer, param_groups
-from .setup import Run, prepare
+from .setup import Run, prepare_run
 
 __all__ = [
     "Checkpoint", "load", "load_checkpoint", "load_state_file", "save_checkpoint", "unwrap", "TrainConfig",
-    "parse_overrides", "DistInfo", "init_distributed", "Trainer", "TrainingDiverged", "evaluate", "plot_losses",
+    "apply_overrides", "DistInfo", "init_distributed", "Trainer", "TrainingDiverged", "evaluate",
     "LossParts", "batch_loss", "check_model_for", "forward_logits", "token_loss", "SCHEDULES", "lr_at",
-    "make_optimizer", "param_groups", "Run", "prepare",
+    "make_optimizer", "param_groups", "Run", "prepare_run",
 ]

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..fileio import atomic_directory
-from ..models import build_model
+from ..models import build_model, upgrade_state_dict
 from ..tokenizers import Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE = (
@@ -128,6 +128,7 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         raise
     except Exception as error:  # safetensors raises its own SafetensorError for bad headers and sizes
         raise ValueError(f"{path / WEIGHTS} is corrupt or truncated ({str(error).splitlines()[0]})") from None
+    weights = upgrade_state_dict(weights)  # names written by earlier versions -> today's
     model = build_model(config)
     expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))

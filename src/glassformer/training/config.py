@@ -1,8 +1,9 @@
-"""TrainConfig: every training choice in one validated dataclass, read from YAML plus ``--key value``."""
+"""TrainConfig: every training choice in one validated dataclass, read from YAML plus (key, value) overrides."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,12 @@ import yaml
 
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
+from ..errors import GlassformerError, check_int, check_number
 from ..tokenizers import KINDS, check_specials
+from .objectives import OBJECTIVE_ATTN
 from .optim import SCHEDULES
+
+Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
 
 
 @dataclass
@@ -78,18 +83,20 @@ class TrainConfig:
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
         for name in ("block_size", "batch_size", "grad_accum", "max_steps", "log_every", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "eval_every", "weight_decay", "grad_clip", "min_lr"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            check_int(name, getattr(self, name), 1)
+        for name in ("warmup_steps", "eval_every"):
+            check_int(name, getattr(self, name), 0)
+        check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1, allow_none=True)
+        for name in ("eval_batches", "lr_decay_steps", "num_threads"):  # 0 is accepted, as it always was
+            check_int(name, getattr(self, name), 0, allow_none=True)
+        check_number("lr", self.lr, 0.0, low_open=True)
+        check_number("eps", self.eps, 0.0, low_open=True)
+        for name in ("weight_decay", "grad_clip", "min_lr"):
+            check_number(name, getattr(self, name), 0.0)
         for name in ("beta1", "beta2", "val_fraction", "label_smoothing"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0.0 < self.mask_prob <= 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1], got {self.mask_prob}")
+            if check_number(name, getattr(self, name), 0.0) >= 1.0:
+                raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_number("mask_prob", self.mask_prob, 0.0, 1.0, low_open=True)
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
@@ -104,6 +111,7 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as plain JSON-able values (what ``training.json`` of a checkpoint holds)."""
         return dataclasses.asdict(self)
 
     @classmethod
@@ -113,7 +121,7 @@ class TrainConfig:
             raise TypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
         if "recipe" in data:
             raise ValueError("this is a recipe config (it has a 'recipe:' section): run it with "
-                             "`python -m glassformer.recipes FILE`")
+                             "`glassformer recipe FILE`")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -121,10 +129,16 @@ class TrainConfig:
         return cls(**data).validate()
 
     @classmethod
-    def from_yaml(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-        """Read a YAML file (optional) and apply ``--key value`` / ``--model.key value`` overrides.
+    def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> TrainConfig:
+        """Read a YAML file (optional), apply ``overrides`` and validate.
 
-        Override values are parsed as YAML (``--compile true``, ``--data [a.txt, b.txt]``).
+        Args:
+            path: a YAML mapping of TrainConfig keys; None starts from the defaults.
+            overrides: (key, value) pairs or a mapping, applied by :func:`apply_overrides` (``model.KEY``
+                sets a ModelConfig field). The command line's ``--key value`` words become such pairs in
+                ``glassformer.commands.overrides``.
+        Raises:
+            FileNotFoundError for a missing file; ValueError for invalid YAML or a bad key or value.
         """
         data: dict[str, Any] = {}
         if path is not None:
@@ -138,13 +152,7 @@ class TrainConfig:
                 raise ValueError(f"config file {str(path)!r} is not valid YAML ({first})") from None
             if not isinstance(data, dict):
                 raise ValueError(f"config file {str(path)!r} must hold a mapping of keys to values")
-        data = {**data, "model": dict(data.get("model") or {})}
-        for key, value in parse_overrides(overrides or []):
-            if key.startswith("model."):
-                data["model"][key[len("model."):]] = value
-            else:
-                data[key] = value
-        return cls.from_dict(data)
+        return cls.from_dict(apply_overrides(data, overrides))
 
     def check_data(self) -> None:
         """A ValueError when the config names no training data for its objective."""
@@ -162,7 +170,7 @@ class TrainConfig:
         if self.objective == "seq2seq":
             base["arch"] = "encoder-decoder"
         else:
-            base["attn"] = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}[self.objective]
+            base["attn"] = OBJECTIVE_ATTN[self.objective]
         merged = {**base, **fields_, "vocab_size": vocab_size}
         return ModelConfig.preset(preset, **merged) if preset else ModelConfig.from_dict(merged)
 
@@ -173,26 +181,26 @@ class TrainConfig:
         return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
 
 
-def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
-    """``["--lr", "3e-4", "--model.n_layers=2"]`` -> [("lr", "3e-4"), ("model.n_layers", 2)]."""
-    out, i = [], 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--") or len(arg) == 2:
-            raise ValueError(f"expected an override like --key value, got {arg!r}")
-        if "=" in arg:
-            key, text = arg[2:].split("=", 1)
-            i += 1
+def apply_overrides(data: dict[str, Any], overrides: Overrides,
+                    sections: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+    """A copy of the config mapping ``data`` with each (key, value) of ``overrides`` set, in order.
+
+    A key ``SECTION.name`` whose SECTION is one of ``sections`` sets ``name`` inside that nested mapping
+    (``model.n_layers`` -> ``data["model"]["n_layers"]``); any other key is set at the top level, where an
+    unknown one is later reported by :meth:`TrainConfig.from_dict`. Values are used as given (strings are
+    converted to a field's type when the config is validated).
+
+    Returns:
+        The new mapping; ``data`` and its sections are not modified.
+    """
+    out = {**data, **{name: dict(data.get(name) or {}) for name in sections}}
+    items = overrides.items() if isinstance(overrides, Mapping) else overrides
+    for key, value in items:
+        head, dot, rest = key.partition(".")
+        if dot and head in sections:
+            out[head][rest] = value
         else:
-            if i + 1 >= len(args):
-                raise ValueError(f"override {arg} has no value")
-            key, text = arg[2:], args[i + 1]
-            i += 2
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        out.append((key.replace("-", "_"), value))
+            out[key] = value
     return out
 
 

@@ -30,6 +30,7 @@ class DistInfo:
 
     @property
     def distributed(self) -> bool:
+        """More than one process: gradients and counts are summed across them."""
         return self.world_size > 1
 
 

@@ -23,8 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
+from ..errors import GlassformerError
 from ..tokenizers import Tokenizer
-from ..viz.plots import plot_losses
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import DistInfo, all_reduce_sum, init_distributed
@@ -34,7 +34,7 @@ from .optim import lr_at, make_optimizer
 STATE_FORMAT = 1
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(GlassformerError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
@@ -76,12 +76,20 @@ class Trainer:
         last/          checkpoint with training state (every eval_every steps, at the end, on Ctrl-C)
         best/          checkpoint of the lowest validation loss
         metrics.jsonl  one JSON object per log line and per evaluation
-        loss.png       the loss curve
+
+    It draws nothing: :meth:`train` returns the run's history, and whoever wants a loss curve plots it
+    (``glassformer train`` writes ``loss.png`` with :func:`glassformer.viz.plot_losses`).
 
     Args:
         config: the run's TrainConfig.
-        model, tokenizer, batches: from :func:`~glassformer.training.prepare` or built by hand.
+        model, tokenizer, batches: from :func:`~glassformer.training.prepare_run` or built by hand; any
+            batch source with ``global_batch(step, batch_size)`` and ``eval_batches(batch_size, max_batches)``
+            yielding dicts of (B, T) tensors will do.
         dist: the process's place in a distributed run (default: read from torchrun's environment).
+
+    Attributes:
+        step: optimiser updates done; history: the records logged so far (as in ``metrics.jsonl``);
+        best_val: the lowest validation loss seen (inf before the first evaluation).
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
@@ -240,7 +248,11 @@ class Trainer:
         Ctrl-C finishes the current step and the next (so all processes agree where to stop), saves
         ``last`` and returns with ``stopped="interrupted"``; a NaN/inf loss raises
         :class:`TrainingDiverged` without overwriting the last checkpoint.
-        Returns {"step", "stopped", "train_loss", "best_val_loss", "tokens_per_s", "wall_s", **last eval}.
+        Returns:
+            {"step", "stopped" ("done" or "interrupted"), "train_loss" (the last logged one),
+            "best_val_loss", "tokens_per_s", "wall_s", **the last evaluation's metrics, "history"}:
+            ``history`` is a copy of :attr:`history`, one dict per log line ({"step", "train_loss",
+            "lr", "tokens_per_s"}) and per evaluation ({"step", "val_loss", ...}), resumed runs included.
         """
         config = self.config
         if self.dist.is_main:
@@ -286,10 +298,8 @@ class Trainer:
             bar.close()
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-            if self.dist.is_main and self.history:
-                plot_losses(self.history, self.out / "loss.png")
         wall = time.perf_counter() - started
         return {"step": self.step, "stopped": stopped, "train_loss": last_loss,
                 "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
                 "tokens_per_s": self.tokens_seen / wall if wall > 0 else 0.0, "wall_s": wall,
-                **{k: v for k, v in eval_metrics.items() if k != "step"}}
+                **{k: v for k, v in eval_metrics.items() if k != "step"}, "history": list(self.history)}

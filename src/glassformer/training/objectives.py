@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.mlm import IGNORE
+from ..errors import GlassformerError, check_number
 
 OBJECTIVE_ATTN = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}  # seq2seq: an EncoderDecoder
 
@@ -41,8 +42,8 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
     Returns:
         LossParts with the summed loss (float32 scalar), the count and the number correct.
     """
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    if check_number("label_smoothing", label_smoothing, 0.0) >= 1.0:
+        raise GlassformerError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()
     flat_labels = labels.reshape(-1)
     loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE, reduction="sum",
@@ -72,7 +73,7 @@ def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing
 
 
 def check_model_for(objective: str, model: nn.Module) -> None:
-    """A ValueError when the model's architecture cannot be trained with ``objective``."""
+    """A ValueError when the model's architecture cannot be trained with ``objective``; else None."""
     config = model.config
     if objective == "seq2seq":
         if config.arch != "encoder-decoder":

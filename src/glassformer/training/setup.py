@@ -1,4 +1,4 @@
-"""prepare: from a TrainConfig to the tokenizer, the batches and a fresh model."""
+"""prepare_run: from a TrainConfig to the tokenizer, the batches and a fresh model."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from .config import TrainConfig
 
 @dataclass
 class Run:
-    """The pieces a :class:`~glassformer.training.Trainer` needs."""
+    """The pieces a :class:`~glassformer.training.Trainer` needs: a fresh model, the tokenizer, and the
+    batch source (its ``global_batch(step, B)`` gives (B, block_size) ``ids``/``labels`` tensors, or
+    ``src``/``tgt_in``/``labels`` for seq2seq)."""
 
     model: nn.Module
     tokenizer: Tokenizer
@@ -26,13 +28,14 @@ class Run:
 
 
 def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
+    """The run's tokenizer: reloaded from ``out_dir/last`` when resuming, else fitted on ``texts``."""
     last = Path(config.out_dir) / "last" / TOKENIZER
     if config.resume and last.is_file():
         return Tokenizer.load(last)
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 
-def prepare(config: TrainConfig) -> Run:
+def prepare_run(config: TrainConfig) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
 
     The model is initialised from ``torch.manual_seed(config.seed)``, so every process of a

@@ -46,7 +46,15 @@ def _save(fig, path: str | Path) -> Path:
 
 
 def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
-    """Write train and validation loss against step as a PNG (matplotlib, no display needed)."""
+    """Write train and validation loss against step as a PNG (matplotlib, no display needed).
+
+    Args:
+        history: records with "step" and "train_loss" and/or "val_loss" (the ``history`` that
+            ``Trainer.train`` returns); other records and keys are ignored.
+        path: the PNG to write (its folder is created); title: the plot's title.
+    Returns:
+        The path written.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, style in (("train_loss", "-"), ("val_loss", "o-")):

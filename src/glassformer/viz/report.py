@@ -31,8 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import check_int
 from ..models.common import count_params
-from .trace import shape_trace
+from ..nn.masks import check_prefix_len
+from .shapes import shape_trace
 
 PAD_LABEL = "<pad>"
 
@@ -52,6 +54,8 @@ class AttentionView:
     prefix_len: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The view for the page's script: labels, pad flags, and the (L, h, Tq, Tk) weights as base64 bytes
+        (weight x 255, rounded; row-major)."""
         L, h, Tq, Tk = self.weights.shape
         quantised = (self.weights.float().clamp(0, 1) * 255).round().to(torch.uint8)
         return {
@@ -79,6 +83,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """What the page's script reads (the ``gf-data`` element): title, views, shapes, params, notes, generation."""
         return {"title": self.title, "structure": self.structure, "views": [v.to_json() for v in self.views],
                 "shapes": self.shapes, "params": self.params, "notes": self.notes,
                 "generation": self.generation}
@@ -129,12 +134,11 @@ def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str]) -> list[i
     return ids
 
 
-def _pad(ids: list[int], pad_to: int | None, pad_id: int, name: str) -> tuple[list[int], list[bool]]:
-    """Right-pad ``ids`` to ``pad_to`` tokens with ``pad_id``; return (ids, pad flags)."""
+def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], list[bool]]:
+    """Right-pad ``ids`` to ``pad_to`` tokens (at least ``len(ids)``) with ``pad_id``; return (ids, pad flags)."""
     if pad_to is None:
         return ids, [False] * len(ids)
-    if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < len(ids):
-        raise ValueError(f"pad_to must be an int >= the {name}'s length ({len(ids)} tokens), got {pad_to!r}")
+    check_int("pad_to", pad_to, len(ids))
     n = pad_to - len(ids)
     return ids + [pad_id] * n, [False] * len(ids) + [True] * n
 
@@ -211,15 +215,16 @@ def gather(
 ) -> ReportData:
     """Run the model once with attention weights on and collect what :func:`write_report` shows.
 
-    Arguments are those of :func:`write_report`.
+    Arguments are those of :func:`write_report`. Returns a :class:`ReportData` whose views hold
+    (L, h, Tq, Tk) weights; the model's training mode is restored.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "arch"):
         raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
                         f"got {type(model).__name__}")
-    for name, value, low in (("max_tokens", max_tokens, 1), ("generate", generate, 0), ("top_k", top_k, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    check_int("max_tokens", max_tokens, 1)
+    check_int("generate", generate, 0)
+    check_int("top_k", top_k, 1)
     structure = _structure(config)
     notes: list[str] = []
     ids = _to_ids(text, tokenizer, "text", add_special_tokens)
@@ -261,9 +266,9 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         elif prefix_len is None:
             prefix_len = len(ids)
             notes.append("No target given: the whole text is the prefix (prefix_len = its length).")
-        if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= len(ids):
-            raise ValueError(f"prefix_len must be an int in [0, {len(ids)}] (the number of tokens), "
-                             f"got {prefix_len!r}")
+        prefix_len = check_prefix_len(prefix_len, len(ids), batch=1)
+        if isinstance(prefix_len, torch.Tensor):  # a (1,) tensor: the report shows one row
+            prefix_len = int(prefix_len[0])
     elif tgt is not None:
         raise ValueError(f"target is used by prefix-LM and encoder-decoder models; this model is "
                          f"attn={attn!r} (put the whole input in text)")
@@ -271,7 +276,7 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         raise ValueError(f"prefix_len is only meaningful for attn='prefix' models; "
                          f"this model is attn={attn!r}")
     real = ids
-    ids, pad = _pad(ids, pad_to, pad_id, "text")
+    ids, pad = _pad(ids, pad_to, pad_id)
     x = torch.tensor([ids], device=next(model.parameters()).device)
     pad_t = torch.tensor([pad], device=x.device) if any(pad) else None
     _, weights = model(x, pad=pad_t, prefix_len=prefix_len, return_attn=True)
@@ -308,7 +313,7 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
         tgt = generation["ids"] if generation else []
         notes.append("No target given: the decoder reads the start token"
                      + (" and the model's own greedy output." if generation else " alone."))
-    src, src_pad = _pad(src, pad_to, pad_id, "text")
+    src, src_pad = _pad(src, pad_to, pad_id)
     device = next(model.parameters()).device
     s = torch.tensor([src], device=device)
     t = torch.tensor([[start] + tgt], device=device)

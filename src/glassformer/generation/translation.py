@@ -1,30 +1,35 @@
-"""Translating many sentences with an encoder-decoder checkpoint, and scoring them with sacreBLEU."""
+"""Translating many sentences with an encoder-decoder, and scoring them with sacreBLEU."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from ..errors import check_int, check_number
+from .api import generate
+from .protocol import EncoderDecoderModel
 
-from ..generation import generate
-from ..tokenizers import Tokenizer
+if TYPE_CHECKING:
+    from ..tokenizers import Tokenizer
 
 
-def translate(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str], *, batch_size: int = 64,
+def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequence[str], *, batch_size: int = 64,
               num_beams: int = 1, length_penalty: float = 1.0, max_new_tokens: int | None = None) -> list[str]:
     """Translate ``sources`` in batches of similar length; the results come back in input order.
 
     Each source is encoded as in training (ids + eos, cut to the model's ``max_len``) and decoded
     greedily (``num_beams=1``) or with beam search, starting from the tokenizer's bos token and
-    stopping at its eos.
+    stopping at its eos. Batching does not change any result: each equals translating it alone.
 
     Args:
         model: an EncoderDecoder (``config.arch == "encoder-decoder"``).
         tokenizer: the checkpoint's tokenizer, with bos, eos and pad tokens.
+        sources: N sentences (a list, not a single str).
+        batch_size: sentences decoded together (sorted by length, so batches need little padding).
+        num_beams, length_penalty: beam search as in :func:`glassformer.generation.generate`.
         max_new_tokens: the longest output; default ``min(max_len, 2 x longest source in the batch + 10)``.
     Returns:
-        One detokenized string per source.
+        N detokenized strings, one per source, in input order.
     """
     if getattr(getattr(model, "config", None), "arch", None) != "encoder-decoder":
         raise ValueError("translate needs an encoder-decoder checkpoint (a model trained with objective 'seq2seq')")
@@ -33,9 +38,10 @@ def translate(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str], *,
     bos, eos, pad = tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id
     if bos is None or eos is None:
         raise ValueError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
-    for name, value in (("batch_size", batch_size), ("num_beams", num_beams)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    check_int("batch_size", batch_size, 1)
+    check_int("num_beams", num_beams, 1)
+    check_number("length_penalty", length_penalty)
+    check_int("max_new_tokens", max_new_tokens, 1, allow_none=True)
     max_len = model.config.max_len
     encoded = [(tokenizer.encode(s) + [eos])[:max_len] for s in sources]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -46,7 +52,7 @@ def translate(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str], *,
         limit = max_new_tokens or min(max_len, 2 * max(len(r) for r in batch) + 10)
         options: dict[str, Any] = {"num_beams": num_beams, "length_penalty": length_penalty} if num_beams > 1 else {}
         ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos,
-                       pad_token_id=pad if pad is not None else eos, **options)
+                       pad_token_id=pad if pad is not None else eos, **options)  # (B, 1 + n)
         for i, row in zip(rows, ids[:, 1:].tolist(), strict=True):
             if eos in row:
                 row = row[:row.index(eos)]
@@ -57,8 +63,11 @@ def translate(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str], *,
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Any:
     """sacreBLEU's corpus BLEU (cased, 13a tokenization of detokenized text: the standard WMT score).
 
-    Returns the ``sacrebleu`` score object: ``.score`` is BLEU in [0, 100]; ``str()`` gives the
-    full line with n-gram precisions and the brevity penalty.
+    Args:
+        hypotheses, references: N strings each, paired in order (one reference per hypothesis).
+    Returns:
+        The ``sacrebleu`` score object: ``.score`` is BLEU in [0, 100]; ``str()`` gives the full line
+        with n-gram precisions and the brevity penalty.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")

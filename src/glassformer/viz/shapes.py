@@ -1,4 +1,7 @@
-"""shape_trace: the shape of every named step of a forward pass, in the order it ran."""
+"""shape_trace: the shape of every named step of a forward pass, in the order it ran.
+
+(Named ``shapes`` so that ``trace`` means one thing: the generation trace of glassformer.generation.trace.)
+"""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .seq2seq import read_pairs
-from .text import read_text
+from ..data.seq2seq import read_pairs
+from ..data.text import read_text
+from ..errors import check_number
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"
@@ -43,7 +44,11 @@ def default_data_dir() -> Path:
 
 
 def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
-    """Fetch ``url`` into ``target`` (temp file + rename, so an interrupted download leaves nothing)."""
+    """Fetch ``url`` into ``target`` (temp file + rename, so an interrupted download leaves nothing).
+
+    ``timeout`` (seconds, > 0) bounds each network wait. Returns ``target``.
+    """
+    check_number("timeout", timeout, 0.0, low_open=True)
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=target.parent, suffix=".partial")

@@ -1,0 +1,72 @@
+"""Sentence embeddings from an encoder (the sentence-transformers recipe: mean pooling, L2 norm)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from ..data.padding import pad_rows
+from ..errors import check_int
+from .api import _eval_mode
+from .protocol import Encoder
+
+if TYPE_CHECKING:
+    from ..tokenizers import Tokenizer
+
+POOLINGS = ("mean", "cls")
+
+
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    """Encode ``texts`` with special tokens and cut each to ``max_len`` ids, keeping a final [SEP]/eos.
+
+    Returns N id lists of length <= ``max_len`` (not padded: see :func:`glassformer.data.pad_rows`).
+    """
+    eos = tokenizer.eos_id
+    rows = [tokenizer.encode(text, add_special_tokens=True) for text in texts]
+    return [r if len(r) <= max_len else r[:max_len - 1] + [eos] if r[-1] == eos else r[:max_len] for r in rows]
+
+
+def sentence_embeddings(model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], *, pooling: str = "mean",
+                        normalize: bool = True, batch_size: int = 32) -> torch.Tensor:
+    """One vector per text from an encoder's last hidden states.
+
+    ``pooling="mean"`` averages the vectors of the real tokens (padding excluded; [CLS] and [SEP]
+    included, as sentence-transformers does); ``"cls"`` takes the first token's vector. Runs in eval
+    mode under ``torch.inference_mode`` (the model's train/eval state is restored afterwards).
+
+    Args:
+        model: a TransformerLM (usually attn="bidirectional", e.g. all-MiniLM-L6-v2 from load_hf_dir);
+            any model with ``config`` and ``hidden_states(ids, pad)`` (see
+            :class:`glassformer.generation.protocol.Encoder`).
+        tokenizer: its tokenizer.
+        texts: N sentences; each is cut to ``model.config.max_len`` tokens.
+        normalize: divide each vector by its L2 norm (then dot products are cosine similarities).
+        batch_size: texts per forward pass (right-padded to the longest in the batch).
+    Returns:
+        (N, d) float tensor.
+    """
+    if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a non-empty sequence of str")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    if not isinstance(model, Encoder):
+        raise TypeError(f"model must be a glassformer TransformerLM, got {type(model).__name__}")
+    check_int("batch_size", batch_size, 1)
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    out = []
+    with _eval_mode(model):
+        for start in range(0, len(texts), batch_size):
+            rows = encode_texts(tokenizer, texts[start:start + batch_size], model.config.max_len)
+            ids, pad = pad_rows(rows, pad_id, side="right", device=device)  # (B, T) each
+            hidden = model.hidden_states(ids, pad=pad if pad.any() else None)  # (B, T, d)
+            if pooling == "cls":
+                vectors = hidden[:, 0]
+            else:
+                real = (~pad).unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                vectors = (hidden * real).sum(1) / real.sum(1).clamp(min=1.0)
+            out.append(F.normalize(vectors, dim=-1) if normalize else vectors)  # (B, d)
+    return torch.cat(out)

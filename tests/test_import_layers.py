@@ -1,0 +1,143 @@
+"""Dependencies flow one way: a module imports only from its own room or from lower layers.
+
+Every import is read from the source (lazy ones inside functions too), so an arrow that runs back
+up fails here even when it would only show at run time. docs/architecture.md draws the same layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
+
+# Each room (a top-level module or sub-package of glassformer) and its layer; lower layers never
+# import higher ones. Above the library: the package's face (__init__.py), the verbs, the CLI that
+# dispatches to them, and the entry points (__main__.py).
+LAYERS: dict[str, int] = {
+    "errors": 0, "fileio": 0,
+    "config": 1, "tokenizers": 1,
+    "nn": 2, "data": 2,
+    "models": 3,
+    "training": 4, "generation": 4,
+    "checks": 4,
+    "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
+    "__init__": 6,
+    "commands": 7, "cli": 8, "__main__": 9,
+}
+# Rooms on the same layer that may use each other, one way only (the other way is then an error).
+SIDEWAYS: set[tuple[str, str]] = {
+    ("data", "nn"),          # none today; allowed: data may build masks
+    ("recipes", "viz"),      # a recipe draws its loss curve and samples
+    ("lessons", "viz"),      # a lesson draws its attention maps
+    ("recipes", "interop"),
+    ("bench", "interop"),
+}
+# Stricter than the layers: the core's own rules (DESIGN.md).
+ONLY: dict[str, set[str]] = {
+    "nn": {"nn", "config", "errors"},
+    "models": {"models", "nn", "config", "errors"},
+}
+
+
+def _room(module: str) -> str:
+    """'glassformer.nn.attention' -> 'nn'; 'glassformer' -> '__init__'."""
+    parts = module.split(".")
+    if parts[-1] == "__main__":
+        return "__main__"
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every glassformer import in ``path``, at any depth."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "glassformer"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "glassformer":
+                continue
+            if node.module is None or target == "glassformer":
+                # `from . import x` / `from .. import x`: x may be a submodule or a name of the package
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                        (PACKAGE.parent / Path(*sub.split("."))).is_dir()
+                    found.append((node.lineno, sub if is_module else target))
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+def _violations() -> list[str]:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _room(_module_name(path) if path.name != "__main__.py" else "glassformer.__main__")
+        if source not in LAYERS:
+            problems.append(f"{path.relative_to(PACKAGE)}: room {source!r} has no layer in LAYERS")
+            continue
+        for line, module in _imports(path):
+            target = _room(module)
+            where = f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+            if target not in LAYERS:
+                problems.append(f"{where}: room {target!r} has no layer")
+            elif source in ONLY and target not in ONLY[source]:
+                problems.append(f"{where}: {source}/ may import only {sorted(ONLY[source])}")
+            elif target == source:
+                continue
+            elif LAYERS[target] > LAYERS[source]:
+                problems.append(f"{where}: layer {LAYERS[source]} ({source}) imports layer "
+                                f"{LAYERS[target]} ({target})")
+            elif LAYERS[target] == LAYERS[source] and (source, target) not in SIDEWAYS:
+                problems.append(f"{where}: sideways import {source} -> {target} not in SIDEWAYS")
+    return problems
+
+
+def test_every_import_runs_down_the_layers():
+    assert _violations() == []
+
+
+def test_sideways_pairs_run_one_way():
+    assert not {(a, b) for a, b in SIDEWAYS if (b, a) in SIDEWAYS}
+
+
+def test_the_checker_catches_an_upward_arrow(tmp_path):
+    """Planted imports up the layers are reported (so the test above can fail)."""
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    for room in ("nn", "data", "training"):
+        (fake / room).mkdir(parents=True)
+    (fake / "nn" / "bad.py").write_text("def f():\n    from ..training import loop\n", encoding="utf-8")
+    (fake / "data" / "bad.py").write_text("import glassformer.models.lm\n", encoding="utf-8")
+    (fake / "training" / "loop.py").write_text("", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        problems = _violations()
+    finally:
+        PACKAGE = saved
+    assert any(p.startswith("nn/bad.py:2 imports glassformer.training") for p in problems), problems
+    assert any(p.startswith("data/bad.py:1 imports glassformer.models.lm: layer 2") for p in problems), problems
+
+
+@pytest.mark.parametrize("room", sorted({p.name if p.is_dir() else p.stem for p in PACKAGE.iterdir()
+                                         if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}))
+def test_every_room_has_a_layer(room):
+    assert room in LAYERS
