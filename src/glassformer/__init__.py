@@ -5,6 +5,12 @@ The names of the lesson-2 seed are kept: ``scaled_dot_product_attention``, ``cau
 ``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
 from .checks import CausalityReport, check_causality
 from .config import PRESETS, ModelConfig
 from .models import EncoderDecoder, TransformerLM, build_model, count_params
@@ -24,7 +30,7 @@ from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
 from .viz.shapes import shape_trace
 
 
-def load(path, map_location="cpu"):
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
     """``(model, tokenizer)`` from a checkpoint folder written by training (see glassformer.training)."""
     from .training.checkpoint import load as load_checkpoint_folder
 

@@ -225,6 +225,26 @@ def _bert_to_hf(c: ModelConfig) -> dict[str, Any]:
                 initializer_range=c.init_std or 0.02, tie_word_embeddings=True)
 
 
+def _block_rules(c: ModelConfig, ours: str, attentions: list[tuple[str, ...]],
+                 ffn: tuple[str, str, str]) -> list[Rule]:
+    """Rules for one post-norm block with separate q/k/v matrices (BERT, BART).
+
+    Args:
+        ours: our block's prefix, e.g. ``"blocks.0."``.
+        attentions: per attention sub-layer (our attention, our norm, their q, k, v, output, norm).
+        ffn: their (up, down, norm) names of the feed-forward sub-layer.
+    """
+    out = []
+    for mine, norm, q, k, v, o, their_norm in attentions:
+        out += _qkv(f"{ours}{mine}.qkv", q, k, v, _sizes(c))
+        out += _linear(f"{ours}{mine}.o_proj", o)
+        out += _linear(f"{ours}{norm}", their_norm)
+    up, down, their_norm = ffn
+    out += _linear(f"{ours}ffn.up", up)
+    out += _linear(f"{ours}ffn.down", down)
+    return out + _linear(f"{ours}ffn_norm", their_norm)
+
+
 def _bert_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("bidirectional",), pos=("learned",), norm=("layernorm",), norm_first=(False,),
                 bias=(True,), tie=(True,), head_bias=(c.head_transform,), n_kv_heads=(None, c.n_heads),
@@ -240,13 +260,11 @@ def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     out += _linear("embeddings.norm", f"{e}LayerNorm")
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{b}encoder.layer.{i}."
-        a = f"{theirs}attention.self."
-        out += _qkv(f"{ours}self_attn.qkv", f"{a}query", f"{a}key", f"{a}value", _sizes(c))
-        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attention.output.dense")
-        out += _linear(f"{ours}attn_norm", f"{theirs}attention.output.LayerNorm")
-        out += _linear(f"{ours}ffn.up", f"{theirs}intermediate.dense")
-        out += _linear(f"{ours}ffn.down", f"{theirs}output.dense")
-        out += _linear(f"{ours}ffn_norm", f"{theirs}output.LayerNorm")
+        a = f"{theirs}attention."
+        attention = ("self_attn", "attn_norm", f"{a}self.query", f"{a}self.key", f"{a}self.value",
+                     f"{a}output.dense", f"{a}output.LayerNorm")
+        out += _block_rules(c, ours, [attention], (f"{theirs}intermediate.dense", f"{theirs}output.dense",
+                                                   f"{theirs}output.LayerNorm"))
     if has_head:
         p = "cls.predictions."
         out += _linear("head.transform.dense", f"{p}transform.dense")
@@ -294,17 +312,14 @@ def _bart_required(c: ModelConfig) -> dict[str, tuple]:
 
 
 def _bart_layer(c: ModelConfig, ours: str, theirs: str, cross: bool) -> list[Rule]:
-    out = []
-    for ours_attn, theirs_attn, norm, theirs_norm in (
-            ("self_attn", "self_attn", "attn_norm", "self_attn_layer_norm"),
-            *((("cross_attn", "encoder_attn", "cross_norm", "encoder_attn_layer_norm"),) if cross else ())):
-        a = f"{theirs}{theirs_attn}."
-        out += _qkv(f"{ours}{ours_attn}.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c))
-        out += _linear(f"{ours}{ours_attn}.o_proj", f"{a}out_proj")
-        out += _linear(f"{ours}{norm}", f"{theirs}{theirs_norm}")
-    out += _linear(f"{ours}ffn.up", f"{theirs}fc1")
-    out += _linear(f"{ours}ffn.down", f"{theirs}fc2")
-    return out + _linear(f"{ours}ffn_norm", f"{theirs}final_layer_norm")
+    def attention(mine: str, norm: str, their_attn: str, their_norm: str) -> tuple[str, ...]:
+        a = f"{theirs}{their_attn}."
+        return mine, norm, f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", f"{a}out_proj", f"{theirs}{their_norm}"
+
+    attentions = [attention("self_attn", "attn_norm", "self_attn", "self_attn_layer_norm")]
+    if cross:
+        attentions.append(attention("cross_attn", "cross_norm", "encoder_attn", "encoder_attn_layer_norm"))
+    return _block_rules(c, ours, attentions, (f"{theirs}fc1", f"{theirs}fc2", f"{theirs}final_layer_norm"))
 
 
 def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:

@@ -26,6 +26,12 @@ def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
     return specials
 
 
+def _special_id(kind: str) -> property:
+    """A read-only property: the id of the ``kind`` special token, or None when there is none."""
+    return property(lambda self: self.special_tokens.get(kind),
+                    doc=f"Id of the {kind} token, or None when this tokenizer has none.")
+
+
 class Tokenizer(ABC):
     """Text <-> token ids.
 
@@ -71,25 +77,11 @@ class Tokenizer(ABC):
         """Rebuild from :meth:`to_dict`'s output."""
 
     # -- special ids (None when the tokenizer has no such token)
-    @property
-    def pad_id(self) -> int | None:
-        return self.special_tokens.get("pad")
-
-    @property
-    def bos_id(self) -> int | None:
-        return self.special_tokens.get("bos")
-
-    @property
-    def eos_id(self) -> int | None:
-        return self.special_tokens.get("eos")
-
-    @property
-    def mask_id(self) -> int | None:
-        return self.special_tokens.get("mask")
-
-    @property
-    def unk_id(self) -> int | None:
-        return self.special_tokens.get("unk")
+    pad_id = _special_id("pad")
+    bos_id = _special_id("bos")
+    eos_id = _special_id("eos")
+    mask_id = _special_id("mask")
+    unk_id = _special_id("unk")
 
     def add_specials(self, ids: list[int]) -> list[int]:
         """``ids`` with bos before and eos after, for those of the two this tokenizer has."""

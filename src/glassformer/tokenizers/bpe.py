@@ -10,6 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from ..errors import check_int
 from .base import Tokenizer, check_specials
 
 
@@ -45,9 +46,7 @@ class BPETokenizer(Tokenizer):
             min_frequency: a pair must occur this often to be merged.
         """
         specials = check_specials(specials)
-        if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
-            raise ValueError(f"vocab_size must be an int >= {256 + len(specials)} (256 bytes + specials), "
-                             f"got {vocab_size!r}")
+        check_int("vocab_size", vocab_size, 256 + len(specials))  # the byte alphabet + specials
         hf = HFTokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = decoders.ByteLevel()
@@ -59,29 +58,36 @@ class BPETokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
+        """Learned merges + byte alphabet + specials."""
         return self.hf.get_vocab_size()
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids by byte-level BPE; ``add_special_tokens`` wraps them in bos/eos."""
         ids = self.hf.encode(text, add_special_tokens=False).ids
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
+        """A whole corpus -> int64 ids, encoded line by line in parallel (no specials)."""
         encodings = self.hf.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
         return np.fromiter((i for enc in encodings for i in enc.ids), dtype=np.int64)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text; special tokens dropped unless ``skip_special_tokens=False``."""
         ids = [self.check_id(i) for i in ids]
         return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str:
+        """One id's text (a special token as ``<name>``)."""
         token_id = self.check_id(token_id)
         if token_id in self.special_tokens.values():
             return self.hf.id_to_token(token_id)
         return self.decode([token_id])
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form: kind, specials and the ``tokenizers`` model."""
         return {"kind": self.kind, "specials": list(self.specials), "hf": json.loads(self.hf.to_str())}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
+        """Rebuild from :meth:`to_dict`'s output."""
         return cls(HFTokenizer.from_str(json.dumps(data["hf"])), data.get("specials", ()))

@@ -25,16 +25,20 @@ class ByteTokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
+        """256 bytes + specials."""
         return 256 + len(self.specials)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> its UTF-8 bytes as ids; ``add_special_tokens`` wraps them in bos/eos."""
         ids = list(text.encode("utf-8"))
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
+        """A whole corpus -> int64 ids (its UTF-8 bytes)."""
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text; invalid UTF-8 becomes U+FFFD; specials dropped unless ``skip_special_tokens=False``."""
         out, pending = [], bytearray()
         for token_id in map(self.check_id, ids):
             if token_id < 256:
@@ -48,14 +52,17 @@ class ByteTokenizer(Tokenizer):
         return "".join(out)
 
     def id_to_token(self, token_id: int) -> str:
+        """One id as printable text: the character, ``<0xNN>`` for other bytes, ``<name>`` for specials."""
         token_id = self.check_id(token_id)
         if token_id >= 256:
             return f"<{self.specials[token_id - 256]}>"
         return chr(token_id) if 32 <= token_id < 127 else f"<0x{token_id:02X}>"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form: kind and specials."""
         return {"kind": self.kind, "specials": list(self.specials)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ByteTokenizer:
+        """Rebuild from :meth:`to_dict`'s output."""
         return cls(data.get("specials", ()))

@@ -45,6 +45,7 @@ class CharTokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
+        """Distinct characters + specials."""
         return len(self._pieces)
 
     def _unknown(self, char: str, position: int) -> ValueError:
@@ -54,6 +55,7 @@ class CharTokenizer(Tokenizer):
             "characters)")
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> one id per character; an unknown character is an error naming it (or ``unk``)."""
         unk = self.unk_id
         ids = []
         for position, char in enumerate(text):
@@ -77,6 +79,7 @@ class CharTokenizer(Tokenizer):
         return ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text; specials dropped unless ``skip_special_tokens=False``."""
         n_special = len(self.specials)
         return "".join(self._piece(i) for i in ids if not (skip_special_tokens and 0 <= int(i) < n_special))
 
@@ -84,13 +87,16 @@ class CharTokenizer(Tokenizer):
         return self._pieces[self.check_id(token_id)]
 
     def id_to_token(self, token_id: int) -> str:
+        """One id's character (a special token as ``<name>``)."""
         return self._piece(token_id)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form: kind, characters and specials."""
         return {"kind": self.kind, "specials": list(self.specials), "chars": "".join(self.chars)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
+        """Rebuild from :meth:`to_dict`'s output."""
         return cls(list(data["chars"]), data.get("specials", ()))
 
 

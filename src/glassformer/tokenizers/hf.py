@@ -91,9 +91,11 @@ class HFTokenizer(Tokenizer):
     # ------------------------------------------------------------------ the interface
     @property
     def vocab_size(self) -> int:
+        """The ``tokenizers`` vocabulary's size, added tokens included."""
         return self.hf.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids; ``add_special_tokens`` runs the tokenizer's own post-processor ([CLS] ... [SEP])."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
@@ -105,16 +107,20 @@ class HFTokenizer(Tokenizer):
         return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text by the tokenizer's decoder; specials dropped unless ``skip_special_tokens=False``."""
         return self.hf.decode([self.check_id(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str:
+        """One id's token string as the vocabulary spells it."""
         return self.hf.id_to_token(self.check_id(token_id))
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form: kind, special token names and the ``tokenizers`` JSON."""
         return {"kind": self.kind, "special_tokens": self.special_strings, "hf": json.loads(self.hf.to_str())}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
+        """Rebuild from :meth:`to_dict`'s output."""
         return cls(RustTokenizer.from_str(json.dumps(data["hf"])), data.get("special_tokens"))
 
     # ------------------------------------------------------------------ Hugging Face files
