@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .errors import GlassformerError
+
 
 @dataclass
 class CausalityReport:
@@ -74,7 +76,7 @@ def check_causality(
     config = model.config
     encdec = config.arch == "encoder-decoder"
     if encdec and src is None:
-        raise ValueError("check_causality on an EncoderDecoder needs src (the encoder input)")
+        raise GlassformerError("check_causality on an EncoderDecoder needs src (the encoder input)")
     B, T = ids.shape
     V = config.vocab_size
     was_training = model.training

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import check_int
+from .errors import ArgumentTypeError, GlassformerError, check_int
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.
@@ -70,7 +70,7 @@ class ModelConfig:
             if value is None and f.type.endswith("| None"):
                 continue
             if not _has_type(value, kind):
-                raise TypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {value!r}")
+                raise ArgumentTypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {value!r}")
         self._choose("arch", ARCHS)
         self._choose("attn", ATTN_TYPES)
         self._choose("pos", POS_TYPES)
@@ -82,41 +82,41 @@ class ModelConfig:
             check_int(name, getattr(self, name), low=0)
         check_int("n_kv_heads", self.n_kv_heads, low=1, allow_none=True)
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+            raise GlassformerError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads != 0:
-            raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
+            raise GlassformerError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
         if self.pos == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
+            raise GlassformerError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         if self.pos == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(f"pos='rope' needs an even head width d_model/n_heads, got {self.head_dim}")
+            raise GlassformerError(f"pos='rope' needs an even head width d_model/n_heads, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise GlassformerError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps <= 0:
-            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+            raise GlassformerError(f"norm_eps must be > 0, got {self.norm_eps}")
         if self.rope_theta <= 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+            raise GlassformerError(f"rope_theta must be > 0, got {self.rope_theta}")
         if self.init_std is not None and (isinstance(self.init_std, bool) or self.init_std <= 0):
-            raise ValueError(f"init_std must be None or > 0, got {self.init_std}")
+            raise GlassformerError(f"init_std must be None or > 0, got {self.init_std}")
         if self.arch == "encoder-decoder" and self.attn != "causal":
-            raise ValueError(
+            raise GlassformerError(
                 f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
                 "and its decoder causal); leave attn='causal'")
         if self.pos_offset < 0 or (self.pos_offset and self.pos != "learned"):
-            raise ValueError(f"pos_offset={self.pos_offset} must be >= 0 and needs pos='learned', "
-                             f"got pos={self.pos!r}")
+            raise GlassformerError(f"pos_offset={self.pos_offset} must be >= 0 and needs pos='learned', "
+                                   f"got pos={self.pos!r}")
         if self.split_positions and (self.arch != "encoder-decoder" or self.pos != "learned"):
-            raise ValueError("split_positions=True needs arch='encoder-decoder' and pos='learned', "
-                             f"got arch={self.arch!r}, pos={self.pos!r}")
+            raise GlassformerError("split_positions=True needs arch='encoder-decoder' and pos='learned', "
+                                   f"got arch={self.arch!r}, pos={self.pos!r}")
         if self.head_transform and (self.arch != "lm" or self.activation in ("swiglu", "geglu")):
-            raise ValueError("head_transform needs arch='lm' and a plain activation, "
-                             f"got arch={self.arch!r}, activation={self.activation!r}")
+            raise GlassformerError("head_transform needs arch='lm' and a plain activation, "
+                                   f"got arch={self.arch!r}, activation={self.activation!r}")
         if self.arch == "lm" and self.n_layers < 1:
-            raise ValueError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
+            raise GlassformerError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
         return self
 
     def _choose(self, name: str, choices: tuple[str, ...]) -> None:
         if getattr(self, name) not in choices:
-            raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+            raise GlassformerError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
 
     @property
     def head_dim(self) -> int:
@@ -137,13 +137,13 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build and validate a config from a dict; unknown keys are an error naming them."""
         if not isinstance(data, dict):
-            raise TypeError(f"config must be a dict, got {type(data).__name__}")
+            raise ArgumentTypeError(f"config must be a dict, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+            raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
         if "vocab_size" not in data:
-            raise ValueError("config is missing vocab_size")
+            raise GlassformerError("config is missing vocab_size")
         return cls(**data).validate()
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -170,7 +170,7 @@ class ModelConfig:
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named configuration (see ``PRESETS``), optionally with fields overridden."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; available: {sorted(PRESETS)}")
+            raise GlassformerError(f"unknown preset {name!r}; available: {sorted(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
 
     @classmethod

@@ -19,6 +19,18 @@ class UsageError(GlassformerError):
     """A command-line usage mistake (options that do not fit together, a missing file argument)."""
 
 
+class ArgumentTypeError(GlassformerError, TypeError):
+    """An argument of the wrong type (a float where ids belong, a list where a tensor belongs)."""
+
+
+class MissingFileError(GlassformerError, FileNotFoundError):
+    """A file or folder that was named does not exist (or lacks a file it must hold)."""
+
+
+class BadFileError(GlassformerError):
+    """A file that exists but cannot be used: malformed, corrupt, truncated, unsafe or inconsistent."""
+
+
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
               allow_none: bool = False) -> int | None:
     """``value`` if it is an int (not a bool) in [low, high], else a ValueError naming ``name``.

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from .generate import CASES, bench_decode_compile, bench_generate
 from .scaling import bench_scaling
 from .setups import SIZES
@@ -68,16 +68,16 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     """
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
-        raise ValueError(f"unknown bench part(s) {unknown}; expected some of {PARTS}")
+        raise GlassformerError(f"unknown bench part(s) {unknown}; expected some of {PARTS}")
     bad_sizes = sorted(set(sizes) - set(SIZES))
     if bad_sizes or not sizes:
-        raise ValueError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
+        raise GlassformerError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+        raise GlassformerError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     check_int("rounds", rounds, 1, allow_none=True)
     if hf and importlib.util.find_spec("transformers") is None:
-        raise ValueError("the Hugging Face contenders need transformers (pip install transformers), "
-                         "or pass hf=False (--no-hf)")
+        raise GlassformerError("the Hugging Face contenders need transformers (pip install transformers), "
+                               "or pass hf=False (--no-hf)")
     torch_dtype = DTYPES[dtype]
     n = rounds or (3 if quick else 5)
     calls = 1 if quick else 2

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import GlassformerError
 from ..models import TransformerLM
 
 
@@ -48,7 +49,7 @@ SIZES = {
 def get_size(name: str) -> Size:
     """The :class:`Size` called ``name`` in ``SIZES``; a ValueError listing them for any other name."""
     if name not in SIZES:
-        raise ValueError(f"unknown benchmark size {name!r}; available: {sorted(SIZES)}")
+        raise GlassformerError(f"unknown benchmark size {name!r}; available: {sorted(SIZES)}")
     return SIZES[name]
 
 

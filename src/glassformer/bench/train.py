@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import GlassformerError
 from ..training.optim import make_optimizer
 from .setups import Size, glass_model, hf_model, train_flops_per_token
 from .timing import paired, paired_ratio, peak_memory, sync, tensor_bytes
@@ -60,7 +61,7 @@ def build_contender(name: str, size: Size, device: torch.device | str = "cpu",
         return glass_model(size, device, dtype, activation="gelu")
     if name == "hf":
         return hf_model(size, device, dtype)
-    raise ValueError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
+    raise GlassformerError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
 
 
 def matmul_round(n: int, device: torch.device | str = "cpu",

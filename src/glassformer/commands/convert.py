@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import MissingFileError
+
 EPILOG = """examples:
   glassformer convert path/to/all-MiniLM-L6-v2 runs/minilm        # Hugging Face -> glassformer
   glassformer convert runs/char-lm exported/char-lm-hf           # glassformer -> Hugging Face
@@ -34,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ..training.checkpoint import load, save_checkpoint
 
     if not args.src.is_dir():
-        raise FileNotFoundError(f"{str(args.src)!r} is not a folder")
+        raise MissingFileError(f"{str(args.src)!r} is not a folder")
     if args.src.resolve() == args.dst.resolve():
         raise UsageError("src and dst must be different folders")
     if is_hf_dir(args.src):

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..errors import MissingFileError
+
 EPILOG = """examples:
   glassformer embed --model path/to/all-MiniLM-L6-v2 "A cat sits." "A kitten is sitting."
   glassformer embed --model path/to/all-MiniLM-L6-v2 --similarity "A cat sits." "Stocks fell." "Ein Hund."
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--digits", args.digits, 0, 16)
     if not args.model.is_dir():
-        raise FileNotFoundError(f"model folder {str(args.model)!r} does not exist")
+        raise MissingFileError(f"model folder {str(args.model)!r} does not exist")
     model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)
     if tokenizer is None:
         raise GlassformerError(f"{str(args.model)!r} has no tokenizer files")

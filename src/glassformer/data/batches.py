@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..errors import GlassformerError
 from .mlm import mask_tokens
 from .prefix import prefix_lm_labels
 from .seq2seq import collate_pairs, length_batches
@@ -32,12 +33,12 @@ class LMBatches:
                  seed: int, *, mask_id: int | None = None, vocab_size: int | None = None,
                  special_ids: Sequence[int] = (), mask_prob: float = 0.15):
         if objective not in ("clm", "mlm", "prefix"):
-            raise ValueError(f"LMBatches objective must be 'clm', 'mlm' or 'prefix', got {objective!r}")
+            raise GlassformerError(f"LMBatches objective must be 'clm', 'mlm' or 'prefix', got {objective!r}")
         if objective == "mlm" and (mask_id is None or vocab_size is None):
-            raise ValueError("objective 'mlm' needs a tokenizer with a 'mask' special token")
+            raise GlassformerError("objective 'mlm' needs a tokenizer with a 'mask' special token")
         check_length(train, block_size, "the training split")
         if val is not None and len(val) < 2:
-            raise ValueError(f"the validation split has {len(val)} tokens; it needs at least 2")
+            raise GlassformerError(f"the validation split has {len(val)} tokens; it needs at least 2")
         self.objective, self.train, self.val = objective, train, val
         self.block_size, self.seed = block_size, seed
         self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
@@ -82,7 +83,7 @@ class Seq2SeqBatches:
     def __init__(self, train: Sequence[tuple[list[int], list[int]]],
                  val: Sequence[tuple[list[int], list[int]]] | None, pad_id: int, seed: int):
         if not train:
-            raise ValueError("no training pairs")
+            raise GlassformerError("no training pairs")
         self.objective = "seq2seq"
         self.train, self.val, self.pad_id, self.seed = list(train), list(val or []), pad_id, seed
         self._epoch: tuple[int, int, list[list[int]]] | None = None
@@ -93,7 +94,7 @@ class Seq2SeqBatches:
             full = [b for b in length_batches(lengths, batch_size, step_generator(self.seed, -1 - epoch))
                     if len(b) == batch_size]
             if not full:
-                raise ValueError(f"only {len(self.train)} training pairs, fewer than batch_size={batch_size}")
+                raise GlassformerError(f"only {len(self.train)} training pairs, fewer than batch_size={batch_size}")
             self._epoch = (epoch, batch_size, full)
         return self._epoch[2]
 

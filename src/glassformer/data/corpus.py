@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import GlassformerError
 from ..tokenizers import Tokenizer
 from .text import check_file, iter_text
 
@@ -48,7 +49,7 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
     """
     paths = [check_file(p) for p in paths]
     if not paths:
-        raise ValueError("no corpus files given")
+        raise GlassformerError("no corpus files given")
     dtype = token_dtype(tokenizer.vocab_size)
     if cache_dir is None:
         pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths for text in iter_text(path)]
@@ -76,6 +77,6 @@ def split_ids(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndar
     This is nanoGPT's split (first 90% / last 10% for ``val_fraction=0.1``).
     """
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        raise GlassformerError(f"val_fraction must be in [0, 1), got {val_fraction}")
     cut = int(len(ids) * (1.0 - val_fraction))
     return ids[:cut], ids[cut:]

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import GlassformerError
+
 IGNORE = -100  # the label of a position that takes no part in the loss (F.cross_entropy's ignore_index)
 
 
@@ -32,7 +34,7 @@ def mask_tokens(
         inputs (B, T) and labels (B, T): the original id at chosen positions, -100 elsewhere.
     """
     if not 0.0 < prob <= 1.0:
-        raise ValueError(f"mask probability must be in (0, 1], got {prob}")
+        raise GlassformerError(f"mask probability must be in (0, 1], got {prob}")
     specials = torch.tensor(sorted({*special_ids, mask_id}), dtype=ids.dtype)
     chosen = (torch.rand(ids.shape, generator=generator) < prob) & ~torch.isin(ids, specials)
     action = torch.rand(ids.shape, generator=generator)  # < 0.8: mask, < 0.9: random, else keep

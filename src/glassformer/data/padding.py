@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import GlassformerError
+
 SIDES = ("left", "right")
 
 
@@ -25,7 +27,7 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
         (ids (B, L) long, pad (B, L) bool, True = padding), L the longest row's length.
     """
     if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+        raise GlassformerError(f"side must be one of {SIDES}, got {side!r}")
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
     L = int(lengths.max()) if len(rows) else 0
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import GlassformerError
 from .mlm import IGNORE
 
 
@@ -23,7 +24,7 @@ def prefix_lm_labels(y: torch.Tensor, generator: torch.Generator,
     """
     B, T = y.shape
     if not 1 <= min_prefix <= T - 1:
-        raise ValueError(f"min_prefix must be in [1, block_size - 1 = {T - 1}], got {min_prefix}")
+        raise GlassformerError(f"min_prefix must be in [1, block_size - 1 = {T - 1}], got {min_prefix}")
     prefix_len = torch.randint(min_prefix, T, (B,), generator=generator)  # (B,)
     hidden = torch.arange(T)[None, :] < (prefix_len - 1)[:, None]  # (B, T)
     return prefix_len, y.masked_fill(hidden, IGNORE)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
 from .padding import pad_rows
@@ -27,14 +27,14 @@ def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
     """
     if pairs is not None:
         if src is not None or tgt is not None:
-            raise ValueError("give either pairs= (a TSV/JSONL file) or src= and tgt= (two files), not both")
+            raise GlassformerError("give either pairs= (a TSV/JSONL file) or src= and tgt= (two files), not both")
         return _read_pair_file(Path(pairs))
     if src is None or tgt is None:
-        raise ValueError("seq2seq data needs src and tgt files (or one pairs file)")
+        raise GlassformerError("seq2seq data needs src and tgt files (or one pairs file)")
     sources, targets = read_lines(src, "source file"), read_lines(tgt, "target file")
     if len(sources) != len(targets):
-        raise ValueError(f"parallel files differ in length: {str(src)!r} has {len(sources)} lines, "
-                         f"{str(tgt)!r} has {len(targets)}")
+        raise GlassformerError(f"parallel files differ in length: {str(src)!r} has {len(sources)} lines, "
+                               f"{str(tgt)!r} has {len(targets)}")
     return [(s, t) for s, t in zip(sources, targets, strict=True) if s.strip() and t.strip()]
 
 
@@ -42,7 +42,7 @@ def _read_pair_file(path: Path) -> list[tuple[str, str]]:
     suffixes = [s for s in path.suffixes if s != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     if kind not in (".tsv", ".jsonl"):
-        raise ValueError(f"pairs file {str(path)!r} must end in .tsv or .jsonl (optionally .gz)")
+        raise GlassformerError(f"pairs file {str(path)!r} must end in .tsv or .jsonl (optionally .gz)")
     out = []
     for number, line in enumerate(read_lines(path, "pairs file"), 1):
         if not line.strip():
@@ -50,17 +50,17 @@ def _read_pair_file(path: Path) -> list[tuple[str, str]]:
         if kind == ".tsv":
             fields = line.split("\t")
             if len(fields) != 2:
-                raise ValueError(f"{path}:{number}: expected 'source<TAB>target', "
-                                 f"found {len(fields)} field(s)")
+                raise GlassformerError(f"{path}:{number}: expected 'source<TAB>target', "
+                                       f"found {len(fields)} field(s)")
             out.append((fields[0], fields[1]))
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            raise GlassformerError(f"{path}:{number}: not valid JSON ({error.msg})") from None
         if not isinstance(record, dict) or not isinstance(record.get("src"), str) or not isinstance(
                 record.get("tgt"), str):
-            raise ValueError(f'{path}:{number}: expected an object {{"src": "...", "tgt": "..."}}')
+            raise GlassformerError(f'{path}:{number}: expected an object {{"src": "...", "tgt": "..."}}')
         out.append((record["src"], record["tgt"]))
     return out
 
@@ -74,7 +74,7 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
     """
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     if bos is None or eos is None:
-        raise ValueError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
+        raise GlassformerError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
     return [((tokenizer.encode(s) + [eos])[:max_len], ([bos] + tokenizer.encode(t) + [eos])[:max_len + 1])
             for s, t in pairs]
 

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ..errors import GlassformerError, MissingFileError
+
 CHUNK_CHARS = 1 << 22
 
 
@@ -14,11 +16,11 @@ def check_file(path: str | Path, what: str = "corpus file") -> Path:
     """``path`` as a Path; FileNotFoundError / ValueError naming it when missing, a folder or empty."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+        raise MissingFileError(f"{what} {str(path)!r} does not exist")
     if path.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a folder; expected a text file")
+        raise GlassformerError(f"{what} {str(path)!r} is a folder; expected a text file")
     if path.stat().st_size == 0:
-        raise ValueError(f"{what} {str(path)!r} is empty")
+        raise GlassformerError(f"{what} {str(path)!r} is empty")
     return path
 
 
@@ -49,7 +51,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
             except UnicodeDecodeError as error:
                 raise _not_utf8(path, error) from None
             except (OSError, EOFError) as error:
-                raise ValueError(f"cannot read {what} {str(path)!r}: {error}") from None
+                raise GlassformerError(f"cannot read {what} {str(path)!r}: {error}") from None
             if not piece:
                 break
             seen_text = seen_text or bool(piece.strip())
@@ -61,7 +63,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
             carry = piece[cut:]
             yield piece[:cut]
     if not seen_text:
-        raise ValueError(f"{what} {str(path)!r} has no text (only whitespace)")
+        raise GlassformerError(f"{what} {str(path)!r} has no text (only whitespace)")
     if carry:
         yield carry
 

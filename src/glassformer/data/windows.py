@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from ..errors import GlassformerError
+
 
 def step_generator(seed: int, step: int) -> torch.Generator:
     """A generator seeded by (seed, step): the batch of a step depends on nothing else, so a resumed
@@ -17,8 +19,8 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 def check_length(ids: np.ndarray, block_size: int, what: str = "corpus") -> None:
     """A ValueError when ``ids`` is shorter than one window of ``block_size`` + 1 tokens."""
     if len(ids) < block_size + 1:
-        raise ValueError(f"{what} has {len(ids)} tokens, fewer than one window of block_size + 1 = "
-                         f"{block_size + 1}; use more text or a smaller block_size")
+        raise GlassformerError(f"{what} has {len(ids)} tokens, fewer than one window of block_size + 1 = "
+                               f"{block_size + 1}; use more text or a smaller block_size")
 
 
 def random_windows(ids: np.ndarray, block_size: int, batch_size: int,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import GlassformerError, check_int, check_number
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
 from ..nn.masks import check_prefix_len
 from .beam import beam_search
 from .incremental import IncrementalDecoder
@@ -52,46 +52,46 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
     """
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() not in (1, 2):
-            raise TypeError(f"{name} must be a (T,) or (B, T) integer tensor, got dtype {ids.dtype} "
-                            f"and shape {tuple(ids.shape)}")
+            raise ArgumentTypeError(f"{name} must be a (T,) or (B, T) integer tensor, got dtype {ids.dtype} "
+                                    f"and shape {tuple(ids.shape)}")
         ids = (ids[None] if ids.dim() == 1 else ids).long().to(device)
     else:
         rows = list(ids)
         if rows and all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
             rows = [rows]
         if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
-            raise TypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
-                            f"got {ids!r:.80}")
+            raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
+                                    f"got {ids!r:.80}")
         if any(len(r) == 0 for r in rows):
-            raise ValueError(f"{name}: empty prompt; give at least one token per row")
+            raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
         ids, row_pad = pad_rows(rows, pad_token_id, side=side, device=device)
         if bool(row_pad.any()):
             if pad is not None or attention_mask is not None:
-                raise ValueError(f"{name}: rows of different lengths are padded for you; "
-                                 "do not pass pad/attention_mask")
+                raise GlassformerError(f"{name}: rows of different lengths are padded for you; "
+                                       "do not pass pad/attention_mask")
             pad = row_pad
     B, T = ids.shape
     if T == 0:
-        raise ValueError(f"{name}: empty prompt; give at least one token per row")
+        raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
     if attention_mask is not None:
         if pad is not None:
-            raise ValueError("pass either pad (True = padding) or attention_mask (1 = real token), not both")
+            raise GlassformerError("pass either pad (True = padding) or attention_mask (1 = real token), not both")
         if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (B, T):
             got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else attention_mask
-            raise ValueError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got!r}")
+            raise GlassformerError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got!r}")
         pad = attention_mask.to(ids.device) == 0
     if pad is None:
         return ids, None
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool or tuple(pad.shape) != (B, T):
         got = f"{pad.dtype} {tuple(pad.shape)}" if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise ValueError(f"pad must be a (B, T) = {(B, T)} bool tensor (True = padding), got {got}")
+        raise GlassformerError(f"pad must be a (B, T) = {(B, T)} bool tensor (True = padding), got {got}")
     pad = pad.to(ids.device)
     if bool(pad.all(dim=1).any()):
-        raise ValueError(f"{name}: a row is all padding (an empty prompt); give at least one token per row")
+        raise GlassformerError(f"{name}: a row is all padding (an empty prompt); give at least one token per row")
     edge = pad if side == "left" else pad.flip(1)  # padding must be a run at the start (left) / end (right)
     if bool((edge[:, 1:] & ~edge[:, :-1]).any()):
         why = "prompts to continue are left-padded" if side == "left" else "sources are right-padded"
-        raise ValueError(f"{name}: padding must be on the {side} of each row ({why})")
+        raise GlassformerError(f"{name}: padding must be on the {side} of each row ({why})")
     return ids, (pad if bool(pad.any()) else None)
 
 
@@ -152,18 +152,18 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
     config = model.config
     seq2seq = _is_seq2seq(model)
     if not seq2seq and config.attn == "bidirectional":
-        raise ValueError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
-                         "use glassformer.generation.fill_mask")
+        raise GlassformerError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
+                               "use glassformer.generation.fill_mask")
     check_int("max_new_tokens", max_new_tokens, 1)
     check_int("num_beams", num_beams, 1)
     check_int("num_return_sequences", num_return_sequences, 1)
     if num_beams == 1 and not do_sample and num_return_sequences != 1:
-        raise ValueError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
-                         f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
+        raise GlassformerError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
+                               f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
     if num_beams > 1 and num_return_sequences > num_beams:
-        raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
+        raise GlassformerError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
     if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+        raise GlassformerError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
     length_penalty = check_number("length_penalty", length_penalty)
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     for value in eos:
@@ -181,11 +181,11 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
 
     if seq2seq:
         if decoder_start_token_id is None:
-            raise ValueError("an encoder-decoder model needs decoder_start_token_id "
-                             "(e.g. the tokenizer's bos id)")
+            raise GlassformerError("an encoder-decoder model needs decoder_start_token_id "
+                                   "(e.g. the tokenizer's bos id)")
         _check_token_id("decoder_start_token_id", decoder_start_token_id, config.vocab_size)
         if prefix_len is not None:
-            raise ValueError("prefix_len is only meaningful for attn='prefix' decoder-only models")
+            raise GlassformerError("prefix_len is only meaningful for attn='prefix' decoder-only models")
         src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
                                      side="right", name="src", device=device)
         _check_length(config, src, src_pad, "source")
@@ -202,8 +202,8 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         if config.attn == "prefix":
             prefix_len = _prefix_lengths(prefix_len, ids.shape[0], lengths, device)
         elif prefix_len is not None:
-            raise ValueError(f"prefix_len is only meaningful with attn='prefix' "
-                             f"(this model has attn={config.attn!r})")
+            raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
+                                   f"(this model has attn={config.attn!r})")
         ids = ids.repeat_interleave(copies, dim=0)
         pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
         prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
@@ -214,7 +214,7 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
     criteria = list(stopping_criteria or [])
     if stop_strings:
         if tokenizer is None:
-            raise ValueError("stop_strings need a tokenizer to decode the generated text")
+            raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
         criteria.append(StopOnStrings(tokenizer, stop_strings, prompt_len))
     generator = None
     if seed is not None:
@@ -231,8 +231,8 @@ def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what
     """An error when the longest real row of ids (B, T) exceeds the model's context ``max_len``."""
     longest = ids.shape[1] - (int(pad.sum(dim=1).min()) if pad is not None else 0)
     if longest > config.max_len:
-        raise ValueError(f"{what} of {longest} tokens is longer than the model allows "
-                         f"(max_len={config.max_len})")
+        raise GlassformerError(f"{what} of {longest} tokens is longer than the model allows "
+                               f"(max_len={config.max_len})")
 
 
 def _prefix_lengths(prefix_len: int | torch.Tensor | None, B: int, lengths: torch.Tensor | int,
@@ -258,7 +258,7 @@ class StopOnStrings:
 
     def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int) -> None:
         if isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings):
-            raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
+            raise GlassformerError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
         self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
 
     def __call__(self, seq: torch.Tensor) -> torch.Tensor:
@@ -297,7 +297,7 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
         kw = setup.kwargs
         if kw["num_beams"] > 1:
             if kw["stopping_criteria"]:
-                raise ValueError("stop_strings/stopping_criteria are not supported with beam search")
+                raise GlassformerError("stop_strings/stopping_criteria are not supported with beam search")
             sequences, _ = beam_search(
                 setup.decoder, kw["num_beams"], max_new_tokens, kw["processors"],
                 eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
@@ -315,8 +315,8 @@ def iter_steps(setup: GenerationSetup) -> Iterator[Step]:
     (tokens (B,), scores (B, V), finished (B,)); see :func:`decode_steps`. Not for beam search."""
     kw = setup.kwargs
     if kw["num_beams"] > 1:
-        raise ValueError("step-by-step output (streaming, traces) is not available with beam search "
-                         "(num_beams > 1)")
+        raise GlassformerError("step-by-step output (streaming, traces) is not available with beam search "
+                               "(num_beams > 1)")
     return decode_steps(setup.decoder, kw["max_new_tokens"], kw["processors"], do_sample=kw["do_sample"],
                         eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
                         stopping_criteria=kw["stopping_criteria"], generator=kw["generator"])

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.padding import pad_rows
-from ..errors import check_int
+from ..errors import ArgumentTypeError, GlassformerError, check_int
 from .api import _eval_mode
 from .protocol import Encoder
 
@@ -49,11 +49,11 @@ def sentence_embeddings(model: Encoder, tokenizer: Tokenizer, texts: Sequence[st
         (N, d) float tensor.
     """
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
-        raise TypeError("texts must be a non-empty sequence of str")
+        raise ArgumentTypeError("texts must be a non-empty sequence of str")
     if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        raise GlassformerError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     if not isinstance(model, Encoder):
-        raise TypeError(f"model must be a glassformer TransformerLM, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a glassformer TransformerLM, got {type(model).__name__}")
     check_int("batch_size", batch_size, 1)
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0

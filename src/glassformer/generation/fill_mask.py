@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from .api import PromptLike, _eval_mode, batch_prompts
 from .protocol import Encoder
 
@@ -30,20 +30,20 @@ def fill_mask(model: Encoder, ids: PromptLike, mask_token_id: int | None = None,
     """
     config = getattr(model, "config", None)
     if config is None or getattr(config, "arch", None) != "lm" or config.attn != "bidirectional":
-        raise ValueError("fill_mask needs an encoder-only TransformerLM (attn='bidirectional')")
+        raise GlassformerError("fill_mask needs an encoder-only TransformerLM (attn='bidirectional')")
     if mask_token_id is None:
         mask_token_id = None if tokenizer is None else tokenizer.mask_id
         if mask_token_id is None:
-            raise ValueError("fill_mask needs mask_token_id (or a tokenizer with a mask token)")
+            raise GlassformerError("fill_mask needs mask_token_id (or a tokenizer with a mask token)")
     check_int("top_k", top_k, 1)
     device = next(model.parameters()).device
     ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, side="right", device=device)
     if ids.shape[1] > config.max_len:
-        raise ValueError(f"input of {ids.shape[1]} tokens is longer than the model allows "
-                         f"(max_len={config.max_len})")
+        raise GlassformerError(f"input of {ids.shape[1]} tokens is longer than the model allows "
+                               f"(max_len={config.max_len})")
     where = (ids == mask_token_id) if pad is None else (ids == mask_token_id) & ~pad
     if not bool(where.any()):
-        raise ValueError(f"no mask token (id {mask_token_id}) in the input")
+        raise GlassformerError(f"no mask token (id {mask_token_id}) in the input")
     with _eval_mode(model):
         logits = model(ids, pad)  # (B, T, V)
         rows, positions = where.nonzero(as_tuple=True)

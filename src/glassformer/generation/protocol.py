@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from ..config import ModelConfig
+from ..errors import ArgumentTypeError
 from ..nn.kv_cache import KVCache
 
 
@@ -122,9 +123,9 @@ def check_generative(model: Any) -> Generative:
     arch = getattr(getattr(model, "config", None), "arch", None)
     wanted = EncoderDecoderModel if arch == "encoder-decoder" else DecoderOnly
     missing = [name for name in _members(wanted) if not hasattr(model, name)]
-    raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder (or offer "
-                    f"glassformer.generation.protocol.{wanted.__name__}); {type(model).__name__} lacks "
-                    f"{', '.join(missing)}")
+    raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder (or offer "
+                            f"glassformer.generation.protocol.{wanted.__name__}); {type(model).__name__} lacks "
+                            f"{', '.join(missing)}")
 
 
 def _members(protocol: type) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..errors import ArgumentTypeError, GlassformerError
 from .api import GenerationSetup, _eval_mode, generate, iter_steps, setup_generation
 from .protocol import Generative
 from .search import Step
@@ -57,10 +58,10 @@ class TextStream:
 
 def _encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        raise ArgumentTypeError(f"prompt must be a str, got {type(prompt).__name__}")
     ids = tokenizer.encode(prompt)
     if not ids:
-        raise ValueError("prompt is empty: give at least one character")
+        raise GlassformerError("prompt is empty: give at least one character")
     return ids
 
 
@@ -89,8 +90,8 @@ def _source_and_start(model: Generative, tokenizer: Any, prompt: str, options: d
         return ids
     if options.get("decoder_start_token_id") is None:
         if tokenizer.bos_id is None:
-            raise ValueError("an encoder-decoder needs decoder_start_token_id; "
-                             "this tokenizer has no bos token")
+            raise GlassformerError("an encoder-decoder needs decoder_start_token_id; "
+                                   "this tokenizer has no bos token")
         options["decoder_start_token_id"] = tokenizer.bos_id
     return ids + ([tokenizer.eos_id] if tokenizer.eos_id is not None else [])
 
@@ -131,7 +132,7 @@ def stream_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: 
     with _eval_mode(model):
         setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
     if setup.decoder.tokens.shape[0] != 1:
-        raise ValueError("stream_text streams one sequence; use num_return_sequences=1")
+        raise GlassformerError("stream_text streams one sequence; use num_return_sequences=1")
     stream, pending = TextStream(tokenizer), ""
     for step in _steps_in_eval_mode(model, setup):
         pending += stream.push(int(step.tokens[0]))

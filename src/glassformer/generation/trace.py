@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from .api import PromptLike, _eval_mode, iter_steps, setup_generation
 from .protocol import Generative
 
@@ -37,7 +37,7 @@ def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 1
         setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
         decoder = setup.decoder
         if decoder.tokens.shape[0] != 1:
-            raise ValueError(f"trace_generation follows one prompt; got {decoder.tokens.shape[0]} rows")
+            raise GlassformerError(f"trace_generation follows one prompt; got {decoder.tokens.shape[0]} rows")
         for number, step in enumerate(iter_steps(setup), start=1):
             seen_until = decoder.length - 1  # the context excludes the token just chosen
             context = decoder.tokens[0, max(0, seen_until - decoder.window):seen_until].tolist()

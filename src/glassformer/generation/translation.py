@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import check_int, check_number
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
 from .api import generate
 from .protocol import EncoderDecoderModel
 
@@ -32,12 +32,13 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
         N detokenized strings, one per source, in input order.
     """
     if getattr(getattr(model, "config", None), "arch", None) != "encoder-decoder":
-        raise ValueError("translate needs an encoder-decoder checkpoint (a model trained with objective 'seq2seq')")
+        raise GlassformerError("translate needs an encoder-decoder checkpoint "
+                               "(a model trained with objective 'seq2seq')")
     if isinstance(sources, str):
-        raise TypeError("sources must be a list of sentences, got a single str")
+        raise ArgumentTypeError("sources must be a list of sentences, got a single str")
     bos, eos, pad = tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id
     if bos is None or eos is None:
-        raise ValueError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
+        raise GlassformerError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
     check_int("batch_size", batch_size, 1)
     check_int("num_beams", num_beams, 1)
     check_number("length_penalty", length_penalty)
@@ -70,7 +71,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Any:
         with n-gram precisions and the brevity penalty.
     """
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
+        raise GlassformerError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
     try:
         import sacrebleu
     except ImportError:

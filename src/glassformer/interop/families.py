@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ModelConfig
+from ..errors import GlassformerError
 from .mapping import Rule, rule
 
 # Hugging Face activation names <-> ours.
@@ -54,23 +55,23 @@ class Family:
         for name, allowed in self.required(config).items():
             value = getattr(config, name)
             if value not in allowed:
-                raise ValueError(f"cannot export as {self.head_class}: ModelConfig.{name}={value!r}, "
-                                 f"but {self.name} needs {' or '.join(map(repr, allowed))}")
+                raise GlassformerError(f"cannot export as {self.head_class}: ModelConfig.{name}={value!r}, "
+                                       f"but {self.name} needs {' or '.join(map(repr, allowed))}")
 
 
 def _need(family: str, hf: dict[str, Any], key: str, default: Any, allowed: tuple, why: str) -> Any:
     """hf[key] (or its default), which must be one of ``allowed``."""
     value = hf.get(key, default)
     if value not in allowed:
-        raise ValueError(f"{family} config field {key}={value!r} cannot be honoured by glassformer: {why}")
+        raise GlassformerError(f"{family} config field {key}={value!r} cannot be honoured by glassformer: {why}")
     return value
 
 
 def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:
     name = hf.get(key, default)
     if name not in ACT_FROM_HF:
-        raise ValueError(f"{family} config field {key}={name!r} cannot be honoured by glassformer: "
-                         f"supported activations are {sorted(ACT_FROM_HF)}")
+        raise GlassformerError(f"{family} config field {key}={name!r} cannot be honoured by glassformer: "
+                               f"supported activations are {sorted(ACT_FROM_HF)}")
     return ACT_FROM_HF[name]
 
 
@@ -145,16 +146,16 @@ def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
     rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
-        raise ValueError(f"llama config field rope type={kind!r} cannot be honoured by glassformer: "
-                         "only plain RoPE (rope_type 'default', no scaling) is implemented")
+        raise GlassformerError(f"llama config field rope type={kind!r} cannot be honoured by glassformer: "
+                               "only plain RoPE (rope_type 'default', no scaling) is implemented")
     _need("llama", hf, "head_dim", d // heads, (d // heads, None), "glassformer's head width is hidden_size / heads")
     bias = _need("llama", hf, "attention_bias", False, (True, False), "")
     _need("llama", hf, "mlp_bias", False, (bias,), "glassformer has one `bias` flag, so mlp_bias must equal "
           f"attention_bias={bias}")
     act = hf.get("hidden_act", "silu")
     if act not in ("silu", "gelu"):
-        raise ValueError(f"llama config field hidden_act={act!r} cannot be honoured by glassformer: "
-                         "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
+        raise GlassformerError(f"llama config field hidden_act={act!r} cannot be honoured by glassformer: "
+                               "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
     return ModelConfig(
         vocab_size=hf["vocab_size"], d_model=d, n_heads=heads, n_kv_heads=hf.get("num_key_value_heads") or heads,
         n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
@@ -351,7 +352,7 @@ def family_of_class(class_name: str) -> tuple[Family, bool]:
         if class_name in (family.head_class, family.base_class):
             return family, class_name == family.head_class
     supported = [name for f in FAMILIES for name in (f.head_class, f.base_class)]
-    raise ValueError(f"unsupported architecture {class_name!r}; glassformer converts {', '.join(supported)}")
+    raise GlassformerError(f"unsupported architecture {class_name!r}; glassformer converts {', '.join(supported)}")
 
 
 def family_of_config(config: ModelConfig) -> Family:
@@ -363,4 +364,4 @@ def family_of_config(config: ModelConfig) -> Family:
             return family
         except ValueError as error:
             reasons.append(str(error))
-    raise ValueError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons))
+    raise GlassformerError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons))

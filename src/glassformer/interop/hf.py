@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM, build_model
 from .families import Family, family_of_class, family_of_config
 from .mapping import export_state, import_state
@@ -52,7 +53,8 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
     Tied tensors appear once (under the name transformers saves); ValueError when no family fits.
     """
     if not isinstance(model, (TransformerLM, EncoderDecoder)):
-        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
+                                f"got {type(model).__name__}")
     config = model.config
     family = family_of_config(config)
     has_head = family.has_head(config)
@@ -72,7 +74,7 @@ def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
     output layer is the tied embedding; use ``model.hidden_states`` for their outputs.
     """
     if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
-        raise TypeError(f"hf_model must be a transformers PreTrainedModel, got {type(hf_model).__name__}")
+        raise ArgumentTypeError(f"hf_model must be a transformers PreTrainedModel, got {type(hf_model).__name__}")
     state = {name: t.detach().to("cpu", torch.float32) for name, t in hf_model.state_dict().items()}
     return model_from_hf_state(type(hf_model).__name__, hf_model.config.to_dict(), state, "transformers model")
 
@@ -94,5 +96,5 @@ def to_hf(model: nn.Module) -> Any:
         name for name, _ in hf_model.named_parameters()}  # second names of tied parameters
     untied = sorted(set(missing) - tied)
     if untied or unexpected:
-        raise ValueError(f"export to {class_name} left tensors unset {untied} or unused {sorted(unexpected)}")
+        raise GlassformerError(f"export to {class_name} left tensors unset {untied} or unused {sorted(unexpected)}")
     return hf_model.eval()

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError
 from ..fileio import atomic_directory
 from ..models import EncoderDecoder, TransformerLM
 from ..tokenizers import Tokenizer
@@ -35,10 +36,10 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
             state.update(load_file(str(path / shard)))
         return state
     if any((path / name).is_file() for name in ("pytorch_model.bin", "model.bin")):
-        raise ValueError(f"{str(path)!r} holds only pickled PyTorch weights (pytorch_model.bin), which glassformer "
-                         "does not unpickle; re-save them as safetensors (save_pretrained(..., "
-                         "safe_serialization=True))")
-    raise FileNotFoundError(f"{str(path)!r} has no model.safetensors")
+        raise BadFileError(f"{str(path)!r} holds only pickled PyTorch weights (pytorch_model.bin), which "
+                           "glassformer does not unpickle; re-save them as safetensors (save_pretrained(..., "
+                           "safe_serialization=True))")
+    raise MissingFileError(f"{str(path)!r} has no model.safetensors")
 
 
 def _class_name(hf_config: dict[str, Any], state: dict[str, torch.Tensor], path: Path) -> str:
@@ -51,8 +52,8 @@ def _class_name(hf_config: dict[str, Any], state: dict[str, torch.Tensor], path:
         if family.model_type == model_type:
             under = [name.startswith(family.prefix) for name in state]
             return family.head_class if any(under) and not all(under) else family.base_class
-    raise ValueError(f"{path / 'config.json'}: unsupported model_type {model_type!r}; glassformer converts "
-                     f"{', '.join(f.model_type for f in FAMILIES)}")
+    raise GlassformerError(f"{path / 'config.json'}: unsupported model_type {model_type!r}; glassformer converts "
+                           f"{', '.join(f.model_type for f in FAMILIES)}")
 
 
 def is_hf_dir(path: str | Path) -> bool:
@@ -83,9 +84,9 @@ def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Tra
     """
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"Hugging Face model folder {str(path)!r} does not exist")
+        raise MissingFileError(f"Hugging Face model folder {str(path)!r} does not exist")
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{str(path)!r} has no config.json (is it a Hugging Face model folder?)")
+        raise MissingFileError(f"{str(path)!r} has no config.json (is it a Hugging Face model folder?)")
     hf_config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     state = _read_weights(path)
     model = model_from_hf_state(_class_name(hf_config, state, path), hf_config, state, source=str(path))
@@ -100,8 +101,8 @@ def _as_hf_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
         return tokenizer
     rust = getattr(tokenizer, "hf", None)  # glassformer's BPE tokenizer is a Hugging Face one inside
     if rust is None:
-        raise TypeError(f"tokenizer of kind {tokenizer.kind!r} has no Hugging Face form; pass tokenizer=None "
-                        "(only BPE and Hugging Face tokenizers can be exported)")
+        raise ArgumentTypeError(f"tokenizer of kind {tokenizer.kind!r} has no Hugging Face form; pass tokenizer=None "
+                                "(only BPE and Hugging Face tokenizers can be exported)")
     return HFTokenizer(rust, {role: rust.id_to_token(i) for role, i in tokenizer.special_tokens.items()})
 
 
@@ -122,8 +123,8 @@ def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path)
     class_name, hf_config, state = hf_state_from_model(model)
     hf_tokenizer = _as_hf_tokenizer(tokenizer) if tokenizer is not None else None
     if hf_tokenizer is not None and hf_tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer has {hf_tokenizer.vocab_size} ids but the model's vocab_size is "
-                         f"{model.config.vocab_size}")
+        raise GlassformerError(f"tokenizer has {hf_tokenizer.vocab_size} ids but the model's vocab_size is "
+                               f"{model.config.vocab_size}")
     special = hf_tokenizer.special_tokens if hf_tokenizer is not None else {}
     for role in ("pad", "bos", "eos"):  # explicit None rather than a class default outside the vocabulary
         hf_config[f"{role}_token_id"] = special.get(role)

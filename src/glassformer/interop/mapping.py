@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import GlassformerError
+
 LAYOUTS = ("same", "transposed", "row")
 
 
@@ -41,7 +43,7 @@ def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "sa
          aliases: Iterable[str] = ()) -> Rule:
     """Shorthand for :class:`Rule` with ``theirs`` as positional arguments."""
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise GlassformerError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases))
 
 
@@ -76,7 +78,7 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
     """
     missing = sorted({n for r in rules for n in r.theirs if n not in theirs})
     if missing:
-        raise ValueError(f"{source} is missing tensor(s) {_names(missing)}")
+        raise GlassformerError(f"{source} is missing tensor(s) {_names(missing)}")
     used, out, problems = set(), {}, []
     for r in rules:
         parts = [_to_ours(theirs[n], r.layout) for n in r.theirs]
@@ -104,7 +106,7 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
     if unset:
         raise AssertionError(f"converter leaves glassformer tensors unset: {_names(unset)}")
     if problems:
-        raise ValueError(f"{source}: " + "; ".join(problems))
+        raise GlassformerError(f"{source}: " + "; ".join(problems))
     return out
 
 
@@ -112,7 +114,7 @@ def export_state(rules: list[Rule], ours: Mapping[str, torch.Tensor]) -> dict[st
     """Their state dict from ours (tied aliases left out). Every one of our tensors must be used."""
     unused = sorted(set(ours) - {r.ours for r in rules})
     if unused:
-        raise ValueError(f"glassformer tensor(s) {_names(unused)} have no counterpart in the export format")
+        raise GlassformerError(f"glassformer tensor(s) {_names(unused)} have no counterpart in the export format")
     out = {}
     for r in rules:
         tensor = ours[r.ours]

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.attention import MultiHeadAttention
 from ..nn.block import TransformerBlock
 from .mapping import Rule, import_state, rule
@@ -77,17 +78,17 @@ def _activation(layer: TorchLayer) -> str:
         return "gelu_tanh"
     if act is F.silu or isinstance(act, nn.SiLU):
         return "silu"
-    raise ValueError(f"activation {act!r} of {type(layer).__name__} has no glassformer equivalent "
-                     "(supported: relu, gelu, GELU(approximate='tanh'), silu)")
+    raise GlassformerError(f"activation {act!r} of {type(layer).__name__} has no glassformer equivalent "
+                           "(supported: relu, gelu, GELU(approximate='tanh'), silu)")
 
 
 def _check_mha(mha: nn.MultiheadAttention) -> None:
     if not mha._qkv_same_embed_dim:
-        raise ValueError(f"MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim={mha.embed_dim} "
-                         "has no glassformer equivalent (its q, k, v projections are not one matrix)")
+        raise GlassformerError(f"MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim={mha.embed_dim} "
+                               "has no glassformer equivalent (its q, k, v projections are not one matrix)")
     if mha.bias_k is not None or mha.add_zero_attn:
-        raise ValueError("MultiheadAttention with add_bias_kv=True or add_zero_attn=True has no glassformer "
-                         "equivalent")
+        raise GlassformerError("MultiheadAttention with add_bias_kv=True or add_zero_attn=True has no glassformer "
+                               "equivalent")
 
 
 def _mha_rules(ours: str, theirs: str, bias: bool) -> list[Rule]:
@@ -168,8 +169,8 @@ def from_torch(module: nn.Module) -> nn.Module:
         ours = EncoderDecoderStack(encoder, decoder)
         rules = _prefixed("encoder.", enc_rules) + _prefixed("decoder.", dec_rules)
     else:
-        raise TypeError(f"from_torch converts nn.MultiheadAttention, nn.Transformer and its encoder/decoder "
-                        f"(layers); got {type(module).__name__}")
+        raise ArgumentTypeError(f"from_torch converts nn.MultiheadAttention, nn.Transformer and its encoder/decoder "
+                                f"(layers); got {type(module).__name__}")
     expected = {name: t.shape for name, t in ours.state_dict().items()}
     state = import_state(rules, module.state_dict(), expected, source=f"torch.nn.{type(module).__name__}")
     ours.load_state_dict(state)

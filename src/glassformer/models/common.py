@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.block import TransformerBlock
 from ..nn.feedforward import activate
 from ..nn.linear import Linear, linear
@@ -31,21 +32,22 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
     """
     if isinstance(first, ModelConfig):
         if args or kwargs:
-            raise TypeError("pass either a ModelConfig or keyword arguments, not both "
-                            "(use config.replace(...) to change fields)")
+            raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
+                                    "(use config.replace(...) to change fields)")
         config = first.validate()
     elif isinstance(first, int) and not isinstance(first, bool):
         if len(args) > len(names):
-            raise TypeError(f"too many positional arguments: at most {len(names) + 1} (vocab_size, {', '.join(names)})")
+            raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
+                                    f"(vocab_size, {', '.join(names)})")
         positional = dict(zip(names, args))
         clash = sorted(set(positional) & set(kwargs))
         if clash:
-            raise TypeError(f"argument(s) {clash} given both by position and by keyword")
+            raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
         config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
     else:
-        raise TypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
+        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
     if config.arch != arch:
-        raise ValueError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
+        raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
     return config
 
 
@@ -71,17 +73,17 @@ def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
     naming ``name``.
     """
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+        raise ArgumentTypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
     if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
+        raise GlassformerError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
     if ids.numel() == 0 or torch.compiler.is_compiling():
         return
     low, high = (int(v) for v in torch.aminmax(ids))
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
-        raise ValueError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
+        raise GlassformerError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
 
 
 def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
@@ -93,9 +95,9 @@ def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pa
         return
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
         got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = padding), got {got}")
+        raise ArgumentTypeError(f"{name} must be a bool tensor (True = padding), got {got}")
     if tuple(pad.shape) != (batch, length):
-        raise ValueError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
+        raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
 
 
 class Embedder(nn.Module):
@@ -155,8 +157,8 @@ class Embedder(nn.Module):
             x = x + sinusoid[positions].to(x.dtype)  # + (T, d) or (B, T, d)
         elif self.scheme == "learned":
             if end > self.max_len:
-                raise ValueError(f"sequence of {end} positions is longer than max_len={self.max_len} "
-                                 "(learned positions exist only up to max_len)")
+                raise GlassformerError(f"sequence of {end} positions is longer than max_len={self.max_len} "
+                                       "(learned positions exist only up to max_len)")
             x = x + table(positions)  # + (T, d) or (B, T, d)
         if self.types is not None:
             x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # + (B, T, d)

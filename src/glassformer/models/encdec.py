@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
 from ..nn.norms import make_norm
@@ -134,7 +134,7 @@ class EncoderDecoder(nn.Module):
         start = cache[0][0].length if cache else 0  # target positions already in the cache
         check_pad(tgt_pad, B, start + T, name="tgt_pad")
         if memory is not None and (memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d):
-            raise ValueError(f"memory must have shape (B={B}, S, d={d}), got {tuple(memory.shape)}")
+            raise GlassformerError(f"memory must have shape (B={B}, S, d={d}), got {tuple(memory.shape)}")
         if src_pad is not None and memory is not None:
             check_pad(src_pad, B, memory.shape[1], name="src_pad")
         x, rope, score_bias = self._embed(tgt_in, start, decoder=True)  # (B, T, d)

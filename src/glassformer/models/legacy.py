@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..errors import GlassformerError
+
 RENAMES: tuple[tuple[str, str], ...] = (
     (r"(^|\.)n1\.", r"\1attn_norm."),
     (r"(^|\.)n2\.", r"\1cross_norm."),
@@ -47,6 +49,6 @@ def upgrade_state_dict(state: dict[str, Any]) -> dict[str, Any]:
     for name, value in state.items():
         new = upgrade_key(name)
         if new in out:
-            raise ValueError(f"state dict holds both {name!r} and a tensor already named {new!r}")
+            raise GlassformerError(f"state dict holds both {name!r} and a tensor already named {new!r}")
         out[new] = value
     return out

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
@@ -111,14 +111,14 @@ class TransformerLM(nn.Module):
         mask, is_causal = None, attn == "causal"
         if attn == "prefix":
             if prefix_len is None:
-                raise ValueError("attn='prefix' needs prefix_len (an int or a (B,) tensor of prefix lengths)")
+                raise GlassformerError("attn='prefix' needs prefix_len (an int or a (B,) tensor of prefix lengths)")
             prefix_len = check_prefix_len(prefix_len, start + T, batch)
             if start == 0:
                 mask = prefix_mask(T, prefix_len, device)  # (T, T) or (B, 1, T, T)
             else:
                 is_causal = True
         elif prefix_len is not None:
-            raise ValueError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={attn!r})")
+            raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={attn!r})")
         if pad is not None:
             pad_keys = padding_mask(pad)  # (B, 1, 1, Tk)
             mask = pad_keys if mask is None else mask & pad_keys

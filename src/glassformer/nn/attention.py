@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import check_int
+from ..errors import ArgumentTypeError, GlassformerError, check_int
 from .kv_cache import KVCache
 from .linear import Linear, linear
 from .masks import causal_mask
@@ -24,13 +24,13 @@ from .positions import apply_rope
 def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+        raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {got}")
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
     except RuntimeError:
         shape = None
     if shape != torch.Size(scores_shape):
-        raise ValueError(
+        raise GlassformerError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
             f"{tuple(scores_shape)} (batch..., Tq, Tk)")
 
@@ -73,7 +73,7 @@ def scaled_dot_product_attention(
     n_heads, n_kv_heads = q.shape[-3], k.shape[-3]
     if n_kv_heads != n_heads:  # grouped-query attention: each kv head serves n_heads / n_kv_heads query heads
         if n_heads % n_kv_heads != 0:
-            raise ValueError(f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})")
+            raise GlassformerError(f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})")
         k = k.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_k)
         v = v.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_v)
     scores_shape = (*q.shape[:-1], Tk)  # (..., h, Tq, Tk)
@@ -139,9 +139,9 @@ class MultiHeadAttention(nn.Module):
         check_int("n_heads", n_heads, low=1)
         n_kv_heads = check_int("n_kv_heads", n_heads if n_kv_heads is None else n_kv_heads, low=1)
         if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+            raise GlassformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
+            raise GlassformerError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
         # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
@@ -211,7 +211,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:
-                raise ValueError("cross-attention needs kv (the encoder output) until its cache is filled")
+                raise GlassformerError("cross-attention needs kv (the encoder output) until its cache is filled")
             else:
                 k, v = self.project_kv(kv)  # (B, kv, Tk, hd)
                 if cache is not None:

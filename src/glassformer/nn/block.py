@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..errors import GlassformerError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .kv_cache import KVCache
@@ -97,7 +98,7 @@ class TransformerBlock(nn.Module):
             cache=cache))
         if self.cross_attn is not None:
             if memory is None and (cross_cache is None or cross_cache.length == 0):
-                raise ValueError("this block has cross-attention: pass the encoder output as memory")
+                raise GlassformerError("this block has cross-attention: pass the encoder output as memory")
             x, weights["cross"] = self._sublayer(x, self.cross_norm, lambda t: self.cross_attn(
                 t, kv=memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache))
         x, _ = self._sublayer(x, self.ffn_norm, lambda t: (self.ffn(t), None))

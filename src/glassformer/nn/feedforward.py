@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ACTIVATIONS
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from .linear import Linear
 
 
@@ -21,7 +21,7 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x, approximate="tanh")
     if name in ("silu", "swiglu"):
         return F.silu(x)
-    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+    raise GlassformerError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
 
 
 class FeedForward(nn.Module):
@@ -44,7 +44,7 @@ class FeedForward(nn.Module):
         check_int("d_model", d_model, low=1)
         check_int("d_ff", d_ff, low=1)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+            raise GlassformerError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.gated = activation in ("swiglu", "geglu")
         self.up = Linear(d_model, d_ff, bias=bias)

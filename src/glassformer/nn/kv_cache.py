@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import GlassformerError
+
 
 class KVCache:
     """Keys and values of the positions seen so far, in buffers allocated once.
@@ -37,7 +39,7 @@ class KVCache:
         """Append (B, kv, T, hd) keys/values; return all filled keys/values (B, kv, length, hd)."""
         T = k.shape[2]
         if self.length + T > self.capacity:
-            raise ValueError(f"KV cache holds {self.capacity} positions; cannot add {T} to {self.length}")
+            raise GlassformerError(f"KV cache holds {self.capacity} positions; cannot add {T} to {self.length}")
         self.k[:, :, self.length:self.length + T] = k
         self.v[:, :, self.length:self.length + T] = v
         self.length += T

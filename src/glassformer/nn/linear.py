@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ArgumentTypeError
+
 FEW_ROWS = 4  # products with at most this many rows (B x T) may take it (at 8 rows it was 0.7x)
 MIN_WEIGHT = 1 << 17  # ... when the weight has at least this many elements (512 KB in float32)
 BLOCKS = 4  # the weight's rows are multiplied as this many blocks
@@ -30,7 +32,7 @@ def set_batched_matvec(enabled: bool) -> bool:
     """Turn the few-row route on (the default) or off; returns the previous setting."""
     global _batched_matvec
     if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        raise ArgumentTypeError(f"enabled must be a bool, got {type(enabled).__name__}")
     previous, _batched_matvec = _batched_matvec, enabled
     return previous
 

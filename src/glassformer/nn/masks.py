@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import check_int
+from ..errors import ArgumentTypeError, GlassformerError, check_int
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -48,11 +48,11 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
     if isinstance(prefix_len, torch.Tensor):
         if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
                 or prefix_len.dtype == torch.bool:
-            raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
-                            f"tensor of shape {tuple(prefix_len.shape)}")
+            raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
+                                    f"tensor of shape {tuple(prefix_len.shape)}")
         if batch is not None and prefix_len.shape[0] != batch:
-            raise ValueError(f"prefix_len must have one length per row: shape ({batch},), "
-                             f"got {tuple(prefix_len.shape)}")
+            raise GlassformerError(f"prefix_len must have one length per row: shape ({batch},), "
+                                   f"got {tuple(prefix_len.shape)}")
         prefix_len = prefix_len.long()
         shown: Any = prefix_len.tolist()
         low_ok = bool((prefix_len >= 0).all())
@@ -62,12 +62,13 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
         low_ok = prefix_len >= 0
         high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
     else:
-        raise TypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
+        raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
     if not (low_ok and high_ok):
         if length is None:
-            raise ValueError(f"prefix_len must be >= 0, got {shown}")
+            raise GlassformerError(f"prefix_len must be >= 0, got {shown}")
         limit = length.tolist() if isinstance(length, torch.Tensor) else length
-        raise ValueError(f"prefix_len={shown} is out of range: expected 0 <= prefix_len <= sequence length {limit}")
+        raise GlassformerError(f"prefix_len={shown} is out of range: "
+                               f"expected 0 <= prefix_len <= sequence length {limit}")
     return prefix_len
 
 
@@ -108,5 +109,5 @@ def padding_mask(pad: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool or pad.dim() != 2:
         got = f"{pad.dtype} tensor of shape {tuple(pad.shape)}" if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise ValueError(f"pad must be a (B, T) bool tensor (True = padding), got {got}")
+        raise GlassformerError(f"pad must be a (B, T) bool tensor (True = padding), got {got}")
     return (~pad)[:, None, None, :]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 
 
 class RMSNorm(nn.Module):
@@ -44,4 +44,4 @@ def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Modu
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "rmsnorm":
         return RMSNorm(d_model, eps=eps)
-    raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")
+    raise GlassformerError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 
 
 def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
@@ -33,7 +33,7 @@ def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
         (T, d_model) float32 tensor.
     """
     if d_model % 2 != 0:
-        raise ValueError(f"sinusoidal positions need an even d_model, got d_model={d_model}")
+        raise GlassformerError(f"sinusoidal positions need an even d_model, got d_model={d_model}")
     pos = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     pe = torch.zeros(T, d_model)
@@ -77,7 +77,7 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
         "rotate_half" convention), ready for :func:`apply_rope`.
     """
     if head_dim % 2 != 0:
-        raise ValueError(f"RoPE needs an even head width, got head_dim={head_dim}")
+        raise GlassformerError(f"RoPE needs an even head width, got head_dim={head_dim}")
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
     angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, hd/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, hd)

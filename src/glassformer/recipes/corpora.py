@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..data.seq2seq import read_pairs
 from ..data.text import read_text
-from ..errors import check_number
+from ..errors import GlassformerError, MissingFileError, check_number
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"
@@ -69,13 +69,13 @@ def corpus_file(relative: str, data_dir: str | Path | None = None, download_miss
     Raises FileNotFoundError naming the URL when it is missing and ``download_missing`` is False.
     """
     if relative not in URLS:
-        raise ValueError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
+        raise GlassformerError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     path = path / relative
     if not path.is_file():
         if not download_missing:
-            raise FileNotFoundError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "
-                                    f"save {URLS[relative]} there, or point data_dir/$GLASSFORMER_DATA at a copy")
+            raise MissingFileError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "
+                                   f"save {URLS[relative]} there, or point data_dir/$GLASSFORMER_DATA at a copy")
         download(URLS[relative], path)
     return path
 
@@ -89,7 +89,7 @@ def multi30k(split: str, data_dir: str | Path | None = None, download: bool = Fa
     """(German, English) files of a Multi30k task-1 split: "train" (29,000 pairs), "val" (1,014) or
     "test_2016_flickr" (1,000). One caption per line, gzip; cite Elliott et al. 2016."""
     if split not in MULTI30K_SPLITS:
-        raise ValueError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
+        raise GlassformerError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
     return (corpus_file(f"multi30k/{split}.de.gz", data_dir, download),
             corpus_file(f"multi30k/{split}.en.gz", data_dir, download))
 
@@ -129,13 +129,13 @@ def tang_poems(path: str | Path = TANG300) -> list[Poem]:
     header is a ValueError naming it.
     """
     if not Path(path).exists():
-        raise FileNotFoundError(f"{str(path)!r} does not exist; install Debian's fortunes-zh "
-                                "(apt-get install fortunes-zh) or pass the path of a copy")
+        raise MissingFileError(f"{str(path)!r} does not exist; install Debian's fortunes-zh "
+                               "(apt-get install fortunes-zh) or pass the path of a copy")
     poems = []
     for number, entry in enumerate(read_fortunes(path), 1):
         lines = [line.strip() for line in entry.splitlines() if line.strip()]
         if len(lines) < 3 or not lines[0].startswith("《") or not lines[1].startswith("作者："):
-            raise ValueError(f"{path}: entry {number} is not '《title》 / 作者：author / lines': {lines[:2]!r}")
+            raise GlassformerError(f"{path}: entry {number} is not '《title》 / 作者：author / lines': {lines[:2]!r}")
         poems.append(Poem(lines[0].strip("《》"), lines[1].removeprefix("作者："), lines[2:]))
     return poems
 
@@ -143,7 +143,7 @@ def tang_poems(path: str | Path = TANG300) -> list[Poem]:
 def write_poem_text(poems: list[Poem], path: str | Path) -> Path:
     """Write the poems' lines as training text: one line per line of verse, a blank line between poems."""
     if not poems:
-        raise ValueError("no poems to write")
+        raise GlassformerError("no poems to write")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n\n".join("\n".join(p.lines) for p in poems) + "\n", encoding="utf-8")

@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from ..data import read_pairs
+from ..errors import GlassformerError, MissingFileError
 from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
@@ -62,14 +63,14 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     else:
         path = Path(config)
         if not path.is_file():
-            raise FileNotFoundError(f"recipe file {str(path)!r} does not exist")
+            raise MissingFileError(f"recipe file {str(path)!r} does not exist")
         data, where = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, str(path)
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
-        raise ValueError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
+        raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
     data = apply_overrides(data, overrides, sections=("model", "recipe"))
     spec = data.pop("recipe")
     if spec.get("task") not in TASKS:
-        raise ValueError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
+        raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
     _attach_corpus(spec, data, data_dir, download)
     return Recipe(TrainConfig.from_dict(data), spec)
 
@@ -80,7 +81,7 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
     if corpus is None:
         return
     if corpus not in CORPORA:
-        raise ValueError(f"recipe.corpus must be one of {CORPORA}, got {corpus!r}")
+        raise GlassformerError(f"recipe.corpus must be one of {CORPORA}, got {corpus!r}")
     if corpus == "tinyshakespeare" and not data.get("data"):
         data["data"] = [str(corpora.tinyshakespeare(data_dir, download))]
     elif corpus == "multi30k" and not (data.get("src") or data.get("pairs")):

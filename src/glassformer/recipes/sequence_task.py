@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..data import IGNORE, step_generator
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from ..generation import generate
 from ..tokenizers import CharTokenizer
 
@@ -52,14 +52,15 @@ class SequenceTask:
     def __init__(self, kind: str = "reverse", objective: str = "prefix", alphabet: str = "abcdefghij",
                  min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512, max_count: int = 1):
         if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+            raise GlassformerError(f"kind must be one of {KINDS}, got {kind!r}")
         if objective not in ("prefix", "clm"):
-            raise ValueError(f"objective must be 'prefix' or 'clm', got {objective!r}")
+            raise GlassformerError(f"objective must be 'prefix' or 'clm', got {objective!r}")
         if not alphabet or SEPARATOR in alphabet or END in alphabet or len(set(alphabet)) != len(alphabet):
-            raise ValueError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
+            raise GlassformerError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
         check_int("max_count", max_count, 1, 9)
         if kind == "count" and any(c in DIGITS for c in alphabet):
-            raise ValueError(f"kind 'count' writes digits, so the alphabet must not contain any, got {alphabet!r}")
+            raise GlassformerError(f"kind 'count' writes digits, so the alphabet must not contain any, "
+                                   f"got {alphabet!r}")
         check_int("min_len", min_len, 1)
         check_int("max_len", max_len, min_len)
         check_int("eval_examples", eval_examples, 1)

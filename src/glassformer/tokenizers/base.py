@@ -10,19 +10,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import ArgumentTypeError, GlassformerError
+
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 
 
 def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
     """Validate special-token names (a subset of SPECIAL_NAMES, no repeats); return them as a tuple."""
     if isinstance(specials, str):
-        raise TypeError(f"specials must be a list of names, got the string {specials!r}")
+        raise ArgumentTypeError(f"specials must be a list of names, got the string {specials!r}")
     specials = tuple(specials)
     unknown = [name for name in specials if name not in SPECIAL_NAMES]
     if unknown:
-        raise ValueError(f"unknown special token(s) {unknown}; expected names among {list(SPECIAL_NAMES)}")
+        raise GlassformerError(f"unknown special token(s) {unknown}; expected names among {list(SPECIAL_NAMES)}")
     if len(set(specials)) != len(specials):
-        raise ValueError(f"special tokens repeat: {list(specials)}")
+        raise GlassformerError(f"special tokens repeat: {list(specials)}")
     return specials
 
 
@@ -92,8 +94,8 @@ class Tokenizer(ABC):
         """``token_id`` as an int, or a ValueError when it is outside [0, vocab_size)."""
         token_id = int(token_id)
         if not 0 <= token_id < self.vocab_size:
-            raise ValueError(f"token id {token_id} is out of range: "
-                             f"expected 0 <= id < vocab_size={self.vocab_size}")
+            raise GlassformerError(f"token id {token_id} is out of range: "
+                                   f"expected 0 <= id < vocab_size={self.vocab_size}")
         return token_id
 
     def encode_to_array(self, text: str) -> np.ndarray:
@@ -115,5 +117,5 @@ class Tokenizer(ABC):
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         kind = data.get("kind") if isinstance(data, dict) else None
         if kind not in Tokenizer.registry:
-            raise ValueError(f"{path}: unknown tokenizer kind {kind!r}; known: {sorted(Tokenizer.registry)}")
+            raise GlassformerError(f"{path}: unknown tokenizer kind {kind!r}; known: {sorted(Tokenizer.registry)}")
         return Tokenizer.registry[kind].from_dict(data)

@@ -10,7 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from ..errors import check_int
+from ..errors import GlassformerError, check_int
 from .base import Tokenizer, check_specials
 
 
@@ -32,7 +32,7 @@ class BPETokenizer(Tokenizer):
         for name in self.specials:
             token_id = hf.token_to_id(f"<{name}>")
             if token_id is None:
-                raise ValueError(f"the BPE vocabulary has no token '<{name}>' for special {name!r}")
+                raise GlassformerError(f"the BPE vocabulary has no token '<{name}>' for special {name!r}")
             self.special_tokens[name] = token_id
 
     @classmethod

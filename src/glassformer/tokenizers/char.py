@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import GlassformerError
 from .base import Tokenizer, check_specials
 
 
@@ -24,9 +25,9 @@ class CharTokenizer(Tokenizer):
         chars = list(chars)
         bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
         if bad:
-            raise ValueError(f"chars must be single characters, got {bad[:3]!r}")
+            raise GlassformerError(f"chars must be single characters, got {bad[:3]!r}")
         if len(set(chars)) != len(chars):
-            raise ValueError("chars must not repeat")
+            raise GlassformerError("chars must not repeat")
         self.specials = check_specials(specials)
         self.special_tokens = {name: i for i, name in enumerate(self.specials)}
         self.chars = chars
@@ -40,7 +41,7 @@ class CharTokenizer(Tokenizer):
     def from_text(cls, text: str, specials: Sequence[str] = ()) -> CharTokenizer:
         """The tokenizer whose characters are ``sorted(set(text))``."""
         if not text:
-            raise ValueError("cannot build a CharTokenizer from empty text")
+            raise GlassformerError("cannot build a CharTokenizer from empty text")
         return cls(sorted(set(text)), specials)
 
     @property

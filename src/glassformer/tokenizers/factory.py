@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..errors import GlassformerError
 from .base import Tokenizer
 from .bpe import BPETokenizer
 from .byte import ByteTokenizer
@@ -27,6 +28,6 @@ def make_tokenizer(kind: str, texts: Iterable[str], specials: Sequence[str] = ()
         return ByteTokenizer(specials)
     if kind == "bpe":
         if vocab_size is None:
-            raise ValueError("tokenizer='bpe' needs a vocab_size (e.g. 1024)")
+            raise GlassformerError("tokenizer='bpe' needs a vocab_size (e.g. 1024)")
         return BPETokenizer.train(texts, vocab_size, specials)
-    raise ValueError(f"tokenizer must be one of {KINDS}, got {kind!r}")
+    raise GlassformerError(f"tokenizer must be one of {KINDS}, got {kind!r}")

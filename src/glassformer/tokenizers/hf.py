@@ -11,6 +11,7 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
+from ..errors import ArgumentTypeError, GlassformerError, MissingFileError
 from .base import Tokenizer
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
@@ -38,7 +39,7 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, tokenizer: RustTokenizer, special_tokens: dict[str, str] | None = None):
         if not isinstance(tokenizer, RustTokenizer):
-            raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+            raise ArgumentTypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
         self.hf = tokenizer
         self.hf.no_padding()
         self.hf.no_truncation()
@@ -53,7 +54,7 @@ class HFTokenizer(Tokenizer):
         for role, token in special_tokens.items():
             token_id = tokenizer.token_to_id(token)
             if token_id is None:
-                raise ValueError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
+                raise GlassformerError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
             self.special_tokens[role] = token_id
 
     # ------------------------------------------------------------------ building
@@ -77,7 +78,7 @@ class HFTokenizer(Tokenizer):
         elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
             tokenizer = byte_level_bpe(path / "vocab.json", path / "merges.txt")
         else:
-            raise FileNotFoundError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
+            raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
         specials = {}
         for role, keys in ROLE_KEYS.items():
             for key in keys:
@@ -97,13 +98,13 @@ class HFTokenizer(Tokenizer):
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> ids; ``add_special_tokens`` runs the tokenizer's own post-processor ([CLS] ... [SEP])."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Several texts at once (in parallel, in Rust); no padding."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-            raise TypeError("texts must be a sequence of str")
+            raise ArgumentTypeError("texts must be a sequence of str")
         return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import GlassformerError, MissingFileError
 from ..fileio import atomic_directory
 from ..models import build_model, upgrade_state_dict
 from ..tokenizers import Tokenizer
@@ -77,7 +78,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
 def _need(path: Path, name: str) -> Path:
     file = path / name
     if not file.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} has no {name} (is it a glassformer checkpoint folder?)")
+        raise MissingFileError(f"checkpoint {str(path)!r} has no {name} (is it a glassformer checkpoint folder?)")
     return file
 
 
@@ -87,12 +88,12 @@ def load_state_file(file: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise ValueError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
-                         f"containers, so it was not unpickled ({str(error).splitlines()[0]})") from None
+        raise GlassformerError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
+                               f"containers, so it was not unpickled ({str(error).splitlines()[0]})") from None
     except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"{str(file)!r} is corrupt or truncated ({str(error).splitlines()[0]})") from None
+        raise GlassformerError(f"{str(file)!r} is corrupt or truncated ({str(error).splitlines()[0]})") from None
     if not isinstance(state, dict):
-        raise ValueError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
+        raise GlassformerError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
     return state
 
 
@@ -110,24 +111,24 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     """
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint folder {str(path)!r} does not exist")
+        raise MissingFileError(f"checkpoint folder {str(path)!r} does not exist")
     try:
         config = ModelConfig.from_json(_need(path, CONFIG))
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path / CONFIG} is not valid JSON ({error.msg})") from None
+        raise GlassformerError(f"{path / CONFIG} is not valid JSON ({error.msg})") from None
     try:
         tokenizer = Tokenizer.load(_need(path, TOKENIZER))
     except (json.JSONDecodeError, KeyError) as error:
-        raise ValueError(f"{path / TOKENIZER} is corrupt ({error})") from None
+        raise GlassformerError(f"{path / TOKENIZER} is corrupt ({error})") from None
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"checkpoint {str(path)!r} does not match itself: tokenizer has {tokenizer.vocab_size} "
-                         f"ids but config.json says vocab_size={config.vocab_size}")
+        raise GlassformerError(f"checkpoint {str(path)!r} does not match itself: tokenizer has {tokenizer.vocab_size} "
+                               f"ids but config.json says vocab_size={config.vocab_size}")
     try:
         weights = load_file(str(_need(path, WEIGHTS)))
     except FileNotFoundError:
         raise
     except Exception as error:  # safetensors raises its own SafetensorError for bad headers and sizes
-        raise ValueError(f"{path / WEIGHTS} is corrupt or truncated ({str(error).splitlines()[0]})") from None
+        raise GlassformerError(f"{path / WEIGHTS} is corrupt or truncated ({str(error).splitlines()[0]})") from None
     weights = upgrade_state_dict(weights)  # names written by earlier versions -> today's
     model = build_model(config)
     expected = model.state_dict()
@@ -137,7 +138,7 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     if missing or unexpected or wrong:
         detail = "; ".join(filter(None, [f"missing {missing[:3]}" if missing else "",
                                          f"unexpected {unexpected[:3]}" if unexpected else "", "; ".join(wrong[:3])]))
-        raise ValueError(f"{path / WEIGHTS} does not match config.json: {detail}")
+        raise GlassformerError(f"{path / WEIGHTS} does not match config.json: {detail}")
     model.load_state_dict(weights)
     model.to(map_location).eval()
     training = None

@@ -12,7 +12,7 @@ import yaml
 
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import GlassformerError, check_int, check_number
+from ..errors import ArgumentTypeError, GlassformerError, MissingFileError, check_int, check_number
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import SCHEDULES
@@ -81,7 +81,7 @@ class TrainConfig:
         for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
                               ("dtype", ("float32", "bfloat16"))):
             if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
+                raise GlassformerError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
         for name in ("block_size", "batch_size", "grad_accum", "max_steps", "log_every", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_every"):
@@ -98,16 +98,16 @@ class TrainConfig:
                 raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         check_number("mask_prob", self.mask_prob, 0.0, 1.0, low_open=True)
         if self.batch_size % self.grad_accum:
-            raise ValueError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
+            raise GlassformerError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
-            raise ValueError("tokenizer 'bpe' needs tokenizer_vocab_size (e.g. 1024)")
+            raise GlassformerError("tokenizer 'bpe' needs tokenizer_vocab_size (e.g. 1024)")
         if self.specials is not None:
             check_specials(self.specials)
         if "vocab_size" in self.model:
-            raise ValueError("model.vocab_size is set by the tokenizer; remove it from the config")
+            raise GlassformerError("model.vocab_size is set by the tokenizer; remove it from the config")
         unknown = sorted(set(self.model) - {f.name for f in fields(ModelConfig)} - {"preset"})
         if unknown:
-            raise ValueError(f"unknown model config key(s) {unknown}")
+            raise GlassformerError(f"unknown model config key(s) {unknown}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,14 +118,14 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build and validate; an unknown key is a ValueError naming it."""
         if not isinstance(data, dict):
-            raise TypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
+            raise ArgumentTypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
         if "recipe" in data:
-            raise ValueError("this is a recipe config (it has a 'recipe:' section): run it with "
-                             "`glassformer recipe FILE`")
+            raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
+                                   "`glassformer recipe FILE`")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+            raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
         return cls(**data).validate()
 
     @classmethod
@@ -144,23 +144,23 @@ class TrainConfig:
         if path is not None:
             path = Path(path)
             if not path.is_file():
-                raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+                raise MissingFileError(f"config file {str(path)!r} does not exist")
             try:
                 data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             except yaml.YAMLError as error:
                 first = str(error).splitlines()[0]
-                raise ValueError(f"config file {str(path)!r} is not valid YAML ({first})") from None
+                raise GlassformerError(f"config file {str(path)!r} is not valid YAML ({first})") from None
             if not isinstance(data, dict):
-                raise ValueError(f"config file {str(path)!r} must hold a mapping of keys to values")
+                raise GlassformerError(f"config file {str(path)!r} must hold a mapping of keys to values")
         return cls.from_dict(apply_overrides(data, overrides))
 
     def check_data(self) -> None:
         """A ValueError when the config names no training data for its objective."""
         if self.objective == "seq2seq":
             if not (self.pairs or (self.src and self.tgt)):
-                raise ValueError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
+                raise GlassformerError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
         elif not self.data:
-            raise ValueError(f"objective {self.objective!r} needs data: one or more text files")
+            raise GlassformerError(f"objective {self.objective!r} needs data: one or more text files")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The ModelConfig this run trains, given the tokenizer's vocabulary size."""
@@ -210,21 +210,21 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
     if value is None:
         if "None" in options:
             return None
-        raise TypeError(f"{name} must not be empty (null)")
+        raise ArgumentTypeError(f"{name} must not be empty (null)")
     base = options[0]
     if base == "list[str]":
         value = [value] if isinstance(value, str) else value
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise TypeError(f"{name} must be a string or a list of strings, got {value!r}")
+            raise ArgumentTypeError(f"{name} must be a string or a list of strings, got {value!r}")
         return value
     if base == "dict":
         if not isinstance(value, dict):
-            raise TypeError(f"{name} must be a mapping, got {value!r}")
+            raise ArgumentTypeError(f"{name} must be a mapping, got {value!r}")
         return value
     if base == "bool":
         if isinstance(value, bool):
             return value
-        raise TypeError(f"{name} must be true or false, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be true or false, got {value!r}")
     if base in ("int", "float") and not isinstance(value, bool):
         if base == "int" and isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -232,10 +232,10 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
             try:
                 value = int(value) if base == "int" else float(value)
             except ValueError:
-                raise TypeError(f"{name} must be a number ({base}), got {value!r}") from None
+                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r}") from None
         if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
             return float(value) if base == "float" else value
-        raise TypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
     if base == "str" and isinstance(value, str):
         return value
-    raise TypeError(f"{name} must be a {base}, got {value!r}")
+    raise ArgumentTypeError(f"{name} must be a {base}, got {value!r}")

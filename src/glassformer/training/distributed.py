@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..errors import GlassformerError
+
 
 @dataclass
 class DistInfo:
@@ -39,7 +41,7 @@ def pick_device(device: str, local_rank: int = 0) -> torch.device:
     if device == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but torch sees no CUDA device")
+        raise GlassformerError(f"device={device!r} but torch sees no CUDA device")
     return torch.device(device)
 
 

@@ -99,8 +99,8 @@ class Trainer:
         self.dist = dist or init_distributed(config.device)
         per_process, rest = divmod(config.batch_size, self.dist.world_size * config.grad_accum)
         if rest or per_process == 0:
-            raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x grad_accum = "
-                             f"{self.dist.world_size} x {config.grad_accum}")
+            raise GlassformerError(f"batch_size={config.batch_size} must be a multiple of processes x grad_accum = "
+                                   f"{self.dist.world_size} x {config.grad_accum}")
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model = model.to(self.dist.device)
@@ -147,10 +147,10 @@ class Trainer:
             return False
         checkpoint = load_checkpoint(path, with_state=True)
         if checkpoint.model.config != self.model.config:
-            raise ValueError(f"cannot resume from {str(path)!r}: its model config differs from this run's")
+            raise GlassformerError(f"cannot resume from {str(path)!r}: its model config differs from this run's")
         state = checkpoint.train_state
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
+            raise GlassformerError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
         self.model.load_state_dict(checkpoint.model.state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng_cpu"])

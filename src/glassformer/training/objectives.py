@@ -77,10 +77,10 @@ def check_model_for(objective: str, model: nn.Module) -> None:
     config = model.config
     if objective == "seq2seq":
         if config.arch != "encoder-decoder":
-            raise ValueError(f"objective 'seq2seq' needs model arch='encoder-decoder', got arch={config.arch!r}")
+            raise GlassformerError(f"objective 'seq2seq' needs model arch='encoder-decoder', got arch={config.arch!r}")
         return
     if objective not in OBJECTIVE_ATTN:
-        raise ValueError(f"objective must be one of {[*OBJECTIVE_ATTN, 'seq2seq']}, got {objective!r}")
+        raise GlassformerError(f"objective must be one of {[*OBJECTIVE_ATTN, 'seq2seq']}, got {objective!r}")
     if config.arch != "lm" or config.attn != OBJECTIVE_ATTN[objective]:
-        raise ValueError(f"objective {objective!r} needs an lm with attn={OBJECTIVE_ATTN[objective]!r}, got "
-                         f"arch={config.arch!r}, attn={config.attn!r}")
+        raise GlassformerError(f"objective {objective!r} needs an lm with attn={OBJECTIVE_ATTN[objective]!r}, got "
+                               f"arch={config.arch!r}, attn={config.attn!r}")

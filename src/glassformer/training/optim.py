@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from ..errors import GlassformerError
 from ..nn.positions import LearnedPositions
 
 SCHEDULES = ("cosine", "noam", "constant")
@@ -54,7 +55,7 @@ def lr_at(step: int, schedule: str, lr: float, warmup_steps: int = 0, decay_step
     constant: ``lr`` after the same linear warmup as cosine.
     """
     if schedule not in SCHEDULES:
-        raise ValueError(f"lr_schedule must be one of {SCHEDULES}, got {schedule!r}")
+        raise GlassformerError(f"lr_schedule must be one of {SCHEDULES}, got {schedule!r}")
     if schedule == "noam":
         s, w = step + 1, max(warmup_steps, 1)
         return lr * min(s / w, math.sqrt(w / s))

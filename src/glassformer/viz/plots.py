@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ..errors import GlassformerError
+
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")
 
@@ -96,15 +98,15 @@ def plot_attention(
     plt = _pyplot()
     per_layer = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     if not per_layer or any(w is None or w.dim() != 4 for w in per_layer):
-        raise ValueError("weights must be (B, h, Tq, Tk) tensors, one per layer (use return_attn=True)")
+        raise GlassformerError("weights must be (B, h, Tq, Tk) tensors, one per layer (use return_attn=True)")
     layers = list(range(len(per_layer))) if layers is None else list(layers)
     n_heads = per_layer[0].shape[1]
     heads = list(range(n_heads)) if heads is None else list(heads)
     Tq, Tk = per_layer[0].shape[2:]
     query_tokens = tokens if query_tokens is None else query_tokens
     if len(tokens) != Tk or len(query_tokens) != Tq:
-        raise ValueError(f"got {len(query_tokens)} query and {len(tokens)} key labels for weights of shape "
-                         f"(Tq={Tq}, Tk={Tk})")
+        raise GlassformerError(f"got {len(query_tokens)} query and {len(tokens)} key labels for weights of shape "
+                               f"(Tq={Tq}, Tk={Tk})")
     cell = max(1.6, 0.22 * max(Tq, Tk))
     with plt.rc_context({"font.family": cjk_font_families(), "axes.unicode_minus": False}):
         fig, axes = plt.subplots(len(layers), len(heads), figsize=(cell * len(heads), cell * len(layers)),

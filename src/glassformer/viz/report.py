@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import check_int
+from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..models.common import count_params
 from ..nn.masks import check_prefix_len
 from .shapes import shape_trace
@@ -94,22 +94,22 @@ def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool = Fa
     """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids."""
     if isinstance(value, str):
         if tokenizer is None:
-            raise TypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
+            raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
         ids = list(tokenizer.encode(value, add_special_tokens=add_special_tokens))
     elif isinstance(value, torch.Tensor):
         if value.dim() == 2 and value.shape[0] == 1:
             value = value[0]
         if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            raise ValueError(f"{name} as a tensor must be integer ids of shape (T,) or (1, T), "
-                             f"got dtype {value.dtype} shape {tuple(value.shape)}")
+            raise GlassformerError(f"{name} as a tensor must be integer ids of shape (T,) or (1, T), "
+                                   f"got dtype {value.dtype} shape {tuple(value.shape)}")
         ids = [int(i) for i in value.tolist()]
     elif isinstance(value, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         ids = list(value)
     else:
-        raise TypeError(f"{name} must be text, a list of token ids or an id tensor, "
-                        f"got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be text, a list of token ids or an id tensor, "
+                                f"got {type(value).__name__}")
     if not ids:
-        raise ValueError(f"{name} is empty: it gives no tokens")
+        raise GlassformerError(f"{name} is empty: it gives no tokens")
     return ids
 
 
@@ -220,8 +220,8 @@ def gather(
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "arch"):
-        raise TypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
-                        f"got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
+                                f"got {type(model).__name__}")
     check_int("max_tokens", max_tokens, 1)
     check_int("generate", generate, 0)
     check_int("top_k", top_k, 1)
@@ -270,11 +270,11 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         if isinstance(prefix_len, torch.Tensor):  # a (1,) tensor: the report shows one row
             prefix_len = int(prefix_len[0])
     elif tgt is not None:
-        raise ValueError(f"target is used by prefix-LM and encoder-decoder models; this model is "
-                         f"attn={attn!r} (put the whole input in text)")
+        raise GlassformerError(f"target is used by prefix-LM and encoder-decoder models; this model is "
+                               f"attn={attn!r} (put the whole input in text)")
     elif prefix_len is not None:
-        raise ValueError(f"prefix_len is only meaningful for attn='prefix' models; "
-                         f"this model is attn={attn!r}")
+        raise GlassformerError(f"prefix_len is only meaningful for attn='prefix' models; "
+                               f"this model is attn={attn!r}")
     real = ids
     ids, pad = _pad(ids, pad_to, pad_id)
     x = torch.tensor([ids], device=next(model.parameters()).device)
@@ -301,11 +301,11 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
 
 def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_len, generate, top_k, notes):
     if prefix_len is not None:
-        raise ValueError("prefix_len is only meaningful for attn='prefix' models, not an encoder-decoder")
+        raise GlassformerError("prefix_len is only meaningful for attn='prefix' models, not an encoder-decoder")
     start = _special(tokenizer, "bos") if start_id is None else start_id
     if start is None:
-        raise ValueError("an encoder-decoder report needs the decoder's start token: pass start_id "
-                         "or use a tokenizer with a bos token")
+        raise GlassformerError("an encoder-decoder report needs the decoder's start token: pass start_id "
+                               "or use a tokenizer with a bos token")
     generation = None
     if generate:
         generation = _generation_trace(model, tokenizer, src, generate, top_k, decoder_start_token_id=start)
