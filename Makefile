@@ -5,9 +5,12 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+empty :=
+space := $(empty) $(empty)
+# The stamp names the torch pin: a changed TORCH reinstalls into the existing .venv.
+STAMP := $(VENV)/.installed-$(subst /,_,$(subst $(space),_,$(TORCH)))
 
-.PHONY: demo test lint bench system-deps clean
+.PHONY: demo test lint bench dist system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +18,8 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' '$(TORCH)'
-	touch $(STAMP)
+	rm -f $(VENV)/.installed*
+	touch '$(STAMP)'
 
 # Debian packages some tests and recipes use (CJK font for plots, Chromium for the
 # HTML report tests, Tang poems). Installed only when missing and when we may use apt.
@@ -31,6 +35,10 @@ test: $(STAMP) system-deps
 
 bench: $(STAMP)
 	$(BIN)/glassformer bench
+
+# A wheel and an sdist in dist/ (version: src/glassformer/_version.py).
+dist: $(STAMP)
+	$(BIN)/python -m build --no-isolation --outdir dist .
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -7,9 +7,12 @@ only guess.
 
 import argparse
 
+import torch
+
 from glassformer.lessons.lesson2 import positions_on_an_order_task
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # tiny models: one thread is fastest, and the figures do not depend on the core count
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=300, help="training steps per model")
     for row in positions_on_an_order_task(steps=parser.parse_args().steps):

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+# Kernel choices measured during the tests go to a throw-away folder, never to the user's cache;
+# subprocesses (the CLI tests) inherit it.
+os.environ["GLASSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="glassformer-test-cache-")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

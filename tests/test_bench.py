@@ -99,7 +99,7 @@ def test_cli_writes_json(tiny_size, tmp_path, capsys):
     (["--only", "trian"], "unknown bench part(s) ['trian']"),
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--dtype", "float8"], "dtype must be one of"),
-    (["--threads", "0"], "--threads must be an int >= 1, got 0"),
+    (["--threads", "0"], "--threads must be an int in [1, 4096], got 0"),
     (["--device", "tpu"], "--device must be cpu or cuda (cuda:N), got 'tpu'"),
 ])
 def test_cli_errors(argv, message, capsys):

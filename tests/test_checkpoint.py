@@ -11,8 +11,10 @@ import torch
 
 import glassformer
 from glassformer import ModelConfig, build_model
+from glassformer.fileio import new_directory, replace_symlink
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import load_checkpoint, load_state_file, save_checkpoint
+from glassformer.training.checkpoint import commit_checkpoint, find_resumable
 
 
 def make(tmp_path: Path, **state):
@@ -79,8 +81,11 @@ def test_mismatched_config(tmp_path):
     (path / "config.json").write_text(json.dumps({**config, "d_ff": 128}))
     with pytest.raises(ValueError, match="does not match config.json: .*file \\(64, 32\\) vs config \\(128, 32\\)"):
         glassformer.load(path)
-    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 99}))
-    with pytest.raises(ValueError, match="tokenizer has 10 ids but config.json says vocab_size=99"):
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 99}))  # a tokenizer may be smaller...
+    with pytest.raises(ValueError, match=r"embeddings.tok.weight: file \(10, 32\) vs config \(99, 32\)"):
+        glassformer.load(path)  # ...but the weights must fit the config
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 5}))
+    with pytest.raises(ValueError, match="tokenizer has 10 ids but config.json says vocab_size=5"):
         glassformer.load(path)
 
 
@@ -104,3 +109,62 @@ def test_truncated_state(tmp_path):
     (path / "train_state.pt").write_bytes(data[:1000])
     with pytest.raises(ValueError, match="corrupt or truncated"):
         load_state_file(path / "train_state.pt")
+
+
+def test_commit_keeps_the_previous_checkpoint_until_the_pointer_moves(tmp_path, monkeypatch):
+    """Step folders plus an atomically replaced pointer: a failure at any point leaves `last` usable, and
+    the newest complete folder (not the pointer) is what a resumed run continues from."""
+    model, tok, _ = make(tmp_path)
+    out = tmp_path / "run"
+    commit_checkpoint(out, 1, model, tok, training=None, train_state={"step": 1}, best=True)
+    assert os.readlink(out / "last") == os.readlink(out / "best") == "ckpt-000001"
+
+    monkeypatch.setattr(CharTokenizer, "save", lambda self, where: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):  # fails while writing the folder
+        commit_checkpoint(out, 2, model, tok, training=None, train_state={"step": 2})
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == ["best", "ckpt-000001", "last"]  # no temp folder left
+
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash at the pointer")))
+    with pytest.raises(OSError, match="crash at the pointer"):  # the folder is complete, the pointer not moved
+        commit_checkpoint(out, 2, model, tok, training=None, train_state={"step": 2})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert os.readlink(out / "last") == "ckpt-000001" and glassformer.load(out / "last")
+    assert find_resumable(out) == out / "ckpt-000002"
+
+    commit_checkpoint(out, 3, model, tok, training=None, train_state={"step": 3})
+    assert sorted(p.name for p in out.iterdir()) == ["best", "ckpt-000001", "ckpt-000003", "last"]  # pruned
+    assert load_checkpoint(out / "last", with_state=True).train_state["step"] == 3
+    assert load_checkpoint(out / "best", with_state=True).train_state["step"] == 1
+
+
+def test_a_crash_inside_the_folder_swap_is_undone_by_the_next_save(tmp_path, monkeypatch):
+    """save_checkpoint (a plain folder) still swaps two names; a crash between them leaves the old
+    folder as .NAME.old-PID, and the next save of that path puts it back before anything else."""
+    model, tok, path = make(tmp_path)
+    before = (path / "model.safetensors").read_bytes()
+    os.replace(path, tmp_path / ".ckpt.old-4242")  # what the crash left
+    monkeypatch.setattr(CharTokenizer, "save", lambda self, where: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, model, tok)
+    assert (path / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_replace_symlink_and_new_directory(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "last").mkdir()  # a real folder of the older layout is replaced by the pointer
+    replace_symlink(tmp_path / "last", "a")
+    assert os.readlink(tmp_path / "last") == "a"
+    replace_symlink(tmp_path / "last", "a")  # the same target: nothing to do
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "last"]
+    with pytest.raises(FileExistsError), new_directory(tmp_path / "a"):
+        pass
+    with pytest.raises(RuntimeError), new_directory(tmp_path / "b") as temp:
+        (temp / "f").write_text("x")
+        raise RuntimeError
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "last"]
+    with new_directory(tmp_path / "b") as temp:
+        (temp / "f").write_text("x")
+    assert (tmp_path / "b" / "f").read_text() == "x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -48,7 +49,7 @@ def test_demo_lesson2_is_still_reachable():
     assert args.lesson2 and args.verb == "demo"
 
 
-@pytest.mark.parametrize("verb", ["demo", "train", "eval", "sample"])
+@pytest.mark.parametrize("verb", ["demo", "train", "eval", "generate"])
 def test_help(verb, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([verb, "--help"])
@@ -72,10 +73,11 @@ def test_train_eval_sample(tmp_path, capsys):
     assert metrics["objective"] == "clm" and metrics["val_tokens"] == len(CORPUS) - 1
     assert metrics["val_bits_per_char"] > 0
 
-    assert main(["sample", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--seed", "1"]) == 0
+    assert main(["generate", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--sample",
+                 "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("The ") and len(text.rstrip("\n")) >= 4
-    assert main(["sample", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--greedy"]) == 0
+    assert main(["generate", str(out / "best"), "--prompt", "The ", "--max-new-tokens", "10"]) == 0
 
 
 def _error(capsys, argv) -> str:
@@ -125,7 +127,7 @@ def test_bad_config_file_and_checkpoint(tmp_path, capsys):
     assert "config file" in _error(capsys, ["train", "--config", str(tmp_path / "missing.yaml")])
     assert "needs data" in _error(capsys, ["train"])
     assert "does not exist" in _error(capsys, ["eval", str(tmp_path / "nope"), "--data", "x.txt"])
-    assert "does not exist" in _error(capsys, ["sample", str(tmp_path / "nope")])
+    assert "does not exist" in _error(capsys, ["generate", str(tmp_path / "nope"), "--prompt", "x"])
 
 
 def test_overrides_from_argv_then_applied_to_a_config():
@@ -180,6 +182,8 @@ def test_train_draws_the_loss_curve_even_when_training_diverges(tmp_path, capsys
     out = tmp_path / "out"
     err = _error(capsys, ["train", "--data", str(corpus), "--out_dir", str(out), *TINY, "--log_every", "1"])
     assert "training loss became nan at step 3" in err
+    assert f"The last good checkpoint is kept in {out / 'last'}" in err  # it exists: the evaluation at step 2
+    assert os.readlink(out / "last") == "ckpt-000002" and not list(out.glob("*ckpt-000003*"))
     logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1, 2, 2]  # two training records and the evaluation at step 2
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn from the history the failed run left

@@ -24,11 +24,18 @@ def test_multi30k_reads_a_local_layout(tmp_path):
 
 
 def test_missing_file_names_the_url_and_does_not_download(tmp_path):
-    with pytest.raises(FileNotFoundError, match="raw.githubusercontent.com/karpathy/char-rnn"):
-        corpora.tinyshakespeare(tmp_path)
+    with pytest.raises(FileNotFoundError, match="raw.githubusercontent.com/multi30k"):
+        corpora.multi30k("val", tmp_path)
     assert not any(tmp_path.iterdir())
     with pytest.raises(ValueError, match="split must be one of"):
         corpora.multi30k("test", tmp_path)
+
+
+def test_tinyshakespeare_is_shipped(tmp_path):
+    path = corpora.tinyshakespeare(tmp_path)  # not in the data folder: the package's copy, no network
+    text = path.read_text(encoding="utf-8")
+    assert len(text) == 1_115_394 and len(set(text)) == 65 and text.startswith("First Citizen:")
+    assert not any(tmp_path.iterdir())
 
 
 def test_data_dir_defaults_to_the_environment(tmp_path, monkeypatch):

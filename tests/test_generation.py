@@ -204,13 +204,14 @@ def test_greedy_ignores_sampling_filters_like_hugging_face():
     ([1, 2], dict(do_sample=True, top_p=0.0), ValueError, r"top_p must be a finite number > 0 and <= 1, got 0.0"),
     ([1, 2], dict(top_p=1.5), ValueError, r"top_p must be a finite number > 0 and <= 1, got 1.5"),
     ([1, 2], dict(do_sample=True, temperature=0), ValueError, "temperature must be a finite number > 0"),
-    ([1, 2], dict(num_beams=0), ValueError, "num_beams must be an int >= 1, got 0"),
+    ([1, 2], dict(num_beams=0), ValueError, r"num_beams must be an int in \[1, 4096\], got 0"),
     ([1, 2], dict(num_return_sequences=2), ValueError, "greedy decoding gives one sequence"),
     ([1, 2], dict(num_beams=2, num_return_sequences=3), ValueError, "must be <= num_beams=2"),
     ([1, 2], dict(eos_token_id=30), ValueError, "token id 30 is out of range"),
     ([1, 99], {}, ValueError, "token id 99 in ids is out of range"),
     (torch.tensor([[1, 2, 0]]), dict(pad=torch.tensor([[False, False, True]])), ValueError, "left of each row"),
-    ([1, 2], dict(max_new_tokens=0), ValueError, "max_new_tokens must be an int >= 1"),
+    ([1, 2], dict(max_new_tokens=0), ValueError, r"max_new_tokens must be an int in \[1, 1000000\]"),
+    ([1, 2], dict(max_new_tokens=10**9), ValueError, "max_new_tokens=1000000000 is more than glassformer generates"),
     ([1.0, 2.0], {}, TypeError, "list of ids"),
 ])
 def test_bad_input_is_a_clear_error(ids, kw, error, match):
@@ -340,3 +341,14 @@ def test_sentence_embeddings_ignore_padding_and_keep_the_final_eos():
         sentence_embeddings(torch.nn.Linear(2, 2), tokenizer, texts)
     with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         sentence_embeddings(model, tokenizer, texts, batch_size=0)
+
+
+def test_generated_ids_feed_a_training_forward():
+    """generate() runs under inference mode, but its result is an ordinary tensor: it can be fed to a
+    forward with autograd on (inference tensors cannot)."""
+    model = TransformerLM(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    out = generate(model, torch.tensor([[1, 2, 3]]), 4)
+    assert not out.is_inference()
+    loss = model(out).logsumexp(-1).mean()
+    loss.backward()
+    assert model.embeddings.tok.weight.grad is not None

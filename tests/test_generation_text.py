@@ -138,7 +138,8 @@ def test_cli_generate_beams_and_samples(checkpoint, capsys):
     (["--prompt", "the cat sat on the mat"], "longer than the model allows (max_len=16)"),
     (["--prompt", "the", "--sample", "--top_p", "2"], "top_p must be a finite number > 0 and <= 1"),
     (["--prompt", "the", "--sample", "--temperature", "0"], "temperature must be a finite number > 0"),
-    (["--prompt", "the", "--num_beams", "0"], "num_beams must be an int >= 1"),
+    (["--prompt", "the", "--num_beams", "0"], "num_beams must be an int in [1, 4096]"),
+    (["--prompt", "the", "--max_new_tokens", "1000000000"], "max_new_tokens=1000000000 is more than"),
     (["--prompt", "the", "--stream", "--num_beams", "2"], "--stream and --trace follow one sequence"),
 ])
 def test_cli_generate_bad_input_is_one_line(checkpoint, capsys, extra, message):

@@ -17,12 +17,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # import higher ones. Above the library: the package's face (__init__.py), the verbs, the CLI that
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
-    "errors": 0, "fileio": 0,
+    "errors": 0, "fileio": 0, "_version": 0,
     "config": 1, "tokenizers": 1,
     "nn": 2, "data": 2,
     "models": 3,
     "training": 4, "generation": 4,
-    "checks": 4,
+    "checks": 4, "interpret": 4,
     "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
     "__init__": 6,
     "commands": 7, "cli": 8, "__main__": 9,

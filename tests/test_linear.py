@@ -7,13 +7,16 @@ from torch import nn
 
 from glassformer import TransformerLM
 from glassformer.generation import generate
-from glassformer.nn import Linear, TransformerBlock, linear, set_batched_matvec
+from glassformer.nn import Linear, TransformerBlock, kernel_choice, linear, set_batched_matvec
 from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
 
 
 @pytest.fixture
 def bmm_calls(monkeypatch):
-    """Count torch.bmm calls (the few-row route's product)."""
+    """Count torch.bmm calls (the few-row route's product), with the route chosen for every shape
+    (as if measured faster on this machine: the choice itself is tested in test_kernel_choice.py)."""
+    monkeypatch.setattr(kernel_choice, "_choices", {})
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: True)
     calls = []
     real = torch.bmm
 

@@ -17,7 +17,7 @@ from glassformer.training import TrainConfig
 
 
 def main(argv: list[str]) -> int:
-    """``glassformer recipe ...`` (what ``python -m glassformer.recipes ...`` runs)."""
+    """``glassformer recipe ...``."""
     return cli_main(["recipe", *argv])
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -36,6 +36,8 @@ SHORTEN = {
                             "--tokenizer_vocab_size", "300", "--recipe.beams", "[2]", "--recipe.test_split", "val"],
     "prefix_reverse.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
     "prefix_lookahead.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
+    "induction_heads.yaml": ["--block_size", "24", "--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
+                             "--recipe.probe_length", "8", "--recipe.probe_batch", "4"],
 }
 VERSE = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
          "ROMEO:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n\n")
@@ -79,6 +81,11 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
             assert "history" not in results["models"][model]["training"]
             assert (tmp_path / "out" / folder / "loss.png").read_bytes()[:4] == b"\x89PNG"
         return
+    if task == "induction":
+        for run in results["runs"].values():  # the attention-only model and the GPT-2 one
+            assert [r["step"] for r in run["history"]] == [0, 1, 2]
+            assert (Path(run["out_dir"]) / "phase_change.png").read_bytes()[:4] == b"\x89PNG"
+        return
     assert results["training"]["step"] == 2 and results["training"]["val_loss"] > 0
     assert "history" not in results["training"]
     assert (tmp_path / "out/loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the recipe from the history
@@ -114,7 +121,7 @@ def test_recipe_errors_are_named(tmp_path, data_dir, capsys):
     bad.write_text("recipe: {task: dance}\n")
     with pytest.raises(ValueError, match="recipe.task must be one of"):
         load_recipe(bad)
-    assert main([str(CONFIGS / "shakespeare_char_fast.yaml"), "--data-dir", str(tmp_path)]) == 2
+    assert main([str(CONFIGS / "multi30k_de_en.yaml"), "--data-dir", str(tmp_path)]) == 2  # tinyshakespeare is shipped
     err = capsys.readouterr().err
     assert err.startswith("glassformer: error: ") and "--download" in err
     assert main([str(CONFIGS / "shakespeare_char_fast.yaml"), "--max_steps"]) == 2
@@ -129,10 +136,11 @@ def test_load_recipe_takes_a_mapping_and_split_overrides(tmp_path):
     assert config["recipe"]["kind"] == "reverse" and "n_heads" not in config["model"]  # the input is untouched
 
 
-def test_python_m_glassformer_recipes_is_the_recipe_verb():
-    done = subprocess.run([sys.executable, "-m", "glassformer.recipes", "--help"], capture_output=True, text=True,
+def test_python_m_glassformer_is_the_command_line():
+    done = subprocess.run([sys.executable, "-m", "glassformer", "recipe", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "usage: glassformer recipe" in done.stdout
+    assert "shakespeare_char_fast" in done.stdout  # the shipped recipes are listed
 
 
 def test_sequence_task_batches():

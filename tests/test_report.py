@@ -177,8 +177,8 @@ def test_cjk_tokens_and_ids_without_tokenizer():
     (lambda: gather(lm("causal"), TOK, ""), ValueError, "text is empty"),
     (lambda: gather(lm("causal"), TOK, [1.5]), TypeError, "text must be text, a list of token ids"),
     (lambda: gather(lm("bidirectional"), TOK, "abc", pad_to=2), ValueError, "pad_to must be an int >= "),
-    (lambda: gather(lm("causal"), TOK, "ab", max_tokens=0), ValueError, "max_tokens must be an int >= 1"),
-    (lambda: gather(lm("causal"), TOK, "ab", top_k=True), ValueError, "top_k must be an int >= 1, got True"),
+    (lambda: gather(lm("causal"), TOK, "ab", max_tokens=0), ValueError, r"max_tokens must be an int in \[1, 2048\]"),
+    (lambda: gather(lm("causal"), TOK, "ab", top_k=True), ValueError, r"top_k must be an int in \[1, 100\], got True"),
     (lambda: gather(encdec(), None, [1, 2]), ValueError, "start token"),
     (lambda: gather(torch.nn.Linear(2, 2), TOK, "ab"), TypeError, "model must be a glassformer"),
 ])

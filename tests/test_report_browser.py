@@ -151,3 +151,21 @@ def test_encoder_decoder(browser, tmp_path):
     assert cross.locator(".gf-queries .gf-tok").first.inner_text() == "<bos>"
     screenshot(page, tmp_path / "encdec.png")
     assert problems == []
+
+
+def test_why_sections(browser, tmp_path):
+    """The logit lens, head scores and ablation effects of glassformer.interpret render as tables."""
+    model = TransformerLM(vocab_size=TOK.vocab_size, n_layers=2, attn="causal", **SMALL)
+    report = write_report(model, TOK, "abcabc", out=tmp_path / "why.html", generate=0, logit_lens=True,
+                          head_scores=True, ablation=True)
+    page, problems = open_report(browser, report)
+    lens = page.locator("#gf-lens table.gf-lens")
+    assert lens.is_visible()
+    assert lens.locator("tbody tr").count() == 3  # before block 0, before block 1, output
+    assert lens.locator("tbody tr").first.locator("td.gf-lens-cell").count() == 6
+    assert "probability" in page.locator("#gf-lens p").first.inner_text()
+    for table in ("gf-prev", "gf-induction", "gf-ablation"):
+        rows = page.locator(f"table.{table} tbody tr")
+        assert rows.count() == 2 and rows.first.locator("td").count() == 4, table
+    screenshot(page, tmp_path / "why.png")
+    assert problems == []

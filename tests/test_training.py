@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 
 import pytest
@@ -20,6 +21,7 @@ from glassformer.training import (
     lr_at,
     param_groups,
     prepare_run,
+    save_checkpoint,
 )
 
 
@@ -124,21 +126,24 @@ def test_resume_is_bit_identical(tmp_path):
     assert steps == list(range(1, 9))
 
 
-def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path, monkeypatch, sig):
+    """Ctrl-C (SIGINT) and SIGTERM (schedulers, docker stop) both stop after saving; handlers come back."""
     straight, _ = train(config(tmp_path, "straight", max_steps=8))
-    real_step = Trainer.train_step
+    real_step, before = Trainer.train_step, {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def interrupted_step(self):
         loss = real_step(self)
-        if self.step == 5:
-            os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C during step 5
+        if self.step == 4:
+            os.kill(os.getpid(), sig)  # as if the user pressed Ctrl-C (or the scheduler said stop) during step 4
         return loss
 
     monkeypatch.setattr(Trainer, "train_step", interrupted_step)
-    _, result = train(config(tmp_path, "stopped", max_steps=8))
-    assert result["stopped"] == "interrupted"
-    assert int(load_checkpoint(tmp_path / "stopped" / "last", with_state=True).train_state["step"]) == 6
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    stopped, result = train(config(tmp_path, "stopped", max_steps=8))
+    assert result["stopped"] == "interrupted" and stopped.stop_signal == sig
+    assert int(load_checkpoint(tmp_path / "stopped" / "last", with_state=True).train_state["step"]) == 5
+    assert os.readlink(tmp_path / "stopped" / "last") == "ckpt-000005"
+    assert {s: signal.getsignal(s) for s in before} == before
     monkeypatch.setattr(Trainer, "train_step", real_step)
     resumed, result = train(config(tmp_path, "stopped", max_steps=8, resume=True))
     assert result["stopped"] == "done"
@@ -164,13 +169,140 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     assert all(torch.isfinite(v).all() for v in kept.model.state_dict().values())
 
 
+def strict_json_lines(path) -> list[dict]:
+    """The records of a JSON-lines file, refusing the NaN/Infinity tokens that are not JSON."""
+    def refuse(token):
+        raise AssertionError(f"{path} holds {token}, which is not JSON")
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_nan_validation_loss_keeps_the_last_good_checkpoint(tmp_path):
+    """The issue's case: lr=1e6 makes the evaluation's loss NaN; the checkpoint of step 2 stays `last`."""
+    good, _ = train(config(tmp_path, "blowup", max_steps=2, eval_every=2, lr_decay_steps=6))
+    good_weights = weights(good.model)
+    with pytest.raises(TrainingDiverged, match="the validation loss became nan at step 4; stopped. The last good "
+                                               "checkpoint is kept in .*blowup/last"):
+        train(config(tmp_path, "blowup", max_steps=6, eval_every=2, log_every=10, lr=1e6, resume=True))
+    out = tmp_path / "blowup"
+    kept = load_checkpoint(out / "last", with_state=True)
+    assert int(kept.train_state["step"]) == 2 and os.readlink(out / "last") == os.readlink(out / "best")
+    assert_identical(good_weights, weights(kept.model))
+    assert sorted(p.name for p in out.glob("*ckpt-*")) == ["ckpt-000002"]  # nothing of step 4 was written
+    records = strict_json_lines(out / "metrics.jsonl")  # strict JSON: the NaN loss is written as null
+    assert records[-1]["step"] == 4 and records[-1]["val_loss"] is None and records[-1]["val_accuracy"] >= 0
+    assert math.isnan(loop.read_metrics(out / "metrics.jsonl")[-1]["val_loss"])  # and read back as NaN
+
+
+def test_divergence_before_any_checkpoint_names_none(tmp_path):
+    """With no good checkpoint yet, the stop message must not point at one (there is no `last`)."""
+    with pytest.raises(TrainingDiverged, match=r"training loss became nan at step 2; stopped. No checkpoint was "
+                                               r"written \(none was good\)") as error:
+        train(config(tmp_path, "inf", max_steps=6, eval_every=2, lr=1e30, warmup_steps=0))
+    assert "last" not in str(error.value)
+    assert not (tmp_path / "inf" / "last").exists() and not list((tmp_path / "inf").glob("*ckpt-*"))
+    strict_json_lines(tmp_path / "inf" / "metrics.jsonl")
+
+
+def test_weights_that_are_not_finite_are_never_saved(tmp_path, monkeypatch):
+    """A save is refused when a weight is NaN even if the loss looked fine (e.g. no validation data)."""
+    real_step = Trainer.train_step
+
+    def poisoned_step(self):
+        loss = real_step(self)
+        if self.step == 4:  # after the step's loss was computed (finite), before its save
+            with torch.no_grad():
+                next(self.model.parameters())[0, 0] = float("inf")
+        return loss
+
+    monkeypatch.setattr(Trainer, "train_step", poisoned_step)
+    with pytest.raises(TrainingDiverged, match="weights or optimizer state hold NaN/inf at step 4; stopped. The "
+                                               "last good checkpoint is kept"):
+        train(config(tmp_path, "w", max_steps=6, eval_every=2, log_every=10, val_fraction=0.0))
+    assert os.readlink(tmp_path / "w" / "last") == "ckpt-000002"
+
+
+def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
+    """A process killed while appending to metrics.jsonl leaves half a line; resume drops it and repairs
+    the file. A broken line elsewhere is a one-line error naming the file and the line."""
+    train(config(tmp_path, "torn", max_steps=4, eval_every=4, lr_decay_steps=8))
+    metrics = tmp_path / "torn" / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 5, "train_lo')
+    _, result = train(config(tmp_path, "torn", max_steps=8, eval_every=4, lr_decay_steps=8, resume=True))
+    records = strict_json_lines(metrics)
+    assert [r["step"] for r in records if "train_loss" in r] == list(range(1, 9)) and result["step"] == 8
+    metrics.write_text('{"step": 1}\n{"step": 2, "train_lo\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl' line 2 is not valid JSON"):
+        loop.read_metrics(metrics)
+
+
+def test_resume_recovers_leftovers_and_a_dangling_pointer(tmp_path):
+    """A crash can leave temporary folders and links, an older step folder, a pointer one step behind
+    or dangling. Resume continues from the newest complete step folder and cleans up the rest."""
+    straight, _ = train(config(tmp_path, "straight", max_steps=8, eval_every=2, lr_decay_steps=8))
+    train(config(tmp_path, "crash", max_steps=4, eval_every=2, lr_decay_steps=8))
+    out = tmp_path / "crash"
+    (out / ".ckpt-000006.tmp-x1y2").mkdir()  # a save in progress
+    (out / ".ckpt-000006.tmp-x1y2" / "model.safetensors").write_bytes(b"half")
+    os.symlink("ckpt-000006", out / ".last.tmp-4242")  # a pointer in progress
+    (out / ".metrics.jsonl.tmp-4242").write_text("{")
+    (out / "last").unlink()
+    os.symlink("ckpt-000099", out / "last")  # dangling
+    (out / "best").unlink()  # a crash before the best pointer was written
+    _, result = train(config(tmp_path, "crash", max_steps=8, eval_every=2, lr_decay_steps=8, resume=True))
+    assert result["step"] == 8
+    assert_identical(weights(straight.model), weights(load_checkpoint(out / "last").model))
+    assert os.readlink(out / "last") == "ckpt-000008"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    assert {p.name for p in out.glob("ckpt-*")} == {"ckpt-000008", os.readlink(out / "best")}
+
+
+def test_resume_with_nothing_resumable(tmp_path):
+    """--resume with no checkpoint at all starts afresh (and says so, in the CLI); with checkpoints that
+    cannot be resumed it is an error naming the folder, never a silent restart over the run."""
+    cfg = config(tmp_path, "r", max_steps=2, eval_every=2, resume=True)
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / ".ckpt-000002.tmp-abc").mkdir()  # a first save that never finished
+    trainer, result = train(cfg)
+    assert result["step"] == 2 and not (out / ".ckpt-000002.tmp-abc").exists()
+
+    (out / "ckpt-000004").mkdir()  # newer than the newest complete one, and incomplete
+    (out / "ckpt-000004" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"ckpt-000004' is incomplete \(no tokenizer.json, model.safetensors, "
+                                         r"train_state.pt\).*remove it to resume from ckpt-000002"):
+        train(cfg)
+    for folder in out.glob("ckpt-*"):
+        shutil.rmtree(folder)
+    with pytest.raises(ValueError, match=r"last' points to 'ckpt-000002', which does not exist"):
+        train(cfg)
+    assert (out / "metrics.jsonl").read_text()  # the run's metrics were not thrown away
+
+
+def test_older_layout_resumes(tmp_path):
+    """A run saved by the earlier layout (a real last/ folder, or the .last.old-PID that a crash inside
+    its two-rename swap left) resumes, and its first save moves it to the new layout."""
+    straight, _ = train(config(tmp_path, "straight", max_steps=8, eval_every=4, lr_decay_steps=8))
+    for leftover in ("last", ".last.old-123"):
+        first, _ = train(config(tmp_path, leftover.strip("."), max_steps=4, eval_every=4, lr_decay_steps=8))
+        out = tmp_path / leftover.strip(".")
+        for entry in [*out.glob("ckpt-*"), out / "last", out / "best"]:
+            entry.unlink() if entry.is_symlink() else shutil.rmtree(entry)
+        save_checkpoint(out / leftover, first.model, first.tokenizer, training=first.config.to_dict(),
+                        train_state=first.state())
+        resumed, result = train(config(tmp_path, leftover.strip("."), max_steps=8, eval_every=4, lr_decay_steps=8,
+                                       resume=True))
+        assert result["step"] == 8
+        assert_identical(weights(straight.model), weights(resumed.model))
+        assert os.readlink(out / "last") == "ckpt-000008" and not (out / ".last.old-123").exists()
+
+
 def test_outputs_written(tmp_path):
     trainer, result = train(config(tmp_path, "out", max_steps=6))
     out = tmp_path / "out"
     for name in ("last/model.safetensors", "last/train_state.pt", "last/training.json", "best/model.safetensors",
                  "metrics.jsonl"):
         assert (out / name).is_file(), name
-    assert not (out / "best" / "train_state.pt").exists()
     assert not (out / "loss.png").exists()  # the trainer returns its history; callers draw (glassformer train does)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert result["history"] == records == trainer.history
@@ -178,6 +310,11 @@ def test_outputs_written(tmp_path):
     evals = [r for r in records if "val_loss" in r]
     assert [r["step"] for r in evals] == [3, 6]
     assert result["best_val_loss"] == min(r["val_loss"] for r in evals)
+    # Step folders plus pointers; only the folders the pointers need are kept, and nothing else is left.
+    best_step = min(evals, key=lambda r: r["val_loss"])["step"]
+    assert os.readlink(out / "last") == "ckpt-000006" and os.readlink(out / "best") == f"ckpt-{best_step:06d}"
+    assert sorted(p.name for p in out.iterdir() if p.name not in ("cache", "metrics.jsonl")) == sorted(
+        {"best", "last", "ckpt-000006", f"ckpt-{best_step:06d}"})
 
 
 @pytest.mark.parametrize("objective, extra", [

@@ -1,4 +1,4 @@
-"""plot_attention writes readable PNGs, CJK labels included."""
+"""plot_attention writes readable PNGs, CJK labels included (with the font subset the package ships)."""
 
 import warnings
 from pathlib import Path
@@ -46,10 +46,19 @@ def test_missing_cjk_glyphs_are_detected(tmp_path, monkeypatch):
         _cjk_attention(tmp_path, "tofu.png")
 
 
+def test_the_shipped_cjk_font_comes_first_even_without_an_installed_one(monkeypatch):
+    from matplotlib import font_manager
+
+    kept = [f for f in font_manager.fontManager.ttflist if "CJK" not in f.name]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", kept)  # a machine without fonts-noto-cjk
+    assert cjk_font_families() == ["DejaVu Sans", plots.BUNDLED_CJK_FAMILY]
+    assert cjk_font_families() == ["DejaVu Sans", plots.BUNDLED_CJK_FAMILY]  # registered once
+    assert sum(f.name == plots.BUNDLED_CJK_FAMILY for f in font_manager.fontManager.ttflist) == 1
+
+
 def test_plot_attention_renders_cjk_without_missing_glyphs(tmp_path, monkeypatch):
     families = cjk_font_families()
-    if len(families) < 2:
-        pytest.skip("no CJK font installed (apt install fonts-noto-cjk)")
+    assert families[:2] == ["DejaVu Sans", plots.BUNDLED_CJK_FAMILY]
     from matplotlib import font_manager, ft2font
 
     figures = _captured_figures(monkeypatch)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ._version import __version__
 from .checks import CausalityReport, check_causality
 from .config import PRESETS, ModelConfig
 from .models import EncoderDecoder, TransformerLM, build_model, count_params
@@ -36,8 +37,6 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[to
 
     return load_checkpoint_folder(path, map_location)
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CausalityReport", "check_causality", "ModelConfig", "PRESETS", "EncoderDecoder", "TransformerLM",

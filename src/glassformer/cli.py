@@ -1,9 +1,12 @@
 """The ``glassformer`` command line: ``glassformer VERB [options]``; ``--help`` on every verb.
 
 Each verb lives in ``glassformer/commands/<verb>.py`` with ``register(subparsers)``, which adds its
-parser and sets ``func(args) -> int``. Expected failures (a :class:`~glassformer.errors.GlassformerError`,
-bad input, missing files) print one line ``glassformer: error: ...`` and exit with status 2, without a
-traceback. The commands never import this module; they raise glassformer's own errors.
+parser and sets ``func(args) -> int``. Expected failures print one line ``glassformer: error: ...`` and
+exit with status 2, without a traceback: a :class:`~glassformer.errors.GlassformerError` (bad input, a
+bad file, a bad config: the user can fix it) and an ``OSError`` (permission denied, a folder where a file
+belongs, a full disk: the environment, naming the file). Every other exception is a bug in glassformer
+(or in a library under it) and keeps its traceback. Usage mistakes argparse finds are one line too.
+The commands never import this module; they raise glassformer's own errors.
 """
 
 from __future__ import annotations
@@ -11,22 +14,49 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from .errors import GlassformerError
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
-VERBS = ("demo", "train", "eval", "sample", "generate", "translate", "inspect", "convert", "embed", "bench",
-         "recipe")
+VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "bench")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (``glassformer VERB: error: ... (see --help)``)
+    with exit status 2, like every other error of the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line on standard error and exit with status 2."""
+        message = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``glassformer`` parser with one subparser per verb of :data:`VERBS`."""
-    parser = argparse.ArgumentParser(
-        prog="glassformer", description="Transformers you can see through: train, generate, inspect.")
+    parser = OneLineParser(
+        prog="glassformer", description="Transformers you can see through: train, generate, inspect.",
+        epilog="Options are spelled as the Python keywords they set (--max_new_tokens, --top_k); "
+               "the dashed spelling (--max-new-tokens) is accepted too.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         importlib.import_module(f"glassformer.commands.{verb.replace('-', '_')}").register(sub)
+    for verb_parser in sub.choices.values():
+        accept_dashes(verb_parser)
     return parser
+
+
+def accept_dashes(parser: argparse.ArgumentParser) -> None:
+    """Let every ``--snake_case`` option of ``parser`` also be spelled ``--kebab-case``.
+
+    The underscore spelling is the one ``--help`` shows (it is the keyword or config key it sets);
+    the dashed one is an alias, as Hugging Face's argument parser accepts both.
+    """
+    for action in parser._actions:
+        for option in action.option_strings:
+            alias = option.replace("_", "-")
+            if option.startswith("--") and alias not in parser._option_string_actions:
+                parser._option_string_actions[alias] = action
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
         return 130
-    except (GlassformerError, ValueError, TypeError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError,
-            PermissionError) as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"glassformer: error: {message}", file=sys.stderr)
+    except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
+        print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (an OSError as "strerror: 'file'")."""
+    if isinstance(error, OSError) and not isinstance(error, GlassformerError) and error.strerror:
+        names = [repr(str(n)) for n in (error.filename, error.filename2) if n is not None]
+        text = f"{error.strerror}: {' -> '.join(names)}" if names else error.strerror
+    else:
+        text = str(error)
+    text = " ".join(text.split())
+    return text or type(error).__name__
 
 
 if __name__ == "__main__":

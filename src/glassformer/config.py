@@ -8,13 +8,12 @@ message naming the field.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, GlassformerError, check_int
+from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, load_json, shown
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.
@@ -61,6 +60,7 @@ class ModelConfig:
     split_positions: bool = False  # encoder-decoder: decoder's own position table and embedding norm (BART)
     head_transform: bool = False  # dense + activation + norm before the output layer (BERT's MLM head)
     init_std: float | None = None  # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
+    attn_only: bool = False  # no feed-forward sub-layers (Elhage et al. 2021; configs/induction_heads.yaml)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> ModelConfig:
@@ -70,7 +70,7 @@ class ModelConfig:
             if value is None and f.type.endswith("| None"):
                 continue
             if not _has_type(value, kind):
-                raise ArgumentTypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {value!r}")
+                raise ArgumentTypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {shown(value)}")
         self._choose("arch", ARCHS)
         self._choose("attn", ATTN_TYPES)
         self._choose("pos", POS_TYPES)
@@ -89,14 +89,11 @@ class ModelConfig:
             raise GlassformerError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         if self.pos == "rope" and self.head_dim % 2 != 0:
             raise GlassformerError(f"pos='rope' needs an even head width d_model/n_heads, got {self.head_dim}")
-        if not 0.0 <= self.dropout < 1.0:
+        if check_number("dropout", self.dropout, 0.0) >= 1.0:  # NaN and inf are refused by check_number
             raise GlassformerError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.norm_eps <= 0:
-            raise GlassformerError(f"norm_eps must be > 0, got {self.norm_eps}")
-        if self.rope_theta <= 0:
-            raise GlassformerError(f"rope_theta must be > 0, got {self.rope_theta}")
-        if self.init_std is not None and (isinstance(self.init_std, bool) or self.init_std <= 0):
-            raise GlassformerError(f"init_std must be None or > 0, got {self.init_std}")
+        check_number("norm_eps", self.norm_eps, 0.0, low_open=True)
+        check_number("rope_theta", self.rope_theta, 0.0, low_open=True)
+        check_number("init_std", self.init_std, 0.0, low_open=True, allow_none=True)
         if self.arch == "encoder-decoder" and self.attn != "causal":
             raise GlassformerError(
                 f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
@@ -116,7 +113,7 @@ class ModelConfig:
 
     def _choose(self, name: str, choices: tuple[str, ...]) -> None:
         if getattr(self, name) not in choices:
-            raise GlassformerError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+            raise GlassformerError(f"{name} must be one of {choices}, got {shown(getattr(self, name))}")
 
     @property
     def head_dim(self) -> int:
@@ -139,7 +136,7 @@ class ModelConfig:
         if not isinstance(data, dict):
             raise ArgumentTypeError(f"config must be a dict, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
         if "vocab_size" not in data:
@@ -155,22 +152,38 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> ModelConfig:
-        """Read a config from JSON text or from a JSON file path."""
+        """Read a config from JSON text or from a JSON file path.
+
+        Invalid JSON, a file that is not UTF-8 and a value that is not a mapping are a
+        :class:`~glassformer.errors.BadFileError` naming the file; a bad field is a GlassformerError
+        naming it (prefixed with the file's name).
+        """
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text(encoding="utf-8")
-        return cls.from_dict(json.loads(text))
+            data = load_json(text_or_path, "config file")
+            try:
+                return cls.from_dict(data)
+            except GlassformerError as error:
+                raise type(error)(f"{text}: {error}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise BadFileError(f"config is not valid JSON ({error.msg} at line {error.lineno} column "
+                               f"{error.colno})") from None
+        except RecursionError:
+            raise BadFileError("config JSON is nested too deeply to read") from None
+        return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes).validate()
+        """A validated copy with some fields changed (an unknown field is an error naming it)."""
+        return type(self).from_dict({**self.to_dict(), **changes})
 
     # ------------------------------------------------------------------ presets
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named configuration (see ``PRESETS``), optionally with fields overridden."""
-        if name not in PRESETS:
-            raise GlassformerError(f"unknown preset {name!r}; available: {sorted(PRESETS)}")
+        if not isinstance(name, str) or name not in PRESETS:
+            raise GlassformerError(f"unknown preset {shown(name)}; available: {sorted(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
 
     @classmethod

@@ -7,8 +7,13 @@ Genuine bugs are never turned into one of these: they keep their traceback.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from pathlib import Path
 from typing import Any
+
+MAX_SEED = 2**63 - 1  # the largest seed glassformer passes to a random generator (torch takes up to 2**64 - 1)
 
 
 class GlassformerError(ValueError):
@@ -58,7 +63,16 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
         expected = "an int"
     if allow_none:
         expected += " or None"
-    raise GlassformerError(f"{name} must be {expected}, got {value!r}")
+    raise GlassformerError(f"{name} must be {expected}, got {shown(value)}")
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to 80 characters (a huge int or a long string stays
+    one short line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
@@ -71,6 +85,8 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     if value is None and allow_none:
         return None
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(number, int) and abs(number) > 2**1023:  # too large for a float: math.isfinite would raise
+        number = None
     if number is not None and math.isfinite(number):
         above = low is None or (number > low if low_open else number >= low)
         if above and (high is None or number <= high):
@@ -83,4 +99,73 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     expected = "a finite number" + (f" {' and '.join(bounds)}" if bounds else "")
     if allow_none:
         expected += " or None"
-    raise GlassformerError(f"{name} must be {expected}, got {value!r}")
+    raise GlassformerError(f"{name} must be {expected}, got {shown(value)}")
+
+
+def check_seed(name: str, value: Any, *, allow_none: bool = False) -> int | None:
+    """``value`` if it is an int in [0, 2**63 - 1] (what torch's generators accept), else an error naming ``name``."""
+    return check_int(name, value, 0, MAX_SEED, allow_none=allow_none)
+
+
+def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
+    """The path of ``name`` inside ``folder``, refusing any name that would leave it.
+
+    A model folder names its own files (the shards of ``model.safetensors.index.json``, say); such a
+    name must be a plain relative path: not absolute, no ``..``, and (after following symbolic links)
+    still inside ``folder``. One exception keeps the Hugging Face cache working: a folder
+    ``.../snapshots/REV`` may link into the ``.../blobs`` folder next to ``snapshots``.
+
+    Args:
+        folder: the model folder.
+        name: the file's name as the folder's own files spell it (anything else is refused).
+        what: how to call the file in the error message ("shard", "file").
+    Returns:
+        ``folder / name``. Raises :class:`BadFileError` naming the file otherwise.
+    """
+    folder = Path(folder)
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise BadFileError(f"{str(folder)!r} names a {what} {name!r:.80}, which is not a file name")
+    parts = Path(name).parts
+    if Path(name).is_absolute() or os.path.isabs(name) or ".." in parts or name.startswith("~"):
+        raise BadFileError(f"{str(folder)!r} names the {what} {name!r}, outside the folder (only plain "
+                           "names inside the model folder are read)")
+    path = folder / name
+    root = folder.resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots":  # Hugging Face cache: snapshots/REV/FILE -> ../../blobs/HASH
+        allowed.append(root.parent.parent / "blobs")
+    target = path.resolve()
+    if not any(target == base or base in target.parents for base in allowed):
+        raise BadFileError(f"{str(path)!r} leads outside the model folder (to {str(target)!r}); "
+                           "glassformer reads only files inside it")
+    return path
+
+
+MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
+
+
+def load_json(path: str | Path, what: str = "file") -> Any:
+    """The JSON value of the file ``path``; every way the file can be unusable is a one-line error.
+
+    A missing file is a :class:`MissingFileError`; a folder (or a device, a pipe), a file over
+    :data:`MAX_JSON_BYTES`, bytes that are not UTF-8, invalid JSON (or a nesting too deep to parse) a
+    :class:`BadFileError` naming the file. Permission problems stay ``PermissionError`` (an
+    ``OSError``, which the command line also prints as one line).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise MissingFileError(f"{what} {str(path)!r} does not exist")
+    if not path.is_file():
+        raise BadFileError(f"{what} {str(path)!r} is not a file")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise BadFileError(f"{what} {str(path)!r} is {path.stat().st_size:,} bytes, too large for a JSON "
+                           f"{what} (at most {MAX_JSON_BYTES:,})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise BadFileError(f"{what} {str(path)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise BadFileError(f"{what} {str(path)!r} is not valid JSON ({error.msg} at line {error.lineno} "
+                           f"column {error.colno})") from None
+    except RecursionError:
+        raise BadFileError(f"{what} {str(path)!r} is nested too deeply to read") from None

@@ -77,7 +77,7 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     check_int("rounds", rounds, 1, allow_none=True)
     if hf and importlib.util.find_spec("transformers") is None:
         raise GlassformerError("the Hugging Face contenders need transformers (pip install transformers), "
-                               "or pass hf=False (--no-hf)")
+                               "or pass hf=False (--no_hf)")
     torch_dtype = DTYPES[dtype]
     n = rounds or (3 if quick else 5)
     calls = 1 if quick else 2
@@ -154,10 +154,14 @@ def format_table(results: dict[str, Any]) -> str:
         lines += _table(["batch-prompt-new", "glassformer", "vs hf", "F.linear only", "few-row route gain", "hf"],
                         rows)
     if "attn" in results:
-        lines.append("cost of transparency: inference forward, return_attn=True vs fused")
+        lines.append("cost of transparency: inference forward, return_attn=True vs fused; time ratios to fused of "
+                     "the last layer's weights alone (interpret.attention_weights) and of caching every hook point")
         rows = [[size, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",
-                 f"{r['ratio']:.2f}x"] for size, r in results["attn"].items()]
-        lines += _table(["size", "fused tokens/s", "return_attn tokens/s", "time ratio"], rows)
+                 f"{r['ratio']:.2f}x", *(f"{r['ratios'][n]:.2f}x" if n in r.get("ratios", {}) else "-"
+                                         for n in ("one_layer_weights", "cache_everything"))]
+                for size, r in results["attn"].items()]
+        lines += _table(["size", "fused tokens/s", "return_attn tokens/s", "time ratio", "one layer's weights",
+                         "cache everything"], rows)
     if "compile" in results:
         lines.append("torch.compile: first call (compiling included) and steady-state gain, paired")
         rows = [[f"{part} ({r['size']})", f"{r['first_call_s']:.1f} s", f"{r['tokens_per_s']['eager']:,.0f}",

@@ -1,7 +1,9 @@
 """The cost of transparency: a forward pass that returns every layer's attention weights.
 
 ``return_attn=True`` switches attention from the fused kernel to the explicit softmax, and keeps
-each layer's (B, h, T, T) weights alive; this measures what that costs against the fused forward.
+each layer's (B, h, T, T) weights alive; this measures what that costs against the fused forward,
+and what the hook points of glassformer.interpret cost when used: the last layer's weights alone
+(every other layer stays fused) and a cache of every hook point.
 """
 
 from __future__ import annotations
@@ -10,16 +12,19 @@ from typing import Any
 
 import torch
 
+from ..interpret import attention_weights, run_with_cache
 from .setups import Size, glass_model
 from .timing import paired, paired_ratio
 
 
 def bench_transparency(size: Size, *, rounds: int = 5, calls: int = 3, device: torch.device | str = "cpu",
                        dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Inference forward on a training batch of ``size``, fused vs ``return_attn=True``, paired.
+    """Inference forward on a training batch of ``size``, fused vs ``return_attn=True``, paired, with
+    two uses of the hook points: "one_layer_weights" (``attention_weights`` of the last layer) and
+    "cache_everything" (``run_with_cache`` of every hook point).
 
-    Returns tokens_per_s for "fused" and "return_attn", and ratio (return_attn seconds / fused
-    seconds: 1.3 means looking inside costs 30% more time).
+    Returns tokens_per_s of each, ratio (return_attn seconds / fused seconds: 1.3 means looking inside
+    costs 30% more time) and ratios (each contender's seconds / fused seconds).
     """
     model = glass_model(size, device, dtype).eval()
     ids = torch.randint(0, size.vocab_size, (size.batch, size.block),
@@ -29,11 +34,21 @@ def bench_transparency(size: Size, *, rounds: int = 5, calls: int = 3, device: t
         with torch.inference_mode():
             model(ids, return_attn=return_attn)
 
-    timings = paired({"fused": lambda: forward(False), "return_attn": lambda: forward(True)},
+    def inspect(use: str) -> None:
+        with torch.inference_mode():
+            if use == "one_layer_weights":
+                attention_weights(model, ids, layers=[size.n_layers - 1])
+            else:
+                run_with_cache(model, ids)
+
+    timings = paired({"fused": lambda: forward(False), "return_attn": lambda: forward(True),
+                      "one_layer_weights": lambda: inspect("one_layer_weights"),
+                      "cache_everything": lambda: inspect("cache_everything")},
                      rounds=rounds, calls=calls, device=device)
     tokens = size.batch * size.block
     return {
         "size": size.name, "tokens_per_s": {n: tokens / t.median for n, t in timings.items()},
         "ratio": paired_ratio(timings["return_attn"], timings["fused"]),
+        "ratios": {n: paired_ratio(t, timings["fused"]) for n, t in timings.items() if n != "fused"},
         "seconds": {n: t.rounds for n, t in timings.items()},
     }

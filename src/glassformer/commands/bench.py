@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default: float32)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face contenders")
+    parser.add_argument("--no_hf", action="store_true", help="skip the Hugging Face contenders")
     parser.add_argument("--out", type=Path, default=Path("bench-output/bench.json"), help="where to write the JSON")
     parser.set_defaults(func=run)
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
-        torch.set_num_threads(check_int("--threads", args.threads, 1))
+        torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
     if args.device != "cpu" and not args.device.startswith("cuda"):
         raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():

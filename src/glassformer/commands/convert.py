@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         if tokenizer is None:
             raise GlassformerError(f"{str(args.src)!r} has no tokenizer files (tokenizer.json, vocab.txt or "
                                    "vocab.json + merges.txt); a glassformer checkpoint needs one")
+        if tokenizer.vocab_size > model.config.vocab_size:  # smaller is fine (a padded vocabulary): load agrees
+            raise GlassformerError(f"{str(args.src)!r}: its tokenizer has {tokenizer.vocab_size} ids but the model's "
+                                   f"vocab_size is {model.config.vocab_size}; ids beyond it would have no embedding")
         save_checkpoint(args.dst, model, tokenizer)
         what = "Hugging Face folder -> glassformer checkpoint"
     else:

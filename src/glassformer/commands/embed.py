@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix instead")
     parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                         help="mean over real tokens (default) or the first token's vector")
-    parser.add_argument("--no-normalize", action="store_true", help="do not L2-normalise the vectors")
+    parser.add_argument("--no_normalize", action="store_true", help="do not L2-normalise the vectors")
     parser.add_argument("--digits", type=int, default=6, help="decimals printed")
     parser.set_defaults(func=run)
 
@@ -37,12 +37,15 @@ def run(args: argparse.Namespace) -> int:
     """Print one JSON line per text (its vector) or the cosine similarity matrix; returns 0."""
     import torch.nn.functional as F
 
-    from ..errors import GlassformerError, check_int
+    from ..errors import GlassformerError, UsageError, check_int
     from ..generation import sentence_embeddings
     from ..interop.hf_dir import is_hf_dir, load_hf_dir
     from ..training.checkpoint import load
 
     check_int("--digits", args.digits, 0, 16)
+    empty = [i + 1 for i, text in enumerate(args.texts) if not text]
+    if empty:
+        raise UsageError(f"TEXT {empty[0]} is empty; give a sentence to embed")
     if not args.model.is_dir():
         raise MissingFileError(f"model folder {str(args.model)!r} does not exist")
     model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)

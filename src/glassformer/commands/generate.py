@@ -20,7 +20,8 @@ def _early_stopping(value: str) -> bool | str:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``generate`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
-        "generate", help="continue or translate prompts with a checkpoint (greedy, sampling, beam search)",
+        "generate", help="continue (or translate) --prompt texts: greedy, sampling, beam search, "
+                         "streaming, per-step traces",
         description="Generate from a checkpoint folder. Greedy by default; --sample draws tokens (shaped by "
                     "--temperature/--top_k/--top_p/--min_p); --num_beams N runs beam search (Hugging Face "
                     "semantics). --stream prints text as it is produced; --trace prints each step's top "
@@ -28,28 +29,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("checkpoint", type=Path, help="checkpoint folder (model.safetensors, config.json, ...)")
     parser.add_argument("--prompt", action="append", required=True,
                         help="text to continue (an encoder-decoder translates it); repeat for a batch")
-    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=100)
+    parser.add_argument("--max_new_tokens", type=int, default=100)
     parser.add_argument("--sample", "--do_sample", dest="do_sample", action="store_true",
                         help="sample instead of taking the most likely token")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
-    parser.add_argument("--top_k", "--top-k", type=int, default=None, help="sample among the k most likely")
-    parser.add_argument("--top_p", "--top-p", type=float, default=None, help="nucleus threshold in (0, 1]")
-    parser.add_argument("--min_p", "--min-p", type=float, default=None, help="drop tokens below min_p x top")
-    parser.add_argument("--repetition_penalty", "--repetition-penalty", type=float, default=None)
-    parser.add_argument("--no_repeat_ngram_size", "--no-repeat-ngram-size", type=int, default=None)
-    parser.add_argument("--num_beams", "--num-beams", type=int, default=1)
-    parser.add_argument("--length_penalty", "--length-penalty", type=float, default=1.0)
-    parser.add_argument("--early_stopping", "--early-stopping", type=_early_stopping, default=False,
+    parser.add_argument("--top_k", type=int, default=None, help="sample among the k most likely")
+    parser.add_argument("--top_p", type=float, default=None, help="nucleus threshold in (0, 1]")
+    parser.add_argument("--min_p", type=float, default=None, help="drop tokens below min_p x top")
+    parser.add_argument("--repetition_penalty", type=float, default=None)
+    parser.add_argument("--no_repeat_ngram_size", type=int, default=None)
+    parser.add_argument("--num_beams", type=int, default=1)
+    parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--early_stopping", type=_early_stopping, default=False,
                         help="beam search stop rule: true, false or never")
-    parser.add_argument("--num_return_sequences", "--num-return-sequences", type=int, default=1)
+    parser.add_argument("--num_return_sequences", type=int, default=1)
     parser.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    parser.add_argument("--ignore_eos", "--ignore-eos", action="store_true",
+    parser.add_argument("--ignore_eos", action="store_true",
                         help="do not stop at the tokenizer's end-of-sequence token")
-    parser.add_argument("--no_cache", "--no-cache", action="store_true", help="recompute instead of KV caching")
+    parser.add_argument("--no_cache", action="store_true", help="recompute instead of KV caching")
     parser.add_argument("--stream", action="store_true", help="print the text as it is generated")
     parser.add_argument("--trace", action="store_true", help="print each step's top candidates and choice")
-    parser.add_argument("--trace_top_k", "--trace-top-k", type=int, default=4)
+    parser.add_argument("--trace_top_k", type=int, default=4)
     parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
     parser.set_defaults(func=run)
 
@@ -71,12 +72,13 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
     from ..errors import UsageError, check_int
-    from ..generation import format_trace, generate_text, stream_text, trace_text
+    from ..generation import check_max_new_tokens, format_trace, generate_text, stream_text, trace_text
     from ..training import load
 
     if not all(args.prompt):
         raise UsageError("--prompt must not be empty")
     check_int("--trace_top_k", args.trace_top_k, 1)
+    check_max_new_tokens(args.max_new_tokens, name="--max_new_tokens")  # before loading: a typo fails at once
     if (args.stream or args.trace) and (len(args.prompt) > 1 or args.num_beams > 1 or args.num_return_sequences > 1):
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")

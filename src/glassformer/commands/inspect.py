@@ -9,8 +9,10 @@ EPILOG = """examples:
   glassformer inspect runs/char-lm --text "ROMEO:" --out report.html
   glassformer inspect runs/translate --text "ein Hund läuft" --target "a dog runs"
   glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
-  glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad-to 10
-  glassformer inspect path/to/all-MiniLM-L6-v2 --text "The cat sat." --add-special-tokens
+  glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad_to 10
+  glassformer inspect path/to/all-MiniLM-L6-v2 --text "The cat sat."
+  glassformer inspect out/induction_heads/attn_only/model --text "abcdefgabcdefg" --add_special_tokens \
+      --logit_lens --head_scores --ablation
 
 CHECKPOINT is a glassformer checkpoint folder or a Hugging Face model folder (GPT-2, Llama, BERT,
 BART; read by glassformer.interop without transformers). Without one, --preset builds a model with
@@ -33,14 +35,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                       "the prefix of a prefix-LM")
     parser.add_argument("--target", help="encoder-decoder: the target; prefix-LM: the continuation")
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="the HTML file to write")
-    parser.add_argument("--prefix-len", type=int, help="prefix-LM: prefix length in tokens (default: --text)")
-    parser.add_argument("--pad-to", type=int, help="right-pad the input to this many tokens, to see padding")
+    parser.add_argument("--prefix_len", type=int, help="prefix-LM: prefix length in tokens (default: --text)")
+    parser.add_argument("--pad_to", type=int, help="right-pad the input to this many tokens, to see padding")
     parser.add_argument("--generate", type=int, default=16, help="steps of the generation trace (0: none)")
-    parser.add_argument("--top-k", type=int, default=5, help="candidates shown per generation step")
-    parser.add_argument("--max-tokens", type=int, default=128,
+    parser.add_argument("--top_k", type=int, default=5, help="candidates shown per generation step")
+    parser.add_argument("--max_tokens", type=int, default=128,
                         help="longer inputs are cut to this many tokens (noted in the report)")
-    parser.add_argument("--add-special-tokens", action="store_true",
-                        help="let the tokenizer add its bos/eos ([CLS]/[SEP]) around --text")
+    specials = parser.add_mutually_exclusive_group()
+    specials.add_argument("--add_special_tokens", action="store_const", const=True, default=None,
+                          help="let the tokenizer add its bos/eos ([CLS]/[SEP]) around --text (the default for "
+                               "a Hugging Face folder's tokenizer, as in transformers)")
+    specials.add_argument("--no_special_tokens", dest="add_special_tokens", action="store_const", const=False,
+                          help="encode --text without them (the default for glassformer's own tokenizers)")
+    why = parser.add_argument_group("why, not only what (glassformer.interpret; single-stack models)")
+    why.add_argument("--logit_lens", action="store_true",
+                     help="add the logit lens: the top next token read before each block, at every position")
+    why.add_argument("--head_scores", action="store_true",
+                     help="add each head's previous-token and induction score (causal models)")
+    why.add_argument("--ablation", action="store_true",
+                     help="add each head's ablation effect on the model's own predictions (one forward per head)")
     source = parser.add_argument_group("model without a checkpoint")
     source.add_argument("--preset", help="a ModelConfig preset with random weights and a byte tokenizer")
     source.add_argument("--attn", choices=("causal", "bidirectional", "prefix"),
@@ -85,11 +98,16 @@ def _load(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Write the HTML report of ``args.text`` (and ``args.target``) to ``args.out``; returns 0."""
-    from ..viz.report import write_report
+    from ..errors import check_seed
+    from ..viz.report import check_report_options, write_report
 
+    check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,
+                         pad_to=args.pad_to, prefix="--")  # before loading: a typo fails at once
+    check_seed("--seed", args.seed)
     model, tokenizer = _load(args)
     path = write_report(model, tokenizer, args.text, args.target, args.out, prefix_len=args.prefix_len,
                         pad_to=args.pad_to, generate=args.generate, top_k=args.top_k,
-                        max_tokens=args.max_tokens, add_special_tokens=args.add_special_tokens)
+                        max_tokens=args.max_tokens, add_special_tokens=args.add_special_tokens,
+                        logit_lens=args.logit_lens, head_scores=args.head_scores, ablation=args.ablation)
     print(f"report written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
     return 0

@@ -1,26 +1,37 @@
-"""``glassformer recipe CONFIG.yaml [--data-dir DIR] [--download] [--key value ...]``: run one recipe.
+"""``glassformer recipe NAME|CONFIG.yaml [--data_dir DIR] [--download] [--key value ...]``: run one recipe.
 
-A recipe (``configs/*.yaml`` with a ``recipe:`` section) trains and evaluates on a public corpus and
-writes ``out_dir/results.json``; see :mod:`glassformer.recipes` and docs/results.md.
-``python -m glassformer.recipes ...`` is the same command.
+A recipe (``configs/*.yaml`` with a ``recipe:`` section; the package ships them, so a NAME such as
+``shakespeare_char_fast`` works anywhere) trains and evaluates on a public corpus and writes
+``out_dir/results.json``; see :mod:`glassformer.recipes` and docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+
+
+def _shipped() -> list[str]:
+    """The names of the shipped recipes, for --help (read from the folder: importing recipes is slow)."""
+    folder = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+    return sorted(p.stem for p in folder.glob("*.yaml") if "\nrecipe:" in "\n" + p.read_text(encoding="utf-8"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``recipe`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""
     parser = sub.add_parser(
-        "recipe", help="train and evaluate a recipe (configs/*.yaml) on its corpus",
-        description="Train and evaluate a recipe (configs/*.yaml); writes out_dir/results.json and prints it. "
-                    "Any training key can be overridden as --key value, model fields as --model.KEY value, "
+        "recipe", help="train and evaluate a shipped recipe (corpus, training, evaluation) by NAME or YAML",
+        description="Train and evaluate a recipe; writes out_dir/results.json and prints it.\n"
+                    "Any training key can be overridden as --key value, model fields as --model.KEY value,\n"
                     "recipe options as --recipe.KEY value.",
-        epilog="example: glassformer recipe configs/shakespeare_char_fast.yaml --data-dir ../shared/data")
-    parser.add_argument("config", help="recipe YAML file, e.g. configs/shakespeare_char_fast.yaml")
-    parser.add_argument("--data-dir", default=None,
+        epilog="examples:\n  glassformer recipe shakespeare_char_fast --max_steps 200\n"
+               "  glassformer recipe configs/multi30k_de_en.yaml --data_dir ../shared/data\n\n"
+               "shipped recipes: " + ", ".join(_shipped()),
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument("config", metavar="RECIPE",
+                        help="a shipped recipe's NAME (e.g. shakespeare_char_fast) or a recipe YAML file")
+    parser.add_argument("--data_dir", default=None,
                         help="corpus folder (default: $GLASSFORMER_DATA or ./data); see docs/results.md")
     parser.add_argument("--download", action="store_true", help="fetch a missing corpus from its public URL")
     parser.set_defaults(func=run, overrides=[])
@@ -28,10 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the recipe with its overrides, run it and print its results (without config and recipe); 0."""
-    from ..recipes import load_recipe, run_recipe
+    from ..recipes import find_recipe, load_recipe, run_recipe
     from .overrides import overrides_from_argv
 
-    recipe = load_recipe(args.config, overrides_from_argv(args.overrides), args.data_dir, args.download)
+    recipe = load_recipe(find_recipe(args.config), overrides_from_argv(args.overrides), args.data_dir, args.download)
     results = run_recipe(recipe, args.data_dir, args.download)
     shown = {k: v for k, v in results.items() if k not in ("config", "recipe")}
     print(json.dumps(shown, indent=2, ensure_ascii=False))

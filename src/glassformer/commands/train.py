@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""
     parser = sub.add_parser(
-        "train", help="train a model from a YAML recipe (clm, mlm, prefix-LM or seq2seq)",
+        "train", help="train on your own text files from a YAML config (clm, mlm, prefix-LM or seq2seq)",
         description="Train from a YAML config; any key can be overridden on the command line as --key value "
-                    "(model fields as --model.KEY value). Writes checkpoints (last/, best/), metrics.jsonl and "
-                    "loss.png to out_dir. Keys and defaults: docs/training.md.",
-        epilog="example: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 --out_dir out/sc")
+                    "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by last "
+                    "and best), metrics.jsonl and loss.png to out_dir; SIGTERM or Ctrl-C stops after saving. "
+                    "Keys and defaults: docs/training.md.",
+        epilog="example: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 --out_dir out/sc",
+        allow_abbrev=False)
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.set_defaults(func=run, overrides=[])
 
@@ -26,9 +30,11 @@ def run(args: argparse.Namespace) -> int:
     """Train as ``args.config`` plus ``args.overrides`` say; print the summary as one JSON line.
 
     Rank 0 draws ``out_dir/loss.png`` from the run's history, also when training stops with an error.
-    Returns 0, or 130 when Ctrl-C stopped the run (after saving ``last/``).
+    Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM (143) stopped the run after
+    saving a checkpoint.
     """
     from ..training import TrainConfig, Trainer, prepare_run
+    from ..training.checkpoint import find_resumable
     from ..training.distributed import init_distributed, shutdown
     from ..viz.plots import plot_losses
     from .overrides import overrides_from_argv
@@ -38,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     dist = init_distributed(config.device)
     try:
         run_ = prepare_run(config)
+        if config.resume and dist.is_main and find_resumable(config.out_dir) is None:
+            print(f"resume: {config.out_dir} holds no checkpoint to resume from; starting at step 0", file=sys.stderr)
         trainer = Trainer(config, run_.model, run_.tokenizer, run_.batches, dist=dist)
         try:
             result = trainer.train()
@@ -47,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown(dist)
     if dist.is_main:
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items() if k != "history"}
+        shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
+                 for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
         print(json.dumps(shown))
-        print(f"checkpoints in {Path(config.out_dir) / 'last'} and {Path(config.out_dir) / 'best'}")
-    return 130 if result["stopped"] == "interrupted" else 0
+        kept = [str(Path(config.out_dir) / name) for name in ("last", "best") if (Path(config.out_dir) / name).exists()]
+        print(f"checkpoints in {' and '.join(kept)}" if kept else "no checkpoint was written")
+    return 128 + int(trainer.stop_signal or 2) if result["stopped"] == "interrupted" else 0

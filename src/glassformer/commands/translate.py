@@ -10,7 +10,7 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``translate`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
-        "translate", help="translate lines of text with an encoder-decoder checkpoint",
+        "translate", help="translate a file or standard input line by line, batched (sacreBLEU with --ref)",
         description="Translate one sentence per line, read from FILEs (plain or .gz) or standard input, in "
                     "batches of similar length; one translation per line on standard output (or --output). "
                     "Greedy by default, beam search with --beams N. With --ref, sacreBLEU is printed to "
@@ -41,13 +41,15 @@ def _read_sources(files: list[Path]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
     from ..errors import GlassformerError, check_int, check_number
-    from ..generation import bleu, translate
+    from ..generation import bleu, check_max_new_tokens, translate
+    from ..generation.api import MAX_LENGTH_PENALTY
     from ..training import load
 
     check_int("--beams", args.beams, 1)
-    check_number("--length_penalty", args.length_penalty)
+    check_number("--length_penalty", args.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
     check_int("--batch_size", args.batch_size, 1)
-    check_int("--max_new_tokens", args.max_new_tokens, 1, allow_none=True)
+    if args.max_new_tokens is not None:
+        check_max_new_tokens(args.max_new_tokens, name="--max_new_tokens")  # before loading the model
     model, tokenizer = load(args.checkpoint)
     sources = _read_sources(args.files)
     if not sources:

@@ -75,7 +75,8 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     if bos is None or eos is None:
         raise GlassformerError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
-    return [((tokenizer.encode(s) + [eos])[:max_len], ([bos] + tokenizer.encode(t) + [eos])[:max_len + 1])
+    return [((tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len],
+             ([bos] + tokenizer.encode(t, add_special_tokens=False) + [eos])[:max_len + 1])
             for s, t in pairs]
 
 

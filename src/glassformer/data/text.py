@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ..errors import GlassformerError, MissingFileError
+from ..errors import BadFileError, GlassformerError, MissingFileError
 
 CHUNK_CHARS = 1 << 22
 
@@ -31,8 +31,8 @@ def open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="")
 
 
-def _not_utf8(path: Path, error: UnicodeDecodeError) -> ValueError:
-    return ValueError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> BadFileError:
+    return BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
                       f"cannot be decoded ({error.reason})")
 
 

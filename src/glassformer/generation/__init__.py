@@ -11,7 +11,15 @@ What a model must offer to be generated from is declared in :mod:`glassformer.ge
 (``DecoderOnly``, ``EncoderDecoderModel``, ``Encoder``). See docs/generation.md.
 """
 
-from .api import GenerationSetup, batch_prompts, generate, iter_steps, setup_generation
+from .api import (
+    MAX_NEW_TOKENS,
+    GenerationSetup,
+    batch_prompts,
+    check_max_new_tokens,
+    generate,
+    iter_steps,
+    setup_generation,
+)
 from .beam import beam_search
 from .embeddings import sentence_embeddings
 from .fill_mask import fill_mask
@@ -38,4 +46,5 @@ __all__ = [
     "GenerationSetup", "iter_steps", "beam_search", "decode_steps", "Step", "IncrementalDecoder",
     "left_pad_positions", "LogitsProcessorList", "make_processors", "Temperature", "TopK", "TopP", "MinP",
     "RepetitionPenalty", "NoRepeatNGram", "DecoderOnly", "EncoderDecoderModel", "Encoder", "Generative",
+    "MAX_NEW_TOKENS", "check_max_new_tokens",
 ]

@@ -17,16 +17,41 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed
 from ..nn.masks import check_prefix_len
 from .beam import beam_search
 from .incremental import IncrementalDecoder
-from .processors import make_processors
+from .processors import VocabLimit, make_processors
 from .protocol import Generative, Model, check_generative
 from .search import Step, StoppingCriterion, decode_steps
 
 PromptLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
 """Prompts as :func:`generate` takes them: a (T,) or (B, T) id tensor, a list of ids, or a list of lists."""
+
+MAX_NEW_TOKENS = 1_000_000
+"""The most tokens one call generates per row. Past the model's context (``config.max_len``) the window
+slides (the oldest tokens are dropped), so the model itself sets no limit; this one keeps a mistyped
+``max_new_tokens`` (1e9) from running for days. Buffers grow with the tokens actually generated."""
+
+MAX_LENGTH_PENALTY = 10.0
+"""Beam search divides a score by length ** length_penalty; beyond +-10 that power overflows a float
+(usual values are 0.6 to 2)."""
+
+MAX_ROWS = 4096
+"""The most copies of each prompt (``num_beams``, ``num_return_sequences``): each copy is a row of every
+buffer and of the KV cache, so this bounds what one option can multiply memory by."""
+
+
+def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
+    """``value`` if it is an int in [1, :data:`MAX_NEW_TOKENS`], else a one-line error naming ``name``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_NEW_TOKENS:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NEW_TOKENS:
+        context = f"; past the model's context (max_len={config.max_len}) the window slides" if config else ""
+        raise GlassformerError(f"{name}={value} is more than glassformer generates in one call "
+                               f"(at most {MAX_NEW_TOKENS:,} new tokens per row{context}); ask for fewer")
+    check_int(name, value, 1, MAX_NEW_TOKENS)
+    return value
 
 
 def _is_seq2seq(model: Model) -> bool:
@@ -56,6 +81,9 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
                                     f"and shape {tuple(ids.shape)}")
         ids = (ids[None] if ids.dim() == 1 else ids).long().to(device)
     else:
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+            raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
+                                    f"got {type(ids).__name__}")
         rows = list(ids)
         if rows and all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
             rows = [rows]
@@ -154,9 +182,9 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
     if not seq2seq and config.attn == "bidirectional":
         raise GlassformerError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
                                "use glassformer.generation.fill_mask")
-    check_int("max_new_tokens", max_new_tokens, 1)
-    check_int("num_beams", num_beams, 1)
-    check_int("num_return_sequences", num_return_sequences, 1)
+    check_max_new_tokens(max_new_tokens, config)
+    check_int("num_beams", num_beams, 1, MAX_ROWS)
+    check_int("num_return_sequences", num_return_sequences, 1, MAX_ROWS)
     if num_beams == 1 and not do_sample and num_return_sequences != 1:
         raise GlassformerError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
                                f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
@@ -164,7 +192,9 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         raise GlassformerError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
     if early_stopping not in (True, False, "never"):
         raise GlassformerError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    length_penalty = check_number("length_penalty", length_penalty)
+    length_penalty = check_number("length_penalty", length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
+    if eos_token_id is not None and not isinstance(eos_token_id, (int, list, tuple)):
+        raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos_token_id).__name__}")
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     for value in eos:
         _check_token_id("eos_token_id", value, config.vocab_size)
@@ -176,6 +206,9 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
         min_tokens_to_keep=len(eos) + 1 if num_beams > 1 else 1)
+    known = getattr(tokenizer, "vocab_size", None)
+    if isinstance(known, int) and known < config.vocab_size:  # a padded model vocabulary: never the extra ids
+        processors.append(VocabLimit(known))
     device = next(model.parameters()).device
     copies = num_beams if num_beams > 1 else num_return_sequences  # rows per prompt
 
@@ -218,7 +251,7 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         criteria.append(StopOnStrings(tokenizer, stop_strings, prompt_len))
     generator = None
     if seed is not None:
-        check_int("seed", seed, 0)
+        check_seed("seed", seed)
         generator = torch.Generator(device=device).manual_seed(seed)
     kwargs = dict(processors=processors, eos_token_id=eos, pad_token_id=pad_token_id, do_sample=do_sample,
                   generator=generator, num_beams=num_beams, length_penalty=length_penalty,
@@ -275,7 +308,8 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
         ids: prompts (decoder-only) or sources (encoder-decoder): a (T,) or (B, T) tensor, a list of
             ids or a list of lists (padded for you). With a tensor, mark padding with ``pad`` (B, T)
             bool or ``attention_mask`` (B, T), 1 = real token.
-        max_new_tokens: most tokens to add per row.
+        max_new_tokens: most tokens to add per row, at most :data:`MAX_NEW_TOKENS` (past the model's
+            ``max_len`` the context window slides; buffers grow with what is generated).
         do_sample: sample from the distribution (else greedy / beam search). temperature, top_k,
             top_p (in (0, 1]), min_p shape that distribution (sampling only).
         repetition_penalty, no_repeat_ngram_size: discourage repeats (all strategies).
@@ -283,6 +317,7 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
             Hugging Face. num_return_sequences: rows returned per prompt.
         eos_token_id: int or list of ids that end a row; pad_token_id: filler after the end
             (default: the first eos id, else 0). stop_strings (with tokenizer): texts that end a row.
+            tokenizer: also keeps ids beyond its vocabulary (a model's padded vocabulary) from being chosen.
             stopping_criteria: callables (B, L) ids -> (B,) bool.
         seed: seeds a private generator so sampling is reproducible.
         prefix_len: prefix-LM only: an int or (B,) tensor; default the whole prompt.
@@ -304,10 +339,11 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
                 length_penalty=kw["length_penalty"], early_stopping=kw["early_stopping"],
                 num_return_sequences=kw["num_return_sequences"], do_sample=kw["do_sample"],
                 generator=kw["generator"])
-            return sequences
-        for _ in iter_steps(setup):
-            pass
-        return setup.decoder.sequences().clone()
+        else:
+            for _ in iter_steps(setup):
+                pass
+            sequences = setup.decoder.sequences()
+    return sequences.clone()  # cloned outside inference mode: an ordinary tensor, usable with autograd
 
 
 def iter_steps(setup: GenerationSetup) -> Iterator[Step]:

@@ -19,7 +19,7 @@ import torch
 
 from .incremental import IncrementalDecoder
 from .processors import LogitsProcessorList
-from .search import history_for_processors
+from .search import history_for_processors, sampling_probs
 
 NEG = -1.0e9  # "impossible" score, as in Hugging Face (finite so sums stay ordered)
 
@@ -29,6 +29,13 @@ def _gather(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     while index.dim() < t.dim():
         index = index.unsqueeze(-1)
     return torch.take_along_dim(t, index, dim=1)
+
+
+def _widen(t: torch.Tensor, width: int, fill: int) -> torch.Tensor:
+    """t (B, N, L) -> (B, N, width), the new columns set to ``fill``."""
+    out = t.new_full((*t.shape[:-1], width), fill)
+    out[..., :t.shape[-1]] = t
+    return out
 
 
 def beam_search(decoder: IncrementalDecoder, num_beams: int, max_new_tokens: int,
@@ -60,11 +67,13 @@ def beam_search(decoder: IncrementalDecoder, num_beams: int, max_new_tokens: int
     K = max(2, 1 + len(eos_token_id or [])) * nb
     top_nb = torch.arange(K, device=device) < nb  # (K,) the first num_beams candidates of a step
 
-    running = torch.full((B, nb, max_length), pad_token_id, dtype=torch.long, device=device)
+    # (B, nb, width) token buffers; width grows by doubling up to max_length, as tokens arrive
+    width = min(max_length, prompt_len + 64)
+    running = torch.full((B, nb, width), pad_token_id, dtype=torch.long, device=device)
     running[:, :, :prompt_len] = decoder.sequences().view(B, nb, prompt_len)
     running_scores = torch.zeros(B, nb, device=device)
     running_scores[:, 1:] = NEG  # only beam 0 expands at the first step: all beams start equal
-    finished = running.clone()  # (B, nb, max_length) best finished hypotheses, best first
+    finished = running.clone()  # (B, nb, width) best finished hypotheses, best first
     finished_scores = torch.full((B, nb), NEG, device=device)
     finished_len = torch.zeros(B, nb, dtype=torch.long, device=device)  # generated tokens
     is_finished = torch.zeros(B, nb, dtype=torch.bool, device=device)
@@ -79,13 +88,16 @@ def beam_search(decoder: IncrementalDecoder, num_beams: int, max_new_tokens: int
         log_probs = processors(history_for_processors(decoder, V), log_probs) if processors else log_probs
         totals = (log_probs.view(B, nb, V) + running_scores[:, :, None]).view(B, nb * V)
         if do_sample:
-            picked = torch.multinomial(totals.softmax(dim=-1), K, generator=generator)
+            picked = torch.multinomial(sampling_probs(totals), K, generator=generator)
             top_scores, order = totals.gather(1, picked).sort(dim=-1, descending=True)
             picked = picked.gather(1, order)
         else:
             top_scores, picked = totals.topk(K, dim=-1)  # (B, K)
         src_beam, tokens = picked // V, picked % V
-        candidates = _gather(running, src_beam)  # (B, K, max_length)
+        if cur_len >= running.shape[-1]:
+            width = min(max_length, 2 * running.shape[-1])
+            running, finished = _widen(running, width, pad_token_id), _widen(finished, width, pad_token_id)
+        candidates = _gather(running, src_beam)  # (B, K, width)
         candidates[:, :, cur_len] = tokens
         ends = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # (B, K)
 

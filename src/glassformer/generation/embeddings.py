@@ -22,10 +22,15 @@ POOLINGS = ("mean", "cls")
 def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
     """Encode ``texts`` with special tokens and cut each to ``max_len`` ids, keeping a final [SEP]/eos.
 
-    Returns N id lists of length <= ``max_len`` (not padded: see :func:`glassformer.data.pad_rows`).
+    Returns N id lists of length <= ``max_len`` (not padded: see :func:`glassformer.data.pad_rows`); a
+    text that encodes to no ids at all is an error (its embedding would be an average of nothing).
     """
     eos = tokenizer.eos_id
     rows = [tokenizer.encode(text, add_special_tokens=True) for text in texts]
+    empty = [i for i, row in enumerate(rows) if not row]
+    if empty:
+        raise GlassformerError(f"texts[{empty[0]}] = {texts[empty[0]]!r:.40} encodes to no tokens (and the tokenizer "
+                               "adds no special tokens): there is nothing to embed")
     return [r if len(r) <= max_len else r[:max_len - 1] + [eos] if r[-1] == eos else r[:max_len] for r in rows]
 
 

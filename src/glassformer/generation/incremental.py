@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import GlassformerError
 from .protocol import Generative
 
 
@@ -33,7 +34,8 @@ class IncrementalDecoder:
             ``torch.inference_mode``); only the methods those protocols list are called.
         ids: (B, T) prompt tokens (decoder-only) or decoder start tokens (encoder-decoder).
         pad: (B, T) bool, True = left padding; None when no row is padded.
-        max_new_tokens: how many tokens will at most be appended (sizes the buffers).
+        max_new_tokens: how many tokens will at most be appended (a limit: the token buffers start
+            small and double as tokens arrive, so memory follows what is generated, not this number).
         use_cache: keep keys/values in a :class:`KVCache` (True) or recompute every step (False).
         prefix_len: prefix-LM only: (B,) prefix lengths counted in real (unpadded) tokens.
         memory, src_pad: encoder-decoder only: the encoder output (B, S, d) and its padding.
@@ -48,11 +50,13 @@ class IncrementalDecoder:
         B, T = ids.shape
         self.window = model.config.max_len
         total = T + max_new_tokens
-        self.tokens = torch.zeros(B, total, dtype=torch.long, device=ids.device)  # every token so far
+        self.limit = total  # the most columns ``tokens`` will ever need
+        start = min(total, T + 64)  # grown by doubling in ``append``
+        self.tokens = torch.zeros(B, start, dtype=torch.long, device=ids.device)  # every token so far
         self.tokens[:, :T] = ids
         self.pad = None
         if pad is not None:
-            self.pad = torch.zeros(B, total, dtype=torch.bool, device=ids.device)
+            self.pad = torch.zeros(B, start, dtype=torch.bool, device=ids.device)
             self.pad[:, :T] = pad
         self.length = T
         # prefix-LM: the prefix ends at this column of ``tokens`` (left padding shifts it right)
@@ -79,6 +83,8 @@ class IncrementalDecoder:
 
     def append(self, tokens: torch.Tensor) -> None:
         """Append ``tokens`` (B,), one per row, without running the model."""
+        if self.length == self.tokens.shape[1]:
+            self._grow()
         self.tokens[:, self.length] = tokens
         self.length += 1
 
@@ -103,6 +109,20 @@ class IncrementalDecoder:
                 cache.reorder(rows)
 
     # ------------------------------------------------------------------ internals
+    def _grow(self) -> None:
+        """Double the token (and padding) buffers, up to ``limit`` columns."""
+        if self.length >= self.limit:
+            raise GlassformerError(f"cannot append beyond {self.limit} tokens (the prompt + max_new_tokens)")
+        size = min(self.limit, 2 * self.tokens.shape[1])
+        B, old = self.tokens.shape
+        tokens = self.tokens.new_zeros(B, size)
+        tokens[:, :old] = self.tokens
+        self.tokens = tokens
+        if self.pad is not None:
+            pad = self.pad.new_zeros(B, size)
+            pad[:, :old] = self.pad
+            self.pad = pad
+
     def _run_window(self) -> torch.Tensor:
         """Recompute the last ``window`` tokens from scratch (fresh cache when caching)."""
         self.window_start = max(0, self.length - self.window)

@@ -31,14 +31,23 @@ class LogitsProcessorList(list):
         return scores
 
 
+def _finite(scores: torch.Tensor, changed: torch.Tensor) -> torch.Tensor:
+    """``changed`` (scores after a division or product) kept finite: removed tokens (-inf in ``scores``)
+    stay removed, an overflow becomes the largest finite value of its sign, 0/0 becomes 0. Extreme
+    settings (temperature 1e-300, a penalty of 1e300) then shape a distribution instead of making NaN."""
+    big = torch.finfo(scores.dtype).max
+    return torch.where(torch.isneginf(scores), scores, changed.nan_to_num(nan=0.0, posinf=big, neginf=-big))
+
+
 class Temperature:
-    """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it."""
+    """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it (extreme
+    values stay finite: see ``_finite``)."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = check_number("temperature", temperature, 0, low_open=True)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        return scores / self.temperature
+        return _finite(scores, scores / self.temperature)
 
 
 class TopK:
@@ -97,7 +106,7 @@ class RepetitionPenalty:
         B, V = scores.shape
         seen = torch.zeros(B, V + 1, dtype=torch.bool, device=scores.device)
         seen.scatter_(1, ids, True)  # column V collects the padding marker
-        penalised = torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
+        penalised = _finite(scores, torch.where(scores < 0, scores * self.penalty, scores / self.penalty))
         return torch.where(seen[:, :V], penalised, scores)
 
 
@@ -121,6 +130,19 @@ class NoRepeatNGram:
         banned = torch.zeros(scores.shape[0], V + 1, dtype=torch.bool, device=scores.device)
         banned.scatter_(1, torch.where(matches, windows[:, :, -1], V), True)
         return scores.masked_fill(banned[:, :V], float("-inf"))
+
+
+class VocabLimit:
+    """Remove every id >= ``size``: the ids a model's (padded) vocabulary has but its tokenizer lacks,
+    so they are never generated (a model may round its vocabulary up, e.g. 50257 -> 50304)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = check_int("size", size, 1)
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        out = scores.clone()
+        out[:, self.size:] = float("-inf")
+        return out
 
 
 def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | None = None,
@@ -148,7 +170,11 @@ def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | N
             processors.append(TopP(top_p, min_tokens_to_keep))  # validates top_p == 1.0 too
         if min_p is not None:
             processors.append(MinP(min_p, min_tokens_to_keep))
-    else:
+    else:  # unused by greedy and beam search, but a bad value (NaN, inf, 0) is still an error
+        Temperature(temperature)
+        check_int("top_k", top_k, 0, allow_none=True)
         if top_p is not None:
-            TopP(top_p)  # an out-of-range top_p is an error even when it would be unused
+            TopP(top_p)
+        if min_p is not None:
+            MinP(min_p)
     return processors

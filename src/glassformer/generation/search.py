@@ -41,6 +41,13 @@ def history_for_processors(decoder: IncrementalDecoder, vocab_size: int) -> torc
     return seq if pad is None else seq.masked_fill(pad, vocab_size)
 
 
+def sampling_probs(scores: torch.Tensor) -> torch.Tensor:
+    """softmax(scores) over the last dimension, where a row whose every token was removed (all -inf,
+    e.g. no_repeat_ngram_size=1 once each token has been seen) becomes uniform instead of NaN."""
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    return scores.masked_fill(dead, 0.0).softmax(dim=-1)
+
+
 def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: LogitsProcessorList, *,
                  do_sample: bool = False, eos_token_id: list[int] | None = None, pad_token_id: int = 0,
                  stopping_criteria: list[StoppingCriterion] | None = None,
@@ -64,7 +71,7 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
     for i in range(max_new_tokens):
         scores = processors(history_for_processors(decoder, V), logits) if processors else logits
         if do_sample:
-            probs = scores.softmax(dim=-1)
+            probs = sampling_probs(scores)
             tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
         else:
             tokens = scores.argmax(dim=-1)

@@ -59,21 +59,21 @@ class TextStream:
 def _encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     if not isinstance(prompt, str):
         raise ArgumentTypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    ids = tokenizer.encode(prompt)
+    ids = tokenizer.encode(prompt, add_special_tokens=False)  # a prompt to continue: no eos after it
     if not ids:
         raise GlassformerError("prompt is empty: give at least one character")
     return ids
 
 
 def _text_options(tokenizer: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Default eos/pad ids and the tokenizer (for stop strings) from the tokenizer."""
+    """Default eos/pad ids from the tokenizer, and the tokenizer itself (for stop strings, and so that
+    ids of a padded model vocabulary beyond the tokenizer's are never generated)."""
     options = dict(options)
     if options.get("eos_token_id") is None and tokenizer.eos_id is not None:
         options["eos_token_id"] = tokenizer.eos_id
     if options.get("pad_token_id") is None and tokenizer.pad_id is not None:
         options["pad_token_id"] = tokenizer.pad_id
-    if options.get("stop_strings"):
-        options["tokenizer"] = tokenizer
+    options["tokenizer"] = tokenizer
     return options
 
 
@@ -170,4 +170,5 @@ def trace_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: i
     of the context, the choice and the candidates (``context_text``, ``chosen_text``, ``top_k_text``)."""
     options = _text_options(tokenizer, options)
     ids = _source_and_start(model, tokenizer, prompt, options)
+    options.pop("tokenizer")  # trace_generation takes it as its own argument
     return trace_generation(model, ids, max_new_tokens, top_k, tokenizer=tokenizer, **options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from ..errors import GlassformerError, check_int
@@ -9,8 +10,30 @@ from .api import PromptLike, _eval_mode, iter_steps, setup_generation
 from .protocol import Generative
 
 
+class GenerationTrace(list):
+    """The list of step records :func:`trace_generation` returns; in Jupyter it shows as a table."""
+
+    def _repr_html_(self) -> str:
+        """Jupyter's hook: one row per step, the candidates with their probabilities, the choice in bold."""
+        rows = []
+        for r in self:
+            top = r.get("top_k_text", r["top_k"])
+            cells = "".join(
+                f"<td>{'<b>' if i == r['chosen'] else ''}<code>{html.escape(repr(piece))}</code> {p:.3f}"
+                f"{'</b>' if i == r['chosen'] else ''}</td>"
+                for (piece, p), (i, _) in zip(top, r["top_k"], strict=True))
+            context = html.escape(repr(r.get("context_text", r["context"]))[-40:])
+            chosen = html.escape(repr(r.get("chosen_text", r["chosen"])))
+            rows.append(f"<tr><td>{r['step']}</td><td><code>{context}</code></td>"
+                        f"<td><code>{chosen}</code> {r['chosen_probability']:.3f}</td>{cells}</tr>")
+        width = max((len(r["top_k"]) for r in self), default=0)
+        head = "".join(f"<th>#{k + 1}</th>" for k in range(width))
+        return (f"<table><thead><tr><th>step</th><th>context (end)</th><th>chosen</th>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
+
+
 def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 12, top_k: int = 4,
-                     tokenizer: Any = None, **options: Any) -> list[dict[str, Any]]:
+                     tokenizer: Any = None, **options: Any) -> GenerationTrace:
     """Generate from one prompt and record each step (the tiny char LM lesson's generation trace).
 
     Greedy by default; every :func:`generate` option except beam search applies.
@@ -23,18 +46,19 @@ def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 1
             tokens pass ``do_sample=True, sample_top_k=k``.)
         tokenizer: when given, each record also has the text of the context, choice and candidates.
     Returns:
-        One dict per step: ``step`` (1, 2, ...), ``context`` (the ids the model saw: the last
-        ``max_len`` ones), ``chosen`` (id), ``chosen_probability``, ``top_k`` [(id, probability)]
-        best first. Probabilities are those of the distribution the choice was drawn from (after
-        temperature, top-k... when sampling; the plain softmax when greedy). With a tokenizer:
+        A :class:`GenerationTrace` (a list that shows as a table in Jupyter), one dict per step:
+        ``step`` (1, 2, ...), ``context`` (the ids the model saw: the last ``max_len`` ones), ``chosen``
+        (id), ``chosen_probability``, ``top_k`` [(id, probability)] best first. Probabilities are those
+        of the distribution the choice was drawn from (after temperature, top-k... when sampling; the
+        plain softmax when greedy). With a tokenizer:
         ``context_text``, ``chosen_text``, ``top_k_text`` [(piece, probability)].
     """
     check_int("top_k", top_k, 1)
     if "sample_top_k" in options:
         options["top_k"] = options.pop("sample_top_k")
-    records: list[dict[str, Any]] = []
+    records = GenerationTrace()
     with _eval_mode(model):
-        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
+        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, tokenizer=tokenizer, **options)
         decoder = setup.decoder
         if decoder.tokens.shape[0] != 1:
             raise GlassformerError(f"trace_generation follows one prompt; got {decoder.tokens.shape[0]} rows")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
-from .api import generate
+from .api import MAX_LENGTH_PENALTY, check_max_new_tokens, generate
 from .protocol import EncoderDecoderModel
 
 if TYPE_CHECKING:
@@ -41,10 +41,11 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
         raise GlassformerError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
     check_int("batch_size", batch_size, 1)
     check_int("num_beams", num_beams, 1)
-    check_number("length_penalty", length_penalty)
-    check_int("max_new_tokens", max_new_tokens, 1, allow_none=True)
+    check_number("length_penalty", length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
+    if max_new_tokens is not None:
+        check_max_new_tokens(max_new_tokens, model.config)
     max_len = model.config.max_len
-    encoded = [(tokenizer.encode(s) + [eos])[:max_len] for s in sources]
+    encoded = [(tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len] for s in sources]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out: list[str] = [""] * len(encoded)
     for start in range(0, len(order), batch_size):
@@ -52,7 +53,7 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
         batch = [encoded[i] for i in rows]
         limit = max_new_tokens or min(max_len, 2 * max(len(r) for r in batch) + 10)
         options: dict[str, Any] = {"num_beams": num_beams, "length_penalty": length_penalty} if num_beams > 1 else {}
-        ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos,
+        ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos, tokenizer=tokenizer,
                        pad_token_id=pad if pad is not None else eos, **options)  # (B, 1 + n)
         for i, row in zip(rows, ids[:, 1:].tolist(), strict=True):
             if eos in row:

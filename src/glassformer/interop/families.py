@@ -7,12 +7,14 @@ imports ``transformers``: :func:`load_hf_dir` works from the files alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import GlassformerError
+from ..errors import GlassformerError, shown
 from .mapping import Rule, rule
 
 # Hugging Face activation names <-> ours.
@@ -52,6 +54,9 @@ class Family:
 
     def check_exportable(self, config: ModelConfig) -> None:
         """Raise ValueError naming the first field this family cannot represent."""
+        if config.attn_only:
+            raise GlassformerError(f"cannot export as {self.head_class}: ModelConfig.attn_only=True, but every "
+                                   "Hugging Face family has feed-forward sub-layers")
         for name, allowed in self.required(config).items():
             value = getattr(config, name)
             if value not in allowed:
@@ -63,14 +68,32 @@ def _need(family: str, hf: dict[str, Any], key: str, default: Any, allowed: tupl
     """hf[key] (or its default), which must be one of ``allowed``."""
     value = hf.get(key, default)
     if value not in allowed:
-        raise GlassformerError(f"{family} config field {key}={value!r} cannot be honoured by glassformer: {why}")
+        raise GlassformerError(f"{family} config field {key}={shown(value)} cannot be honoured by glassformer: {why}")
     return value
+
+
+def _int(family: str, hf: dict[str, Any], key: str, default: Any = None) -> int:
+    """hf[key] (or ``default`` when absent and not None), which must be an int >= 1; else an error naming the key."""
+    value = hf.get(key, default)
+    if value is None:
+        raise GlassformerError(f"{family} config.json has no {key!r} (it is required)")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise GlassformerError(f"{family} config field {key} must be an int >= 1, got {shown(value)}")
+    return value
+
+
+def _float(family: str, hf: dict[str, Any], key: str, default: Any) -> float:
+    """hf[key] (or ``default``) as a finite float; else an error naming the key."""
+    value = hf.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise GlassformerError(f"{family} config field {key} must be a finite number, got {shown(value)}")
+    return float(value)
 
 
 def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:
     name = hf.get(key, default)
-    if name not in ACT_FROM_HF:
-        raise GlassformerError(f"{family} config field {key}={name!r} cannot be honoured by glassformer: "
+    if not isinstance(name, str) or name not in ACT_FROM_HF:
+        raise GlassformerError(f"{family} config field {key}={shown(name)} cannot be honoured by glassformer: "
                                f"supported activations are {sorted(ACT_FROM_HF)}")
     return ACT_FROM_HF[name]
 
@@ -93,14 +116,15 @@ def _sizes(c: ModelConfig) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------------------------------------- GPT-2
 def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    req = partial(_int, "gpt2", hf)  # a required int field, named in errors
     why = "glassformer's attention is plain scaled dot-product"
     _need("gpt2", hf, "scale_attn_weights", True, (True,), why)
     _need("gpt2", hf, "scale_attn_by_inverse_layer_idx", False, (False,), why)
     _need("gpt2", hf, "add_cross_attention", False, (False,), "GPT-2 with cross-attention is not supported")
-    d = hf["n_embd"]
+    d = req("n_embd")
     return ModelConfig(
-        vocab_size=hf["vocab_size"], d_model=d, n_heads=hf["n_head"], n_layers=hf["n_layer"],
-        d_ff=hf.get("n_inner") or 4 * d, max_len=hf["n_positions"], pos="learned",
+        vocab_size=req("vocab_size"), d_model=d, n_heads=req("n_head"), n_layers=req("n_layer"),
+        d_ff=req("n_inner") if hf.get("n_inner") is not None else 4 * d, max_len=req("n_positions"), pos="learned",
         activation=_act("gpt2", hf, "activation_function", "gelu_new"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
         scale_embeddings=False, dropout=hf.get("resid_pdrop", 0.1), init_std=hf.get("initializer_range", 0.02),
     ).validate()
@@ -142,24 +166,27 @@ GPT2 = Family("gpt2", "gpt2", "GPT2LMHeadModel", "GPT2Model", "transformer.", _g
 
 # ---------------------------------------------------------------------------------------------- Llama
 def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    d, heads = hf["hidden_size"], hf["num_attention_heads"]
+    req = partial(_int, "llama", hf)  # a required int field, named in errors
+    d, heads = req("hidden_size"), req("num_attention_heads")
     rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise GlassformerError(f"llama config field rope_parameters must be a mapping, got {shown(rope)}")
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
-        raise GlassformerError(f"llama config field rope type={kind!r} cannot be honoured by glassformer: "
+        raise GlassformerError(f"llama config field rope type={shown(kind)} cannot be honoured by glassformer: "
                                "only plain RoPE (rope_type 'default', no scaling) is implemented")
     _need("llama", hf, "head_dim", d // heads, (d // heads, None), "glassformer's head width is hidden_size / heads")
     bias = _need("llama", hf, "attention_bias", False, (True, False), "")
     _need("llama", hf, "mlp_bias", False, (bias,), "glassformer has one `bias` flag, so mlp_bias must equal "
           f"attention_bias={bias}")
     act = hf.get("hidden_act", "silu")
-    if act not in ("silu", "gelu"):
-        raise GlassformerError(f"llama config field hidden_act={act!r} cannot be honoured by glassformer: "
+    if not isinstance(act, str) or act not in ("silu", "gelu"):
+        raise GlassformerError(f"llama config field hidden_act={shown(act)} cannot be honoured by glassformer: "
                                "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
     return ModelConfig(
-        vocab_size=hf["vocab_size"], d_model=d, n_heads=heads, n_kv_heads=hf.get("num_key_value_heads") or heads,
-        n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
-        pos="rope", rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))), norm="rmsnorm",
+        vocab_size=req("vocab_size"), d_model=d, n_heads=heads, n_kv_heads=req("num_key_value_heads", heads),
+        n_layers=req("num_hidden_layers"), d_ff=req("intermediate_size"), max_len=req("max_position_embeddings"),
+        pos="rope", rope_theta=_float("llama", rope, "rope_theta", hf.get("rope_theta", 10000.0)), norm="rmsnorm",
         norm_eps=hf.get("rms_norm_eps", 1e-6), activation="swiglu" if act == "silu" else "geglu", bias=bias,
         tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
         dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
@@ -204,13 +231,14 @@ LLAMA = Family("llama", "llama", "LlamaForCausalLM", "LlamaModel", "model.", _ll
 
 # ---------------------------------------------------------------------------------------------- BERT
 def _bert_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    req = partial(_int, "bert", hf)  # a required int field, named in errors
     _need("bert", hf, "position_embedding_type", "absolute", ("absolute",),
           "only absolute (learned) positions are implemented for BERT")
     _need("bert", hf, "is_decoder", False, (False,), "a causal BERT decoder is not supported")
     _need("bert", hf, "add_cross_attention", False, (False,), "BERT with cross-attention is not supported")
     return ModelConfig(
-        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-        n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
+        vocab_size=req("vocab_size"), d_model=req("hidden_size"), n_heads=req("num_attention_heads"),
+        n_layers=req("num_hidden_layers"), d_ff=req("intermediate_size"), max_len=req("max_position_embeddings"),
         attn="bidirectional", pos="learned", norm_first=False, activation=_act("bert", hf, "hidden_act", "gelu"),
         norm_eps=hf.get("layer_norm_eps", 1e-12), head_bias=has_head, head_transform=has_head,
         scale_embeddings=False, n_token_types=hf.get("type_vocab_size", 2), embed_norm=True,
@@ -281,14 +309,15 @@ BERT = Family("bert", "bert", "BertForMaskedLM", "BertModel", "bert.", _bert_con
 
 # ---------------------------------------------------------------------------------------------- BART
 def _bart_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    heads, ffn = hf["encoder_attention_heads"], hf["encoder_ffn_dim"]
+    req = partial(_int, "bart", hf)  # a required int field, named in errors
+    heads, ffn = req("encoder_attention_heads"), req("encoder_ffn_dim")
     _need("bart", hf, "decoder_attention_heads", heads, (heads,), "encoder and decoder must have the same heads")
     _need("bart", hf, "decoder_ffn_dim", ffn, (ffn,), "encoder and decoder must have the same d_ff")
     for key in ("normalize_before", "add_final_layer_norm"):  # mBART-style pre-norm variants
         _need("bart", hf, key, False, (False,), "only BART's post-norm layout is implemented")
     return ModelConfig(
-        vocab_size=hf["vocab_size"], arch="encoder-decoder", d_model=hf["d_model"], n_heads=heads,
-        n_enc=hf["encoder_layers"], n_dec=hf["decoder_layers"], d_ff=ffn, max_len=hf["max_position_embeddings"],
+        vocab_size=req("vocab_size"), arch="encoder-decoder", d_model=req("d_model"), n_heads=heads,
+        n_enc=req("encoder_layers"), n_dec=req("decoder_layers"), d_ff=ffn, max_len=req("max_position_embeddings"),
         pos="learned", pos_offset=2, split_positions=True, embed_norm=True, norm_first=False,
         activation=_act("bart", hf, "activation_function", "gelu"), norm_eps=1e-5,
         tie=hf.get("tie_word_embeddings", True) or not has_head, head_bias=has_head,

@@ -13,8 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..config import ModelConfig
 from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM, build_model
+from ..training.weights import Header, check_sizes, meta_shapes, meta_tensors
 from .families import Family, family_of_class, family_of_config
 from .mapping import export_state, import_state
 
@@ -45,6 +47,31 @@ def model_from_hf_state(class_name: str, hf_config: dict[str, Any], state: Mappi
                         source=f"{source} ({class_name})")
     model.load_state_dict(ours)
     return model.eval()
+
+
+def check_hf_state(class_name: str, hf_config: dict[str, Any], header: Header,
+                   source: str = "Hugging Face checkpoint") -> ModelConfig:
+    """Check a Hugging Face config against the tensors' names and shapes, before any weight exists.
+
+    Args:
+        class_name, hf_config: as for :func:`model_from_hf_state`.
+        header: the weights' names, shapes and dtypes (:func:`glassformer.training.weights.read_header`).
+        source: the folder, for messages.
+    Returns:
+        The ModelConfig. Raises a GlassformerError for a config that asks for more weights than the files
+        hold (absurd sizes are refused here, in well under a second) or that does not match them
+        (missing, unexpected or wrongly shaped tensors, each named): the same errors as loading, found
+        on shapes alone (``meta`` tensors).
+    """
+    family, has_head = family_of_class(class_name)
+    try:
+        config = family.config_from_hf(hf_config, has_head)
+    except GlassformerError as error:
+        raise type(error)(f"{source}/config.json: {error}") from None
+    check_sizes(config, header, f"{source}/config.json")
+    import_state(family.rules(config, has_head), _with_prefix(family, meta_tensors(header)), meta_shapes(config),
+                 family.ignore, source=f"{source} ({class_name})")
+    return config
 
 
 def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str, torch.Tensor]]:

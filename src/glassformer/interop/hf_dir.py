@@ -7,34 +7,47 @@ writes a folder that ``transformers.AutoModel...from_pretrained`` and ``AutoToke
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, load_json, shown
 from ..fileio import atomic_directory
 from ..models import EncoderDecoder, TransformerLM
 from ..tokenizers import Tokenizer
 from ..tokenizers.hf import HFTokenizer
+from ..training.weights import load_tensors, read_header
 from .families import FAMILIES
-from .hf import hf_state_from_model, model_from_hf_state
+from .hf import check_hf_state, hf_state_from_model, model_from_hf_state
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, or the shards listed by model.safetensors.index.json."""
-    if (path / "model.safetensors").is_file():
-        return load_file(str(path / "model.safetensors"))
-    index = path / "model.safetensors.index.json"
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a Hugging Face folder: model.safetensors, or the shards that
+    model.safetensors.index.json names (each must be a plain file name inside the folder)."""
+    single = check_inside(path, "model.safetensors")
+    if single.is_file():
+        return [single]
+    index = check_inside(path, "model.safetensors.index.json")
     if index.is_file():
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())):
-            state.update(load_file(str(path / shard)))
-        return state
+        data = load_json(index, "shard index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise BadFileError(f"{str(index)!r} has no \"weight_map\" of tensor names to shard files")
+        if not all(isinstance(v, str) for v in weight_map.values()):
+            raise BadFileError(f"{str(index)!r}: every shard in \"weight_map\" must be a file name")
+        shards = []
+        for shard in sorted(set(weight_map.values())):
+            file = check_inside(path, shard, "shard")
+            if not file.is_file():
+                raise MissingFileError(f"{str(index)!r} names the shard {shard!r}, which is not in the folder")
+            shards.append(file)
+        return shards
     if any((path / name).is_file() for name in ("pytorch_model.bin", "model.bin")):
         raise BadFileError(f"{str(path)!r} holds only pickled PyTorch weights (pytorch_model.bin), which "
                            "glassformer does not unpickle; re-save them as safetensors (save_pretrained(..., "
@@ -42,17 +55,20 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     raise MissingFileError(f"{str(path)!r} has no model.safetensors")
 
 
-def _class_name(hf_config: dict[str, Any], state: dict[str, torch.Tensor], path: Path) -> str:
+def _class_name(hf_config: dict[str, Any], state: Mapping[str, Any], path: Path) -> str:
     """The transformers class: config.json's "architectures", else guessed from model_type and tensors."""
     architectures = hf_config.get("architectures") or []
-    if architectures:
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
         return architectures[0]
+    if architectures:
+        raise BadFileError(f"{path / 'config.json'}: \"architectures\" must be a list of class names, "
+                           f"got {shown(architectures)}")
     model_type = hf_config.get("model_type")
     for family in FAMILIES:
         if family.model_type == model_type:
             under = [name.startswith(family.prefix) for name in state]
             return family.head_class if any(under) and not all(under) else family.base_class
-    raise GlassformerError(f"{path / 'config.json'}: unsupported model_type {model_type!r}; glassformer converts "
+    raise GlassformerError(f"{path / 'config.json'}: unsupported model_type {shown(model_type)}; glassformer converts "
                            f"{', '.join(f.model_type for f in FAMILIES)}")
 
 
@@ -63,9 +79,10 @@ def is_hf_dir(path: str | Path) -> bool:
     if not config.is_file():
         return False
     try:
-        return "model_type" in json.loads(config.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError):  # not JSON, not UTF-8: not a Hugging Face folder either
         return False
+    return isinstance(data, dict) and "model_type" in data
 
 
 def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[TransformerLM | EncoderDecoder,
@@ -79,17 +96,25 @@ def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Tra
     Returns:
         (model in eval mode, tokenizer or None when the folder has no tokenizer files).
     Raises:
-        FileNotFoundError for a missing folder or file; ValueError for an unsupported architecture,
-        a config field glassformer cannot honour, or weights that do not match (named).
+        MissingFileError (a FileNotFoundError) for a missing folder or file; GlassformerError (a
+        ValueError) for an unsupported architecture, a config field glassformer cannot honour, a
+        corrupt file, a shard outside the folder, or weights that do not match (named). Sizes are
+        checked against the safetensors headers before any weight is allocated.
     """
     path = Path(path)
     if not path.is_dir():
         raise MissingFileError(f"Hugging Face model folder {str(path)!r} does not exist")
     if not (path / "config.json").is_file():
         raise MissingFileError(f"{str(path)!r} has no config.json (is it a Hugging Face model folder?)")
-    hf_config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    state = _read_weights(path)
-    model = model_from_hf_state(_class_name(hf_config, state, path), hf_config, state, source=str(path))
+    hf_config = load_json(check_inside(path, "config.json"), "config file")
+    if not isinstance(hf_config, dict):
+        raise BadFileError(f"{str(path / 'config.json')!r} must hold a JSON object, got {type(hf_config).__name__}")
+    files = weight_files(path)
+    header = read_header(files)  # names and shapes only: sizes are checked before any weight is allocated
+    class_name = _class_name(hf_config, header, path)
+    check_hf_state(class_name, hf_config, header, source=str(path))
+    state = load_tensors(files)
+    model = model_from_hf_state(class_name, hf_config, state, source=str(path))
     if dtype is not None:
         model.to(dtype)
     tokenizer = HFTokenizer.from_dir(path) if any((path / n).is_file() for n in TOKENIZER_FILES) else None

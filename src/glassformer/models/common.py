@@ -16,6 +16,7 @@ from ..nn.feedforward import activate
 from ..nn.linear import Linear, linear
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
+from ..nn.taps import Tapped
 
 
 def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
@@ -56,7 +57,8 @@ def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleLi
     return nn.ModuleList([
         TransformerBlock(config.d_model, config.n_heads, config.d_ff, cross=cross, norm_first=config.norm_first,
                          activation=config.activation, bias=config.bias, n_kv_heads=config.n_kv_heads,
-                         dropout=config.dropout, norm=config.norm, norm_eps=config.norm_eps)
+                         dropout=config.dropout, norm=config.norm, norm_eps=config.norm_eps,
+                         ffn=not config.attn_only)
         for _ in range(n)])
 
 
@@ -100,7 +102,7 @@ def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pa
         raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
 
 
-class Embedder(nn.Module):
+class Embedder(Tapped):
     """Token ids -> vectors, and the position inputs attention needs.
 
     ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
@@ -109,6 +111,8 @@ class Embedder(nn.Module):
 
     Parts: ``tok`` (V, d) token table; ``pos`` learned position table (pos="learned"); ``types``
     segment table (``n_token_types``); ``norm`` embedding norm (``embed_norm``).
+    Hook points (``self.tap``): "embed" (B, T, d) scaled token vectors; "pos_embed" (T, d) or (B, T, d);
+    "token_type_embed" (B, T, d).
 
     Args:
         config: the model's config.
@@ -152,16 +156,18 @@ class Embedder(nn.Module):
         x = self.tok(ids)  # (B, T, d)
         if self.scale != 1.0:
             x = x * self.scale
+        x = self.tap("embed", x)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
-            x = x + sinusoid[positions].to(x.dtype)  # + (T, d) or (B, T, d)
+            x = x + self.tap("pos_embed", sinusoid[positions].to(x.dtype))  # + (T, d) or (B, T, d)
         elif self.scheme == "learned":
             if end > self.max_len:
                 raise GlassformerError(f"sequence of {end} positions is longer than max_len={self.max_len} "
                                        "(learned positions exist only up to max_len)")
-            x = x + table(positions)  # + (T, d) or (B, T, d)
+            x = x + self.tap("pos_embed", table(positions))  # + (T, d) or (B, T, d)
         if self.types is not None:
-            x = x + self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # + (B, T, d)
+            types = self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # (B, T, d)
+            x = x + self.tap("token_type_embed", types)
         if norm is not None:
             x = norm(x)
         return self.dropout(x) if self.training else x

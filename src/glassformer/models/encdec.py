@@ -19,6 +19,7 @@ from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions
+from ..nn.taps import Tapped
 from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
@@ -55,7 +56,7 @@ class DecoderEmbeddingParts(nn.Module):
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(Tapped):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides.
 
     Build it from a config (``arch="encoder-decoder"``) or, as in the lessons, from keyword
@@ -64,6 +65,7 @@ class EncoderDecoder(nn.Module):
     Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embedder`), ``dec_embedding``
     (:class:`DecoderEmbeddingParts`, only with ``split_positions``), ``enc`` and ``dec`` (blocks),
     ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (:class:`~glassformer.models.common.OutputHead`).
+    Hook points "encoder_ln_final", "decoder_ln_final": the final norms' outputs.
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
@@ -111,7 +113,7 @@ class EncoderDecoder(nn.Module):
             x, weights = block(x, mask=mask, rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
             if attn_log is not None:
                 attn_log["enc"].append(weights["self"])
-        return self.enc_norm(x)
+        return self.tap("encoder_ln_final", self.enc_norm(x))
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None,
                tgt_pad: torch.Tensor | None = None, attn_log: dict[str, list] | None = None, *,
@@ -148,7 +150,7 @@ class EncoderDecoder(nn.Module):
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])
-        return self.logits(self.dec_norm(x))
+        return self.logits(self.tap("decoder_ln_final", self.dec_norm(x)))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project decoder states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""

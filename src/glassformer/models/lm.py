@@ -18,6 +18,7 @@ from ..config import ModelConfig
 from ..errors import GlassformerError, check_int
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
+from ..nn.taps import Tapped
 from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
@@ -48,7 +49,7 @@ class HiddenStates(NamedTuple):
     attn: list[torch.Tensor]
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(Tapped):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
     Build it from a config or, as in the lessons, from keyword arguments::
@@ -61,7 +62,8 @@ class TransformerLM(nn.Module):
 
     Parts: ``embeddings`` (:class:`~glassformer.models.common.Embedder`), ``blocks`` (n_layers
     :class:`TransformerBlock`), ``norm_f`` (final norm), ``head``
-    (:class:`~glassformer.models.common.OutputHead`).
+    (:class:`~glassformer.models.common.OutputHead`). Hook point "ln_final": the final norm's output;
+    every part has its own (see :mod:`glassformer.interpret` for their names).
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
@@ -167,7 +169,7 @@ class TransformerLM(nn.Module):
             x, weights = block(x, mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
                                need_weights=return_attn, cache=cache[i] if cache else None)  # (B, T, d)
             attn.append(weights["self"])
-        x = self.norm_f(x)
+        x = self.tap("ln_final", self.norm_f(x))
         return HiddenStates(x, attn) if return_attn else x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -9,16 +9,17 @@ the model used. Both paths agree to float32 rounding (tests/test_attention.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int
 from .kv_cache import KVCache
 from .linear import Linear, linear
 from .masks import causal_mask
 from .positions import apply_rope
+from .taps import Tapped
 
 
 def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
@@ -46,6 +47,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = True,
+    tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
 
@@ -65,6 +67,8 @@ def scaled_dot_product_attention(
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
         scale: score scale; default 1/√d_k.
         need_weights: return the weights (explicit path) or None (fused path).
+        tap: explicit path only: called as ``tap("attn_scores", scores)`` (masked, before the softmax)
+            and ``tap("pattern", weights)``; what it returns is used (a hook point, see ``Tapped``).
     Returns:
         (out, weights): out (..., h, Tq, d_v); weights (..., h, Tq, Tk), rows summing to 1, or None.
         A query row with no visible key gets zeros (never NaN) on both paths.
@@ -107,14 +111,18 @@ def scaled_dot_product_attention(
         scores = scores + score_bias
     if visible is not None:
         scores = scores.masked_fill(~visible, float("-inf"))
+    if tap is not None:
+        scores = tap("attn_scores", scores)
     weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
     if visible is not None:
         weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
+    if tap is not None:
+        weights = tap("pattern", weights)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., h, Tq, d_v)
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Tapped):
     """Multi-head attention, for self-attention and cross-attention alike.
 
     The width d is split into h heads of hd = d/h; each head attends on its own and the results are
@@ -123,6 +131,11 @@ class MultiHeadAttention(nn.Module):
     sliced: its query rows are applied to ``x`` and its key/value rows to ``kv``. With ``n_kv_heads``
     < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
     ``need_weights`` defaults to True (a direct call returns the weights, as in the seed); models always pass it.
+
+    Hook points (``self.tap``, see :mod:`glassformer.interpret`): "q", "k", "v" (B, T, heads, hd) as
+    projected; "rot_q", "rot_k" (B, heads, T, hd) after RoPE; "attn_scores", "pattern" (B, h, Tq, Tk);
+    "z" (B, Tq, h, hd) each head's output before ``o_proj``. A function on "attn_scores" or "pattern"
+    moves this layer, and only this one, to the explicit path.
 
     Args:
         d_model: width d; must be divisible by ``n_heads``.
@@ -148,10 +161,11 @@ class MultiHeadAttention(nn.Module):
         self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
         self.o_proj = Linear(d_model, d_model, bias=bias)
 
-    def _heads(self, t: torch.Tensor, n: int) -> torch.Tensor:
-        """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head."""
+    def _heads(self, t: torch.Tensor, n: int, name: str) -> torch.Tensor:
+        """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head; tapped as ``name``."""
         B, T, _ = t.shape
-        return t.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, hd)
+        t = self.tap(name, t.view(B, T, n, self.head_dim))  # (B, T, n, hd)
+        return t.transpose(1, 2)  # (B, n, T, hd)
 
     def project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of a source sequence (cross-attention) with the key/value rows of ``qkv``.
@@ -164,7 +178,7 @@ class MultiHeadAttention(nn.Module):
         dq = self.n_heads * self.head_dim
         kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
         k, v = linear(source, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
-        return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        return self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")
 
     def forward(
         self,
@@ -199,15 +213,15 @@ class MultiHeadAttention(nn.Module):
         cross = kv is not None or (cache is not None and cache.static)
         if not cross:
             q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
-            q = self._heads(q, self.n_heads)  # (B, h, Tq, hd)
-            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)  # (B, kv, Tq, hd)
+            q = self._heads(q, self.n_heads, "q")  # (B, h, Tq, hd)
+            k, v = self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")  # (B, kv, Tq, hd)
             if rope is not None:
-                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+                q, k = self.tap("rot_q", apply_rope(q, *rope)), self.tap("rot_k", apply_rope(k, *rope))
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, kv, cached + Tq, hd)
         else:
             q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(linear(x, self.qkv.weight[:dq], q_bias), self.n_heads)  # (B, h, Tq, hd)
+            q = self._heads(linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, "q")  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:
@@ -216,8 +230,10 @@ class MultiHeadAttention(nn.Module):
                 k, v = self.project_kv(kv)  # (B, kv, Tk, hd)
                 if cache is not None:
                     k, v = cache.update(k, v)
+        explicit = need_weights or self.tapped("attn_scores", "pattern")  # this layer alone leaves the kernel
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)  # (B, h, Tq, hd)
-        out = out.transpose(1, 2).reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
-        return self.o_proj(out), weights
+            dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap)  # (B, h, Tq, hd)
+        out = self.tap("z", out.transpose(1, 2))  # (B, Tq, h, hd)
+        out = out.reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
+        return self.o_proj(out), weights if need_weights else None

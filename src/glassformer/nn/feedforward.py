@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import ACTIVATIONS
 from ..errors import GlassformerError, check_int
 from .linear import Linear
+from .taps import Tapped
 
 
 def activate(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -24,7 +24,7 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
     raise GlassformerError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
 
 
-class FeedForward(nn.Module):
+class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
@@ -37,6 +37,8 @@ class FeedForward(nn.Module):
         bias: whether the linear maps have biases.
 
     No dropout here: a :class:`TransformerBlock` drops the whole sub-layer's output once.
+    Hook points (``self.tap``): "pre" (..., d_ff) before the activation (the gate's, when gated),
+    "pre_linear" (gated only: ``up(x)``), "post" (..., d_ff) what ``down`` reads.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True):
@@ -54,7 +56,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
         if self.gate is not None:
-            hidden = activate(self.activation, self.gate(x)) * self.up(x)  # (..., d_ff)
+            hidden = activate(self.activation, self.tap("pre", self.gate(x))) * self.tap("pre_linear", self.up(x))
         else:
-            hidden = activate(self.activation, self.up(x))  # (..., d_ff)
-        return self.down(hidden)  # (..., d)
+            hidden = activate(self.activation, self.tap("pre", self.up(x)))  # (..., d_ff)
+        return self.down(self.tap("post", hidden))  # (..., d)

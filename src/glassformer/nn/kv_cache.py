@@ -1,4 +1,4 @@
-"""A preallocated key/value cache for one attention layer (used by generation)."""
+"""A key/value cache for one attention layer (used by generation), grown as positions arrive."""
 
 from __future__ import annotations
 
@@ -8,38 +8,56 @@ from ..errors import GlassformerError
 
 
 class KVCache:
-    """Keys and values of the positions seen so far, in buffers allocated once.
+    """Keys and values of the positions seen so far, in buffers that grow with use.
 
     Decoding one token at a time only needs the new token's query; its keys and values are written
-    into the next free slots (no per-step concatenation) and attention reads the filled part.
+    into the next free slots (no per-step concatenation) and attention reads the filled part. The
+    buffers start small and double when full (a copy per doubling, so appending stays amortised
+    O(1)), never beyond ``max_len``: memory follows the positions actually cached, not the limit.
 
     Args:
         batch: rows B.
         n_kv_heads: key/value heads.
-        max_len: capacity in positions.
+        max_len: the most positions the cache will hold (an error beyond it).
         head_dim: width of one head.
         dtype, device: of the buffers.
         static: True for cross-attention (filled once from the encoder output, then only read).
     """
 
+    INITIAL = 64  # positions allocated before the first update asks for more
+
     def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
                  static: bool = False):
-        self.k = torch.zeros(batch, n_kv_heads, max_len, head_dim, dtype=dtype, device=device)  # (B, kv, max_len, hd)
-        self.v = torch.zeros_like(self.k)  # (B, kv, max_len, hd)
+        self.max_len = max_len
+        start = min(max_len, self.INITIAL)
+        self.k = torch.zeros(batch, n_kv_heads, start, head_dim, dtype=dtype, device=device)  # (B, kv, cap, hd)
+        self.v = torch.zeros_like(self.k)  # (B, kv, cap, hd)
         self.length = 0
         self.static = static
 
     @property
     def capacity(self) -> int:
-        """How many positions the buffers hold."""
+        """How many positions the buffers hold now (they grow up to ``max_len``)."""
         return self.k.shape[2]
+
+    def _grow(self, needed: int) -> None:
+        """Reallocate the buffers to hold ``needed`` positions (at least double, at most max_len)."""
+        size = min(self.max_len, max(needed, 2 * self.capacity))
+        B, kv, _, hd = self.k.shape
+        k = self.k.new_zeros(B, kv, size, hd)
+        v = self.v.new_zeros(B, kv, size, hd)
+        k[:, :, :self.length] = self.k[:, :, :self.length]
+        v[:, :, :self.length] = self.v[:, :, :self.length]
+        self.k, self.v = k, v
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append (B, kv, T, hd) keys/values; return all filled keys/values (B, kv, length, hd)."""
         T = k.shape[2]
+        if self.length + T > self.max_len:
+            raise GlassformerError(f"KV cache holds {self.max_len} positions; cannot add {T} to {self.length}")
         if self.length + T > self.capacity:
-            raise GlassformerError(f"KV cache holds {self.capacity} positions; cannot add {T} to {self.length}")
+            self._grow(self.length + T)
         self.k[:, :, self.length:self.length + T] = k
         self.v[:, :, self.length:self.length + T] = v
         self.length += T

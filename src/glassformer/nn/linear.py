@@ -1,16 +1,18 @@
-"""The linear layer every projection uses, with a faster route for the few rows of decoding on a CPU.
+"""The linear layer every projection uses, with a route for the few rows of decoding on a CPU.
 
-``linear(x, W, b)`` is ``F.linear``: x Wᵀ + b. One case takes another route. A decoding step feeds
+``linear(x, W, b)`` is ``F.linear``: x Wᵀ + b. One case may take another route. A decoding step feeds
 one row per sequence through every weight matrix, so its cost is *reading the weights* (the work is
-memory-bound, a few FLOPs per weight). On the CPUs measured for docs/benchmarks.md, the kernel
-``F.linear`` sends a few-row product to reads the weights at ~12 GB/s; computing the transpose
-instead, W xᵀ, with W's rows cut into four blocks multiplied as one batch (``torch.bmm``), reads
-them at ~20 GB/s. Same numbers up to float32 rounding; decoding at batch 1 gets ~1.3x faster.
+memory-bound, a few FLOPs per weight). On some CPUs the kernel ``F.linear`` sends a few-row product to
+reads the weights slowly (~12 GB/s on an AMD Zen 3), and computing the transpose instead, W xᵀ, with
+W's rows cut into four blocks multiplied as one batch (``torch.bmm``), reads them ~1.5x faster; on
+others (an Intel Xeon with AMX) the route is 2x *slower*. So it is never assumed: the first time a
+shape is met, :func:`.kernel_choice.choose` times both ways on this machine and remembers the winner
+(plain ``F.linear`` unless the route is clearly faster). Same numbers up to float32 rounding.
 
-The route is taken only where it was measured to pay: float32 on the CPU, no autograd, at most
-``FEW_ROWS`` rows, and a weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else,
-training included, is plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere
-(``glassformer bench`` times both).
+The route is considered only for float32 on the CPU, no autograd, at most ``FEW_ROWS`` rows, and a
+weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else, training included, is
+plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere (``glassformer bench``
+times both).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ArgumentTypeError
+from .kernel_choice import choose
 
 FEW_ROWS = 4  # products with at most this many rows (B x T) may take it (at 8 rows it was 0.7x)
 MIN_WEIGHT = 1 << 17  # ... when the weight has at least this many elements (512 KB in float32)
@@ -50,22 +53,35 @@ def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: x (..., in) -> (..., out), through the few-row route when it applies."""
+    """``F.linear(x, weight, bias)``: x (..., in) -> (..., out), by the few-row route where it pays here."""
     rows = _few_rows(x, weight)
-    if not rows:
+    if not rows or not _route_pays(rows, weight):
         return F.linear(x, weight, bias)
-    n_out, n_in = weight.shape
+    y = _blocked_matvec(x.reshape(rows, weight.shape[1]), weight)  # (rows, out)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """flat (rows, in) @ weightᵀ as W xᵀ, W's rows in BLOCKS blocks multiplied as one batch -> (rows, out)."""
+    (rows, n_in), n_out = flat.shape, weight.shape[0]
     per_block = n_out // BLOCKS
     split = BLOCKS * per_block  # rows of W in the blocks; the last n_out % BLOCKS rows go alone
-    flat = x.reshape(rows, n_in)
     columns = flat.t().expand(BLOCKS, n_in, rows)  # xᵀ, shared by every block (strides (0, 1, in))
     blocks = (weight if split == n_out else weight[:split]).view(BLOCKS, per_block, n_in)
     y = torch.bmm(blocks, columns).view(split, rows).t()  # (rows, split)
     if split < n_out:
         y = torch.cat([y, F.linear(flat, weight[split:])], dim=1)
-    if bias is not None:
-        y = y + bias
-    return y.reshape(*x.shape[:-1], n_out)
+    return y
+
+
+def _route_pays(rows: int, weight: torch.Tensor) -> bool:
+    """Whether the route beats ``F.linear`` for this shape on this machine (measured once, then cached)."""
+    n_out, n_in = weight.shape
+    probe = torch.zeros(rows, n_in)
+    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}",
+                  plain=lambda: F.linear(probe, weight), special=lambda: _blocked_matvec(probe, weight))
 
 
 class Linear(nn.Linear):

@@ -1,12 +1,14 @@
 """Recipes: real tasks end to end (corpus -> training -> evaluation), one YAML file in configs/ each.
 
-    glassformer recipe configs/shakespeare_char_fast.yaml [--data-dir DIR] [--download] [--key value]
+    glassformer recipe NAME|configs/NAME.yaml [--data_dir DIR] [--download] [--key value]
 
-(``python -m glassformer.recipes ...`` is the same command.) ``corpora`` finds and fetches the public
-corpora the recipes read. See docs/results.md for what each recipe measures and what it reached.
+The package ships the recipes (``shipped_recipes()``) and the tinyshakespeare corpus. ``corpora``
+finds and fetches the public corpora the recipes read. See docs/results.md for what each recipe
+measures and what it reached.
 """
 
-from .run import TASKS, Recipe, load_recipe, run_recipe
+from .run import TASKS, Recipe, find_recipe, load_recipe, run_recipe, shipped_recipes
 from .sequence_task import SequenceTask, exact_match
 
-__all__ = ["TASKS", "Recipe", "load_recipe", "run_recipe", "SequenceTask", "exact_match"]
+__all__ = ["TASKS", "Recipe", "find_recipe", "load_recipe", "run_recipe", "shipped_recipes", "SequenceTask",
+           "exact_match"]

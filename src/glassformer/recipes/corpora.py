@@ -6,10 +6,12 @@ fresh download are read the same way::
     <data_dir>/tinyshakespeare/input.txt
     <data_dir>/multi30k/{train,val,test_2016_flickr}.{de,en}.gz
 
-``data_dir`` defaults to ``$GLASSFORMER_DATA`` or ``./data``. Nothing is downloaded unless
-``download=True`` is passed; then a missing file is fetched from its canonical public URL (``URLS``)
-and written atomically. The Tang poems come from Debian's ``fortunes-zh`` package
-(``/usr/share/games/fortunes/tang300``), whose entries carry ANSI colour codes that are stripped here.
+``data_dir`` defaults to ``$GLASSFORMER_DATA`` or ``./data``. tinyshakespeare (public domain) is
+shipped with the package (``SHIPPED``) and read from there when the data folder lacks it. Nothing
+is downloaded unless ``download=True`` is passed; then a missing file is fetched from its canonical
+public URL (``URLS``) and written atomically; without network that is a one-line error. The Tang
+poems come from Debian's ``fortunes-zh`` package (``/usr/share/games/fortunes/tang300``), whose
+entries carry ANSI colour codes that are stripped here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,8 @@ TANG300 = Path("/usr/share/games/fortunes/tang300")
 URLS: dict[str, str] = {"tinyshakespeare/input.txt": TINYSHAKESPEARE_URL} | {
     f"multi30k/{split}.{lang}.gz": MULTI30K_URL.format(file=f"{split}.{lang}.gz")
     for split in MULTI30K_SPLITS for lang in ("de", "en")}
+
+SHIPPED = Path(__file__).with_name("data")  # corpora shipped with the package (the repository's data/)
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -57,6 +62,10 @@ def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
             while chunk := response.read(1 << 20):
                 out.write(chunk)
         os.replace(temp, target)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+        reason = getattr(error, "reason", error)
+        raise MissingFileError(f"could not download {url} ({reason}); without network, save the file as "
+                               f"{str(target)!r} yourself") from error
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -66,12 +75,16 @@ def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
 def corpus_file(relative: str, data_dir: str | Path | None = None, download_missing: bool = False) -> Path:
     """The path of one known corpus file (a key of ``URLS``) inside ``data_dir``.
 
-    Raises FileNotFoundError naming the URL when it is missing and ``download_missing`` is False.
+    A file the data folder lacks is downloaded when ``download_missing``, else read from the copy
+    shipped with the package when there is one (tinyshakespeare). Raises FileNotFoundError naming the
+    URL when it is missing otherwise.
     """
     if relative not in URLS:
         raise GlassformerError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     path = path / relative
+    if not path.is_file() and not download_missing and (SHIPPED / relative).is_file():
+        return SHIPPED / relative
     if not path.is_file():
         if not download_missing:
             raise MissingFileError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "

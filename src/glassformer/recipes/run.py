@@ -2,7 +2,7 @@
 evaluate the result. One call trains and evaluates, and writes ``out_dir/results.json``.
 
     recipe:
-      task: lm | mlm | translation | prefix-vs-causal
+      task: lm | mlm | translation | prefix-vs-causal | induction
       corpus: tinyshakespeare | multi30k | tang300     (fills data/src/tgt when the config leaves them out)
       ...                                              task options, see each ``_evaluate_*`` below
 
@@ -21,20 +21,45 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from ..data import read_pairs
 from ..errors import GlassformerError, MissingFileError
 from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
-from ..training.config import Overrides, apply_overrides
+from ..training.config import Overrides, apply_overrides, read_yaml
 from ..viz.plots import plot_losses
 from . import corpora
+from .induction import run_induction
 from .sequence_task import SequenceTask, exact_match
 
-TASKS = ("lm", "mlm", "translation", "prefix-vs-causal")
+TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction")
 CORPORA = ("tinyshakespeare", "multi30k", "tang300")
+
+
+SHIPPED = Path(__file__).with_name("configs")  # the repository's configs/, shipped with the package
+
+
+def shipped_recipes() -> list[str]:
+    """Names of the recipes shipped with the package (``configs/*.yaml`` that have a ``recipe:`` section)."""
+    return sorted(path.stem for path in SHIPPED.glob("*.yaml")
+                  if "\nrecipe:" in "\n" + path.read_text(encoding="utf-8"))
+
+
+def find_recipe(name_or_path: str | Path) -> Path:
+    """The YAML file of a recipe: ``name_or_path`` itself when it is a file, else the shipped recipe of
+    that name (``shakespeare_char_fast``, or ``shakespeare_char_fast.yaml``, ``configs/...``).
+
+    Raises MissingFileError naming the shipped recipes when neither exists.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SHIPPED / (path.stem + ".yaml")
+    if path.suffix in ("", ".yaml") and shipped.is_file():
+        return shipped
+    raise MissingFileError(f"recipe {str(name_or_path)!r} is neither a file nor a shipped recipe "
+                           f"({', '.join(shipped_recipes())})")
 
 
 @dataclass
@@ -61,10 +86,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     if isinstance(config, dict):
         data, where = config, "the recipe"
     else:
-        path = Path(config)
-        if not path.is_file():
-            raise MissingFileError(f"recipe file {str(path)!r} does not exist")
-        data, where = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, str(path)
+        data, where = read_yaml(config, "recipe file"), str(config)
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
         raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
     data = apply_overrides(data, overrides, sections=("model", "recipe"))
@@ -114,13 +136,15 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     """Train and evaluate; returns the results (also written to ``out_dir/results.json``).
 
     Each training run writes its checkpoints, ``metrics.jsonl`` and ``loss.png`` to its ``out_dir``.
-    Returns {"task", "corpus", "training" or "models", the task's evaluation ("samples", "fill_mask" or
-    "bleu"), "wall_s", "load_average", "cpu_count", "torch_threads", "config", "recipe"}.
+    Returns {"task", "corpus", "training" or "models" (or "runs": induction), the task's evaluation
+    ("samples", "fill_mask" or "bleu"), "wall_s", "load_average", "cpu_count", "torch_threads", "config", "recipe"}.
     """
     config, spec = recipe.train, recipe.spec
     started, load_before = time.perf_counter(), _load_average()
-    if spec["task"] == "prefix-vs-causal":
-        results: dict[str, Any] = {"models": _prefix_vs_causal(config, spec)}
+    if spec["task"] == "induction":
+        results: dict[str, Any] = {"runs": run_induction(config, spec)}
+    elif spec["task"] == "prefix-vs-causal":
+        results = {"models": _prefix_vs_causal(config, spec)}
     else:
         run = prepare_run(config)
         training = _train(config, run.model, run.tokenizer, run.batches)
@@ -159,7 +183,7 @@ def _fill_mask_examples(model: Any, tokenizer: Any, val_ids: Any, spec: dict[str
     text = tokenizer.decode([int(i) for i in val_ids[:20000]])
     wanted, found = int(spec.get("examples", 8)), []
     for line in text.splitlines()[1:]:  # the first line may start mid-line
-        ids = tokenizer.encode(line)
+        ids = tokenizer.encode(line, add_special_tokens=False)
         words = [i for i, t in enumerate(ids) if i >= 2 and tokenizer.id_to_token(t).startswith(" ")
                  and tokenizer.id_to_token(t).strip().isalpha() and len(tokenizer.id_to_token(t).strip()) > 2]
         if len(ids) < 6 or not words or len(ids) > model.config.max_len:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, GlassformerError
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, load_json, shown
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 
@@ -19,6 +20,8 @@ def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
     """Validate special-token names (a subset of SPECIAL_NAMES, no repeats); return them as a tuple."""
     if isinstance(specials, str):
         raise ArgumentTypeError(f"specials must be a list of names, got the string {specials!r}")
+    if not isinstance(specials, (list, tuple)) or not all(isinstance(name, str) for name in specials):
+        raise ArgumentTypeError(f"specials must be a list of names, got {shown(specials)}")
     specials = tuple(specials)
     unknown = [name for name in specials if name not in SPECIAL_NAMES]
     if unknown:
@@ -26,6 +29,46 @@ def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
     if len(set(specials)) != len(specials):
         raise GlassformerError(f"special tokens repeat: {list(specials)}")
     return specials
+
+
+def check_text(text: Any, name: str = "text") -> str:
+    """``text`` if it is a str of valid Unicode; a one-line error otherwise.
+
+    A lone surrogate (U+D800..U+DFFF on its own) is not a character: it appears when bytes that are
+    not UTF-8 were decoded leniently (a command-line argument, ``errors="surrogateescape"``). No UTF-8
+    encoding of it exists, so it is refused by name and position rather than failing deep inside.
+    """
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"{name} must be a str, got {type(text).__name__}")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _surrogate(text, error, name) from None
+    return text
+
+
+def _surrogate(text: str, error: UnicodeEncodeError, name: str) -> GlassformerError:
+    char = text[error.start]
+    return GlassformerError(f"{name} has a lone surrogate U+{ord(char):04X} at position {error.start}, which is "
+                            "not valid Unicode (was it decoded from bytes that are not UTF-8?)")
+
+
+def field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    """``data[key]`` (or ``default`` when absent) if it is of ``kind``; else an error naming the key.
+
+    For tokenizer files read by ``from_dict``: a missing or mistyped field is a clear error, never a
+    KeyError or a TypeError from deep inside.
+    """
+    if key not in data:
+        if default is ...:
+            raise GlassformerError(f"tokenizer data has no {key!r}")
+        return default
+    value = data[key]
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise GlassformerError(f"tokenizer field {key!r} must be a {names}, got {shown(value)}")
+    return value
 
 
 def _special_id(kind: str) -> property:
@@ -76,7 +119,7 @@ class Tokenizer(ABC):
     @classmethod
     @abstractmethod
     def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
-        """Rebuild from :meth:`to_dict`'s output."""
+        """Rebuild from :meth:`to_dict`'s output (a GlassformerError when a field is missing or wrong)."""
 
     # -- special ids (None when the tokenizer has no such token)
     pad_id = _special_id("pad")
@@ -91,8 +134,12 @@ class Tokenizer(ABC):
             [self.eos_id] if self.eos_id is not None else [])
 
     def check_id(self, token_id: int) -> int:
-        """``token_id`` as an int, or a ValueError when it is outside [0, vocab_size)."""
-        token_id = int(token_id)
+        """``token_id`` as an int, or a ValueError when it is outside [0, vocab_size) (a TypeError when it
+        is not an integer: a float or a string is never silently truncated)."""
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise ArgumentTypeError(f"token id must be an int, got {shown(token_id)}") from None
         if not 0 <= token_id < self.vocab_size:
             raise GlassformerError(f"token id {token_id} is out of range: "
                                    f"expected 0 <= id < vocab_size={self.vocab_size}")
@@ -100,7 +147,7 @@ class Tokenizer(ABC):
 
     def encode_to_array(self, text: str) -> np.ndarray:
         """Ids of ``text`` (no specials) as an int64 array; subclasses vectorise it for big corpora."""
-        return np.asarray(self.encode(text), dtype=np.int64)
+        return np.asarray(self.encode(text, add_special_tokens=False), dtype=np.int64)
 
     def tokens(self, ids: Sequence[int]) -> list[str]:
         """The printable piece of each id."""
@@ -113,9 +160,16 @@ class Tokenizer(ABC):
 
     @staticmethod
     def load(path: str | Path) -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`, whatever its kind."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Read a tokenizer written by :meth:`save`, whatever its kind.
+
+        A missing file is a MissingFileError; a file that is not such a tokenizer (not JSON, an
+        unknown kind, a field missing or of the wrong type) a BadFileError naming the file.
+        """
+        data = load_json(path, "tokenizer file")
         kind = data.get("kind") if isinstance(data, dict) else None
-        if kind not in Tokenizer.registry:
-            raise GlassformerError(f"{path}: unknown tokenizer kind {kind!r}; known: {sorted(Tokenizer.registry)}")
-        return Tokenizer.registry[kind].from_dict(data)
+        if not isinstance(kind, str) or kind not in Tokenizer.registry:
+            raise BadFileError(f"{path}: unknown tokenizer kind {shown(kind)}; known: {sorted(Tokenizer.registry)}")
+        try:
+            return Tokenizer.registry[kind].from_dict(data)
+        except GlassformerError as error:
+            raise BadFileError(f"{path}: {error}") from None

@@ -11,7 +11,16 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ..errors import GlassformerError, check_int
-from .base import Tokenizer, check_specials
+from .base import Tokenizer, check_specials, check_text, field
+
+
+def rust_tokenizer(data: dict[str, Any]) -> HFTokenizer:
+    """A ``tokenizers.Tokenizer`` from its JSON form; what the Rust parser refuses is a GlassformerError."""
+    try:
+        return HFTokenizer.from_str(json.dumps(data))
+    except Exception as error:  # noqa: BLE001 (the Rust library raises a plain Exception for a bad file)
+        detail = " ".join(str(error).split())
+        raise GlassformerError(f"the Hugging Face tokenizer data is malformed ({detail})") from None
 
 
 class BPETokenizer(Tokenizer):
@@ -63,12 +72,12 @@ class BPETokenizer(Tokenizer):
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> ids by byte-level BPE; ``add_special_tokens`` wraps them in bos/eos."""
-        ids = self.hf.encode(text, add_special_tokens=False).ids
+        ids = self.hf.encode(check_text(text), add_special_tokens=False).ids
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
         """A whole corpus -> int64 ids, encoded line by line in parallel (no specials)."""
-        encodings = self.hf.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
+        encodings = self.hf.encode_batch(check_text(text).splitlines(keepends=True), add_special_tokens=False)
         return np.fromiter((i for enc in encodings for i in enc.ids), dtype=np.int64)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -90,4 +99,4 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
-        return cls(HFTokenizer.from_str(json.dumps(data["hf"])), data.get("specials", ()))
+        return cls(rust_tokenizer(field(data, "hf", dict)), field(data, "specials", list, ()))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Tokenizer, check_specials
+from .base import Tokenizer, check_specials, check_text, field
 
 
 class ByteTokenizer(Tokenizer):
@@ -30,12 +30,12 @@ class ByteTokenizer(Tokenizer):
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> its UTF-8 bytes as ids; ``add_special_tokens`` wraps them in bos/eos."""
-        ids = list(text.encode("utf-8"))
+        ids = list(check_text(text).encode("utf-8"))
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
         """A whole corpus -> int64 ids (its UTF-8 bytes)."""
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        return np.frombuffer(check_text(text).encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text; invalid UTF-8 becomes U+FFFD; specials dropped unless ``skip_special_tokens=False``."""
@@ -65,4 +65,4 @@ class ByteTokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ByteTokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
-        return cls(data.get("specials", ()))
+        return cls(field(data, "specials", list, ()))

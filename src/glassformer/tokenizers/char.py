@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GlassformerError
-from .base import Tokenizer, check_specials
+from ..errors import ArgumentTypeError, GlassformerError
+from .base import Tokenizer, check_specials, field
 
 
 class CharTokenizer(Tokenizer):
@@ -49,14 +49,16 @@ class CharTokenizer(Tokenizer):
         """Distinct characters + specials."""
         return len(self._pieces)
 
-    def _unknown(self, char: str, position: int) -> ValueError:
-        return ValueError(
+    def _unknown(self, char: str, position: int) -> GlassformerError:
+        return GlassformerError(
             f"character {char!r} (U+{ord(char):04X}) at position {position} is not in this tokenizer's "
             f"vocabulary of {len(self.chars)} characters (configure an 'unk' special token to map unknown "
             "characters)")
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> one id per character; an unknown character is an error naming it (or ``unk``)."""
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
         unk = self.unk_id
         ids = []
         for position, char in enumerate(text):
@@ -68,7 +70,10 @@ class CharTokenizer(Tokenizer):
 
     def encode_to_array(self, text: str) -> np.ndarray:
         """Vectorised :meth:`encode` for large corpora: characters are looked up by code point."""
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        # surrogatepass: a lone surrogate is looked up like any character (unknown unless in the vocabulary)
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.int64)
         where = np.searchsorted(self._sorted_codes, codes).clip(max=max(len(self.chars) - 1, 0))
         known = self._sorted_codes[where] == codes if len(self.chars) else np.zeros(len(codes), dtype=bool)
         ids = self._order[where] + len(self.specials)
@@ -82,7 +87,8 @@ class CharTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text; specials dropped unless ``skip_special_tokens=False``."""
         n_special = len(self.specials)
-        return "".join(self._piece(i) for i in ids if not (skip_special_tokens and 0 <= int(i) < n_special))
+        ids = [self.check_id(i) for i in ids]
+        return "".join(self._pieces[i] for i in ids if not (skip_special_tokens and i < n_special))
 
     def _piece(self, token_id: int) -> str:
         return self._pieces[self.check_id(token_id)]
@@ -98,7 +104,7 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
-        return cls(list(data["chars"]), data.get("specials", ()))
+        return cls(list(field(data, "chars", str)), field(data, "specials", list, ()))
 
 
 

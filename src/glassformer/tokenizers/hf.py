@@ -11,8 +11,9 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import ArgumentTypeError, GlassformerError, MissingFileError
-from .base import Tokenizer
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, load_json
+from .base import Tokenizer, check_text, field
+from .bpe import rust_tokenizer
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
 ROLE_KEYS = {"pad": ("pad_token",), "bos": ("bos_token", "cls_token"), "eos": ("eos_token", "sep_token"),
@@ -25,8 +26,9 @@ ROLE_GUESSES = {"pad": ("[PAD]", "<pad>"), "bos": ("[CLS]", "<s>", "<|endoftext|
 class HFTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` (the Rust library transformers' fast tokenizers use) as a glassformer one.
 
-    ``encode(text, add_special_tokens=True)`` runs the tokenizer's own post-processor (``[CLS] ... [SEP]``
-    for BERT), so ids match ``transformers``. Its built-in padding and truncation are switched off:
+    ``encode(text)`` runs the tokenizer's own post-processor (``[CLS] ... [SEP]`` for BERT) as
+    ``transformers`` and ``tokenizers`` do by default, so ids match theirs; ``add_special_tokens=False``
+    gives the bare pieces. Its built-in padding and truncation are switched off:
     batching is done by the caller (see :func:`glassformer.generation.sentence_embeddings`).
 
     Args:
@@ -69,16 +71,27 @@ class HFTokenizer(Tokenizer):
         path = Path(path)
         settings: dict[str, Any] = {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
-            if (path / name).is_file():
-                settings.update(json.loads((path / name).read_text(encoding="utf-8")))
-        if (path / "tokenizer.json").is_file():
-            tokenizer = RustTokenizer.from_file(str(path / "tokenizer.json"))
-        elif (path / "vocab.txt").is_file():
-            tokenizer = wordpiece(path / "vocab.txt", lowercase=settings.get("do_lower_case", True))
-        elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
-            tokenizer = byte_level_bpe(path / "vocab.json", path / "merges.txt")
-        else:
-            raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
+            if check_inside(path, name).is_file():
+                data = load_json(path / name, "tokenizer settings")
+                if not isinstance(data, dict):
+                    raise BadFileError(f"{str(path / name)!r} must hold a JSON object, got {type(data).__name__}")
+                settings.update(data)
+        files = {name: check_inside(path, name) for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")}
+        try:
+            if files["tokenizer.json"].is_file():
+                tokenizer = RustTokenizer.from_file(str(files["tokenizer.json"]))
+            elif files["vocab.txt"].is_file():
+                lowercase = settings.get("do_lower_case", True)
+                tokenizer = wordpiece(files["vocab.txt"], lowercase=lowercase if isinstance(lowercase, bool) else True)
+            elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
+                tokenizer = byte_level_bpe(files["vocab.json"], files["merges.txt"])
+            else:
+                raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
+        except GlassformerError:
+            raise
+        except Exception as error:  # noqa: BLE001 (the Rust library raises a plain Exception for a bad file)
+            raise BadFileError(f"the tokenizer files of {str(path)!r} are malformed "
+                               f"({' '.join(str(error).split())})") from None
         specials = {}
         for role, keys in ROLE_KEYS.items():
             for key in keys:
@@ -95,16 +108,18 @@ class HFTokenizer(Tokenizer):
         """The ``tokenizers`` vocabulary's size, added tokens included."""
         return self.hf.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Text -> ids; ``add_special_tokens`` runs the tokenizer's own post-processor ([CLS] ... [SEP])."""
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
-        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Text -> ids, as ``transformers`` encodes: by default with the tokenizer's own specials
+        (``[CLS] ... [SEP]`` for BERT, ``<s> ... </s>`` for BART, none for GPT-2); ``add_special_tokens=False``
+        leaves them out."""
+        return self.hf.encode(check_text(text), add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Several texts at once (in parallel, in Rust); no padding."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise ArgumentTypeError("texts must be a sequence of str")
+        for i, text in enumerate(texts):
+            check_text(text, f"texts[{i}]")
         return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -122,7 +137,10 @@ class HFTokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
-        return cls(RustTokenizer.from_str(json.dumps(data["hf"])), data.get("special_tokens"))
+        specials = field(data, "special_tokens", (dict, type(None)), None)
+        if specials is not None and not all(isinstance(v, str) for v in specials.values()):
+            raise GlassformerError(f"tokenizer field 'special_tokens' must map roles to token strings, got {specials}")
+        return cls(rust_tokenizer(field(data, "hf", dict)), specials)
 
     # ------------------------------------------------------------------ Hugging Face files
     def save_hf(self, path: str | Path) -> None:

@@ -6,27 +6,42 @@
     training.json       the training config (written by the trainer; optional)
     train_state.pt      step, optimizer state, RNG states (optional; read with weights_only=True)
 
-The folder is written under a temporary name next to the target and renamed into place, so a
-crash while saving leaves the previous checkpoint intact.
+The folder is written under a temporary name next to the target, flushed to disk and renamed into
+place, so a crash while saving leaves the previous checkpoint intact.
+
+A training run keeps its checkpoints in step folders with pointers (:func:`commit_checkpoint`):
+
+    ckpt-000200/        one complete checkpoint per saved step (with train_state.pt)
+    last -> ckpt-000200 the newest (a symbolic link, replaced atomically)
+    best -> ckpt-000100 the lowest validation loss
+
+A step folder appears under its real name only once every file in it is on disk, and a pointer is
+moved only after its new folder exists, so no crash loses the previous checkpoint.
+:func:`find_resumable` picks the newest complete step folder (the pointers are conveniences for
+readers, repaired on resume); :func:`tidy_run` removes what a crash or a pruning left behind.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import GlassformerError, MissingFileError
-from ..fileio import atomic_directory
+from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside, load_json
+from ..fileio import atomic_directory, new_directory, remove_path, replace_symlink
 from ..models import build_model, upgrade_state_dict
+from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
+from .weights import check_sizes, load_tensors, meta_shapes, read_header
 
 WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE = (
     "model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt")
@@ -62,21 +77,27 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
         The checkpoint path.
     """
     path = Path(path)
-    model = unwrap(model)
     with atomic_directory(path) as temp:
-        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        save_file(weights, str(temp / WEIGHTS), metadata={"format": "pt"})
-        model.config.to_json(temp / CONFIG)
-        tokenizer.save(temp / TOKENIZER)
-        if training is not None:
-            (temp / TRAINING).write_text(json.dumps(training, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        if train_state is not None:
-            torch.save(train_state, temp / STATE)
+        _write_files(temp, model, tokenizer, training, train_state)
     return path
 
 
+def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training: dict[str, Any] | None,
+                 train_state: dict[str, Any] | None) -> None:
+    """The files of a checkpoint, written into ``folder`` (the caller makes it appear atomically)."""
+    model = unwrap(model)
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    save_file(weights, str(folder / WEIGHTS), metadata={"format": "pt"})
+    model.config.to_json(folder / CONFIG)
+    tokenizer.save(folder / TOKENIZER)
+    if training is not None:
+        (folder / TRAINING).write_text(json.dumps(training, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if train_state is not None:
+        torch.save(train_state, folder / STATE)
+
+
 def _need(path: Path, name: str) -> Path:
-    file = path / name
+    file = check_inside(path, name)  # no symbolic link out of the folder
     if not file.is_file():
         raise MissingFileError(f"checkpoint {str(path)!r} has no {name} (is it a glassformer checkpoint folder?)")
     return file
@@ -106,44 +127,46 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         map_location: the device the model is moved to.
         with_state: also read ``train_state.pt`` (needed to resume training).
     Raises:
-        FileNotFoundError for a missing folder or file; ValueError for a corrupt, truncated or
-        mismatched file (weights that do not fit config.json) and for a refused pickle.
+        MissingFileError (a FileNotFoundError) for a missing folder or file; BadFileError (a
+        GlassformerError, a ValueError) for a corrupt, truncated or mismatched file (weights that do
+        not fit config.json: found from the safetensors header, before any weight is allocated), a
+        file that links outside the folder, and a refused pickle. A tokenizer smaller than the
+        model's vocabulary is accepted (a padded vocabulary); a larger one is an error.
     """
     path = Path(path)
     if not path.is_dir():
         raise MissingFileError(f"checkpoint folder {str(path)!r} does not exist")
     try:
-        config = ModelConfig.from_json(_need(path, CONFIG))
-    except json.JSONDecodeError as error:
-        raise GlassformerError(f"{path / CONFIG} is not valid JSON ({error.msg})") from None
-    try:
-        tokenizer = Tokenizer.load(_need(path, TOKENIZER))
-    except (json.JSONDecodeError, KeyError) as error:
-        raise GlassformerError(f"{path / TOKENIZER} is corrupt ({error})") from None
-    if tokenizer.vocab_size != config.vocab_size:
-        raise GlassformerError(f"checkpoint {str(path)!r} does not match itself: tokenizer has {tokenizer.vocab_size} "
-                               f"ids but config.json says vocab_size={config.vocab_size}")
-    try:
-        weights = load_file(str(_need(path, WEIGHTS)))
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # safetensors raises its own SafetensorError for bad headers and sizes
-        raise GlassformerError(f"{path / WEIGHTS} is corrupt or truncated ({str(error).splitlines()[0]})") from None
-    weights = upgrade_state_dict(weights)  # names written by earlier versions -> today's
-    model = build_model(config)
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    wrong = [f"{k}: file {tuple(weights[k].shape)} vs config {tuple(v.shape)}" for k, v in expected.items()
-             if k in weights and weights[k].shape != v.shape]
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError):
+        raise GlassformerError(f"map_location must be a device such as 'cpu' or 'cuda', got {map_location!r}") from None
+    config = ModelConfig.from_json(_need(path, CONFIG))
+    tokenizer = Tokenizer.load(_need(path, TOKENIZER))
+    if tokenizer.vocab_size > config.vocab_size:  # smaller is fine: a padded vocabulary (ids never produced)
+        raise BadFileError(f"checkpoint {str(path)!r} does not match itself: its tokenizer has "
+                           f"{tokenizer.vocab_size} ids but config.json says vocab_size={config.vocab_size}")
+    # Sizes first, from the safetensors header: nothing is allocated for a config that does not fit.
+    files = [_need(path, WEIGHTS)]
+    header = read_header(files)
+    check_sizes(config, header, str(path / CONFIG))
+    names = {upgrade_key(name): name for name in header}  # names written by earlier versions -> today's
+    if len(names) < len(header):
+        raise BadFileError(f"{path / WEIGHTS} holds a tensor under both an old and a new name")
+    expected = meta_shapes(config)
+    missing, unexpected = sorted(set(expected) - set(names)), sorted(set(names) - set(expected))
+    wrong = [f"{k}: file {header[names[k]][0]} vs config {tuple(v)}" for k, v in expected.items()
+             if k in names and header[names[k]][0] != tuple(v)]
     if missing or unexpected or wrong:
         detail = "; ".join(filter(None, [f"missing {missing[:3]}" if missing else "",
                                          f"unexpected {unexpected[:3]}" if unexpected else "", "; ".join(wrong[:3])]))
-        raise GlassformerError(f"{path / WEIGHTS} does not match config.json: {detail}")
+        raise BadFileError(f"{path / WEIGHTS} does not match config.json: {detail}")
+    weights = upgrade_state_dict(load_tensors(files))
+    model = build_model(config)
     model.load_state_dict(weights)
-    model.to(map_location).eval()
+    model.to(device).eval()
     training = None
     if (path / TRAINING).is_file():
-        training = json.loads((path / TRAINING).read_text(encoding="utf-8"))
+        training = load_json(check_inside(path, TRAINING), "training config")
     state = load_state_file(_need(path, STATE)) if with_state else None
     return Checkpoint(model, tokenizer, training, state)
 
@@ -152,3 +175,161 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
     """``(model, tokenizer)`` from a checkpoint folder; the model is in eval mode."""
     checkpoint = load_checkpoint(path, map_location=map_location)
     return checkpoint.model, checkpoint.tokenizer
+
+
+# ---------------------------------------------------------------------- a training run's checkpoints
+LAST, BEST = "last", "best"
+_STEP_FOLDER = re.compile(r"ckpt-(\d+)")
+# What a crash can leave: a step folder, a pointer or metrics.jsonl under construction, or (older
+# versions) a folder moved aside by the two-rename swap.
+_LEFTOVER = re.compile(r"\.(ckpt-\d+|last|best|metrics\.jsonl)\.(tmp|old)-.*")
+_RESUMABLE = (CONFIG, TOKENIZER, WEIGHTS, STATE)
+
+
+def step_folder(out_dir: str | Path, step: int) -> Path:
+    """``out_dir/ckpt-000200`` for step 200 (six digits at least; more when the step needs them)."""
+    return Path(out_dir) / f"ckpt-{step:06d}"
+
+
+def _missing(folder: Path) -> list[str]:
+    return [name for name in _RESUMABLE if not (folder / name).is_file()]
+
+
+def _step_folders(out: Path) -> dict[int, Path]:
+    """Every ``ckpt-N`` folder of ``out`` (complete or not), by step."""
+    found = {}
+    for entry in out.iterdir() if out.is_dir() else ():
+        match = _STEP_FOLDER.fullmatch(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink():
+            found[int(match.group(1))] = entry
+    return found
+
+
+def _pointer(out: Path, name: str) -> Path | None:
+    """The folder ``out/name`` points to (None when it is not a symbolic link)."""
+    link = out / name
+    return out / os.readlink(link) if link.is_symlink() else None
+
+
+def find_resumable(out_dir: str | Path) -> Path | None:
+    """The folder a resumed run continues from: the newest complete step folder of ``out_dir``.
+
+    A step folder is complete when it holds config.json, tokenizer.json, model.safetensors and
+    train_state.pt; the saver makes one appear under its real name only when it is, so a crash at
+    any moment leaves the previous one as the newest. The ``last`` pointer is not trusted (a crash
+    between a new folder and its pointer leaves it one step behind or dangling). Checkpoints of the
+    older layout (a real ``last/`` folder, or the ``.last.old-PID`` folder that a crash inside its
+    swap left) are used when there is no step folder.
+
+    Returns:
+        The folder, or None when ``out_dir`` holds no checkpoint at all (then a run starts afresh).
+    Raises:
+        BadFileError when there are checkpoints but none to resume from (a step folder newer than the
+        newest complete one lacks a file, or ``last``/``best`` exist without a complete folder):
+        starting afresh would silently throw the run away.
+    """
+    out = Path(out_dir)
+    folders = _step_folders(out)
+    complete = {step: folder for step, folder in folders.items() if not _missing(folder)}
+    newest = max(complete, default=None)
+    damaged = [folder for step, folder in sorted(folders.items()) if step not in complete
+               and (newest is None or step > newest)]
+    if damaged:
+        fallback = f"resume from {complete[newest].name}" if newest is not None else "start afresh"
+        lacks = ", ".join(_missing(damaged[-1]))
+        raise BadFileError(f"checkpoint folder {str(damaged[-1])!r} is incomplete (no {lacks}): glassformer never "
+                           f"leaves one, so it was damaged or copied in part; remove it to {fallback}")
+    if newest is not None:
+        return complete[newest]
+    legacy = [out / LAST, *sorted(out.glob(".last.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)]
+    for folder in legacy:
+        if folder.is_dir() and not folder.is_symlink() and not _missing(folder):
+            return folder
+    for name in (LAST, BEST):
+        link = out / name
+        if link.is_symlink():
+            raise BadFileError(f"{str(link)!r} points to {os.readlink(link)!r}, which does not exist, and "
+                               f"{str(out)!r} holds no complete checkpoint folder to resume from")
+        if link.is_dir():
+            raise BadFileError(f"{str(link)!r} cannot be resumed from: it has no {', '.join(_missing(link))}")
+    return None
+
+
+def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenizer: Tokenizer, *,
+                      training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False) -> Path:
+    """Save the checkpoint of ``step`` as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and, when
+    ``best``, ``best``) at it; then remove the folders no pointer needs.
+
+    The order makes every moment safe: the folder is written under a temporary name, flushed to disk
+    and renamed (only now does it count); ``best`` then ``last`` are replaced atomically; only then
+    are older folders removed. A complete folder of the same step is kept as it is (a run saves a
+    step's state once; saving it again, after resuming at the last step, would write the same state).
+
+    Returns:
+        The step folder.
+    """
+    out = Path(out_dir)
+    folder = step_folder(out, step)
+    if folder.exists() and _missing(folder):
+        remove_path(folder)
+    if not folder.exists():
+        with new_directory(folder) as temp:
+            _write_files(temp, model, tokenizer, training, train_state)
+    if best:
+        replace_symlink(out / BEST, folder.name)
+    replace_symlink(out / LAST, folder.name)
+    tidy_run(out, keep=[folder, _pointer(out, BEST)])
+    return folder
+
+
+def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1) -> Path:
+    """Put ``out_dir`` in order after resuming from ``resumed`` (what :func:`find_resumable` found):
+    ``last`` points at it, ``best`` at the folder of ``best_step`` (recorded in the training state;
+    -1: none), and :func:`tidy_run` removes every other step folder and the leftovers of a crash.
+
+    Returns:
+        The path that names the resumed checkpoint from now on (``out_dir/last``, or ``resumed``
+        itself for a folder of the older layout, which is left where it is until the next save).
+    """
+    out, resumed = Path(out_dir), Path(resumed)
+    if _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve():
+        best = step_folder(out, best_step)
+        if best_step >= 0 and not _missing(best):
+            replace_symlink(out / BEST, best.name)
+        replace_symlink(out / LAST, resumed.name)
+        tidy_run(out, keep=[resumed, _pointer(out, BEST)])
+        return out / LAST
+    tidy_run(out, keep=[resumed, _pointer(out, BEST)])
+    return resumed
+
+
+def tidy_run(out_dir: str | Path, keep: list[Path | None]) -> list[Path]:
+    """Remove leftovers from ``out_dir``: step folders not in ``keep``, temporary folders and links
+    of an interrupted save, folders of an older layout moved aside, and dangling pointers.
+
+    Returns:
+        What was removed.
+    """
+    out = Path(out_dir)
+    kept = {Path(k).name for k in keep if k is not None}
+    removed = []
+    for entry in sorted(out.iterdir()) if out.is_dir() else ():
+        stale = _STEP_FOLDER.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink()
+        if (stale or _LEFTOVER.fullmatch(entry.name)) and entry.name not in kept:
+            remove_path(entry)
+            removed.append(entry)
+    for name in (LAST, BEST):
+        link = out / name
+        if link.is_symlink() and not link.exists():
+            link.unlink()
+            removed.append(link)
+    return removed
+
+
+def clear_run(out_dir: str | Path) -> None:
+    """Remove a run's checkpoints from ``out_dir`` (step folders, pointers, leftovers, and ``last/``,
+    ``best/`` of the older layout): what a run that starts afresh in a used ``out_dir`` does first."""
+    out = Path(out_dir)
+    for name in (LAST, BEST):
+        remove_path(out / name)
+    tidy_run(out, keep=[])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,11 +13,21 @@ import yaml
 
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import ArgumentTypeError, GlassformerError, MissingFileError, check_int, check_number
+from ..errors import (
+    ArgumentTypeError,
+    BadFileError,
+    GlassformerError,
+    MissingFileError,
+    check_int,
+    check_number,
+    check_seed,
+    shown,
+)
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import SCHEDULES
 
+DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the devices the trainer runs on
 Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
 
 
@@ -87,8 +98,9 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_every"):
             check_int(name, getattr(self, name), 0)
         check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1, allow_none=True)
-        for name in ("eval_batches", "lr_decay_steps", "num_threads"):  # 0 is accepted, as it always was
+        for name in ("eval_batches", "lr_decay_steps"):  # 0 is accepted, as it always was
             check_int(name, getattr(self, name), 0, allow_none=True)
+        check_int("num_threads", self.num_threads, 0, 4096, allow_none=True)
         check_number("lr", self.lr, 0.0, low_open=True)
         check_number("eps", self.eps, 0.0, low_open=True)
         for name in ("weight_decay", "grad_clip", "min_lr"):
@@ -105,9 +117,22 @@ class TrainConfig:
             check_specials(self.specials)
         if "vocab_size" in self.model:
             raise GlassformerError("model.vocab_size is set by the tokenizer; remove it from the config")
-        unknown = sorted(set(self.model) - {f.name for f in fields(ModelConfig)} - {"preset"})
+        known = {f.name for f in fields(ModelConfig)} | {"preset"}
+        unknown = sorted((k for k in self.model if k not in known), key=str)
         if unknown:
             raise GlassformerError(f"unknown model config key(s) {unknown}")
+        types = {f.name: f.type for f in fields(ModelConfig)}  # "--model.norm_eps 1e-6" arrives as a string
+        self.model = {k: v if k == "preset" else _coerce(f"model.{k}", types[k], v) for k, v in self.model.items()}
+        try:  # every model field now, not after the data is read and the tokenizer trained
+            self.model_config(vocab_size=1)
+        except GlassformerError as error:
+            raise type(error)(f"model: {error}") from None
+        check_seed("seed", self.seed)
+        if not DEVICE.fullmatch(self.device):
+            raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        _check_folder("out_dir", self.out_dir)
+        if self.cache_dir is not None:
+            _check_folder("cache_dir", self.cache_dir)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,7 +148,7 @@ class TrainConfig:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
                                    "`glassformer recipe FILE`")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
         return cls(**data).validate()
@@ -142,14 +167,7 @@ class TrainConfig:
         """
         data: dict[str, Any] = {}
         if path is not None:
-            path = Path(path)
-            if not path.is_file():
-                raise MissingFileError(f"config file {str(path)!r} does not exist")
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            except yaml.YAMLError as error:
-                first = str(error).splitlines()[0]
-                raise GlassformerError(f"config file {str(path)!r} is not valid YAML ({first})") from None
+            data = read_yaml(path, "config file")
             if not isinstance(data, dict):
                 raise GlassformerError(f"config file {str(path)!r} must hold a mapping of keys to values")
         return cls.from_dict(apply_overrides(data, overrides))
@@ -181,6 +199,24 @@ class TrainConfig:
         return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
 
 
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """The YAML document of the file ``path`` ({} when empty), read with ``yaml.safe_load`` (no objects
+    built from tags). A missing file is a MissingFileError; invalid YAML, bytes that are not UTF-8 or a
+    nesting too deep to read a BadFileError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{what} {str(path)!r} does not exist")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0]
+        raise BadFileError(f"{what} {str(path)!r} is not valid YAML ({first})") from None
+    except UnicodeDecodeError as error:
+        raise BadFileError(f"{what} {str(path)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except RecursionError:
+        raise BadFileError(f"{what} {str(path)!r} is nested too deeply to read") from None
+
+
 def apply_overrides(data: dict[str, Any], overrides: Overrides,
                     sections: tuple[str, ...] = ("model",)) -> dict[str, Any]:
     """A copy of the config mapping ``data`` with each (key, value) of ``overrides`` set, in order.
@@ -193,6 +229,9 @@ def apply_overrides(data: dict[str, Any], overrides: Overrides,
     Returns:
         The new mapping; ``data`` and its sections are not modified.
     """
+    for name in sections:
+        if not isinstance(data.get(name) or {}, Mapping):
+            raise ArgumentTypeError(f"{name} must be a mapping of its keys to values, got {shown(data[name])}")
     out = {**data, **{name: dict(data.get(name) or {}) for name in sections}}
     items = overrides.items() if isinstance(overrides, Mapping) else overrides
     for key, value in items:
@@ -202,6 +241,19 @@ def apply_overrides(data: dict[str, Any], overrides: Overrides,
         else:
             out[key] = value
     return out
+
+
+def _check_folder(name: str, value: str) -> None:
+    """An error when the folder ``value`` cannot be made: empty, or it (or a folder above it) is a file."""
+    if not value.strip() or "\x00" in value:
+        raise GlassformerError(f"{name} must name a folder, got {value!r}")
+    path = Path(value)
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
+                raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")
+            return
 
 
 def _coerce(name: str, kind: str, value: Any) -> Any:
@@ -232,9 +284,12 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
             try:
                 value = int(value) if base == "int" else float(value)
             except ValueError:
-                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r}") from None
+                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
         if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
-            return float(value) if base == "float" else value
+            try:
+                return float(value) if base == "float" else value
+            except OverflowError:
+                raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
         raise ArgumentTypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
     if base == "str" and isinstance(value, str):
         return value

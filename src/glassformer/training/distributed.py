@@ -42,7 +42,13 @@ def pick_device(device: str, local_rank: int = 0) -> torch.device:
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise GlassformerError(f"device={device!r} but torch sees no CUDA device")
-    return torch.device(device)
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise GlassformerError(f"device={device!r} but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return chosen
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

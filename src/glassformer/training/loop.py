@@ -20,22 +20,60 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
-from ..errors import GlassformerError
+from ..errors import BadFileError, GlassformerError
+from ..fileio import atomic_write_text, fsync_file
 from ..tokenizers import Tokenizer
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import LAST, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
 from .config import TrainConfig
 from .distributed import DistInfo, all_reduce_sum, init_distributed
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 
 STATE_FORMAT = 1
+METRICS = "metrics.jsonl"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(GlassformerError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The training or validation loss, or the weights, became NaN or infinite; nothing is saved from
+    that point on, so the last good checkpoint (if any) is kept."""
+
+
+def metrics_line(record: dict[str, Any]) -> str:
+    """``record`` as one line of strict JSON: a NaN or infinite number (which JSON cannot hold) is
+    written as null."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+    return json.dumps(clean, allow_nan=False) + "\n"
+
+
+def read_metrics(file: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` (null read back as NaN). A torn last line, what a process
+    killed while writing it leaves, is dropped; any other line that is not a JSON record is an error.
+
+    Raises:
+        BadFileError naming the file and the line.
+    """
+    file = Path(file)
+    if not file.is_file():
+        return []
+    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break  # torn last line: the record was never complete
+            raise BadFileError(f"{str(file)!r} line {number} is not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise BadFileError(f"{str(file)!r} line {number} is not a record with an integer 'step'")
+        records.append({k: math.nan if v is None else v for k, v in record.items()})
+    return records
 
 
 @torch.no_grad()
@@ -73,9 +111,15 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
 class Trainer:
     """Train ``model`` on ``batches`` as ``config`` says; rank 0 writes to ``config.out_dir``:
 
-        last/          checkpoint with training state (every eval_every steps, at the end, on Ctrl-C)
-        best/          checkpoint of the lowest validation loss
-        metrics.jsonl  one JSON object per log line and per evaluation
+        ckpt-NNNNNN/   checkpoints with training state (every eval_every steps, at the end, on
+                       Ctrl-C or SIGTERM); only those the pointers need are kept
+        last, best     pointers (symbolic links) to the newest step folder and to the one of the
+                       lowest validation loss: ``glassformer.load(out_dir / "last")`` works
+        metrics.jsonl  one strict-JSON object per log line and per evaluation (NaN/inf as null)
+
+    A checkpoint is written only when the weights, the optimizer state and (after an evaluation)
+    the validation loss are finite; see :mod:`glassformer.training.checkpoint` for why a crash at any
+    moment leaves the previous checkpoint usable.
 
     It draws nothing: :meth:`train` returns the run's history, and whoever wants a loss curve plots it
     (``glassformer train`` writes ``loss.png`` with :func:`glassformer.viz.plot_losses`).
@@ -89,7 +133,9 @@ class Trainer:
 
     Attributes:
         step: optimiser updates done; history: the records logged so far (as in ``metrics.jsonl``);
-        best_val: the lowest validation loss seen (inf before the first evaluation).
+        best_val: the lowest validation loss seen (inf before the first evaluation);
+        last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
+        stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None.
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
@@ -116,33 +162,83 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
         self.autocast_dtype = torch.bfloat16 if config.dtype == "bfloat16" else None
         self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
+        self.best_step = -1  # the step of best_val's checkpoint
         self.history: list[dict[str, Any]] = []
-        self._stop_requested = False  # set by Ctrl-C in this process
+        self.last_checkpoint: Path | None = None
+        self.stop_signal: int | None = None
+        self._stop_requested = False  # set by Ctrl-C or SIGTERM in this process
         self._stop_agreed = False  # some process asked to stop (agreed on at the start of a step)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable)."""
-        state = {"format": STATE_FORMAT, "step": self.step, "best_val": self.best_val,
+        state = {"format": STATE_FORMAT, "step": self.step, "best_val": self.best_val, "best_step": self.best_step,
                  "tokens_seen": self.tokens_seen, "optimizer": self.optimizer.state_dict(),
                  "rng_cpu": torch.get_rng_state()}
         if torch.cuda.is_available() and self.dist.device.type == "cuda":
             state["rng_cuda"] = torch.cuda.get_rng_state(self.dist.device)
         return state
 
-    def save(self, name: str = "last", with_state: bool = True) -> Path | None:
-        """Write ``out_dir/name`` (rank 0 only)."""
-        if not self.dist.is_main:
-            return None
-        return save_checkpoint(self.out / name, self.model, self.tokenizer, training=self.config.to_dict(),
-                               train_state=self.state() if with_state else None)
+    def save(self, best: bool = False) -> Path | None:
+        """Commit the current step's checkpoint as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and,
+        when ``best``, ``best``) at it (rank 0 writes; see
+        :func:`~glassformer.training.checkpoint.commit_checkpoint`). Does not check finiteness: the
+        loop calls :meth:`_checked_save`. Returns the step folder (None on other ranks)."""
+        folder = None
+        if best:
+            self.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+        if self.dist.is_main:
+            if (self.out / METRICS).is_file():
+                fsync_file(self.out / METRICS)  # the records the checkpoint covers reach the disk before it
+            folder = commit_checkpoint(self.out, self.step, self.model, self.tokenizer,
+                                       training=self.config.to_dict(), train_state=self.state(), best=best)
+        self.last_checkpoint = self.out / LAST
+        return folder
+
+    def _state_is_finite(self) -> bool:
+        """Weights and optimizer state hold no NaN or infinity (one device sync)."""
+        tensors = [*self.model.state_dict().values(),
+                   *(v for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v))]
+        checks = [torch.isfinite(t).all() for t in tensors if t.is_floating_point()]
+        return bool(torch.stack(checks).all()) if checks else True
+
+    def _checked_save(self, val_loss: float | None = None, best: bool = False) -> None:
+        """Save, unless ``val_loss`` or the weights are not finite: then raise TrainingDiverged and keep
+        the last good checkpoint. Every rank calls it at the same step and all agree (rank 0 checks)."""
+        bad = torch.zeros(2, dtype=torch.float64)
+        if self.dist.is_main:
+            bad[0] = float(val_loss is not None and not math.isfinite(val_loss))
+            bad[1] = float(not self._state_is_finite())
+        bad = all_reduce_sum(bad.to(self.dist.device), self.dist).cpu()
+        if bad[0]:
+            shown = f" became {val_loss}" if val_loss is not None else " is not finite"
+            raise TrainingDiverged(f"the validation loss{shown} at step {self.step}; stopped. {self._kept()}")
+        if bad[1]:
+            raise TrainingDiverged(f"the weights or optimizer state hold NaN/inf at step {self.step}; stopped. "
+                                   f"{self._kept()}")
+        self.save(best=best)
+
+    def _kept(self) -> str:
+        """What a stop message says about checkpoints: only ones that exist."""
+        if self.last_checkpoint is None:
+            return "No checkpoint was written (none was good); try a lower lr or grad_clip"
+        return (f"The last good checkpoint is kept in {self.last_checkpoint} (try a lower lr or grad_clip, and "
+                f"--resume true to continue from it)")
 
     def resume(self, path: str | Path | None = None) -> bool:
-        """Restore weights, optimizer, RNG and step from ``path`` (default ``out_dir/last``).
+        """Restore weights, optimizer, RNG and step from ``path`` (default: the newest complete
+        checkpoint of ``out_dir``, see :func:`~glassformer.training.checkpoint.find_resumable`).
 
-        Returns False when there is nothing to resume from.
+        Returns False when there is nothing to resume from (no checkpoint at all).
+        Raises:
+            BadFileError when ``out_dir`` holds checkpoints but none that can be resumed.
         """
-        path = Path(path) if path is not None else self.out / "last"
+        if path is None:
+            found = find_resumable(self.out)
+            if found is None:
+                return False
+            path = found
+        path = Path(path)
         if not path.exists():
             return False
         checkpoint = load_checkpoint(path, with_state=True)
@@ -158,20 +254,16 @@ class Trainer:
             torch.cuda.set_rng_state(state["rng_cuda"], self.dist.device)
         self.step, self.best_val, self.tokens_seen = int(state["step"]), float(state["best_val"]), int(
             state["tokens_seen"])
-        self.history = [h for h in self._read_metrics() if h["step"] <= self.step]
+        self.best_step = int(state.get("best_step", -1))
+        self.history = [h for h in read_metrics(self.out / METRICS) if h["step"] <= self.step]
+        self.last_checkpoint = path
         return True
-
-    def _read_metrics(self) -> list[dict[str, Any]]:
-        file = self.out / "metrics.jsonl"
-        if not file.is_file():
-            return []
-        return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     def _log(self, record: dict[str, Any]) -> None:
         self.history.append(record)
         if self.dist.is_main:
-            with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            with open(self.out / METRICS, "a", encoding="utf-8") as handle:
+                handle.write(metrics_line(record))
 
     # ------------------------------------------------------------------ one step
     def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
@@ -226,28 +318,46 @@ class Trainer:
 
     def _evaluate_and_save(self) -> None:
         metrics = self.evaluate()
+        val_loss, best = None, False
         if metrics:
             self._log({"step": self.step, **metrics})
-            if metrics["val_loss"] < self.best_val:
-                self.best_val = metrics["val_loss"]
-                self.save("best", with_state=False)
-        self.save("last")
+            val_loss = metrics["val_loss"]
+            best = val_loss < self.best_val  # False for NaN, which _checked_save refuses
+            if best:
+                self.best_val = val_loss
+        self._checked_save(val_loss, best)
 
     def _check_finite(self, loss: float) -> None:
         if not math.isfinite(loss):
-            raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. The last good "
-                                   f"checkpoint is kept in {self.out / 'last'} (try a lower lr or grad_clip)")
+            raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. {self._kept()}")
 
-    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+    def _on_signal(self, signum: int, _frame: Any) -> None:
         self._stop_requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+        self.stop_signal = signum
+        # A second one stops at once: Ctrl-C raises KeyboardInterrupt, SIGTERM ends the process.
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    def _start(self) -> None:
+        """Resume (when asked) and, on rank 0, put ``out_dir`` in order: resuming repairs the pointers
+        and removes leftovers of a crash; starting afresh removes an earlier run's checkpoints. Then
+        ``metrics.jsonl`` is rewritten (atomically) with the records up to the resumed step."""
+        resumed = self.resume() if self.config.resume else False
+        if not self.dist.is_main:
+            return
+        if resumed:
+            self.last_checkpoint = recover_run(self.out, self.last_checkpoint, self.best_step)
+        else:
+            clear_run(self.out)
+        atomic_write_text(self.out / METRICS, "".join(metrics_line(h) for h in self.history))
 
     def train(self) -> dict[str, Any]:
-        """Run until ``max_steps`` (resuming from ``out_dir/last`` when ``config.resume``).
+        """Run until ``max_steps`` (resuming from the newest complete checkpoint when ``config.resume``;
+        starting afresh removes the checkpoints an earlier run left in ``out_dir``).
 
-        Ctrl-C finishes the current step and the next (so all processes agree where to stop), saves
-        ``last`` and returns with ``stopped="interrupted"``; a NaN/inf loss raises
-        :class:`TrainingDiverged` without overwriting the last checkpoint.
+        Ctrl-C or SIGTERM finishes the current step and the next (so all processes agree where to stop),
+        saves a checkpoint and returns with ``stopped="interrupted"`` (:attr:`stop_signal` says which);
+        the handlers in place before are restored on return. A NaN/inf training or validation loss, or
+        weights that are no longer finite, raise :class:`TrainingDiverged` without writing anything.
         Returns:
             {"step", "stopped" ("done" or "interrupted"), "train_loss" (the last logged one),
             "best_val_loss", "tokens_per_s", "wall_s", **the last evaluation's metrics, "history"}:
@@ -257,13 +367,9 @@ class Trainer:
         config = self.config
         if self.dist.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-        if config.resume:
-            self.resume()
-        if self.dist.is_main:
-            lines = "".join(json.dumps(h) + "\n" for h in self.history)
-            (self.out / "metrics.jsonl").write_text(lines, encoding="utf-8")
+        self._start()
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self._on_sigint) if main_thread else None
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
         show = config.progress and self.dist.is_main
         bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True, desc="train",
                    dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
@@ -272,9 +378,7 @@ class Trainer:
         try:
             while self.step < config.max_steps:
                 loss = self.train_step()
-                if self._stop_agreed:
-                    stopped = "interrupted"
-                    break
+                stop = self._stop_agreed and self.step < config.max_steps
                 at_eval = config.eval_every and self.step % config.eval_every == 0
                 if self.step % config.log_every == 0 or at_eval or self.step == config.max_steps:
                     last_loss = float(loss)
@@ -287,17 +391,22 @@ class Trainer:
                     bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
                 if at_eval and self.step < config.max_steps:
                     self._evaluate_and_save()
+                elif stop:
+                    self._check_finite(float(loss))
+                    self._checked_save()
                 bar.update(1)
+                if stop:
+                    stopped = "interrupted"
+                    break
             if stopped == "done":
-                self._evaluate_and_save()
+                # A run resumed at its last step has evaluated and saved it already.
+                if not any(h["step"] == self.step and "val_loss" in h for h in self.history):
+                    self._evaluate_and_save()
                 eval_metrics = self.history[-1] if self.history and "val_loss" in self.history[-1] else {}
-            else:
-                self._check_finite(float(loss))
-                self.save("last")
         finally:
             bar.close()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         wall = time.perf_counter() - started
         return {"step": self.step, "stopped": stopped, "train_loss": last_loss,
                 "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,

@@ -12,7 +12,7 @@ from torch import nn
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
-from .checkpoint import TOKENIZER
+from .checkpoint import TOKENIZER, find_resumable
 from .config import TrainConfig
 
 
@@ -28,10 +28,11 @@ class Run:
 
 
 def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
-    """The run's tokenizer: reloaded from ``out_dir/last`` when resuming, else fitted on ``texts``."""
-    last = Path(config.out_dir) / "last" / TOKENIZER
-    if config.resume and last.is_file():
-        return Tokenizer.load(last)
+    """The run's tokenizer: reloaded from the checkpoint a resumed run continues from (the newest
+    complete one, :func:`~glassformer.training.checkpoint.find_resumable`), else fitted on ``texts``."""
+    found = find_resumable(config.out_dir) if config.resume else None
+    if found is not None:
+        return Tokenizer.load(found / TOKENIZER)
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 

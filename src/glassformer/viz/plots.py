@@ -12,18 +12,33 @@ from ..errors import GlassformerError
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")
+# Shipped with the package (SIL OFL 1.1, see fonts/OFL.txt): the common Chinese characters, kana and
+# CJK punctuation of Noto Sans CJK SC, cut by tools/subset_cjk_font.py. Under 1 MB.
+BUNDLED_CJK_FONT = Path(__file__).with_name("fonts") / "NotoSansCJKsc-Subset.otf"
+BUNDLED_CJK_FAMILY = "Noto Sans CJK SC Subset"
+
+
+def register_bundled_font() -> str:
+    """Add the shipped CJK subset to matplotlib's font list (once per process); return its family name."""
+    from matplotlib import font_manager
+
+    if not any(f.name == BUNDLED_CJK_FAMILY for f in font_manager.fontManager.ttflist):
+        font_manager.fontManager.addfont(str(BUNDLED_CJK_FONT))
+    return BUNDLED_CJK_FAMILY
 
 
 def cjk_font_families() -> list[str]:
-    """Font families to use: DejaVu Sans, then the first installed font with CJK glyphs.
+    """Font families to use: DejaVu Sans, the shipped CJK subset, then the first installed CJK font.
 
-    Matplotlib falls back along this list per glyph, so Latin and Chinese labels both render.
-    On Debian/Ubuntu, ``apt install fonts-noto-cjk`` provides one.
+    Matplotlib falls back along this list per glyph, so Latin and Chinese labels both render on any
+    machine: the shipped subset covers the common Chinese characters, and an installed CJK font (on
+    Debian/Ubuntu ``apt install fonts-noto-cjk``) the rest.
     """
     from matplotlib import font_manager
 
+    bundled = register_bundled_font()
     installed = {f.name for f in font_manager.fontManager.ttflist}
-    return ["DejaVu Sans"] + [name for name in CJK_FONTS if name in installed][:1]
+    return ["DejaVu Sans", bundled] + [name for name in CJK_FONTS if name in installed][:1]
 
 
 def _pyplot():

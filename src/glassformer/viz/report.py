@@ -34,6 +34,7 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..models.common import count_params
 from ..nn.masks import check_prefix_len
+from .report_interpret import gather_interpret, interpret_html
 from .shapes import shape_trace
 
 PAD_LABEL = "<pad>"
@@ -81,21 +82,27 @@ class ReportData:
     params_by_part: dict[str, int]
     generation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    interpret: dict[str, Any] | None = None  # logit lens, head scores, ablation effects (report_interpret.py)
 
     def to_json(self) -> dict[str, Any]:
         """What the page's script reads (the ``gf-data`` element): title, views, shapes, params, notes, generation."""
         return {"title": self.title, "structure": self.structure, "views": [v.to_json() for v in self.views],
                 "shapes": self.shapes, "params": self.params, "notes": self.notes,
-                "generation": self.generation}
+                "generation": self.generation, "interpret": self.interpret}
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool = False) -> list[int]:
-    """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids."""
+def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
+    """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids.
+
+    ``add_special_tokens=None`` encodes as the tokenizer does by default (a Hugging Face tokenizer adds
+    its specials, as ``transformers`` does; glassformer's own tokenizers add none).
+    """
     if isinstance(value, str):
         if tokenizer is None:
             raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
-        ids = list(tokenizer.encode(value, add_special_tokens=add_special_tokens))
+        ids = list(tokenizer.encode(value) if add_special_tokens is None
+                   else tokenizer.encode(value, add_special_tokens=add_special_tokens))
     elif isinstance(value, torch.Tensor):
         if value.dim() == 2 and value.shape[0] == 1:
             value = value[0]
@@ -124,6 +131,23 @@ def _labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = Non
     if pad is not None:
         labels = [PAD_LABEL if p else t for t, p in zip(labels, pad, strict=True)]
     return labels
+
+
+# What one report may be asked to draw: the page holds L x h x T^2 bytes of weights per attention view
+# and one table row per generation step, so these bound its size (and the time to build it).
+MAX_TOKENS = 2048  # longest input (max_tokens, pad_to)
+MAX_STEPS = 1024  # generation trace steps
+MAX_TOP_K = 100  # candidates shown per step
+
+
+def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: int = 5,
+                         pad_to: int | None = None, prefix: str = "") -> None:
+    """A one-line error naming the first option out of the bounds above (before any model runs);
+    ``prefix`` goes before each name ("--" for the command line)."""
+    check_int(f"{prefix}max_tokens", max_tokens, 1, MAX_TOKENS)
+    check_int(f"{prefix}generate", generate, 0, MAX_STEPS)
+    check_int(f"{prefix}top_k", top_k, 1, MAX_TOP_K)
+    check_int(f"{prefix}pad_to", pad_to, 1, MAX_TOKENS, allow_none=True)
 
 
 def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str]) -> list[int]:
@@ -210,8 +234,11 @@ def gather(
     generate: int = 16,
     top_k: int = 5,
     max_tokens: int = 128,
-    add_special_tokens: bool = False,
+    add_special_tokens: bool | None = None,
     title: str | None = None,
+    logit_lens: bool = False,
+    head_scores: bool = False,
+    ablation: bool = False,
 ) -> ReportData:
     """Run the model once with attention weights on and collect what :func:`write_report` shows.
 
@@ -222,15 +249,14 @@ def gather(
     if config is None or not hasattr(config, "arch"):
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
                                 f"got {type(model).__name__}")
-    check_int("max_tokens", max_tokens, 1)
-    check_int("generate", generate, 0)
-    check_int("top_k", top_k, 1)
+    check_report_options(max_tokens=max_tokens, generate=generate, top_k=top_k, pad_to=pad_to)
     structure = _structure(config)
     notes: list[str] = []
     ids = _to_ids(text, tokenizer, "text", add_special_tokens)
+    if not ids:
+        raise GlassformerError("text is empty (it encodes to no tokens); give at least one character")
     eos = _special(tokenizer, "eos")
-    if config.arch == "encoder-decoder" and isinstance(text, str) and not add_special_tokens\
-            and eos is not None:
+    if config.arch == "encoder-decoder" and isinstance(text, str) and eos is not None and ids[-1] != eos:
         ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
     ids = _cap(ids, max_tokens, "text", notes)
     tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes)
@@ -242,11 +268,14 @@ def gather(
         if config.arch == "encoder-decoder":
             data = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id, prefix_len, generate,
                                   top_k, notes)
+            asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation)
+            interpret = gather_interpret(model, None, [], list, notes=notes, **asked)  # a note when asked
         else:
             data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes)
+            interpret = _gather_interpret_lm(model, tokenizer, data[3], logit_lens, head_scores, ablation, notes)
     finally:
         model.train(was_training)
-    views, shapes, generation = data
+    views, shapes, generation = data[:3]
     params = count_params(model)
     dims = (f"{config.n_enc} encoder + {config.n_dec} decoder layers" if config.arch == "encoder-decoder"
             else f"{config.n_layers} layers")
@@ -254,7 +283,18 @@ def gather(
                f"d_model {config.d_model} · {params:,} parameters")
     return ReportData(title=title or f"glassformer report: {structure}", structure=structure, summary=summary,
                       views=views, shapes=shapes, config=config.to_dict(), params=params,
-                      params_by_part=_params_by_part(model), generation=generation, notes=notes)
+                      params_by_part=_params_by_part(model), generation=generation, notes=notes,
+                      interpret=interpret)
+
+
+def _gather_interpret_lm(model, tokenizer, inputs, lens, heads, ablation, notes):
+    """The report_interpret sections of a TransformerLM's input ``inputs`` = (x, pad, prefix_len, tokens)."""
+    x, pad, prefix_len, tokens = inputs
+    specials = getattr(tokenizer, "specials", None) or ()
+    first = len(specials) if specials and _special(tokenizer, specials[0]) == 0 else 0  # specials first: skip them
+    return gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), lens=lens, heads=heads,
+                            ablation=ablation, low=first,
+                            bos=_special(tokenizer, "bos"), notes=notes, pad=pad, prefix_len=prefix_len)
 
 
 def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes):
@@ -296,7 +336,7 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
     elif attn == "bidirectional":
         notes.append("Encoder-only models do not generate text, so there is no generation trace.")
-    return views, shapes, generation
+    return views, shapes, generation, (x, pad_t, prefix_len, tokens)
 
 
 def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_len, generate, top_k, notes):
@@ -424,6 +464,7 @@ def render_html(data: ReportData) -> str:
 <noscript>The attention views need JavaScript; the data is in the gf-data script element.</noscript>
 </section>
 {generation}
+{interpret_html(data.interpret, _shown) if data.interpret else ""}
 <section id="gf-shapes"><h2>Shapes of the forward pass</h2>
 <p>Output shape of each part, in the order it ran (B batch, T tokens, d width, V vocabulary).</p>
 {_table(shape_rows, "gf-shape-table", ("step", "shape"))}</section>
@@ -476,8 +517,13 @@ def write_report(
         top_k: candidates shown per generation step.
         max_tokens: inputs longer than this are cut to their first ``max_tokens`` tokens
             (with a note in the report); the page holds L·h·T² bytes of weights per view.
-        add_special_tokens: let the tokenizer add bos/eos (or [CLS]/[SEP]) around ``text``.
+        add_special_tokens: True/False: whether the tokenizer adds bos/eos (or [CLS]/[SEP]) around
+            ``text``; None (default): the tokenizer's own default (a Hugging Face tokenizer adds them,
+            as ``transformers`` does; glassformer's char, byte and BPE tokenizers do not).
         title: the page title.
+        logit_lens, head_scores, ablation: add the sections of glassformer.interpret (TransformerLM
+            only): the logit lens (layers x positions, top tokens), each head's previous-token and
+            induction score (causal models), and each head's ablation effect (one forward per head).
     Returns:
         The path written.
     """
@@ -486,3 +532,44 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------------------------------------- notebooks
+class Report:
+    """A report page held in memory: shows inline in Jupyter, ``save(path)`` writes it.
+
+    In a notebook the page is shown in a sandboxed ``<iframe>`` (its script may run, its style and
+    element ids cannot clash with the notebook's or another report's).
+
+    Args:
+        html: the page, as :func:`report_html` returns it.
+    """
+
+    def __init__(self, html: str):
+        self.html = html
+
+    @classmethod
+    def build(cls, model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,
+              target: str | Sequence[int] | torch.Tensor | None = None, **kwargs: Any) -> Report:
+        """The report of ``model`` reading ``text``; arguments as for :func:`write_report`."""
+        return cls(report_html(model, tokenizer, text, target, **kwargs))
+
+    @classmethod
+    def open(cls, path: str | Path) -> Report:
+        """A report page written earlier (by :func:`write_report` or ``glassformer inspect``)."""
+        return cls(Path(path).read_text(encoding="utf-8"))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the page to ``path`` (its folder is created); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.html, encoding="utf-8")
+        return path
+
+    def _repr_html_(self) -> str:
+        """Jupyter's hook: the page in a sandboxed iframe."""
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 720px; border: 1px solid #ddd" title="glassformer report"></iframe>')
+
+    def __repr__(self) -> str:
+        return f"Report({len(self.html):,} characters of HTML)"

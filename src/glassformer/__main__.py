@@ -1,0 +1,8 @@
+"""``python -m glassformer VERB ...`` is the ``glassformer`` command (handy in notebooks and venvs)."""
+
+import sys
+
+from glassformer.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

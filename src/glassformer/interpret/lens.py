@@ -1,0 +1,201 @@
+"""Lenses: what the residual stream predicts after each layer (logit lens), and how much each head and
+MLP writes into one token's logit (direct logit attribution).
+
+Both read the stream through the model's own final norm and output layer, so the logit lens of the
+last layer *is* the model's logits, and the attributions of every part add up to the logit exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from ..errors import ArgumentTypeError, GlassformerError
+from ..models import EncoderDecoder, TransformerLM
+from ..nn.norms import RMSNorm
+from .hooks import ActivationCache, run_with_cache
+from .points import act_name
+
+
+def _output_stack(model: nn.Module) -> tuple[str, nn.Module, nn.ModuleList]:
+    """(stack name, final norm, blocks) of the stack that feeds the output layer."""
+    if isinstance(model, TransformerLM):
+        return "blocks", model.norm_f, model.blocks
+    if isinstance(model, EncoderDecoder):
+        return "decoder_blocks", model.dec_norm, model.dec
+    raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got {type(model).__name__}")
+
+
+def residual_names(model: nn.Module) -> list[str]:
+    """The residual stream's hook names, bottom to top: each block's ``hook_resid_pre``, then the last
+    block's ``hook_resid_post`` (the decoder's, in an EncoderDecoder)."""
+    stack, _, blocks = _output_stack(model)
+    return [act_name("resid_pre", i, stack) for i in range(len(blocks))] + \
+        [act_name("resid_post", len(blocks) - 1, stack)]
+
+
+def _cached(model: nn.Module, inputs: tuple, cache: ActivationCache | None, names: list[str],
+            kwargs: dict[str, Any]) -> ActivationCache:
+    """``cache`` when it holds ``names``; else a fresh run of ``inputs`` caching them."""
+    if cache is None:
+        if not inputs:
+            raise ArgumentTypeError("give the model's inputs, or cache= from run_with_cache")
+        _, cache = run_with_cache(model, *inputs, names=names, **kwargs)
+    missing = [name for name in names if name not in cache]
+    if missing:
+        raise GlassformerError(f"the cache lacks {', '.join(missing[:3])}{' ...' * (len(missing) > 3)}: "
+                               "run_with_cache(model, ...) without names= keeps every point")
+    return cache
+
+
+class TopTokens(NamedTuple):
+    """The ``k`` most likely tokens at each layer and position: probs and ids, (L + 1, B, T, k) each."""
+
+    probs: torch.Tensor
+    ids: torch.Tensor
+
+
+@torch.no_grad()
+def logit_lens(model: nn.Module, *inputs: torch.Tensor, cache: ActivationCache | None = None,
+               top_k: int | None = None, **kwargs: Any) -> torch.Tensor | TopTokens:
+    """Read the residual stream entering each block, and leaving the last, as the model reads its output.
+
+    Each stream vector goes through the final norm (LayerNorm or RMSNorm, as the model uses) and the
+    output layer (tied or untied, with its bias and BERT's transform), nothing else (nostalgebraist 2020).
+
+    Args:
+        model: a TransformerLM or an EncoderDecoder (its decoder stack).
+        inputs, kwargs: the model's inputs, when no ``cache`` is given.
+        cache: a cache with every :func:`residual_names` point.
+        top_k: return only the ``top_k`` most likely tokens per layer and position (memory (L+1)·B·T·k
+            instead of (L+1)·B·T·V).
+    Returns:
+        (L + 1, B, T, V) logits, entry i read before block i and entry L after the last block (equal to
+        the model's logits); or with ``top_k`` a :class:`TopTokens` of softmax probabilities and ids.
+    """
+    names = residual_names(model)
+    cache = _cached(model, inputs, cache, names, kwargs)
+    _, norm, _ = _output_stack(model)
+    layers = [model.logits(norm(cache[name])) for name in names] if top_k is None else None
+    if layers is not None:
+        return torch.stack(layers)
+    tops = [model.logits(norm(cache[name])).float().softmax(-1).topk(top_k, dim=-1) for name in names]
+    return TopTokens(torch.stack([t.values for t in tops]), torch.stack([t.indices for t in tops]))
+
+
+class LogitAttribution(NamedTuple):
+    """Each part's direct share of one token's logit at one position; all parts add up to ``logit``.
+
+    Attributes:
+        embed: (B,) the embeddings (the stream entering the first block).
+        heads: (B, L, h) each self-attention head.
+        attn_bias: (B, L) each attention's output-projection bias (shared by its heads).
+        mlp: (B, L) each feed-forward sub-layer, or None in an attention-only model.
+        cross_heads, cross_bias: (B, L, h), (B, L): an EncoderDecoder decoder's cross-attention, else None.
+        bias: (B,) the final norm's bias and the output layer's bias.
+        logit: (B,) the model's logit of the token.
+    """
+
+    embed: torch.Tensor
+    heads: torch.Tensor
+    attn_bias: torch.Tensor
+    mlp: torch.Tensor | None
+    cross_heads: torch.Tensor | None
+    cross_bias: torch.Tensor | None
+    bias: torch.Tensor
+    logit: torch.Tensor
+
+    def total(self) -> torch.Tensor:
+        """(B,) the sum of every part: ``logit`` up to float rounding."""
+        parts = [self.embed, self.heads.sum((1, 2)), self.attn_bias.sum(1), self.bias]
+        optional = (self.mlp, self.cross_heads, self.cross_bias)
+        parts += [p.sum(tuple(range(1, p.dim()))) for p in optional if p is not None]
+        return sum(parts)
+
+
+def _head_outputs(z: torch.Tensor, attention: nn.Module) -> torch.Tensor:
+    """Each head's output in the residual stream: z (B, h, hd) through its columns of ``o_proj`` -> (B, h, d)."""
+    h, hd = attention.n_heads, attention.head_dim
+    w_o = attention.o_proj.weight.view(-1, h, hd)  # (d, h, hd)
+    return torch.einsum("bhe,dhe->bhd", z.double(), w_o.double())
+
+
+@torch.no_grad()
+def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int | torch.Tensor,
+                             position: int = -1, cache: ActivationCache | None = None,
+                             **kwargs: Any) -> LogitAttribution:
+    """Split one token's logit into what each head, MLP and the embeddings wrote into the residual stream.
+
+    A pre-norm model's final stream is a sum: embeddings + each head's output + each MLP's output (+
+    biases). The final norm is linear once its scale (σ of LayerNorm, rms of RMSNorm) is frozen at
+    its value for this position, so each part's share is exact: (part - its mean) / σ · g · W_U[token].
+
+    Args:
+        model: a pre-norm TransformerLM or EncoderDecoder in eval mode (dropout off).
+        inputs, kwargs: the model's inputs, when no ``cache`` is given.
+        token: the token whose logit is split: an id, or (B,) ids one per row.
+        position: the position read (default the last).
+        cache: a cache holding ``hook_resid_pre`` of block 0, each block's ``hook_z`` (and cross ``hook_z``),
+            ``hook_mlp_out`` and the last ``hook_resid_post``.
+    Returns:
+        A :class:`LogitAttribution` (float32); the difference of two (two tokens) attributes a logit difference.
+    Raises:
+        GlassformerError for post-norm models (each block normalises the stream, so no part's share is
+        linear) and for BERT's MLM head transform (a non-linear layer before the output).
+    """
+    stack, norm, blocks = _output_stack(model)
+    if not model.config.norm_first:
+        raise GlassformerError("direct logit attribution needs a pre-norm model (norm_first=True): a post-norm "
+                               "block normalises the residual stream itself, so no part's share is linear")
+    if model.head.transform is not None:
+        raise GlassformerError("direct logit attribution cannot pass through the MLM head's transform "
+                               "(dense + activation + norm is not linear)")
+    L = len(blocks)
+    cross = blocks[0].cross_attn is not None
+    mlp = blocks[0].ffn is not None
+    names = [act_name("resid_pre", 0, stack), act_name("resid_post", L - 1, stack)]
+    names += [act_name(short, i, stack) for i in range(L) for short in
+              ("z", *(("cross_z",) if cross else ()), *(("mlp_out",) if mlp else ()))]
+    cache = _cached(model, inputs, cache, names, kwargs)
+    final = cache[names[1]][:, position].double()  # (B, d)
+    B = final.shape[0]
+    tokens = torch.as_tensor(token, device=final.device).long().expand(B)  # (B,)
+    w_u = (model.emb.weight if model.head.weight is None else model.head.weight)[tokens].double()  # (B, d)
+    gain = norm.weight.double() if getattr(norm, "weight", None) is not None else 1.0
+    direction = w_u * gain  # (B, d): the token's row of the output layer, seen before the norm's gain
+    if isinstance(norm, RMSNorm):
+        direction = direction / final.pow(2).mean(-1, keepdim=True).add(norm.eps).sqrt()
+    elif isinstance(norm, nn.LayerNorm):
+        direction = direction / final.var(-1, unbiased=False, keepdim=True).add(norm.eps).sqrt()
+        direction = direction - direction.mean(-1, keepdim=True)  # (c - mean c)·u = c·(u - mean u)
+    else:
+        raise GlassformerError(f"unexpected final norm {type(norm).__name__}")
+
+    def share(c: torch.Tensor) -> torch.Tensor:
+        """(B, ..., d) parts of the stream -> (B, ...) their shares of the logit."""
+        u = direction.view(B, *([1] * (c.dim() - 2)), -1)
+        return (c.double() * u).sum(-1)
+
+    def attention_parts(short: str, attr: str) -> tuple[torch.Tensor, torch.Tensor]:
+        heads, biases = [], []
+        for i, block in enumerate(blocks):
+            attention = getattr(block, attr)
+            heads.append(share(_head_outputs(cache[act_name(short, i, stack)][:, position], attention)))
+            bias = attention.o_proj.bias
+            biases.append(share(bias.expand(B, -1)) if bias is not None else final.new_zeros(B))
+        return torch.stack(heads, 1), torch.stack(biases, 1)  # (B, L, h), (B, L)
+
+    heads, attn_bias = attention_parts("z", "self_attn")
+    cross_heads, cross_bias = attention_parts("cross_z", "cross_attn") if cross else (None, None)
+    mlps = torch.stack([share(cache[act_name("mlp_out", i, stack)][:, position]) for i in range(L)], 1) if mlp \
+        else None
+    bias = final.new_zeros(B)
+    if getattr(norm, "bias", None) is not None:
+        bias = bias + (norm.bias.double() * w_u).sum(-1)
+    if model.head.bias is not None:
+        bias = bias + model.head.bias[tokens].double()
+    logit = model.logits(norm(cache[names[1]][:, position]))[torch.arange(B), tokens]  # the forward's own numbers
+    parts = (share(cache[names[0]][:, position]), heads, attn_bias, mlps, cross_heads, cross_bias, bias, logit)
+    return LogitAttribution(*(None if t is None else t.float() for t in parts))

@@ -1,0 +1,225 @@
+"""The hook points of a model, under TransformerLens's names.
+
+Each model part marks its intermediates with ``self.tap(name, x)`` (:class:`glassformer.nn.taps.Tapped`);
+this module gives every such tap its full name, the one TransformerLens gives the same tensor:
+
+    hook_embed, hook_pos_embed                         embeddings (TransformerLM)
+    blocks.{i}.hook_resid_pre                          the residual stream entering block i
+    blocks.{i}.ln1.hook_normalized                     the attention's norm output
+    blocks.{i}.attn.hook_q / hook_k / hook_v           (B, T, heads, hd)
+    blocks.{i}.attn.hook_rot_q / hook_rot_k            after RoPE, (B, T, heads, hd)
+    blocks.{i}.attn.hook_attn_scores / hook_pattern    (B, h, Tq, Tk), before / after the softmax
+    blocks.{i}.attn.hook_z                             (B, T, h, hd), each head's output
+    blocks.{i}.hook_attn_out, hook_resid_mid           attention's output; the stream after it
+    blocks.{i}.ln2.hook_normalized, mlp.hook_pre, mlp.hook_pre_linear, mlp.hook_post
+    blocks.{i}.hook_mlp_out, hook_resid_post
+    ln_final.hook_normalized
+
+An :class:`~glassformer.models.EncoderDecoder` has ``encoder_blocks.{i}.*`` (attention ``attn``) and
+``decoder_blocks.{i}.*`` (``self_attn``, then ``ln2``, ``cross_attn.*``, ``hook_cross_attn_out``,
+``hook_resid_mid2``, then ``ln3`` and the MLP), and ``encoder_ln_final`` / ``decoder_ln_final``, as
+TransformerLens's bridge names BART and T5. Every point also has a short name (``"pattern"``,
+``"resid_pre"``, ``"cross_z"``, ...) that selects it in every layer.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..errors import ArgumentTypeError, GlassformerError
+from ..models import EncoderDecoder, TransformerLM
+from ..nn.block import TransformerBlock
+from ..nn.taps import Tapped
+
+ATTENTION_TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z")
+MLP_TAPS = ("pre", "pre_linear", "post")
+HEAD_SHAPED = ("q", "k", "v", "rot_q", "rot_k", "z")  # (B, T, heads, hd)
+SCORE_SHAPED = ("attn_scores", "pattern")  # (B, h, Tq, Tk)
+STACKS = {"blocks": "blocks", "encoder": "encoder_blocks", "decoder": "decoder_blocks",
+          "encoder_blocks": "encoder_blocks", "decoder_blocks": "decoder_blocks"}
+
+NameSpec = str | Iterable[str] | Callable[[str], bool] | None
+
+
+@dataclass(frozen=True, eq=False)
+class HookPoint:
+    """One place in a model where a hook may read or replace a tensor; hook functions receive it.
+
+    Attributes:
+        name: the full name, e.g. "blocks.0.attn.hook_pattern".
+        short: the kind, e.g. "pattern" (cross-attention's are "cross_pattern", ...).
+        layer: the block's index, or None (embeddings, final norms).
+        stack: "blocks", "encoder_blocks", "decoder_blocks", or None.
+        module, tap: the module whose forward calls ``self.tap(tap, x)``.
+    """
+
+    name: str
+    short: str
+    layer: int | None
+    stack: str | None
+    module: Tapped
+    tap: str
+
+    @property
+    def kind(self) -> str:
+        """The short name without "cross_": "pattern" for self- and cross-attention alike."""
+        return self.short.removeprefix("cross_")
+
+    @property
+    def head_axis(self) -> int | None:
+        """The heads' axis in the tensor hooks see: 2 for q/k/v/z, 1 for scores/pattern, else None."""
+        return 2 if self.kind in HEAD_SHAPED else 1 if self.kind in SCORE_SHAPED else None
+
+    @property
+    def position_axis(self) -> int:
+        """The (query) positions' axis in the tensor hooks see."""
+        return 2 if self.kind in SCORE_SHAPED else 1
+
+    def show(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd),
+        position embeddings shared by all rows as (1, T, d)."""
+        if self.tap in ("rot_q", "rot_k"):
+            return x.transpose(1, 2)
+        if self.tap == "pos_embed" and x.dim() == 2:
+            return x.unsqueeze(0)
+        return x
+
+    def unshow(self, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Back from :meth:`show`'s layout to the model's (``like`` is the model's tensor)."""
+        if self.tap in ("rot_q", "rot_k"):
+            return x.transpose(1, 2)
+        if self.tap == "pos_embed" and like.dim() == 2 and x.shape[0] == 1:
+            return x[0]
+        return x
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r})"
+
+
+def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str:
+    """The full hook name of a short one, as TransformerLens's ``utils.get_act_name`` gives it.
+
+    ``act_name("pattern", 0)`` -> "blocks.0.attn.hook_pattern"; ``act_name("ln3", 1, "decoder")`` ->
+    "decoder_blocks.1.ln3.hook_normalized"; ``act_name("embed")`` -> "hook_embed". Whether the model
+    has that point is checked where the name is used.
+    """
+    if short in ("embed", "pos_embed", "token_type_embed"):
+        return f"hook_{short}"
+    if short in ("ln_final", "encoder_ln_final", "decoder_ln_final"):
+        return f"{short}.hook_normalized"
+    if stack not in STACKS:
+        raise GlassformerError(f"stack must be one of {sorted(STACKS)}, got {stack!r}")
+    if layer is None:
+        raise GlassformerError(f"{short!r} is a per-layer hook point: give its layer")
+    prefix = f"{STACKS[stack]}.{layer}"
+    attn = "self_attn" if STACKS[stack] == "decoder_blocks" else "attn"
+    if short in ATTENTION_TAPS:
+        return f"{prefix}.{attn}.hook_{short}"
+    if short.startswith("cross_") and short.removeprefix("cross_") in ATTENTION_TAPS:
+        return f"{prefix}.cross_attn.hook_{short.removeprefix('cross_')}"
+    if short in MLP_TAPS:
+        return f"{prefix}.mlp.hook_{short}"
+    if short in ("ln1", "ln2", "ln3"):
+        return f"{prefix}.{short}.hook_normalized"
+    return f"{prefix}.hook_{short}"
+
+
+def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -> list[HookPoint]:
+    """The hook points of one block, in the order its forward reaches them."""
+    def point(short: str, module: Tapped, tap: str) -> HookPoint:
+        return HookPoint(act_name(short, i, stack), short, i, stack, module, tap)
+
+    def attention(module: Tapped, cross: bool) -> list[HookPoint]:
+        rope = model_pos == "rope" and not cross  # cross-attention keys are not rotated
+        return [point(("cross_" if cross else "") + t, module, t) for t in ATTENTION_TAPS
+                if rope or t not in ("rot_q", "rot_k")]
+
+    points = [point("resid_pre", block, "resid_pre"), point("ln1", block, "attn_norm")]
+    points += attention(block.self_attn, cross=False)
+    points += [point("attn_out", block, "attn_out"), point("resid_mid", block, "resid_mid")]
+    if block.cross_attn is not None:
+        points.append(point("ln2", block, "cross_norm"))
+        points += attention(block.cross_attn, cross=True)
+        points += [point("cross_attn_out", block, "cross_attn_out"), point("resid_mid2", block, "resid_mid2")]
+    if block.ffn is not None:
+        points.append(point("ln3" if block.cross_attn is not None else "ln2", block, "ffn_norm"))
+        points += [point(t, block.ffn, t) for t in MLP_TAPS if t != "pre_linear" or block.ffn.gated]
+        points.append(point("mlp_out", block, "mlp_out"))
+    points.append(point("resid_post", block, "resid_post"))
+    return points
+
+
+def hook_points(model: nn.Module) -> dict[str, HookPoint]:
+    """Every hook point of a glassformer model, by full name, in the order a forward reaches them.
+
+    Args:
+        model: a :class:`~glassformer.models.TransformerLM` or :class:`~glassformer.models.EncoderDecoder`
+            (trained, loaded from a checkpoint, or imported from Hugging Face).
+    Returns:
+        {name: :class:`HookPoint`}; points that a configuration does not have (RoPE's ``hook_rot_q``
+        without RoPE, ``hook_pos_embed`` without absolute positions, ``mlp.*`` in an attention-only
+        model) are absent.
+    """
+    if isinstance(model, TransformerLM):
+        c, e = model.config, model.embeddings
+        points = [HookPoint("hook_embed", "embed", None, None, e, "embed")]
+        if c.pos in ("sinusoidal", "learned"):
+            points.append(HookPoint("hook_pos_embed", "pos_embed", None, None, e, "pos_embed"))
+        if c.n_token_types:
+            points.append(HookPoint("hook_token_type_embed", "token_type_embed", None, None, e, "token_type_embed"))
+        for i, block in enumerate(model.blocks):
+            points += _block_points(block, "blocks", i, c.pos)
+        points.append(HookPoint("ln_final.hook_normalized", "ln_final", None, None, model, "ln_final"))
+    elif isinstance(model, EncoderDecoder):
+        points = []
+        for i, block in enumerate(model.enc):
+            points += _block_points(block, "encoder_blocks", i, model.config.pos)
+        points.append(HookPoint("encoder_ln_final.hook_normalized", "encoder_ln_final", None, None, model,
+                                "encoder_ln_final"))
+        for i, block in enumerate(model.dec):
+            points += _block_points(block, "decoder_blocks", i, model.config.pos)
+        points.append(HookPoint("decoder_ln_final.hook_normalized", "decoder_ln_final", None, None, model,
+                                "decoder_ln_final"))
+    else:
+        raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got "
+                                f"{type(model).__name__}")
+    return {p.name: p for p in points}
+
+
+def resolve(points: dict[str, HookPoint], names: NameSpec) -> list[HookPoint]:
+    """The hook points that ``names`` selects, in forward order.
+
+    Args:
+        points: from :func:`hook_points`.
+        names: None (all); a full name ("blocks.0.attn.hook_z"); a short name selecting that point in
+            every layer ("pattern", "resid_post", "cross_z"); a list of those; or a function
+            name -> bool (TransformerLens's ``names_filter``).
+    Raises:
+        GlassformerError naming an unknown name and the closest known ones.
+    """
+    if names is None:
+        return list(points.values())
+    if callable(names):
+        return [p for name, p in points.items() if names(name)]
+    wanted = [names] if isinstance(names, str) else list(names)
+    chosen: set[str] = set()
+    for name in wanted:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"hook names must be strings, got {type(name).__name__}")
+        if name in points:
+            chosen.add(name)
+            continue
+        matches = [p.name for p in points.values() if p.short == name]
+        if not matches:
+            shorts = sorted({p.short for p in points.values()})
+            close = difflib.get_close_matches(name, list(points) + shorts, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise GlassformerError(f"{name!r} is not a hook point of this model{hint} (short names: "
+                                   f"{', '.join(shorts)}; glassformer.interpret.hook_points(model) lists all)")
+        chosen.update(matches)
+    return [p for name, p in points.items() if name in chosen]

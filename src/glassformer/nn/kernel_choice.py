@@ -1,0 +1,134 @@
+"""Speed choices made by measurement on the machine at hand, once, and remembered.
+
+A kernel trick that wins on one CPU can lose on another (the few-row route of :mod:`.linear` reads
+weights ~1.5x faster than ``F.linear`` on an AMD Zen 3, and at half the speed on an Intel Xeon with
+AMX). So such a choice is never assumed: the first time a case is met, both ways are timed in a
+short interleaved measurement, and the faster one is used from then on. A way wins only if it is
+clearly faster (``MARGIN``); in doubt, the plain way stays.
+
+Choices are kept per machine (CPU model, torch version, threads) in a small JSON file under
+``$GLASSFORMER_CACHE_DIR`` (default ``~/.cache/glassformer``), so a program pays for the
+measurement once. ``choices()`` shows them, ``reset_choices()`` forgets them (memory and file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+MARGIN = 0.9  # the special way must take at most 90% of the plain way's time to be chosen
+PAIRS = 7  # interleaved (plain, special) timings per measurement
+MIN_SAMPLE_S = 2e-4  # each timing repeats the call until it lasts at least this long
+
+_choices: dict[str, bool] | None = None  # loaded lazily from the file
+
+
+def cache_file() -> Path:
+    """Where the choices of this machine are kept: ``$GLASSFORMER_CACHE_DIR/kernel-choices.json``."""
+    root = os.environ.get("GLASSFORMER_CACHE_DIR") or Path.home() / ".cache" / "glassformer"
+    return Path(root) / "kernel-choices.json"
+
+
+def machine() -> str:
+    """What a choice depends on besides the case: CPU model, torch version and thread count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def _load() -> dict[str, bool]:
+    """This machine's choices from the file ({} when missing or unreadable: they are re-measured)."""
+    try:
+        data = json.loads(cache_file().read_text(encoding="utf-8"))
+        mine = data.get(machine(), {}) if isinstance(data, dict) else {}
+        return {k: v for k, v in mine.items() if isinstance(v, bool)} if isinstance(mine, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(choices: dict[str, bool]) -> None:
+    """Write this machine's choices next to other machines' (atomically; silently skipped if read-only)."""
+    path = cache_file()
+    try:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            data = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            data = {}
+        data[machine()] = dict(sorted(choices.items()))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernel-choices.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: the choice still holds for this process
+
+
+def _seconds_per_call(fn: Callable[[], object]) -> float:
+    """One timing sample of ``fn``: repeated until it lasts at least MIN_SAMPLE_S."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= MIN_SAMPLE_S:
+            return elapsed / calls
+
+
+def faster(plain: Callable[[], object], special: Callable[[], object]) -> bool:
+    """True when ``special`` takes at most MARGIN of ``plain``'s time (median of PAIRS paired ratios)."""
+    plain(), special()  # warm up both
+    ratios = []
+    for i in range(PAIRS):  # alternate the order so a drift in machine speed hits both alike
+        first, second = (plain, special) if i % 2 == 0 else (special, plain)
+        t_first, t_second = _seconds_per_call(first), _seconds_per_call(second)
+        t_plain, t_special = (t_first, t_second) if i % 2 == 0 else (t_second, t_first)
+        ratios.append(t_special / t_plain)
+    return statistics.median(ratios) <= MARGIN
+
+
+def choose(case: str, plain: Callable[[], object], special: Callable[[], object]) -> bool:
+    """Whether to take the special way for ``case`` (a string naming the kernel and shape class).
+
+    Measured with :func:`faster` the first time ``case`` is met on this machine, then remembered (in
+    this process and in :func:`cache_file`). Never measures while ``torch.compile`` traces: an
+    unknown case then takes the plain way.
+    """
+    global _choices
+    if _choices is None:
+        _choices = _load()
+    if case not in _choices:
+        if torch.compiler.is_compiling():
+            return False
+        with torch.inference_mode():
+            _choices[case] = faster(plain, special)
+        _save(_choices)
+    return _choices[case]
+
+
+def choices() -> dict[str, bool]:
+    """This machine's choices so far: {case: special way chosen}."""
+    global _choices
+    if _choices is None:
+        _choices = _load()
+    return dict(_choices)
+
+
+def reset_choices() -> None:
+    """Forget every choice of this machine (in memory and in the file): they are measured again."""
+    global _choices
+    _choices = {}
+    _save(_choices)

@@ -1,0 +1,194 @@
+"""Induction heads (Olsson et al. 2022) reproduced on a CPU: the ``induction`` recipe task.
+
+A 2-layer attention-only TransformerLM reads rows of random tokens in which segments repeat
+(``<bos> r1 r1 r2 r2 ...``, each segment of random length): the first copy of a segment cannot be
+predicted, the second can, by looking back at what followed the current token the last time. Every
+``measure_every`` steps the recipe runs glassformer.interpret's detectors on a fixed probe (random
+tokens repeated twice, :func:`~glassformer.interpret.head_scores`) and keeps the loss on each copy and
+every head's previous-token and induction scores. The loss on the repeated copy drops sharply (the
+phase change) when a previous-token head in layer 0 and an induction head in layer 1 appear together.
+
+With ``recipe.gpt2`` a GPT-2-architecture model (learned positions, MLPs, tied output) is trained on
+the same rows, written as a Hugging Face folder with ``save_hf_dir``, read back with ``load_hf_dir``
+(as any GPT-2 folder would be) and scored the same way.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..data import step_generator
+from ..errors import GlassformerError, check_int
+from ..interop import load_hf_dir, save_hf_dir
+from ..interpret import head_scores
+from ..models import build_model
+from ..tokenizers import CharTokenizer
+from ..training import TrainConfig, Trainer, save_checkpoint
+from ..viz.heads import plot_head_scores, plot_phase_change
+
+ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable in reports (62 at most)
+
+
+class RepeatedSegments:
+    """Rows of random tokens in repeated segments, as batches for :class:`~glassformer.training.Trainer`.
+
+    A row is ``<bos>`` then segments ``r r`` (``r``: ``min_len`` to ``max_len`` random tokens) until
+    ``block_size + 1`` tokens, cut there. The batch of step s depends only on (seed, s).
+
+    Args:
+        vocab: how many distinct random tokens (letters and digits, at most 62); the tokenizer adds <bos>.
+        block_size: tokens per row (T).
+        min_len, max_len: segment lengths.
+        seed: the rows' seed.
+        eval_rows: size of the fixed validation set.
+    """
+
+    def __init__(self, vocab: int = 62, block_size: int = 64, min_len: int = 6, max_len: int = 20, seed: int = 0,
+                 eval_rows: int = 256):
+        check_int("vocab", vocab, 2, len(ALPHABET))
+        check_int("block_size", block_size, 4)
+        check_int("min_len", min_len, 2)
+        check_int("max_len", max_len, min_len)
+        check_int("eval_rows", eval_rows, 1)
+        self.tokenizer = CharTokenizer(list(ALPHABET[:vocab]), specials=["bos"])
+        self.bos = self.tokenizer.bos_id
+        self.low = self.bos + 1  # random tokens are ids low .. vocab_size - 1
+        self.block_size, self.min_len, self.max_len, self.seed, self.eval_rows = (
+            block_size, min_len, max_len, seed, eval_rows)
+
+    def rows(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """(count, block_size + 1) token ids drawn from ``generator``."""
+        V, T = self.tokenizer.vocab_size, self.block_size + 1
+        out = torch.empty(count, T, dtype=torch.long)
+        for row in range(count):
+            tokens = [self.bos]
+            while len(tokens) < T:
+                n = int(torch.randint(self.min_len, self.max_len + 1, (1,), generator=generator))
+                segment = torch.randint(self.low, V, (n,), generator=generator).tolist()
+                tokens += segment + segment
+            out[row] = torch.tensor(tokens[:T])
+        return out
+
+    def batch(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Next-token batch of (B, block_size + 1) rows: ``ids`` and ``labels``, (B, block_size) each."""
+        return {"ids": rows[:, :-1], "labels": rows[:, 1:]}
+
+    def global_batch(self, step: int, batch_size: int) -> dict[str, torch.Tensor]:
+        """The training batch of ``step``."""
+        return self.batch(self.rows(batch_size, step_generator(self.seed, step)))
+
+    def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """The fixed validation rows (a seed training never uses) in batches of ``batch_size``."""
+        rows = self.rows(self.eval_rows, step_generator(self.seed, -1))
+        for n, start in enumerate(range(0, len(rows), batch_size)):
+            if max_batches is not None and n >= max_batches:
+                return
+            yield self.batch(rows[start:start + batch_size])
+
+
+def measure(model: nn.Module, task: RepeatedSegments, step: int, length: int, batch: int) -> dict[str, Any]:
+    """One point of the history: the detectors of glassformer.interpret on the probe (seed 0)."""
+    was_training = model.training
+    model.eval()
+    try:
+        scores = head_scores(model, length, batch, low=task.low, bos=task.bos)
+    finally:
+        model.train(was_training)
+    return {"step": step, "loss_first": scores.loss_first, "loss_repeat": scores.loss_repeat,
+            "previous_token": [[round(v, 4) for v in layer] for layer in scores.previous_token.tolist()],
+            "induction": [[round(v, 4) for v in layer] for layer in scores.induction.tolist()]}
+
+
+def phase_change_step(history: list[dict[str, Any]]) -> int | None:
+    """The first measured step whose repeated-copy loss is below halfway between its first and its
+    lowest value (None when it never falls by a third of the start)."""
+    start, low = history[0]["loss_repeat"], min(r["loss_repeat"] for r in history)
+    if start - low < start / 3:
+        return None
+    return next(r["step"] for r in history if r["loss_repeat"] < (start + low) / 2)
+
+
+def best_heads(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The best-scoring head of each kind in one history record: {kind: {"layer", "head", "score"}}."""
+    found = {}
+    for kind in ("previous_token", "induction"):
+        score, layer, head = max((s, l, h) for l, row in enumerate(record[kind]) for h, s in enumerate(row))
+        found[kind] = {"layer": layer, "head": head, "score": score}
+    return found
+
+
+def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The control: each layer's best induction score and the repeat loss for several probe lengths
+    (``spec["control_lengths"]``). An induction head follows content, so its score holds at every length;
+    a head that attends a fixed distance back scores only where that distance happens to fit."""
+    lengths = spec.get("control_lengths", [8, 12, 16, 20])
+    found = {}
+    for length in (n for n in lengths if 2 * n + 1 <= model.config.max_len):
+        record = measure(model, task, -1, int(length), int(spec.get("probe_batch", 32)))
+        found[int(length)] = {"induction_by_layer": [max(row) for row in record["induction"]],
+                              "loss_repeat": record["loss_repeat"]}
+    return found
+
+
+def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments, spec: dict[str, Any],
+                       max_steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train ``model`` for ``max_steps`` with :meth:`Trainer.train_step`, measuring as ``spec`` says."""
+    every = check_int("recipe.measure_every", int(spec.get("measure_every", 10)), 1)
+    length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
+    if 2 * length + 1 > config.block_size:
+        raise GlassformerError(f"recipe.probe_length={length} needs block_size >= {2 * length + 1}")
+    trainer = Trainer(config, model, task.tokenizer, task)
+    history = [measure(model, task, 0, length, batch)]
+    while trainer.step < max_steps:
+        trainer.train_step()
+        if trainer.step % every == 0 or trainer.step == max_steps:
+            history.append(measure(model, task, trainer.step, length, batch))
+    save_checkpoint(Path(config.out_dir) / "model", model, task.tokenizer)
+    return history, trainer.evaluate()
+
+
+def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
+    """Train the attention-only model (and with ``spec["gpt2"]`` the GPT-2-architecture one), measuring
+    heads along the way; draw ``phase_change.png`` and ``head_scores.png`` in each run's folder.
+
+    Returns {"attn_only": run, "gpt2": run (when asked)}, each run {"history", "phase_change_step",
+    "final" (the last record), "best_heads", "by_probe_length" (see :func:`by_probe_length`), "validation",
+    "out_dir"}.
+    """
+    task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
+                            int(spec.get("max_len", 20)), config.seed)
+    out = Path(config.out_dir)
+    runs: dict[str, Any] = {}
+    parts = [("attn_only", config.model_config(task.tokenizer.vocab_size), config.max_steps)]
+    if spec.get("gpt2"):
+        c = parts[0][1]
+        gpt2 = ModelConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers,
+                           d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
+                           activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
+        parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
+    for name, model_config, steps in parts:
+        run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
+        torch.manual_seed(config.seed)
+        model = build_model(model_config)
+        history, validation = _train_and_measure(run_config, model, task, spec, steps)
+        run: dict[str, Any] = {"history": history, "phase_change_step": phase_change_step(history),
+                               "final": history[-1], "best_heads": best_heads(history[-1]),
+                               "by_probe_length": by_probe_length(model, task, spec),
+                               "validation": validation, "out_dir": run_config.out_dir}
+        if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in
+            folder = save_hf_dir(model, None, out / name / "hf")
+            loaded, _ = load_hf_dir(folder)
+            after = measure(loaded, task, steps, int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32)))
+            run.update(hf_folder=str(folder), loaded_through_interop=after, best_heads=best_heads(after))
+        title = "2-layer attention-only" if name == "attn_only" else "2-layer GPT-2 architecture"
+        plot_phase_change(history, out / name / "phase_change.png", f"{title}: the phase change")
+        plot_head_scores(history, out / name / "head_scores.png", f"{title}: every head over training")
+        runs[name] = run
+    return runs

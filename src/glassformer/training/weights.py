@@ -1,0 +1,154 @@
+"""Weights files read like untrusted input: sizes are checked before anything is allocated.
+
+A model folder has two halves that must agree: ``config.json`` (a few numbers) and the safetensors
+weights. A config that asks for a huge model (``d_model``, ``vocab_size``, ``n_layers``...) must not
+make glassformer allocate that model first and find out later. So a load goes:
+
+1. :func:`read_header`: the tensor names, shapes and dtypes from each file's safetensors header (no
+   tensor data is read; safetensors validates the header against the file's size);
+2. :func:`check_sizes`: arithmetic only: the config's least possible number of weights (a sum over
+   the parts every model of that config has, see :func:`weight_floor`) must be within a few times what
+   the files hold, its blocks no more than their tensors, its position tables modest;
+3. :func:`meta_shapes`: the model built on the ``meta`` device (shapes only, no memory; quick once
+   step 2 passed) gives the exact tensor shapes to compare with the header, still before allocating;
+4. :func:`load_tensors`: only now the tensors are read (with safetensors' own errors made one line).
+
+Nothing here unpickles anything: safetensors holds a JSON header and raw bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
+
+from ..config import ModelConfig
+from ..errors import BadFileError
+from ..models import build_model
+
+Header = dict[str, tuple[tuple[int, ...], str]]
+"""Tensor name -> (shape, safetensors dtype such as "F32"), over every file of a model."""
+
+MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
+
+BUFFER_ALLOWANCE = 2**28
+"""Elements of position tables (sinusoidal, RoPE: computed, not stored) always allowed (1 GiB in
+float32); beyond it, at most four times the weights the files hold."""
+
+
+def read_header(files: Sequence[Path]) -> Header:
+    """The names, shapes and dtypes of every tensor in ``files`` (safetensors), without reading data.
+
+    Raises :class:`BadFileError` naming the file when one is not a valid safetensors file (corrupt,
+    truncated, a header that does not fit the file) or when two files hold the same tensor name.
+    """
+    header: Header = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
+                    view = handle.get_slice(name)
+                    if name in header:
+                        raise BadFileError(f"{file} repeats tensor {name!r}, already in another file")
+                    header[name] = (tuple(view.get_shape()), str(view.get_dtype()))
+        except SafetensorError as error:
+            raise BadFileError(f"{file} is corrupt or truncated: not a valid safetensors file "
+                               f"({_first_line(error)})") from None
+    return header
+
+
+def header_numel(header: Header) -> int:
+    """The number of elements all tensors of ``header`` hold together."""
+    return sum(math.prod(shape) for shape, _ in header.values())
+
+
+def weight_floor(config: ModelConfig) -> int:
+    """The fewest weights any model with ``config`` has: a lower bound that grows with every size field.
+
+    Counted: the token embedding (vocab_size x d), a learned position table ((max_len + pos_offset) x d),
+    token types (n_token_types x d), and per block the query and output projections (2 d^2) and the
+    feed-forward's two matrices (2 d x d_ff; none with ``attn_only``). The real model is at most about
+    four times this (keys, values, gates, cross-attention, an untied head, norms and biases), so once
+    this fits the files, building the model allocates memory in proportion to them.
+    """
+    d = config.d_model
+    n = config.vocab_size * d + config.n_token_types * d
+    if config.pos == "learned":
+        n += (config.max_len + config.pos_offset) * d
+    blocks = config.n_layers if config.arch == "lm" else config.n_enc + config.n_dec
+    ffn = 0 if getattr(config, "attn_only", False) else 2 * d * config.d_ff  # attention-only: no feed-forward
+    return n + blocks * (2 * d * d + ffn)
+
+
+def buffer_numel(config: ModelConfig) -> int:
+    """Elements of the position tables a model computes at build time (not stored in its files)."""
+    per_table = {"sinusoidal": config.max_len * config.d_model,
+                 "rope": 2 * config.max_len * config.head_dim}.get(config.pos, 0)
+    return per_table * (2 if config.arch == "encoder-decoder" else 1)
+
+
+def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
+    """A :class:`BadFileError` when ``config`` asks for far more than the weights ``header`` describes.
+
+    This is the quick, arithmetic-only guard that runs first: it refuses a config whose least possible
+    model (:func:`weight_floor`) is more than four times the weights the files hold, whose blocks
+    outnumber the tensors, or whose computed position tables would dwarf the weights. What passes is
+    small enough to build on the ``meta`` device (:func:`meta_shapes`), where the caller compares
+    every tensor's shape exactly and names the ones that differ.
+
+    Args:
+        config: the model's config (already validated).
+        header: from :func:`read_header`.
+        source: the config file's name, for the message.
+    """
+    c = config
+    held = header_numel(header)
+    need = weight_floor(c)
+    blocks = c.n_layers if c.arch == "lm" else c.n_enc + c.n_dec
+    many_heads = c.pos == "alibi" and c.n_heads > MAX_ALIBI_HEADS  # slopes are computed in Python, per head
+    if need > 4 * held + 2**20 or blocks > len(header) or many_heads:
+        layers = f"n_layers={c.n_layers}" if c.arch == "lm" else f"n_enc={c.n_enc}, n_dec={c.n_dec}"
+        raise BadFileError(
+            f"{source} does not fit its weights: vocab_size={c.vocab_size}, d_model={c.d_model}, "
+            f"n_heads={c.n_heads}, {layers}, d_ff={c.d_ff}, max_len={c.max_len} need at least {need:,} weights "
+            f"in at least {blocks} blocks, but the files hold {held:,} weights in {len(header)} tensors "
+            "(refused before allocating anything)")
+    tables = buffer_numel(c)
+    if tables > max(BUFFER_ALLOWANCE, 4 * held):
+        raise BadFileError(
+            f"{source}: max_len={c.max_len} with pos={c.pos!r} needs position tables of {tables:,} values, far "
+            f"more than the {held:,} weights of the model (refused before allocating anything)")
+
+
+def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
+    """The state dict's shapes of the model ``config`` builds, from a model on the ``meta`` device
+    (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
+    with torch.device("meta"):
+        model = build_model(config)
+    return {name: tensor.shape for name, tensor in model.state_dict().items()}
+
+
+def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
+    """A stand-in state dict: one ``meta`` tensor (shape, no data) per entry of ``header``."""
+    return {name: torch.empty(shape, device="meta") for name, (shape, _) in header.items()}
+
+
+def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor of ``files`` (safetensors), on the CPU; a corrupt or truncated file is a
+    :class:`BadFileError` naming it."""
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file)))
+        except SafetensorError as error:
+            raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
+    return state
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,140 @@
+"""The report's "why" sections, from glassformer.interpret: a logit lens, head scores, ablation effects.
+
+- **Logit lens**: layers x positions; each cell the token the residual stream would predict if the
+  model stopped there (read through its own final norm and output layer), with its probability;
+  the last row is the model's output.
+- **Head scores** (causal LMs): each head's previous-token and induction score on random tokens
+  repeated twice (glassformer.interpret.head_scores).
+- **Ablation effects**: for each head, how much the log-probability of the model's own top prediction
+  (mean over the input's positions) drops when that head alone is removed (its output set to zero).
+
+All three are plain HTML tables (no script needed), shaded by value.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..interpret import head_ablation_effects, head_scores, logit_lens
+from ..models import TransformerLM
+
+Label = Callable[[list[int]], list[str]]
+
+
+def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label: Label, *,
+                     lens: bool = False, heads: bool = False, ablation: bool = False, top_k: int = 5,
+                     low: int = 0, bos: int | None = None, notes: list[str] | None = None,
+                     **kwargs: Any) -> dict[str, Any] | None:
+    """The data of the sections asked for (None when none is).
+
+    Args:
+        model: the report's model; x: its (1, T) input; tokens: the labels of x's tokens.
+        label: ids -> printable labels.
+        lens, heads, ablation: which sections.
+        top_k: candidates per logit-lens cell (the title of the cell lists them).
+        low, bos: for head scores: the smallest ordinary token id, and the model's start token.
+        notes: where to say why a section was left out.
+        kwargs: the forward's other arguments (pad, prefix_len).
+    """
+    notes = notes if notes is not None else []
+    found: dict[str, Any] = {}
+    if not isinstance(model, TransformerLM):
+        if lens or heads or ablation:
+            notes.append("The logit lens, head scores and ablation effects are drawn for single-stack models "
+                         "(TransformerLM); use glassformer.interpret on an encoder-decoder.")
+        return None
+    if lens:
+        top = logit_lens(model, x, top_k=top_k, **kwargs)  # (L + 1, 1, T, k)
+        rows = [f"before block {i}" for i in range(top.ids.shape[0] - 1)] + ["output"]
+        cells = [[[{"id": int(i), "label": lab, "p": round(float(p), 4)}
+                   for i, lab, p in zip(ids.tolist(), label(ids.tolist()), probs.tolist())]
+                  for ids, probs in zip(layer_ids[0], layer_probs[0])]
+                 for layer_ids, layer_probs in zip(top.ids, top.probs)]
+        found["lens"] = {"tokens": tokens, "rows": rows, "top": cells}
+    if heads:
+        if model.config.attn != "causal":
+            notes.append("Head scores (previous-token, induction) are measured on causal models only.")
+        else:
+            length = max(2, min(20, (model.config.max_len - (bos is not None)) // 2))
+            scores = head_scores(model, length, 8, low=low, bos=bos)
+            found["heads"] = {"length": length, "previous_token": scores.previous_token.tolist(),
+                              "induction": scores.induction.tolist(), "loss_first": scores.loss_first,
+                              "loss_repeat": scores.loss_repeat}
+    if ablation:
+        with torch.no_grad():
+            intact = model(x, **kwargs).float().log_softmax(-1)  # (1, T, V)
+        choice = intact.argmax(-1, keepdim=True)  # the model's own top prediction at each position
+
+        def metric(logits: torch.Tensor) -> torch.Tensor:
+            return logits.float().log_softmax(-1).gather(-1, choice).mean()
+
+        effects = head_ablation_effects(model, x, metric=metric, **kwargs)  # ablated - intact
+        found["ablation"] = {"base": float(metric(intact)), "drop": (-effects).tolist()}
+    return found or None
+
+
+def _shade(value: float, rgb: tuple[int, int, int], scale: float = 1.0) -> str:
+    """An inline background whose opacity is |value| / scale (clamped to [0, 1])."""
+    alpha = min(1.0, abs(value) / scale) if scale > 0 else 0.0
+    return f"background: rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha * 0.85:.3f})"
+
+
+def _head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], scale: float, fmt: str) -> str:
+    heads = len(values[0])
+    head = "".join(f"<th>head {h}</th>" for h in range(heads))
+    body = "".join(
+        f"<tr><th>layer {layer}</th>" + "".join(
+            f'<td style="{_shade(v, rgb if v >= 0 else (200, 60, 60), scale)}">{v:{fmt}}</td>' for v in row)
+        + "</tr>" for layer, row in enumerate(values))
+    return f'<table class="{cls}"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def interpret_html(data: dict[str, Any], shown: Callable[[str], str]) -> str:
+    """The sections' HTML (``shown`` escapes a token label for display)."""
+    parts = []
+    if "lens" in data:
+        lens = data["lens"]
+        head = "".join(f'<th title="position {n}"><code>{shown(t)}</code></th>' for n, t in enumerate(lens["tokens"]))
+        rows = []
+        for name, cells in zip(lens["rows"], lens["top"]):
+            tds = []
+            for cands in cells:
+                best = cands[0]
+                title = html.escape(", ".join(f"{c['label']!r} {c['p']:.3f}" for c in cands))
+                tds.append(f'<td class="gf-lens-cell" title="{title}" style="{_shade(best["p"], (70, 130, 220))}">'
+                           f'<code>{shown(best["label"])}</code><span class="gf-p">{best["p"]:.2f}</span></td>')
+            rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(tds)}</tr>")
+        parts.append(
+            '<section id="gf-lens"><h2>Logit lens</h2><p>What the residual stream predicts for the next token '
+            "if the model stopped before each block, read through the model's own final norm and output "
+            "layer; the last row is the model's output. Each cell: the top token and its probability (hover "
+            "for the top candidates).</p>"
+            f'<div class="gf-scroll"><table class="gf-lens"><thead><tr><th>read</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div></section>")
+    if "heads" in data:
+        h = data["heads"]
+        parts.append(
+            '<section id="gf-heads"><h2>Head scores</h2><p>On random tokens repeated twice '
+            f"({h['length']} tokens, then the same {h['length']} again): each head's mean attention to the "
+            "previous token, and, over the second copy, to the token after the current one's first copy "
+            f"(an induction head). Next-token loss: {h['loss_first']:.2f} on the first copy, "
+            f"{h['loss_repeat']:.2f} on the repeat.</p>"
+            "<h3>Previous-token score</h3>"
+            + _head_table(h["previous_token"], "gf-head-table gf-prev", (70, 130, 220), 1.0, ".2f")
+            + "<h3>Induction score</h3>"
+            + _head_table(h["induction"], "gf-head-table gf-induction", (60, 160, 90), 1.0, ".2f") + "</section>")
+    if "ablation" in data:
+        a = data["ablation"]
+        scale = max((abs(v) for row in a["drop"] for v in row), default=0.0)
+        parts.append(
+            '<section id="gf-ablation"><h2>Ablation effects</h2><p>How much the log-probability of the '
+            "model's own top prediction (mean over positions, "
+            f"{a['base']:.3f} intact) drops when one head's output is set to zero; negative: the "
+            "prediction gets more confident without it.</p>"
+            + _head_table(a["drop"], "gf-head-table gf-ablation", (230, 140, 40), scale, ".3f") + "</section>")
+    return "\n".join(parts)

@@ -1,0 +1,298 @@
+"""The docs are tests: every shell command and Python block of README.md, README.zh-CN.md, docs/ and
+docs/learn/ runs as written, in a fresh shell, from a folder laid out like a clone after the README's
+set-up (`make demo`: the package installed, `demo-output/` written).
+
+- Blocks run in the page's order. Python blocks run in this test's interpreter, one namespace per
+  page (a later block may use an earlier one's names), in that folder.
+- Shell blocks (```bash, and the `$ ` lines of ```console) run in bash, one block per call, with the
+  virtual environment's tools first on PATH (what `source .venv/bin/activate` gives), under
+  ``set -eo pipefail``. Training, recipe and benchmark commands get overrides appended (SHORTEN):
+  the documented command, cut to a few steps of a smaller model. Nothing else is changed. A command
+  (or Python block) that already ran in this session, on an earlier page, is not run again (RAN).
+- A ```console block's output lines are the command's expected output: numbers must agree within
+  TOLERANCE (float results of training differ a little between CPU kinds), text exactly.
+- A block whose first line is ``# not run by the docs test: REASON`` is skipped; SKIPPED lists every
+  such block and why, so none is skipped silently.
+- Every fenced block names its language: python, bash and console run; text is output or a diagram.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PAGES = ["README.md", "README.zh-CN.md",
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn").glob("*.md")),
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+LANGUAGES = {"python", "bash", "console", "text"}
+SKIP_MARK = "# not run by the docs test:"
+# Every block that carries SKIP_MARK, with a word of its reason: (page, reason fragment).
+SKIPPED = {
+    ("README.md", "the set-up"),            # make demo / make test: this test runs after them (CI is `make test`)
+    ("README.zh-CN.md", "the set-up"),
+    ("docs/training.md", "two machines"),   # torchrun over a network to 10.0.0.1: no second machine here
+    ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
+    ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
+    ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
+}
+PER_BLOCK_TIMEOUT = 420  # seconds
+TOLERANCE = 0.03  # |expected - got| allowed for each number of a console block's output
+# A few optimizer steps of a small model: what the test appends to training commands (later words win).
+TINY_TRAINING = ["--max_steps", "2", "--eval_every", "0", "--eval_batches", "2", "--progress", "false",
+                 "--model.d_model", "16", "--model.n_heads", "2", "--model.d_ff", "32"]
+SHORTEN = [  # (regex searched in a command, words appended to it)
+    (r"\bglassformer (train|recipe)\b|-m glassformer(\.cli)? train\b", TINY_TRAINING),
+    (r"\bglassformer recipe \S*multi30k", ["--model.n_enc", "1", "--model.n_dec", "1", "--tokenizer_vocab_size",
+                                           "300", "--recipe.beams", "[2]"]),
+    (r"\bglassformer recipe \S*(mlm_shakespeare_bpe|tang_poems)", ["--tokenizer_vocab_size", "300",
+                                                                   "--recipe.examples", "2"]),
+    (r"\bglassformer recipe \S*prefix_", ["--recipe.eval_examples", "16"]),
+    (r"\bglassformer recipe \S*induction", ["--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
+                                           "--recipe.probe_batch", "4"]),
+    # a benchmark runs for minutes by design: each documented command runs its cheapest part once
+    # (tests/test_bench.py runs every part shortened)
+    (r"\bglassformer bench\b|benchmarks/bench_train.py", ["--only", "attn", "--quick", "--rounds", "1", "--sizes",
+                                                          "small", "--no_hf"]),
+    (r"benchmarks/bench_matvec.py", ["--rounds", "1", "--rows", "1", "--layers", "1"]),
+]
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# Python code (comments aside) and shell commands that ran in this session's folder: the same command
+# on another page (README.zh-CN.md repeats README.md's) is not run twice; its files are there.
+RAN: set[str] = set()
+
+
+def _without_comments(code: str) -> str:
+    return re.sub(r"\s*#[^\n]*", "", code).strip()
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    language: str
+    text: str
+
+    @property
+    def skip_reason(self) -> str | None:
+        first = self.text.lstrip("\n").splitlines()[0] if self.text.strip() else ""
+        return first[len(SKIP_MARK):].strip() if first.startswith(SKIP_MARK) else None
+
+
+def blocks(page: str) -> list[Block]:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    found = []
+    for match in re.finditer(r"^```([^\n]*)\n(.*?)^```\s*$", text, re.S | re.M):
+        language = match.group(1).split()[0] if match.group(1).strip() else ""
+        found.append(Block(page, text[:match.start()].count("\n") + 1, language, match.group(2)))
+    return found
+
+
+def _strip_comment(line: str) -> str:
+    """``line`` without a trailing shell comment (a ``#`` after a space, outside quotes)."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def shell_commands(block: Block) -> tuple[list[str], list[str]]:
+    """(commands, expected output lines) of a bash or console block; continuation lines joined."""
+    commands, expected, pending = [], [], None
+    for raw in block.text.splitlines():
+        if pending is not None:
+            pending += " " + raw.strip()
+        elif block.language == "console" and not raw.startswith("$ "):
+            expected.append(raw)
+            continue
+        else:
+            pending = raw[2:] if block.language == "console" else raw
+        if pending.rstrip().endswith("\\"):
+            pending = pending.rstrip()[:-1].rstrip()
+            continue
+        command = _strip_comment(pending)
+        pending = None
+        if command.strip():
+            commands.append(command)
+    return commands, expected
+
+
+def shortened(command: str) -> str:
+    """``command`` with the SHORTEN words of every rule that matches appended."""
+    extra = [word for pattern, words in SHORTEN if re.search(pattern, command) for word in words]
+    return command + "".join(f" {word}" for word in extra)
+
+
+def same_output(expected: list[str], got: list[str]) -> bool:
+    """Equal text, numbers within TOLERANCE (whitespace runs count as one space)."""
+    if len(expected) != len(got):
+        return False
+    for want, have in zip(expected, got, strict=True):
+        want_text, have_text = NUMBER.split(" ".join(want.split())), NUMBER.split(" ".join(have.split()))
+        want_nums, have_nums = NUMBER.findall(want), NUMBER.findall(have)
+        if want_text != have_text or len(want_nums) != len(have_nums):
+            return False
+        if any(abs(float(a) - float(b)) > TOLERANCE for a, b in zip(want_nums, have_nums, strict=True)):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------- the folder
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder laid out like a clone after `make demo`: configs/, examples/, benchmarks/, data/ (the
+    shipped corpus; Multi30k from ../shared/data when there), demo-output/ written by `glassformer demo`."""
+    work = tmp_path_factory.mktemp("docs")
+    for name in ("configs", "examples", "benchmarks", "docs"):
+        (work / name).symlink_to(ROOT / name)
+    (work / "data").mkdir()
+    (work / "data" / "tinyshakespeare").symlink_to(ROOT / "data" / "tinyshakespeare")
+    if (SHARED_DATA / "multi30k").is_dir():
+        (work / "data" / "multi30k").symlink_to(SHARED_DATA / "multi30k")
+    done = subprocess.run(["glassformer", "demo"], cwd=work, env=_env(), capture_output=True, text=True,
+                          timeout=PER_BLOCK_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return work
+
+
+def _env() -> dict[str, str]:
+    """A fresh shell's environment after `source .venv/bin/activate`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLASSFORMER_DATA", "MPLCONFIGDIR")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(Path(sys.executable).parent.parent)
+    env["MPLBACKEND"] = "Agg"
+    env["OMP_NUM_THREADS"] = "1"  # small models; and 2 threads on a busy 2-core machine spin against each other
+    return env
+
+
+def _bash(script: str, cwd: Path, where: str) -> str:
+    done = subprocess.run(["bash", "-c", "set -eo pipefail\n" + script], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=PER_BLOCK_TIMEOUT)
+    assert done.returncode == 0, f"{where} failed (status {done.returncode}):\n{script}\n--- stdout\n" \
+                                 f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+# ------------------------------------------------------------------------------------------- the tests
+def test_every_block_names_a_known_language():
+    unnamed = [f"{b.page}:{b.line} {b.language!r}" for p in PAGES for b in blocks(p) if b.language not in LANGUAGES]
+    assert unnamed == [], f"fenced blocks need one of {sorted(LANGUAGES)}: {unnamed}"
+
+
+def test_skipped_blocks_are_the_listed_ones():
+    marked = {(b.page, b.skip_reason) for p in PAGES for b in blocks(p) if b.skip_reason is not None}
+    listed = {(page, reason) for page, fragment in SKIPPED for p, reason in marked if p == page and fragment in reason}
+    assert marked == listed and len(listed) == len(SKIPPED), (sorted(marked), sorted(SKIPPED))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_runs_as_written(page, workdir, monkeypatch):
+    runnable = [b for b in blocks(page) if b.language in ("python", "bash", "console") and b.skip_reason is None]
+    if not runnable:
+        pytest.skip(f"{page} has no runnable block")
+    monkeypatch.chdir(workdir)  # Python blocks write their files where the shell blocks do
+    namespace: dict = {"__name__": "__docs__"}  # one per page: a later block may use an earlier one's names
+    for block in runnable:  # in the page's order: a block may use what an earlier one wrote
+        where = f"{page}:{block.line}"
+        if block.language == "python":
+            code = _without_comments(block.text)
+            if code not in RAN:  # the same code on another page (README.zh-CN.md) ran already
+                exec(compile(block.text, where, "exec"), namespace)
+                RAN.add(code)
+            continue
+        commands, expected = shell_commands(block)
+        changed = [shortened(c) for c in commands]
+        todo = changed if expected else [c for c in changed if c not in RAN or "$" in c]
+        if not todo:
+            continue
+        out = _bash("\n".join(todo), workdir, where)
+        RAN.update(todo)
+        if expected and changed == commands:
+            got = out.rstrip("\n").splitlines()
+            assert same_output(expected, got), f"{where}: the output differs\n--- documented\n" \
+                                               + "\n".join(expected) + "\n--- got\n" + "\n".join(got)
+
+
+def test_shortening_and_comparing_rules():
+    block = Block("x.md", 1, "console", '$ glassformer recipe prefix_reverse \\\n    --seed 1  # note\nok 0.500 "#"\n')
+    commands, expected = shell_commands(block)
+    assert commands == ["glassformer recipe prefix_reverse --seed 1"] and expected == ['ok 0.500 "#"']
+    assert shortened(commands[0]).endswith("--recipe.eval_examples 16") and "--max_steps 2" in shortened(commands[0])
+    assert _strip_comment("echo '# not a comment' # a comment") == "echo '# not a comment'"
+    assert same_output(["none  accuracy 0.208"], ["none accuracy 0.211"])
+    assert not same_output(["none  accuracy 0.208"], ["none accuracy 0.308"])
+    assert not same_output(["rope accuracy 1.000"], ["alibi accuracy 1.000"])
+
+
+def test_readme_and_its_translation_have_the_same_sections():
+    """README.zh-CN.md follows README.md: the same ## sections in the same order, the same code blocks."""
+    def outline(page: str) -> tuple[list[int], list[str], list[str]]:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        sections = [part.count("\n```") for part in re.split(r"^## ", text, flags=re.M)]  # fences per section
+        code = [_without_comments(b.text) for b in blocks(page) if b.language in ("python", "bash")]
+        verbs = sorted(set(re.findall(r"glassformer (demo|train|recipe|eval|generate|translate|inspect|convert|embed|"
+                                      r"bench)\b", text)))
+        return len(sections), code, verbs
+
+    english, chinese = outline("README.md"), outline("README.zh-CN.md")
+    assert english[0] == chinese[0], "README.md and README.zh-CN.md have different numbers of ## sections"
+    assert english[1] == chinese[1], "the Python examples differ (comments aside)"
+    assert english[2] == chinese[2], f"verbs shown: {english[2]} vs {chinese[2]}"
+    from glassformer.cli import VERBS
+
+    assert set(english[2]) == set(VERBS), f"the README should show every verb: missing {set(VERBS) - set(english[2])}"
+    en_links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    zh_links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.zh-CN.md").read_text(encoding="utf-8"))
+    assert sorted(set(en_links)) == sorted(set(zh_links)), "both READMEs link the same pages"
+
+
+def test_shared_data_is_there_in_ci():
+    if os.environ.get("CI") and not (SHARED_DATA / "multi30k").is_dir():
+        pytest.fail("CI runs beside shared/: ../shared/data/multi30k is needed by the Multi30k commands of the docs")
+
+
+def test_docs_reference_no_missing_file():
+    """Every repository path a page names in backticks (examples/..., configs/..., docs/...) exists."""
+    missing = []
+    for page in PAGES:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        pattern = r"`((?:examples|configs|benchmarks|docs|tests|src)/[\w./-]+\.(?:py|yaml|md|ipynb))"
+        for path in re.findall(pattern, text):
+            if not (ROOT / path).exists() and not (ROOT / "src" / path).exists():
+                missing.append(f"{page}: {path}")
+    assert missing == []
+    assert shutil.which("bash")
+
+
+def test_prefix_lookahead_table_is_the_measured_one():
+    """docs/results.md's look-ahead table is docs/results/prefix_lookahead.json (the runs' results.json)."""
+    import json
+
+    measured = json.loads((ROOT / "docs" / "results" / "prefix_lookahead.json").read_text(encoding="utf-8"))
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    section = text[text.index("### Look-ahead inside the input"):]
+    rows = [line for line in section.split("\n\n")[2].splitlines() if line.startswith("| ") and "---" not in line]
+    columns = [(model, key) for key in ("val_loss", "exact_match") for model in ("prefix-LM", "causal LM")] + [
+        ("prefix-LM", "symbol_accuracy"), ("causal LM", "symbol_accuracy")]
+    expected = {str(run["seed"]): [run[model][key] for model, key in columns] for run in measured["runs"]}
+    expected["mean"] = [sum(v[i] for v in expected.values()) / len(expected) for i in range(len(columns))]
+    shown = {}
+    for row in rows[1:]:
+        first, *rest = [cell.strip() for cell in row.strip("|").split("|")]
+        shown[first.split()[0]] = [float(n) for n in NUMBER.findall(" ".join(rest).replace("**", ""))]
+    assert set(shown) == set(expected), (sorted(shown), sorted(expected))
+    for name, numbers in shown.items():
+        assert [f"{n:.3f}" for n in numbers] == [f"{v:.3f}" for v in expected[name]], name
