@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 empty :=
 space := $(empty) $(empty)
 # The stamp names the torch pin: a changed TORCH reinstalls into the existing .venv.
-STAMP := $(VENV)/.installed-$(subst /,_,$(subst $(space),_,$(TORCH)))
+STAMP := $(VENV)/.installed-$(subst =,_,$(subst /,_,$(subst $(space),_,$(TORCH))))
 
 .PHONY: demo test lint bench dist system-deps clean
 

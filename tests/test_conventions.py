@@ -8,6 +8,7 @@ import argparse
 import pytest
 import torch
 
+import glassformer
 from glassformer import TransformerLM
 from glassformer.cli import VERBS, build_parser
 from glassformer.generation import trace_generation
@@ -55,6 +56,7 @@ def test_dashed_spellings_are_aliases():
     assert parser.parse_args(["inspect", "--preset", "lesson2", "--text", "x"]).add_special_tokens is None
     assert parser.parse_args(["recipe", "prefix_reverse", "--data-dir", "d"]).data_dir == "d"
     assert "Options are spelled as the Python keywords" in parser.format_help()
+    assert parser._actions[1].version == f"glassformer {glassformer.__version__}"  # glassformer --version
 
 
 def test_recipe_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):

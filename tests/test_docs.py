@@ -14,6 +14,12 @@ set-up (`make demo`: the package installed, `demo-output/` written).
 - A block whose first line is ``# not run by the docs test: REASON`` is skipped; SKIPPED lists every
   such block and why, so none is skipped silently.
 - Every fenced block names its language: python, bash and console run; text is output or a diagram.
+
+Speed: a `glassformer` command spends ~3 s importing torch and the package before it starts, and the
+docs hold some 60 of them. The `glassformer` these shells find is a small client (WARM_CLIENT) of a
+process that imported everything once (WARM_SERVER) and forks a child per command; the child runs the
+same ``glassformer.cli.main`` with the command's arguments, folder, environment and standard streams,
+and its exit status is the command's. (`python ...` commands, and torchrun's workers, start fresh.)
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,10 +159,72 @@ def same_output(expected: list[str], got: list[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- the folder
+WARM_SERVER = r"""
+import json, os, socket, sys, traceback
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot
+import torch
+import torch._dynamo
+import glassformer.cli
+import glassformer.bench, glassformer.generation, glassformer.interop.hf_dir, glassformer.lessons.tiny_char
+import glassformer.recipes, glassformer.training, glassformer.viz.report
+
+server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+server.bind(sys.argv[1])
+server.listen(4)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    request = json.loads(message)
+    pid = os.fork()
+    if pid == 0:  # the command: its own streams, folder and environment
+        status = 1
+        try:
+            server.close()
+            for fd, target in zip(fds, (0, 1, 2)):
+                os.dup2(fd, target)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()))
+            sys.argv = ["glassformer", *request["argv"]]
+            try:
+                status = glassformer.cli.main(request["argv"])
+            except SystemExit as done:
+                status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    for fd in fds:
+        os.close(fd)
+    _, wait = os.waitpid(pid, 0)
+    conn.send(str(os.waitstatus_to_exitcode(wait)).encode())
+    conn.close()
+"""
+WARM_CLIENT = """#!{python} -S
+import json, os, socket, sys
+try:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    client.connect({socket!r})
+except OSError:  # no warm process: the real command
+    os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+request = {{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}
+socket.send_fds(client, [json.dumps(request).encode()], [0, 1, 2])
+sys.exit(int(client.recv(16)))
+"""
+WARM_BIN: Path | None = None  # the folder of the warm `glassformer`, first on PATH while the fixture lives
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A folder laid out like a clone after `make demo`: configs/, examples/, benchmarks/, data/ (the
     shipped corpus; Multi30k from ../shared/data when there), demo-output/ written by `glassformer demo`."""
+    global WARM_BIN
     work = tmp_path_factory.mktemp("docs")
     for name in ("configs", "examples", "benchmarks", "docs"):
         (work / name).symlink_to(ROOT / name)
@@ -162,16 +232,31 @@ def workdir(tmp_path_factory) -> Path:
     (work / "data" / "tinyshakespeare").symlink_to(ROOT / "data" / "tinyshakespeare")
     if (SHARED_DATA / "multi30k").is_dir():
         (work / "data" / "multi30k").symlink_to(SHARED_DATA / "multi30k")
-    done = subprocess.run(["glassformer", "demo"], cwd=work, env=_env(), capture_output=True, text=True,
-                          timeout=PER_BLOCK_TIMEOUT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return work
+    warm = Path(tempfile.mkdtemp(prefix="gf-docs-"))  # short: a socket path has at most 107 bytes
+    server = subprocess.Popen([sys.executable, "-c", WARM_SERVER, str(warm / "socket")], env=_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        (warm / "bin").mkdir()
+        client = warm / "bin" / "glassformer"
+        client.write_text(WARM_CLIENT.format(python=sys.executable, socket=str(warm / "socket"),
+                                             real=str(Path(sys.executable).parent / "glassformer")))
+        client.chmod(0o755)
+        WARM_BIN = warm / "bin"
+        _bash("glassformer demo", work, "the set-up (make demo)")
+        yield work
+    finally:
+        WARM_BIN = None
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        shutil.rmtree(warm, ignore_errors=True)
 
 
 def _env() -> dict[str, str]:
     """A fresh shell's environment after `source .venv/bin/activate`."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLASSFORMER_DATA", "MPLCONFIGDIR")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    path = [str(WARM_BIN)] if WARM_BIN else []
+    env["PATH"] = os.pathsep.join([*path, str(Path(sys.executable).parent), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(Path(sys.executable).parent.parent)
     env["MPLBACKEND"] = "Agg"
     env["OMP_NUM_THREADS"] = "1"  # small models; and 2 threads on a busy 2-core machine spin against each other

@@ -16,6 +16,7 @@ import importlib
 import sys
 from typing import NoReturn
 
+from ._version import __version__
 from .errors import GlassformerError
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glassformer", description="Transformers you can see through: train, generate, inspect.",
         epilog="Options are spelled as the Python keywords they set (--max_new_tokens, --top_k); "
                "the dashed spelling (--max-new-tokens) is accepted too.")
+    parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         importlib.import_module(f"glassformer.commands.{verb.replace('-', '_')}").register(sub)
