@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, check_int
+from ..nn.kernel_choice import cpu_name
 from .generate import CASES, bench_decode_compile, bench_generate
 from .scaling import bench_scaling
 from .setups import SIZES
@@ -25,13 +26,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def machine() -> dict[str, Any]:
     """Where the numbers come from: CPU/GPU, threads, library versions and the load right now."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if hasattr(os, "getloadavg"):

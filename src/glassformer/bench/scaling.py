@@ -22,7 +22,7 @@ from .train import ADAMW, train_step
 SERIES: dict[str, tuple[str, tuple[int, ...]]] = {
     "context": ("block", (64, 128, 256, 512)),  # batch adjusted so every step has 2048 tokens
     "batch": ("batch", (1, 4, 16, 32)),
-    "width": ("d_model", (64, 128, 256, 384)),
+    "width": ("d_model", (16, 32, 64, 96)),  # per head: d_model = n_heads x this (64-384 on small)
 }
 
 
@@ -42,6 +42,8 @@ def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 
     results: dict[str, Any] = {}
     for series, (field, values) in SERIES.items():
         steps, tokens = {}, {}
+        if field == "d_model":  # widths every size's head count divides
+            values = tuple(base.n_heads * per_head for per_head in values)
         for value in values:
             size = _point(base, field, value)
             model = glass_model(size, device, dtype).train()

@@ -37,15 +37,20 @@ def cache_file() -> Path:
     return Path(root) / "kernel-choices.json"
 
 
-def machine() -> str:
-    """What a choice depends on besides the case: CPU model, torch version and thread count."""
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else what ``platform`` knows)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return f"{cpu} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    return cpu
+
+
+def machine() -> str:
+    """What a choice depends on besides the case: CPU model, torch version and thread count."""
+    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
 def _load() -> dict[str, bool]:
