@@ -86,6 +86,12 @@ def test_run_suite_json_and_table(tiny_size):
     table = format_table(results)
     assert "| tiny | glassformer |" in table and "return_attn" in table
     json.dumps(results)
+    # the header says which CPU features decide kernel speed, and the measured kernel choices
+    from glassformer.nn.kernel_choice import SPEED_FLAGS, cpu_features
+
+    assert set(results["machine"]["cpu_features"]) <= set(SPEED_FLAGS)
+    assert results["machine"]["cpu_features"] == cpu_features()
+    assert "cpu features: " in table and "measured shapes" in table
 
 
 def test_cli_writes_json(tiny_size, tmp_path, capsys):

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, check_int
-from ..nn.kernel_choice import cpu_name
+from ..nn.kernel_choice import SPEED_FLAGS, choices, cpu_features, cpu_name
 from .generate import CASES, bench_decode_compile, bench_generate
 from .scaling import bench_scaling
 from .setups import SIZES
@@ -26,7 +26,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def machine() -> dict[str, Any]:
     """Where the numbers come from: CPU/GPU, threads, library versions and the load right now."""
-    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    info = {"cpu": cpu_name(), "cpu_features": cpu_features(), "kernel_choices": choices(),
+            "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if hasattr(os, "getloadavg"):
@@ -128,7 +129,10 @@ def format_table(results: dict[str, Any]) -> str:
     m, s = results["machine"], results["settings"]
     lines = [f"machine: {m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch {m['torch']}, "
              f"transformers {m.get('transformers')}, {s['device']} {s['dtype']}; load {m.get('load_1min', 0):.1f} "
-             f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds", ""]
+             f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds",
+             f"cpu features: {', '.join(m.get('cpu_features') or []) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
+             f"few-row route chosen for {sum(m.get('kernel_choices', {}).values())} of "
+             f"{len(m.get('kernel_choices', {}))} measured shapes (glassformer.nn.kernel_choice)", ""]
     if "train" in results:
         lines.append("training (forward + backward + clip + AdamW), medians; ratio = paired speed-up over hf")
         rows = []

@@ -48,6 +48,19 @@ def cpu_name() -> str:
     return cpu
 
 
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides CPU kernel speed
+
+
+def cpu_features() -> list[str]:
+    """Which of SPEED_FLAGS the CPU reports (/proc/cpuinfo; [] where that file does not exist)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in SPEED_FLAGS if flag in flags]
+
+
 def machine() -> str:
     """What a choice depends on besides the case: CPU model, torch version and thread count."""
     return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
