@@ -134,3 +134,16 @@ def test_bench_uses_the_library_optimizer():
     decay, no_decay = optimizer.param_groups
     assert (decay["lr"], decay["betas"], decay["fused"]) == (1e-3, (0.9, 0.95), True)
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+
+
+def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
+    from glassformer.nn import kernel_choice
+
+    monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernel_choice, "_choices", {"linear few-row route: 1 x 8 -> 8": True})
+    assert main(["bench", "--kernel_choices"]) == 0
+    out = capsys.readouterr().out
+    assert "linear few-row route: 1 x 8 -> 8: the route" in out and str(tmp_path) in out
+    assert main(["bench", "--reset_kernel_choices"]) == 0
+    assert "none yet" in capsys.readouterr().out
+    assert kernel_choice.choices() == {}

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no_hf", action="store_true", help="skip the Hugging Face contenders")
     parser.add_argument("--out", type=Path, default=Path("bench-output/bench.json"), help="where to write the JSON")
+    parser.add_argument("--kernel_choices", action="store_true",
+                        help="print the kernel choices measured on this machine (and where they are kept), then stop")
+    parser.add_argument("--reset_kernel_choices", action="store_true",
+                        help="forget this machine's kernel choices (measured again when next needed), then stop")
     parser.set_defaults(func=run)
 
 
@@ -43,7 +47,17 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import format_table, run_suite
     from ..bench.runner import DEFAULT_PARTS
     from ..errors import GlassformerError, UsageError, check_int
+    from ..nn import kernel_choice
 
+    if args.kernel_choices or args.reset_kernel_choices:
+        if args.reset_kernel_choices:
+            kernel_choice.reset_choices()
+        print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.cache_file()}):")
+        for case, special in sorted(kernel_choice.choices().items()):
+            print(f"  {case}: {'the route' if special else 'F.linear'}")
+        if not kernel_choice.choices():
+            print("  none yet (each is measured the first time it is needed)")
+        return 0
     if args.rounds is not None:
         check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
