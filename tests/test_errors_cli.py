@@ -212,3 +212,14 @@ def test_absurd_configs_in_model_folders_are_one_line(files, capsys, tmp_path):
     hf_config = json.loads((hf / "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**hf_config, "vocab_size": 10**12}))
     one_line(capsys, ["embed", "--model", hf, "hello"], "vocab_size=1000000000000")
+
+
+def test_an_option_glued_to_a_double_dash_is_one_usage_line(capsys):
+    """argparse turns ``--config=--`` into an empty list (found by tests/test_fuzz.py): refused at once."""
+    from glassformer.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config=--"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--config=--: '--' is not a value" in err[0]

@@ -44,31 +44,35 @@ def special():
     return None
 
 
+def ways():  # what choose() times
+    return plain, special
+
+
 @pytest.mark.parametrize(("special_s", "chosen"), [(0.5, True), (0.9, True), (0.95, False), (1.0, False),
                                                      (2.0, False)])
 def test_the_special_way_is_chosen_only_when_clearly_faster(cache, monkeypatch, special_s, chosen):
     scripted(monkeypatch, 1.0, special_s)
-    assert kernel_choice.choose("case", plain, special) is chosen
+    assert kernel_choice.choose("case", ways) is chosen
 
 
 def test_a_choice_is_measured_once_and_kept_per_machine(cache, monkeypatch):
     calls = scripted(monkeypatch, 1.0, 0.5)
-    assert kernel_choice.choose("case", plain, special) is True
+    assert kernel_choice.choose("case", ways) is True
     measured = len(calls)
     assert measured == 2 * kernel_choice.PAIRS
-    assert kernel_choice.choose("case", plain, special) is True
+    assert kernel_choice.choose("case", ways) is True
     assert len(calls) == measured  # not measured again in this process
     stored = json.loads(cache.read_text())
     assert stored == {kernel_choice.machine(): {"case": True}}
     monkeypatch.setattr(kernel_choice, "_choices", None)  # a new process on the same machine
-    assert kernel_choice.choose("case", plain, special) is True and len(calls) == measured
+    assert kernel_choice.choose("case", ways) is True and len(calls) == measured
     assert kernel_choice.choices() == {"case": True}
 
 
 def test_another_machine_measures_for_itself(cache, monkeypatch):
     cache.write_text(json.dumps({"some other cpu | torch 0 | 64 threads": {"case": True}}))
     calls = scripted(monkeypatch, 1.0, 3.0)
-    assert kernel_choice.choose("case", plain, special) is False and calls
+    assert kernel_choice.choose("case", ways) is False and calls
     stored = json.loads(cache.read_text())
     assert stored["some other cpu | torch 0 | 64 threads"] == {"case": True}  # kept
     assert stored[kernel_choice.machine()] == {"case": False}
@@ -78,44 +82,36 @@ def test_another_machine_measures_for_itself(cache, monkeypatch):
 def test_a_broken_cache_file_is_measured_again(cache, monkeypatch, content):
     cache.write_text(content.replace("%s", kernel_choice.machine()))
     calls = scripted(monkeypatch, 1.0, 0.5)
-    assert kernel_choice.choose("case", plain, special) is True and calls
+    assert kernel_choice.choose("case", ways) is True and calls
 
 
 def test_reset_forgets_every_choice(cache, monkeypatch):
     calls = scripted(monkeypatch, 1.0, 0.5)
-    kernel_choice.choose("case", plain, special)
+    kernel_choice.choose("case", ways)
     kernel_choice.reset_choices()
     assert kernel_choice.choices() == {}
     assert json.loads(cache.read_text())[kernel_choice.machine()] == {}
     before = len(calls)
-    kernel_choice.choose("case", plain, special)
+    kernel_choice.choose("case", ways)
     assert len(calls) == 2 * before
 
 
-def test_linear_takes_f_linear_where_the_route_is_not_faster(cache, monkeypatch):
-    """On a machine where the route measured slower (an AMX Xeon), decoding never calls bmm."""
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: False)
+@pytest.mark.parametrize(("route_faster", "rows"), [(False, 1), (True, 2)])
+def test_linear_follows_the_measured_choice(cache, monkeypatch, route_faster, rows):
+    """Where the route measured slower (an AMX Xeon), decoding never calls bmm and is exactly
+    F.linear; where it measured faster, it takes the route (bmm), same numbers to rounding."""
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: route_faster)
     bmm = []
     real = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
     weight = torch.randn(MIN_WEIGHT // 256, 256)
-    x = torch.randn(1, 256)
+    x = torch.randn(rows, 256)
     with torch.no_grad():
         y = linear(x, weight)
-    assert bmm == [] and torch.equal(y, F.linear(x, weight))
-    assert kernel_choice.choices() == {f"linear few-row route: 1 x 256 -> {MIN_WEIGHT // 256}": False}
-
-
-def test_linear_takes_the_route_where_it_is_faster(cache, monkeypatch):
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: True)
-    bmm = []
-    real = torch.bmm
-    monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
-    weight = torch.randn(MIN_WEIGHT // 256, 256)
-    x = torch.randn(2, 256)
-    with torch.no_grad():
-        y = linear(x, weight)
-    assert bmm and torch.allclose(y, F.linear(x, weight), atol=1e-5, rtol=1e-5)
+    assert bool(bmm) is route_faster
+    torch.testing.assert_close(y, F.linear(x, weight), atol=0 if not route_faster else 1e-5,
+                               rtol=0 if not route_faster else 1e-5)
+    assert kernel_choice.choices() == {f"linear few-row route: {rows} x 256 -> {MIN_WEIGHT // 256}": route_faster}
 
 
 def test_a_read_only_cache_folder_still_chooses(tmp_path, monkeypatch):
@@ -124,7 +120,7 @@ def test_a_read_only_cache_folder_still_chooses(tmp_path, monkeypatch):
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(blocked / "below-a-file"))
     monkeypatch.setattr(kernel_choice, "_choices", None)
     scripted(monkeypatch, 1.0, 0.5)
-    assert kernel_choice.choose("case", plain, special) is True
+    assert kernel_choice.choose("case", ways) is True
 
 
 def test_the_real_measurement_runs_both_ways(cache):

@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     ``--key value`` pairs, in ``args.overrides``; any other verb rejects them.
     """
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
+    if glued is not None:  # argparse drops a value "--" and passes [] on as the option's value
+        parser.error(f"{glued}: '--' is not a value; give the option a real one")
+    args, extra = parser.parse_known_args(words)
     if extra and not hasattr(args, "overrides"):  # only verbs that declare `overrides` take --key value pairs
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:

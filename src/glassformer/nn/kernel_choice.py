@@ -118,23 +118,25 @@ def faster(plain: Callable[[], object], special: Callable[[], object]) -> bool:
     return statistics.median(ratios) <= MARGIN
 
 
-def choose(case: str, plain: Callable[[], object], special: Callable[[], object]) -> bool:
+def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]]) -> bool:
     """Whether to take the special way for ``case`` (a string naming the kernel and shape class).
 
-    Measured with :func:`faster` the first time ``case`` is met on this machine, then remembered (in
-    this process and in :func:`cache_file`). Never measures while ``torch.compile`` traces: an
-    unknown case then takes the plain way.
+    ``ways()`` gives the (plain, special) callables to time; it is called only when ``case`` is met for
+    the first time on this machine (a known case costs one dict lookup). The measurement
+    (:func:`faster`) is then remembered, in this process and in :func:`cache_file`. Never measures
+    while ``torch.compile`` traces: an unknown case then takes the plain way.
     """
     global _choices
     if _choices is None:
         _choices = _load()
-    if case not in _choices:
+    choice = _choices.get(case)
+    if choice is None:
         if torch.compiler.is_compiling():
             return False
         with torch.inference_mode():
-            _choices[case] = faster(plain, special)
+            choice = _choices[case] = faster(*ways())
         _save(_choices)
-    return _choices[case]
+    return choice
 
 
 def choices() -> dict[str, bool]:

@@ -17,6 +17,8 @@ times both).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -79,9 +81,12 @@ def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def _route_pays(rows: int, weight: torch.Tensor) -> bool:
     """Whether the route beats ``F.linear`` for this shape on this machine (measured once, then cached)."""
     n_out, n_in = weight.shape
-    probe = torch.zeros(rows, n_in)
-    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}",
-                  plain=lambda: F.linear(probe, weight), special=lambda: _blocked_matvec(probe, weight))
+
+    def ways() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+        probe = torch.zeros(rows, n_in)
+        return lambda: F.linear(probe, weight), lambda: _blocked_matvec(probe, weight)
+
+    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}", ways)
 
 
 class Linear(nn.Linear):
