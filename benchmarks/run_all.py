@@ -1,6 +1,7 @@
 """The whole benchmark suite (training, generation, transparency, compile): ``glassformer bench``.
 
-Arguments are passed on (``--quick``, ``--only train,gen``, ``--device cuda --dtype bfloat16``...).
+Arguments are passed on (``--quick``, ``--only train,gen``, ``--precision float32``, ``--nanogpt
+path/to/nanoGPT/model.py``, ``--device cuda``...).
 See docs/benchmarks.md.
 """
 

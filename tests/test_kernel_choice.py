@@ -100,7 +100,7 @@ def test_reset_forgets_every_choice(cache, monkeypatch):
 def test_linear_follows_the_measured_choice(cache, monkeypatch, route_faster, rows):
     """Where the route measured slower (an AMX Xeon), decoding never calls bmm and is exactly
     F.linear; where it measured faster, it takes the route (bmm), same numbers to rounding."""
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: route_faster)
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: route_faster)
     bmm = []
     real = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
@@ -112,6 +112,16 @@ def test_linear_follows_the_measured_choice(cache, monkeypatch, route_faster, ro
     torch.testing.assert_close(y, F.linear(x, weight), atol=0 if not route_faster else 1e-5,
                                rtol=0 if not route_faster else 1e-5)
     assert kernel_choice.choices() == {f"linear few-row route: {rows} x 256 -> {MIN_WEIGHT // 256}": route_faster}
+
+
+def test_no_route_under_autocast(cache, monkeypatch):
+    """Under bfloat16 autocast the product is F.linear's (in 16 bits), never timed or routed."""
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: True)
+    weight, x = torch.randn(MIN_WEIGHT // 256, 256), torch.randn(1, 256)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = linear(x, weight)
+        assert torch.equal(y, F.linear(x, weight)) and y.dtype == torch.bfloat16
+    assert kernel_choice.choices() == {}
 
 
 def test_a_read_only_cache_folder_still_chooses(tmp_path, monkeypatch):

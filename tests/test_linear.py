@@ -16,7 +16,7 @@ def bmm_calls(monkeypatch):
     """Count torch.bmm calls (the few-row route's product), with the route chosen for every shape
     (as if measured faster on this machine: the choice itself is tested in test_kernel_choice.py)."""
     monkeypatch.setattr(kernel_choice, "_choices", {})
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special: True)
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: True)
     calls = []
     real = torch.bmm
 

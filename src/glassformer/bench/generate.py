@@ -2,6 +2,8 @@
 
 Each case is (batch, prompt length, new tokens); both sides produce exactly that many tokens (no
 end-of-sequence token is set, so nobody stops early). Time per call includes the prompt's forward.
+Every contender runs in every precision asked: float32, or the whole call under ``torch.autocast``
+(float32 weights), all in the same paired rounds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 
 from ..generation import generate
 from ..nn.linear import set_batched_matvec
-from .setups import Size, glass_model, hf_model
+from .setups import Size, glass_model, hf_model, in_precision
 from .timing import paired, paired_ratio, sync
 
 # (batch, prompt tokens, new tokens)
@@ -42,19 +44,20 @@ def without_batched_matvec(fn: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASES, rounds: int = 3,
-                   calls: int = 1, hf: bool = True, plain: bool = True, device: torch.device | str = "cpu",
-                   dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Greedy generation tokens/s (new tokens only) per case, glassformer vs Hugging Face, paired.
+                   calls: int = 1, hf: bool = True, plain: bool = True, precisions: tuple[str, ...] = ("float32",),
+                   device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Greedy generation tokens/s (new tokens only) per case and precision, glassformer vs Hugging Face,
+    paired.
 
     With ``plain`` a third contender, "glassformer-flinear", runs glassformer with the few-row
     route of :mod:`glassformer.nn.linear` turned off, so the table shows what that route buys.
-    Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}":
+    Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}" and precision:
     tokens_per_s per contender, ratio (HF seconds / glassformer seconds), route_gain
     (glassformer-flinear seconds / glassformer seconds) and seconds per round.
     """
     size = generation_size(size)
-    glass = glass_model(size, device, dtype).eval()
-    reference = hf_model(size, device, dtype).eval() if hf else None
+    glass = glass_model(size, device).eval()
+    reference = hf_model(size, device).eval() if hf else None
     g = torch.Generator().manual_seed(0)
     results: dict[str, Any] = {"size": size.__dict__, "cases": {}}
     for batch, prompt, new in cases:
@@ -64,16 +67,20 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
             contenders["glassformer-flinear"] = without_batched_matvec(contenders["glassformer"])
         if reference is not None:
             contenders["hf"] = lambda ids=ids, new=new: hf_generate(reference, ids, new)
-        timings = paired(contenders, rounds=rounds, calls=calls, device=device)
-        case: dict[str, Any] = {
-            "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
-            "seconds": {n: t.rounds for n, t in timings.items()},
-        }
-        if reference is not None:
-            case["ratio"] = paired_ratio(timings["hf"], timings["glassformer"])
-        if plain:
-            case["route_gain"] = paired_ratio(timings["glassformer-flinear"], timings["glassformer"])
-        results["cases"][f"B{batch}-P{prompt}-N{new}"] = case
+        timed = paired({f"{name} {p}": in_precision(fn, p, device) for p in precisions
+                        for name, fn in contenders.items()}, rounds=rounds, calls=calls, device=device)
+        results["cases"][f"B{batch}-P{prompt}-N{new}"] = by_precision = {}
+        for p in precisions:
+            timings = {name: timed[f"{name} {p}"] for name in contenders}
+            case: dict[str, Any] = {
+                "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
+                "seconds": {n: t.rounds for n, t in timings.items()},
+            }
+            if reference is not None:
+                case["ratio"] = paired_ratio(timings["hf"], timings["glassformer"])
+            if plain:
+                case["route_gain"] = paired_ratio(timings["glassformer-flinear"], timings["glassformer"])
+            by_precision[p] = case
     return results
 
 
@@ -85,25 +92,27 @@ def hf_generate(model: torch.nn.Module, ids: torch.Tensor, new: int) -> torch.Te
 
 
 def bench_decode_compile(size: Size, *, batch: int = 1, prompt: int = 1, new: int = 256, rounds: int = 3,
-                         device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+                         device: torch.device | str = "cpu", precision: str = "float32") -> dict[str, Any]:
     """The compile path for decoding: ``torch.compile`` of the model's step, first call and gain.
 
     The compiled function is ``hidden_states`` (what each decoding step runs), with dynamic shapes so
-    the growing cache does not recompile every step. Returns first_call_s (compiling included),
-    tokens_per_s eager and compiled, and gain (eager seconds / compiled seconds, paired).
+    the growing cache does not recompile every step; both sides decode in ``precision``. Returns
+    first_call_s (compiling included), tokens_per_s eager and compiled, and gain (eager seconds /
+    compiled seconds, paired).
     """
     size = generation_size(size)
-    eager, compiled = glass_model(size, device, dtype).eval(), glass_model(size, device, dtype).eval()
+    eager, compiled = glass_model(size, device).eval(), glass_model(size, device).eval()
     compiled.hidden_states = torch.compile(compiled.hidden_states, dynamic=True)
     ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
-    runs = {"eager": lambda: generate(eager, ids, new), "compiled": lambda: generate(compiled, ids, new)}
+    runs = {"eager": in_precision(lambda: generate(eager, ids, new), precision, device),
+            "compiled": in_precision(lambda: generate(compiled, ids, new), precision, device)}
     start = time.perf_counter()
     runs["compiled"]()
     sync(device)
     first_call = time.perf_counter() - start
     timings = paired(runs, rounds=rounds, calls=1, device=device)
     return {
-        "size": size.name, "case": f"B{batch}-P{prompt}-N{new}", "first_call_s": first_call,
+        "size": size.name, "precision": precision, "case": f"B{batch}-P{prompt}-N{new}", "first_call_s": first_call,
         "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
         "gain": paired_ratio(timings["eager"], timings["compiled"]),
         "seconds": {n: t.rounds for n, t in timings.items()},

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import platform
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,14 +15,16 @@ import torch
 from ..errors import GlassformerError, check_int
 from ..nn.kernel_choice import SPEED_FLAGS, choices, cpu_features, cpu_name
 from .generate import CASES, bench_decode_compile, bench_generate
+from .nanogpt import load_nanogpt
 from .scaling import bench_scaling
-from .setups import SIZES
-from .train import bench_train, bench_train_compile
+from .setups import SIZES, check_precisions
+from .train import bench_train, bench_train_compile, matmul_peaks, mfu_against
 from .transparency import bench_transparency
 
 PARTS = ("train", "gen", "attn", "compile", "scaling")
 DEFAULT_PARTS = PARTS[:4]  # "scaling" only when asked for
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEFAULT_PRECISIONS = ("float32", "bfloat16")
+ROUTE_CASE = "linear few-row route"  # the kernel choices the header counts (glassformer.nn.linear's)
 
 
 def machine() -> dict[str, Any]:
@@ -43,24 +46,30 @@ def machine() -> dict[str, Any]:
 
 
 def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = tuple(SIZES), *, quick: bool = False,
-              rounds: int | None = None, device: str = "cpu", dtype: str = "float32",
-              hf: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              rounds: int | None = None, device: str = "cpu", precisions: tuple[str, ...] | str = DEFAULT_PRECISIONS,
+              hf: bool = True, nanogpt: str | Path | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the chosen parts of the suite; return everything as a JSON-ready dict.
 
     Args:
-        parts: any of "train" (throughput, memory, MFU vs Hugging Face), "gen" (greedy generation vs
-            Hugging Face), "attn" (return_attn=True vs fused), "compile" (torch.compile's first call
-            and steady-state gain, training and decoding), "scaling" (training tokens/s as context,
-            batch and width grow; glassformer only).
+        parts: any of "train" (throughput, memory, MFU vs Hugging Face and nanoGPT), "gen" (greedy
+            generation vs Hugging Face), "attn" (return_attn=True vs fused), "compile" (torch.compile's
+            first call and steady-state gain, training and decoding), "scaling" (training tokens/s as
+            context, batch and width grow; glassformer only).
         sizes: names in ``SIZES`` ("small", "baby"); generation and compile use the last one.
         quick: fewer rounds, batch-1 generation only: a smoke run of a minute or two.
         rounds: override the number of paired rounds of every part.
-        device, dtype: e.g. "cuda" and "bfloat16" on a GPU.
+        device: "cpu" or "cuda".
+        precisions: any of "float32", "bfloat16", "float16" (a tuple or "float32,bfloat16"): train,
+            gen and attn run every row in each (16-bit ones under ``torch.autocast``, float32 weights
+            and AdamW); compile and scaling run in the first.
         hf: include the Hugging Face contenders (needs ``transformers``).
+        nanogpt: nanoGPT's model.py (or its folder): adds the "nanogpt" training contender.
         progress: called with a part's name when it is done (the CLI prints it).
     Returns:
-        {"machine": ..., "settings": ..., "train": {size: ...}, "gen": ..., "attn": {size: ...}, "compile": ...}
-        with only the parts asked for.
+        {"machine": ..., "settings": ..., "train": {size: {precision: ...}}, "gen": ..., "attn": {size:
+        {precision: ...}}, "compile": ...} with only the parts asked for; machine["matmul_peak_flops"]
+        holds the measured peak of each precision, which every training row's MFU is against.
     """
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -68,41 +77,53 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     bad_sizes = sorted(set(sizes) - set(SIZES))
     if bad_sizes or not sizes:
         raise GlassformerError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
-    if dtype not in DTYPES:
-        raise GlassformerError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    precisions = check_precisions(precisions)
     check_int("rounds", rounds, 1, allow_none=True)
     if hf and importlib.util.find_spec("transformers") is None:
         raise GlassformerError("the Hugging Face contenders need transformers (pip install transformers), "
                                "or pass hf=False (--no_hf)")
-    torch_dtype = DTYPES[dtype]
+    nanogpt_module = None if nanogpt is None else load_nanogpt(nanogpt)
     n = rounds or (3 if quick else 5)
     calls = 1 if quick else 2
     matmul_n = 4096 if torch.device(device).type == "cuda" else 2048
     results: dict[str, Any] = {"machine": machine(), "settings": {
-        "parts": list(parts), "sizes": list(sizes), "quick": quick, "rounds": n, "device": device, "dtype": dtype}}
+        "parts": list(parts), "sizes": list(sizes), "quick": quick, "rounds": n, "device": device,
+        "precisions": list(precisions), "nanogpt": None if nanogpt is None else str(nanogpt)}}
+    results["machine"]["matmul_n"] = matmul_n
     last = SIZES[sizes[-1]]
     if "train" in parts:
-        contenders = ("glassformer", "glassformer-gelu", "hf") if hf else ("glassformer", "glassformer-gelu")
-        results["train"] = {s: bench_train(SIZES[s], rounds=n, calls=calls, contenders=contenders, matmul_n=matmul_n,
-                                           device=device, dtype=torch_dtype) for s in sizes}
+        contenders = ("glassformer", "glassformer-gelu", *(("nanogpt",) if nanogpt_module else ()),
+                      *(("hf",) if hf else ()))
+        results["train"] = {s: bench_train(SIZES[s], rounds=n, calls=calls, contenders=contenders,
+                                           precisions=precisions, matmul_n=matmul_n, device=device,
+                                           nanogpt=nanogpt_module) for s in sizes}
+        # the machine's peak is the best matmul round of any size; every row's MFU is against it
+        peaks = {p: max(r[p]["matmul_flops"] for r in results["train"].values()) for p in precisions}
+        for by_precision in results["train"].values():
+            for p, r in by_precision.items():
+                mfu_against(r, peaks[p])
         _done(progress, "train")
+    else:
+        peaks = matmul_peaks(precisions, n=matmul_n, rounds=n, calls=calls, device=device)
+    results["machine"]["matmul_peak_flops"] = peaks
     if "gen" in parts:
         cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
         # the few-row route exists on the CPU only; elsewhere there is nothing to compare it with
         results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
-                                        dtype=torch_dtype, plain=torch.device(device).type == "cpu")
+                                        precisions=precisions, plain=torch.device(device).type == "cpu")
         _done(progress, "gen")
     if "attn" in parts:
-        results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device, dtype=torch_dtype)
-                           for s in sizes}
+        results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device,
+                                                 precisions=precisions) for s in sizes}
         _done(progress, "attn")
     if "compile" in parts:
         results["compile"] = {
-            "train": bench_train_compile(SIZES[sizes[0]], rounds=n, calls=calls, device=device, dtype=torch_dtype),
-            "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, dtype=torch_dtype)}
+            "train": bench_train_compile(SIZES[sizes[0]], rounds=n, calls=calls, device=device,
+                                         precision=precisions[0]),
+            "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, precision=precisions[0])}
         _done(progress, "compile")
     if "scaling" in parts:
-        results["scaling"] = bench_scaling(SIZES[sizes[0]], rounds=n, device=device, dtype=torch_dtype)
+        results["scaling"] = bench_scaling(SIZES[sizes[0]], rounds=n, device=device, precision=precisions[0])
         _done(progress, "scaling")
     results["machine"]["load_1min_after"] = machine().get("load_1min")
     return results
@@ -124,51 +145,75 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
 
 
-def format_table(results: dict[str, Any]) -> str:
-    """The results as Markdown tables (what ``glassformer bench`` prints and docs/benchmarks.md shows)."""
+def _rate(result: dict[str, Any], name: str) -> str:
+    """``name``'s tokens/s in ``result`` as a table cell; "-" for a contender that did not run."""
+    rate = result["tokens_per_s"].get(name)
+    return "-" if rate is None else f"{rate:,.0f}"
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    """The lines naming the machine: CPU, threads, versions, load, CPU features, matmul peaks, precisions."""
     m, s = results["machine"], results["settings"]
-    lines = [f"machine: {m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch {m['torch']}, "
-             f"transformers {m.get('transformers')}, {s['device']} {s['dtype']}; load {m.get('load_1min', 0):.1f} "
-             f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds",
-             f"cpu features: {', '.join(m.get('cpu_features') or []) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
-             f"few-row route chosen for {sum(m.get('kernel_choices', {}).values())} of "
-             f"{len(m.get('kernel_choices', {}))} measured shapes (glassformer.nn.kernel_choice)", ""]
+    routes = {case: special for case, special in (m.get("kernel_choices") or {}).items()
+              if case.startswith(ROUTE_CASE)}
+    peaks = ", ".join(f"{p} {flops / 1e9:,.0f} GFLOP/s" for p, flops in m.get("matmul_peak_flops", {}).items())
+    n = m.get("matmul_n", 2048)
+    return [f"machine: {m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch {m['torch']}, "
+            f"transformers {m.get('transformers')}, device {s['device']}; load {m.get('load_1min', 0):.1f} "
+            f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds",
+            f"cpu features: {', '.join(m.get('cpu_features') or []) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
+            f"few-row route chosen for {sum(routes.values())} of {len(routes)} measured shapes "
+            f"(glassformer.nn.kernel_choice)",
+            f"matmul peak ({n}x{n} torch.mm, best paired round): {peaks}",
+            f"precisions: {', '.join(s['precisions'])} (float32 weights and AdamW; 16-bit rows run the forward "
+            f"pass under torch.autocast; MFU is against the matmul peak of the row's precision)", ""]
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The results as Markdown tables (what ``glassformer bench`` prints and docs/benchmarks.md shows):
+    a header naming the machine, then one table per part, every row labelled with its precision."""
+    lines = _header(results)
     if "train" in results:
-        lines.append("training (forward + backward + clip + AdamW), medians; ratio = paired speed-up over hf")
+        with_nanogpt = any("ratio_vs_nanogpt" in r for by_p in results["train"].values() for r in by_p.values())
+        anchors = ["nanogpt", "hf"] if with_nanogpt else ["hf"]  # "vs hf" always (all "-" under --no_hf)
+        lines.append("training (forward + backward + clip + AdamW), medians; vs X = paired speed-up over X")
         rows = []
-        for size, r in results["train"].items():
-            for name, tps in r["tokens_per_s"].items():
-                ratio = r.get("ratio_vs_hf", {}).get(name)
-                rows.append([size, name, f"{tps:,.0f}", "-" if ratio is None else f"{ratio:.2f}x",
-                             f"{r['mfu'][name]:.0%}", f"{r['peak_mb'][name]:.0f}", f"{r['spread'][name]:.0%}"])
-            rows.append([size, "matmul peak", f"{r['peak_flops'] / 1e9:.0f} GFLOP/s", "", "", "", ""])
-        lines += _table(["size", "model", "tokens/s", "vs hf", "MFU", "peak MB", "spread"], rows)
+        for size, by_precision in results["train"].items():
+            for precision, r in by_precision.items():
+                for name, tps in r["tokens_per_s"].items():
+                    ratios = [r.get(f"ratio_vs_{a}", {}).get(name) for a in anchors]
+                    rows.append([size, precision, name, f"{tps:,.0f}",
+                                 *("-" if ratio is None else f"{ratio:.2f}x" for ratio in ratios),
+                                 f"{r['mfu'][name]:.0%}", f"{r['peak_mb'][name]:.0f}", f"{r['spread'][name]:.0%}"])
+        lines += _table(["size", "precision", "model", "tokens/s", *(f"vs {a}" for a in anchors), "MFU", "peak MB",
+                         "spread"], rows)
     if "gen" in results:
         lines.append(f"greedy generation with KV cache ({results['gen']['size']['name']}, "
                      f"max_len {results['gen']['size']['block']}), new tokens/s, medians")
-        rows = [[case, f"{r['tokens_per_s']['glassformer']:,.0f}", f"{r['ratio']:.2f}x" if "ratio" in r else "-",
-                 f"{r['tokens_per_s'].get('glassformer-flinear', 0):,.0f}",
-                 f"{r['route_gain']:.2f}x" if "route_gain" in r else "-", f"{r['tokens_per_s'].get('hf', 0):,.0f}"]
-                for case, r in results["gen"]["cases"].items()]
-        lines += _table(["batch-prompt-new", "glassformer", "vs hf", "F.linear only", "few-row route gain", "hf"],
-                        rows)
+        rows = [[case, precision, _rate(r, "glassformer"), f"{r['ratio']:.2f}x" if "ratio" in r else "-",
+                 _rate(r, "glassformer-flinear"), f"{r['route_gain']:.2f}x" if "route_gain" in r else "-",
+                 _rate(r, "hf")]
+                for case, by_precision in results["gen"]["cases"].items() for precision, r in by_precision.items()]
+        lines += _table(["batch-prompt-new", "precision", "glassformer", "vs hf", "F.linear only",
+                         "few-row route gain", "hf"], rows)
     if "attn" in results:
         lines.append("cost of transparency: inference forward, return_attn=True vs fused; time ratios to fused of "
                      "the last layer's weights alone (interpret.attention_weights) and of caching every hook point")
-        rows = [[size, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",
+        rows = [[size, precision, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",
                  f"{r['ratio']:.2f}x", *(f"{r['ratios'][n]:.2f}x" if n in r.get("ratios", {}) else "-"
                                          for n in ("one_layer_weights", "cache_everything"))]
-                for size, r in results["attn"].items()]
-        lines += _table(["size", "fused tokens/s", "return_attn tokens/s", "time ratio", "one layer's weights",
-                         "cache everything"], rows)
+                for size, by_precision in results["attn"].items() for precision, r in by_precision.items()]
+        lines += _table(["size", "precision", "fused tokens/s", "return_attn tokens/s", "time ratio",
+                         "one layer's weights", "cache everything"], rows)
     if "compile" in results:
         lines.append("torch.compile: first call (compiling included) and steady-state gain, paired")
-        rows = [[f"{part} ({r['size']})", f"{r['first_call_s']:.1f} s", f"{r['tokens_per_s']['eager']:,.0f}",
-                 f"{r['tokens_per_s']['compiled']:,.0f}", f"{r['gain']:.2f}x"]
+        rows = [[f"{part} ({r['size']}, {r['precision']})", f"{r['first_call_s']:.1f} s",
+                 f"{r['tokens_per_s']['eager']:,.0f}", f"{r['tokens_per_s']['compiled']:,.0f}", f"{r['gain']:.2f}x"]
                 for part, r in results["compile"].items()]
         lines += _table(["path", "first call", "eager tokens/s", "compiled tokens/s", "gain"], rows)
     if "scaling" in results:
-        lines.append("training tokens/s as one thing grows (glassformer; context series keeps 2048 tokens per step)")
+        lines.append(f"training tokens/s as one thing grows (glassformer, {results['settings']['precisions'][0]}; "
+                     "context series keeps 2048 tokens per step)")
         rows = [[series, r["field"], ", ".join(f"{v}: {tps:,.0f}" for v, tps in r["tokens_per_s"].items())]
                 for series, r in results["scaling"].items()]
         lines += _table(["series", "field", "value: tokens/s"], rows)

@@ -34,8 +34,9 @@ def _point(base: Size, field: str, value: int) -> Size:
 
 
 def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 1,
-                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Training tokens/s of ``base`` with one of block, batch, d_model changed at a time.
+                  device: torch.device | str = "cpu", precision: str = "float32") -> dict[str, Any]:
+    """Training tokens/s of ``base`` with one of block, batch, d_model changed at a time, each step in
+    ``precision``.
 
     Returns {series: {value: tokens_per_s}} for "context", "batch" and "width".
     """
@@ -46,10 +47,11 @@ def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 
             values = tuple(base.n_heads * per_head for per_head in values)
         for value in values:
             size = _point(base, field, value)
-            model = glass_model(size, device, dtype).train()
+            model = glass_model(size, device).train()
             g = torch.Generator().manual_seed(0)
             ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
-            steps[str(value)] = train_step(model, make_optimizer(model, **ADAMW), ids, ids.roll(-1, dims=1))
+            steps[str(value)] = train_step(model, make_optimizer(model, **ADAMW), ids, ids.roll(-1, dims=1),
+                                           precision=precision)
             tokens[str(value)] = size.batch * size.block
         timings = paired(steps, rounds=rounds, calls=calls, device=device)
         results[series] = {"field": field, "tokens_per_s": {v: tokens[v] / t.median for v, t in timings.items()}}

@@ -1,13 +1,21 @@
-"""The benchmarked model sizes, built as a glassformer model and as Hugging Face GPT-2 alike.
+"""What is benchmarked: the model sizes, built as a glassformer model and as Hugging Face GPT-2 alike,
+and the precisions they run in.
 
 Both sides are the GPT-2 architecture (pre-norm, learned positions, tanh GELU, d_ff = 4d, tied
 output layer, init N(0, 0.02²)), random init, dropout 0. ``transformers`` is imported only here and
-only when a Hugging Face contender is asked for; the library itself never needs it.
+only when a Hugging Face contender is asked for; the library itself never needs it. nanoGPT's model
+is loaded from the user's own copy (:mod:`glassformer.bench.nanogpt`).
+
+Reduced precision is mixed precision, the way people train: float32 weights, gradients and AdamW
+state; the forward pass (and the loss) under ``torch.autocast`` to bfloat16 or float16.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -15,6 +23,8 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..models import TransformerLM
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,7 @@ class Size:
     block: int  # context length T of a training batch (and max_len)
     batch: int
     vocab_size: int = 65
-    bias: bool = True
+    bias: bool = False  # nanoGPT's default (train.py), and its shakespeare_char recipes'
 
     def config(self) -> ModelConfig:
         """The GPT-2-shaped ModelConfig of this size (d_ff = 4 d, learned positions, tanh GELU, no dropout)."""
@@ -39,11 +49,47 @@ class Size:
 
 
 SIZES = {
-    # nanoGPT's CPU shakespeare_char recipe at block 128.
+    # nanoGPT's CPU shakespeare_char recipe (4 layers, 4 heads, 128 wide, no biases, dropout 0);
+    # block 128 and batch 16 instead of its 64 and 12.
     "small": Size("small", n_layers=4, n_heads=4, d_model=128, block=128, batch=16),
-    # nanoGPT's "baby GPT" for shakespeare_char (bias=False, dropout 0 when benchmarking).
-    "baby": Size("baby", n_layers=6, n_heads=6, d_model=384, block=256, batch=8, bias=False),
+    # nanoGPT's "baby GPT" for shakespeare_char (no biases; dropout 0 when benchmarking; batch 8, not 64).
+    "baby": Size("baby", n_layers=6, n_heads=6, d_model=384, block=256, batch=8),
 }
+
+# The precisions a benchmark row can run in: float32, or autocast to a 16-bit type.
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision") -> tuple[str, ...]:
+    """``precisions`` (a tuple, or one comma-separated string) without repeats, in order, when each is a
+    key of ``PRECISIONS``; else a GlassformerError naming ``name`` and the first bad value (or none)."""
+    if isinstance(precisions, str):
+        precisions = tuple(part.strip() for part in precisions.split(",") if part.strip())
+    for value in precisions:
+        if value not in PRECISIONS:
+            raise GlassformerError(f"{name} must be some of {', '.join(PRECISIONS)} (comma-separated), "
+                                   f"got {value!r}")
+    if not precisions:
+        raise GlassformerError(f"{name} must name at least one of {', '.join(PRECISIONS)}, got none")
+    return tuple(dict.fromkeys(precisions))
+
+
+def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
+    """The context a row of ``precision`` runs its forward pass in: ``torch.autocast`` to bfloat16 or
+    float16 (weights stay float32, matrix products run in the 16-bit type), nothing for float32."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=PRECISIONS[precision])
+
+
+def in_precision(fn: Callable[[], T], precision: str, device: torch.device | str = "cpu") -> Callable[[], T]:
+    """``fn`` run under :func:`autocast` to ``precision`` (an inference contender's whole call)."""
+
+    def run() -> T:
+        with autocast(precision, device):
+            return fn()
+
+    return run
 
 
 def get_size(name: str) -> Size:
@@ -53,15 +99,15 @@ def get_size(name: str) -> Size:
     return SIZES[name]
 
 
-def glass_model(size: Size, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                **changes: object) -> TransformerLM:
-    """The glassformer model of ``size`` (config fields in ``changes`` overridden), seeded."""
+def glass_model(size: Size, device: torch.device | str = "cpu", **changes: object) -> TransformerLM:
+    """The glassformer model of ``size`` (config fields in ``changes`` overridden), seeded, float32."""
     torch.manual_seed(0)
-    return TransformerLM(size.config().replace(**changes)).to(device=device, dtype=dtype)
+    return TransformerLM(size.config().replace(**changes)).to(device)
 
 
-def hf_model(size: Size, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
-    """Hugging Face ``GPT2LMHeadModel`` of the same size with SDPA attention (always has biases)."""
+def hf_model(size: Size, device: torch.device | str = "cpu") -> nn.Module:
+    """Hugging Face ``GPT2LMHeadModel`` of the same size with SDPA attention (always has biases, whatever
+    ``size.bias`` says: GPT2Config has no switch for them)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -69,7 +115,7 @@ def hf_model(size: Size, device: torch.device | str = "cpu", dtype: torch.dtype 
                         n_layer=size.n_layers, n_head=size.n_heads, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, pad_token_id=0)
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
-    return model.to(device=device, dtype=dtype)
+    return model.to(device)
 
 
 def train_flops_per_token(size: Size, n_params: int, context: int) -> float:

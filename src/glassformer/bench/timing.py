@@ -7,9 +7,13 @@ median of the per-round ratios: a slow minute slows both sides of a pair alike.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -88,7 +92,8 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
 
     On CUDA this is the allocator's high-water mark; on CPU it replays the profiler's allocation
     and free events in time order. Memory held before the call (weights, optimiser state) is not
-    included: add it yourself.
+    included: add it yourself. What the profiler's C code prints meanwhile (on some Intel CPUs a
+    dozen ``USDT ... profiler_start`` lines) is discarded (:func:`quiet_c_output`).
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -100,15 +105,49 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
         return torch.cuda.max_memory_allocated() - before
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    with quiet_c_output():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def quiet_c_output() -> Iterator[None]:
+    """Send whatever is written to file descriptors 1 and 2 inside the block to the null device.
+
+    Python's ``print`` can be redirected from Python; C and C++ code (the profiler's tracing hooks)
+    writes to the descriptors themselves, so those are pointed at ``os.devnull`` and restored after.
+    Python's and C's buffers are flushed on the way in (what came before still shows) and on the way
+    out (nothing written inside comes out later).
+    """
+    _flush_streams()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        _flush_streams()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def _flush_streams() -> None:
+    """Write out what Python's ``sys.stdout``/``sys.stderr`` and the C library's streams hold buffered
+    (C's by ``fflush(NULL)``, where the C library can be reached)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with contextlib.suppress(OSError, AttributeError, TypeError):  # no C library reachable so (Windows)
+        ctypes.CDLL(None).fflush(None)
 
 
 def tensor_bytes(tensors: object) -> int:

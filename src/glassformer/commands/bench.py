@@ -1,4 +1,5 @@
-"""``glassformer bench``: the benchmark suite (training, generation, transparency, compile)."""
+"""``glassformer bench``: the benchmark suite (training, generation, transparency, compile), per precision,
+against Hugging Face GPT-2 and, given its model.py, nanoGPT."""
 
 from __future__ import annotations
 
@@ -6,6 +7,27 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+EPILOG = """\
+precision:
+  every training, generation and return_attn row runs in each precision of --precision: float32, or
+  the forward pass under torch.autocast to bfloat16/float16 with float32 weights and AdamW (mixed
+  precision, the way people train). The tables' precision column says which; a training row's MFU
+  is against the header's matmul peak of that precision. compile and scaling use the first one.
+
+nanoGPT:
+  not shipped with glassformer: point --nanogpt at a checkout's model.py; its GPT is built at each
+  size (the same biases as glassformer's, dropout 0), trained with the same step and AdamW in the
+  same rounds, and the training table gains a 'vs nanogpt' column.
+
+examples:
+  glassformer bench --quick
+  glassformer bench --only train --nanogpt ~/nanoGPT/model.py
+  glassformer bench --only train,gen --precision float32 --no_hf
+  glassformer bench --device cuda --precision bfloat16
+
+See docs/benchmarks.md.
+"""
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -16,10 +38,13 @@ def _names(text: str) -> tuple[str, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``bench`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
-        "bench", help="benchmark training and generation against Hugging Face GPT-2",
+        "bench", help="benchmark training and generation against Hugging Face GPT-2 and nanoGPT",
         description="Time training (tokens/s, peak memory, MFU), greedy generation, return_attn=True and "
-                    "torch.compile, each side by side with Hugging Face GPT-2 in paired interleaved rounds; "
-                    "print Markdown tables and write the numbers as JSON. See docs/benchmarks.md.")
+                    "torch.compile, side by side with Hugging Face GPT-2 (and nanoGPT's model, given its "
+                    "model.py) in paired interleaved rounds, in float32 and in bfloat16 autocast; print "
+                    "Markdown tables under a header naming the machine (CPU, its features, the measured "
+                    "matmul peak of each precision) and write the numbers as JSON.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", type=_names, default=None, metavar="PARTS",
                         help="comma-separated parts: train, gen, attn, compile, scaling "
                              "(default: train, gen, attn, compile; --quick drops compile)")
@@ -29,7 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="fewer rounds, batch-1 generation only, no compile (a minute or two on an idle CPU)")
     parser.add_argument("--rounds", type=int, default=None, help="paired rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default: float32)")
+    parser.add_argument("--precision", "--dtype", dest="precision", type=_names, default=("float32", "bfloat16"),
+                        metavar="PRECISIONS",
+                        help="comma-separated: float32, bfloat16, float16 (16-bit = torch.autocast, float32 weights; "
+                             "default: float32,bfloat16; --dtype is an alias)")
+    parser.add_argument("--nanogpt", type=Path, default=None, metavar="PATH",
+                        help="nanoGPT's model.py (or the folder holding it): adds nanoGPT's model as a training "
+                             "contender and a 'vs nanogpt' column")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no_hf", action="store_true", help="skip the Hugging Face contenders")
     parser.add_argument("--out", type=Path, default=Path("bench-output/bench.json"), help="where to write the JSON")
@@ -68,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise GlassformerError(f"--device {args.device}: no CUDA device is available here")
     parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
     results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
-                        dtype=args.dtype, hf=not args.no_hf,
+                        precisions=args.precision, hf=not args.no_hf, nanogpt=args.nanogpt,
                         progress=lambda part: print(f"bench: {part} done", file=sys.stderr, flush=True))
     print(format_table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from .precision import add_precision
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``eval`` verb to the ``glassformer`` subparsers."""
@@ -23,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--block_size", type=int, help="window length (default: the training one)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--max_batches", type=int, help="stop after this many batches (default: the whole file)")
+    add_precision(parser)
     parser.set_defaults(func=run)
 
 
@@ -33,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, read_pairs
     from ..errors import UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
-    from ..training.objectives import OBJECTIVE_ATTN
+    from ..training.objectives import OBJECTIVE_ATTN, batch_loss
+    from .precision import choose_precision
 
     checkpoint = load_checkpoint(args.checkpoint)
     model, tokenizer, training = checkpoint.model, checkpoint.tokenizer, checkpoint.training or {}
@@ -56,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         batches = LMBatches(objective, ids, ids, min(block_size, len(ids) - 1), seed=0, mask_id=tokenizer.mask_id,
                             vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
                             mask_prob=training.get("mask_prob", 0.15))
-    metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char")
-    print(json.dumps({"objective": objective, **metrics}))
+    first = next(iter(batches.eval_batches(args.batch_size, 1)), None)
+    work = (lambda: batch_loss(model.eval(), first)) if first is not None else (lambda: None)
+    precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
+    metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
+                       precision=precision)
+    print(json.dumps({"objective": objective, "precision": precision.name, **metrics}))
     return 0

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .precision import add_precision
+
 
 def _early_stopping(value: str) -> bool | str:
     """``--early_stopping``: "true", "false" or "never" (any case) -> True, False or "never"."""
@@ -52,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--trace", action="store_true", help="print each step's top candidates and choice")
     parser.add_argument("--trace_top_k", type=int, default=4)
     parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
+    add_precision(parser)
     parser.set_defaults(func=run)
 
 
@@ -72,8 +75,9 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
     from ..errors import UsageError, check_int
-    from ..generation import check_max_new_tokens, format_trace, generate_text, stream_text, trace_text
+    from ..generation import check_max_new_tokens, generate_text
     from ..training import load
+    from .precision import choose_precision
 
     if not all(args.prompt):
         raise UsageError("--prompt must not be empty")
@@ -84,6 +88,17 @@ def run(args: argparse.Namespace) -> int:
                          "--num_return_sequences 1")
     model, tokenizer = load(args.checkpoint)
     options = _options(args, tokenizer)
+    precision = choose_precision(args.precision, model,
+                                 lambda: generate_text(model, tokenizer, args.prompt[:1], 8, use_cache=True),
+                                 "generate | 1 row, 8 new tokens")
+    with precision.autocast(next(model.parameters()).device):
+        return _generate(args, model, tokenizer, options)
+
+
+def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dict[str, Any]) -> int:
+    """The generation of :func:`run`, once the model is loaded and the precision chosen."""
+    from ..generation import format_trace, generate_text, stream_text, trace_text
+
     continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
     if args.trace:
         if args.do_sample and args.top_k is not None:

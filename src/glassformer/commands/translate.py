@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .precision import add_precision
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``translate`` verb to the ``glassformer`` subparsers."""
@@ -26,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="longest output in tokens (default: 2 x source length + 10, at most max_len)")
     parser.add_argument("--output", type=Path, default=None, help="write translations here instead of stdout")
     parser.add_argument("--ref", type=Path, default=None, help="reference translations: print sacreBLEU")
+    add_precision(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ..generation import bleu, check_max_new_tokens, translate
     from ..generation.api import MAX_LENGTH_PENALTY
     from ..training import load
+    from .precision import choose_precision
 
     check_int("--beams", args.beams, 1)
     check_number("--length_penalty", args.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
@@ -54,8 +58,14 @@ def run(args: argparse.Namespace) -> int:
     sources = _read_sources(args.files)
     if not sources:
         raise GlassformerError("nothing to translate: the input has no lines")
-    hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=args.beams,
-                           length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens)
+    sample = sources[:args.batch_size]
+    precision = choose_precision(args.precision, model,
+                                 lambda: translate(model, tokenizer, sample, batch_size=args.batch_size,
+                                                   num_beams=args.beams, max_new_tokens=8),
+                                 f"translate | {len(sample)} rows, {args.beams} beams, 8 new tokens")
+    with precision.autocast(next(model.parameters()).device):
+        hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=args.beams,
+                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens)
     text = "\n".join(hypotheses) + "\n"
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

@@ -13,6 +13,7 @@ measurement once. ``choices()`` shows them, ``reset_choices()`` forgets them (me
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -106,11 +107,11 @@ def _seconds_per_call(fn: Callable[[], object]) -> float:
             return elapsed / calls
 
 
-def faster(plain: Callable[[], object], special: Callable[[], object]) -> bool:
-    """True when ``special`` takes at most MARGIN of ``plain``'s time (median of PAIRS paired ratios)."""
+def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS) -> bool:
+    """True when ``special`` takes at most MARGIN of ``plain``'s time (median of ``pairs`` paired ratios)."""
     plain(), special()  # warm up both
     ratios = []
-    for i in range(PAIRS):  # alternate the order so a drift in machine speed hits both alike
+    for i in range(pairs):  # alternate the order so a drift in machine speed hits both alike
         first, second = (plain, special) if i % 2 == 0 else (special, plain)
         t_first, t_second = _seconds_per_call(first), _seconds_per_call(second)
         t_plain, t_special = (t_first, t_second) if i % 2 == 0 else (t_second, t_first)
@@ -118,13 +119,16 @@ def faster(plain: Callable[[], object], special: Callable[[], object]) -> bool:
     return statistics.median(ratios) <= MARGIN
 
 
-def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]]) -> bool:
+def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
+           grad: bool = False) -> bool:
     """Whether to take the special way for ``case`` (a string naming the kernel and shape class).
 
     ``ways()`` gives the (plain, special) callables to time; it is called only when ``case`` is met for
     the first time on this machine (a known case costs one dict lookup). The measurement
     (:func:`faster`) is then remembered, in this process and in :func:`cache_file`. Never measures
-    while ``torch.compile`` traces: an unknown case then takes the plain way.
+    while ``torch.compile`` traces: an unknown case then takes the plain way. The ways run under
+    ``torch.inference_mode`` unless ``grad`` (a training step's backward needs autograd); those,
+    being long, are timed in fewer pairs.
     """
     global _choices
     if _choices is None:
@@ -133,8 +137,8 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
     if choice is None:
         if torch.compiler.is_compiling():
             return False
-        with torch.inference_mode():
-            choice = _choices[case] = faster(*ways())
+        with contextlib.nullcontext() if grad else torch.inference_mode():
+            choice = _choices[case] = faster(*ways(), pairs=5 if grad else PAIRS)
         _save(_choices)
     return choice
 

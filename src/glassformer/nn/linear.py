@@ -9,9 +9,9 @@ others (an Intel Xeon with AMX) the route is 2x *slower*. So it is never assumed
 shape is met, :func:`.kernel_choice.choose` times both ways on this machine and remembers the winner
 (plain ``F.linear`` unless the route is clearly faster). Same numbers up to float32 rounding.
 
-The route is considered only for float32 on the CPU, no autograd, at most ``FEW_ROWS`` rows, and a
-weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else, training included, is
-plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere (``glassformer bench``
+The route is considered only for float32 on the CPU (not under autocast), no autograd, at most
+``FEW_ROWS`` rows, and a weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else,
+training included, is plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere (``glassformer bench``
 times both).
 """
 
@@ -48,6 +48,8 @@ def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
         return 0  # training (autograd on) always leaves here, at the first two checks
     if x.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0:
         return 0
+    if torch.is_autocast_enabled("cpu"):
+        return 0  # autocast multiplies in 16 bits: the float32 weight-reading trick is beside the point
     if x.shape[-1] != weight.shape[1] or not weight.is_contiguous():
         return 0
     rows = x.numel() // weight.shape[1]

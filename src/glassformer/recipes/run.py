@@ -6,7 +6,8 @@ evaluate the result. One call trains and evaluates, and writes ``out_dir/results
       corpus: tinyshakespeare | multi30k | tang300     (fills data/src/tgt when the config leaves them out)
       ...                                              task options, see each ``_evaluate_*`` below
 
-Every other key is a :class:`~glassformer.training.TrainConfig` key, so overrides work as for
+Every other key is a :class:`~glassformer.training.TrainConfig` key (with one different default:
+``precision: auto``, bfloat16 autocast where it measures faster), so overrides work as for
 ``glassformer train`` (``model.KEY`` for ModelConfig fields), and ``recipe.KEY`` overrides the recipe
 section. The command line is ``glassformer recipe`` (glassformer.commands.recipe); nothing here reads argv.
 """
@@ -94,6 +95,8 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     if spec.get("task") not in TASKS:
         raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
     _attach_corpus(spec, data, data_dir, download)
+    if "precision" not in data and "dtype" not in data:
+        data["precision"] = "auto"  # recipes train in bfloat16 where it measures faster (docs/benchmarks.md)
     return Recipe(TrainConfig.from_dict(data), spec)
 
 

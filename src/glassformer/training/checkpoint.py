@@ -83,10 +83,12 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
 
 
 def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training: dict[str, Any] | None,
-                 train_state: dict[str, Any] | None) -> None:
-    """The files of a checkpoint, written into ``folder`` (the caller makes it appear atomically)."""
+                 train_state: dict[str, Any] | None, weights: dict[str, torch.Tensor] | None = None) -> None:
+    """The files of a checkpoint, written into ``folder`` (the caller makes it appear atomically);
+    ``weights``: the model's full state dict when ``model`` itself holds only shards (FSDP)."""
     model = unwrap(model)
-    weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    weights = model.state_dict() if weights is None else weights
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
     save_file(weights, str(folder / WEIGHTS), metadata={"format": "pt"})
     model.config.to_json(folder / CONFIG)
     tokenizer.save(folder / TOKENIZER)
@@ -256,7 +258,8 @@ def find_resumable(out_dir: str | Path) -> Path | None:
 
 
 def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenizer: Tokenizer, *,
-                      training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False) -> Path:
+                      training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False,
+                      weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Save the checkpoint of ``step`` as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and, when
     ``best``, ``best``) at it; then remove the folders no pointer needs.
 
@@ -264,6 +267,7 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     and renamed (only now does it count); ``best`` then ``last`` are replaced atomically; only then
     are older folders removed. A complete folder of the same step is kept as it is (a run saves a
     step's state once; saving it again, after resuming at the last step, would write the same state).
+    ``weights`` stands in for ``model.state_dict()`` when the model is sharded (FSDP): the full one.
 
     Returns:
         The step folder.
@@ -274,7 +278,7 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
         remove_path(folder)
     if not folder.exists():
         with new_directory(folder) as temp:
-            _write_files(temp, model, tokenizer, training, train_state)
+            _write_files(temp, model, tokenizer, training, train_state, weights)
     if best:
         replace_symlink(out / BEST, folder.name)
     replace_symlink(out / LAST, folder.name)

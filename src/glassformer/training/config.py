@@ -23,10 +23,12 @@ from ..errors import (
     check_seed,
     shown,
 )
+from ..nn.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
-from .optim import SCHEDULES
+from .optim import OPTIMIZERS, SCHEDULES
 
+PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
 DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the devices the trainer runs on
 Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
 
@@ -63,6 +65,7 @@ class TrainConfig:
     warmup_steps: int = 100
     lr_schedule: str = "cosine"  # "cosine", "noam" or "constant"
     lr_decay_steps: int | None = None  # end of the cosine decay; None: max_steps
+    optimizer: str = "adamw"  # "adamw", or "muon" (torch.optim.Muon on hidden weight matrices, AdamW on the rest)
     weight_decay: float = 0.1  # on weight matrices only
     beta1: float = 0.9
     beta2: float = 0.99
@@ -76,8 +79,9 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 1337
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
-    dtype: str = "float32"  # "float32" or "bfloat16" (autocast)
+    precision: str = "float32"  # "auto", "float32", "bfloat16" or "float16" (autocast; old name: dtype)
     compile: bool = False  # torch.compile the model
+    parallel: str = "ddp"  # under torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's fully_shard)
     fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
     num_threads: int | None = None  # torch CPU threads; None: torch's default
     out_dir: str = "out"
@@ -90,7 +94,7 @@ class TrainConfig:
         for f in fields(self):
             setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
         for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
-                              ("dtype", ("float32", "bfloat16"))):
+                              ("precision", PRECISIONS), ("parallel", PARALLEL), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in choices:
                 raise GlassformerError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
         for name in ("block_size", "batch_size", "grad_accum", "max_steps", "log_every", "eval_batch_size"):
@@ -147,6 +151,13 @@ class TrainConfig:
         if "recipe" in data:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
                                    "`glassformer recipe FILE`")
+        if "dtype" in data:  # the old name of precision
+            data = dict(data)
+            old = data.pop("dtype")
+            if "precision" in data and data["precision"] != old:
+                raise GlassformerError(f"dtype is the old name of precision; got both (dtype={old!r}, "
+                                       f"precision={data['precision']!r}): keep precision")
+            data["precision"] = old
         known = {f.name for f in fields(cls)}
         unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:

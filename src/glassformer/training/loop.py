@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,16 +20,26 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import BadFileError, GlassformerError
 from ..fileio import atomic_write_text, fsync_file
+from ..nn.precision import Precision, model_case, resolve_precision
 from ..tokenizers import Tokenizer
 from .checkpoint import LAST, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
 from .config import TrainConfig
-from .distributed import DistInfo, all_reduce_sum, init_distributed
+from .distributed import (
+    DistInfo,
+    all_reduce_sum,
+    full_model_state,
+    full_optimizer_state,
+    grad_sync,
+    init_distributed,
+    is_sharded,
+    load_full_state,
+    wrap_for_training,
+)
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 
@@ -79,8 +90,9 @@ def read_metrics(file: str | Path) -> list[dict[str, Any]]:
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
              max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
-             autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
-    """Loss, perplexity and token accuracy on the validation split (the whole split by default).
+             precision: Precision | None = None) -> dict[str, float]:
+    """Loss, perplexity and token accuracy on the validation split (the whole split by default),
+    the forward passes under ``precision``'s autocast (default float32); the loss is summed in float32.
 
     Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
     "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
@@ -91,8 +103,7 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     try:
         for batch in batches.eval_batches(batch_size, max_batches):
             batch = {k: v.to(device) for k, v in batch.items()}
-            with torch.autocast(torch.device(device).type, dtype=autocast_dtype or torch.bfloat16,
-                                enabled=autocast_dtype is not None):
+            with precision.autocast(device) if precision is not None else contextlib.nullcontext():
                 parts = batch_loss(model, batch)
             total += torch.stack([parts.loss_sum.double(), parts.count.double(), parts.correct.double()]).cpu()
     finally:
@@ -135,7 +146,9 @@ class Trainer:
         step: optimiser updates done; history: the records logged so far (as in ``metrics.jsonl``);
         best_val: the lowest validation loss seen (inf before the first evaluation);
         last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
-        stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None.
+        stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None;
+        sharded: whether FSDP shards :attr:`model` (``parallel: fsdp`` under torchrun; see
+        :func:`~glassformer.training.distributed.wrap_for_training`).
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
@@ -152,16 +165,18 @@ class Trainer:
         self.model = model.to(self.dist.device)
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
+        self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
+        self.precision = self._resolve_precision()
+        # float16's narrow range needs the loss scaled up before backward (and the gradients back down)
+        self.scaler = torch.amp.GradScaler(self.dist.device.type, enabled=self.precision.name == "float16")
+        # DDP, or FSDP sharding self.model in place (after the precision measurement, which runs the
+        # model on rank 0 alone); the optimizer comes after, as sharding replaces the parameters.
+        self.train_model: nn.Module = wrap_for_training(self.model, self.dist, config.parallel)
+        self.sharded = is_sharded(self.model)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),
-                                        config.eps, config.fused_adamw)
-        self.train_model: nn.Module = self.model
-        if self.dist.distributed:
-            ids = [self.dist.device.index] if self.dist.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
+                                        config.eps, config.fused_adamw, kind=config.optimizer)
         if config.compile:
             self.train_model = torch.compile(self.train_model)
-        self.autocast_dtype = torch.bfloat16 if config.dtype == "bfloat16" else None
-        self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
         self.best_step = -1  # the step of best_val's checkpoint
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None
@@ -169,12 +184,49 @@ class Trainer:
         self._stop_requested = False  # set by Ctrl-C or SIGTERM in this process
         self._stop_agreed = False  # some process asked to stop (agreed on at the start of a step)
 
+    # ------------------------------------------------------------------ precision
+    def _resolve_precision(self) -> Precision:
+        """``config.precision``, with "auto" decided by measuring this model's training step in float32
+        and under bfloat16 autocast on the first micro-batch (rank 0 measures, every rank follows it).
+        The measurement leaves the weights, gradients and random state as they were."""
+        asked, device = self.config.precision, self.dist.device
+        micro = self._micro_batches()[0] if asked == "auto" and self.dist.is_main else None
+        case = ""
+        if micro is not None:
+            shape = "x".join(str(n) for n in next(iter(micro.values())).shape)
+            case = f"train | {model_case(self.model.config)} | batch {shape}"
+        chosen = resolve_precision(asked, device, (lambda: self._precision_steps(micro)) if micro else None, case)
+        if asked == "auto" and self.dist.distributed:
+            flag = torch.tensor([float(chosen.name == "bfloat16" and self.dist.is_main)], device=device)
+            rank0_bf16 = bool(all_reduce_sum(flag, self.dist).item())
+            if not self.dist.is_main:
+                chosen = Precision("bfloat16" if rank0_bf16 else "float32", "auto", "as rank 0 measured")
+        return chosen
+
+    def _precision_steps(self, micro: dict[str, torch.Tensor]) -> tuple[Any, Any]:
+        """(float32, bfloat16-autocast) closures of one forward + backward of the model on ``micro``,
+        for :func:`~glassformer.nn.precision.resolve_precision` to time."""
+
+        def step(autocast: bool) -> Any:
+            def run() -> None:
+                with torch.random.fork_rng(devices=[]), torch.autocast(
+                        self.dist.device.type, dtype=torch.bfloat16, enabled=autocast):
+                    parts = batch_loss(self.model.train(), micro, count_correct=False)
+                parts.loss_sum.backward()
+                self.model.zero_grad(set_to_none=True)
+            return run
+
+        return step(False), step(True)
+
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
-        """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable)."""
+        """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable).
+        Under FSDP a collective that gathers the optimizer state: every rank calls it, rank 0 gets it all."""
         state = {"format": STATE_FORMAT, "step": self.step, "best_val": self.best_val, "best_step": self.best_step,
-                 "tokens_seen": self.tokens_seen, "optimizer": self.optimizer.state_dict(),
-                 "rng_cpu": torch.get_rng_state()}
+                 "tokens_seen": self.tokens_seen, "optimizer": full_optimizer_state(self.model, self.optimizer),
+                 "rng_cpu": torch.get_rng_state(), "precision": self.precision.name}
+        if self.scaler.is_enabled():
+            state["scaler"] = self.scaler.state_dict()
         if torch.cuda.is_available() and self.dist.device.type == "cuda":
             state["rng_cuda"] = torch.cuda.get_rng_state(self.dist.device)
         return state
@@ -187,27 +239,34 @@ class Trainer:
         folder = None
         if best:
             self.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+        # Under FSDP every rank takes part in gathering the shards; rank 0 gets the full tensors.
+        weights = full_model_state(self.model) if self.sharded else None  # None: self.model's own
+        train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
             if (self.out / METRICS).is_file():
                 fsync_file(self.out / METRICS)  # the records the checkpoint covers reach the disk before it
-            folder = commit_checkpoint(self.out, self.step, self.model, self.tokenizer,
-                                       training=self.config.to_dict(), train_state=self.state(), best=best)
+            folder = commit_checkpoint(self.out, self.step, self.model, self.tokenizer, weights=weights,
+                                       training=self.config.to_dict(), train_state=train_state, best=best)
         self.last_checkpoint = self.out / LAST
         return folder
 
     def _state_is_finite(self) -> bool:
-        """Weights and optimizer state hold no NaN or infinity (one device sync)."""
+        """Weights and optimizer state hold no NaN or infinity (one device sync); under FSDP, this
+        rank's shards of them."""
         tensors = [*self.model.state_dict().values(),
                    *(v for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v))]
+        tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # DTensor -> its shard
         checks = [torch.isfinite(t).all() for t in tensors if t.is_floating_point()]
         return bool(torch.stack(checks).all()) if checks else True
 
     def _checked_save(self, val_loss: float | None = None, best: bool = False) -> None:
         """Save, unless ``val_loss`` or the weights are not finite: then raise TrainingDiverged and keep
-        the last good checkpoint. Every rank calls it at the same step and all agree (rank 0 checks)."""
+        the last good checkpoint. Every rank calls it at the same step and all agree (rank 0 checks;
+        under FSDP every rank checks its shards of the weights)."""
         bad = torch.zeros(2, dtype=torch.float64)
         if self.dist.is_main:
             bad[0] = float(val_loss is not None and not math.isfinite(val_loss))
+        if self.dist.is_main or self.sharded:
             bad[1] = float(not self._state_is_finite())
         bad = all_reduce_sum(bad.to(self.dist.device), self.dist).cpu()
         if bad[0]:
@@ -247,8 +306,9 @@ class Trainer:
         state = checkpoint.train_state
         if state.get("format") != STATE_FORMAT:
             raise GlassformerError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
-        self.model.load_state_dict(checkpoint.model.state_dict())
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_full_state(self.model, self.optimizer, checkpoint.model.state_dict(), state["optimizer"])
+        if "scaler" in state and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["rng_cpu"])
         if "rng_cuda" in state and self.dist.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng_cuda"], self.dist.device)
@@ -286,7 +346,7 @@ class Trainer:
         counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
         self._stop_agreed = bool(counts[1] > 0)  # every process stops after this same step
         count = max(float(counts[0]), 1.0)
-        scale = self.dist.world_size / count  # DDP averages gradients over processes
+        scale = self.dist.world_size / count  # DDP and FSDP average gradients over processes
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
                                 config.lr_decay_steps or config.max_steps, config.min_lr)
@@ -294,14 +354,16 @@ class Trainer:
         self.train_model.train()
         for i, mb in enumerate(micro):
             sync = i == len(micro) - 1 or not self.dist.distributed
-            with (contextlib.nullcontext() if sync else self.train_model.no_sync()), torch.autocast(
-                    self.dist.device.type, dtype=torch.bfloat16, enabled=self.autocast_dtype is not None):
+            with grad_sync(self.train_model, sync), \
+                    self.precision.autocast(self.dist.device):
                 parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False)
-            (parts.loss_sum * scale).backward()
+            self.scaler.scale(parts.loss_sum * scale).backward()
             loss_sum += parts.loss_sum.detach().double()
+        self.scaler.unscale_(self.optimizer)  # (float16 only) the true gradients, for clipping
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # (float16) skipped when a gradient overflowed
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += sum(int(mb["labels"].numel()) for mb in micro) * self.dist.world_size
@@ -309,12 +371,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def evaluate(self) -> dict[str, float]:
-        """:func:`evaluate` of the current model on the validation split (every rank computes nothing
-        but rank 0; other ranks get an empty dict)."""
-        if not self.dist.is_main:
+        """:func:`evaluate` of the current model on the validation split (rank 0 computes it; other
+        ranks get an empty dict). Under FSDP every rank runs the forward passes too: each block's
+        weights are gathered from all of them."""
+        if not self.dist.is_main and not self.sharded:
             return {}
-        return evaluate(self.model, self.batches, self.config.eval_batch_size, self.config.eval_batches,
-                        self.dist.device, self.tokenizer.kind == "char", self.autocast_dtype)
+        metrics = evaluate(self.model, self.batches, self.config.eval_batch_size, self.config.eval_batches,
+                           self.dist.device, self.tokenizer.kind == "char", self.precision)
+        return metrics if self.dist.is_main else {}
 
     def _evaluate_and_save(self) -> None:
         metrics = self.evaluate()
@@ -359,7 +423,8 @@ class Trainer:
         the handlers in place before are restored on return. A NaN/inf training or validation loss, or
         weights that are no longer finite, raise :class:`TrainingDiverged` without writing anything.
         Returns:
-            {"step", "stopped" ("done" or "interrupted"), "train_loss" (the last logged one),
+            {"step", "stopped" ("done" or "interrupted"), "precision" (what ran: float32, bfloat16 or
+            float16) and "precision_reason", "train_loss" (the last logged one),
             "best_val_loss", "tokens_per_s", "wall_s", **the last evaluation's metrics, "history"}:
             ``history`` is a copy of :attr:`history`, one dict per log line ({"step", "train_loss",
             "lr", "tokens_per_s"}) and per evaluation ({"step", "val_loss", ...}), resumed runs included.
@@ -368,6 +433,8 @@ class Trainer:
         if self.dist.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
         self._start()
+        if self.dist.is_main and self.config.precision != "float32":  # the default goes without saying
+            print(self.precision.describe(), file=sys.stderr, flush=True)
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
         show = config.progress and self.dist.is_main
@@ -408,7 +475,8 @@ class Trainer:
             for sig, handler in previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         wall = time.perf_counter() - started
-        return {"step": self.step, "stopped": stopped, "train_loss": last_loss,
+        return {"step": self.step, "stopped": stopped, "precision": self.precision.name,
+                "precision_reason": self.precision.reason, "train_loss": last_loss,
                 "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
                 "tokens_per_s": self.tokens_seen / wall if wall > 0 else 0.0, "wall_s": wall,
                 **{k: v for k, v in eval_metrics.items() if k != "step"}, "history": list(self.history)}

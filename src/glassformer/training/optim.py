@@ -1,16 +1,20 @@
-"""AdamW with decoupled weight decay on matrices only, and the learning-rate schedules."""
+"""The optimizers (AdamW with decoupled weight decay on matrices only, or Muon on the blocks' matrices
+with AdamW on the rest) and the learning-rate schedules."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import GlassformerError
+from ..nn.block import TransformerBlock
 from ..nn.positions import LearnedPositions
 
 SCHEDULES = ("cosine", "noam", "constant")
+OPTIMIZERS = ("adamw", "muon")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -31,11 +35,120 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def muon_params(model: nn.Module) -> list[nn.Parameter]:
+    """The hidden weight matrices Muon updates: the 2-D parameters of the Transformer blocks
+    (attention projections, feed-forward layers), each once.
+
+    Left out, for AdamW as in Keller Jordan's recipe: embeddings (lookup tables, of which a step
+    updates only the rows seen) and the output head (which may be the tied token embedding), norm
+    gains and biases (not matrices), and any matrix a block shares with a module outside the blocks.
+    """
+    blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
+    inside = {id(m) for block in blocks for m in block.modules()}
+    outside = {id(p) for m in model.modules() if id(m) not in inside for p in m.parameters(recurse=False)}
+    chosen, seen = [], set()
+    for block in blocks:
+        for p in block.parameters():
+            if p.requires_grad and p.dim() == 2 and id(p) not in outside and id(p) not in seen:
+                seen.add(id(p))
+                chosen.append(p)
+    return chosen
+
+
+class Optimizers:
+    """Several optimizers that the trainer steps, schedules and checkpoints as one.
+
+    Muon orthogonalises its updates, which only means something for a weight matrix between hidden
+    spaces; embeddings, the output head, norms and biases need another rule (AdamW), and torch has
+    no optimizer that does both. This holds one per kind of parameter (a parameter is in exactly one)
+    and offers what the trainer and ``torch.amp.GradScaler`` use of an optimizer: ``param_groups``
+    (all groups of all of them, so setting each group's lr schedules every one), ``step``,
+    ``zero_grad``, ``state`` and ``state_dict``/``load_state_dict`` (a dict of each one's, by name).
+
+    Args:
+        **parts: the optimizers by name, e.g. ``adamw=..., muon=...``.
+    """
+
+    def __init__(self, **parts: torch.optim.Optimizer):
+        self.parts = parts
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Every parameter group of every optimizer (the groups themselves, not copies)."""
+        return [group for part in self.parts.values() for group in part.param_groups]
+
+    @property
+    def state(self) -> dict[torch.Tensor, dict[str, Any]]:
+        """Parameter -> its optimizer state, over all the optimizers (a new dict: read it, don't write it)."""
+        return {p: s for part in self.parts.values() for p, s in part.state.items()}
+
+    def step(self) -> None:
+        """One update of every parameter, each by its own optimizer."""
+        for part in self.parts.values():
+            part.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's gradient."""
+        for part in self.parts.values():
+            part.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, dict[str, Any]]:
+        """{name: that optimizer's state_dict()}: plain tensors, numbers and strings (weights_only-loadable)."""
+        return {name: part.state_dict() for name, part in self.parts.items()}
+
+    def load_state_dict(self, state: dict[str, dict[str, Any]]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        Raises:
+            GlassformerError when ``state`` does not hold exactly this object's optimizers (a state
+            saved with another ``optimizer`` setting).
+        """
+        if not isinstance(state, dict) or sorted(state, key=str) != sorted(self.parts):
+            got = sorted(state, key=str) if isinstance(state, dict) else type(state).__name__
+            raise GlassformerError(f"optimizer state must hold the states of {sorted(self.parts)}, got {got} "
+                                   f"(saved with another optimizer setting?)")
+        for name, part in self.parts.items():
+            part.load_state_dict(state[name])
+
+
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                   eps: float = 1e-8, fused: bool | None = None) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`; ``fused=None`` uses the fused kernel where this torch has it
-    for the parameters' device (one kernel for all parameters instead of a loop of small ones)."""
+                   eps: float = 1e-8, fused: bool | None = None, kind: str = "adamw") -> torch.optim.AdamW | Optimizers:
+    """The optimizer ``kind`` for ``model``'s trainable parameters.
+
+    "adamw": AdamW over :func:`param_groups`; ``fused=None`` uses the fused kernel where this torch has
+    it for the parameters' device (one kernel for all parameters instead of a loop of small ones).
+    "muon": ``torch.optim.Muon`` (Keller Jordan 2024: momentum whose update matrix is orthogonalised by
+    a Newton-Schulz iteration) on :func:`muon_params`, and that AdamW on every other parameter, as
+    :class:`Optimizers`. Muon scales its updates to AdamW's size (``adjust_lr_fn="match_rms_adamw"``,
+    Moonshot 2025), so one ``lr`` and schedule drive both; it decays weights by ``weight_decay`` too.
+
+    Raises:
+        GlassformerError for another ``kind``, or "muon" on FSDP-sharded weights (Newton-Schulz needs
+        the whole matrix) or on a model without Transformer blocks.
+    """
+    if kind not in OPTIMIZERS:
+        raise GlassformerError(f"optimizer must be one of {list(OPTIMIZERS)}, got {kind!r}")
     groups = param_groups(model, weight_decay)
+    matrices = muon_params(model) if kind == "muon" else []
+    if kind == "muon":
+        if not matrices:
+            raise GlassformerError("optimizer 'muon' needs Transformer blocks with weight matrices; the model has none")
+        if any(hasattr(p, "to_local") for p in matrices):  # DTensor: this process holds a shard
+            raise GlassformerError("optimizer 'muon' cannot update FSDP-sharded weights; use parallel 'ddp' or "
+                                   "optimizer 'adamw'")
+        taken = {id(p) for p in matrices}
+        groups = [{**g, "params": [p for p in g["params"] if id(p) not in taken]} for g in groups]
+        groups = [g for g in groups if g["params"]]
+    adamw = _adamw(groups, lr, betas, eps, fused)
+    if kind == "adamw":
+        return adamw
+    muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
+    return Optimizers(adamw=adamw, muon=muon)
+
+
+def _adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float,
+           fused: bool | None) -> torch.optim.AdamW:
+    """AdamW over ``groups``, fused where available when ``fused`` is None."""
     if fused is None:
         try:
             return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)

@@ -1,0 +1,53 @@
+"""``--precision`` for the commands that run a model (eval, generate, translate, inspect).
+
+The option takes auto, float32, bfloat16 or float16 (``--dtype`` is its old name). Reduced precision
+runs the model's matrix products under ``torch.autocast``, the weights staying float32; "auto"
+measures the command's own work both ways on this machine (see :mod:`glassformer.nn.precision`).
+The choice is printed to standard error unless it is the default float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported when a command runs, not when the command line is parsed
+    from ..nn.precision import Precision
+
+
+def add_precision(parser: argparse.ArgumentParser) -> None:
+    """Add ``--precision`` (alias ``--dtype``), default float32."""
+    parser.add_argument("--precision", "--dtype", dest="precision", default="float32", metavar="PRECISION",
+                        help="auto, float32, bfloat16 or float16: bfloat16/float16 run under autocast; auto "
+                             "measures whether bfloat16 is faster here (default: float32)")
+
+
+def choose_precision(asked: str, model: Any, work: Callable[[], object], what: str) -> Precision:
+    """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job,
+    e.g. a few generation steps) in float32 and under bfloat16 autocast. ``what`` names the job and
+    its shape (e.g. "generate | 1 row")."""
+    import torch
+
+    from ..nn.precision import check_precision, model_case, resolve_precision
+
+    check_precision(asked, "--precision")
+    device = next(model.parameters()).device
+
+    def reduced() -> object:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            return work()
+
+    chosen = resolve_precision(asked, device, lambda: (work, reduced), f"{what} | {model_case(model.config)}")
+    if asked != "float32":
+        print(chosen.describe(), file=sys.stderr, flush=True)
+    return chosen
+
+
+def forward_work(model: Any, ids: Any) -> Callable[[], object]:
+    """A forward pass of ``model`` on the (B, T) ``ids`` (an encoder-decoder reads them as source and
+    target), for "auto" to time."""
+    if model.config.arch == "encoder-decoder":
+        return lambda: model(ids, ids)
+    return lambda: model(ids)
