@@ -336,10 +336,12 @@ def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
     from glassformer.nn import kernel_choice
 
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernel_choice, "_choices", {"linear few-row route: 1 x 8 -> 8": True})
+    monkeypatch.setattr(kernel_choice, "_choices", {"linear few-row route: 1 x 8 -> 8": True,
+                                                    "precision bfloat16 | train | lm": False})
     assert main(["bench", "--kernel_choices"]) == 0
     out = capsys.readouterr().out
     assert "linear few-row route: 1 x 8 -> 8: the route" in out and str(tmp_path) in out
+    assert "precision bfloat16 | train | lm: float32" in out
     assert main(["bench", "--reset_kernel_choices"]) == 0
     assert "none yet" in capsys.readouterr().out
     assert kernel_choice.choices() == {}

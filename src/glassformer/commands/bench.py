@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
             kernel_choice.reset_choices()
         print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.cache_file()}):")
         for case, special in sorted(kernel_choice.choices().items()):
-            print(f"  {case}: {'the route' if special else 'F.linear'}")
+            ways = ("bfloat16", "float32") if case.startswith("precision") else ("the route", "F.linear")
+            print(f"  {case}: {ways[0] if special else ways[1]}")
         if not kernel_choice.choices():
             print("  none yet (each is measured the first time it is needed)")
         return 0
