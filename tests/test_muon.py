@@ -9,8 +9,10 @@ import torch
 
 from glassformer import ModelConfig, build_model
 from glassformer.errors import GlassformerError
-from glassformer.training import TrainConfig, Trainer, lr_at, make_optimizer, prepare_run
+from glassformer.training import TrainConfig, lr_at, make_optimizer
 from glassformer.training.optim import Optimizers, muon_params
+from training_helpers import config as base_config
+from training_helpers import train
 
 
 @pytest.fixture(autouse=True)
@@ -18,24 +20,8 @@ def _one_thread():
     torch.set_num_threads(1)  # tiny models: threads only add synchronisation (and stall on a busy machine)
 
 
-CORPUS = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
-
-
 def config(tmp_path, name="run", **changes) -> TrainConfig:
-    corpus = tmp_path / "corpus.txt"
-    if not corpus.exists():
-        corpus.write_text(CORPUS, encoding="utf-8")
-    base = dict(data=[str(corpus)], block_size=8, batch_size=4, max_steps=6, lr=3e-3, warmup_steps=2, min_lr=3e-4,
-                eval_every=3, log_every=1, eval_batch_size=16, seed=5, device="cpu", progress=False,
-                optimizer="muon", out_dir=str(tmp_path / name),
-                model={"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.1})
-    return TrainConfig.from_dict({**base, **changes})
-
-
-def train(cfg: TrainConfig) -> tuple[Trainer, dict]:
-    run = prepare_run(cfg)
-    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
-    return trainer, trainer.train()
+    return base_config(tmp_path, name, **{"optimizer": "muon", **changes})
 
 
 def names_of(model, params) -> list[str]:

@@ -22,8 +22,8 @@ from glassformer.nn import kernel_choice
 from glassformer.nn.precision import Precision, check_precision, resolve_precision
 from glassformer.recipes import load_recipe
 from glassformer.training import TrainConfig, Trainer, load_checkpoint, prepare_run
-
-CORPUS = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
+from training_helpers import config as base_config
+from training_helpers import train
 
 
 @pytest.fixture(autouse=True)
@@ -52,19 +52,7 @@ def outcome(monkeypatch, bf16_faster: bool) -> list[int]:
 
 
 def config(tmp_path, name="run", **changes) -> TrainConfig:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(CORPUS, encoding="utf-8")
-    base = dict(data=[str(corpus)], block_size=8, batch_size=4, max_steps=4, lr=3e-3, warmup_steps=1,
-                eval_every=0, log_every=1, eval_batch_size=16, seed=5, device="cpu", progress=False,
-                out_dir=str(tmp_path / name), model={"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
-                                                     "dropout": 0.1})
-    return TrainConfig.from_dict({**base, **changes})
-
-
-def train(cfg: TrainConfig) -> tuple[Trainer, dict]:
-    run = prepare_run(cfg)
-    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
-    return trainer, trainer.train()
+    return base_config(tmp_path, name, **{"max_steps": 4, "eval_every": 0, **changes})
 
 
 @pytest.mark.parametrize("value", ["fp16", "bf16", "", None, 16, "FLOAT32"])

@@ -1,0 +1,26 @@
+"""A tiny training run for the trainer's tests: a repeated two-line corpus, a one-layer model."""
+
+from __future__ import annotations
+
+from glassformer.training import TrainConfig, Trainer, prepare_run
+
+CORPUS = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
+
+
+def config(tmp_path, name="run", **changes) -> TrainConfig:
+    """A validated TrainConfig writing to ``tmp_path / name`` (``changes`` override any key)."""
+    corpus = tmp_path / "corpus.txt"
+    if not corpus.exists():
+        corpus.write_text(CORPUS, encoding="utf-8")
+    base = dict(data=[str(corpus)], block_size=8, batch_size=4, max_steps=6, lr=3e-3, warmup_steps=2, min_lr=3e-4,
+                eval_every=3, log_every=1, eval_batch_size=16, seed=5, device="cpu", progress=False,
+                out_dir=str(tmp_path / name), model={"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
+                                                     "dropout": 0.1})
+    return TrainConfig.from_dict({**base, **changes})
+
+
+def train(cfg: TrainConfig) -> tuple[Trainer, dict]:
+    """Prepare and run ``cfg``; the trainer and its summary."""
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    return trainer, trainer.train()
