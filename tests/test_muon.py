@@ -102,6 +102,13 @@ def test_muon_resume_is_bit_identical(tmp_path):
             assert all(torch.equal(v, loaded[kind]["state"][index][k]) for k, v in state.items())
 
 
+@pytest.mark.parametrize("first, then", [("muon", "adamw"), ("adamw", "muon")])
+def test_resuming_with_the_other_optimizer_is_one_line(tmp_path, first, then):
+    train(config(tmp_path, "run", max_steps=2, eval_every=2, optimizer=first))
+    with pytest.raises(GlassformerError, match=f"it was trained with optimizer '{first}', this run uses '{then}'"):
+        train(config(tmp_path, "run", max_steps=4, eval_every=2, optimizer=then, resume=True))
+
+
 def test_muon_state_of_another_optimizer_is_refused():
     model = build_model(ModelConfig.preset("tiny-char", vocab_size=10))
     adamw = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99))

@@ -306,6 +306,10 @@ class Trainer:
         state = checkpoint.train_state
         if state.get("format") != STATE_FORMAT:
             raise GlassformerError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
+        saved_kind = "muon" if set(state["optimizer"]) == {"adamw", "muon"} else "adamw"
+        if saved_kind != self.config.optimizer:
+            raise GlassformerError(f"cannot resume from {str(path)!r}: it was trained with optimizer {saved_kind!r}, "
+                                   f"this run uses {self.config.optimizer!r}")
         load_full_state(self.model, self.optimizer, checkpoint.model.state_dict(), state["optimizer"])
         if "scaler" in state and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
