@@ -223,3 +223,19 @@ def test_an_option_glued_to_a_double_dash_is_one_usage_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--config=--: '--' is not a value" in err[0]
+
+
+def test_a_closed_pipe_stops_quietly(tmp_path):
+    """`glassformer ... | head`: when the reader goes away the command stops with 141 (128 + SIGPIPE, as
+    a shell reports it) and prints nothing, rather than "error: Broken pipe" or a traceback at exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "spam.py"
+    script.write_text("import argparse, sys\nfrom glassformer import cli\n"
+                      "def spam(args):\n    for i in range(200000):\n        print('line', i)\n"
+                      "parser = argparse.ArgumentParser()\nparser.set_defaults(func=spam)\n"
+                      "cli.build_parser = lambda: parser\nsys.exit(cli.main([]))\n", encoding="utf-8")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", f"'{sys.executable}' '{script}' | head -1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout == "line 0\n" and done.stderr == "" and done.returncode == 141

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import NoReturn
 
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`glassformer generate ... | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that flushing stdout at exit does not fail again
+        return 141  # 128 + SIGPIPE, what a shell reports for a program killed by a closed pipe
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
         print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
