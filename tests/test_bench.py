@@ -254,8 +254,8 @@ def test_nanogpt_bad_files(tmp_path):
     (["--only", "trian"], "unknown bench part(s) ['trian']"),
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--precision", "float32,float8"],
-     "precision must be some of float32, bfloat16, float16 (comma-separated), got 'float8'"),
-    (["--dtype", "fp16"], "precision must be some of float32, bfloat16, float16 (comma-separated), got 'fp16'"),
+     "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'float8'"),
+    (["--dtype", "fp16"], "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'fp16'"),
     (["--precision", ","], "precision must name at least one of float32, bfloat16, float16, got none"),
     (["--nanogpt", "no/such/model.py"], "nanogpt must be nanoGPT's model.py (defining GPT and GPTConfig) or a "
                                         "folder holding it, got 'no/such/model.py': no such file"),
@@ -345,3 +345,14 @@ def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
     assert main(["bench", "--reset_kernel_choices"]) == 0
     assert "none yet" in capsys.readouterr().out
     assert kernel_choice.choices() == {}
+
+
+@pytest.mark.parametrize("flags, expected", [(["avx2", "avx512_bf16"], ("float32", "bfloat16")),
+                                             (["avx2"], ("float32",))])
+def test_auto_precision_is_what_auto_can_pick_here(monkeypatch, flags, expected):
+    from glassformer.bench.setups import check_precisions
+    from glassformer.nn import kernel_choice
+
+    monkeypatch.setattr(kernel_choice, "cpu_features", lambda: flags)
+    assert check_precisions("auto") == expected
+    assert check_precisions("float16,auto,float32") == ("float16", *expected)

@@ -77,7 +77,7 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     bad_sizes = sorted(set(sizes) - set(SIZES))
     if bad_sizes or not sizes:
         raise GlassformerError(f"unknown size(s) {bad_sizes or sizes}; expected some of {tuple(SIZES)}")
-    precisions = check_precisions(precisions)
+    precisions = check_precisions(precisions, device=device)
     check_int("rounds", rounds, 1, allow_none=True)
     if hf and importlib.util.find_spec("transformers") is None:
         raise GlassformerError("the Hugging Face contenders need transformers (pip install transformers), "

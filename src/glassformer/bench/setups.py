@@ -23,6 +23,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..models import TransformerLM
+from ..nn.precision import DTYPES, bf16_hardware
 
 T = TypeVar("T")
 
@@ -57,17 +58,24 @@ SIZES = {
 }
 
 # The precisions a benchmark row can run in: float32, or autocast to a 16-bit type.
-PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISIONS = DTYPES  # {"float32": torch.float32, "bfloat16": ..., "float16": ...}
 
 
-def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision") -> tuple[str, ...]:
+def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision",
+                     device: torch.device | str = "cpu") -> tuple[str, ...]:
     """``precisions`` (a tuple, or one comma-separated string) without repeats, in order, when each is a
-    key of ``PRECISIONS``; else a GlassformerError naming ``name`` and the first bad value (or none)."""
+    key of ``PRECISIONS`` or "auto" (the precisions ``precision: auto`` can pick on ``device``: float32,
+    and bfloat16 where the device has bfloat16 instructions); else a GlassformerError naming ``name``
+    and the first bad value (or none)."""
     if isinstance(precisions, str):
         precisions = tuple(part.strip() for part in precisions.split(",") if part.strip())
+    if "auto" in precisions:
+        at = precisions.index("auto")
+        choices = ("float32", "bfloat16") if bf16_hardware(device)[0] else ("float32",)
+        precisions = (*precisions[:at], *choices, *precisions[at + 1:])
     for value in precisions:
         if value not in PRECISIONS:
-            raise GlassformerError(f"{name} must be some of {', '.join(PRECISIONS)} (comma-separated), "
+            raise GlassformerError(f"{name} must be some of auto, {', '.join(PRECISIONS)} (comma-separated), "
                                    f"got {value!r}")
     if not precisions:
         raise GlassformerError(f"{name} must name at least one of {', '.join(PRECISIONS)}, got none")

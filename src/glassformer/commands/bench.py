@@ -14,6 +14,8 @@ precision:
   the forward pass under torch.autocast to bfloat16/float16 with float32 weights and AdamW (mixed
   precision, the way people train). The tables' precision column says which; a training row's MFU
   is against the header's matmul peak of that precision. compile and scaling use the first one.
+  auto stands for what precision: auto can pick here (float32, and bfloat16 where the CPU or GPU has
+  bfloat16 instructions).
 
 nanoGPT:
   not shipped with glassformer: point --nanogpt at a checkout's model.py; its GPT is built at each
@@ -56,8 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--precision", "--dtype", dest="precision", type=_names, default=("float32", "bfloat16"),
                         metavar="PRECISIONS",
-                        help="comma-separated: float32, bfloat16, float16 (16-bit = torch.autocast, float32 weights; "
-                             "default: float32,bfloat16; --dtype is an alias)")
+                        help="comma-separated: auto, float32, bfloat16, float16 (16-bit = torch.autocast, float32 "
+                             "weights; auto = what precision auto can pick here; default: float32,bfloat16; "
+                             "--dtype is an alias)")
     parser.add_argument("--nanogpt", type=Path, default=None, metavar="PATH",
                         help="nanoGPT's model.py (or the folder holding it): adds nanoGPT's model as a training "
                              "contender and a 'vs nanogpt' column")
