@@ -159,3 +159,10 @@ def test_float16_training_with_muon(tmp_path):
     assert result["precision"] == "float16" and trainer.scaler.is_enabled()
     assert math.isfinite(result["val_loss"]) and trainer.optimizer.parts["muon"].state
     assert (tmp_path / "run" / "last").exists()
+
+
+def test_a_torch_without_muon_is_one_line(monkeypatch):
+    monkeypatch.delattr(torch.optim, "Muon")
+    model = build_model(ModelConfig.preset("tiny-char", vocab_size=10))
+    with pytest.raises(GlassformerError, match=r"needs torch.optim.Muon, which torch .* does not have"):
+        make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind="muon")

@@ -12,7 +12,6 @@ state; the forward pass (and the loss) under ``torch.autocast`` to bfloat16 or f
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -23,7 +22,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..models import TransformerLM
-from ..nn.precision import DTYPES, bf16_hardware
+from ..nn.precision import DTYPES, autocast, bf16_hardware
 
 T = TypeVar("T")
 
@@ -80,14 +79,6 @@ def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision",
     if not precisions:
         raise GlassformerError(f"{name} must name at least one of {', '.join(PRECISIONS)}, got none")
     return tuple(dict.fromkeys(precisions))
-
-
-def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """The context a row of ``precision`` runs its forward pass in: ``torch.autocast`` to bfloat16 or
-    float16 (weights stay float32, matrix products run in the 16-bit type), nothing for float32."""
-    if precision == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=PRECISIONS[precision])
 
 
 def in_precision(fn: Callable[[], T], precision: str, device: torch.device | str = "cpu") -> Callable[[], T]:

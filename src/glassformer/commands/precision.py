@@ -28,15 +28,13 @@ def choose_precision(asked: str, model: Any, work: Callable[[], object], what: s
     """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job,
     e.g. a few generation steps) in float32 and under bfloat16 autocast. ``what`` names the job and
     its shape (e.g. "generate | 1 row")."""
-    import torch
-
-    from ..nn.precision import check_precision, model_case, resolve_precision
+    from ..nn.precision import autocast, check_precision, model_case, resolve_precision
 
     check_precision(asked, "--precision")
     device = next(model.parameters()).device
 
     def reduced() -> object:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with autocast("bfloat16", device):
             return work()
 
     chosen = resolve_precision(asked, device, lambda: (work, reduced), f"{what} | {model_case(model.config)}")

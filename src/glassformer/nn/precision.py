@@ -33,6 +33,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that make bfloat16 matmuls fast
 
 
+def autocast(name: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
+    """The context a forward pass in precision ``name`` runs in: ``torch.autocast`` to bfloat16 or
+    float16 on ``device`` (weights stay float32, matrix products run in 16 bits); nothing for float32."""
+    if name == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=DTYPES[name])
+
+
 def check_precision(value: object, name: str = "precision") -> str:
     """``value`` when it is one of PRECISIONS, else a GlassformerError naming ``name`` and the value."""
     if value not in PRECISIONS:
@@ -59,10 +67,8 @@ class Precision:
         return self.name != "float32"
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
-        """The context to run forward passes in: ``torch.autocast`` to this dtype, or nothing for float32."""
-        if not self.reduced:
-            return contextlib.nullcontext()
-        return torch.autocast(torch.device(device).type, dtype=self.dtype)
+        """The context to run forward passes in: :func:`autocast` to this precision."""
+        return autocast(self.name, device)
 
     def describe(self) -> str:
         """One line for the start of a run: ``precision: bfloat16 (auto: ...)``."""
@@ -115,11 +121,11 @@ def resolve_precision(asked: str, device: torch.device | str,
             the choice is remembered under (``glassformer bench --kernel_choices`` lists it).
     """
     check_precision(asked)
-    if asked != "auto":
-        capable, why = bf16_hardware(device)
-        note = "" if asked == "float32" or capable or asked == "float16" else f"; slow here: {why}"
-        return Precision(asked, asked, f"as asked{note}")
+    if asked in ("float32", "float16"):
+        return Precision(asked, asked, "as asked")
     capable, why = bf16_hardware(device)
+    if asked == "bfloat16":
+        return Precision(asked, asked, "as asked" if capable else f"as asked; slow here: {why}")
     if not capable:
         return Precision("float32", "auto", why)
     if torch.device(device).type == "cuda":

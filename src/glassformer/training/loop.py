@@ -25,7 +25,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import BadFileError, GlassformerError
 from ..fileio import atomic_write_text, fsync_file
-from ..nn.precision import Precision, model_case, resolve_precision
+from ..nn.precision import Precision, autocast, model_case, resolve_precision
 from ..tokenizers import Tokenizer
 from .checkpoint import LAST, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
 from .config import TrainConfig
@@ -207,16 +207,15 @@ class Trainer:
         """(float32, bfloat16-autocast) closures of one forward + backward of the model on ``micro``,
         for :func:`~glassformer.nn.precision.resolve_precision` to time."""
 
-        def step(autocast: bool) -> Any:
+        def step(precision: str) -> Any:
             def run() -> None:
-                with torch.random.fork_rng(devices=[]), torch.autocast(
-                        self.dist.device.type, dtype=torch.bfloat16, enabled=autocast):
+                with torch.random.fork_rng(devices=[]), autocast(precision, self.dist.device):
                     parts = batch_loss(self.model.train(), micro, count_correct=False)
                 parts.loss_sum.backward()
                 self.model.zero_grad(set_to_none=True)
             return run
 
-        return step(False), step(True)
+        return step("float32"), step("bfloat16")
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:

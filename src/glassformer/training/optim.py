@@ -131,6 +131,9 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     groups = param_groups(model, weight_decay)
     matrices = muon_params(model) if kind == "muon" else []
     if kind == "muon":
+        if not hasattr(torch.optim, "Muon"):
+            raise GlassformerError(f"optimizer 'muon' needs torch.optim.Muon, which torch {torch.__version__} does not "
+                                   f"have; upgrade torch or use optimizer 'adamw'")
         if not matrices:
             raise GlassformerError("optimizer 'muon' needs Transformer blocks with weight matrices; the model has none")
         if any(hasattr(p, "to_local") for p in matrices):  # DTensor: this process holds a shard
