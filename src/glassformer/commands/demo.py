@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("demo-output"), help="output folder (default demo-output)")
     parser.add_argument("--lesson2", action="store_true",
                         help="run lesson 2's experiments instead (attention vs torch.nn, sqrt(d), positions)")
+    parser.add_argument("--lang", metavar="LANG",
+                        help="language of the printed steps: en or zh (default: the locale; LANG=zh_CN.UTF-8 gives zh)")
     parser.set_defaults(func=run)
 
 
@@ -32,29 +34,33 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..lessons import tiny_char
+    from ..viz.i18n import resolve_lang
 
+    lang = resolve_lang(getattr(args, "lang", None), "--lang")  # before training: a typo fails at once
     if args.lesson2:
-        return run_lesson2(args.out)
+        return run_lesson2(args.out, lang)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 32-wide model: more threads only add synchronisation
     try:
         result = tiny_char.run(args.out)
     finally:
         torch.set_num_threads(threads)
-    print(tiny_char.summary(result))
+    print(tiny_char.summary(result, lang))
     if not result["generation"]["text"].startswith(tiny_char.EXPECTED):
         print(f"glassformer: error: expected the generation to start with {tiny_char.EXPECTED!r}")
         return 1
     return 0
 
 
-def run_lesson2(out: Path) -> int:
-    """Run lesson 2's experiments, print their summary and write the findings to ``out/lesson2.json``; 0."""
+def run_lesson2(out: Path, lang: str = "en") -> int:
+    """Run lesson 2's experiments, print their summary (in ``lang``) and write the findings to
+    ``out/lesson2.json``; 0."""
     from ..lessons import lesson2
+    from ..viz.i18n import text
 
     findings = lesson2.run_all()
-    print(lesson2.summary(findings))
+    print(lesson2.summary(findings, lang))
     out.mkdir(parents=True, exist_ok=True)
     (out / "lesson2.json").write_text(json.dumps(findings, indent=2), encoding="utf-8")
-    print(f"findings written to {out / 'lesson2.json'}")
+    print(text("lesson2.written", lang, path=out / "lesson2.json"))
     return 0

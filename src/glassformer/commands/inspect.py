@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--generate", type=int, default=16, help="steps of the generation trace (0: none)")
     parser.add_argument("--top_k", type=int, default=5, help="candidates shown per generation step")
     add_precision(parser)
+    parser.add_argument("--lang", metavar="LANG",
+                        help="language of the report's labels: en or zh (default: the locale; LANG=zh_CN.UTF-8: zh)")
     parser.add_argument("--max_tokens", type=int, default=128,
                         help="longer inputs are cut to this many tokens (noted in the report)")
     specials = parser.add_mutually_exclusive_group()
@@ -104,12 +106,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..errors import check_seed
+    from ..viz.i18n import resolve_lang
     from ..viz.report import check_report_options, write_report
     from .precision import choose_precision, forward_work
 
     check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,
                          pad_to=args.pad_to, prefix="--")  # before loading: a typo fails at once
     check_seed("--seed", args.seed)
+    lang = resolve_lang(args.lang, "--lang")
     model, tokenizer = _load(args)
     ids = torch.tensor([tokenizer.encode(args.text)[:args.max_tokens] or [0]])
     precision = choose_precision(args.precision, model, forward_work(model, ids), f"inspect | 1x{ids.shape[1]}")
@@ -117,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_report(model, tokenizer, args.text, args.target, args.out, prefix_len=args.prefix_len,
                             pad_to=args.pad_to, generate=args.generate, top_k=args.top_k,
                             max_tokens=args.max_tokens, add_special_tokens=args.add_special_tokens,
-                            logit_lens=args.logit_lens, head_scores=args.head_scores, ablation=args.ablation)
+                            logit_lens=args.logit_lens, head_scores=args.head_scores, ablation=args.ablation,
+                            lang=lang)
     print(f"report written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
     return 0

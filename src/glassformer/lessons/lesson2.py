@@ -123,20 +123,23 @@ def run_all() -> dict:
             "positions": positions_on_an_order_task()}
 
 
-def summary(findings: dict) -> str:
-    """A readable account of :func:`run_all`'s findings."""
+def summary(findings: dict, lang: str = "en") -> str:
+    """A readable account of :func:`run_all`'s findings, in ``lang`` ("en" or "zh", glassformer.viz.i18n)."""
+    from ..viz.i18n import text
+
     a = findings["attention_vs_torch"]
-    lines = ["1. Attention equals torch.nn.MultiheadAttention (masks inverted at the boundary):",
-             f"   max |out diff| = {a['max_out_diff']:.2e}, max |weight diff| = {a['max_weight_diff']:.2e}",
-             "2. Why divide by sqrt(d): mean largest softmax weight / gradient norm over 16 keys",
-             "   d      unscaled max_w  scaled max_w   unscaled grad  scaled grad"]
+    lines = [text("lesson2.attention", lang),
+             text("lesson2.attention_diff", lang, out=f"{a['max_out_diff']:.2e}", weight=f"{a['max_weight_diff']:.2e}"),
+             text("lesson2.scale", lang),
+             text("lesson2.scale_head", lang)]
     for r in findings["why_scale"]:
         lines.append(f"   {r['d']:<6} {r['max_weight_unscaled']:>14.3f} {r['max_weight_scaled']:>13.3f} "
                      f"{r['grad_norm_unscaled']:>15.4f} {r['grad_norm_scaled']:>12.4f}")
     p = findings["permutation_equivariance"]
-    lines += ["3. Permutation equivariance: max |f(Px) - P f(x)|",
+    lines += [text("lesson2.permutation", lang),
               f"   pos='none': {p['max_diff_pos_none']:.2e}   pos='sinusoidal': {p['max_diff_pos_sinusoidal']:.2e}",
-              "4. Positions on an order task (copy the left neighbour), accuracy after training:"]
+              text("lesson2.positions", lang)]
     for r in findings["positions"]:
-        lines.append(f"   {r['pos']:<11} {r['accuracy']:.3f}   (chance {r['chance']:.3f})")
+        lines.append(text("lesson2.chance", lang, pos=r["pos"], accuracy=f"{r['accuracy']:.3f}",
+                          chance=f"{r['chance']:.3f}"))
     return "\n".join(lines)

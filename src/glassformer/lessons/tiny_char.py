@@ -26,6 +26,7 @@ from ..nn.norms import make_norm
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, evaluate, save_checkpoint
 from ..training.checkpoint import load
+from ..viz.i18n import text
 from ..viz.plots import plot_attention, plot_losses
 from ..viz.shapes import shape_trace
 
@@ -165,36 +166,37 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     return result
 
 
-def summary(result: dict[str, Any]) -> str:
-    """A readable account of :func:`run`'s results: one line per finding, then each generation step."""
+def summary(result: dict[str, Any], lang: str = "en") -> str:
+    """A readable account of :func:`run`'s results: one line per finding, then each generation step;
+    in ``lang`` ("en" or "zh", glassformer.viz.i18n)."""
     c, gen = result["configuration"], result["generation"]
     history = result["history"]
+    norm = result["norm_example"]
     lines = [
-        "Tiny character LM (lesson 12): four lines, one decoder-only Transformer",
-        f"  corpus: {len(result['corpus'])} characters, {len(result['vocab'])} distinct; "
-        f"{result['window_count']} windows of {c['context']}",
-        f"  shift by one: input {''.join(result['shift_example']['input'])!r} -> "
-        f"target {''.join(result['shift_example']['target'])!r}",
-        f"  model: {c['layers']} layers, d_model {c['d_model']}, {c['heads']} heads of {c['head_width']}, "
-        f"ffn {c['ffn_width']}: {c['parameters']:,} parameters",
-        "  shapes: " + ", ".join(f"{k} {tuple(v)}" for k, v in result["shapes"].items()),
-        f"  LayerNorm([1, 2, 3, 4]) = {[round(v, 4) for v in result['norm_example']['normalized']]} "
-        f"(matches (x - mean) / sqrt(var + eps)); residual sum {result['norm_example']['sum']}",
-        f"  causality: {result['causality']['checks']} (token, position) pairs where a future token must "
-        f"not matter; largest change {result['causality']['max_leak']:.1e}",
-        "  training (loss on all windows): " + "  ".join(
+        text("demo.title", lang),
+        text("demo.corpus", lang, chars=len(result["corpus"]), distinct=len(result["vocab"]),
+             windows=result["window_count"], context=c["context"]),
+        text("demo.shift", lang, input=repr("".join(result["shift_example"]["input"])),
+             target=repr("".join(result["shift_example"]["target"]))),
+        text("demo.model", lang, layers=c["layers"], d_model=c["d_model"], heads=c["heads"],
+             head_width=c["head_width"], ffn=c["ffn_width"], params=f"{c['parameters']:,}"),
+        text("demo.shapes", lang, shapes=", ".join(f"{k} {tuple(v)}" for k, v in result["shapes"].items())),
+        text("demo.norm", lang, normalized=[round(v, 4) for v in norm["normalized"]], sum=norm["sum"]),
+        text("demo.causality", lang, checks=result["causality"]["checks"],
+             leak=f"{result['causality']['max_leak']:.1e}"),
+        text("demo.training", lang, history="  ".join(
             f"{h['step']}:{h['train_loss']:.3f}" for i, h in enumerate(history)
-            if i % max(1, len(history) // 6) == 0 or i == len(history) - 1),
-        f"  final train token accuracy: {result['final_train_token_accuracy']:.3f}",
-        f"  greedy generation from {gen['prefix']!r}:",
+            if i % max(1, len(history) // 6) == 0 or i == len(history) - 1)),
+        text("demo.accuracy", lang, accuracy=f"{result['final_train_token_accuracy']:.3f}"),
+        text("demo.greedy", lang, prefix=repr(gen["prefix"])),
     ]
     for s in gen["steps"]:
         top = "  ".join(f"{t['char']!r} {t['probability']:.2f}" for t in s["top4"])
-        lines.append(f"    {s['step']:>2}  {s['context']!r:<24} -> {s['chosen']!r} ({s['chosen_probability']:.2f})"
-                     f"   top-4: {top}")
-    lines += [f"  generated: {gen['text']!r}",
-              f"  checkpoint {result['checkpoint']['path']}: reloaded, logits differ by "
-              f"{result['checkpoint']['reload_max_logit_diff']}",
-              f"  wrote {', '.join(Path(p).name for p in result['files'].values())} to "
-              f"{Path(result['files']['results']).parent} in {result['wall_seconds']:.1f} s"]
+        lines.append(text("demo.step", lang, step=s["step"], context=repr(s["context"]), chosen=repr(s["chosen"]),
+                          p=f"{s['chosen_probability']:.2f}", top=top))
+    lines += [text("demo.generated", lang, text=repr(gen["text"])),
+              text("demo.checkpoint", lang, path=result["checkpoint"]["path"],
+                   diff=result["checkpoint"]["reload_max_logit_diff"]),
+              text("demo.wrote", lang, files=", ".join(Path(p).name for p in result["files"].values()),
+                   folder=Path(result["files"]["results"]).parent, seconds=f"{result['wall_seconds']:.1f}")]
     return "\n".join(lines)

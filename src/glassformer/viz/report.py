@@ -34,6 +34,8 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..models.common import count_params
 from ..nn.masks import check_prefix_len
+from .i18n import HTML_LANG, js_labels, resolve_lang
+from .i18n import text as tr
 from .report_interpret import gather_interpret, interpret_html
 from .shapes import shape_trace
 
@@ -83,12 +85,13 @@ class ReportData:
     generation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     interpret: dict[str, Any] | None = None  # logit lens, head scores, ablation effects (report_interpret.py)
+    lang: str = "en"  # the language of the page's labels (glassformer.viz.i18n)
 
     def to_json(self) -> dict[str, Any]:
         """What the page's script reads (the ``gf-data`` element): title, views, shapes, params, notes, generation."""
         return {"title": self.title, "structure": self.structure, "views": [v.to_json() for v in self.views],
                 "shapes": self.shapes, "params": self.params, "notes": self.notes,
-                "generation": self.generation, "interpret": self.interpret}
+                "generation": self.generation, "interpret": self.interpret, "labels": js_labels(self.lang)}
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -150,10 +153,9 @@ def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: in
     check_int(f"{prefix}pad_to", pad_to, 1, MAX_TOKENS, allow_none=True)
 
 
-def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str]) -> list[int]:
+def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str = "en") -> list[int]:
     if len(ids) > max_tokens:
-        notes.append(f"The {name} has {len(ids)} tokens; the report keeps the first {max_tokens} "
-                     f"(max_tokens={max_tokens}) and the model ran on those only.")
+        notes.append(tr("note.cap", lang, name=tr(f"note.name.{name}", lang), n=len(ids), max_tokens=max_tokens))
         return ids[:max_tokens]
     return ids
 
@@ -181,6 +183,11 @@ STRUCTURES = {"causal": "decoder-only (causal)", "bidirectional": "encoder-only 
 
 def _structure(config: Any) -> str:
     return "encoder-decoder" if config.arch == "encoder-decoder" else STRUCTURES[config.attn]
+
+
+def _structure_label(config: Any, lang: str) -> str:
+    """The structure's name in ``lang`` (the page's data keeps the English one)."""
+    return tr("structure." + ("encoder-decoder" if config.arch == "encoder-decoder" else config.attn), lang)
 
 
 def _params_by_part(model: nn.Module) -> dict[str, int]:
@@ -239,6 +246,7 @@ def gather(
     logit_lens: bool = False,
     head_scores: bool = False,
     ablation: bool = False,
+    lang: str = "en",
 ) -> ReportData:
     """Run the model once with attention weights on and collect what :func:`write_report` shows.
 
@@ -250,6 +258,7 @@ def gather(
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
                                 f"got {type(model).__name__}")
     check_report_options(max_tokens=max_tokens, generate=generate, top_k=top_k, pad_to=pad_to)
+    lang = resolve_lang(lang)
     structure = _structure(config)
     notes: list[str] = []
     ids = _to_ids(text, tokenizer, "text", add_special_tokens)
@@ -258,8 +267,8 @@ def gather(
     eos = _special(tokenizer, "eos")
     if config.arch == "encoder-decoder" and isinstance(text, str) and eos is not None and ids[-1] != eos:
         ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
-    ids = _cap(ids, max_tokens, "text", notes)
-    tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes)
+    ids = _cap(ids, max_tokens, "text", notes, lang)
+    tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
     pad_id = _special(tokenizer, "pad")
     pad_id = 0 if pad_id is None else pad_id
     was_training = model.training
@@ -267,37 +276,41 @@ def gather(
     try:
         if config.arch == "encoder-decoder":
             data = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id, prefix_len, generate,
-                                  top_k, notes)
+                                  top_k, notes, lang)
             asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation)
-            interpret = gather_interpret(model, None, [], list, notes=notes, **asked)  # a note when asked
+            interpret = gather_interpret(model, None, [], list, notes=notes, lang=lang, **asked)  # a note when asked
         else:
-            data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes)
-            interpret = _gather_interpret_lm(model, tokenizer, data[3], logit_lens, head_scores, ablation, notes)
+            data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
+            interpret = _gather_interpret_lm(model, tokenizer, data[3], logit_lens, head_scores, ablation, notes,
+                                             lang)
     finally:
         model.train(was_training)
     views, shapes, generation = data[:3]
     params = count_params(model)
-    dims = (f"{config.n_enc} encoder + {config.n_dec} decoder layers" if config.arch == "encoder-decoder"
-            else f"{config.n_layers} layers")
-    summary = (f"{type(model).__name__} · {structure} · {dims} × {config.n_heads} heads · "
-               f"d_model {config.d_model} · {params:,} parameters")
-    return ReportData(title=title or f"glassformer report: {structure}", structure=structure, summary=summary,
+    dims = (tr("report.dims_encdec", lang, enc=config.n_enc, dec=config.n_dec) if config.arch == "encoder-decoder"
+            else tr("report.dims_lm", lang, layers=config.n_layers))
+    shown_structure = _structure_label(config, lang)
+    summary = tr("report.summary", lang, model=type(model).__name__, structure=shown_structure, dims=dims,
+                 heads=config.n_heads, d_model=config.d_model, params=f"{params:,}")
+    return ReportData(title=title or tr("report.title", lang, structure=shown_structure), structure=structure,
+                      summary=summary,
                       views=views, shapes=shapes, config=config.to_dict(), params=params,
                       params_by_part=_params_by_part(model), generation=generation, notes=notes,
-                      interpret=interpret)
+                      interpret=interpret, lang=lang)
 
 
-def _gather_interpret_lm(model, tokenizer, inputs, lens, heads, ablation, notes):
+def _gather_interpret_lm(model, tokenizer, inputs, lens, heads, ablation, notes, lang="en"):
     """The report_interpret sections of a TransformerLM's input ``inputs`` = (x, pad, prefix_len, tokens)."""
     x, pad, prefix_len, tokens = inputs
     specials = getattr(tokenizer, "specials", None) or ()
     first = len(specials) if specials and _special(tokenizer, specials[0]) == 0 else 0  # specials first: skip them
     return gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), lens=lens, heads=heads,
                             ablation=ablation, low=first,
-                            bos=_special(tokenizer, "bos"), notes=notes, pad=pad, prefix_len=prefix_len)
+                            bos=_special(tokenizer, "bos"), notes=notes, lang=lang, pad=pad,
+                            prefix_len=prefix_len)
 
 
-def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes):
+def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang="en"):
     attn = model.config.attn
     if attn == "prefix":
         if tgt is not None:
@@ -305,7 +318,7 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
             ids = ids + tgt
         elif prefix_len is None:
             prefix_len = len(ids)
-            notes.append("No target given: the whole text is the prefix (prefix_len = its length).")
+            notes.append(tr("note.no_target_prefix", lang))
         prefix_len = check_prefix_len(prefix_len, len(ids), batch=1)
         if isinstance(prefix_len, torch.Tensor):  # a (1,) tensor: the report shows one row
             prefix_len = int(prefix_len[0])
@@ -321,13 +334,8 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
     pad_t = torch.tensor([pad], device=x.device) if any(pad) else None
     _, weights = model(x, pad=pad_t, prefix_len=prefix_len, return_attn=True)
     tokens = _labels(ids, tokenizer, pad)
-    captions = {
-        "causal": "Each token attends to itself and the tokens before it (causal mask).",
-        "bidirectional": "Each token attends to every token of the sequence (no causal mask).",
-        "prefix": f"The first {prefix_len} tokens (the prefix) see each other both ways; the rest is causal.",
-    }
-    caption = captions[attn] + (" Padded positions are masked out as keys." if any(pad) else "")
-    views = [AttentionView("self", "Self-attention", caption, tokens, tokens, _stack(weights), pad, pad,
+    caption = tr(f"caption.{attn}", lang, prefix_len=prefix_len) + (tr("caption.padded", lang) if any(pad) else "")
+    views = [AttentionView("self", tr("view.self", lang), caption, tokens, tokens, _stack(weights), pad, pad,
                            prefix_len if attn == "prefix" else None)]
     shapes = shape_trace(model, x, depth=2, pad=pad_t, prefix_len=prefix_len)
     generation = None
@@ -335,11 +343,12 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         options = {"prefix_len": prefix_len} if attn == "prefix" else {}
         generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
     elif attn == "bidirectional":
-        notes.append("Encoder-only models do not generate text, so there is no generation trace.")
+        notes.append(tr("note.encoder_only", lang))
     return views, shapes, generation, (x, pad_t, prefix_len, tokens)
 
 
-def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_len, generate, top_k, notes):
+def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_len, generate, top_k, notes,
+                   lang="en"):
     if prefix_len is not None:
         raise GlassformerError("prefix_len is only meaningful for attn='prefix' models, not an encoder-decoder")
     start = _special(tokenizer, "bos") if start_id is None else start_id
@@ -351,8 +360,7 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
         generation = _generation_trace(model, tokenizer, src, generate, top_k, decoder_start_token_id=start)
     if tgt is None:
         tgt = generation["ids"] if generation else []
-        notes.append("No target given: the decoder reads the start token"
-                     + (" and the model's own greedy output." if generation else " alone."))
+        notes.append(tr("note.no_target_encdec" if generation else "note.no_target_encdec_alone", lang))
     src, src_pad = _pad(src, pad_to, pad_id)
     device = next(model.parameters()).device
     s = torch.tensor([src], device=device)
@@ -362,17 +370,13 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
     src_tokens = _labels(src, tokenizer, src_pad)
     tgt_tokens = _labels(t[0].tolist(), tokenizer)
     tgt_pad = [False] * len(tgt_tokens)
-    padded = " Padded source positions are masked out as keys." if any(src_pad) else ""
+    padded = tr("caption.padded_source", lang) if any(src_pad) else ""
     views = [
-        AttentionView("enc", "Encoder self-attention",
-                      "Each source token attends to every source token (bidirectional)." + padded,
+        AttentionView("enc", tr("view.enc", lang), tr("caption.enc", lang) + padded,
                       src_tokens, src_tokens, _stack(log["enc"]), src_pad, src_pad),
-        AttentionView("self", "Decoder self-attention",
-                      "Each target token attends to itself and the target tokens before it (causal).",
+        AttentionView("self", tr("view.dec", lang), tr("caption.dec", lang),
                       tgt_tokens, tgt_tokens, _stack(log["self"]), tgt_pad, tgt_pad),
-        AttentionView("cross", "Cross-attention",
-                      "Each target token (query) attends to the encoder's output for every source token."
-                      + padded,
+        AttentionView("cross", tr("view.cross", lang), tr("caption.cross", lang) + padded,
                       tgt_tokens, src_tokens, _stack(log["cross"]), tgt_pad, src_pad),
     ]
     shapes = shape_trace(model, s, t, depth=2, src_pad=src_pad_t)
@@ -402,7 +406,7 @@ def _shown(token: str) -> str:
     return html.escape(token.replace(" ", "␣") if token and not token.strip(" ") else token)
 
 
-def _generation_html(gen: dict[str, Any]) -> str:
+def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
     rows = []
     for n, step in enumerate(gen["steps"], start=1):
         cells = []
@@ -415,8 +419,10 @@ def _generation_html(gen: dict[str, Any]) -> str:
         rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>'
                     f'{"".join(cells)}</tr>')
     head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))
-    return (f'<p>Continuation: <code class="gf-continuation">{html.escape(gen["continuation"])}</code></p>'
-            f'<table class="gf-generation"><thead><tr><th>step</th><th>chosen</th>{head}</tr></thead>'
+    return (f'<p>{html.escape(tr("generation.continuation", lang))} <code class="gf-continuation">'
+            f'{html.escape(gen["continuation"])}</code></p>'
+            f'<table class="gf-generation"><thead><tr><th>{html.escape(tr("generation.step", lang))}</th>'
+            f'<th>{html.escape(tr("generation.chosen", lang))}</th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -430,17 +436,22 @@ def render_html(data: ReportData) -> str:
     tabs = "".join(f'<button class="gf-tab" data-view="{v.key}">{html.escape(v.title)}</button>'
                    for v in data.views)
     config_rows = [(k, json.dumps(v)) for k, v in data.config.items()]
-    part_rows = [(k, f"{v:,}") for k, v in data.params_by_part.items()] + [("total", f"{data.params:,}")]
+    lang = data.lang
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
+
+    part_rows = [(k, f"{v:,}") for k, v in data.params_by_part.items()]
+    part_rows.append((tr("model.total", lang), f"{data.params:,}"))
     shape_rows = [(k, "(" + ", ".join(map(str, v)) + ")") for k, v in data.shapes.items()]
     generation = ""
     if data.generation is not None:
         gen = data.generation
-        generation = (f'<section id="gf-generation"><h2>Generation trace</h2><p>Greedy decoding, '
-                      f'{len(gen["steps"])} steps: at each step the {gen["top_k"]} most likely next tokens '
-                      f"with their probabilities; the chosen one is highlighted.</p>"
-                      f"{_generation_html(gen)}</section>")
+        generation = (f'<section id="gf-generation"><h2>{label("section.generation")}</h2>'
+                      f'<p>{label("generation.intro", steps=len(gen["steps"]), top_k=gen["top_k"])}</p>'
+                      f"{_generation_html(gen, lang)}</section>")
     return f"""<!DOCTYPE html>
-<html lang="en">
+<html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -458,21 +469,21 @@ def render_html(data: ReportData) -> str:
 {f'<ul class="gf-notes">{notes}</ul>' if notes else ""}
 </header>
 <section id="gf-attention">
-<h2>Attention</h2>
+<h2>{label("section.attention")}</h2>
 <nav class="gf-tabs">{tabs}</nav>
 <div id="gf-views"></div>
-<noscript>The attention views need JavaScript; the data is in the gf-data script element.</noscript>
+<noscript>{label("noscript")}</noscript>
 </section>
 {generation}
-{interpret_html(data.interpret, _shown) if data.interpret else ""}
-<section id="gf-shapes"><h2>Shapes of the forward pass</h2>
-<p>Output shape of each part, in the order it ran (B batch, T tokens, d width, V vocabulary).</p>
-{_table(shape_rows, "gf-shape-table", ("step", "shape"))}</section>
-<section id="gf-config"><h2>Model</h2>
-<p>{data.params:,} trainable parameters (a tied matrix counts once).</p>
-{_table(part_rows, "gf-param-table", ("part", "parameters"))}
-{_table(config_rows, "gf-config-table", ("config field", "value"))}</section>
-<footer>Written by glassformer; self-contained, works offline.</footer>
+{interpret_html(data.interpret, _shown, lang) if data.interpret else ""}
+<section id="gf-shapes"><h2>{label("section.shapes")}</h2>
+<p>{label("shapes.intro")}</p>
+{_table(shape_rows, "gf-shape-table", (tr("shapes.step", lang), tr("shapes.shape", lang)))}</section>
+<section id="gf-config"><h2>{label("section.model")}</h2>
+<p>{label("model.params", params=f"{data.params:,}")}</p>
+{_table(part_rows, "gf-param-table", (tr("model.part", lang), tr("model.parameters", lang)))}
+{_table(config_rows, "gf-config-table", (tr("model.field", lang), tr("model.value", lang)))}</section>
+<footer>{label("footer")}</footer>
 <script type="application/json" id="gf-data">{_script_json(data.to_json())}</script>
 <script>
 {_asset("report.js")}
@@ -521,6 +532,8 @@ def write_report(
             ``text``; None (default): the tokenizer's own default (a Hugging Face tokenizer adds them,
             as ``transformers`` does; glassformer's char, byte and BPE tokenizers do not).
         title: the page title.
+        lang: the language of the page's labels, notes and captions: "en" (default) or "zh"
+            (glassformer.viz.i18n; ``glassformer inspect --lang`` also follows the locale).
         logit_lens, head_scores, ablation: add the sections of glassformer.interpret (TransformerLM
             only): the logit lens (layers x positions, top tokens), each head's previous-token and
             induction score (causal models), and each head's ablation effect (one forward per head).

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..interpret import head_ablation_effects, head_scores, logit_lens
 from ..models import TransformerLM
+from .i18n import text as tr
 
 Label = Callable[[list[int]], list[str]]
 
@@ -29,7 +30,7 @@ Label = Callable[[list[int]], list[str]]
 def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label: Label, *,
                      lens: bool = False, heads: bool = False, ablation: bool = False, top_k: int = 5,
                      low: int = 0, bos: int | None = None, notes: list[str] | None = None,
-                     **kwargs: Any) -> dict[str, Any] | None:
+                     lang: str = "en", **kwargs: Any) -> dict[str, Any] | None:
     """The data of the sections asked for (None when none is).
 
     Args:
@@ -39,18 +40,18 @@ def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label
         top_k: candidates per logit-lens cell (the title of the cell lists them).
         low, bos: for head scores: the smallest ordinary token id, and the model's start token.
         notes: where to say why a section was left out.
+        lang: the language of the notes and row names (glassformer.viz.i18n).
         kwargs: the forward's other arguments (pad, prefix_len).
     """
     notes = notes if notes is not None else []
     found: dict[str, Any] = {}
     if not isinstance(model, TransformerLM):
         if lens or heads or ablation:
-            notes.append("The logit lens, head scores and ablation effects are drawn for single-stack models "
-                         "(TransformerLM); use glassformer.interpret on an encoder-decoder.")
+            notes.append(tr("note.interpret_encdec", lang))
         return None
     if lens:
         top = logit_lens(model, x, top_k=top_k, **kwargs)  # (L + 1, 1, T, k)
-        rows = [f"before block {i}" for i in range(top.ids.shape[0] - 1)] + ["output"]
+        rows = [tr("lens.before", lang, block=i) for i in range(top.ids.shape[0] - 1)] + [tr("lens.output", lang)]
         cells = [[[{"id": int(i), "label": lab, "p": round(float(p), 4)}
                    for i, lab, p in zip(ids.tolist(), label(ids.tolist()), probs.tolist())]
                   for ids, probs in zip(layer_ids[0], layer_probs[0])]
@@ -58,7 +59,7 @@ def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label
         found["lens"] = {"tokens": tokens, "rows": rows, "top": cells}
     if heads:
         if model.config.attn != "causal":
-            notes.append("Head scores (previous-token, induction) are measured on causal models only.")
+            notes.append(tr("note.heads_causal_only", lang))
         else:
             length = max(2, min(20, (model.config.max_len - (bos is not None)) // 2))
             scores = head_scores(model, length, 8, low=low, bos=bos)
@@ -84,22 +85,28 @@ def _shade(value: float, rgb: tuple[int, int, int], scale: float = 1.0) -> str:
     return f"background: rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha * 0.85:.3f})"
 
 
-def _head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], scale: float, fmt: str) -> str:
+def _head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], scale: float, fmt: str,
+                lang: str = "en") -> str:
     heads = len(values[0])
-    head = "".join(f"<th>head {h}</th>" for h in range(heads))
+    head = "".join(f"<th>{html.escape(tr('table.head', lang, head=h))}</th>" for h in range(heads))
     body = "".join(
-        f"<tr><th>layer {layer}</th>" + "".join(
+        f"<tr><th>{html.escape(tr('table.layer', lang, layer=layer))}</th>" + "".join(
             f'<td style="{_shade(v, rgb if v >= 0 else (200, 60, 60), scale)}">{v:{fmt}}</td>' for v in row)
         + "</tr>" for layer, row in enumerate(values))
     return f'<table class="{cls}"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def interpret_html(data: dict[str, Any], shown: Callable[[str], str]) -> str:
-    """The sections' HTML (``shown`` escapes a token label for display)."""
+def interpret_html(data: dict[str, Any], shown: Callable[[str], str], lang: str = "en") -> str:
+    """The sections' HTML (``shown`` escapes a token label for display; labels in ``lang``)."""
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
+
     parts = []
     if "lens" in data:
         lens = data["lens"]
-        head = "".join(f'<th title="position {n}"><code>{shown(t)}</code></th>' for n, t in enumerate(lens["tokens"]))
+        head = "".join(f'<th title="{label("lens.position", n=n)}"><code>{shown(t)}</code></th>'
+                       for n, t in enumerate(lens["tokens"]))
         rows = []
         for name, cells in zip(lens["rows"], lens["top"]):
             tds = []
@@ -110,31 +117,25 @@ def interpret_html(data: dict[str, Any], shown: Callable[[str], str]) -> str:
                            f'<code>{shown(best["label"])}</code><span class="gf-p">{best["p"]:.2f}</span></td>')
             rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(tds)}</tr>")
         parts.append(
-            '<section id="gf-lens"><h2>Logit lens</h2><p>What the residual stream predicts for the next token '
-            "if the model stopped before each block, read through the model's own final norm and output "
-            "layer; the last row is the model's output. Each cell: the top token and its probability (hover "
-            "for the top candidates).</p>"
-            f'<div class="gf-scroll"><table class="gf-lens"><thead><tr><th>read</th>{head}</tr></thead>'
+            f'<section id="gf-lens"><h2>{label("lens.title")}</h2><p>{label("lens.intro")}</p>'
+            f'<div class="gf-scroll"><table class="gf-lens"><thead><tr><th>{label("lens.read")}</th>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table></div></section>")
     if "heads" in data:
         h = data["heads"]
         parts.append(
-            '<section id="gf-heads"><h2>Head scores</h2><p>On random tokens repeated twice '
-            f"({h['length']} tokens, then the same {h['length']} again): each head's mean attention to the "
-            "previous token, and, over the second copy, to the token after the current one's first copy "
-            f"(an induction head). Next-token loss: {h['loss_first']:.2f} on the first copy, "
-            f"{h['loss_repeat']:.2f} on the repeat.</p>"
-            "<h3>Previous-token score</h3>"
-            + _head_table(h["previous_token"], "gf-head-table gf-prev", (70, 130, 220), 1.0, ".2f")
-            + "<h3>Induction score</h3>"
-            + _head_table(h["induction"], "gf-head-table gf-induction", (60, 160, 90), 1.0, ".2f") + "</section>")
+            f'<section id="gf-heads"><h2>{label("heads.title")}</h2><p>'
+            + label("heads.intro", length=h["length"], first=f"{h['loss_first']:.2f}",
+                    repeat=f"{h['loss_repeat']:.2f}") + "</p>"
+            f'<h3>{label("heads.previous")}</h3>'
+            + _head_table(h["previous_token"], "gf-head-table gf-prev", (70, 130, 220), 1.0, ".2f", lang)
+            + f'<h3>{label("heads.induction")}</h3>'
+            + _head_table(h["induction"], "gf-head-table gf-induction", (60, 160, 90), 1.0, ".2f", lang)
+            + "</section>")
     if "ablation" in data:
         a = data["ablation"]
         scale = max((abs(v) for row in a["drop"] for v in row), default=0.0)
         parts.append(
-            '<section id="gf-ablation"><h2>Ablation effects</h2><p>How much the log-probability of the '
-            "model's own top prediction (mean over positions, "
-            f"{a['base']:.3f} intact) drops when one head's output is set to zero; negative: the "
-            "prediction gets more confident without it.</p>"
-            + _head_table(a["drop"], "gf-head-table gf-ablation", (230, 140, 40), scale, ".3f") + "</section>")
+            f'<section id="gf-ablation"><h2>{label("ablation.title")}</h2><p>'
+            + label("ablation.intro", base=f"{a['base']:.3f}") + "</p>"
+            + _head_table(a["drop"], "gf-head-table gf-ablation", (230, 140, 40), scale, ".3f", lang) + "</section>")
     return "\n".join(parts)

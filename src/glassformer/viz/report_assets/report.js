@@ -5,6 +5,7 @@
   "use strict";
 
   const DATA = JSON.parse(document.getElementById("gf-data").textContent);
+  const T = DATA.labels;     // the page's words in its language (glassformer/viz/i18n.py, the js.* messages)
   const ROW = 22;            // px per token row in the head view (matches --row in the CSS)
   const LINE_AREA = 240;     // px between the two token columns
   const THUMB = 72;          // px of a model-view heatmap
@@ -71,7 +72,7 @@
     tokens.forEach((tok, i) => {
       const pad = (side === "q" ? spec.query_pad : spec.key_pad)[i];
       const div = el("div", { class: tokenClasses(spec, side, i), "data-index": String(i),
-        title: (pad ? "padding (masked out as a key) · " : "") + "position " + i + ": " + JSON.stringify(tok) },
+        title: (pad ? T.padding_title : "") + T.position + i + ": " + JSON.stringify(tok) },
       shown(tok));
       col.appendChild(div);
     });
@@ -81,21 +82,18 @@
   function legend(spec) {
     const box = el("div", { class: "gf-legend" });
     const cross = spec.key === "cross";
-    box.appendChild(el("span", {}, "left: " + (cross ? "target tokens (queries)" : "tokens as queries") +
-      " · right: " + (cross ? "source tokens (keys)" : "tokens as keys") +
-      " · per token and head the " + MAX_LINES +
-      " strongest links are drawn; hover or click a token to see all of its own"));
+    box.appendChild(el("span", {}, T.left + (cross ? T.target_queries : T.tokens_queries) +
+      T.right + (cross ? T.source_keys : T.tokens_keys) + T.links_before + MAX_LINES + T.links_after));
     if (spec.prefix_len !== null) {
       const s = el("span"); s.appendChild(el("span", { class: "gf-swatch", style: "background: var(--prefix)" }));
-      s.appendChild(document.createTextNode("prefix (" + spec.prefix_len + " tokens, seen both ways); " +
-        "red line: prefix boundary"));
+      s.appendChild(document.createTextNode(T.prefix_before + spec.prefix_len + T.prefix_after));
       box.appendChild(s);
     }
     if (spec.query_pad.some(Boolean) || spec.key_pad.some(Boolean)) {
       const s = el("span");
       s.appendChild(el("span", { class: "gf-swatch",
         style: "background: repeating-linear-gradient(45deg,#f1f2f4,#f1f2f4 3px,#d3d6db 3px,#d3d6db 6px)" }));
-      s.appendChild(document.createTextNode("padding: no token attends to it"));
+      s.appendChild(document.createTextNode(T.padding));
       box.appendChild(s);
     }
     return box;
@@ -104,19 +102,19 @@
   /* Head view: one layer; a line from each query token to each key token, weight as opacity. */
   function headView(spec, W) {
     const root = el("div", { class: "gf-headview" });
-    root.appendChild(el("h3", {}, "Head view"));
+    root.appendChild(el("h3", {}, T.head_view));
     const state = { layer: 0, heads: new Set([...Array(W.H).keys()]), focus: null, pinned: null };
     const controls = el("div", { class: "gf-controls" });
-    const label = el("label", {}, "Layer ");
+    const label = el("label", {}, T.layer);
     const select = el("select", { class: "gf-layer" });
     for (let l = 0; l < W.L; l++) select.appendChild(el("option", { value: String(l) }, String(l)));
     label.appendChild(select);
     controls.appendChild(label);
-    controls.appendChild(el("span", {}, "Heads"));
+    controls.appendChild(el("span", {}, T.heads));
     const buttons = [];
     for (let h = 0; h < W.H; h++) {
       const b = el("button", { class: "gf-head gf-on", "data-head": String(h), style: "--c: " + headColor(h, W.H),
-        title: "show or hide head " + h }, String(h));
+        title: T.toggle_head + h }, String(h));
       b.addEventListener("click", () => {
         if (state.heads.has(h)) state.heads.delete(h); else state.heads.add(h);
         draw();
@@ -124,8 +122,8 @@
       buttons.push(b);
       controls.appendChild(b);
     }
-    const all = el("button", { class: "gf-small gf-all" }, "all");
-    const none = el("button", { class: "gf-small gf-none" }, "none");
+    const all = el("button", { class: "gf-small gf-all" }, T.all);
+    const none = el("button", { class: "gf-small gf-none" }, T.none);
     all.addEventListener("click", () => { buttons.forEach((_, h) => state.heads.add(h)); draw(); });
     none.addEventListener("click", () => { state.heads.clear(); draw(); });
     controls.append(all, none);
@@ -245,23 +243,22 @@
   /* Model view: a layers x heads grid of heatmaps; clicking one enlarges it below the grid. */
   function modelView(spec, W) {
     const root = el("div", { class: "gf-modelview" });
-    root.appendChild(el("h3", {}, "Model view"));
-    root.appendChild(el("p", { class: "gf-caption" }, "Rows: layers · columns: heads · each square: queries " +
-      "down, keys across, darker = more weight (colour ∝ √weight). Click a square to enlarge it."));
+    root.appendChild(el("h3", {}, T.model_view));
+    root.appendChild(el("p", { class: "gf-caption" }, T.grid_caption));
     const table = el("table", { class: "gf-grid" });
     const head = el("tr");
     head.appendChild(el("th"));
-    for (let h = 0; h < W.H; h++) head.appendChild(el("th", {}, "head " + h));
+    for (let h = 0; h < W.H; h++) head.appendChild(el("th", {}, T.head + h));
     table.appendChild(head);
     const zoom = el("div", { class: "gf-zoom", hidden: "" });
     const dpr = window.devicePixelRatio || 1;
     const thumbs = [];
     for (let l = 0; l < W.L; l++) {
       const row = el("tr");
-      row.appendChild(el("th", {}, "layer " + l));
+      row.appendChild(el("th", {}, T.layer_lower + l));
       for (let h = 0; h < W.H; h++) {
         const c = el("canvas", { class: "gf-thumb", "data-layer": String(l), "data-head": String(h),
-          title: "layer " + l + " · head " + h + " (click to enlarge)" });
+          title: T.layer_lower + l + " · " + T.head + h + T.click_enlarge });
         c.width = THUMB * dpr; c.height = THUMB * dpr;
         heatmap(c.getContext("2d"), spec, W, l, h, 0, 0, c.width, c.height);
         c.addEventListener("click", () => {
@@ -283,7 +280,7 @@
     zoom.replaceChildren();
     zoom.hidden = false;
     zoom.dataset.layer = String(l); zoom.dataset.head = String(h);
-    zoom.appendChild(el("h3", {}, "Layer " + l + " · head " + h));
+    zoom.appendChild(el("h3", {}, T.zoom_layer + l + T.zoom_head + h));
     const cell = Math.max(6, Math.min(28, Math.floor(640 / Math.max(W.Tq, W.Tk))));
     const font = Math.min(12, cell - 2);
     const fontSpec = font + "px ui-monospace, 'DejaVu Sans Mono', 'Noto Sans CJK SC', monospace";
@@ -317,13 +314,13 @@
         ctx.restore();
       });
     }
-    const readout = el("div", { class: "gf-readout" }, "Point at a cell to read its weight.");
+    const readout = el("div", { class: "gf-readout" }, T.point);
     canvas.addEventListener("mousemove", (event) => {
       const rect = canvas.getBoundingClientRect();
       const j = Math.floor((event.clientX - rect.left - left) / cell);
       const i = Math.floor((event.clientY - rect.top - top) / cell);
       if (i < 0 || j < 0 || i >= W.Tq || j >= W.Tk) return;
-      readout.textContent = "query " + i + " " + JSON.stringify(spec.query_tokens[i]) + " → key " + j + " " +
+      readout.textContent = T.query + i + " " + JSON.stringify(spec.query_tokens[i]) + T.key + j + " " +
         JSON.stringify(spec.key_tokens[j]) + ": " + W.get(l, h, i, j).toFixed(3);
     });
     const scroll = el("div", { class: "gf-zoom-scroll" });
