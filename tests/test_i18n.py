@@ -137,8 +137,8 @@ def test_the_demo_prints_its_steps_in_chinese(lesson):
     assert en.splitlines()[0].startswith("Tiny character LM (lesson 12)")
     assert zh.splitlines()[0] == "小字符语言模型（第 12 讲）：四行文本，一个 decoder-only Transformer"
     assert len(en.splitlines()) == len(zh.splitlines())
-    for word in ("语料：40 个字符，18 种", "错开一位", "因果性", "训练（所有窗口上的损失）", "从 '春天来了，' 开始贪心生成",
-                 "前 4 个候选", "生成结果", "重新加载后 logits 相差 0.0"):
+    for word in ("语料：40 个字符，18 种", "错开一位", "因果性", "训练（所有窗口上的损失）",
+                 "从 '春天来了，' 开始贪心生成", "前 4 个候选", "生成结果", "重新加载后 logits 相差 0.0"):
         assert word in zh, word
     assert "corpus" not in zh and "greedy" not in zh
     number = re.compile(r"\d+\.\d+")
