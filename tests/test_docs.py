@@ -8,7 +8,11 @@ set-up (`make demo`: the package installed, `demo-output/` written).
   virtual environment's tools first on PATH (what `source .venv/bin/activate` gives), under
   ``set -eo pipefail``. Training, recipe and benchmark commands get overrides appended (SHORTEN):
   the documented command, cut to a few steps of a smaller model. Nothing else is changed. A command
-  (or Python block) that already ran in this session, on an earlier page, is not run again (RAN).
+  (or Python block) that already ran in this session, on an earlier page, is not run again (RAN); nor is a
+  ```console block identical to one checked earlier (the same commands and output).
+- docs/learn/zh-CN/ (the lessons in Chinese) runs last. Its code blocks are byte-identical to its
+  English twins' (tests/test_docs_zh.py checks that), so they ran already with the English pages: what
+  runs again is a block that differs, and a command with `$`.
 - A ```console block's output lines are the command's expected output: numbers must agree within
   TOLERANCE (float results of training differ a little between CPU kinds), text exactly.
 - A block whose first line is ``# not run by the docs test: REASON`` is skipped; SKIPPED lists every
@@ -40,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 PAGES = ["README.md", "README.zh-CN.md",
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn").glob("*.md")),
-         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn" / "zh-CN").glob("*.md"))]
 LANGUAGES = {"python", "bash", "console", "text"}
 SKIP_MARK = "# not run by the docs test:"
 # Every block that carries SKIP_MARK, with a word of its reason: (page, reason fragment).
@@ -51,6 +56,8 @@ SKIPPED = {
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
+    ("docs/learn/zh-CN/report.md", "root"),  # the Chinese twin of the two above (the same blocks)
+    ("docs/learn/zh-CN/report.md", "the suite"),
 }
 PER_BLOCK_TIMEOUT = 420  # seconds
 TOLERANCE = 0.03  # |expected - got| allowed for each number of a console block's output
@@ -298,6 +305,8 @@ def test_page_runs_as_written(page, workdir, monkeypatch):
                 exec(compile(block.text, where, "exec"), namespace)
                 RAN.add(code)
             continue
+        if block.language == "console" and block.text in RAN:  # the same commands and output, checked already
+            continue
         commands, expected = shell_commands(block)
         changed = [shortened(c) for c in commands]
         todo = changed if expected else [c for c in changed if c not in RAN or "$" in c]
@@ -309,6 +318,7 @@ def test_page_runs_as_written(page, workdir, monkeypatch):
             got = out.rstrip("\n").splitlines()
             assert same_output(expected, got), f"{where}: the output differs\n--- documented\n" \
                                                + "\n".join(expected) + "\n--- got\n" + "\n".join(got)
+            RAN.add(block.text)
 
 
 def test_shortening_and_comparing_rules():
