@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+
 from test_docs import PAGES, SKIPPED, blocks
 
 ROOT = Path(__file__).resolve().parents[1]
