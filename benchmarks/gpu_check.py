@@ -267,7 +267,8 @@ def markdown(summary: dict[str, Any]) -> str:
     dec = stages.get("decode", {}).get("result", {})
     if dec:
         lines += [f"## Greedy decoding, KV cache ({dec.get('size_name')})", "",
-                  "| case | precision | glassformer tokens/s | hf tokens/s | vs hf |", "| --- | --- | --- | --- | --- |"]
+                  "| case | precision | glassformer tokens/s | hf tokens/s | vs hf |",
+                  "| --- | --- | --- | --- | --- |"]
         for case, by_precision in dec.get("cases", {}).items():
             for precision, c in by_precision.items():
                 tps = c.get("tokens_per_s", {})
@@ -435,7 +436,7 @@ def stage_speedrun(stage: Stage) -> None:
     reported training seconds exclude compile and evaluation. Checkpoints are written only at the end."""
     import torch
 
-    from glassformer.training import Trainer, TrainConfig, prepare_run
+    from glassformer.training import TrainConfig, Trainer, prepare_run
 
     overrides: dict[str, Any] = {"data": [str(CORPUS)], "out_dir": str(stage.out / "speedrun"),
                                  "device": stage.device, "progress": False}

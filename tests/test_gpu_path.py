@@ -192,9 +192,8 @@ def test_checkpoint_resume_on_device(tmp_path):
     """4 steps, save, resume for 4 more on the device equals 8 straight steps (dropout 0.1: the CUDA
     generator's state is saved and restored). Tolerance 1e-6: CUDA's backward of the embedding adds
     with atomics, whose order may vary. The checkpoint then loads on the CPU."""
-    from training_helpers import train
-
     from glassformer.training import load_checkpoint
+    from training_helpers import train
 
     straight, _ = train(gpu_config(tmp_path, "straight", max_steps=8, eval_every=4, lr_decay_steps=8))
     train(gpu_config(tmp_path, "split", max_steps=4, eval_every=4, lr_decay_steps=8))
