@@ -206,3 +206,29 @@ def test_checkpoint_resume_on_device(tmp_path):
     assert {p.device.type for p in loaded.parameters()} == {"cpu"}
     for (name, a), b in zip(loaded.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b.cpu()), name
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="CUDA's sync debug mode")
+def test_a_training_step_does_not_wait_for_the_gpu(tmp_path, monkeypatch):
+    """After a first step, the trainer's steps queue their work without one host-device synchronisation
+    (torch.cuda.set_sync_debug_mode("error") raises on any): the tokens are counted on the host, batches
+    travel through pinned memory, clipping and fused AdamW stay on the device. The eager forward's id
+    range check (int() of a device tensor; skipped under torch.compile) is taken out here."""
+    import glassformer.models.lm as lm
+    from glassformer.training import Trainer, prepare_run
+
+    monkeypatch.setattr(lm, "check_ids", lambda ids, vocab_size, name="ids": None)
+    cfg = gpu_config(tmp_path, "nosync", precision="bfloat16")
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    trainer.train_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trainer.train_step()
+        trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.step == 3
