@@ -219,7 +219,8 @@ def markdown(summary: dict[str, Any]) -> str:
              f"device {summary['device']}; total budget {summary['total_budget_s']:.0f} s",
              f"- machine: {env.get('gpu_name') or env.get('cpu') or 'unknown'}; torch {env.get('torch', '?')}, "
              f"CUDA {env.get('cuda_runtime', '-')}, driver {env.get('driver', '-')}, "
-             f"transformers {env.get('transformers', '-')}, flash SDPA {env.get('flash_sdpa', '-')}"]
+             f"transformers {env.get('transformers', '-')}, triton {env.get('triton', '-')}, C compiler "
+             f"{env.get('c_compiler', '-')}, flash SDPA {env.get('flash_sdpa', '-')}"]
     if summary.get("interrupted"):
         lines.append(f"- interrupted by {summary['interrupted']}")
     lines += ["", "## Goals (issue 27)", "", "| goal | measured | met |", "| --- | --- | --- |"]
@@ -355,6 +356,14 @@ def stage_env(stage: Stage) -> None:
             r["driver"] = smi.stdout.strip().splitlines()[0].split(",")[1].strip()
     except (OSError, subprocess.SubprocessError) as error:
         r["nvidia_smi"] = f"not available ({error.__class__.__name__})"
+    import shutil
+
+    r["c_compiler"] = next((shutil.which(c) for c in ("cc", "gcc", "clang") if shutil.which(c)), None)  # Triton's
+    try:
+        import triton
+        r["triton"] = triton.__version__
+    except ImportError:
+        r["triton"] = None
     stage.save()
     if stage.device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -419,14 +428,18 @@ def stage_tests(stage: Stage) -> None:
 
 def patch_compile(backend: str | None) -> None:
     """Make every ``torch.compile`` in this process use ``backend`` (the dry run's "aot_eager": tracing
-    and graph breaks are exercised without a C++ compiler's minutes)."""
+    and graph breaks are exercised without a C++ compiler's minutes; "fail": a backend that raises, to
+    test what a stage does when compiling fails)."""
     if not backend:
         return
     import functools
 
     import torch
 
-    torch.compile = functools.partial(torch.compile, backend=backend)
+    def fail(graph: Any, example_inputs: Any) -> Any:
+        raise RuntimeError("compiling failed on purpose (--compile-backend fail)")
+
+    torch.compile = functools.partial(torch.compile, backend=fail if backend == "fail" else backend)
 
 
 def stage_speedrun(stage: Stage) -> None:
@@ -459,8 +472,23 @@ def stage_speedrun(stage: Stage) -> None:
     r["fused_adamw"] = bool(getattr(trainer.optimizer, "defaults", {}).get("fused"))
     stage.save()
     start = time.perf_counter()
-    trainer.train_step()
-    sync(stage.device)
+    try:
+        trainer.train_step()
+        sync(stage.device)
+    except Exception as error:  # noqa: BLE001 - compiling failed (no C compiler, an inductor bug...): run eager
+        if not config.compile:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        r["compile_error"] = f"{error.__class__.__name__}: {str(error)[:300]}"
+        r["compile"] = config.compile = False
+        stage.save()
+        run = prepare_run(config)
+        trainer = Trainer(config, run.model, run.tokenizer, run.batches)
+        start = time.perf_counter()
+        trainer.train_step()
+        sync(stage.device)
     r["compile_s"] = time.perf_counter() - start
     trainer.train_step()  # one more: allocator and autotuning settle
     sync(stage.device)
@@ -539,7 +567,7 @@ def stage_bench(stage: Stage, size_name: str) -> None:
     r["size"] = size.__dict__
     stage.save()
     row = bench_train(size, rounds=rounds, calls=calls, contenders=contenders, precisions=("bfloat16",),
-                      matmul_n=256 if stage.tiny else 4096, device=stage.device)["bfloat16"]
+                      matmul_n=256 if stage.tiny else 8192, device=stage.device)["bfloat16"]
     r.update({"peak_flops": row["peak_flops"], "flops_per_token": row["flops_per_token"],
               "tokens_per_s": dict(row["tokens_per_s"]), "mfu": dict(row["mfu"]), "peak_mb": row["peak_mb"],
               "ratio_vs_hf": row.get("ratio_vs_hf")})
@@ -561,8 +589,8 @@ def stage_decode(stage: Stage) -> None:
     size = bench_size("gpt2", stage.tiny)
     cases = ((1, 1, 16),) if stage.tiny else ((1, 1, 256), (1, 200, 56))
     hf = has_transformers()
-    gen = bench_generate(size, cases=cases, rounds=2 if stage.tiny else 3, calls=1, hf=hf, plain=False, device=stage.device,
-                         precisions=("bfloat16", "float32"))
+    gen = bench_generate(size, cases=cases, rounds=2 if stage.tiny else 3, calls=1, hf=hf, plain=False,
+                         device=stage.device, precisions=("bfloat16", "float32"))
     r = stage.result
     r.update({"size_name": size.name, "size": gen["size"], "cases": gen["cases"]})
     first = gen["cases"][next(iter(gen["cases"]))]

@@ -74,3 +74,14 @@ def test_a_stage_over_its_budget_is_stopped_and_the_summary_written(tmp_path):
     assert [g["met"] for g in summary["goals"]] == [None, None, None]
     md = (out / "gpu_check.md").read_text()
     assert "| speedrun | timeout |" in md and "not measured" in md
+
+
+def test_the_speed_run_trains_eagerly_when_compiling_fails(tmp_path):
+    out = tmp_path / "nocompile"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--out",
+                           str(out), "--stages", "speedrun", "--compile-backend", "fail"], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (out / "logs" / "speedrun.log").read_text()[-3000:]
+    speed = json.loads((out / "gpu_check.json").read_text())["stages"]["speedrun"]["result"]
+    assert "on purpose" in speed["compile_error"] and speed["compile"] is False
+    assert speed["steps"] == speed["max_steps"] and math.isfinite(speed["evals"][-1]["val_loss"])
