@@ -159,10 +159,11 @@ def gpu_config(tmp_path, name: str, **changes):
 @needs_cuda
 def test_training_on_device_matches_the_cpu(tmp_path):
     """Six float32 steps on the device end at the CPU run's weights (dropout 0: the two devices draw
-    different dropout masks; tolerance 1e-4: another summation order, no TF32), and the fused AdamW ran."""
+    different dropout masks; no biases: a key bias gets a zero gradient whose rounding noise AdamW
+    would amplify; tolerance 1e-4: another summation order, no TF32)."""
     from training_helpers import train
 
-    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0, "bias": False}
     on_device, result = train(gpu_config(tmp_path, "dev", model=model))
     on_cpu, _ = train(gpu_config(tmp_path, "cpu", model=model, device="cpu"))
     assert result["step"] == 6 and math.isfinite(result["val_loss"])
@@ -190,18 +191,20 @@ def test_training_step_in_16_bits_on_device(tmp_path, precision):
 @needs_cuda
 def test_checkpoint_resume_on_device(tmp_path):
     """4 steps, save, resume for 4 more on the device equals 8 straight steps (dropout 0.1: the CUDA
-    generator's state is saved and restored). Tolerance 1e-6: CUDA's backward of the embedding adds
-    with atomics, whose order may vary. The checkpoint then loads on the CPU."""
+    generator's state is saved and restored). Tolerance 1e-5: CUDA's attention backward may add with
+    atomics, whose order varies (no biases, so AdamW has no zero gradient's noise to amplify). The
+    checkpoint then loads on the CPU."""
     from glassformer.training import load_checkpoint
     from training_helpers import train
 
-    straight, _ = train(gpu_config(tmp_path, "straight", max_steps=8, eval_every=4, lr_decay_steps=8))
-    train(gpu_config(tmp_path, "split", max_steps=4, eval_every=4, lr_decay_steps=8))
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.1, "bias": False}
+    straight, _ = train(gpu_config(tmp_path, "straight", max_steps=8, eval_every=4, lr_decay_steps=8, model=model))
+    train(gpu_config(tmp_path, "split", max_steps=4, eval_every=4, lr_decay_steps=8, model=model))
     resumed, result = train(gpu_config(tmp_path, "split", max_steps=8, eval_every=4, lr_decay_steps=8,
-                                       resume=True))
+                                       resume=True, model=model))
     assert result["step"] == 8
     for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
     loaded = load_checkpoint(tmp_path / "split" / "last", map_location="cpu").model
     assert {p.device.type for p in loaded.parameters()} == {"cpu"}
     for (name, a), b in zip(loaded.state_dict().items(), resumed.model.state_dict().values()):
