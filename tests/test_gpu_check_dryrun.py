@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["env", "tests", "speedrun", "bench_baby", "bench_gpt2", "decode"]
+STAGES = ["env", "tests", "speedrun", "bench_baby", "bench_gpt2", "decode", "decode_compiled"]
 
 
 def env() -> dict[str, str]:
@@ -53,10 +53,12 @@ def test_dry_run_on_the_cpu_writes_the_summaries(tmp_path):
         assert {"glassformer", "hf", "glassformer-compiled"} <= set(bench["tokens_per_s"])
     decode = stages["decode"]
     assert set(decode["cases"]["B1-P1-N16"]) == {"bfloat16", "float32"} and decode["ratio_b1_bfloat16"] > 0
+    assert stages["decode_compiled"]["gain"] > 0 and stages["decode_compiled"]["first_call_s"] > 0
     assert [g["met"] is not None for g in summary["goals"]] == [True, True, True]
     md = (out / "gpu_check.md").read_text()
     for heading in ("# glassformer GPU check (CPU dry run", "## Goals (issue 27)", "## Stages",
-                    "## Shakespeare-char speed run", "## Training throughput: gpt2", "## Greedy decoding"):
+                    "## Shakespeare-char speed run", "## Training throughput: gpt2", "## Greedy decoding",
+                    "## Compiled decoding"):
         assert heading in md
     assert (out / "logs" / "speedrun.log").is_file() and (out / "logs" / "setup.log").is_file()
 
