@@ -5,7 +5,8 @@
 # Output: $OUT when set, else ./gpu-check-output (or --out DIR): gpu_check.json, gpu_check.md, logs/.
 # When this python's torch already sees CUDA (the lent machine: no network, everything installed), it runs
 # from the source tree (PYTHONPATH=src); otherwise it installs a CUDA torch into .venv-gpu with pip
-# (TORCH_SPEC, default "torch": PyPI's Linux wheels are CUDA builds; TORCH_INDEX_URL to pick another).
+# (TORCH_SPEC, default "torch": PyPI's Linux wheels are CUDA builds; TORCH_INDEX_URL to pick another;
+# GPU_CHECK_INSTALL=0 never installs).
 # Extra arguments go to benchmarks/gpu_check.py (--stages, --total-s, --compile-backend).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,14 +63,16 @@ command -v "$PY" >/dev/null 2>&1 || { say "no $PY" | tee "$OUT_DIR/logs/setup.lo
 if [ "$DEVICE" != cpu ]; then
   if timeout 60 "$PY" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
     say "torch sees CUDA: running from the source tree (PYTHONPATH=src), nothing installed"
+  elif [ "${GPU_CHECK_INSTALL:-1}" = 0 ]; then
+    say "torch does not see CUDA and GPU_CHECK_INSTALL=0: nothing installed; the stages will say what fails"
   else
     say "torch with CUDA not found for $PY: installing into .venv-gpu (pip)"
     INDEX=()
     [ -n "${TORCH_INDEX_URL:-}" ] && INDEX=(--index-url "$TORCH_INDEX_URL")
     if { [ -x .venv-gpu/bin/python ] || "$PY" -m venv .venv-gpu; } \
-        && timeout 300 .venv-gpu/bin/python -m pip install --quiet --upgrade pip \
-        && timeout 300 .venv-gpu/bin/python -m pip install --quiet "${INDEX[@]}" "${TORCH_SPEC:-torch}" \
-        && timeout 300 .venv-gpu/bin/python -m pip install --quiet -e '.[dev]' transformers; then
+        && timeout 300 .venv-gpu/bin/python -m pip install --quiet --retries 1 --timeout 20 --upgrade pip \
+        && timeout 300 .venv-gpu/bin/python -m pip install --quiet --retries 1 --timeout 20 "${INDEX[@]}" "${TORCH_SPEC:-torch}" \
+        && timeout 300 .venv-gpu/bin/python -m pip install --quiet --retries 1 --timeout 20 -e '.[dev]' transformers; then
       PY="$ROOT/.venv-gpu/bin/python"
     else
       say "installing failed; the stages will say what is missing"
