@@ -10,7 +10,7 @@ space := $(empty) $(empty)
 # The stamp names the torch pin: a changed TORCH reinstalls into the existing .venv.
 STAMP := $(VENV)/.installed-$(subst =,_,$(subst /,_,$(subst $(space),_,$(TORCH))))
 
-.PHONY: demo test lint bench dist system-deps clean
+.PHONY: demo test lint bench gpu-check dist system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: $(STAMP) system-deps
 
 bench: $(STAMP)
 	$(BIN)/glassformer bench
+
+# The prepared GPU run (docs/benchmarks.md): <= 8 minutes on one NVIDIA GPU; DEVICE=cpu for the dry run.
+gpu-check:
+	bash benchmarks/gpu_check.sh --device $(or $(DEVICE),cuda)
 
 # A wheel and an sdist in dist/ (version: src/glassformer/_version.py).
 dist: $(STAMP)

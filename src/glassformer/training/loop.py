@@ -329,24 +329,34 @@ class Trainer:
                 handle.write(metrics_line(record))
 
     # ------------------------------------------------------------------ one step
-    def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
-        """This process's micro-batches of the current step's global batch."""
+    def _micro_batches(self, on_device: bool = True) -> list[dict[str, torch.Tensor]]:
+        """This process's micro-batches of the current step's global batch (on the host when not ``on_device``)."""
         config, rank, world = self.config, self.dist.rank, self.dist.world_size
         batch = self.batches.global_batch(self.step, config.batch_size)
         rows = config.batch_size // world
         mine = take_rows(batch, rank * rows, (rank + 1) * rows)
         size = rows // config.grad_accum
-        return [{k: v.to(self.dist.device) for k, v in take_rows(mine, i * size, (i + 1) * size).items()}
-                for i in range(config.grad_accum)]
+        micro = [take_rows(mine, i * size, (i + 1) * size) for i in range(config.grad_accum)]
+        return [self._to_device(mb) for mb in micro] if on_device else micro
+
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch`` on the training device; to a GPU through pinned memory without blocking the host
+        (the copy overlaps the work still queued), as nanoGPT's get_batch does."""
+        device = self.dist.device
+        if device.type != "cuda":
+            return {k: v.to(device) for k, v in batch.items()}
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
 
     def train_step(self) -> torch.Tensor:
         """One optimiser update; returns the global mean training loss of the step (a 0-dim tensor)."""
         config = self.config
-        micro = self._micro_batches()
-        # Counted tokens of the whole global batch, and the stop flag, summed over processes in one call.
-        local = torch.stack([sum((mb["labels"] != IGNORE).sum() for mb in micro).double().cpu(),
+        host = self._micro_batches(on_device=False)
+        # Counted tokens of the whole global batch, and the stop flag, summed over processes in one call;
+        # counted on the host, so that a GPU step does not wait for the device here.
+        local = torch.stack([sum((mb["labels"] != IGNORE).sum() for mb in host).double(),
                              torch.tensor(float(self._stop_requested), dtype=torch.float64)])
-        counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
+        counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu() if self.dist.distributed else local
+        micro = [self._to_device(mb) for mb in host]
         self._stop_agreed = bool(counts[1] > 0)  # every process stops after this same step
         count = max(float(counts[0]), 1.0)
         scale = self.dist.world_size / count  # DDP and FSDP average gradients over processes

@@ -1,0 +1,89 @@
+"""benchmarks/gpu_check.sh end to end on the CPU (--device cpu: tiny sizes, a few steps), as CI runs it:
+every stage passes and the one JSON and one Markdown summary hold each stage's figures; a stage that
+overruns its budget is stopped and the summary is still written."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ["env", "tests", "speedrun", "bench_baby", "bench_gpt2", "decode", "decode_compiled"]
+
+
+def env() -> dict[str, str]:
+    """This interpreter, the source tree first on the path."""
+    variables = dict(os.environ, PYTHON=sys.executable)
+    variables["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    variables.pop("OUT", None)
+    return variables
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_dry_run_on_the_cpu_writes_the_summaries(tmp_path):
+    out = tmp_path / "gpu-check"
+    # aot_eager: torch.compile traces the step (graph breaks included) without minutes of C++ compiling
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--out", str(out),
+                           "--compile-backend", "aot_eager"], cwd=ROOT, env=env(), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert summary["device"] == "cpu" and summary["dry_run"] is True and summary["finished"]
+    assert list(summary["stages"]) == STAGES
+    assert {name: s["status"] for name, s in summary["stages"].items()} == dict.fromkeys(STAGES, "ok")
+    assert all(s["seconds"] <= s["budget_s"] for s in summary["stages"].values())
+    stages = {name: s["result"] for name, s in summary["stages"].items()}
+    assert stages["env"]["torch"] and stages["env"]["flash_sdpa"] == "n/a on CPU"
+    assert stages["tests"]["rc"] in (0, 5) and stages["tests"]["failed"] == 0
+    speed = stages["speedrun"]
+    assert speed["compile"] is True and speed["precision_ran"] == "bfloat16" and speed["steps"] == speed["max_steps"]
+    vals = [e["val_loss"] for e in speed["evals"]]
+    assert len(vals) >= 2 and all(math.isfinite(v) for v in vals) and vals[-1] < vals[0]
+    assert [e["train_s"] for e in speed["evals"]] == sorted(e["train_s"] for e in speed["evals"])
+    for name in ("bench_baby", "bench_gpt2"):
+        bench = stages[name]
+        assert bench["peak_flops"] > 0 and 0 < bench["mfu_compiled"] < 1
+        assert {"glassformer", "hf", "glassformer-compiled"} <= set(bench["tokens_per_s"])
+    decode = stages["decode"]
+    assert set(decode["cases"]["B1-P1-N16"]) == {"bfloat16", "float32"} and decode["ratio_b1_bfloat16"] > 0
+    assert stages["decode_compiled"]["gain"] > 0 and stages["decode_compiled"]["first_call_s"] > 0
+    assert [g["met"] is not None for g in summary["goals"]] == [True, True, True]
+    md = (out / "gpu_check.md").read_text()
+    for heading in ("# glassformer GPU check (CPU dry run", "## Goals (issue 27)", "## Stages",
+                    "## Shakespeare-char speed run", "## Training throughput: gpt2", "## Greedy decoding",
+                    "## Compiled decoding"):
+        assert heading in md
+    assert (out / "logs" / "speedrun.log").is_file() and (out / "logs" / "setup.log").is_file()
+
+
+def test_a_stage_over_its_budget_is_stopped_and_the_summary_written(tmp_path):
+    out = tmp_path / "short"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--out",
+                           str(out), "--stages", "speedrun,decode", "--total-s", "6"], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    summary = json.loads((out / "gpu_check.json").read_text())
+    speed, decode = summary["stages"]["speedrun"], summary["stages"]["decode"]
+    assert speed["status"] == "timeout" and speed["seconds"] < 20 and "log_tail" in speed
+    assert decode["status"] == "skipped" and "total budget" in decode["reason"]
+    assert [g["met"] for g in summary["goals"]][1:] == [None, None]  # not run: not measured
+    md = (out / "gpu_check.md").read_text()
+    assert "| speedrun | timeout |" in md and "not measured" in md
+
+
+def test_the_speed_run_trains_eagerly_when_compiling_fails(tmp_path):
+    out = tmp_path / "nocompile"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--out",
+                           str(out), "--stages", "speedrun", "--compile-backend", "fail"], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (out / "logs" / "speedrun.log").read_text()[-3000:]
+    speed = json.loads((out / "gpu_check.json").read_text())["stages"]["speedrun"]["result"]
+    assert "on purpose" in speed["compile_error"] and speed["compile"] is False
+    assert speed["steps"] == speed["max_steps"] and math.isfinite(speed["evals"][-1]["val_loss"])
