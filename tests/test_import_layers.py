@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
     "errors": 0, "fileio": 0, "_version": 0,
-    "config": 1, "tokenizers": 1,
+    "config": 1, "tokenizers": 1, "runtime": 1,
     "nn": 2, "data": 2,
     "models": 3,
     "training": 4, "generation": 4,
@@ -37,8 +37,8 @@ SIDEWAYS: set[tuple[str, str]] = {
 }
 # Stricter than the layers: the core's own rules (DESIGN.md).
 ONLY: dict[str, set[str]] = {
-    "nn": {"nn", "config", "errors"},
-    "models": {"models", "nn", "config", "errors"},
+    "nn": {"nn", "config", "errors", "runtime"},
+    "models": {"models", "nn", "config", "errors", "runtime"},
 }
 
 

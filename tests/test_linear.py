@@ -7,8 +7,9 @@ from torch import nn
 
 from glassformer import TransformerLM
 from glassformer.generation import generate
-from glassformer.nn import Linear, TransformerBlock, kernel_choice, linear, set_batched_matvec
-from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
+from glassformer.nn import TransformerBlock
+from glassformer.runtime import kernel_choice
+from glassformer.runtime.linear import FEW_ROWS, MIN_WEIGHT, Linear, linear, set_batched_matvec
 
 
 @pytest.fixture

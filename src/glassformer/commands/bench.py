@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import format_table, run_suite
     from ..bench.runner import DEFAULT_PARTS
     from ..errors import GlassformerError, UsageError, check_int
-    from ..nn import kernel_choice
+    from ..runtime import kernel_choice
 
     if args.kernel_choices or args.reset_kernel_choices:
         if args.reset_kernel_choices:

@@ -13,10 +13,10 @@ from ..config import ModelConfig
 from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.block import TransformerBlock
 from ..nn.feedforward import activate
-from ..nn.linear import Linear, linear
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 from ..nn.taps import Tapped
+from ..runtime.linear import Linear, linear
 
 
 def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],

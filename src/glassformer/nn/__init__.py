@@ -1,10 +1,10 @@
 """Building blocks, one concept per module. Imports nothing from the rest of glassformer but its error types."""
 
+from ..runtime.linear import Linear, linear, set_batched_matvec
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .block import TransformerBlock
 from .feedforward import FeedForward
 from .kv_cache import KVCache
-from .linear import Linear, linear, set_batched_matvec
 from .masks import causal_mask, padding_mask, prefix_mask
 from .norms import RMSNorm
 from .positions import (

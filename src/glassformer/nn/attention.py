@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..runtime.linear import Linear, linear
 from .kv_cache import KVCache
-from .linear import Linear, linear
 from .masks import causal_mask
 from .positions import apply_rope
 from .taps import Tapped

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..config import ACTIVATIONS
 from ..errors import GlassformerError, check_int
-from .linear import Linear
+from ..runtime.linear import Linear
 from .taps import Tapped
 
 

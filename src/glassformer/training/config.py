@@ -23,7 +23,7 @@ from ..errors import (
     check_seed,
     shown,
 )
-from ..nn.precision import PRECISIONS
+from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
