@@ -14,8 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from glassformer.runtime import kernel_choice
-from glassformer.runtime.linear import linear
-from glassformer.runtime.linear import MIN_WEIGHT
+from glassformer.runtime.linear import MIN_WEIGHT, linear
 
 
 @pytest.fixture
