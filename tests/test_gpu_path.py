@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from glassformer import TransformerLM
-from glassformer.training.distributed import pick_device
+from glassformer.runtime.device import pick_device
 from glassformer.training.optim import make_optimizer
 
 

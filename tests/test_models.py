@@ -328,7 +328,7 @@ def test_heads_not_divisible_by_kv_heads():
 def test_odd_width_for_sinusoidal_and_rope():
     with pytest.raises(ValueError, match="pos='sinusoidal' needs an even d_model, got d_model=27"):
         TransformerLM(vocab_size=10, d_model=27, n_heads=3)
-    with pytest.raises(ValueError, match="pos='rope' needs an even head width"):
+    with pytest.raises(ValueError, match="pos='rope' needs an even head_dim"):
         TransformerLM(vocab_size=10, d_model=27, n_heads=3, pos="rope")
 
 

@@ -36,6 +36,31 @@ class BadFileError(GlassformerError):
     """A file that exists but cannot be used: malformed, corrupt, truncated, unsafe or inconsistent."""
 
 
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is a plain int: the one test of "an int" in glassformer (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float, not a bool (finiteness is :func:`check_number`'s)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_token_id(name: str, value: Any, vocab_size: int) -> int:
+    """``value`` if it is a token id of a ``vocab_size`` vocabulary (an int in [0, vocab_size)), else an
+    error naming ``name``: the one rule of a token id's range (tensors of ids: ``models.common.check_ids``)."""
+    if not is_int(value):
+        raise ArgumentTypeError(f"{name} must be an int token id, got {shown(value)}")
+    if not 0 <= value < vocab_size:
+        raise GlassformerError(token_id_error(name, value, vocab_size))
+    return value
+
+
+def token_id_error(name: str, bad: int, vocab_size: int) -> str:
+    """The message of an id out of range, shared by every place that checks ids."""
+    return f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}"
+
+
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
               allow_none: bool = False) -> int | None:
     """``value`` if it is an int (not a bool) in [low, high], else a ValueError naming ``name``.
@@ -50,8 +75,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
     """
     if value is None and allow_none:
         return None
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok and (low is None or value >= low) and (high is None or value <= high):
+    if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
         return value
     if low is not None and high is not None:
         expected = f"an int in [{low}, {high}]"
@@ -69,7 +93,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
 def shown(value: Any) -> str:
     """``repr(value)`` for an error message, cut to 80 characters (a huge int or a long string stays
     one short line)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+    if is_int(value) and abs(value) >= 10**30:
         return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -84,7 +108,7 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     """
     if value is None and allow_none:
         return None
-    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    number = value if is_number(value) else None
     if isinstance(number, int) and abs(number) > 2**1023:  # too large for a float: math.isfinite would raise
         number = None
     if number is not None and math.isfinite(number):

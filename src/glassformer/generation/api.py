@@ -19,6 +19,7 @@ import torch
 from ..data.padding import pad_rows
 from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed
 from ..nn.masks import check_prefix_len
+from ..runtime.decode import few_row_route
 from .beam import beam_search
 from .incremental import IncrementalDecoder
 from .processors import VocabLimit, make_processors
@@ -125,11 +126,12 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
 
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Dropout off while generating; the model's train/eval state is restored afterwards."""
+    """Dropout off while generating, and the few-row decoding route on (:mod:`glassformer.runtime.decode`);
+    the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), few_row_route(model):
             yield
     finally:
         model.train(was_training)
