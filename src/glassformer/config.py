@@ -257,3 +257,36 @@ PRESETS: dict[str, dict[str, Any]] = {
                        pos="rope", norm="rmsnorm", norm_eps=1e-6, activation="swiglu", bias=False, tie=False,
                        scale_embeddings=False, init_std=0.02),
 }
+
+
+def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
+                     arch: str) -> ModelConfig:
+    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
+
+    Args:
+        first: a :class:`ModelConfig`, or vocab_size.
+        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
+        names: the lesson's positional argument order after vocab_size.
+        arch: the model's architecture ("lm" or "encoder-decoder").
+    Returns:
+        The validated config.
+    """
+    if isinstance(first, ModelConfig):
+        if args or kwargs:
+            raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
+                                    "(use config.replace(...) to change fields)")
+        config = first.validate()
+    elif is_int(first):
+        if len(args) > len(names):
+            raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
+                                    f"(vocab_size, {', '.join(names)})")
+        positional = dict(zip(names, args))
+        clash = sorted(set(positional) & set(kwargs))
+        if clash:
+            raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
+        config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
+    else:
+        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
+    if config.arch != arch:
+        raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
+    return config

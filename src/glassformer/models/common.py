@@ -4,52 +4,17 @@ blocks, the output head and initialisation."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import ArgumentTypeError, GlassformerError, is_int, token_id_error
 from ..nn.block import TransformerBlock
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 from ..nn.taps import Tapped
 from .families import learned_positions
 from .head import OutputHead
-
-
-def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
-                     arch: str) -> ModelConfig:
-    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
-
-    Args:
-        first: a :class:`ModelConfig`, or vocab_size.
-        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
-        names: the lesson's positional argument order after vocab_size.
-        arch: the model's architecture ("lm" or "encoder-decoder").
-    Returns:
-        The validated config.
-    """
-    if isinstance(first, ModelConfig):
-        if args or kwargs:
-            raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
-                                    "(use config.replace(...) to change fields)")
-        config = first.validate()
-    elif is_int(first):
-        if len(args) > len(names):
-            raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
-                                    f"(vocab_size, {', '.join(names)})")
-        positional = dict(zip(names, args))
-        clash = sorted(set(positional) & set(kwargs))
-        if clash:
-            raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
-        config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
-    else:
-        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
-    if config.arch != arch:
-        raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
-    return config
 
 
 def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleList:
@@ -66,40 +31,6 @@ def final_norm(config: ModelConfig) -> nn.Module:
     """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f);
     post-norm blocks end normalised, so this is the identity. (B, T, d) -> (B, T, d)."""
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
-
-
-def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
-    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
-
-    Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
-    naming ``name``.
-    """
-    if not isinstance(ids, torch.Tensor):
-        raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ArgumentTypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
-    if ids.dim() != 2:
-        raise GlassformerError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
-    if ids.numel() == 0 or torch.compiler.is_compiling():
-        return
-    low, high = (int(v) for v in torch.aminmax(ids))
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
-        raise GlassformerError(token_id_error(name, bad, vocab_size))
-
-
-def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
-    """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding.
-
-    Raises TypeError (not a bool tensor) or ValueError (wrong shape), naming ``name``.
-    """
-    if pad is None:
-        return
-    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
-        got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise ArgumentTypeError(f"{name} must be a bool tensor (True = padding), got {got}")
-    if tuple(pad.shape) != (batch, length):
-        raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
 
 
 class Embedder(Tapped):

@@ -13,13 +13,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from ..errors import GlassformerError, check_int
+from ..config import ModelConfig, config_from_args
+from ..errors import GlassformerError, check_int, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
 from ..nn.taps import Tapped
-from .common import Embedder, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from .common import Embedder, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
@@ -89,7 +89,7 @@ class EncoderDecoder(Tapped):
         Returns:
             memory (B, S, d).
         """
-        check_ids(src, self.config.vocab_size, "src")
+        check_token_ids(src, self.config.vocab_size, "src")
         check_pad(src_pad, *src.shape, name="src_pad")
         x, rope, score_bias = self._embed(src)  # (B, S, d)
         inputs = AttentionInputs(mask=padding_mask(src_pad) if src_pad is not None else None,  # (B, 1, 1, S)
@@ -115,7 +115,7 @@ class EncoderDecoder(Tapped):
         Returns:
             logits (B, T, V).
         """
-        check_ids(tgt_in, self.config.vocab_size, "tgt_in")
+        check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
         d = self.config.d_model
         start = cache[0][0].length if cache else 0  # target positions already in the cache

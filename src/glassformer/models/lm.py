@@ -14,13 +14,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from ..errors import GlassformerError, check_int
+from ..config import ModelConfig, config_from_args
+from ..errors import GlassformerError, check_int, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from ..nn.taps import Tapped
-from .common import Embedder, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from .common import Embedder, final_norm, init_weights, make_blocks
 from .families import output_head
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
@@ -145,7 +145,7 @@ class TransformerLM(Tapped):
             (B, T, d), or with ``return_attn`` a :class:`HiddenStates` (hidden (B, T, d),
             attn [(B, h, T, Tk)] per layer).
         """
-        check_ids(ids, self.config.vocab_size)
+        check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
         start = cache[0].length if cache else 0  # positions already in the cache
         check_pad(pad, B, start + T)

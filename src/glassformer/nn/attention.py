@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import check_head_counts
-from ..errors import ArgumentTypeError, GlassformerError
+from ..errors import ArgumentTypeError, GlassformerError, check_mask
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .positions import apply_rope
@@ -62,7 +62,7 @@ def scaled_dot_product_attention(
         A query row with no visible key gets zeros (never NaN) on both paths.
     """
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
-    _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if need_weights:
         visible = _visible_keys(mask, is_causal, q.shape[-2], k.shape[-2], q.device)  # (..., Tq, Tk) or None
@@ -125,23 +125,6 @@ def _visible_keys(mask: torch.Tensor | None, is_causal: bool, Tq: int, Tk: int,
         return mask
     not_future = causal_mask(Tk, device)[Tk - Tq:]  # (Tq, Tk)
     return not_future if mask is None else mask & not_future
-
-
-def _check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """A mask must be a bool tensor broadcastable to the scores' shape (..., h, Tq, Tk)."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != torch.Size(scores_shape):
-        raise GlassformerError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
-            f"{tuple(scores_shape)} (batch..., Tq, Tk)")
 
 
 @dataclass(frozen=True)
