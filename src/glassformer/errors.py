@@ -54,13 +54,14 @@ def check_token_id(name: str, value: Any, vocab_size: int) -> int:
     if not is_int(value):
         raise ArgumentTypeError(f"{name} must be an int token id, got {shown(value)}")
     if not 0 <= value < vocab_size:
-        raise GlassformerError(token_id_error(name, value, vocab_size))
+        raise GlassformerError(token_id_error(value, vocab_size, name))
     return value
 
 
-def token_id_error(name: str, bad: int, vocab_size: int) -> str:
-    """The message of an id out of range, shared by every place that checks ids."""
-    return f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}"
+def token_id_error(bad: int, vocab_size: int, name: str | None = None) -> str:
+    """The message of an id out of range (naming where it came from, when known), shared by every check."""
+    where = f" in {name}" if name else ""
+    return f"token id {bad}{where} is out of range: expected 0 <= id < vocab_size={vocab_size}"
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
@@ -214,7 +215,7 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
         return
     low, high = (int(v) for v in torch.aminmax(ids))
     if low < 0 or high >= vocab_size:
-        raise GlassformerError(token_id_error(name, low if low < 0 else high, vocab_size))
+        raise GlassformerError(token_id_error(low if low < 0 else high, vocab_size, name))
 
 
 def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
