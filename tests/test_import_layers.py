@@ -37,7 +37,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("training", "runtime"),    # precision and device choices
     ("generation", "runtime"),  # the few-row decoding route
 }
-# Stricter than the layers: the core's own rules (DESIGN.md).
+# Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
     "nn": {"nn", "config", "errors"},
     "models": {"models", "nn", "config", "errors"},

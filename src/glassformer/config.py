@@ -233,7 +233,7 @@ def check_even_width(name: str, value: int, what: str) -> None:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Lesson 2: the small model of the seed lesson (TransformerLM(vocab_size=100, ...)).
+    # Lesson 2: the small model of the course's lesson 2 (TransformerLM(vocab_size=100, ...)).
     "lesson2": dict(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256),
     "lesson2-encdec": dict(vocab_size=100, arch="encoder-decoder", d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256),
     # The tiny character LM lesson: learned positions, untied head with bias, no embedding scale.
