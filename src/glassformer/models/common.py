@@ -33,7 +33,7 @@ def final_norm(config: ModelConfig) -> nn.Module:
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
-class Embedder(Tapped):
+class Embeddings(Tapped):
     """Token ids -> vectors, and the position inputs attention needs.
 
     ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
@@ -137,7 +137,7 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
     d = config.d_model
     if config.init_std is None:
         for module in model.modules():
-            if isinstance(module, Embedder):
+            if isinstance(module, Embeddings):
                 # N(0, 1/d) whenever the vectors come out near unit size: scaled by √d on the way in,
                 # or (tied) used as the output layer, where N(0, 1) would start with logits √d too large
                 small = config.scale_embeddings or config.tie

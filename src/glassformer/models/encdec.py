@@ -19,7 +19,7 @@ from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
 from ..nn.taps import Tapped
-from .common import Embedder, final_norm, init_weights, make_blocks
+from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
@@ -44,7 +44,7 @@ class EncoderDecoder(Tapped):
     Build it from a config (``arch="encoder-decoder"``) or, as in the lessons, from keyword
     arguments: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
 
-    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embedder`), ``dec_embedding``
+    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embeddings`), ``dec_embedding``
     (BART's :class:`~glassformer.models.families.BartDecoderEmbedding`, only with ``split_positions``),
     ``enc`` and ``dec`` (blocks), ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (the output layer).
     Hook points "encoder_ln_final", "decoder_ln_final": the final norms' outputs.
@@ -53,7 +53,7 @@ class EncoderDecoder(Tapped):
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
         self.config = config = config_from_args(vocab_size, args, kwargs, LESSON_ARGS, arch="encoder-decoder")
-        self.embeddings = Embedder(config)
+        self.embeddings = Embeddings(config)
         self.dec_embedding = BartDecoderEmbedding(config) if config.split_positions else None
         self.enc = make_blocks(config, config.n_enc)
         self.dec = make_blocks(config, config.n_dec, cross=True)

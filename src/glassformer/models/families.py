@@ -1,6 +1,6 @@
 """Parts only one family uses, named after it: BERT's MLM head, BART's position tables.
 
-The shared :class:`~glassformer.models.common.Embedder` and :class:`OutputHead` know nothing of
+The shared :class:`~glassformer.models.common.Embeddings` and :class:`OutputHead` know nothing of
 them; :func:`output_head` and :func:`learned_positions` pick the family's part from the config
 fields that ask for it (``head_transform``, ``pos_offset``, ``split_positions``).
 """
@@ -71,7 +71,7 @@ class BartDecoderEmbedding(nn.Module):
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Any) -> torch.Tensor:
-        """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embedder
+        """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embeddings
         (its token table, taps and dropout) -> (B, T, d)."""
         self.pos.check_length(end)
         x = shared.tokens(ids) + shared.tap("pos_embed", self.pos(positions))  # (B, T, d)

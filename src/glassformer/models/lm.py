@@ -20,7 +20,7 @@ from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from ..nn.taps import Tapped
-from .common import Embedder, final_norm, init_weights, make_blocks
+from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import output_head
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
@@ -62,7 +62,7 @@ class TransformerLM(Tapped):
     Every :class:`ModelConfig` field is accepted as a keyword; ``model.config`` gives it back.
     Attention runs the fused kernel unless ``return_attn=True`` asks for the weights.
 
-    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embedder`), ``blocks`` (n_layers
+    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embeddings`), ``blocks`` (n_layers
     :class:`TransformerBlock`), ``norm_f`` (final norm), ``head``
     (:class:`~glassformer.models.head.OutputHead`). Hook point "ln_final": the final norm's output;
     every part has its own (see :mod:`glassformer.interpret` for their names).
@@ -71,7 +71,7 @@ class TransformerLM(Tapped):
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
         self.config = config = config_from_args(vocab_size, args, kwargs, LESSON_ARGS, arch="lm")
-        self.embeddings = Embedder(config)
+        self.embeddings = Embeddings(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
         self.head = output_head(config)
