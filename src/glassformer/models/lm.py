@@ -156,7 +156,7 @@ class TransformerLM(Tapped):
             end = int(positions.max()) + 1 if positions.numel() else 0
         x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
         rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
-        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start, B)
+        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
         inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
                                  need_weights=return_attn)
         patterns = []  # each layer's attention weights (B, h, T, Tk), or None
