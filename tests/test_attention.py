@@ -147,3 +147,17 @@ def test_cross_attention_without_memory_is_an_error():
     block = TransformerBlock(16, 2, 32, cross=True)
     with pytest.raises(ValueError, match="pass the encoder output as memory"):
         block(torch.randn(1, 3, 16))
+
+
+def test_attention_inputs_come_as_one_object_or_as_the_lessons_masks():
+    """The lessons' call (a mask, weights returned) and the models' call (one AttentionInputs) agree;
+    giving a mask both ways at once is an error naming the choice."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, mask = torch.randn(2, 5, 16), causal_mask(5)
+    out, weights = mha(x, mask=mask)
+    same, none = mha(x, inputs=AttentionInputs(is_causal=True, need_weights=False))
+    torch.testing.assert_close(out, same, atol=1e-6, rtol=0)
+    assert weights.shape == (2, 4, 5, 5) and none is None
+    with pytest.raises(TypeError, match="either as mask/memory_mask or inside inputs"):
+        mha(x, mask=mask, inputs=AttentionInputs())
