@@ -65,7 +65,8 @@ def scaled_dot_product_attention(
     check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if need_weights:
-        visible = _visible_keys(mask, is_causal, q.shape[-2], k.shape[-2], q.device)  # (..., Tq, Tk) or None
+        visible = _visible_keys(mask, is_causal, n_queries=q.shape[-2], n_keys=k.shape[-2],
+                                device=q.device)  # (..., Tq, Tk) or None
         scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
         if score_bias is not None:
             scores = scores + score_bias
@@ -80,10 +81,11 @@ def scaled_dot_product_attention(
             weights = tap("pattern", weights)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         return dropped @ v, weights  # (..., h, Tq, d_v)
-    return fused_attention(q, k, v, mask, is_causal, score_bias, dropout_p, scale), None
+    return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
+                           scale=scale), None
 
 
-def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
                     is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float,
                     scale: float) -> torch.Tensor:
     """The fast equivalent of the explicit path: one ``F.scaled_dot_product_attention`` call.
@@ -95,7 +97,7 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     Tq, Tk = q.shape[-2], k.shape[-2]
     if is_causal and mask is None and score_bias is None and Tq == Tk:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-    visible = _visible_keys(mask, is_causal, Tq, Tk, q.device)
+    visible = _visible_keys(mask, is_causal, n_queries=Tq, n_keys=Tk, device=q.device)
     if visible is None and score_bias is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
     attn_mask = visible
@@ -118,12 +120,12 @@ def _share_kv_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
 
-def _visible_keys(mask: torch.Tensor | None, is_causal: bool, Tq: int, Tk: int,
+def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int, n_keys: int,
                   device: torch.device) -> torch.Tensor | None:
     """``mask`` and, when causal, "no future key" (bottom-right aligned: query i is position Tk - Tq + i)."""
-    if not is_causal or Tq <= 1:
+    if not is_causal or n_queries <= 1:
         return mask
-    not_future = causal_mask(Tk, device)[Tk - Tq:]  # (Tq, Tk)
+    not_future = causal_mask(n_keys, device)[n_keys - n_queries:]  # (Tq, Tk)
     return not_future if mask is None else mask & not_future
 
 
