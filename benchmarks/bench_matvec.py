@@ -6,7 +6,7 @@
 Decoding multiplies a few rows (one per sequence) by every weight matrix of the model, one matrix
 after the other, so the weights come from memory, not cache. This times exactly that: x (rows, in)
 times each of the model's matrices in turn (qkv, output projection, feed-forward up and down per
-layer), for ``F.linear``, for ``glassformer.nn.linear.linear`` (the few-row route where it applies)
+layer), for ``F.linear``, for ``glassformer.runtime.linear.linear`` (the few-row route where it applies)
 and, for reference, for the transposed weight layout Hugging Face's GPT-2 uses (``x @ Wt``). It
 times the three in paired rounds (``glassformer.bench.timing.paired``: A B C, C B A, ...), prints
 each one's median milliseconds per pass over all matrices, the implied GB/s and the paired ratio of
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from glassformer.bench.timing import paired, paired_ratio
-from glassformer.nn.linear import FEW_ROWS, linear
+from glassformer.runtime.linear import FEW_ROWS, linear
 
 
 def model_matrices(d: int, layers: int) -> list[torch.Tensor]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from glassformer import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
-from glassformer.nn import alibi_bias, alibi_slopes
+from glassformer.nn import AttentionInputs, alibi_bias, alibi_slopes
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -29,7 +29,7 @@ def test_self_attention_equals_torch_multihead_attention(need_weights):
     pad = torch.zeros(3, 9, dtype=torch.bool)
     pad[1, 6:] = True
     mask = causal_mask(9) & padding_mask(pad)  # (3, 1, 9, 9); True = may attend
-    out, w = ours(x, mask=mask, need_weights=need_weights)
+    out, w = ours(x, inputs=AttentionInputs(mask=mask, need_weights=need_weights))
     # torch.nn: True = blocked, so the mask is inverted at this boundary only.
     ref_out, ref_w = ref(x, x, x, attn_mask=~causal_mask(9), key_padding_mask=pad, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
@@ -115,7 +115,8 @@ def test_gqa_equals_mha_with_repeated_kv_heads():
         mha.o_proj.load_state_dict(gqa.o_proj.state_dict())
     x = torch.randn(2, 5, 32)
     for need in (True, False):
-        torch.testing.assert_close(gqa(x, need_weights=need)[0], mha(x, need_weights=need)[0], atol=1e-6, rtol=0)
+        inputs = AttentionInputs(need_weights=need)
+        torch.testing.assert_close(gqa(x, inputs=inputs)[0], mha(x, inputs=inputs)[0], atol=1e-6, rtol=0)
     assert gqa.qkv.weight.shape == (32 + 2 * 16, 32)  # fewer key/value parameters
 
 
@@ -146,3 +147,17 @@ def test_cross_attention_without_memory_is_an_error():
     block = TransformerBlock(16, 2, 32, cross=True)
     with pytest.raises(ValueError, match="pass the encoder output as memory"):
         block(torch.randn(1, 3, 16))
+
+
+def test_attention_inputs_come_as_one_object_or_as_the_lessons_masks():
+    """The lessons' call (a mask, weights returned) and the models' call (one AttentionInputs) agree;
+    giving a mask both ways at once is an error naming the choice."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, mask = torch.randn(2, 5, 16), causal_mask(5)
+    out, weights = mha(x, mask=mask)
+    same, none = mha(x, inputs=AttentionInputs(is_causal=True, need_weights=False))
+    torch.testing.assert_close(out, same, atol=1e-6, rtol=0)
+    assert weights.shape == (2, 4, 5, 5) and none is None
+    with pytest.raises(TypeError, match="either as mask/memory_mask or inside inputs"):
+        mha(x, mask=mask, inputs=AttentionInputs())

@@ -149,7 +149,7 @@ def test_run_suite_json_and_table(tiny_size):
         assert f"| tiny | {precision} | " in table.split("cost of transparency")[1]
     assert "| size | precision | model | tokens/s | vs hf | MFU |" in table
     # the header names the machine: CPU features, the measured kernel choices, a matmul peak per precision
-    from glassformer.nn.kernel_choice import SPEED_FLAGS, cpu_features
+    from glassformer.runtime.kernel_choice import SPEED_FLAGS, cpu_features
 
     assert set(results["machine"]["cpu_features"]) <= set(SPEED_FLAGS)
     assert results["machine"]["cpu_features"] == cpu_features()
@@ -333,7 +333,7 @@ def test_bench_uses_the_library_optimizer():
 
 
 def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
-    from glassformer.nn import kernel_choice
+    from glassformer.runtime import kernel_choice
 
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(kernel_choice, "_choices", {"linear few-row route: 1 x 8 -> 8": True,
@@ -351,7 +351,7 @@ def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
                                              (["avx2"], ("float32",))])
 def test_auto_precision_is_what_auto_can_pick_here(monkeypatch, flags, expected):
     from glassformer.bench.setups import check_precisions
-    from glassformer.nn import kernel_choice
+    from glassformer.runtime import kernel_choice
 
     monkeypatch.setattr(kernel_choice, "cpu_features", lambda: flags)
     assert check_precisions("auto") == expected

@@ -207,7 +207,7 @@ def test_greedy_ignores_sampling_filters_like_hugging_face():
     ([1, 2], dict(num_beams=0), ValueError, r"num_beams must be an int in \[1, 4096\], got 0"),
     ([1, 2], dict(num_return_sequences=2), ValueError, "greedy decoding gives one sequence"),
     ([1, 2], dict(num_beams=2, num_return_sequences=3), ValueError, "must be <= num_beams=2"),
-    ([1, 2], dict(eos_token_id=30), ValueError, "token id 30 is out of range"),
+    ([1, 2], dict(eos_token_id=30), ValueError, "token id 30 in eos_token_id is out of range"),
     ([1, 99], {}, ValueError, "token id 99 in ids is out of range"),
     (torch.tensor([[1, 2, 0]]), dict(pad=torch.tensor([[False, False, True]])), ValueError, "left of each row"),
     ([1, 2], dict(max_new_tokens=0), ValueError, r"max_new_tokens must be an int in \[1, 1000000\]"),

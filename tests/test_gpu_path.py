@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from glassformer import TransformerLM
 from glassformer.generation import generate
-from glassformer.nn.precision import autocast
-from glassformer.training.distributed import pick_device
+from glassformer.runtime.device import pick_device
+from glassformer.runtime.precision import autocast
 from glassformer.training.optim import make_optimizer
 
 

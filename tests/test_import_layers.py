@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "config": 1, "tokenizers": 1,
     "nn": 2, "data": 2,
     "models": 3,
-    "training": 4, "generation": 4,
+    "training": 4, "generation": 4, "runtime": 4,
     "checks": 4, "interpret": 4,
     "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
     "__init__": 6,
@@ -34,8 +34,10 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("lessons", "viz"),      # a lesson draws its attention maps
     ("recipes", "interop"),
     ("bench", "interop"),
+    ("training", "runtime"),    # precision and device choices
+    ("generation", "runtime"),  # the few-row decoding route
 }
-# Stricter than the layers: the core's own rules (DESIGN.md).
+# Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
     "nn": {"nn", "config", "errors"},
     "models": {"models", "nn", "config", "errors"},

@@ -6,6 +6,7 @@ from torch import nn
 
 from glassformer import MultiHeadAttention, TransformerBlock, causal_mask, padding_mask
 from glassformer.interop import BlockStack, EncoderDecoderStack, from_torch
+from glassformer.nn import AttentionInputs
 
 D, H, FF = 16, 4, 32
 
@@ -36,7 +37,7 @@ def test_multihead_attention_with_masks_and_weights():
     torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=0)
     hidden = ~causal_mask(5)  # torch: True = hidden
     ref, _ = torch_mha(x, x, x, attn_mask=hidden)
-    out, _ = ours(x, is_causal=True, need_weights=False)
+    out, _ = ours(x, inputs=AttentionInputs(is_causal=True, need_weights=False))
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
 
 
@@ -61,7 +62,7 @@ def test_decoder_layer(norm_first):
     assert ours.cross_attn is not None
     tgt, memory, pad = torch.randn(2, 5, D), torch.randn(2, 7, D), _pad()
     ref = layer(tgt, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=pad)
-    out, _ = ours(tgt, memory=memory, memory_mask=padding_mask(pad), is_causal=True)
+    out, _ = ours(tgt, memory=memory, inputs=AttentionInputs(memory_mask=padding_mask(pad), is_causal=True))
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
 
 

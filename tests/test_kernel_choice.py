@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from glassformer.nn import kernel_choice, linear
-from glassformer.nn.linear import MIN_WEIGHT
+from glassformer.runtime import kernel_choice
+from glassformer.runtime.linear import MIN_WEIGHT, linear
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from glassformer import TransformerBlock, causal_mask, padding_mask
+from glassformer.nn import AttentionInputs
 
 
 def copy_attention(ours, ref: nn.MultiheadAttention) -> None:
@@ -34,7 +35,7 @@ def test_encoder_layer_equals_torch(norm_first, activation):
     pad = torch.zeros(3, 7, dtype=torch.bool)
     pad[2, 5:] = True
     for need_weights in (True, False):
-        out, _ = ours(x, mask=padding_mask(pad), need_weights=need_weights)
+        out, _ = ours(x, inputs=AttentionInputs(mask=padding_mask(pad), need_weights=need_weights))
         expected = ref(x, src_key_padding_mask=pad)
         real = ~pad  # torch's fast path may return zeros at padded positions; compare real ones
         torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=0)
@@ -55,7 +56,7 @@ def test_decoder_layer_equals_torch(norm_first):
     src_pad = torch.zeros(2, 8, dtype=torch.bool)
     src_pad[1, 5:] = True
     for need_weights in (True, False):
-        out, _ = ours(x, mask=None, is_causal=True, memory=memory, memory_mask=padding_mask(src_pad),
-                      need_weights=need_weights)
+        out, _ = ours(x, memory=memory, inputs=AttentionInputs(
+            is_causal=True, memory_mask=padding_mask(src_pad), need_weights=need_weights))
         expected = ref(x, memory, tgt_mask=~causal_mask(6), memory_key_padding_mask=src_pad)
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)

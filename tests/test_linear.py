@@ -1,4 +1,5 @@
-"""nn.linear: the few-row route equals F.linear, is taken only where it should be, and can be turned off."""
+"""runtime.linear and runtime.decode: the few-row route equals F.linear, is taken only where it should be,
+is applied from outside the model (parameters, state dict, hooks untouched), and can be turned off."""
 
 import pytest
 import torch
@@ -7,8 +8,10 @@ from torch import nn
 
 from glassformer import TransformerLM
 from glassformer.generation import generate
-from glassformer.nn import Linear, TransformerBlock, kernel_choice, linear, set_batched_matvec
-from glassformer.nn.linear import FEW_ROWS, MIN_WEIGHT
+from glassformer.nn import TransformerBlock
+from glassformer.runtime import kernel_choice
+from glassformer.runtime.decode import few_row_route
+from glassformer.runtime.linear import FEW_ROWS, MIN_WEIGHT, linear, set_batched_matvec
 
 
 @pytest.fixture
@@ -65,15 +68,30 @@ def test_weight_size_threshold():
     assert 1536 * 384 >= MIN_WEIGHT > 512 * 128  # baby's matrices take the route, small's do not
 
 
-def test_linear_module_is_an_nn_linear_with_the_same_state_dict():
-    ours, ref = Linear(384, 1536), nn.Linear(384, 1536)
-    assert isinstance(ours, nn.Linear)
-    ours.load_state_dict(ref.state_dict())
-    assert list(ours.state_dict()) == ["weight", "bias"]
-    x = torch.randn(2, 5, 384)
-    torch.testing.assert_close(ours(x), ref(x))  # grad enabled: the plain path, same numbers
+def test_the_route_is_applied_from_outside_and_leaves_the_model_as_it_was(bmm_calls):
+    """Inside ``few_row_route`` the big projections and the output layer take the route (same logits to
+    rounding, same hooks firing); the model's classes, parameters and state dict never change, and
+    on leaving every module runs its class's own forward again."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=600, d_model=256, n_heads=4, n_layers=1, d_ff=1024, max_len=16).eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))  # plain projections
+    fired = []
+    model.blocks[0].ffn.up.register_forward_hook(lambda m, args, out: fired.append(out.shape))
+    ids = torch.randint(0, 600, (1, 1))
     with torch.no_grad():
-        torch.testing.assert_close(ours(x[:, :1]), ref(x[:, :1]), rtol=1e-5, atol=1e-5)
+        plain = model(ids)
+        assert bmm_calls == []
+        with few_row_route(model):
+            routed = model(ids)
+            assert "forward" in model.blocks[0].ffn.up.__dict__ and "forward" in model.head.__dict__
+        after = model(ids)
+    assert len(bmm_calls) == 4  # ffn.up, ffn.down (256 x 1024), the tied head (600 x 256); qkv (768 x 256)
+    torch.testing.assert_close(routed, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(after, plain) and len(fired) == 3
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
 
 
 def test_set_batched_matvec_needs_a_bool():

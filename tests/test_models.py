@@ -1,4 +1,4 @@
-"""Models: seed usage, configs and presets, no leaks, padding, positions, transparency."""
+"""Models: the lessons' usage, configs and presets, no leaks, padding, positions, transparency."""
 
 import json
 
@@ -89,8 +89,13 @@ def test_config_choices_are_the_ones_nn_implements():
         assert torch.isfinite(feedforward.activate(name, x)).all()
     with pytest.raises(ValueError, match="activation must be one of"):
         feedforward.activate("tanh", x)
-    for kind in config.NORMS:
-        norms.make_norm(kind, 8, 1e-5)  # each one builds
+    x = torch.randn(3, 8) * 5 + 2
+    for kind in config.NORMS:  # each one normalises: zero mean / unit variance, or unit root-mean-square
+        y = norms.make_norm(kind, 8, 1e-5)(x)
+        spread = y.pow(2).mean(-1) if kind == "rmsnorm" else y.var(-1, unbiased=False)
+        torch.testing.assert_close(spread, torch.ones(3), atol=1e-3, rtol=0)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        norms.make_norm("batchnorm", 8, 1e-5)
 
 
 def test_model_config_is_given_back():
@@ -328,7 +333,7 @@ def test_heads_not_divisible_by_kv_heads():
 def test_odd_width_for_sinusoidal_and_rope():
     with pytest.raises(ValueError, match="pos='sinusoidal' needs an even d_model, got d_model=27"):
         TransformerLM(vocab_size=10, d_model=27, n_heads=3)
-    with pytest.raises(ValueError, match="pos='rope' needs an even head width"):
+    with pytest.raises(ValueError, match="pos='rope' needs an even head_dim"):
         TransformerLM(vocab_size=10, d_model=27, n_heads=3, pos="rope")
 
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from glassformer.errors import GlassformerError
-from glassformer.nn import kernel_choice
-from glassformer.nn.precision import Precision, check_precision, resolve_precision
 from glassformer.recipes import load_recipe
+from glassformer.runtime import kernel_choice
+from glassformer.runtime.precision import Precision, check_precision, resolve_precision
 from glassformer.training import TrainConfig, Trainer, load_checkpoint, prepare_run
 from training_helpers import config as base_config
 from training_helpers import train

@@ -1,6 +1,6 @@
 """glassformer: every Transformer of the lessons, from its parts, that you can see through.
 
-The names of the lesson-2 seed are kept: ``scaled_dot_product_attention``, ``causal_mask``,
+The names of the course's lesson 2 are kept: ``scaled_dot_product_attention``, ``causal_mask``,
 ``prefix_mask``, ``padding_mask``, ``MultiHeadAttention``, ``FeedForward``, ``TransformerBlock``,
 ``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
 """

@@ -13,7 +13,17 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, load_json, shown
+from .errors import (
+    ArgumentTypeError,
+    BadFileError,
+    GlassformerError,
+    check_int,
+    check_number,
+    is_int,
+    is_number,
+    load_json,
+    shown,
+)
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.
@@ -80,15 +90,11 @@ class ModelConfig:
             check_int(name, getattr(self, name), low=1)
         for name in ("n_layers", "n_enc", "n_dec", "n_token_types"):
             check_int(name, getattr(self, name), low=0)
-        check_int("n_kv_heads", self.n_kv_heads, low=1, allow_none=True)
-        if self.d_model % self.n_heads != 0:
-            raise GlassformerError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.kv_heads != 0:
-            raise GlassformerError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
-        if self.pos == "sinusoidal" and self.d_model % 2 != 0:
-            raise GlassformerError(f"pos='sinusoidal' needs an even d_model, got d_model={self.d_model}")
-        if self.pos == "rope" and self.head_dim % 2 != 0:
-            raise GlassformerError(f"pos='rope' needs an even head width d_model/n_heads, got {self.head_dim}")
+        check_head_counts(self.n_heads, self.kv_heads, self.d_model)
+        if self.pos == "sinusoidal":
+            check_even_width("d_model", self.d_model, "pos='sinusoidal'")
+        if self.pos == "rope":
+            check_even_width("head_dim", self.head_dim, "pos='rope'")
         if check_number("dropout", self.dropout, 0.0) >= 1.0:  # NaN and inf are refused by check_number
             raise GlassformerError(f"dropout must be in [0, 1), got {self.dropout}")
         check_number("norm_eps", self.norm_eps, 0.0, low_open=True)
@@ -112,8 +118,7 @@ class ModelConfig:
         return self
 
     def _choose(self, name: str, choices: tuple[str, ...]) -> None:
-        if getattr(self, name) not in choices:
-            raise GlassformerError(f"{name} must be one of {choices}, got {shown(getattr(self, name))}")
+        check_choice(name, getattr(self, name), choices)
 
     @property
     def head_dim(self) -> int:
@@ -193,15 +198,42 @@ class ModelConfig:
 
 
 def _has_type(value: Any, kind: str) -> bool:
-    if kind == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is of the field type ``kind`` ("int", "float", "str", "bool"; a bool is no number)."""
+    if kind in ("int", "float"):
+        return is_int(value) or (kind == "float" and is_number(value))
     return isinstance(value, {"str": str, "bool": bool}[kind])
 
 
+# The architectural rules that nn/ also meets when its parts are built directly: owned here, called
+# by ModelConfig.validate and by nn/ alike (nn/ imports config, never the other way).
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``choices``, else an error naming ``name``, the value and the choices."""
+    if not isinstance(value, str) or value not in choices:
+        raise GlassformerError(f"{name} must be one of {choices}, got {shown(value)}")
+    return value
+
+
+def check_head_counts(n_heads: int, n_kv_heads: int, d_model: int | None = None) -> None:
+    """Heads must split the width (``d_model % n_heads == 0``) and share key/value heads evenly
+    (``n_heads % n_kv_heads == 0``: grouped-query attention); each count a positive int."""
+    check_int("n_heads", n_heads, low=1)
+    check_int("n_kv_heads", n_kv_heads, low=1)
+    if d_model is not None:
+        check_int("d_model", d_model, low=1)
+        if d_model % n_heads != 0:
+            raise GlassformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    if n_heads % n_kv_heads != 0:
+        raise GlassformerError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
+
+
+def check_even_width(name: str, value: int, what: str) -> None:
+    """Sinusoidal positions and RoPE pair up dimensions: ``value`` must be even."""
+    if value % 2 != 0:
+        raise GlassformerError(f"{what} needs an even {name}, got {name}={value}")
+
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # Lesson 2: the small model of the seed lesson (TransformerLM(vocab_size=100, ...)).
+    # Lesson 2: the small model of the course's lesson 2 (TransformerLM(vocab_size=100, ...)).
     "lesson2": dict(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256),
     "lesson2-encdec": dict(vocab_size=100, arch="encoder-decoder", d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256),
     # The tiny character LM lesson: learned positions, untied head with bias, no embedding scale.
@@ -225,3 +257,36 @@ PRESETS: dict[str, dict[str, Any]] = {
                        pos="rope", norm="rmsnorm", norm_eps=1e-6, activation="swiglu", bias=False, tie=False,
                        scale_embeddings=False, init_std=0.02),
 }
+
+
+def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
+                     arch: str) -> ModelConfig:
+    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
+
+    Args:
+        first: a :class:`ModelConfig`, or vocab_size.
+        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
+        names: the lesson's positional argument order after vocab_size.
+        arch: the model's architecture ("lm" or "encoder-decoder").
+    Returns:
+        The validated config.
+    """
+    if isinstance(first, ModelConfig):
+        if args or kwargs:
+            raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
+                                    "(use config.replace(...) to change fields)")
+        config = first.validate()
+    elif is_int(first):
+        if len(args) > len(names):
+            raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
+                                    f"(vocab_size, {', '.join(names)})")
+        positional = dict(zip(names, args))
+        clash = sorted(set(positional) & set(kwargs))
+        if clash:
+            raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
+        config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
+    else:
+        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
+    if config.arch != arch:
+        raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
+    return config

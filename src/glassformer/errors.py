@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 MAX_SEED = 2**63 - 1  # the largest seed glassformer passes to a random generator (torch takes up to 2**64 - 1)
 
 
@@ -36,6 +38,32 @@ class BadFileError(GlassformerError):
     """A file that exists but cannot be used: malformed, corrupt, truncated, unsafe or inconsistent."""
 
 
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is a plain int: the one test of "an int" in glassformer (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float, not a bool (finiteness is :func:`check_number`'s)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_token_id(name: str, value: Any, vocab_size: int) -> int:
+    """``value`` if it is a token id of a ``vocab_size`` vocabulary (an int in [0, vocab_size)), else an
+    error naming ``name``: the one rule of a token id's range (a tensor of ids: :func:`check_token_ids`)."""
+    if not is_int(value):
+        raise ArgumentTypeError(f"{name} must be an int token id, got {shown(value)}")
+    if not 0 <= value < vocab_size:
+        raise GlassformerError(token_id_error(value, vocab_size, name))
+    return value
+
+
+def token_id_error(bad: int, vocab_size: int, name: str | None = None) -> str:
+    """The message of an id out of range (naming where it came from, when known), shared by every check."""
+    where = f" in {name}" if name else ""
+    return f"token id {bad}{where} is out of range: expected 0 <= id < vocab_size={vocab_size}"
+
+
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
               allow_none: bool = False) -> int | None:
     """``value`` if it is an int (not a bool) in [low, high], else a ValueError naming ``name``.
@@ -50,8 +78,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
     """
     if value is None and allow_none:
         return None
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok and (low is None or value >= low) and (high is None or value <= high):
+    if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
         return value
     if low is not None and high is not None:
         expected = f"an int in [{low}, {high}]"
@@ -69,7 +96,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
 def shown(value: Any) -> str:
     """``repr(value)`` for an error message, cut to 80 characters (a huge int or a long string stays
     one short line)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+    if is_int(value) and abs(value) >= 10**30:
         return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -84,7 +111,7 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     """
     if value is None and allow_none:
         return None
-    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    number = value if is_number(value) else None
     if isinstance(number, int) and abs(number) > 2**1023:  # too large for a float: math.isfinite would raise
         number = None
     if number is not None and math.isfinite(number):
@@ -169,3 +196,92 @@ def load_json(path: str | Path, what: str = "file") -> Any:
                            f"column {error.colno})") from None
     except RecursionError:
         raise BadFileError(f"{what} {str(path)!r} is nested too deeply to read") from None
+
+
+# ---------------------------------------------------------------------- tensor arguments of the models
+def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
+    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
+
+    Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
+    naming ``name``.
+    """
+    if not isinstance(ids, torch.Tensor):
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ArgumentTypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise GlassformerError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
+    if ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    low, high = (int(v) for v in torch.aminmax(ids))
+    if low < 0 or high >= vocab_size:
+        raise GlassformerError(token_id_error(low if low < 0 else high, vocab_size, name))
+
+
+def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
+    """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding."""
+    if pad is None:
+        return
+    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
+        got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
+        raise ArgumentTypeError(f"{name} must be a bool tensor (True = padding), got {got}")
+    if tuple(pad.shape) != (batch, length):
+        raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
+
+
+def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """An attention mask must be a bool tensor broadcastable to the scores' shape (..., h, Tq, Tk)."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(scores_shape):
+        raise GlassformerError(f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
+                               f"shape {tuple(scores_shape)} (batch..., Tq, Tk)")
+
+
+def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
+                     batch: int | None = None) -> int | torch.Tensor:
+    """The one check of a prefix-LM's ``prefix_len``, used wherever one is passed in.
+
+    Args:
+        prefix_len: an int, or a (B,) integer tensor with one prefix length per row.
+        length: the sequence length (an int, or a (B,) tensor of per-row lengths) the prefix must fit
+            in; None checks only ``>= 0``.
+        batch: the batch size B a tensor must match; None accepts any (B,).
+    Returns:
+        ``prefix_len`` itself: an int, or the tensor as ``torch.long``.
+    Raises:
+        TypeError for anything but an int or a 1-D integer tensor; ValueError for a wrong batch size or
+        a length outside ``0 <= prefix_len <= length``, naming the value.
+    """
+    if isinstance(prefix_len, torch.Tensor):
+        if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
+                or prefix_len.dtype == torch.bool:
+            raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
+                                    f"tensor of shape {tuple(prefix_len.shape)}")
+        if batch is not None and prefix_len.shape[0] != batch:
+            raise GlassformerError(f"prefix_len must have one length per row: shape ({batch},), "
+                                   f"got {tuple(prefix_len.shape)}")
+        prefix_len = prefix_len.long()
+        shown: Any = prefix_len.tolist()
+        low_ok = bool((prefix_len >= 0).all())
+        high_ok = length is None or bool((prefix_len <= torch.as_tensor(length, device=prefix_len.device)).all())
+    elif isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
+        shown = prefix_len
+        low_ok = prefix_len >= 0
+        high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
+    else:
+        raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
+    if not (low_ok and high_ok):
+        if length is None:
+            raise GlassformerError(f"prefix_len must be >= 0, got {shown}")
+        limit = length.tolist() if isinstance(length, torch.Tensor) else length
+        raise GlassformerError(f"prefix_len={shown} is out of range: "
+                               f"expected 0 <= prefix_len <= sequence length {limit}")
+    return prefix_len

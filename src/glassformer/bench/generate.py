@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..generation import generate
-from ..nn.linear import set_batched_matvec
+from ..runtime.linear import set_batched_matvec
 from .setups import Size, glass_model, hf_model, in_precision
 from .timing import paired, paired_ratio, sync
 
@@ -31,7 +31,7 @@ def generation_size(size: Size) -> Size:
 
 
 def without_batched_matvec(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` run with :func:`glassformer.nn.linear.set_batched_matvec` off (plain ``F.linear``)."""
+    """``fn`` run with :func:`glassformer.runtime.linear.set_batched_matvec` off (plain ``F.linear``)."""
 
     def run() -> Any:
         previous = set_batched_matvec(False)
@@ -50,7 +50,7 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
     paired.
 
     With ``plain`` a third contender, "glassformer-flinear", runs glassformer with the few-row
-    route of :mod:`glassformer.nn.linear` turned off, so the table shows what that route buys.
+    route of :mod:`glassformer.runtime.linear` turned off, so the table shows what that route buys.
     Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}" and precision:
     tokens_per_s per contender, ratio (HF seconds / glassformer seconds), route_gain
     (glassformer-flinear seconds / glassformer seconds) and seconds per round.

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, check_int
-from ..nn.kernel_choice import SPEED_FLAGS, choices, cpu_features, cpu_name
+from ..runtime.kernel_choice import SPEED_FLAGS, choices, cpu_features, cpu_name
 from .generate import CASES, bench_decode_compile, bench_generate
 from .nanogpt import load_nanogpt
 from .scaling import bench_scaling
@@ -24,7 +24,7 @@ from .transparency import bench_transparency
 PARTS = ("train", "gen", "attn", "compile", "scaling")
 DEFAULT_PARTS = PARTS[:4]  # "scaling" only when asked for
 DEFAULT_PRECISIONS = ("float32", "bfloat16")
-ROUTE_CASE = "linear few-row route"  # the kernel choices the header counts (glassformer.nn.linear's)
+ROUTE_CASE = "linear few-row route"  # the kernel choices the header counts (glassformer.runtime.linear's)
 
 
 def machine() -> dict[str, Any]:
@@ -163,7 +163,7 @@ def _header(results: dict[str, Any]) -> list[str]:
             f"before, {m.get('load_1min_after') or 0:.1f} after; {s['rounds']} paired rounds",
             f"cpu features: {', '.join(m.get('cpu_features') or []) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
             f"few-row route chosen for {sum(routes.values())} of {len(routes)} measured shapes "
-            f"(glassformer.nn.kernel_choice)",
+            f"(glassformer.runtime.kernel_choice)",
             f"matmul peak ({n}x{n} torch.mm, best paired round): {peaks}",
             f"precisions: {', '.join(s['precisions'])} (float32 weights and AdamW; 16-bit rows run the forward "
             f"pass under torch.autocast; MFU is against the matmul peak of the row's precision)", ""]

@@ -22,7 +22,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..models import TransformerLM
-from ..nn.precision import DTYPES, autocast, bf16_hardware
+from ..runtime.precision import DTYPES, autocast, bf16_hardware
 
 T = TypeVar("T")
 

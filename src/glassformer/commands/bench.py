@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..bench import format_table, run_suite
     from ..bench.runner import DEFAULT_PARTS
-    from ..errors import GlassformerError, UsageError, check_int
-    from ..nn import kernel_choice
+    from ..errors import UsageError, check_int
+    from ..runtime import kernel_choice
 
     if args.kernel_choices or args.reset_kernel_choices:
         if args.reset_kernel_choices:
@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
     if args.device != "cpu" and not args.device.startswith("cuda"):
         raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise GlassformerError(f"--device {args.device}: no CUDA device is available here")
+    from ..runtime.device import pick_device
+    args.device = str(pick_device(args.device))  # the one owner of device checks (training asks it too)
     parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
     results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
                         precisions=args.precision, hf=not args.no_hf, nanogpt=args.nanogpt,

@@ -2,7 +2,7 @@
 
 The option takes auto, float32, bfloat16 or float16 (``--dtype`` is its old name). Reduced precision
 runs the model's matrix products under ``torch.autocast``, the weights staying float32; "auto"
-measures the command's own work both ways on this machine (see :mod:`glassformer.nn.precision`).
+measures the command's own work both ways on this machine (see :mod:`glassformer.runtime.precision`).
 The choice is printed to standard error unless it is the default float32.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported when a command runs, not when the command line is parsed
-    from ..nn.precision import Precision
+    from ..runtime.precision import Precision
 
 
 def add_precision(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def choose_precision(asked: str, model: Any, work: Callable[[], object], what: s
     """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job,
     e.g. a few generation steps) in float32 and under bfloat16 autocast. ``what`` names the job and
     its shape (e.g. "generate | 1 row")."""
-    from ..nn.precision import autocast, check_precision, model_case, resolve_precision
+    from ..runtime.precision import autocast, check_precision, model_case, resolve_precision
 
     check_precision(asked, "--precision")
     device = next(model.parameters()).device

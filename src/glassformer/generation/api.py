@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed, check_token_id, is_int
 from ..nn.masks import check_prefix_len
+from ..runtime.decode import few_row_route
 from .beam import beam_search
 from .incremental import IncrementalDecoder
 from .processors import VocabLimit, make_processors
@@ -44,14 +45,30 @@ buffer and of the KV cache, so this bounds what one option can multiply memory b
 
 def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
     """``value`` if it is an int in [1, :data:`MAX_NEW_TOKENS`], else a one-line error naming ``name``."""
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_NEW_TOKENS:
+    if is_int(value) and 1 <= value <= MAX_NEW_TOKENS:
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NEW_TOKENS:
+    if is_int(value) and value > MAX_NEW_TOKENS:
         context = f"; past the model's context (max_len={config.max_len}) the window slides" if config else ""
         raise GlassformerError(f"{name}={value} is more than glassformer generates in one call "
                                f"(at most {MAX_NEW_TOKENS:,} new tokens per row{context}); ask for fewer")
     check_int(name, value, 1, MAX_NEW_TOKENS)
     return value
+
+
+def special_id(tokenizer: Any, name: str) -> int | None:
+    """A tokenizer's special id ``name`` ("pad", "eos", "bos"): glassformer's ``{name}_id`` or a Hugging
+    Face tokenizer's ``{name}_token_id``; None without a tokenizer or without that token."""
+    value = getattr(tokenizer, f"{name}_id", None) if tokenizer is not None else None
+    if value is None and tokenizer is not None:
+        value = getattr(tokenizer, f"{name}_token_id", None)
+    return value
+
+
+def pad_id_for(tokenizer: Any = None, eos_ids: Sequence[int] = ()) -> int:
+    """The one rule for the id that fills padding: the tokenizer's pad id, else the first end-of-sequence
+    id (Hugging Face's fallback), else 0. Padding is masked, so the id only has to be a valid one."""
+    pad = special_id(tokenizer, "pad")
+    return pad if pad is not None else (eos_ids[0] if eos_ids else 0)
 
 
 def _is_seq2seq(model: Model) -> bool:
@@ -85,7 +102,7 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
             raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
                                     f"got {type(ids).__name__}")
         rows = list(ids)
-        if rows and all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
+        if rows and all(is_int(r) for r in rows):
             rows = [rows]
         if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
             raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
@@ -125,23 +142,15 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
 
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Dropout off while generating; the model's train/eval state is restored afterwards."""
+    """Dropout off while generating, and the few-row decoding route on (:mod:`glassformer.runtime.decode`);
+    the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), few_row_route(model):
             yield
     finally:
         model.train(was_training)
-
-
-def _check_token_id(name: str, value: Any, vocab_size: int) -> int:
-    """``value`` if it is a token id of the model's vocabulary, else an error naming ``name``."""
-    check_int(name, value, 0)
-    if value >= vocab_size:
-        raise GlassformerError(f"{name}: token id {value} is out of range: expected 0 <= id < "
-                               f"vocab_size={vocab_size}")
-    return value
 
 
 @dataclass
@@ -197,11 +206,11 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos_token_id).__name__}")
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     for value in eos:
-        _check_token_id("eos_token_id", value, config.vocab_size)
+        check_token_id("eos_token_id", value, config.vocab_size)
     if pad_token_id is not None:
-        _check_token_id("pad_token_id", pad_token_id, config.vocab_size)
+        check_token_id("pad_token_id", pad_token_id, config.vocab_size)
     if pad_token_id is None:
-        pad_token_id = eos[0] if eos else 0  # Hugging Face's fallback
+        pad_token_id = pad_id_for(tokenizer, eos)
     processors = make_processors(
         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -216,7 +225,7 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
         if decoder_start_token_id is None:
             raise GlassformerError("an encoder-decoder model needs decoder_start_token_id "
                                    "(e.g. the tokenizer's bos id)")
-        _check_token_id("decoder_start_token_id", decoder_start_token_id, config.vocab_size)
+        check_token_id("decoder_start_token_id", decoder_start_token_id, config.vocab_size)
         if prefix_len is not None:
             raise GlassformerError("prefix_len is only meaningful for attn='prefix' decoder-only models")
         src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
@@ -316,7 +325,8 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
         num_beams: beam search when > 1; length_penalty, early_stopping (True, False, "never") as in
             Hugging Face. num_return_sequences: rows returned per prompt.
         eos_token_id: int or list of ids that end a row; pad_token_id: filler after the end
-            (default: the first eos id, else 0). stop_strings (with tokenizer): texts that end a row.
+            (default: :func:`pad_id_for`: the tokenizer's pad id, else the first eos id, else 0).
+            stop_strings (with tokenizer): texts that end a row.
             tokenizer: also keeps ids beyond its vocabulary (a model's padded vocabulary) from being chosen.
             stopping_criteria: callables (B, L) ids -> (B,) bool.
         seed: seeds a private generator so sampling is reproducible.

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ..data.padding import pad_rows
 from ..errors import ArgumentTypeError, GlassformerError, check_int
-from .api import _eval_mode
+from .api import _eval_mode, pad_id_for
 from .protocol import Encoder
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def sentence_embeddings(model: Encoder, tokenizer: Tokenizer, texts: Sequence[st
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM, got {type(model).__name__}")
     check_int("batch_size", batch_size, 1)
     device = next(model.parameters()).device
-    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    pad_id = pad_id_for(tokenizer)
     out = []
     with _eval_mode(model):
         for start in range(0, len(texts), batch_size):

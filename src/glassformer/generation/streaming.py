@@ -66,13 +66,12 @@ def _encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
 
 
 def _text_options(tokenizer: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Default eos/pad ids from the tokenizer, and the tokenizer itself (for stop strings, and so that
-    ids of a padded model vocabulary beyond the tokenizer's are never generated)."""
+    """The default eos id from the tokenizer, and the tokenizer itself: for stop strings, for its pad id
+    (``api.pad_id_for``), and so that ids of a padded model vocabulary beyond the tokenizer's are never
+    generated."""
     options = dict(options)
     if options.get("eos_token_id") is None and tokenizer.eos_id is not None:
         options["eos_token_id"] = tokenizer.eos_id
-    if options.get("pad_token_id") is None and tokenizer.pad_id is not None:
-        options["pad_token_id"] = tokenizer.pad_id
     options["tokenizer"] = tokenizer
     return options
 

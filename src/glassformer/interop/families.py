@@ -7,14 +7,13 @@ imports ``transformers``: :func:`load_hf_dir` works from the files alone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import GlassformerError, shown
+from ..errors import GlassformerError, check_int, check_number, shown
 from .mapping import Rule, rule
 
 # Hugging Face activation names <-> ours.
@@ -77,17 +76,12 @@ def _int(family: str, hf: dict[str, Any], key: str, default: Any = None) -> int:
     value = hf.get(key, default)
     if value is None:
         raise GlassformerError(f"{family} config.json has no {key!r} (it is required)")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise GlassformerError(f"{family} config field {key} must be an int >= 1, got {shown(value)}")
-    return value
+    return check_int(f"{family} config field {key}", value, low=1)
 
 
 def _float(family: str, hf: dict[str, Any], key: str, default: Any) -> float:
     """hf[key] (or ``default``) as a finite float; else an error naming the key."""
-    value = hf.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise GlassformerError(f"{family} config field {key} must be a finite number, got {shown(value)}")
-    return float(value)
+    return check_number(f"{family} config field {key}", hf.get(key, default))
 
 
 def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
-from ..nn.attention import MultiHeadAttention
+from ..nn.attention import AttentionInputs, MultiHeadAttention
 from ..nn.block import TransformerBlock
 from .mapping import Rule, import_state, rule
 
@@ -44,10 +44,10 @@ class BlockStack(nn.Module):
         Masks are boolean, True = may attend: ``mask`` broadcastable to (B, h, T, T), ``memory_mask``
         to (B, h, T, S). ``memory`` (B, S, d) is required by blocks with cross-attention.
         """
+        inputs = AttentionInputs(mask=mask, memory_mask=memory_mask, is_causal=is_causal, need_weights=need_weights)
         weights = []
         for block in self.blocks:
-            x, w = block(x, mask=mask, memory=memory, memory_mask=memory_mask, is_causal=is_causal,
-                         need_weights=need_weights)
+            x, w = block(x, memory=memory, inputs=inputs)
             weights.append(w)
         x = self.norm(x)
         return (x, weights) if need_weights else x

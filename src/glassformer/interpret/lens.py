@@ -149,7 +149,7 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
     if not model.config.norm_first:
         raise GlassformerError("direct logit attribution needs a pre-norm model (norm_first=True): a post-norm "
                                "block normalises the residual stream itself, so no part's share is linear")
-    if model.head.transform is not None:
+    if getattr(model.head, "transform", None) is not None:  # BERT's MLM head (models.families)
         raise GlassformerError("direct logit attribution cannot pass through the MLM head's transform "
                                "(dense + activation + norm is not linear)")
     L = len(blocks)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..config import ModelConfig
-from .common import OutputHead, count_params
+from .common import count_params
 from .encdec import EncoderDecoder, EncoderDecoderOutput
+from .head import OutputHead
 from .legacy import upgrade_state_dict
 from .lm import HiddenStates, LMOutput, TransformerLM
 

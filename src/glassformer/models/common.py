@@ -4,52 +4,17 @@ blocks, the output head and initialisation."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.block import TransformerBlock
-from ..nn.feedforward import activate
-from ..nn.linear import Linear, linear
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 from ..nn.taps import Tapped
-
-
-def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
-                     arch: str) -> ModelConfig:
-    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
-
-    Args:
-        first: a :class:`ModelConfig`, or vocab_size.
-        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
-        names: the lesson's positional argument order after vocab_size.
-        arch: the model's architecture ("lm" or "encoder-decoder").
-    Returns:
-        The validated config.
-    """
-    if isinstance(first, ModelConfig):
-        if args or kwargs:
-            raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
-                                    "(use config.replace(...) to change fields)")
-        config = first.validate()
-    elif isinstance(first, int) and not isinstance(first, bool):
-        if len(args) > len(names):
-            raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
-                                    f"(vocab_size, {', '.join(names)})")
-        positional = dict(zip(names, args))
-        clash = sorted(set(positional) & set(kwargs))
-        if clash:
-            raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
-        config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
-    else:
-        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
-    if config.arch != arch:
-        raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
-    return config
+from .families import learned_positions
+from .head import OutputHead
 
 
 def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleList:
@@ -68,41 +33,7 @@ def final_norm(config: ModelConfig) -> nn.Module:
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
-def check_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
-    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
-
-    Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
-    naming ``name``.
-    """
-    if not isinstance(ids, torch.Tensor):
-        raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ArgumentTypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
-    if ids.dim() != 2:
-        raise GlassformerError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
-    if ids.numel() == 0 or torch.compiler.is_compiling():
-        return
-    low, high = (int(v) for v in torch.aminmax(ids))
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
-        raise GlassformerError(f"token id {bad} in {name} is out of range: expected 0 <= id < vocab_size={vocab_size}")
-
-
-def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
-    """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding.
-
-    Raises TypeError (not a bool tensor) or ValueError (wrong shape), naming ``name``.
-    """
-    if pad is None:
-        return
-    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
-        got = pad.dtype if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise ArgumentTypeError(f"{name} must be a bool tensor (True = padding), got {got}")
-    if tuple(pad.shape) != (batch, length):
-        raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
-
-
-class Embedder(Tapped):
+class Embeddings(Tapped):
     """Token ids -> vectors, and the position inputs attention needs.
 
     ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
@@ -124,7 +55,7 @@ class Embedder(Tapped):
         self.scheme, self.max_len = c.pos, c.max_len  # position scheme: see ModelConfig.pos
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = LearnedPositions(c.max_len, c.d_model, c.pos_offset) if c.pos == "learned" else None
+        self.pos = learned_positions(c) if c.pos == "learned" else None
         self.types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
         self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embed_norm else None
         self.dropout = nn.Dropout(c.dropout)
@@ -138,8 +69,15 @@ class Embedder(Tapped):
         if c.pos == "alibi":  # (h,)
             self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
 
+    def tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """The token vectors (x √d when configured), tapped as "embed": ids (B, T) -> (B, T, d)."""
+        x = self.tok(ids)  # (B, T, d)
+        if self.scale != 1.0:
+            x = x * self.scale
+        return self.tap("embed", x)
+
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
-                token_type_ids: torch.Tensor | None = None, parts: nn.Module | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The input vectors of a block stack.
 
         Args:
@@ -147,38 +85,30 @@ class Embedder(Tapped):
             positions: (T,) or (B, T) position of each token.
             end: one more than the largest position (learned positions must have ``end <= max_len``).
             token_type_ids: (B, T) segment ids (default all 0) for models with ``types``.
-            parts: a module with its own ``pos`` and ``norm`` to use instead of this one's (BART's
-                decoder, see :class:`~glassformer.models.encdec.DecoderEmbeddingParts`).
         Returns:
             (B, T, d).
         """
-        table, norm = (self.pos, self.norm) if parts is None else (parts.pos, parts.norm)
-        x = self.tok(ids)  # (B, T, d)
-        if self.scale != 1.0:
-            x = x * self.scale
-        x = self.tap("embed", x)
+        x = self.tokens(ids)  # (B, T, d)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
             x = x + self.tap("pos_embed", sinusoid[positions].to(x.dtype))  # + (T, d) or (B, T, d)
         elif self.scheme == "learned":
-            if end > self.max_len:
-                raise GlassformerError(f"sequence of {end} positions is longer than max_len={self.max_len} "
-                                       "(learned positions exist only up to max_len)")
-            x = x + self.tap("pos_embed", table(positions))  # + (T, d) or (B, T, d)
+            self.pos.check_length(end)
+            x = x + self.tap("pos_embed", self.pos(positions))  # + (T, d) or (B, T, d)
         if self.types is not None:
             types = self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # (B, T, d)
             x = x + self.tap("token_type_embed", types)
-        if norm is not None:
-            x = norm(x)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x) if self.training else x
 
-    def attention_inputs(self, positions: torch.Tensor, n_queries: int, n_keys: int,
+    def attention_inputs(self, positions: torch.Tensor, *, n_queries: int, n_keys: int,
                          end: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
         """(rope, score_bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
 
-        RoPE rotates by each token's ``positions``: rope = (cos, sin), each (T, hd) or (B, T, hd).
-        ALiBi needs only the distance between sequence slots (query slot n_keys - n_queries + i, key
-        slot j), so padding on the left does not move it: score_bias (h, Tq, Tk).
+        RoPE rotates by each token's ``positions`` (``end``: the last one + 1): rope = (cos, sin), each
+        (T, hd) or (B, T, hd). ALiBi needs only the distance between sequence slots (query slot
+        n_keys - n_queries + i, key slot j), so padding on the left does not move it: score_bias (h, Tq, Tk).
         """
         if self.scheme == "rope":
             if end <= self.max_len:
@@ -188,64 +118,6 @@ class Embedder(Tapped):
             keys = torch.arange(n_keys, device=positions.device)
             return None, alibi_bias(self.alibi, keys[n_keys - n_queries:], keys)  # (h, Tq, Tk)
         return None, None
-
-
-class HeadTransform(nn.Module):
-    """BERT's MLM head transform: norm(act(dense(h))) before the output layer.
-
-    Args:
-        config: the model's config (``activation`` must be a plain one: "relu", "gelu", "gelu_tanh", "silu").
-    """
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.activation = config.activation
-        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., d) -> (..., d)."""
-        return self.norm(activate(self.activation, self.dense(hidden)))
-
-
-class OutputHead(nn.Module):
-    """Hidden states -> vocabulary scores: ``logits = transform(h) Wᵀ + b``, for both models.
-
-    - W: the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) matrix of
-      its own (``weight``), initialised as ``torch.nn.Linear`` initialises itself;
-    - b: ``bias`` (V,) when ``config.head_bias`` (BERT's MLM decoder, BART's final_logits_bias),
-      zero at the start when tied;
-    - transform: BERT's :class:`HeadTransform` when ``config.head_transform``, else nothing.
-
-    Args:
-        config: the model's config.
-    """
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        V, d = config.vocab_size, config.d_model
-        if config.tie:
-            weight, bias = None, (nn.Parameter(torch.zeros(V)) if config.head_bias else None)
-        else:
-            untied = nn.Linear(d, V, bias=config.head_bias)
-            weight, bias = untied.weight, untied.bias  # (V, d), (V,) or None
-        self.register_parameter("weight", weight)
-        self.register_parameter("bias", bias)
-        self.transform = HeadTransform(config) if config.head_transform else None
-
-    def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """Scores of every vocabulary entry.
-
-        Args:
-            hidden: (..., d) final hidden states.
-            embedding: (V, d) the token embedding matrix (the output weight when tied).
-        Returns:
-            (..., V) logits.
-        """
-        if self.transform is not None:
-            hidden = self.transform(hidden)  # (..., d)
-        weight = embedding if self.weight is None else self.weight  # (V, d)
-        return linear(hidden, weight, self.bias)  # (..., V); a decoding step's few rows take the fast route
 
 
 def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:
@@ -265,7 +137,7 @@ def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) 
     d = config.d_model
     if config.init_std is None:
         for module in model.modules():
-            if isinstance(module, Embedder):
+            if isinstance(module, Embeddings):
                 # N(0, 1/d) whenever the vectors come out near unit size: scaled by √d on the way in,
                 # or (tied) used as the output layer, where N(0, 1) would start with logits √d too large
                 small = config.scale_embeddings or config.tie

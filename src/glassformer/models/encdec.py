@@ -13,17 +13,17 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from ..errors import GlassformerError, check_int
+from ..config import ModelConfig, config_from_args
+from ..errors import GlassformerError, check_int, check_pad, check_token_ids
+from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
-from ..nn.norms import make_norm
-from ..nn.positions import LearnedPositions
 from ..nn.taps import Tapped
-from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from .common import Embeddings, final_norm, init_weights, make_blocks
+from .families import BartDecoderEmbedding, output_head
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
-SEED_ARGS = ("d_model", "n_heads", "n_enc", "n_dec", "d_ff", "activation")
+LESSON_ARGS = ("d_model", "n_heads", "n_enc", "n_dec", "d_ff", "activation")
 
 
 class EncoderDecoderOutput(NamedTuple):
@@ -38,46 +38,28 @@ class EncoderDecoderOutput(NamedTuple):
     attn: dict[str, list[torch.Tensor]]
 
 
-class DecoderEmbeddingParts(nn.Module):
-    """The decoder's own learned position table and embedding norm (``config.split_positions``, BART).
-
-    The token table stays shared with the encoder; :class:`Embedder` uses these two parts in place of
-    its own when embedding the decoder's input.
-
-    Parts: ``pos`` (:class:`LearnedPositions`); ``norm`` (when ``config.embed_norm``, else None).
-
-    Args:
-        config: the model's config.
-    """
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.pos = LearnedPositions(config.max_len, config.d_model, config.pos_offset)
-        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
-
-
 class EncoderDecoder(Tapped):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides.
 
     Build it from a config (``arch="encoder-decoder"``) or, as in the lessons, from keyword
     arguments: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
 
-    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embedder`), ``dec_embedding``
-    (:class:`DecoderEmbeddingParts`, only with ``split_positions``), ``enc`` and ``dec`` (blocks),
-    ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (:class:`~glassformer.models.common.OutputHead`).
+    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embeddings`), ``dec_embedding``
+    (BART's :class:`~glassformer.models.families.BartDecoderEmbedding`, only with ``split_positions``),
+    ``enc`` and ``dec`` (blocks), ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (the output layer).
     Hook points "encoder_ln_final", "decoder_ln_final": the final norms' outputs.
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
-        self.config = config = config_from_args(vocab_size, args, kwargs, SEED_ARGS, arch="encoder-decoder")
-        self.embeddings = Embedder(config)
-        self.dec_embedding = DecoderEmbeddingParts(config) if config.split_positions else None
+        self.config = config = config_from_args(vocab_size, args, kwargs, LESSON_ARGS, arch="encoder-decoder")
+        self.embeddings = Embeddings(config)
+        self.dec_embedding = BartDecoderEmbedding(config) if config.split_positions else None
         self.enc = make_blocks(config, config.n_enc)
         self.dec = make_blocks(config, config.n_dec, cross=True)
         self.enc_norm = final_norm(config)
         self.dec_norm = final_norm(config)
-        self.head = OutputHead(config)
+        self.head = output_head(config)
         init_weights(self, config, config.n_enc + config.n_dec)
 
     @property
@@ -90,9 +72,11 @@ class EncoderDecoder(Tapped):
         """ids (B, T) -> (vectors (B, T, d), rope, score_bias) for positions start .. start + T - 1."""
         T = ids.shape[1]
         positions = torch.arange(start, start + T, device=ids.device)  # (T,)
-        parts = self.dec_embedding if decoder else None  # None: the shared position table and norm
-        x = self.embeddings(ids, positions, start + T, parts=parts)  # (B, T, d)
-        rope, score_bias = self.embeddings.attention_inputs(positions, T, start + T, start + T)
+        if decoder and self.dec_embedding is not None:  # BART: the decoder's own positions and norm
+            x = self.dec_embedding(ids, positions, start + T, self.embeddings)  # (B, T, d)
+        else:
+            x = self.embeddings(ids, positions, start + T)  # (B, T, d)
+        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=start + T)
         return x, rope, score_bias
 
     def encode(self, src: torch.Tensor, src_pad: torch.Tensor | None = None,
@@ -105,12 +89,13 @@ class EncoderDecoder(Tapped):
         Returns:
             memory (B, S, d).
         """
-        check_ids(src, self.config.vocab_size, "src")
+        check_token_ids(src, self.config.vocab_size, "src")
         check_pad(src_pad, *src.shape, name="src_pad")
         x, rope, score_bias = self._embed(src)  # (B, S, d)
-        mask = padding_mask(src_pad) if src_pad is not None else None  # (B, 1, 1, S)
+        inputs = AttentionInputs(mask=padding_mask(src_pad) if src_pad is not None else None,  # (B, 1, 1, S)
+                                 rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
         for block in self.enc:
-            x, weights = block(x, mask=mask, rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
+            x, weights = block(x, inputs=inputs)
             if attn_log is not None:
                 attn_log["enc"].append(weights["self"])
         return self.tap("encoder_ln_final", self.enc_norm(x))
@@ -130,7 +115,7 @@ class EncoderDecoder(Tapped):
         Returns:
             logits (B, T, V).
         """
-        check_ids(tgt_in, self.config.vocab_size, "tgt_in")
+        check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
         d = self.config.d_model
         start = cache[0][0].length if cache else 0  # target positions already in the cache
@@ -140,13 +125,13 @@ class EncoderDecoder(Tapped):
         if src_pad is not None and memory is not None:
             check_pad(src_pad, B, memory.shape[1], name="src_pad")
         x, rope, score_bias = self._embed(tgt_in, start, decoder=True)  # (B, T, d)
-        mask = padding_mask(tgt_pad) if tgt_pad is not None else None  # (B, 1, 1, cached + T); causal: flag
-        memory_mask = padding_mask(src_pad) if src_pad is not None else None  # (B, 1, 1, S)
+        inputs = AttentionInputs(
+            mask=padding_mask(tgt_pad) if tgt_pad is not None else None,  # (B, 1, 1, cached + T); causal: flag
+            memory_mask=padding_mask(src_pad) if src_pad is not None else None,  # (B, 1, 1, S)
+            is_causal=True, rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
         for i, block in enumerate(self.dec):
             self_cache, cross_cache = cache[i] if cache else (None, None)
-            x, weights = block(x, mask=mask, memory=memory, memory_mask=memory_mask, is_causal=True, rope=rope,
-                               score_bias=score_bias, need_weights=attn_log is not None, cache=self_cache,
-                               cross_cache=cross_cache)  # (B, T, d)
+            x, weights = block(x, memory=memory, inputs=inputs, cache=self_cache, cross_cache=cross_cache)  # (B, T, d)
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])

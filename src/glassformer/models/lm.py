@@ -14,15 +14,17 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..config import ModelConfig
-from ..errors import GlassformerError, check_int
+from ..config import ModelConfig, config_from_args
+from ..errors import GlassformerError, check_int, check_pad, check_token_ids
+from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from ..nn.taps import Tapped
-from .common import Embedder, OutputHead, check_ids, check_pad, config_from_args, final_norm, init_weights, make_blocks
+from .common import Embeddings, final_norm, init_weights, make_blocks
+from .families import output_head
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
-SEED_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos", "tie", "norm_first", "activation")
+LESSON_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos", "tie", "norm_first", "activation")
 
 
 class LMOutput(NamedTuple):
@@ -60,19 +62,19 @@ class TransformerLM(Tapped):
     Every :class:`ModelConfig` field is accepted as a keyword; ``model.config`` gives it back.
     Attention runs the fused kernel unless ``return_attn=True`` asks for the weights.
 
-    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embedder`), ``blocks`` (n_layers
+    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embeddings`), ``blocks`` (n_layers
     :class:`TransformerBlock`), ``norm_f`` (final norm), ``head``
-    (:class:`~glassformer.models.common.OutputHead`). Hook point "ln_final": the final norm's output;
+    (:class:`~glassformer.models.head.OutputHead`). Hook point "ln_final": the final norm's output;
     every part has its own (see :mod:`glassformer.interpret` for their names).
     """
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
-        self.config = config = config_from_args(vocab_size, args, kwargs, SEED_ARGS, arch="lm")
-        self.embeddings = Embedder(config)
+        self.config = config = config_from_args(vocab_size, args, kwargs, LESSON_ARGS, arch="lm")
+        self.embeddings = Embeddings(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
-        self.head = OutputHead(config)
+        self.head = output_head(config)
         init_weights(self, config, config.n_layers)
 
     @property
@@ -81,15 +83,6 @@ class TransformerLM(Tapped):
         return self.embeddings.tok
 
     # ------------------------------------------------------------------ inputs
-    def embed(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
-              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Token embeddings (x √d when configured) + absolute positions. ids (B, T) -> (B, T, d)."""
-        check_ids(ids, self.config.vocab_size)
-        T = ids.shape[1]
-        if positions is None:
-            positions = torch.arange(T, device=ids.device)  # (T,)
-        return self.embeddings(ids, positions, T, token_type_ids)
-
     def make_mask(self, T: int, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
                   device: torch.device | str | None = None) -> torch.Tensor | None:
         """The full boolean self-attention mask this model uses; None means "everything visible".
@@ -109,9 +102,9 @@ class TransformerLM(Tapped):
         Causality is passed as a flag rather than a tensor so the fused kernel can skip the mask.
         A prefix-LM's prefix is processed in the first call; later (cached) steps are causal.
         """
-        attn = self.config.attn
-        mask, is_causal = None, attn == "causal"
-        if attn == "prefix":
+        kind = self.config.attn
+        mask, is_causal = None, kind == "causal"
+        if kind == "prefix":
             if prefix_len is None:
                 raise GlassformerError("attn='prefix' needs prefix_len (an int or a (B,) tensor of prefix lengths)")
             prefix_len = check_prefix_len(prefix_len, start + T, batch)
@@ -120,7 +113,7 @@ class TransformerLM(Tapped):
             else:
                 is_causal = True
         elif prefix_len is not None:
-            raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={attn!r})")
+            raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' (this model has attn={kind!r})")
         if pad is not None:
             pad_keys = padding_mask(pad)  # (B, 1, 1, Tk)
             mask = pad_keys if mask is None else mask & pad_keys
@@ -152,7 +145,7 @@ class TransformerLM(Tapped):
             (B, T, d), or with ``return_attn`` a :class:`HiddenStates` (hidden (B, T, d),
             attn [(B, h, T, Tk)] per layer).
         """
-        check_ids(ids, self.config.vocab_size)
+        check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
         start = cache[0].length if cache else 0  # positions already in the cache
         check_pad(pad, B, start + T)
@@ -162,15 +155,16 @@ class TransformerLM(Tapped):
         else:
             end = int(positions.max()) + 1 if positions.numel() else 0
         x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
-        rope, score_bias = self.embeddings.attention_inputs(positions, T, start + T, end)
-        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start, B)
-        attn = []
+        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
+        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
+        inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
+                                 need_weights=return_attn)
+        patterns = []  # each layer's attention weights (B, h, T, Tk), or None
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
-                               need_weights=return_attn, cache=cache[i] if cache else None)  # (B, T, d)
-            attn.append(weights["self"])
+            x, weights = block(x, inputs=inputs, cache=cache[i] if cache else None)  # (B, T, d)
+            patterns.append(weights["self"])
         x = self.tap("ln_final", self.norm_f(x))
-        return HiddenStates(x, attn) if return_attn else x
+        return HiddenStates(x, patterns) if return_attn else x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""

@@ -1,10 +1,9 @@
-"""Building blocks, one concept per module. Imports nothing from the rest of glassformer but its error types."""
+"""Building blocks, one concept per module: the model's math alone. Imports only ``config`` and ``errors``."""
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import AttentionInputs, MultiHeadAttention, scaled_dot_product_attention
 from .block import TransformerBlock
 from .feedforward import FeedForward
 from .kv_cache import KVCache
-from .linear import Linear, linear, set_batched_matvec
 from .masks import causal_mask, padding_mask, prefix_mask
 from .norms import RMSNorm
 from .positions import (
@@ -17,8 +16,7 @@ from .positions import (
 )
 
 __all__ = [
-    "scaled_dot_product_attention", "MultiHeadAttention", "TransformerBlock", "FeedForward", "KVCache",
-    "Linear", "linear", "set_batched_matvec",
-    "causal_mask", "padding_mask", "prefix_mask", "RMSNorm", "LearnedPositions",
+    "scaled_dot_product_attention", "AttentionInputs", "MultiHeadAttention", "TransformerBlock", "FeedForward",
+    "KVCache", "causal_mask", "padding_mask", "prefix_mask", "RMSNorm", "LearnedPositions",
     "alibi_bias", "alibi_slopes", "apply_rope", "rope_angles", "sinusoidal_positions",
 ]

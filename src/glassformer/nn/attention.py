@@ -1,39 +1,27 @@
-"""Scaled dot-product attention (one function, two paths) and multi-head attention.
+"""Scaled dot-product attention (explicit softmax, and the fused kernel as its fast equivalent) and
+multi-head attention.
 
-``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + score_bias) v under a boolean mask. When
-nobody asks for the weights it calls the fused ``torch.nn.functional.scaled_dot_product_attention``;
-when they are asked for it runs the explicit softmax, so the weights the reader sees are the ones
-the model used. Both paths agree to float32 rounding (tests/test_attention.py).
+``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + score_bias) v under a boolean mask,
+written out step by step; when nobody asks for the weights, ``fused_attention`` computes the same
+numbers with ``torch.nn.functional.scaled_dot_product_attention`` (tests/test_attention.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..config import check_head_counts
+from ..errors import ArgumentTypeError, GlassformerError, check_mask
 from .kv_cache import KVCache
-from .linear import Linear, linear
 from .masks import causal_mask
 from .positions import apply_rope
 from .taps import Tapped
-
-
-def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != torch.Size(scores_shape):
-        raise GlassformerError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
-            f"{tuple(scores_shape)} (batch..., Tq, Tk)")
 
 
 def scaled_dot_product_attention(
@@ -66,60 +54,112 @@ def scaled_dot_product_attention(
             (..., h, Tq, Tk) (ALiBi's distance penalty).
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
         scale: score scale; default 1/√d_k.
-        need_weights: return the weights (explicit path) or None (fused path).
-        tap: explicit path only: called as ``tap("attn_scores", scores)`` (masked, before the softmax)
-            and ``tap("pattern", weights)``; what it returns is used (a hook point, see ``Tapped``).
+        need_weights: True: this explicit softmax, returning the weights; False: :func:`fused_attention`.
+        tap: called as ``tap("attn_scores", scores)`` (masked, before the softmax) and
+            ``tap("pattern", weights)``; what it returns is used (a hook point, see ``Tapped``).
     Returns:
         (out, weights): out (..., h, Tq, d_v); weights (..., h, Tq, Tk), rows summing to 1, or None.
         A query row with no visible key gets zeros (never NaN) on both paths.
     """
-    Tq, Tk = q.shape[-2], k.shape[-2]
-    n_heads, n_kv_heads = q.shape[-3], k.shape[-3]
-    if n_kv_heads != n_heads:  # grouped-query attention: each kv head serves n_heads / n_kv_heads query heads
-        if n_heads % n_kv_heads != 0:
-            raise GlassformerError(f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})")
-        k = k.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_k)
-        v = v.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., h, Tk, d_v)
-    scores_shape = (*q.shape[:-1], Tk)  # (..., h, Tq, Tk)
-    if mask is not None:
-        _check_mask(mask, scores_shape)
+    k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
+    check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if not need_weights and is_causal and mask is None and score_bias is None and Tq == Tk:
-        # the training case: the kernel applies causality itself, no (T, T) mask is built
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-        return out, None
-    visible = mask
-    if is_causal and Tq > 1:  # bottom-right aligned: query i is position Tk - Tq + i
-        not_future = causal_mask(Tk, q.device)[Tk - Tq:]  # (Tq, Tk)
-        visible = not_future if visible is None else visible & not_future
-
-    if not need_weights:  # fused kernel; the bias and the mask travel together as one float mask
-        if visible is None and score_bias is None:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
-            return out, None
-        attn_mask = visible
+    if need_weights:
+        visible = _visible_keys(mask, is_causal, n_queries=q.shape[-2], n_keys=k.shape[-2],
+                                device=q.device)  # (..., Tq, Tk) or None
+        scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
         if score_bias is not None:
-            score_bias = score_bias.to(q.dtype)
-            attn_mask = score_bias if visible is None else score_bias.masked_fill(~visible, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
-        if visible is not None:  # rows with nothing visible: zeros, as on the explicit path
-            out = out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
-        return out, None
+            scores = scores + score_bias
+        if visible is not None:
+            scores = scores.masked_fill(~visible, float("-inf"))
+        if tap is not None:
+            scores = tap("attn_scores", scores)
+        weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
+        if visible is not None:
+            weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
+        if tap is not None:
+            weights = tap("pattern", weights)
+        dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+        return dropped @ v, weights  # (..., h, Tq, d_v)
+    return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
+                           scale=scale), None
 
-    scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
+                    is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float,
+                    scale: float) -> torch.Tensor:
+    """The fast equivalent of the explicit path: one ``F.scaled_dot_product_attention`` call.
+
+    Same arguments as :func:`scaled_dot_product_attention` (k, v already with h heads); returns out
+    (..., h, Tq, d_v). The mask and the score bias travel together as one float mask; the training
+    case (causal, nothing else, Tq = Tk) passes ``is_causal`` so no (T, T) mask is built.
+    """
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    if is_causal and mask is None and score_bias is None and Tq == Tk:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+    visible = _visible_keys(mask, is_causal, n_queries=Tq, n_keys=Tk, device=q.device)
+    if visible is None and score_bias is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    attn_mask = visible
     if score_bias is not None:
-        scores = scores + score_bias
-    if visible is not None:
-        scores = scores.masked_fill(~visible, float("-inf"))
-    if tap is not None:
-        scores = tap("attn_scores", scores)
-    weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
-    if visible is not None:
-        weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
-    if tap is not None:
-        weights = tap("pattern", weights)
-    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
-    return dropped @ v, weights  # (..., h, Tq, d_v)
+        score_bias = score_bias.to(q.dtype)
+        attn_mask = score_bias if visible is None else score_bias.masked_fill(~visible, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if visible is not None:  # rows with nothing visible: zeros, as on the explicit path
+        out = out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
+    return out
+
+
+def _share_kv_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query attention: repeat each of the kv key/value heads for its h/kv query heads."""
+    n_heads, n_kv_heads = q.shape[-3], k.shape[-3]
+    if n_kv_heads == n_heads:
+        return k, v
+    check_head_counts(n_heads, n_kv_heads)
+    group = n_heads // n_kv_heads
+    return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+
+
+def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int, n_keys: int,
+                  device: torch.device) -> torch.Tensor | None:
+    """``mask`` and, when causal, "no future key" (bottom-right aligned: query i is position Tk - Tq + i)."""
+    if not is_causal or n_queries <= 1:
+        return mask
+    not_future = causal_mask(n_keys, device)[n_keys - n_queries:]  # (Tq, Tk)
+    return not_future if mask is None else mask & not_future
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """What attention needs from the model besides the vectors: who may see whom, and where tokens are.
+
+    A model builds one per forward pass and hands the same object to every block.
+
+    Attributes:
+        mask: self-attention mask, bool, broadcastable to (B, h, T, Tk); True = may attend.
+        memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
+        is_causal: self-attention also hides future keys (a flag, so the fused kernel needs no mask).
+        rope: (cos, sin), each (T, hd) or (B, T, hd), rotating self-attention's queries and new keys.
+        score_bias: float, broadcastable to (B, h, T, Tk), added to self-attention's scores (ALiBi).
+        need_weights: return the attention weights (explicit softmax) instead of None (fused kernel).
+    """
+
+    mask: torch.Tensor | None = None
+    memory_mask: torch.Tensor | None = None
+    is_causal: bool = False
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None
+    score_bias: torch.Tensor | None = None
+    need_weights: bool = True
+
+    @staticmethod
+    def given(inputs: AttentionInputs | None, mask: torch.Tensor | None = None,
+              memory_mask: torch.Tensor | None = None) -> AttentionInputs:
+        """``inputs``, or the lessons' plain masks made into one; both at once is an error."""
+        if inputs is None:
+            return AttentionInputs(mask=mask, memory_mask=memory_mask)
+        if mask is not None or memory_mask is not None:
+            raise ArgumentTypeError("pass the masks either as mask/memory_mask or inside inputs, not both")
+        return inputs
 
 
 class MultiHeadAttention(Tapped):
@@ -127,10 +167,9 @@ class MultiHeadAttention(Tapped):
 
     The width d is split into h heads of hd = d/h; each head attends on its own and the results are
     concatenated and mixed by ``o_proj``. Queries, keys and values come from one fused projection
-    ``qkv`` (one matmul instead of three); for cross-attention (``kv`` given) the same weight is
-    sliced: its query rows are applied to ``x`` and its key/value rows to ``kv``. With ``n_kv_heads``
-    < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
-    ``need_weights`` defaults to True (a direct call returns the weights, as in the seed); models always pass it.
+    ``qkv`` (one matmul instead of three); for cross-attention the same weight is sliced: its query
+    rows are applied to ``x`` and its key/value rows to the memory. With ``n_kv_heads`` < ``n_heads``
+    keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
 
     Hook points (``self.tap``, see :mod:`glassformer.interpret`): "q", "k", "v" (B, T, heads, hd) as
     projected; "rot_q", "rot_k" (B, heads, T, hd) after RoPE; "attn_scores", "pattern" (B, h, Tq, Tk);
@@ -148,18 +187,13 @@ class MultiHeadAttention(Tapped):
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
                  dropout: float = 0.0):
         super().__init__()
-        check_int("d_model", d_model, low=1)
-        check_int("n_heads", n_heads, low=1)
-        n_kv_heads = check_int("n_kv_heads", n_heads if n_kv_heads is None else n_kv_heads, low=1)
-        if d_model % n_heads != 0:
-            raise GlassformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        if n_heads % n_kv_heads != 0:
-            raise GlassformerError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_head_counts(n_heads, n_kv_heads, d_model)
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
         # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
-        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
-        self.o_proj = Linear(d_model, d_model, bias=bias)
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def _heads(self, t: torch.Tensor, n: int, name: str) -> torch.Tensor:
         """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head; tapped as ``name``."""
@@ -167,42 +201,31 @@ class MultiHeadAttention(Tapped):
         t = self.tap(name, t.view(B, T, n, self.head_dim))  # (B, T, n, hd)
         return t.transpose(1, 2)  # (B, n, T, hd)
 
-    def project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of a source sequence (cross-attention) with the key/value rows of ``qkv``.
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of a memory sequence (cross-attention) with the key/value rows of ``qkv``.
 
         Args:
-            source: (B, S, d), e.g. the encoder output.
+            memory: (B, S, d), e.g. the encoder output.
         Returns:
             (k, v), each (B, n_kv_heads, S, hd).
         """
         dq = self.n_heads * self.head_dim
         kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
-        k, v = linear(source, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
+        k, v = F.linear(memory, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
         return self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        kv: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        *,
-        is_causal: bool = False,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        score_bias: torch.Tensor | None = None,
-        need_weights: bool = True,
-        cache: KVCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend from ``x`` to itself (``kv=None``) or to ``kv`` (cross-attention).
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
+                inputs: AttentionInputs | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x`` to itself (``kv=None``) or to the memory ``kv`` (cross-attention).
 
         Args:
             x: (B, Tq, d) queries' source.
-            kv: (B, Tk, d) keys' and values' source, or None for self-attention.
-            mask: bool, broadcastable to (B, h, Tq, Tk); True = may attend.
-            is_causal: hide future keys (see :func:`scaled_dot_product_attention`).
-            rope: (cos, sin) from ``rope_angles`` for the queries' positions, applied to q and to the
-                new keys (self-attention only).
-            score_bias: float tensor added to the scores (ALiBi), broadcastable to (B, h, Tq, Tk).
-            need_weights: return the attention weights (explicit path) instead of None (fused).
+            kv: (B, Tk, d) the memory keys and values are read from (the lessons' name), or None.
+            mask: bool, broadcastable to (B, h, Tq, Tk); True = may attend (or pass ``inputs``).
+            inputs: :class:`AttentionInputs` from the model; self-attention uses its mask,
+                causality, RoPE and score bias, cross-attention its memory_mask. Default: ``mask``
+                alone, weights returned (as in the lessons).
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it, and
                 cross-attention fills it once and reuses it.
         Returns:
@@ -210,30 +233,34 @@ class MultiHeadAttention(Tapped):
         """
         B, Tq, _ = x.shape
         dq, dkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        cross = kv is not None or (cache is not None and cache.static)
+        memory = kv
+        cross = memory is not None or (cache is not None and cache.static)
+        inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
             q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
             q = self._heads(q, self.n_heads, "q")  # (B, h, Tq, hd)
             k, v = self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")  # (B, kv, Tq, hd)
-            if rope is not None:
-                q, k = self.tap("rot_q", apply_rope(q, *rope)), self.tap("rot_k", apply_rope(k, *rope))
+            if inputs.rope is not None:
+                q, k = self.tap("rot_q", apply_rope(q, *inputs.rope)), self.tap("rot_k", apply_rope(k, *inputs.rope))
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, kv, cached + Tq, hd)
+            mask, is_causal, score_bias = inputs.mask, inputs.is_causal, inputs.score_bias
         else:
             q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, "q")  # (B, h, Tq, hd)
+            q = self._heads(F.linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, "q")  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
-            elif kv is None:
+            elif memory is None:
                 raise GlassformerError("cross-attention needs kv (the encoder output) until its cache is filled")
             else:
-                k, v = self.project_kv(kv)  # (B, kv, Tk, hd)
+                k, v = self.project_kv(memory)  # (B, kv, S, hd)
                 if cache is not None:
                     k, v = cache.update(k, v)
-        explicit = need_weights or self.tapped("attn_scores", "pattern")  # this layer alone leaves the kernel
+            mask, is_causal, score_bias = inputs.memory_mask, False, None
+        explicit = inputs.need_weights or self.tapped("attn_scores", "pattern")  # this layer alone leaves the kernel
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap)  # (B, h, Tq, hd)
         out = self.tap("z", out.transpose(1, 2))  # (B, Tq, h, hd)
         out = out.reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
-        return self.o_proj(out), weights if need_weights else None
+        return self.o_proj(out), weights if inputs.need_weights else None

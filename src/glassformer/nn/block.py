@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
 from ..errors import GlassformerError
-from .attention import MultiHeadAttention
+from .attention import AttentionInputs, MultiHeadAttention
 from .feedforward import FeedForward
 from .kv_cache import KVCache
 from .norms import make_norm
@@ -19,9 +17,9 @@ class TransformerBlock(Tapped):
     """Self-attention -> (cross-attention) -> feed-forward, each a residual sub-layer with a norm.
 
     The residual ``x + f(x)`` lets each sub-layer learn a correction and gives gradients a short path.
-    Where the norm goes is the classic choice:
-    post-norm (2017, BERT): ``x = norm(x + f(x))``; pre-norm (GPT-2 on): ``x = x + f(norm(x))``,
-    which trains more easily when deep.
+    Where the norm goes is the classic choice, written out in :meth:`forward`:
+    pre-norm (GPT-2 on): ``x = x + f(norm(x))``, which trains more easily when deep;
+    post-norm (2017, BERT): ``x = norm(x + f(x))``.
 
     Args:
         d_model, n_heads, d_ff: width, heads and feed-forward width.
@@ -30,7 +28,7 @@ class TransformerBlock(Tapped):
         activation: feed-forward activation (see :class:`FeedForward`).
         bias: biases in linear layers (and LayerNorm).
         n_kv_heads: key/value heads for GQA/MQA.
-        dropout: on attention weights and on each sub-layer's output.
+        dropout: on attention weights and on each sub-layer's output (while training).
         norm: "layernorm" or "rmsnorm"; norm_eps: its epsilon.
         ffn: False leaves the feed-forward sub-layer out (attention-only Transformers, Elhage et al. 2021).
 
@@ -54,26 +52,7 @@ class TransformerBlock(Tapped):
         self.cross_norm = make_norm(norm, d_model, norm_eps, bias) if cross else None
         self.ffn = FeedForward(d_model, d_ff, activation, bias) if ffn else None
         self.ffn_norm = make_norm(norm, d_model, norm_eps, bias) if ffn else None
-        # dropout on each sub-layer's output, applied once in _sublayer (GPT-2, nanoGPT); none inside the FFN
-        self.dropout = nn.Dropout(dropout)
-
-    def _sublayer(self, x: torch.Tensor, norm: nn.Module,
-                  fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
-                  taps: tuple[str, str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Both norm placements in one place; ``fn`` maps a tensor (B, T, d) to (output (B, T, d), weights).
-
-        ``taps`` names the hook points of the norm's output and of the sub-layer's output.
-        Dropout is the identity in eval mode, so it is only called while training (a decoding step
-        runs this twice per layer; the skipped calls are measurable there).
-        """
-        norm_tap, out_tap = taps
-        if self.norm_first:
-            y, w = fn(self.tap(norm_tap, norm(x)))
-            y = self.tap(out_tap, y)
-            return x + (self.dropout(y) if self.training else y), w
-        y, w = fn(x)
-        y = self.tap(out_tap, y)
-        return self.tap(norm_tap, norm(x + (self.dropout(y) if self.training else y))), w
+        self.dropout = nn.Dropout(dropout)  # on each sub-layer's output (GPT-2, nanoGPT); none inside the FFN
 
     def forward(
         self,
@@ -82,10 +61,7 @@ class TransformerBlock(Tapped):
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         *,
-        is_causal: bool = False,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        score_bias: torch.Tensor | None = None,
-        need_weights: bool = True,
+        inputs: AttentionInputs | None = None,
         cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
@@ -96,25 +72,44 @@ class TransformerBlock(Tapped):
             mask: self-attention mask, broadcastable to (B, h, T, T); True = may attend.
             memory: encoder output (B, S, d); required when the block has cross-attention.
             memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
-            is_causal, rope, score_bias, need_weights, cache: passed to self-attention
-                (see :class:`MultiHeadAttention`); cross_cache to cross-attention.
+            inputs: instead of the two masks, the model's :class:`AttentionInputs` (masks, causality,
+                RoPE, score bias, whether to return weights).
+            cache: self-attention's :class:`KVCache`; cross_cache: cross-attention's.
         Returns:
             (x, weights): x (B, T, d); weights {"self": (B, h, T, T), "cross": (B, h, T, S) when
-            the block has cross-attention}, with None values when ``need_weights`` is False.
+            the block has cross-attention}, with None values when weights are not asked for.
         """
+        inputs = AttentionInputs.given(inputs, mask, memory_mask)
         weights: dict[str, torch.Tensor | None] = {}
         x = self.tap("resid_pre", x)
-        x, weights["self"] = self._sublayer(x, self.attn_norm, lambda t: self.self_attn(
-            t, mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias, need_weights=need_weights,
-            cache=cache), ("attn_norm", "attn_out"))
+
+        if self.norm_first:  # x = x + attn(norm(x))
+            out, weights["self"] = self.self_attn(self.tap("attn_norm", self.attn_norm(x)), inputs=inputs, cache=cache)
+            x = x + self._dropped(self.tap("attn_out", out))
+        else:  # x = norm(x + attn(x))
+            out, weights["self"] = self.self_attn(x, inputs=inputs, cache=cache)
+            x = self.tap("attn_norm", self.attn_norm(x + self._dropped(self.tap("attn_out", out))))
         x = self.tap("resid_mid", x)
+
         if self.cross_attn is not None:
             if memory is None and (cross_cache is None or cross_cache.length == 0):
                 raise GlassformerError("this block has cross-attention: pass the encoder output as memory")
-            x, weights["cross"] = self._sublayer(x, self.cross_norm, lambda t: self.cross_attn(
-                t, kv=memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache),
-                ("cross_norm", "cross_attn_out"))
+            if self.norm_first:  # x = x + cross_attn(norm(x), memory)
+                out, weights["cross"] = self.cross_attn(self.tap("cross_norm", self.cross_norm(x)), memory,
+                                                        inputs=inputs, cache=cross_cache)
+                x = x + self._dropped(self.tap("cross_attn_out", out))
+            else:  # x = norm(x + cross_attn(x, memory))
+                out, weights["cross"] = self.cross_attn(x, memory, inputs=inputs, cache=cross_cache)
+                x = self.tap("cross_norm", self.cross_norm(x + self._dropped(self.tap("cross_attn_out", out))))
             x = self.tap("resid_mid2", x)
+
         if self.ffn is not None:
-            x, _ = self._sublayer(x, self.ffn_norm, lambda t: (self.ffn(t), None), ("ffn_norm", "mlp_out"))
+            if self.norm_first:  # x = x + ffn(norm(x))
+                x = x + self._dropped(self.tap("mlp_out", self.ffn(self.tap("ffn_norm", self.ffn_norm(x)))))
+            else:  # x = norm(x + ffn(x))
+                x = self.tap("ffn_norm", self.ffn_norm(x + self._dropped(self.tap("mlp_out", self.ffn(x)))))
         return self.tap("resid_post", x), weights
+
+    def _dropped(self, y: torch.Tensor) -> torch.Tensor:
+        """Dropout on a sub-layer's output while training; in eval mode ``y`` itself, without a module call."""
+        return self.dropout(y) if self.training else y

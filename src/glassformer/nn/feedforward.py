@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..config import ACTIVATIONS
-from ..errors import GlassformerError, check_int
-from .linear import Linear
+from ..config import ACTIVATIONS, check_choice
+from ..errors import check_int
 from .taps import Tapped
 
 
@@ -21,7 +21,8 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x, approximate="tanh")
     if name in ("silu", "swiglu"):
         return F.silu(x)
-    raise GlassformerError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+    check_choice("activation", name, ACTIVATIONS)  # an unknown name stops here; a known one returned above
+    raise AssertionError(f"activation {name!r} is in config.ACTIVATIONS but not implemented here")
 
 
 class FeedForward(Tapped):
@@ -45,13 +46,11 @@ class FeedForward(Tapped):
         super().__init__()
         check_int("d_model", d_model, low=1)
         check_int("d_ff", d_ff, low=1)
-        if activation not in ACTIVATIONS:
-            raise GlassformerError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        self.activation = activation
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
         self.gated = activation in ("swiglu", "geglu")
-        self.up = Linear(d_model, d_ff, bias=bias)
-        self.gate = Linear(d_model, d_ff, bias=bias) if self.gated else None
-        self.down = Linear(d_ff, d_model, bias=bias)
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""

@@ -7,11 +7,9 @@ the opposite convention; convert only at that boundary (see ``glassformer.intero
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..errors import GlassformerError, check_int, check_prefix_len
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -28,48 +26,6 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tenso
     """
     check_int("T", T, low=0)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
-
-
-def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
-                     batch: int | None = None) -> int | torch.Tensor:
-    """The one check of a prefix-LM's ``prefix_len``, used wherever one is passed in.
-
-    Args:
-        prefix_len: an int, or a (B,) integer tensor with one prefix length per row.
-        length: the sequence length (an int, or a (B,) tensor of per-row lengths) the prefix must fit
-            in; None checks only ``>= 0``.
-        batch: the batch size B a tensor must match; None accepts any (B,).
-    Returns:
-        ``prefix_len`` itself: an int, or the tensor as ``torch.long``.
-    Raises:
-        TypeError for anything but an int or a 1-D integer tensor; ValueError for a wrong batch size or
-        a length outside ``0 <= prefix_len <= length``, naming the value.
-    """
-    if isinstance(prefix_len, torch.Tensor):
-        if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
-                or prefix_len.dtype == torch.bool:
-            raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
-                                    f"tensor of shape {tuple(prefix_len.shape)}")
-        if batch is not None and prefix_len.shape[0] != batch:
-            raise GlassformerError(f"prefix_len must have one length per row: shape ({batch},), "
-                                   f"got {tuple(prefix_len.shape)}")
-        prefix_len = prefix_len.long()
-        shown: Any = prefix_len.tolist()
-        low_ok = bool((prefix_len >= 0).all())
-        high_ok = length is None or bool((prefix_len <= torch.as_tensor(length, device=prefix_len.device)).all())
-    elif isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
-        shown = prefix_len
-        low_ok = prefix_len >= 0
-        high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
-    else:
-        raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
-    if not (low_ok and high_ok):
-        if length is None:
-            raise GlassformerError(f"prefix_len must be >= 0, got {shown}")
-        limit = length.tolist() if isinstance(length, torch.Tensor) else length
-        raise GlassformerError(f"prefix_len={shown} is out of range: "
-                               f"expected 0 <= prefix_len <= sequence length {limit}")
-    return prefix_len
 
 
 def prefix_mask(T: int, prefix_len: int | torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:

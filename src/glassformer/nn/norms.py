@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import GlassformerError, check_int
+from ..config import NORMS, check_choice
+from ..errors import check_int
 
 
 class RMSNorm(nn.Module):
@@ -40,8 +41,6 @@ def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Modu
         eps: added to the variance (or mean square).
         bias: LayerNorm's additive bias (RMSNorm has none).
     """
-    if kind == "layernorm":
+    if check_choice("norm", kind, NORMS) == "layernorm":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
-    if kind == "rmsnorm":
-        return RMSNorm(d_model, eps=eps)
-    raise GlassformerError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")
+    return RMSNorm(d_model, eps=eps)

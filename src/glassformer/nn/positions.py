@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from ..config import check_even_width
 from ..errors import GlassformerError, check_int
 
 
@@ -32,8 +33,7 @@ def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
     Returns:
         (T, d_model) float32 tensor.
     """
-    if d_model % 2 != 0:
-        raise GlassformerError(f"sinusoidal positions need an even d_model, got d_model={d_model}")
+    check_even_width("d_model", d_model, "sinusoidal positions")
     pos = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     pe = torch.zeros(T, d_model)
@@ -48,21 +48,24 @@ class LearnedPositions(nn.Module):
     Args:
         max_len: number of positions with a vector.
         d_model: width.
-        offset: position p reads row p + offset of the table, which has max_len + offset rows. BART
-            keeps fairseq's two reserved rows at the top of its tables (offset 2); others use 0.
     """
 
-    def __init__(self, max_len: int, d_model: int, offset: int = 0):
+    def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        check_int("max_len", max_len, low=1)
+        self.max_len = check_int("max_len", max_len, low=1)
         check_int("d_model", d_model, low=1)
-        self.max_len, self.offset = max_len, check_int("offset", offset, low=0)
-        self.weight = nn.Parameter(torch.empty(max_len + offset, d_model))  # (max_len + offset, d)
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))  # (max_len, d)
         nn.init.normal_(self.weight, std=0.02)
+
+    def check_length(self, end: int) -> None:
+        """A sequence reaching position ``end`` - 1 must fit in the table (``end <= max_len``)."""
+        if end > self.max_len:
+            raise GlassformerError(f"sequence of {end} positions is longer than max_len={self.max_len} "
+                                   "(learned positions exist only up to max_len)")
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: (T,) or (B, T) integer tensor -> (T, d) or (B, T, d)."""
-        return self.weight[positions + self.offset]
+        return self.weight[positions]
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,8 +79,7 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
         (cos, sin), each (..., T, head_dim) in float32, laid out as two halves (the Hugging Face
         "rotate_half" convention), ready for :func:`apply_rope`.
     """
-    if head_dim % 2 != 0:
-        raise GlassformerError(f"RoPE needs an even head width, got head_dim={head_dim}")
+    check_even_width("head_dim", head_dim, "RoPE")
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
     angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, hd/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, hd)

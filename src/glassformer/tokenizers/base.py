@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, load_json, shown
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, load_json, shown, token_id_error
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 
@@ -141,8 +141,7 @@ class Tokenizer(ABC):
         except TypeError:
             raise ArgumentTypeError(f"token id must be an int, got {shown(token_id)}") from None
         if not 0 <= token_id < self.vocab_size:
-            raise GlassformerError(f"token id {token_id} is out of range: "
-                                   f"expected 0 <= id < vocab_size={self.vocab_size}")
+            raise GlassformerError(token_id_error(token_id, self.vocab_size))
         return token_id
 
     def encode_to_array(self, text: str) -> np.ndarray:

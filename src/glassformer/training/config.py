@@ -21,9 +21,11 @@ from ..errors import (
     check_int,
     check_number,
     check_seed,
+    is_int,
+    is_number,
     shown,
 )
-from ..nn.precision import PRECISIONS
+from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
@@ -296,7 +298,7 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
                 value = int(value) if base == "int" else float(value)
             except ValueError:
                 raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
-        if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
+        if base == "int" and is_int(value) or base == "float" and is_number(value):
             try:
                 return float(value) if base == "float" else value
             except OverflowError:

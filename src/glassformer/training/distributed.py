@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..errors import GlassformerError
 from ..nn.block import TransformerBlock
+from ..runtime.device import pick_device
 from .config import PARALLEL
 
 
@@ -51,24 +52,6 @@ class DistInfo:
     def distributed(self) -> bool:
         """More than one process: gradients and counts are summed across them."""
         return self.world_size > 1
-
-
-def pick_device(device: str, local_rank: int = 0) -> torch.device:
-    """"auto": this process's GPU when there is one, else the CPU; otherwise the named device, where
-    "cuda" without an index is this process's GPU, ``cuda:<local_rank>`` (one per torchrun process)."""
-    if device == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise GlassformerError(f"device={device!r} but torch sees no CUDA device")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
-    if chosen.type == "cuda" and chosen.index is None:
-        chosen = torch.device("cuda", local_rank)
-    if chosen.type == "cuda" and chosen.index >= torch.cuda.device_count():
-        raise GlassformerError(f"device={device!r} but torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return chosen
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

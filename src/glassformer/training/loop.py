@@ -25,7 +25,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import BadFileError, GlassformerError
 from ..fileio import atomic_write_text, fsync_file
-from ..nn.precision import Precision, autocast, model_case, resolve_precision
+from ..runtime.precision import Precision, autocast, model_case, resolve_precision
 from ..tokenizers import Tokenizer
 from .checkpoint import LAST, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
 from .config import TrainConfig
@@ -205,7 +205,7 @@ class Trainer:
 
     def _precision_steps(self, micro: dict[str, torch.Tensor]) -> tuple[Any, Any]:
         """(float32, bfloat16-autocast) closures of one forward + backward of the model on ``micro``,
-        for :func:`~glassformer.nn.precision.resolve_precision` to time."""
+        for :func:`~glassformer.runtime.precision.resolve_precision` to time."""
 
         def step(precision: str) -> Any:
             def run() -> None:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..generation.api import pad_id_for, special_id
 from ..models.common import count_params
 from ..nn.masks import check_prefix_len
 from .i18n import HTML_LANG, js_labels, resolve_lang
@@ -169,13 +170,6 @@ def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], li
     return ids + [pad_id] * n, [False] * len(ids) + [True] * n
 
 
-def _special(tokenizer: Any, name: str) -> int | None:
-    value = getattr(tokenizer, f"{name}_id", None) if tokenizer is not None else None
-    if value is None and tokenizer is not None:  # Hugging Face tokenizers: pad_token_id, bos_token_id
-        value = getattr(tokenizer, f"{name}_token_id", None)
-    return value
-
-
 # ---------------------------------------------------------------------------------------------- gather
 STRUCTURES = {"causal": "decoder-only (causal)", "bidirectional": "encoder-only (bidirectional)",
               "prefix": "prefix-LM"}
@@ -216,7 +210,7 @@ def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: i
     """Per step of a greedy continuation: the top-k candidates with probabilities and the choice."""
     from ..generation.trace import trace_generation
 
-    eos = _special(tokenizer, "eos")
+    eos = special_id(tokenizer, "eos")
     if eos is not None:
         options["eos_token_id"] = eos
     records = trace_generation(model, ids, steps, top_k=top_k, **options)
@@ -264,13 +258,12 @@ def gather(
     ids = _to_ids(text, tokenizer, "text", add_special_tokens)
     if not ids:
         raise GlassformerError("text is empty (it encodes to no tokens); give at least one character")
-    eos = _special(tokenizer, "eos")
+    eos = special_id(tokenizer, "eos")
     if config.arch == "encoder-decoder" and isinstance(text, str) and eos is not None and ids[-1] != eos:
         ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
     ids = _cap(ids, max_tokens, "text", notes, lang)
     tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
-    pad_id = _special(tokenizer, "pad")
-    pad_id = 0 if pad_id is None else pad_id
+    pad_id = pad_id_for(tokenizer)
     was_training = model.training
     model.eval()
     try:
@@ -303,10 +296,10 @@ def _gather_interpret_lm(model, tokenizer, inputs, lens, heads, ablation, notes,
     """The report_interpret sections of a TransformerLM's input ``inputs`` = (x, pad, prefix_len, tokens)."""
     x, pad, prefix_len, tokens = inputs
     specials = getattr(tokenizer, "specials", None) or ()
-    first = len(specials) if specials and _special(tokenizer, specials[0]) == 0 else 0  # specials first: skip them
+    first = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # specials first: skip them
     return gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), lens=lens, heads=heads,
                             ablation=ablation, low=first,
-                            bos=_special(tokenizer, "bos"), notes=notes, lang=lang, pad=pad,
+                            bos=special_id(tokenizer, "bos"), notes=notes, lang=lang, pad=pad,
                             prefix_len=prefix_len)
 
 
@@ -351,7 +344,7 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
                    lang="en"):
     if prefix_len is not None:
         raise GlassformerError("prefix_len is only meaningful for attn='prefix' models, not an encoder-decoder")
-    start = _special(tokenizer, "bos") if start_id is None else start_id
+    start = special_id(tokenizer, "bos") if start_id is None else start_id
     if start is None:
         raise GlassformerError("an encoder-decoder report needs the decoder's start token: pass start_id "
                                "or use a tokenizer with a bos token")

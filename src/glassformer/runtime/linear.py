@@ -1,4 +1,4 @@
-"""The linear layer every projection uses, with a route for the few rows of decoding on a CPU.
+"""A route for the few rows of decoding on a CPU: ``linear(x, W, b)``, the same product as ``F.linear``.
 
 ``linear(x, W, b)`` is ``F.linear``: x Wᵀ + b. One case may take another route. A decoding step feeds
 one row per sequence through every weight matrix, so its cost is *reading the weights* (the work is
@@ -12,7 +12,8 @@ shape is met, :func:`.kernel_choice.choose` times both ways on this machine and 
 The route is considered only for float32 on the CPU (not under autocast), no autograd, at most
 ``FEW_ROWS`` rows, and a weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else,
 training included, is plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere (``glassformer bench``
-times both).
+times both). The model never calls this: :func:`glassformer.runtime.decode.few_row_route` applies it
+to a model's projections from outside, for the length of a generation.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..errors import ArgumentTypeError
 from .kernel_choice import choose
@@ -89,11 +89,3 @@ def _route_pays(rows: int, weight: torch.Tensor) -> bool:
         return lambda: F.linear(probe, weight), lambda: _blocked_matvec(probe, weight)
 
     return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}", ways)
-
-
-class Linear(nn.Linear):
-    """``torch.nn.Linear`` (same parameters, same state dict) whose product is :func:`linear`."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in_features) -> (..., out_features)."""
-        return linear(x, self.weight, self.bias)

@@ -10,7 +10,7 @@ bfloat16 and is slower. So ``"auto"`` does not assume:
 - on a CUDA device it takes bfloat16 when the GPU supports it (Ampere and later), else float32;
 - on a CPU without bfloat16 instructions it keeps float32;
 - on a CPU with them it *measures* this model's step both ways (see
-  :func:`glassformer.nn.kernel_choice.choose`: interleaved pairs, remembered per machine) and takes
+  :func:`glassformer.runtime.kernel_choice.choose`: interleaved pairs, remembered per machine) and takes
   bfloat16 only when it is clearly faster.
 
 float16 is never chosen by "auto" (its narrow range needs loss scaling; the trainer then uses a

@@ -1,0 +1,45 @@
+"""The output layer: hidden states -> a score for every vocabulary entry."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+
+
+class OutputHead(nn.Module):
+    """``logits = h Wᵀ + b``, for both models.
+
+    - W: the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) matrix of
+      its own (``weight``), initialised as ``torch.nn.Linear`` initialises itself;
+    - b: ``bias`` (V,) when ``config.head_bias`` (BERT's MLM decoder, BART's final_logits_bias),
+      zero at the start when tied.
+
+    Args:
+        config: the model's config.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        V, d = config.vocab_size, config.d_model
+        if config.tie:
+            weight, bias = None, (nn.Parameter(torch.zeros(V)) if config.head_bias else None)
+        else:
+            untied = nn.Linear(d, V, bias=config.head_bias)
+            weight, bias = untied.weight, untied.bias  # (V, d), (V,) or None
+        self.register_parameter("weight", weight)
+        self.register_parameter("bias", bias)
+
+    def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """Scores of every vocabulary entry.
+
+        Args:
+            hidden: (..., d) final hidden states.
+            embedding: (V, d) the token embedding matrix (the output weight when tied).
+        Returns:
+            (..., V) logits.
+        """
+        weight = embedding if self.weight is None else self.weight  # (V, d)
+        return F.linear(hidden, weight, self.bias)  # (..., V)

@@ -1,0 +1,1 @@
+"""Speed policy, outside the math: measured kernel choices, precision, decode routes."""

@@ -1,0 +1,65 @@
+"""The few-row decoding route, applied to a model from outside while it generates.
+
+A decoding step multiplies one row per sequence by every weight matrix; :func:`.linear.linear` may
+do that faster on this CPU (measured, see :mod:`.linear`). :func:`few_row_route` makes a model's
+projections use it for the length of a ``with`` block, by giving each ``nn.Linear`` (and the output
+layer) an instance ``forward`` that computes the same product; on leaving, the classes' own
+``forward`` is back. Parameters, state dict and hook points are untouched, and so are the results
+(up to float32 rounding, and only on the rows the route takes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import partial
+
+import torch
+from torch import nn
+
+from ..models.head import OutputHead
+from .linear import MIN_WEIGHT, linear
+
+
+def _routed_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` through :func:`.linear.linear`."""
+    return linear(x, module.weight, module.bias)
+
+
+def _routed_head(head: OutputHead, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+    """``head(hidden, embedding)`` through :func:`.linear.linear`."""
+    return linear(hidden, embedding if head.weight is None else head.weight, head.bias)
+
+
+def _may_route(weight: torch.Tensor | None) -> bool:
+    """The route's fixed conditions on a weight (float32 on the CPU, big enough); the rest is checked per call."""
+    return (weight is not None and weight.dim() == 2 and weight.device.type == "cpu"
+            and weight.dtype == torch.float32 and weight.numel() >= MIN_WEIGHT)
+
+
+@contextlib.contextmanager
+def few_row_route(model: nn.Module) -> Iterator[None]:
+    """Within the block, ``model``'s projections and output layer take the few-row route where it pays.
+
+    Args:
+        model: any module; its ``nn.Linear`` sub-modules and plain :class:`OutputHead` are routed
+            (a module that already has its own instance ``forward`` is left alone).
+    """
+    routed = []
+    embedding = getattr(getattr(model, "embeddings", None), "tok", None)
+    for module in model.modules():
+        if "forward" in module.__dict__:
+            continue
+        if isinstance(module, nn.Linear) and _may_route(module.weight):
+            module.forward = partial(_routed_linear, module)
+        elif type(module) is OutputHead and _may_route(module.weight if module.weight is not None
+                                                        else getattr(embedding, "weight", None)):
+            module.forward = partial(_routed_head, module)
+        else:
+            continue
+        routed.append(module)
+    try:
+        yield
+    finally:
+        for module in routed:
+            del module.forward

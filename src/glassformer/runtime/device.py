@@ -1,0 +1,32 @@
+"""Which device a run uses: the one owner of that choice (training, the bench and the commands ask here)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import GlassformerError
+
+
+def pick_device(device: str, local_rank: int = 0) -> torch.device:
+    """The device named by ``device``, checked against what torch sees.
+
+    Args:
+        device: "auto" (this process's GPU when there is one, else the CPU), "cpu", "cuda" (this
+            process's GPU, ``cuda:<local_rank>``) or "cuda:N".
+        local_rank: this process's index on the machine (one GPU per torchrun process).
+    Returns:
+        The ``torch.device``; an error naming ``device`` when it is malformed or not there.
+    """
+    if device == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise GlassformerError(f"device={device!r} but torch sees no CUDA device")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if chosen.type == "cuda" and chosen.index is None:
+        chosen = torch.device("cuda", local_rank)
+    if chosen.type == "cuda" and chosen.index >= torch.cuda.device_count():
+        raise GlassformerError(f"device={device!r} but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return chosen
