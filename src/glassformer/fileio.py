@@ -16,6 +16,7 @@ path, before anything is touched.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -155,8 +156,8 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
     folder (another trainer) gets a one-line :class:`NotOursError` instead of mixing its files in.
 
     The lock is ``flock``: the operating system releases it when the process ends, even by ``kill -9``,
-    so a crash never leaves a stale lock. The file itself is left in place (it holds the owner's pid).
-    Where ``fcntl`` is missing (Windows) the block runs unlocked.
+    so a crash never leaves a stale lock (only the file, holding the owner's pid, which the next holder
+    takes over and removes when done). Where ``fcntl`` is missing (Windows) the block runs unlocked.
     """
     folder = Path(folder)
     file = folder / LOCK_FILE
@@ -165,23 +166,31 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
     except ImportError:  # pragma: no cover (Windows)
         yield file
         return
-    info = _entry(file)
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        raise NotOursError(f"{str(file)!r} is {_foreign(file, ())}; glassformer keeps its lock file there")
-    fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        info = _entry(file)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise NotOursError(f"{str(file)!r} is {_foreign(file, ())}; glassformer keeps its lock file there")
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
+            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
             if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise
-            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
             raise NotOursError(f"{str(folder)!r} is in use by another glassformer process (pid {owner or '?'}, "
                                f"lock {str(file)!r}); wait for it or choose another out_dir") from None
+        now = _entry(file)
+        if now is not None and now.st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: take the new one
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield file
     finally:
+        with contextlib.suppress(OSError):
+            file.unlink()  # removed while still locked, so no one else holds this name's lock meanwhile
         os.close(fd)  # releases the flock
 
 

@@ -33,7 +33,7 @@ from ..safetensors_header import Header, read_header
 from ..safetensors_header import first_line as _first_line
 
 __all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
-           "meta_tensors", "load_tensors"]
+           "meta_specs", "meta_tensors", "load_tensors"]
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
 
@@ -105,12 +105,17 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
             f"more than the {held:,} weights of the model (refused before allocating anything)")
 
 
-def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
-    """The state dict's shapes of the model ``config`` builds, from a model on the ``meta`` device
-    (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
+def meta_specs(config: ModelConfig) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """The state dict's shapes and dtypes of the model ``config`` builds, from a model on the ``meta``
+    device (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
     with torch.device("meta"):
         model = build_model(config)
-    return {name: tensor.shape for name, tensor in model.state_dict().items()}
+    return {name: (tensor.shape, tensor.dtype) for name, tensor in model.state_dict().items()}
+
+
+def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
+    """The state dict's shapes of the model ``config`` builds (:func:`meta_specs` without dtypes)."""
+    return {name: shape for name, (shape, _) in meta_specs(config).items()}
 
 
 def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
