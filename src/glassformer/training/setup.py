@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..budget import check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
@@ -36,6 +37,12 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 
+def _check_fits(config: TrainConfig, vocab_size: int) -> None:
+    """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit."""
+    check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
+                        config.max_memory)
+
+
 def prepare_run(config: TrainConfig) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
 
@@ -43,6 +50,8 @@ def prepare_run(config: TrainConfig) -> Run:
     distributed run starts from the same weights.
     """
     config.check_data()
+    # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.
+    _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.objective == "seq2seq":
         train = read_pairs(config.src, config.tgt, config.pairs)
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
@@ -64,6 +73,7 @@ def prepare_run(config: TrainConfig) -> Run:
         batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
                             config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
                             special_ids=specials, mask_prob=config.mask_prob)
+    _check_fits(config, tokenizer.vocab_size)
     torch.manual_seed(config.seed)
     model = build_model(config.model_config(tokenizer.vocab_size))
     return Run(model, tokenizer, batches)
