@@ -407,13 +407,9 @@ def _not_ours(entry: Path) -> str | None:
             return str(error)
         return f"{str(entry)!r} is not a checkpoint folder or pointer glassformer wrote"
     if name == "metrics.jsonl" and (entry.exists() or entry.is_symlink()):
-        from .loop import read_metrics
-
         if entry.is_symlink() or not entry.is_file():
             return f"{str(entry)!r} is not a regular file"
-        try:
-            read_metrics(entry)
-        except (BadFileError, UnicodeDecodeError):
+        if not _is_metrics_file(entry):
             return f"{str(entry)!r} is not a metrics file glassformer wrote (not one JSON record with a 'step' a line)"
     if name == "loss.png" and (entry.exists() or entry.is_symlink()):
         if entry.is_symlink() or not entry.is_file():
@@ -422,6 +418,17 @@ def _not_ours(entry: Path) -> str | None:
             if handle.read(len(_PNG)) != _PNG:
                 return f"{str(entry)!r} is not a PNG image (glassformer draws its loss curve there)"
     return None
+
+
+def _is_metrics_file(file: Path) -> bool:
+    """Whether every complete line of ``file`` is a JSON record with an integer ``step`` (a last line
+    without its newline is one a crash cut short, and is not judged)."""
+    try:
+        lines = file.read_bytes().decode("utf-8").split("\n")[:-1]
+        records = [json.loads(line) for line in lines if line.strip()]
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in records)
 
 
 def check_run_dir(out_dir: str | Path) -> None:
