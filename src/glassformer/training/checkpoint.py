@@ -51,7 +51,7 @@ from ..fileio import (
 )
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
-from ..safetensors_header import torch_dtype
+from ..safetensors_header import first_line, torch_dtype
 from ..tokenizers import Tokenizer
 from .weights import check_sizes, load_tensors, meta_specs, read_header
 
@@ -143,15 +143,19 @@ def _need(path: Path, name: str) -> Path:
 def load_state_file(file: str | Path) -> dict[str, Any]:
     """Read a ``train_state.pt`` with ``torch.load(weights_only=True)``: tensors and plain containers
     only. A file whose pickle would build other objects (or run code) is refused, never executed."""
+    if Path(file).is_file() and Path(file).stat().st_size == 0:
+        raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise GlassformerError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
-                               f"containers, so it was not unpickled ({str(error).splitlines()[0]})") from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise GlassformerError(f"{str(file)!r} is corrupt or truncated ({str(error).splitlines()[0]})") from None
+        raise BadFileError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
+                           f"containers, so it was not unpickled ({first_line(error)})") from None
+    except PermissionError:
+        raise
+    except Exception as error:  # noqa: BLE001 (whatever torch.load meets in a damaged file is the file's fault)
+        raise BadFileError(f"{str(file)!r} is corrupt or truncated ({first_line(error)})") from None
     if not isinstance(state, dict):
-        raise GlassformerError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
+        raise BadFileError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
     return state
 
 

@@ -185,20 +185,18 @@ def check_resume_matches(path: str | Path, model_config: Any, checkpoint_config:
         run: the resumed run's training config as a dict.
     """
     path = str(path)
+    if tokenizer_kind != run.get("tokenizer"):
+        raise GlassformerError(f"cannot resume from {path!r}: its tokenizer is {tokenizer_kind!r}, this run asks "
+                               f"for {shown(run.get('tokenizer'))}; resume with tokenizer {tokenizer_kind!r} or "
+                               "start afresh")
+    for key in RECORDED if recorded is not None else ():
+        if key in recorded and recorded[key] != run.get(key):
+            raise GlassformerError(f"cannot resume from {path!r}: it was trained with {key}={shown(recorded[key])}, "
+                                   f"this run asks for {key}={shown(run.get(key))}; resume with the same "
+                                   f"{key} or start afresh in another out_dir")
     if checkpoint_config != model_config:
         ours, theirs = vars(model_config), vars(checkpoint_config)
         diff = [f"{k}={shown(theirs.get(k))} in the checkpoint, {shown(ours.get(k))} in this run"
                 for k in ours if ours.get(k) != theirs.get(k)]
         raise GlassformerError(f"cannot resume from {path!r}: its model config differs from this run's: "
                                f"{'; '.join(diff[:4]) or 'a field differs'}")
-    if tokenizer_kind != run.get("tokenizer"):
-        raise GlassformerError(f"cannot resume from {path!r}: its tokenizer is {tokenizer_kind!r}, this run asks "
-                               f"for {shown(run.get('tokenizer'))}; resume with tokenizer {tokenizer_kind!r} or "
-                               "start afresh")
-    if recorded is None:
-        return
-    for key in RECORDED:
-        if key in recorded and recorded[key] != run.get(key):
-            raise GlassformerError(f"cannot resume from {path!r}: it was trained with {key}={shown(recorded[key])}, "
-                                   f"this run asks for {key}={shown(run.get(key))}; resume with the same "
-                                   f"{key} or start afresh in another out_dir")
