@@ -234,9 +234,9 @@ def expanded_size(value: Any, limit: int = MAX_YAML_NODES) -> int:
             return limit + 1  # a recursive alias: unbounded
         active.add(key)
         total = 1
-        items = node.items() if isinstance(node, dict) else ((None, v) for v in node)
-        for k, v in items:
-            total += size(k) + size(v)
+        children = (x for pair in node.items() for x in pair) if isinstance(node, dict) else node
+        for child in children:
+            total += size(child)
             if total > limit:
                 break
         active.discard(key)

@@ -19,6 +19,8 @@ from ..fileio import atomic_write
 from ..tokenizers import Tokenizer
 from .text import check_file, iter_text
 
+ENCODE_CHARS = 1 << 20  # characters encoded at a time: a tokenizer's intermediate lists stay tens of MB
+
 
 def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
     """The smallest unsigned type holding every id: uint16 up to 65,536 ids, else uint32."""
@@ -51,13 +53,15 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
         raise GlassformerError("no corpus files given")
     dtype = token_dtype(tokenizer.vocab_size)
     if cache_dir is None:
-        pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths for text in iter_text(path)]
+        pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths
+                  for text in iter_text(path, ENCODE_CHARS)]
         return np.concatenate(pieces)
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"tokens-{_cache_key(paths, tokenizer)}.{np.dtype(dtype).name}.bin"
     if not target.exists() and not target.is_symlink():
-        chunks = (tokenizer.encode_to_array(text).astype(dtype).tobytes() for path in paths for text in iter_text(path))
+        chunks = (tokenizer.encode_to_array(text).astype(dtype).tobytes() for path in paths
+                  for text in iter_text(path, ENCODE_CHARS))
         atomic_write(target, chunks, what="token cache")  # fsynced before its rename
     return map_tokens(target, dtype, tokenizer.vocab_size)
 

@@ -11,7 +11,7 @@ from typing import IO
 from ..errors import BadFileError, GlassformerError, MissingFileError
 
 CHUNK_CHARS = 1 << 22
-LONG_LINE_CHARS = 1 << 22  # a line longer than this is cut (before a space) rather than held whole
+LONG_LINE_CHARS = 1 << 20  # a line longer than this is cut (before a space) rather than held whole
 
 
 def check_file(path: str | Path, what: str = "corpus file") -> Path:
