@@ -6,7 +6,7 @@ overflow, no allocation), before anything is built. The estimates are lower boun
 must sit beside them (gradients, AdamW's two moments, the activations a backward pass keeps, the
 logits, a KV cache), leaving out what a smarter kernel can avoid; so what they refuse cannot fit, and
 what fits is never refused. The budget is the machine's available memory (``/proc/meminfo``'s
-MemAvailable, else ``os.sysconf``; the larger of it and a GPU's free memory) or ``max_memory`` when the
+MemAvailable, else ``os.sysconf``; the larger of it and a GPU's memory) or ``max_memory`` when the
 user gives one. A refusal is one line naming the options, their values and the estimate.
 
 YAML files are bounded here too (:func:`load_yaml`): aliases may make a 1 KB file stand for billions
@@ -62,8 +62,8 @@ def parse_size(value: Any, name: str = "--max_memory") -> int:
 
 def available_memory() -> int | None:
     """Bytes this process can still allocate: MemAvailable of ``/proc/meminfo`` (Linux), else free
-    physical pages from ``os.sysconf``; None when neither is known. A GPU's free memory counts when it
-    is larger (a model there need not fit in RAM)."""
+    physical pages from ``os.sysconf``; None when neither is known. A GPU's memory counts when it is
+    larger (the optimizer state and activations of a model there need not fit in RAM)."""
     found = None
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
@@ -81,9 +81,9 @@ def available_memory() -> int | None:
     try:
         import torch
 
-        if torch.cuda.is_available():
-            free, _total = torch.cuda.mem_get_info()
-            found = max(found or 0, int(free))
+        if torch.cuda.is_available():  # device properties: no CUDA context is made (mem_get_info would make one)
+            gpu = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+            found = max(found or 0, int(gpu))
     except Exception:  # noqa: BLE001 (no driver, a busy device: RAM alone decides)
         pass
     return found
