@@ -73,8 +73,9 @@ def owned_link(path: str | Path, target: re.Pattern[str]) -> bool:
     return "/" not in name and os.sep not in name and target.fullmatch(name) is not None
 
 
-def _foreign(path: Path, names: Collection[str]) -> str:
-    """What in ``path`` glassformer did not write, for a message."""
+def foreign(path: str | Path, names: Collection[str] = MODEL_FILES) -> str:
+    """What in ``path`` glassformer did not write, for a message ("the file 'notes.txt', which ...")."""
+    path = Path(path)
     info = _entry(path)
     if info is None:
         return "nothing"
@@ -102,7 +103,7 @@ def check_replaceable(path: str | Path, names: Collection[str] = MODEL_FILES, wh
     path = Path(path)
     if _entry(path) is None or owned_folder(path, names):
         return
-    raise NotOursError(f"{what} {str(path)!r} holds {_foreign(path, names)}: glassformer replaces only folders it "
+    raise NotOursError(f"{what} {str(path)!r} holds {foreign(path, names)}: glassformer replaces only folders it "
                        "wrote (or empty ones); move it away or choose another path")
 
 
@@ -137,7 +138,7 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
     info = _entry(path)
     if info is not None:
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
-            raise NotOursError(f"{what} {str(path)!r} is {_foreign(path, ())}, not a regular file: glassformer "
+            raise NotOursError(f"{what} {str(path)!r} is {foreign(path, ())}, not a regular file: glassformer "
                                "writes a file only where there is none or a regular file")
         for source in inputs:
             source = Path(source)
@@ -169,7 +170,7 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
     while True:
         info = _entry(file)
         if info is not None and not stat.S_ISREG(info.st_mode):
-            raise NotOursError(f"{str(file)!r} is {_foreign(file, ())}; glassformer keeps its lock file there")
+            raise NotOursError(f"{str(file)!r} is {foreign(file, ())}; glassformer keeps its lock file there")
         fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

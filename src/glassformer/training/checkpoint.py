@@ -42,7 +42,7 @@ from ..errors import BadFileError, GlassformerError, MissingFileError, check_ins
 from ..fileio import (
     NotOursError,
     atomic_directory,
-    check_replaceable,
+    foreign,
     new_directory,
     owned_folder,
     owned_link,
@@ -405,11 +405,7 @@ def _not_ours(entry: Path) -> str | None:
             return None
         if name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
             return None
-        try:
-            check_replaceable(entry, CHECKPOINT_FILES, "checkpoint path")
-        except NotOursError as error:
-            return str(error)
-        return f"{str(entry)!r} is not a checkpoint folder or pointer glassformer wrote"
+        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES)}"
     if name == "metrics.jsonl" and (entry.exists() or entry.is_symlink()):
         if entry.is_symlink() or not entry.is_file():
             return f"{str(entry)!r} is not a regular file"
@@ -449,8 +445,8 @@ def check_run_dir(out_dir: str | Path) -> None:
     for entry in sorted(out.iterdir()):
         reason = _not_ours(entry)
         if reason is not None:
-            raise NotOursError(f"out_dir {str(out)!r} holds a path glassformer did not write: {reason}. glassformer "
-                               "removes or replaces only its own checkpoints; move it away or choose another out_dir")
+            raise NotOursError(f"out_dir {str(out)!r} holds a path glassformer did not write: {reason}; glassformer "
+                               "removes or replaces only its own checkpoints: move it away or choose another out_dir")
 
 
 def clear_run(out_dir: str | Path) -> None:

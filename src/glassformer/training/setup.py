@@ -13,7 +13,7 @@ from ..budget import check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
-from .checkpoint import TOKENIZER, find_resumable
+from .checkpoint import TOKENIZER, check_run_dir, find_resumable
 from .config import TrainConfig
 
 
@@ -50,6 +50,7 @@ def prepare_run(config: TrainConfig) -> Run:
     distributed run starts from the same weights.
     """
     config.check_data()
+    check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.objective == "seq2seq":
