@@ -227,3 +227,26 @@ def test_eval_writes_strict_json(files, capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     json.loads(line, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     torch.manual_seed(0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(options=st.fixed_dictionaries({name: st.one_of(st.integers(1, 64), st.integers(1, 2**80)) for name in (
+    "n_layers", "d_model", "d_ff", "max_len", "vocab_size", "batch_size", "block_size")}))
+def test_any_combination_of_sizes_is_accepted_within_the_budget_or_refused_at_once(options):
+    import time
+
+    from glassformer.budget import INT64_MAX
+
+    model = {k: options[k] for k in ("n_layers", "d_model", "d_ff", "max_len", "vocab_size")}
+    start = time.perf_counter()
+    try:
+        config = ModelConfig(**model, n_heads=1, pos="learned")
+        check_training_fits(config, options["batch_size"], options["block_size"], max_memory="1GB")
+    except OutOfMemoryError as error:
+        assert "needs at least" in str(error) and "--max_memory 1 GB" in str(error)
+    except GlassformerError as error:
+        assert "\n" not in str(error)
+        assert max(options.values()) > INT64_MAX or "must" in str(error)
+    else:
+        assert training_bytes(config, options["batch_size"], options["block_size"]) <= 10**9
+    assert time.perf_counter() - start < 1.0

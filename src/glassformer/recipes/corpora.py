@@ -153,5 +153,5 @@ def write_poem_text(poems: list[Poem], path: str | Path) -> Path:
         raise GlassformerError("no poems to write")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join("\n".join(p.lines) for p in poems) + "\n", encoding="utf-8")
+    atomic_write(path, "\n\n".join("\n".join(p.lines) for p in poems) + "\n", what="poem text")
     return path
