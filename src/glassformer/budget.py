@@ -3,7 +3,7 @@
 Every resource option (``n_layers``, ``d_model``, ``d_ff``, ``max_len``, ``vocab_size``, ``batch_size``,
 ``block_size``, beams x rows, the number of texts) is multiplied out here, in Python integers (no
 overflow, no allocation), before anything is built. The estimates are lower bounds: weights and what
-must sit beside them (gradients, AdamW's two moments, the activations a backward pass keeps, the
+must sit beside them (gradients, an optimizer moment, the activations a backward pass keeps, the
 logits, a KV cache), leaving out what a smarter kernel can avoid; so what they refuse cannot fit, and
 what fits is never refused. The budget is the machine's available memory (``/proc/meminfo``'s
 MemAvailable, else ``os.sysconf``; the larger of it and a GPU's memory) or ``max_memory`` when the
@@ -160,13 +160,14 @@ def model_bytes(config: ModelConfig) -> int:
 
 
 def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1) -> int:
-    """At least what training ``config`` takes: weights, gradients and AdamW's two moments (16 bytes a
-    weight), and per micro-batch row and position the activations a backward pass keeps (about 6 d +
-    2 d_ff values a block) and the logits with their gradient."""
+    """At least what training ``config`` takes: weights, gradients and at least one optimizer moment
+    (12 bytes a weight: AdamW keeps two moments, Muon one on its matrices), and per micro-batch row and
+    position the activations a backward pass keeps (about 6 d + 2 d_ff values a block) and the logits
+    with their gradient."""
     rows = max(batch_size // max(grad_accum, 1), 1)
     tokens = rows * block_size
     per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff) + 2 * config.vocab_size
-    return 4 * model_bytes(config) + tokens * per_token * FLOAT
+    return 3 * model_bytes(config) + tokens * per_token * FLOAT
 
 
 def forward_bytes(config: ModelConfig, rows: int, length: int) -> int:
