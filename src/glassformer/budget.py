@@ -159,15 +159,19 @@ def model_bytes(config: ModelConfig) -> int:
     return param_count(config) * FLOAT + position_table_bytes(config)
 
 
-def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1) -> int:
-    """At least what training ``config`` takes: weights, gradients and at least one optimizer moment
-    (12 bytes a weight: AdamW keeps two moments, Muon one on its matrices), and per micro-batch row and
-    position the activations a backward pass keeps (about 6 d + 2 d_ff values a block) and the logits
-    with their gradient."""
-    rows = max(batch_size // max(grad_accum, 1), 1)
+def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
+                   processes: int = 1, sharded: bool = False) -> int:
+    """At least what one process of training ``config`` takes: weights, gradients and at least one
+    optimizer moment (12 bytes a weight: AdamW keeps two moments, Muon one on its matrices; gradients
+    and moments split over ``processes`` when ``sharded`` by FSDP), and per micro-batch row (the batch
+    is split over processes and ``grad_accum``) and position the activations a backward pass keeps
+    (about 6 d + 2 d_ff values a block) and the logits with their gradient."""
+    processes = max(processes, 1)
+    rows = max(batch_size // (max(grad_accum, 1) * processes), 1)
     tokens = rows * block_size
     per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff) + 2 * config.vocab_size
-    return 3 * model_bytes(config) + tokens * per_token * FLOAT
+    state = 2 * model_bytes(config) // (processes if sharded else 1)
+    return model_bytes(config) + state + tokens * per_token * FLOAT
 
 
 def forward_bytes(config: ModelConfig, rows: int, length: int) -> int:
@@ -201,11 +205,12 @@ def check_model_fits(config: ModelConfig, max_memory: Any = None, what: str = "t
 
 
 def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
-                        max_memory: Any = None) -> None:
-    """Refuse a training run (model, optimizer state, one micro-batch's activations) that cannot fit."""
+                        max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
+    """Refuse a training run (model, optimizer state, one micro-batch's activations) that cannot fit
+    in one process's budget (``processes`` under torchrun; ``sharded``: FSDP)."""
     for name, value in (("batch_size", batch_size), ("block_size", block_size), *vars(config).items()):
         check_int64(name, value)
-    check_fits(training_bytes(config, batch_size, block_size, grad_accum),
+    check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded),
                f"training {describe(config)} with batch_size={shown(batch_size)}, block_size={shown(block_size)}"
                f"{f', grad_accum={grad_accum}' if grad_accum > 1 else ''}", max_memory)
 

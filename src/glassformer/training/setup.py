@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +40,10 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
 
 def _check_fits(config: TrainConfig, vocab_size: int) -> None:
     """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit."""
+    world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
+    processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
-                        config.max_memory)
+                        config.max_memory, processes, sharded=config.parallel == "fsdp")
 
 
 def prepare_run(config: TrainConfig) -> Run:
