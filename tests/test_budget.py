@@ -250,3 +250,12 @@ def test_any_combination_of_sizes_is_accepted_within_the_budget_or_refused_at_on
     else:
         assert training_bytes(config, options["batch_size"], options["block_size"]) <= 10**9
     assert time.perf_counter() - start < 1.0
+
+
+def test_beams_times_prompts_is_estimated_as_a_product():
+    from glassformer.budget import check_fits, generation_bytes
+
+    config = ModelConfig.preset("gpt2-small")
+    check_fits(generation_bytes(config, 4096, 1024), "4096 beams", max_memory="1TB")  # each cap alone: fine
+    with pytest.raises(OutOfMemoryError, match="1000 prompts x 4096 beams needs at least"):
+        check_fits(generation_bytes(config, 1000 * 4096, 1), "1000 prompts x 4096 beams", max_memory="1TB")
