@@ -138,8 +138,9 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
     info = _entry(path)
     if info is not None:
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
-            raise NotOursError(f"{what} {str(path)!r} is {foreign(path, ())}, not a regular file: glassformer "
-                               "writes a file only where there is none or a regular file")
+            kind = "a folder (Is a directory)" if stat.S_ISDIR(info.st_mode) else foreign(path, ())
+            raise NotOursError(f"{what} {str(path)!r} is {kind}, not a regular file: glassformer writes a file "
+                               "only where there is none or a regular file")
         for source in inputs:
             source = Path(source)
             if source.exists() and os.path.samefile(source, path):
