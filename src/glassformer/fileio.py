@@ -1,23 +1,250 @@
-"""Writing files and folders so that a crash never leaves a half-written one under the real name.
+"""Writing files and folders so that a crash never leaves a half-written one under the real name, and
+never destroys a path glassformer did not write.
 
 Every writer builds under a temporary name next to its target, flushes the data to disk (fsync), and
 only then renames into place (a rename within a folder is atomic on POSIX filesystems), and fsyncs
 the parent folder so that the rename itself survives a power cut.
+
+Ownership: the one rule every writer follows before it removes or replaces anything. A folder may be
+replaced only when it is empty or holds nothing but regular files with the names glassformer writes
+there (:func:`owned_folder`); a link only when it is one glassformer makes (a plain name matching a
+pattern, :func:`owned_link`); a regular file only where a file goes, never where a folder goes, and
+never when it is one of the command's inputs (:func:`check_output_file`); never a source or a
+folder above one (:func:`check_not_source`). Everything else is refused with one line naming the
+path, before anything is touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
 import secrets
 import shutil
-from collections.abc import Iterator
+import stat
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import GlassformerError
+
+MODEL_FILES = frozenset({"model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt",
+                         "tokenizer_config.json", "special_tokens_map.json"})
+"""Every file glassformer writes into a model folder (a checkpoint, a Hugging Face export)."""
+
+LOCK_FILE = ".glassformer.lock"
+
+
+class NotOursError(GlassformerError):
+    """A path where glassformer would write holds something it did not write (or an input): refused
+    before anything is touched."""
+
+
+# ---------------------------------------------------------------------- ownership
+def _entry(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def owned_folder(path: str | Path, names: Collection[str] = MODEL_FILES) -> bool:
+    """Whether ``path`` is a real folder (not a link) that is empty or holds only regular files whose
+    names are among ``names``: a folder glassformer wrote (or an empty one, which holds nothing to lose)."""
+    path = Path(path)
+    info = _entry(path)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        return False
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    return all(e.name in names and e.is_file(follow_symlinks=False) for e in entries)
+
+
+def owned_link(path: str | Path, target: re.Pattern[str]) -> bool:
+    """Whether ``path`` is a symbolic link to a plain name (in its own folder) that ``target`` matches
+    in full: a pointer glassformer made (``last -> ckpt-000200``)."""
+    path = Path(path)
+    if not path.is_symlink():
+        return False
+    name = os.readlink(path)
+    return "/" not in name and os.sep not in name and target.fullmatch(name) is not None
+
+
+def foreign(path: str | Path, names: Collection[str] = MODEL_FILES) -> str:
+    """What in ``path`` glassformer did not write, for a message ("the file 'notes.txt', which ...")."""
+    path = Path(path)
+    info = _entry(path)
+    if info is None:
+        return "nothing"
+    if stat.S_ISLNK(info.st_mode):
+        return f"a link to {os.readlink(path)!r}"
+    if stat.S_ISREG(info.st_mode):
+        return "a regular file"
+    if not stat.S_ISDIR(info.st_mode):
+        return "a device, pipe or socket"
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        if entry.name not in names or not entry.is_file(follow_symlinks=False):
+            kind = "folder" if entry.is_dir(follow_symlinks=False) else "file"
+            return f"the {kind} {entry.name!r}, which glassformer does not write there"
+    return "nothing foreign"
+
+
+def check_replaceable(path: str | Path, names: Collection[str] = MODEL_FILES, what: str = "folder") -> None:
+    """Refuse (:class:`NotOursError`) to replace ``path`` unless it is absent or :func:`owned_folder`.
+
+    Args:
+        path: the folder a writer is about to replace.
+        names: the file names glassformer writes into it.
+        what: how the message calls it ("destination", "checkpoint folder").
+    """
+    path = Path(path)
+    if _entry(path) is None or owned_folder(path, names):
+        return
+    raise NotOursError(f"{what} {str(path)!r} holds {foreign(path, names)}: glassformer replaces only folders it "
+                       "wrote (or empty ones); move it away or choose another path")
+
+
+def remove_owned(path: str | Path, names: Collection[str] = MODEL_FILES, link: re.Pattern[str] | None = None,
+                 what: str = "folder") -> None:
+    """Remove ``path`` when it is absent, :func:`owned_folder` or (with ``link``) :func:`owned_link`;
+    else a :class:`NotOursError` and nothing is removed."""
+    path = Path(path)
+    if link is not None and owned_link(path, link):
+        path.unlink()
+        return
+    check_replaceable(path, names, what)
+    remove_path(path)
+
+
+def check_not_source(target: str | Path, sources: Iterable[str | Path], what: str = "destination") -> None:
+    """Refuse a ``target`` that is one of ``sources`` or a folder above one (replacing it would destroy
+    the source)."""
+    resolved = Path(target).resolve()
+    for source in sources:
+        source = Path(source).resolve()
+        if resolved == source or resolved in source.parents:
+            relation = "is" if resolved == source else "contains"
+            raise NotOursError(f"{what} {str(target)!r} {relation} the source {str(source)!r}; writing it would "
+                               "destroy what is read: choose another path")
+
+
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "output file") -> Path:
+    """``path`` as a Path when a file may be written there: absent, or a regular file that is none of
+    ``inputs``. A folder, a device or pipe, a link, or an input file is a :class:`NotOursError`."""
+    path = Path(path)
+    info = _entry(path)
+    if info is not None:
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+            kind = "a folder (Is a directory)" if stat.S_ISDIR(info.st_mode) else foreign(path, ())
+            raise NotOursError(f"{what} {str(path)!r} is {kind}, not a regular file: glassformer writes a file "
+                               "only where there is none or a regular file")
+        for source in inputs:
+            source = Path(source)
+            if source.exists() and os.path.samefile(source, path):
+                raise NotOursError(f"{what} {str(path)!r} is also an input ({str(source)!r}); writing it would "
+                                   "destroy what is read: choose another path")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise NotOursError(f"{what} {str(path)!r}: {str(parent)!r} is a file, not a folder")
+    return path
+
 
 @contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def run_lock(folder: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder/.glassformer.lock`` for the block: a second writer of the same
+    folder (another trainer) gets a one-line :class:`NotOursError` instead of mixing its files in.
+
+    The lock is ``flock``: the operating system releases it when the process ends, even by ``kill -9``,
+    so a crash never leaves a stale lock (only the file, holding the owner's pid, which the next holder
+    takes over and removes when done). Where ``fcntl`` is missing (Windows) the block runs unlocked.
+    """
+    folder = Path(folder)
+    file = folder / LOCK_FILE
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (Windows)
+        yield file
+        return
+    while True:
+        info = _entry(file)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise NotOursError(f"{str(file)!r} is {foreign(file, ())}; glassformer keeps its lock file there")
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            raise NotOursError(f"{str(folder)!r} is in use by another glassformer process (pid {owner or '?'}, "
+                               f"lock {str(file)!r}); wait for it or choose another out_dir") from None
+        now = _entry(file)
+        if now is not None and now.st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield file
+    finally:
+        with contextlib.suppress(OSError):
+            file.unlink()  # removed while still locked, so no one else holds this name's lock meanwhile
+        os.close(fd)  # releases the flock
+
+
+# ---------------------------------------------------------------------- atomic writers
+def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, inputs: Iterable[str | Path] = (),
+                 what: str = "file") -> Path:
+    """Write ``path`` atomically: into ``.NAME.tmp-PID-RANDOM`` next to it, flushed to disk, renamed over
+    ``path`` (its folder fsynced), so a crash or a full disk leaves the old content or the new, never a
+    mix, and no temporary file.
+
+    Args:
+        data: text (UTF-8), bytes, or an iterable of byte chunks (streamed: a download, a token cache).
+        inputs: files the command reads; ``path`` may not be one (:func:`check_output_file`).
+        what: how the error message calls the file.
+    Raises:
+        NotOursError when ``path`` is a folder, a device, a link or an input; a :class:`GlassformerError`
+        naming the file when the disk is full.
+    """
+    path = check_output_file(path, inputs, what)
+    temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        with open(temp, "xb") as handle:
+            if isinstance(data, str):
+                handle.write(data.encode("utf-8"))
+            elif isinstance(data, (bytes, bytearray, memoryview)):
+                handle.write(data)
+            else:
+                for chunk in data:
+                    handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise GlassformerError(f"could not write {what} {str(path)!r}: the disk is full ({error.strerror}); "
+                                   "nothing was changed") from None
+        raise
+    finally:
+        if _entry(temp) is not None:
+            temp.unlink()
+    fsync_dir(path.parent)
+    return path
+
+
+@contextmanager
+def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
+                     sources: Iterable[str | Path] = ()) -> Iterator[Path]:
     """Yield an empty temporary folder next to ``path``; when the block succeeds, it becomes ``path``.
+
+    An existing ``path`` is replaced only when glassformer wrote it (:func:`check_replaceable` with
+    ``names``: the files the block writes) and it is none of ``sources`` nor a folder above one
+    (:func:`check_not_source`); otherwise :class:`NotOursError` before anything is touched.
 
     The files are flushed to disk before the rename. An existing ``path`` is moved aside and removed
     only after the new folder is in place, so an exception in the block leaves the previous folder
@@ -32,8 +259,10 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         The temporary folder to write into.
     """
     path = Path(path)
+    check_not_source(path, sources)
+    check_replaceable(path, names, "destination")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _restore_moved_aside(path)
+    _restore_moved_aside(path, names)
     temp = _temp_dir_next_to(path)
     try:
         yield temp
@@ -63,13 +292,13 @@ def _temp_dir_next_to(path: Path) -> Path:
             continue
 
 
-def _restore_moved_aside(path: Path) -> None:
+def _restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
     """Undo a crash between the two renames of :func:`atomic_directory`: ``path`` is missing but the
-    previous folder survives as ``.NAME.old-PID``; put the newest such folder back."""
+    previous folder survives as ``.NAME.old-PID``; put the newest such folder back (one glassformer wrote)."""
     if path.exists() or path.is_symlink():
         return
     olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if olds and olds[-1].is_dir():
+    if olds and owned_folder(olds[-1], names):
         os.replace(olds[-1], path)
 
 
@@ -97,16 +326,23 @@ def new_directory(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(temp)
 
 
-def replace_symlink(link: str | Path, target: str) -> None:
+def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODEL_FILES,
+                    pattern: re.Pattern[str] | None = None) -> None:
     """Point the symbolic link ``link`` at ``target`` (a name relative to the link's folder) in one
     atomic step: a new link is made under a temporary name and renamed over the old one, so readers
     see the old target or the new one, never no link. A real folder at ``link`` (an older layout)
-    is removed first."""
+    is removed first when glassformer wrote it (files among ``names``). A link is replaced only when
+    it points to a plain name that ``pattern`` matches (default: any plain name); anything else at
+    ``link`` is a :class:`NotOursError`, before anything is touched."""
     link = Path(link)
     if link.is_symlink() and os.readlink(link) == target:
         return
+    pattern = pattern or re.compile(r"[^/]+")
+    info = _entry(link)
+    if info is not None and not owned_link(link, pattern):
+        check_replaceable(link, names, "pointer")
     temp = link.parent / f".{link.name}.tmp-{os.getpid()}"
-    remove_path(temp)
+    remove_owned(temp, (), pattern, "temporary link")
     os.symlink(target, temp)
     if link.is_dir() and not link.is_symlink():
         shutil.rmtree(link)
@@ -115,16 +351,8 @@ def replace_symlink(link: str | Path, target: str) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace the file ``path`` with ``text`` (UTF-8): written to a temporary file, flushed to
-    disk and renamed over ``path``, so a crash leaves the old content or the new, never a mix."""
-    path = Path(path)
-    temp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    with open(temp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-    fsync_dir(path.parent)
+    """Replace the file ``path`` with ``text`` (UTF-8) by :func:`atomic_write`."""
+    atomic_write(path, text)
 
 
 def fsync_file(path: str | Path) -> None:

@@ -24,21 +24,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tokenizer.json). Needs no transformers.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help="the folder to read")
-    parser.add_argument("dst", type=Path, help="the folder to write (replaced if it exists)")
+    parser.add_argument("dst", type=Path, help="the folder to write (replaced only if glassformer wrote it)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst`` (direction from what SRC is); print a one-line summary; 0."""
-    from ..errors import GlassformerError, UsageError
+    from ..errors import GlassformerError
+    from ..fileio import check_not_source, check_replaceable
     from ..interop.hf_dir import is_hf_dir, load_hf_dir, save_hf_dir
     from ..models import count_params
     from ..training.checkpoint import load, save_checkpoint
 
     if not args.src.is_dir():
         raise MissingFileError(f"{str(args.src)!r} is not a folder")
-    if args.src.resolve() == args.dst.resolve():
-        raise UsageError("src and dst must be different folders")
+    # Before reading anything: never the source or a folder above it, never a path glassformer did not write.
+    check_not_source(args.dst, [args.src], "dst")
+    check_replaceable(args.dst, what="dst")
     if is_hf_dir(args.src):
         model, tokenizer = load_hf_dir(args.src)
         if tokenizer is None:

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="mean over real tokens (default) or the first token's vector")
     parser.add_argument("--no_normalize", action="store_true", help="do not L2-normalise the vectors")
     parser.add_argument("--digits", type=int, default=6, help="decimals printed")
+    parser.add_argument("--max_memory", default=None,
+                        help="memory embedding may use (8GB, 512MiB; default: what the machine has free)")
     parser.set_defaults(func=run)
 
 
@@ -37,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     """Print one JSON line per text (its vector) or the cosine similarity matrix; returns 0."""
     import torch.nn.functional as F
 
+    from ..budget import check_fits, check_similarity_fits, describe, forward_bytes, parse_size
     from ..errors import GlassformerError, UsageError, check_int
     from ..generation import sentence_embeddings
     from ..interop.hf_dir import is_hf_dir, load_hf_dir
@@ -46,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     empty = [i + 1 for i, text in enumerate(args.texts) if not text]
     if empty:
         raise UsageError(f"TEXT {empty[0]} is empty; give a sentence to embed")
+    if args.max_memory is not None:
+        parse_size(args.max_memory)
+    if args.similarity:  # the N x N matrix, before the model is even read
+        check_similarity_fits(len(args.texts), args.max_memory)
     if not args.model.is_dir():
         raise MissingFileError(f"model folder {str(args.model)!r} does not exist")
     model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)
@@ -54,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if model.config.arch != "lm" or model.config.attn != "bidirectional":
         raise GlassformerError(f"embed needs an encoder (arch='lm', attn='bidirectional'); {str(args.model)!r} "
                                f"has arch={model.config.arch!r}, attn={model.config.attn!r}")
+    longest = min(max(len(text) for text in args.texts) + 2, model.config.max_len)  # tokens <= characters + 2
+    check_fits(forward_bytes(model.config, min(32, len(args.texts)), longest)  # 32 texts a forward pass
+               + len(args.texts) * model.config.d_model * 4,
+               f"{len(args.texts):,} texts of up to {longest:,} tokens ({describe(model.config)})", args.max_memory)
     vectors = sentence_embeddings(model, tokenizer, args.texts, pooling=args.pooling,
                                   normalize=not args.no_normalize)
     if not args.similarity:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from .precision import add_precision
@@ -25,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--block_size", type=int, help="window length (default: the training one)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--max_batches", type=int, help="stop after this many batches (default: the whole file)")
+    parser.add_argument("--max_memory", default=None,
+                        help="memory evaluation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
     parser.set_defaults(func=run)
 
@@ -33,12 +36,15 @@ def run(args: argparse.Namespace) -> int:
     """Score ``args.checkpoint`` on the given data and print the metrics as one JSON line; returns 0."""
     import numpy as np
 
+    from ..budget import check_fits, describe, forward_bytes, parse_size
     from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, read_pairs
-    from ..errors import UsageError, check_int
+    from ..errors import GlassformerError, UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
     from ..training.objectives import OBJECTIVE_ATTN, batch_loss
     from .precision import choose_precision
 
+    if args.max_memory is not None:
+        parse_size(args.max_memory)
     checkpoint = load_checkpoint(args.checkpoint)
     model, tokenizer, training = checkpoint.model, checkpoint.tokenizer, checkpoint.training or {}
     objective = args.objective or training.get("objective") or (
@@ -50,6 +56,16 @@ def run(args: argparse.Namespace) -> int:
             check_int(f"--{option}", getattr(args, option), 1)
     check_int("--batch_size", args.batch_size, 1)
     block_size = args.block_size or training.get("block_size") or model.config.max_len
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        block_size = model.config.max_len  # a training.json edited by hand
+    if block_size > model.config.max_len:  # the window never exceeds the model's positions
+        if args.block_size is not None:
+            raise GlassformerError(f"--block_size must be at most the model's max_len={model.config.max_len}, "
+                                   f"got {args.block_size}")
+        block_size = model.config.max_len
+    check_fits(forward_bytes(model.config, args.batch_size, block_size),
+               f"--batch_size {args.batch_size} x --block_size {block_size} ({describe(model.config)})",
+               args.max_memory)
     if objective == "seq2seq":
         pairs = encode_pairs(read_pairs(args.src, args.tgt, args.pairs), tokenizer, block_size)
         batches = Seq2SeqBatches(pairs, pairs, tokenizer.pad_id, 0)
@@ -65,5 +81,6 @@ def run(args: argparse.Namespace) -> int:
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
-    print(json.dumps({"objective": objective, "precision": precision.name, **metrics}))
+    clean = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in metrics.items()}
+    print(json.dumps({"objective": objective, "precision": precision.name, **clean}, allow_nan=False))
     return 0

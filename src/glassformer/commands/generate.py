@@ -74,6 +74,7 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
+    from ..budget import check_fits, describe, generation_bytes
     from ..errors import UsageError, check_int
     from ..generation import check_max_new_tokens, generate_text
     from ..training import load
@@ -87,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
     model, tokenizer = load(args.checkpoint)
+    rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
+    check_fits(generation_bytes(model.config, rows, 1), f"{len(args.prompt)} prompts x --num_beams {args.num_beams} "
+               f"({rows:,} rows, {describe(model.config)})")
     options = _options(args, tokenizer)
     precision = choose_precision(args.precision, model,
                                  lambda: generate_text(model, tokenizer, args.prompt[:1], 8, use_cache=True),
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dict[str, Any]) -> int:
     """The generation of :func:`run`, once the model is loaded and the precision chosen."""
+    from ..fileio import atomic_write
     from ..generation import format_trace, generate_text, stream_text, trace_text
 
     continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
@@ -129,6 +134,6 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
             print((prompt if continues else "") + text)
             result.append({"prompt": prompt, "text": text})
     if args.json is not None:
-        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        atomic_write(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n", what="--json")
         print(f"written to {args.json}", file=sys.stderr)
     return 0

@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="longest output in tokens (default: 2 x source length + 10, at most max_len)")
     parser.add_argument("--output", type=Path, default=None, help="write translations here instead of stdout")
     parser.add_argument("--ref", type=Path, default=None, help="reference translations: print sacreBLEU")
+    parser.add_argument("--max_memory", default=None,
+                        help="memory translation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
     parser.set_defaults(func=run)
 
@@ -43,7 +45,9 @@ def _read_sources(files: list[Path]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
+    from ..budget import check_fits, describe, generation_bytes, parse_size
     from ..errors import GlassformerError, check_int, check_number
+    from ..fileio import atomic_write, check_output_file
     from ..generation import bleu, check_max_new_tokens, translate
     from ..generation.api import MAX_LENGTH_PENALTY
     from ..training import load
@@ -54,10 +58,20 @@ def run(args: argparse.Namespace) -> int:
     check_int("--batch_size", args.batch_size, 1)
     if args.max_new_tokens is not None:
         check_max_new_tokens(args.max_new_tokens, name="--max_new_tokens")  # before loading the model
+    if args.max_memory is not None:
+        parse_size(args.max_memory)
+    inputs = [f for f in [*args.files, args.ref] if f is not None and f != Path("-")]
+    if args.output is not None:  # never an input, a folder or a device: refused before any work
+        check_output_file(args.output, inputs, "--output")
     model, tokenizer = load(args.checkpoint)
     sources = _read_sources(args.files)
     if not sources:
         raise GlassformerError("nothing to translate: the input has no lines")
+    rows = min(args.batch_size, len(sources)) * args.beams
+    length = model.config.max_len if args.max_new_tokens is None else min(model.config.max_len, args.max_new_tokens)
+    check_fits(generation_bytes(model.config, rows, length),
+               f"--beams {args.beams} x --batch_size {args.batch_size} ({rows:,} rows of up to {length:,} tokens, "
+               f"{describe(model.config)})", args.max_memory)
     sample = sources[:args.batch_size]
     precision = choose_precision(args.precision, model,
                                  lambda: translate(model, tokenizer, sample, batch_size=args.batch_size,
@@ -68,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                                length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens)
     text = "\n".join(hypotheses) + "\n"
     if args.output is not None:
-        args.output.write_text(text, encoding="utf-8")
+        atomic_write(args.output, text, inputs=inputs, what="--output")
     else:
         sys.stdout.write(text)
     if args.ref is not None:

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import GlassformerError
+from ..errors import BadFileError, GlassformerError
+from ..fileio import atomic_write
 from ..tokenizers import Tokenizer
 from .text import check_file, iter_text
+
+ENCODE_CHARS = 1 << 20  # characters encoded at a time: a tokenizer's intermediate lists stay tens of MB
 
 
 def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
@@ -52,23 +53,40 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
         raise GlassformerError("no corpus files given")
     dtype = token_dtype(tokenizer.vocab_size)
     if cache_dir is None:
-        pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths for text in iter_text(path)]
+        pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths
+                  for text in iter_text(path, ENCODE_CHARS)]
         return np.concatenate(pieces)
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"tokens-{_cache_key(paths, tokenizer)}.{np.dtype(dtype).name}.bin"
-    if not target.exists():
-        handle, temp = tempfile.mkstemp(dir=cache_dir, suffix=".partial")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                for path in paths:
-                    for text in iter_text(path):
-                        out.write(tokenizer.encode_to_array(text).astype(dtype).tobytes())
-            os.replace(temp, target)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
-    return np.memmap(target, dtype=dtype, mode="r")
+    if not target.exists() and not target.is_symlink():
+        chunks = (tokenizer.encode_to_array(text).astype(dtype).tobytes() for path in paths
+                  for text in iter_text(path, ENCODE_CHARS))
+        atomic_write(target, chunks, what="token cache")  # fsynced before its rename
+    return map_tokens(target, dtype, tokenizer.vocab_size)
+
+
+def map_tokens(path: Path, dtype: type[np.unsignedinteger], vocab_size: int) -> np.ndarray:
+    """``path`` (a token cache) as a read-only memmap, verified first: a regular file, a whole number of
+    ``dtype`` values, at least one, and every id below ``vocab_size`` (read in chunks, never all at once).
+
+    Raises:
+        BadFileError naming the file (remove it and the next run encodes the corpus again).
+    """
+    size = np.dtype(dtype).itemsize
+    if path.is_symlink() or not path.is_file():
+        raise BadFileError(f"token cache {str(path)!r} is not a regular file; remove it to encode the corpus again")
+    length = path.stat().st_size
+    if length == 0 or length % size:
+        raise BadFileError(f"token cache {str(path)!r} holds {length:,} bytes, not a whole number of "
+                           f"{np.dtype(dtype).name} ids; remove it to encode the corpus again")
+    ids = np.memmap(path, dtype=dtype, mode="r")
+    step = 1 << 24
+    for start in range(0, len(ids), step):
+        if int(ids[start:start + step].max()) >= vocab_size:
+            raise BadFileError(f"token cache {str(path)!r} holds ids >= the vocabulary's {vocab_size}; remove it to "
+                               "encode the corpus again")
+    return ids
 
 
 def split_ids(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -10,6 +11,7 @@ from typing import IO
 from ..errors import BadFileError, GlassformerError, MissingFileError
 
 CHUNK_CHARS = 1 << 22
+LONG_LINE_CHARS = 1 << 20  # a line longer than this is cut (before a space) rather than held whole
 
 
 def check_file(path: str | Path, what: str = "corpus file") -> Path:
@@ -38,7 +40,9 @@ def _not_utf8(path: Path, error: UnicodeDecodeError) -> BadFileError:
 
 def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "corpus file") -> Iterator[str]:
     """The text of ``path`` in pieces of about ``chunk_chars`` characters, each cut after a newline
-    (so no word is split between pieces), without ever holding the whole file.
+    (so no word is split between pieces), without ever holding the whole file. A line longer than
+    :data:`LONG_LINE_CHARS` is cut before its last space (or, with none, where it ends), so a file of
+    one long line streams the same way.
 
     Raises FileNotFoundError/ValueError for a missing, empty, non-UTF-8 or whitespace-only file.
     """
@@ -50,13 +54,20 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
                 piece = handle.read(chunk_chars)
             except UnicodeDecodeError as error:
                 raise _not_utf8(path, error) from None
-            except (OSError, EOFError) as error:
-                raise GlassformerError(f"cannot read {what} {str(path)!r}: {error}") from None
+            except (OSError, EOFError, zlib.error) as error:
+                reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+                raise BadFileError(f"cannot read {what} {str(path)!r}: {reason} (a corrupt or truncated "
+                                   f"{'gzip ' if path.suffix == '.gz' else ''}file?)") from None
             if not piece:
                 break
             seen_text = seen_text or bool(piece.strip())
             piece = carry + piece
             cut = piece.rfind("\n") + 1
+            if cut == 0 and len(piece) >= max(chunk_chars, LONG_LINE_CHARS):
+                # No newline for a whole chunk (a file of one long line): cut at the last space instead,
+                # or anywhere, so memory stays one chunk whatever the file's shape.
+                cut = max(piece.rfind(" "), piece.rfind("\t"))  # the space starts the next piece (BPE's " word")
+                cut = cut if cut > 0 else len(piece)
             if cut == 0:
                 carry = piece
                 continue

@@ -16,7 +16,8 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM, build_model
-from ..training.weights import Header, check_sizes, meta_shapes, meta_tensors
+from ..safetensors_header import Header
+from ..training.weights import check_sizes, meta_shapes, meta_tensors
 from .families import Family, family_of_class, family_of_config
 from .mapping import export_state, import_state
 
@@ -55,7 +56,7 @@ def check_hf_state(class_name: str, hf_config: dict[str, Any], header: Header,
 
     Args:
         class_name, hf_config: as for :func:`model_from_hf_state`.
-        header: the weights' names, shapes and dtypes (:func:`glassformer.training.weights.read_header`).
+        header: the weights' names, shapes and dtypes (:func:`glassformer.safetensors_header.read_header`).
         source: the folder, for messages.
     Returns:
         The ModelConfig. Raises a GlassformerError for a config that asks for more weights than the files

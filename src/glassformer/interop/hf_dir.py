@@ -18,9 +18,10 @@ from torch import nn
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, load_json, shown
 from ..fileio import atomic_directory
 from ..models import EncoderDecoder, TransformerLM
+from ..safetensors_header import read_header
 from ..tokenizers import Tokenizer
 from ..tokenizers.hf import HFTokenizer
-from ..training.weights import load_tensors, read_header
+from ..training.weights import load_tensors
 from .families import FAMILIES
 from .hf import check_hf_state, hf_state_from_model, model_from_hf_state
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from ..data.seq2seq import read_pairs
 from ..data.text import read_text
 from ..errors import GlassformerError, MissingFileError, check_number
+from ..fileio import atomic_write
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"
@@ -56,19 +56,13 @@ def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
     check_number("timeout", timeout, 0.0, low_open=True)
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, suffix=".partial")
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-        os.replace(temp, target)
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            atomic_write(target, iter(lambda: response.read(1 << 20), b""), what="download")  # streamed, fsynced
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
         reason = getattr(error, "reason", error)
         raise MissingFileError(f"could not download {url} ({reason}); without network, save the file as "
                                f"{str(target)!r} yourself") from error
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
     return target
 
 
@@ -159,5 +153,5 @@ def write_poem_text(poems: list[Poem], path: str | Path) -> Path:
         raise GlassformerError("no poems to write")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join("\n".join(p.lines) for p in poems) + "\n", encoding="utf-8")
+    atomic_write(path, "\n\n".join("\n".join(p.lines) for p in poems) + "\n", what="poem text")
     return path

@@ -18,12 +18,13 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from ..fileio import atomic_write
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time to be chosen
 PAIRS = 7  # interleaved (plain, special) timings per measurement
@@ -88,11 +89,8 @@ def _save(choices: dict[str, bool]) -> None:
             data = {}
         data[machine()] = dict(sorted(choices.items()))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernel-choices.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=1)
-        os.replace(tmp, path)
-    except OSError:
+        atomic_write(path, json.dumps(data, indent=1), what="kernel-choice cache")
+    except (OSError, ValueError):  # ValueError: a full disk (GlassformerError), or a folder in the way
         pass  # a read-only home: the choice still holds for this process
 
 

@@ -13,6 +13,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from ..errors import GlassformerError, check_int
 from .base import Tokenizer, check_specials, check_text, field
 
+MAX_VOCAB = 1 << 22  # 4,194,304 ids: 16x the largest vocabularies in use (Gemma: 256k)
+
 
 def rust_tokenizer(data: dict[str, Any]) -> HFTokenizer:
     """A ``tokenizers.Tokenizer`` from its JSON form; what the Rust parser refuses is a GlassformerError."""
@@ -55,7 +57,10 @@ class BPETokenizer(Tokenizer):
             min_frequency: a pair must occur this often to be merged.
         """
         specials = check_specials(specials)
-        check_int("vocab_size", vocab_size, 256 + len(specials))  # the byte alphabet + specials
+        # the byte alphabet + specials, and at most MAX_VOCAB (a larger request aborts the Rust trainer)
+        check_int("vocab_size", vocab_size, 256 + len(specials))
+        if vocab_size > MAX_VOCAB:
+            raise GlassformerError(f"vocab_size must be at most {MAX_VOCAB:,} for a BPE tokenizer, got {vocab_size:,}")
         hf = HFTokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = decoders.ByteLevel()

@@ -23,6 +23,7 @@ readers, repaired on resume); :func:`tidy_run` removes what a crash or a pruning
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -32,16 +33,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside, load_json
-from ..fileio import atomic_directory, new_directory, remove_path, replace_symlink
+from ..fileio import (
+    NotOursError,
+    atomic_directory,
+    foreign,
+    new_directory,
+    owned_folder,
+    owned_link,
+    remove_owned,
+    replace_symlink,
+)
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
+from ..safetensors_header import first_line, torch_dtype
 from ..tokenizers import Tokenizer
-from .weights import check_sizes, load_tensors, meta_shapes, read_header
+from .weights import check_sizes, load_tensors, meta_specs, read_header
 
 WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE = (
     "model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt")
@@ -77,9 +89,32 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
         The checkpoint path.
     """
     path = Path(path)
-    with atomic_directory(path) as temp:
+    with _disk_full_is_one_line(path), atomic_directory(path) as temp:
         _write_files(temp, model, tokenizer, training, train_state)
     return path
+
+
+class _disk_full_is_one_line:  # noqa: N801 (used as a context manager)
+    """Turn a full disk (or quota) while a checkpoint is written into one GlassformerError naming the folder;
+    the writers' temporary folder is already gone, and the previous checkpoint is untouched."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, error: BaseException | None, _tb: Any) -> bool:
+        if error is None:
+            return False
+        full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+            isinstance(error, (OSError, RuntimeError, SafetensorError))
+            and any(text in str(error) for text in ("No space left", "file write failed", "Disk quota")))
+        if full:
+            raise GlassformerError(f"could not write checkpoint {str(self.path)!r}: the disk is full "
+                                   f"({str(error).splitlines()[0][:120] if str(error) else 'ENOSPC'}); nothing was "
+                                   "replaced and no temporary files are left") from None
+        return False
 
 
 def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training: dict[str, Any] | None,
@@ -108,15 +143,19 @@ def _need(path: Path, name: str) -> Path:
 def load_state_file(file: str | Path) -> dict[str, Any]:
     """Read a ``train_state.pt`` with ``torch.load(weights_only=True)``: tensors and plain containers
     only. A file whose pickle would build other objects (or run code) is refused, never executed."""
+    if Path(file).is_file() and Path(file).stat().st_size == 0:
+        raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise GlassformerError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
-                               f"containers, so it was not unpickled ({str(error).splitlines()[0]})") from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise GlassformerError(f"{str(file)!r} is corrupt or truncated ({str(error).splitlines()[0]})") from None
+        raise BadFileError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
+                           f"containers, so it was not unpickled ({first_line(error)})") from None
+    except PermissionError:
+        raise
+    except Exception as error:  # noqa: BLE001 (whatever torch.load meets in a damaged file is the file's fault)
+        raise BadFileError(f"{str(file)!r} is corrupt or truncated ({first_line(error)})") from None
     if not isinstance(state, dict):
-        raise GlassformerError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
+        raise BadFileError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
     return state
 
 
@@ -142,6 +181,10 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         raise GlassformerError(f"map_location must be a device such as 'cpu' or 'cuda', got {map_location!r}") from None
+    for name in (CONFIG, TOKENIZER, WEIGHTS):
+        file = _need(path, name)
+        if file.stat().st_size == 0:
+            raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
     config = ModelConfig.from_json(_need(path, CONFIG))
     tokenizer = Tokenizer.load(_need(path, TOKENIZER))
     if tokenizer.vocab_size > config.vocab_size:  # smaller is fine: a padded vocabulary (ids never produced)
@@ -154,21 +197,31 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     names = {upgrade_key(name): name for name in header}  # names written by earlier versions -> today's
     if len(names) < len(header):
         raise BadFileError(f"{path / WEIGHTS} holds a tensor under both an old and a new name")
-    expected = meta_shapes(config)
+    specs = meta_specs(config)
+    expected = {k: shape for k, (shape, _) in specs.items()}
     missing, unexpected = sorted(set(expected) - set(names)), sorted(set(names) - set(expected))
     wrong = [f"{k}: file {header[names[k]][0]} vs config {tuple(v)}" for k, v in expected.items()
              if k in names and header[names[k]][0] != tuple(v)]
+    wrong += [f"{k}: dtype {header[names[k]][1]} in the file, {dtype} in the model" for k, (_, dtype) in specs.items()
+              if k in names and torch_dtype(header[names[k]][1]) != dtype]
     if missing or unexpected or wrong:
         detail = "; ".join(filter(None, [f"missing {missing[:3]}" if missing else "",
                                          f"unexpected {unexpected[:3]}" if unexpected else "", "; ".join(wrong[:3])]))
         raise BadFileError(f"{path / WEIGHTS} does not match config.json: {detail}")
     weights = upgrade_state_dict(load_tensors(files))
+    for name, tensor in weights.items():  # a model with NaN weights samples garbage: refused here
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise BadFileError(f"{path / WEIGHTS}: tensor {name!r} holds NaN or infinity; glassformer never saves "
+                               "such weights, so the file was damaged or written by something else")
     model = build_model(config)
     model.load_state_dict(weights)
     model.to(device).eval()
     training = None
     if (path / TRAINING).is_file():
         training = load_json(check_inside(path, TRAINING), "training config")
+        if not isinstance(training, dict):
+            raise BadFileError(f"training config {str(path / TRAINING)!r} must hold a JSON object, "
+                               f"got {type(training).__name__}")
     state = load_state_file(_need(path, STATE)) if with_state else None
     return Checkpoint(model, tokenizer, training, state)
 
@@ -186,6 +239,10 @@ _STEP_FOLDER = re.compile(r"ckpt-(\d+)")
 # versions) a folder moved aside by the two-rename swap.
 _LEFTOVER = re.compile(r"\.(ckpt-\d+|last|best|metrics\.jsonl)\.(tmp|old)-.*")
 _RESUMABLE = (CONFIG, TOKENIZER, WEIGHTS, STATE)
+CHECKPOINT_FILES = frozenset({WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE})
+"""What a checkpoint folder holds: a folder with anything else is not one glassformer wrote."""
+_POINTS_TO_STEP = re.compile(r"ckpt-\d+")
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def step_folder(out_dir: str | Path, step: int) -> Path:
@@ -275,13 +332,13 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     out = Path(out_dir)
     folder = step_folder(out, step)
     if folder.exists() and _missing(folder):
-        remove_path(folder)
+        remove_owned(folder, CHECKPOINT_FILES, what="checkpoint folder")
     if not folder.exists():
-        with new_directory(folder) as temp:
+        with _disk_full_is_one_line(folder), new_directory(folder) as temp:
             _write_files(temp, model, tokenizer, training, train_state, weights)
     if best:
-        replace_symlink(out / BEST, folder.name)
-    replace_symlink(out / LAST, folder.name)
+        replace_symlink(out / BEST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
+    replace_symlink(out / LAST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
     tidy_run(out, keep=[folder, _pointer(out, BEST)])
     return folder
 
@@ -296,11 +353,12 @@ def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1) -> Path
         itself for a folder of the older layout, which is left where it is until the next save).
     """
     out, resumed = Path(out_dir), Path(resumed)
+    check_run_dir(out)
     if _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve():
         best = step_folder(out, best_step)
         if best_step >= 0 and not _missing(best):
-            replace_symlink(out / BEST, best.name)
-        replace_symlink(out / LAST, resumed.name)
+            replace_symlink(out / BEST, best.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
+        replace_symlink(out / LAST, resumed.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
         tidy_run(out, keep=[resumed, _pointer(out, BEST)])
         return out / LAST
     tidy_run(out, keep=[resumed, _pointer(out, BEST)])
@@ -320,20 +378,83 @@ def tidy_run(out_dir: str | Path, keep: list[Path | None]) -> list[Path]:
     for entry in sorted(out.iterdir()) if out.is_dir() else ():
         stale = _STEP_FOLDER.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink()
         if (stale or _LEFTOVER.fullmatch(entry.name)) and entry.name not in kept:
-            remove_path(entry)
+            _remove_ours(entry)
             removed.append(entry)
     for name in (LAST, BEST):
         link = out / name
-        if link.is_symlink() and not link.exists():
+        if link.is_symlink() and not link.exists() and owned_link(link, _POINTS_TO_STEP):
             link.unlink()
             removed.append(link)
     return removed
+
+
+def _remove_ours(entry: Path) -> None:
+    """Remove one of a run's own entries (a step folder, a pointer, a leftover); anything else is a
+    NotOursError and stays."""
+    if entry.name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
+        entry.unlink()  # a metrics file under construction
+        return
+    remove_owned(entry, CHECKPOINT_FILES, _POINTS_TO_STEP, "checkpoint folder")
+
+
+def _not_ours(entry: Path) -> str | None:
+    """Why ``entry`` of an out_dir, under a name a run writes, is not the run's own (None when it is)."""
+    name = entry.name
+    if _STEP_FOLDER.fullmatch(name) or name in (LAST, BEST) or _LEFTOVER.fullmatch(name):
+        if owned_link(entry, _POINTS_TO_STEP) or owned_folder(entry, CHECKPOINT_FILES):
+            return None
+        if name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
+            return None
+        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES)}"
+    if name == "metrics.jsonl" and (entry.exists() or entry.is_symlink()):
+        if entry.is_symlink() or not entry.is_file():
+            return f"{str(entry)!r} is not a regular file"
+        if not _is_metrics_file(entry):
+            return f"{str(entry)!r} is not a metrics file glassformer wrote (not one JSON record with a 'step' a line)"
+    if name == "loss.png" and (entry.exists() or entry.is_symlink()):
+        if entry.is_symlink() or not entry.is_file():
+            return f"{str(entry)!r} is not a regular file"
+        with open(entry, "rb") as handle:
+            if handle.read(len(_PNG)) != _PNG:
+                return f"{str(entry)!r} is not a PNG image (glassformer draws its loss curve there)"
+    return None
+
+
+def _is_metrics_file(file: Path) -> bool:
+    """Whether every complete line of ``file`` is a JSON record with an integer ``step`` (a last line
+    without its newline is one a crash cut short, and is not judged)."""
+    try:
+        lines = file.read_bytes().decode("utf-8").split("\n")[:-1]
+        records = [json.loads(line) for line in lines if line.strip()]
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in records)
+
+
+def check_run_dir(out_dir: str | Path) -> None:
+    """Refuse, before anything is removed, an ``out_dir`` whose names a run writes (``ckpt-*``,
+    ``last``, ``best``, leftovers of a save, ``metrics.jsonl``, ``loss.png``) hold something glassformer
+    did not write: a user's folder ``best/``, a file ``last``, a folder ``ckpt-5/`` with other files.
+
+    Raises:
+        NotOursError naming the first such path and what is in it.
+    """
+    out = Path(out_dir)
+    if not out.is_dir():
+        return
+    for entry in sorted(out.iterdir()):
+        reason = _not_ours(entry)
+        if reason is not None:
+            raise NotOursError(f"out_dir {str(out)!r} holds a path glassformer did not write: {reason}; glassformer "
+                               "removes or replaces only its own checkpoints: move it away or choose another out_dir")
 
 
 def clear_run(out_dir: str | Path) -> None:
     """Remove a run's checkpoints from ``out_dir`` (step folders, pointers, leftovers, and ``last/``,
     ``best/`` of the older layout): what a run that starts afresh in a used ``out_dir`` does first."""
     out = Path(out_dir)
+    check_run_dir(out)
     for name in (LAST, BEST):
-        remove_path(out / name)
+        if (out / name).exists() or (out / name).is_symlink():
+            _remove_ours(out / name)
     tidy_run(out, keep=[])

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ..budget import load_yaml, parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import (
@@ -90,11 +91,16 @@ class TrainConfig:
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
     progress: bool = True  # tqdm progress bar
+    max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
 
     def validate(self) -> TrainConfig:
         """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
+        if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
+            self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
         for f in fields(self):
             setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
+        if self.max_memory is not None:
+            parse_size(self.max_memory, "max_memory")
         for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
                               ("precision", PRECISIONS), ("parallel", PARALLEL), ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in choices:
@@ -220,7 +226,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
     if not path.is_file():
         raise MissingFileError(f"{what} {str(path)!r} does not exist")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return load_yaml(path, what)  # yaml.safe_load, refusing aliases that expand without bound
     except yaml.YAMLError as error:
         first = str(error).splitlines()[0]
         raise BadFileError(f"{what} {str(path)!r} is not valid YAML ({first})") from None

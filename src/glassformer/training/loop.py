@@ -24,10 +24,10 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import BadFileError, GlassformerError
-from ..fileio import atomic_write_text, fsync_file
+from ..fileio import atomic_write_text, fsync_file, run_lock
 from ..runtime.precision import Precision, autocast, model_case, resolve_precision
 from ..tokenizers import Tokenizer
-from .checkpoint import LAST, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
+from .checkpoint import LAST, STATE, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
 from .config import TrainConfig
 from .distributed import (
     DistInfo,
@@ -42,6 +42,7 @@ from .distributed import (
 )
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
+from .state_check import check_resume_matches, check_train_state
 
 STATE_FORMAT = 1
 METRICS = "metrics.jsonl"
@@ -300,15 +301,16 @@ class Trainer:
         if not path.exists():
             return False
         checkpoint = load_checkpoint(path, with_state=True)
-        if checkpoint.model.config != self.model.config:
-            raise GlassformerError(f"cannot resume from {str(path)!r}: its model config differs from this run's")
+        check_resume_matches(path, self.model.config, checkpoint.model.config, checkpoint.tokenizer.kind,
+                             checkpoint.training, self.config.to_dict())
         state = checkpoint.train_state
-        if state.get("format") != STATE_FORMAT:
-            raise GlassformerError(f"{path}/train_state.pt has format {state.get('format')!r}, expected {STATE_FORMAT}")
-        saved_kind = "muon" if set(state["optimizer"]) == {"adamw", "muon"} else "adamw"
+        saved = state.get("optimizer")
+        saved_kind = "muon" if isinstance(saved, dict) and set(saved) == {"adamw", "muon"} else "adamw"
         if saved_kind != self.config.optimizer:
             raise GlassformerError(f"cannot resume from {str(path)!r}: it was trained with optimizer {saved_kind!r}, "
                                    f"this run uses {self.config.optimizer!r}")
+        # every shape, dtype and type checked before the optimizer's kernels or the RNG see a tensor
+        check_train_state(state, path / STATE, self.model, self.optimizer, STATE_FORMAT, self.scaler.is_enabled())
         load_full_state(self.model, self.optimizer, checkpoint.model.state_dict(), state["optimizer"])
         if "scaler" in state and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
@@ -442,9 +444,15 @@ class Trainer:
             ``history`` is a copy of :attr:`history`, one dict per log line ({"step", "train_loss",
             "lr", "tokens_per_s"}) and per evaluation ({"step", "val_loss", ...}), resumed runs included.
         """
+        with contextlib.ExitStack() as lock:
+            if self.dist.is_main:
+                self.out.mkdir(parents=True, exist_ok=True)
+                lock.enter_context(run_lock(self.out))  # a second trainer of out_dir is refused
+            return self._train()
+
+    def _train(self) -> dict[str, Any]:
+        """:meth:`train`'s body, run while ``out_dir`` is locked."""
         config = self.config
-        if self.dist.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
         self._start()
         if self.dist.is_main and self.config.precision != "float32":  # the default goes without saying
             print(self.precision.describe(), file=sys.stderr, flush=True)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ..budget import check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
-from .checkpoint import TOKENIZER, find_resumable
+from .checkpoint import TOKENIZER, check_run_dir, find_resumable
 from .config import TrainConfig
 
 
@@ -36,6 +38,14 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 
+def _check_fits(config: TrainConfig, vocab_size: int) -> None:
+    """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit."""
+    world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
+    processes = int(world) if world.isdigit() and int(world) > 0 else 1
+    check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
+                        config.max_memory, processes, sharded=config.parallel == "fsdp")
+
+
 def prepare_run(config: TrainConfig) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
 
@@ -43,6 +53,9 @@ def prepare_run(config: TrainConfig) -> Run:
     distributed run starts from the same weights.
     """
     config.check_data()
+    check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
+    # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.
+    _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.objective == "seq2seq":
         train = read_pairs(config.src, config.tgt, config.pairs)
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
@@ -64,6 +77,7 @@ def prepare_run(config: TrainConfig) -> Run:
         batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
                             config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
                             special_ids=specials, mask_prob=config.mask_prob)
+    _check_fits(config, tokenizer.vocab_size)
     torch.manual_seed(config.seed)
     model = build_model(config.model_config(tokenizer.vocab_size))
     return Run(model, tokenizer, batches)

@@ -4,8 +4,8 @@ A model folder has two halves that must agree: ``config.json`` (a few numbers) a
 weights. A config that asks for a huge model (``d_model``, ``vocab_size``, ``n_layers``...) must not
 make glassformer allocate that model first and find out later. So a load goes:
 
-1. :func:`read_header`: the tensor names, shapes and dtypes from each file's safetensors header (no
-   tensor data is read; safetensors validates the header against the file's size);
+1. :func:`~glassformer.safetensors_header.read_header`: the tensor names, shapes and dtypes from each
+   file's safetensors header (no tensor data is read; safetensors validates it against the file's size);
 2. :func:`check_sizes`: arithmetic only: the config's least possible number of weights (a sum over
    the parts every model of that config has, see :func:`weight_floor`) must be within a few times what
    the files hold, its blocks no more than their tensors, its position tables modest;
@@ -23,42 +23,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..config import ModelConfig
 from ..errors import BadFileError
 from ..models import build_model
+from ..safetensors_header import Header, read_header
+from ..safetensors_header import first_line as _first_line
 
-Header = dict[str, tuple[tuple[int, ...], str]]
-"""Tensor name -> (shape, safetensors dtype such as "F32"), over every file of a model."""
+__all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
+           "meta_specs", "meta_tensors", "load_tensors"]
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
 
 BUFFER_ALLOWANCE = 2**28
 """Elements of position tables (sinusoidal, RoPE: computed, not stored) always allowed (1 GiB in
 float32); beyond it, at most four times the weights the files hold."""
-
-
-def read_header(files: Sequence[Path]) -> Header:
-    """The names, shapes and dtypes of every tensor in ``files`` (safetensors), without reading data.
-
-    Raises :class:`BadFileError` naming the file when one is not a valid safetensors file (corrupt,
-    truncated, a header that does not fit the file) or when two files hold the same tensor name.
-    """
-    header: Header = {}
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
-                    view = handle.get_slice(name)
-                    if name in header:
-                        raise BadFileError(f"{file} repeats tensor {name!r}, already in another file")
-                    header[name] = (tuple(view.get_shape()), str(view.get_dtype()))
-        except SafetensorError as error:
-            raise BadFileError(f"{file} is corrupt or truncated: not a valid safetensors file "
-                               f"({_first_line(error)})") from None
-    return header
 
 
 def header_numel(header: Header) -> int:
@@ -124,12 +105,17 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
             f"more than the {held:,} weights of the model (refused before allocating anything)")
 
 
-def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
-    """The state dict's shapes of the model ``config`` builds, from a model on the ``meta`` device
-    (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
+def meta_specs(config: ModelConfig) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """The state dict's shapes and dtypes of the model ``config`` builds, from a model on the ``meta``
+    device (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
     with torch.device("meta"):
         model = build_model(config)
-    return {name: tensor.shape for name, tensor in model.state_dict().items()}
+    return {name: (tensor.shape, tensor.dtype) for name, tensor in model.state_dict().items()}
+
+
+def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
+    """The state dict's shapes of the model ``config`` builds (:func:`meta_specs` without dtypes)."""
+    return {name: shape for name, (shape, _) in meta_specs(config).items()}
 
 
 def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
@@ -147,8 +133,3 @@ def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
         except SafetensorError as error:
             raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
     return state
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..fileio import atomic_write
 from ..generation.api import pad_id_for, special_id
 from ..models.common import count_params
 from ..nn.masks import check_prefix_len
@@ -536,7 +537,7 @@ def write_report(
     path = Path(out)
     page = report_html(model, tokenizer, text, target, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    atomic_write(path, page, what="report")  # never a folder, a device or a link
     return path
 
 
@@ -569,7 +570,7 @@ class Report:
         """Write the page to ``path`` (its folder is created); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.html, encoding="utf-8")
+        atomic_write(path, self.html, what="report")
         return path
 
     def _repr_html_(self) -> str:

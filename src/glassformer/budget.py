@@ -1,0 +1,271 @@
+"""Estimates before allocations: what a model, a batch, a beam search or a similarity matrix will need.
+
+Every resource option (``n_layers``, ``d_model``, ``d_ff``, ``max_len``, ``vocab_size``, ``batch_size``,
+``block_size``, beams x rows, the number of texts) is multiplied out here, in Python integers (no
+overflow, no allocation), before anything is built. The estimates are lower bounds: weights and what
+must sit beside them (gradients, an optimizer moment, the activations a backward pass keeps, the
+logits, a KV cache), leaving out what a smarter kernel can avoid; so what they refuse cannot fit, and
+what fits is never refused. The budget is the machine's available memory (``/proc/meminfo``'s
+MemAvailable, else ``os.sysconf``; the larger of it and a GPU's memory) or ``max_memory`` when the
+user gives one. A refusal is one line naming the options, their values and the estimate.
+
+YAML files are bounded here too (:func:`load_yaml`): aliases may make a 1 KB file stand for billions
+of values, so a document that expands to more than :data:`MAX_YAML_NODES` values is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ModelConfig
+from .errors import BadFileError, GlassformerError, shown
+
+FLOAT = 4  # bytes of a float32
+INT64_MAX = 2**63 - 1
+MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
+MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
+MAX_SIMILARITY_TEXTS = 4096  # --similarity prints an N x N matrix: 16.7M numbers at most
+
+
+class OutOfMemoryError(GlassformerError):
+    """What was asked cannot fit in the memory available (or in ``max_memory``); refused before allocating."""
+
+
+# ---------------------------------------------------------------------- the budget
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(value: Any, name: str = "--max_memory") -> int:
+    """Bytes from ``8GB``, ``512MiB``, ``1.5e9`` or an int; an error naming ``name`` otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number, unit = value, ""
+    elif isinstance(value, str) and (match := re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*",
+                                                           value[:64])) and len(value) <= 64:
+        try:
+            number, unit = float(match.group(1)), match.group(2).lower()
+        except ValueError:
+            number, unit = math.nan, ""
+    else:
+        number, unit = math.nan, ""
+    if unit not in _UNITS or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0 \
+            or number * _UNITS[unit] > 2**62:
+        raise GlassformerError(f"{name} must be a size such as 8GB, 512MiB or 2e9 (bytes), got {shown(value)}")
+    return int(number * _UNITS[unit])
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable of ``/proc/meminfo`` (Linux), else free
+    physical pages from ``os.sysconf``; None when neither is known. A GPU's memory counts when it is
+    larger (the optimizer state and activations of a model there need not fit in RAM)."""
+    found = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    found = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            found = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():  # device properties: no CUDA context is made (mem_get_info would make one)
+            gpu = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+            found = max(found or 0, int(gpu))
+    except Exception:  # noqa: BLE001 (no driver, a busy device: RAM alone decides)
+        pass
+    return found
+
+
+def memory_limit(max_memory: Any = None) -> int | None:
+    """The budget in bytes: ``max_memory`` (parsed by :func:`parse_size`) when given, else :func:`available_memory`."""
+    return parse_size(max_memory) if max_memory is not None else available_memory()
+
+
+def human(n: int) -> str:
+    """Bytes for a message: ``3.6 GB``, ``128 TB``, ``1.2e+21 bytes``."""
+    for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g} {unit}" if value < 10**4 else f"{float(n):.3g} bytes"
+    return f"{n} bytes"
+
+
+def check_fits(need: int, what: str, max_memory: Any = None) -> None:
+    """An :class:`OutOfMemoryError` when ``need`` bytes exceed the budget.
+
+    Args:
+        need: the estimate, in bytes.
+        what: the options and values that make it ("n_layers=1000000, d_model=512 (training)").
+        max_memory: the user's limit (``--max_memory``), or None for the machine's available memory.
+    """
+    limit = memory_limit(max_memory)
+    if limit is not None and need > limit:
+        source = f"--max_memory {human(limit)}" if max_memory is not None else \
+            f"{human(limit)} available on this machine"
+        raise OutOfMemoryError(f"{what} needs at least {human(need)}, more than the {source}; refused before "
+                               "allocating: make it smaller (or raise --max_memory)")
+
+
+# ---------------------------------------------------------------------- models
+def param_count(config: ModelConfig) -> int:
+    """Weights of the model ``config`` builds (norms and biases left out: a slight underestimate)."""
+    c = config
+    d, heads = c.d_model, c.n_heads
+    kv = (c.n_kv_heads or heads) * (d // max(heads, 1))
+    attention = 2 * d * d + 2 * d * kv
+    ffn = 0 if c.attn_only else (3 if c.activation in ("swiglu", "geglu") else 2) * d * c.d_ff
+    embed = c.vocab_size * d * (1 if c.tie else 2) + c.n_token_types * d
+    if c.pos == "learned":
+        embed += (c.max_len + c.pos_offset) * d * (2 if c.split_positions else 1)
+    if c.arch == "encoder-decoder":
+        return embed + c.n_enc * (attention + ffn) + c.n_dec * (2 * attention + ffn)
+    return embed + c.n_layers * (attention + ffn)
+
+
+def _blocks(config: ModelConfig) -> int:
+    return config.n_enc + config.n_dec if config.arch == "encoder-decoder" else config.n_layers
+
+
+def describe(config: ModelConfig) -> str:
+    """The model options an estimate depends on, for a message."""
+    c = config
+    layers = f"n_enc={shown(c.n_enc)}, n_dec={shown(c.n_dec)}" if c.arch == "encoder-decoder" else \
+        f"n_layers={shown(c.n_layers)}"
+    return (f"{layers}, d_model={shown(c.d_model)}, d_ff={shown(c.d_ff)}, max_len={shown(c.max_len)}, "
+            f"vocab_size={shown(c.vocab_size)}")
+
+
+def position_table_bytes(config: ModelConfig) -> int:
+    """Bytes of the position tables computed at build time (sinusoidal, RoPE)."""
+    per = {"sinusoidal": config.max_len * config.d_model, "rope": config.max_len * config.d_model}.get(config.pos, 0)
+    return per * FLOAT * (2 if config.arch == "encoder-decoder" else 1)
+
+
+def model_bytes(config: ModelConfig) -> int:
+    """Bytes of the weights and position tables of ``config``'s model in float32."""
+    return param_count(config) * FLOAT + position_table_bytes(config)
+
+
+def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
+                   processes: int = 1, sharded: bool = False) -> int:
+    """At least what one process of training ``config`` takes: weights, gradients and at least one
+    optimizer moment (12 bytes a weight: AdamW keeps two moments, Muon one on its matrices; gradients
+    and moments split over ``processes`` when ``sharded`` by FSDP), and per micro-batch row (the batch
+    is split over processes and ``grad_accum``) and position the activations a backward pass keeps
+    (about 6 d + 2 d_ff values a block) and the logits with their gradient."""
+    processes = max(processes, 1)
+    rows = max(batch_size // (max(grad_accum, 1) * processes), 1)
+    tokens = rows * block_size
+    per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff) + 2 * config.vocab_size
+    state = 2 * model_bytes(config) // (processes if sharded else 1)
+    return model_bytes(config) + state + tokens * per_token * FLOAT
+
+
+def forward_bytes(config: ModelConfig, rows: int, length: int) -> int:
+    """At least what one forward pass without gradients takes: the weights, and one block's and the
+    logits' activations for ``rows`` x ``length`` positions."""
+    per_token = 4 * config.d_model + config.d_ff + config.vocab_size
+    return model_bytes(config) + rows * length * per_token * FLOAT
+
+
+def generation_bytes(config: ModelConfig, rows: int, length: int) -> int:
+    """At least what generating ``length`` positions for ``rows`` sequences (beams x batch) takes: the
+    weights, a key and a value per position, block and row (the KV cache), and a row of logits each."""
+    heads = config.n_heads
+    kv = (config.n_kv_heads or heads) * (config.d_model // max(heads, 1))
+    blocks = config.n_dec if config.arch == "encoder-decoder" else config.n_layers
+    cache = rows * blocks * 2 * length * kv
+    return model_bytes(config) + (cache + rows * config.vocab_size) * FLOAT
+
+
+def check_int64(name: str, value: Any) -> None:
+    """A one-line error for an int beyond int64 (torch and numpy cannot hold it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        raise GlassformerError(f"{name} must fit in 64 bits (at most {INT64_MAX}), got {shown(value)}")
+
+
+def check_model_fits(config: ModelConfig, max_memory: Any = None, what: str = "the model") -> None:
+    """Refuse a ModelConfig whose weights alone cannot fit (before ``build_model`` allocates them)."""
+    for name, value in vars(config).items():
+        check_int64(f"model.{name}", value)
+    check_fits(model_bytes(config), f"{what} ({describe(config)}: {param_count(config):,} weights)", max_memory)
+
+
+def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
+                        max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
+    """Refuse a training run (model, optimizer state, one micro-batch's activations) that cannot fit
+    in one process's budget (``processes`` under torchrun; ``sharded``: FSDP)."""
+    for name, value in (("batch_size", batch_size), ("block_size", block_size), *vars(config).items()):
+        check_int64(name, value)
+    check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded),
+               f"training {describe(config)} with batch_size={shown(batch_size)}, block_size={shown(block_size)}"
+               f"{f', grad_accum={grad_accum}' if grad_accum > 1 else ''}", max_memory)
+
+
+def check_similarity_fits(count: int, max_memory: Any = None) -> None:
+    """Refuse ``--similarity`` over ``count`` texts when the N x N matrix (and its printout) is too large."""
+    if count > MAX_SIMILARITY_TEXTS:
+        raise OutOfMemoryError(f"--similarity prints an N x N matrix: {count:,} texts make {count * count:,} "
+                               f"numbers; give at most {MAX_SIMILARITY_TEXTS:,} texts")
+    check_fits(count * count * 40, f"--similarity over {count:,} texts", max_memory)
+
+
+# ---------------------------------------------------------------------- YAML, bounded
+def expanded_size(value: Any, limit: int = MAX_YAML_NODES) -> int:
+    """How many values ``value`` stands for when every shared (aliased) part is counted each time it is
+    used; counting stops just past ``limit``. A structure that contains itself counts as unbounded."""
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            return limit + 1  # a recursive alias: unbounded
+        active.add(key)
+        total = 1
+        children = (x for pair in node.items() for x in pair) if isinstance(node, dict) else node
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        active.discard(key)
+        memo[key] = min(total, limit + 1)
+        return memo[key]
+
+    return size(value)
+
+
+def load_yaml(path: str | Path, what: str = "config file") -> Any:
+    """The YAML document of ``path`` ({} when empty) by ``yaml.safe_load``, refusing a file over
+    :data:`MAX_YAML_BYTES` or a document whose aliases expand to more than :data:`MAX_YAML_NODES` values.
+
+    Raises:
+        BadFileError naming the file (the caller maps YAML syntax errors as before).
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise BadFileError(f"{what} {str(path)!r} is {size:,} bytes, too large for a config "
+                           f"(at most {MAX_YAML_BYTES:,})")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if expanded_size(data) > MAX_YAML_NODES:
+        raise BadFileError(f"{what} {str(path)!r} expands (through its aliases) to more than {MAX_YAML_NODES:,} "
+                           "values; write the values out or use fewer nested aliases")
+    return data

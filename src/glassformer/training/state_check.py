@@ -1,0 +1,202 @@
+"""A resume state checked against the run it goes into, before any kernel sees a tensor.
+
+``train_state.pt`` is read with ``torch.load(weights_only=True)``, which runs no code but trusts
+every shape: an AdamW ``exp_avg`` of the wrong shape loads fine and then writes out of bounds inside
+the fused optimizer. So every value of the state is compared with the model and optimizer of the
+resumed run first: the keys and their types, each optimizer moment's shape and dtype against its
+parameter (and that it is finite), the step counts, the RNG states' sizes, the hyperparameters'
+types. And the checkpoint's recorded model config, tokenizer and objective must be this run's.
+Anything else is one line naming the file, the key, what it holds and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import BadFileError, GlassformerError, shown
+
+MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
+MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
+KNOWN_KEYS = MOMENTS | {"step"}
+
+
+def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
+    held = f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}" if torch.is_tensor(value) else shown(value)
+    return BadFileError(f"{file}: {key} holds {held}, expected {expected}")
+
+
+def _count(file: str, key: str, value: Any, low: int = 0) -> int:
+    """An int (not a bool) in [low, MAX_STEP]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_STEP:
+        raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
+    return value
+
+
+def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None,
+            finite: bool = True) -> torch.Tensor:
+    """A CPU-loaded tensor of ``shape`` and ``dtype`` (None: any), finite when it is floating point."""
+    wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
+    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided:
+        raise _bad(file, key, value, wanted)
+    if (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
+        raise _bad(file, key, value, wanted)
+    if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise BadFileError(f"{file}: {key} holds NaN or infinity")
+    return value
+
+
+def _optimizer_parts(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
+    """The plain torch optimizers behind ``optimizer`` ({"": it} for one; AdamW and Muon for muon)."""
+    parts = getattr(optimizer, "parts", None)
+    return dict(parts) if isinstance(parts, dict) else {"": optimizer}
+
+
+def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
+    """A saved hyperparameter of the same kind as this run's (a finite number for a number...)."""
+    if isinstance(fresh, bool) or fresh is None:
+        if not (value is None or isinstance(value, bool)):
+            raise _bad(file, key, value, "true, false or None")
+    elif isinstance(fresh, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _bad(file, key, value, "a finite number")
+        if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
+            raise _bad(file, key, value, "an int in [-10000, 10000]")
+    elif isinstance(fresh, (tuple, list)):
+        ok = isinstance(value, (tuple, list)) and len(value) == len(fresh) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        if not ok:
+            raise _bad(file, key, value, f"{len(fresh)} finite numbers")
+    elif isinstance(fresh, str) and value != fresh:
+        raise _bad(file, key, value, repr(fresh))
+
+
+def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "optimizer") -> None:
+    """Refuse a saved optimizer state that is not exactly the shape of ``optimizer``'s: the same parts
+    and parameter groups, and per parameter only known entries whose tensors have the parameter's shape
+    and dtype (step counts: one finite non-negative number).
+
+    Args:
+        saved: what ``train_state.pt`` holds under ``optimizer``.
+        optimizer: the resumed run's optimizer (a torch optimizer, or glassformer's AdamW + Muon pair).
+        file: the state file, for the message.
+    """
+    parts = _optimizer_parts(optimizer)
+    if list(parts) != [""]:
+        if not isinstance(saved, dict) or set(saved) != set(parts):
+            raise _bad(file, key, saved, f"a dict with the parts {sorted(parts)}")
+        for name, part in parts.items():
+            check_optimizer_state(saved[name], part, file, f"{key}.{name}")
+        return
+    part = parts[""]
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        raise _bad(file, key, saved, "a dict with 'state' and 'param_groups'")
+    fresh = part.state_dict()["param_groups"]
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(fresh):
+        raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
+    params: dict[int, nn.Parameter] = {}
+    for g, (group, mine, live) in enumerate(zip(groups, fresh, part.param_groups, strict=True)):
+        where = f"{key}.param_groups[{g}]"
+        if not isinstance(group, dict) or group.get("params") != mine["params"]:
+            raise BadFileError(f"{file}: {where} does not hold this model's parameters {mine['params'][:8]}"
+                               f"{'...' if len(mine['params']) > 8 else ''} (a checkpoint of another model?)")
+        for name, value in mine.items():
+            if name != "params" and name in group:
+                _check_hyper(file, f"{where}.{name}", group[name], value)
+        params.update(zip(mine["params"], live["params"], strict=True))
+    state = saved["state"]
+    if not isinstance(state, dict):
+        raise _bad(file, f"{key}.state", state, "a dict")
+    for index, entry in state.items():
+        where = f"{key}.state[{shown(index)}]"
+        if isinstance(index, bool) or not isinstance(index, int) or index not in params:
+            raise BadFileError(f"{file}: {where} names no parameter of this model (0 to {len(params) - 1})")
+        if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
+            raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
+        param = params[index]
+        shape = tuple(param.shape)
+        for name, value in entry.items():
+            if name in MOMENTS:
+                _tensor(file, f"{where}.{name}", value, shape, param.dtype)
+            elif torch.is_tensor(value):
+                _tensor(file, f"{where}.step", value, None, None)
+                if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
+                        or not 0 <= float(value) <= MAX_STEP:
+                    raise _bad(file, f"{where}.step", value, f"one number in [0, {MAX_STEP}]")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP:
+                raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
+        if "momentum_buffer" not in entry and not {"exp_avg", "exp_avg_sq", "step"} <= set(entry):
+            raise BadFileError(f"{file}: {where} lacks {sorted({'exp_avg', 'exp_avg_sq', 'step'} - set(entry))}")
+
+
+def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module, optimizer: Any,
+                      state_format: int, scaler_enabled: bool = False) -> None:
+    """Refuse (:class:`BadFileError` naming ``file`` and the key) a resume state that does not fit
+    the run: a missing key, a value of the wrong type, an optimizer state of another shape
+    (:func:`check_optimizer_state`), an RNG state of the wrong size or dtype, a scaler state that is
+    not finite numbers. Nothing is loaded into the model, the optimizer or the RNG before this passes."""
+    file = str(file)
+    if state.get("format") != state_format:
+        raise BadFileError(f"{file} has format {shown(state.get('format'))}, expected {state_format}")
+    needed = ("step", "best_val", "tokens_seen", "optimizer", "rng_cpu")
+    missing = [k for k in needed if k not in state]
+    if missing:
+        raise BadFileError(f"{file} lacks {missing} (is it a glassformer train_state.pt?)")
+    _count(file, "step", state["step"])
+    _count(file, "tokens_seen", state["tokens_seen"])
+    _count(file, "best_step", state.get("best_step", -1), -1)
+    best = state["best_val"]
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best):
+        raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
+    _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
+    if "rng_cuda" in state:
+        expected = tuple(torch.cuda.get_rng_state().shape) if torch.cuda.is_available() else None
+        _tensor(file, "rng_cuda", state["rng_cuda"], expected, torch.uint8)
+        if state["rng_cuda"].dim() != 1:
+            raise _bad(file, "rng_cuda", state["rng_cuda"], "a 1-D uint8 tensor")
+    if "precision" in state and not isinstance(state["precision"], str):
+        raise _bad(file, "precision", state["precision"], "a string")
+    if "scaler" in state and scaler_enabled:
+        scaler = state["scaler"]
+        if not isinstance(scaler, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                for v in scaler.values()):
+            raise _bad(file, "scaler", scaler, "a dict of finite non-negative numbers")
+    check_optimizer_state(state["optimizer"], optimizer, file)
+
+
+RECORDED = ("objective", "tokenizer", "tokenizer_vocab_size")
+
+
+def check_resume_matches(path: str | Path, model_config: Any, checkpoint_config: Any, tokenizer_kind: str,
+                         recorded: dict[str, Any] | None, run: dict[str, Any]) -> None:
+    """Refuse to resume from ``path`` when it is not this run's: a model config that differs (the
+    fields named, both values), or a recorded objective or tokenizer other than the run's.
+
+    Args:
+        model_config: the resumed run's ModelConfig; checkpoint_config: the checkpoint's.
+        tokenizer_kind: the checkpoint tokenizer's kind ("char", "byte", "bpe").
+        recorded: the checkpoint's ``training.json`` (None when it has none).
+        run: the resumed run's training config as a dict.
+    """
+    path = str(path)
+    if tokenizer_kind != run.get("tokenizer"):
+        raise GlassformerError(f"cannot resume from {path!r}: its tokenizer is {tokenizer_kind!r}, this run asks "
+                               f"for {shown(run.get('tokenizer'))}; resume with tokenizer {tokenizer_kind!r} or "
+                               "start afresh")
+    for key in RECORDED if recorded is not None else ():
+        if key in recorded and recorded[key] != run.get(key):
+            raise GlassformerError(f"cannot resume from {path!r}: it was trained with {key}={shown(recorded[key])}, "
+                                   f"this run asks for {key}={shown(run.get(key))}; resume with the same "
+                                   f"{key} or start afresh in another out_dir")
+    if checkpoint_config != model_config:
+        ours, theirs = vars(model_config), vars(checkpoint_config)
+        diff = [f"{k}={shown(theirs.get(k))} in the checkpoint, {shown(ours.get(k))} in this run"
+                for k in ours if ours.get(k) != theirs.get(k)]
+        raise GlassformerError(f"cannot resume from {path!r}: its model config differs from this run's: "
+                               f"{'; '.join(diff[:4]) or 'a field differs'}")
