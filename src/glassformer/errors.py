@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,9 @@ def shown(value: Any) -> str:
     one short line)."""
     if is_int(value) and abs(value) >= 10**30:
         return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value)
+    if torch.is_tensor(value):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = " ".join(reprlib.repr(value).split())  # bounded for long containers and strings; one line
     return text if len(text) <= 80 else text[:77] + "..."
 
 
