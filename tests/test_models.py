@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+import glassformer
 from glassformer import (
     EncoderDecoder,
     ModelConfig,
@@ -373,3 +374,43 @@ def test_default_init_starts_near_uniform_loss_for_every_embedding_choice():
                                   scale_embeddings=scale, tie=tie)
             loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
             assert loss < 2 * torch.log(torch.tensor(65.0)), (scale, tie, float(loss))
+
+
+# ------------------------------------------------------------------------------------------ a core read in one sitting
+def test_from_forward_to_the_softmax_is_five_functions_in_three_files(monkeypatch):
+    """The call stack at the softmax (return_attn=True) holds at most 5 functions of nn/ and models/,
+    in at most 3 files; without return_attn the fused kernel runs and the softmax is never called."""
+    import inspect
+    from pathlib import Path
+
+    core = [str(Path(glassformer.__file__).parent / room) for room in ("nn", "models")]
+    stacks, real = [], torch.softmax
+
+    def softmax(*args, **kwargs):
+        stacks.append([(f.filename, f.function) for f in inspect.stack() if f.filename.startswith(tuple(core))])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "softmax", softmax)
+    model = TransformerLM(vocab_size=30, n_layers=1).eval()
+    ids = torch.randint(0, 30, (1, 6))
+    model(ids)
+    assert stacks == []  # the fused kernel: no explicit softmax
+    model(ids, return_attn=True)
+    (stack,) = stacks
+    assert [name for _, name in stack][::-1] == ["forward", "hidden_states", "forward", "forward",
+                                                 "scaled_dot_product_attention"]
+    assert len({file for file, _ in stack}) == 3
+
+
+def test_the_core_holds_the_math_alone():
+    """nn/ and models/ stay short (at most 1,600 lines) and hold no speed policy: no timing, no CPU
+    detection, no cache files, no runtime/ imports."""
+    from pathlib import Path
+
+    root = Path(glassformer.__file__).parent
+    files = [p for room in ("nn", "models") for p in (root / room).glob("*.py")]
+    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files) <= 1600
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for policy in ("/proc/cpuinfo", "perf_counter", "kernel_choice", "runtime", "json.dump"):
+            assert policy not in text, f"{path.name} mentions {policy}"

@@ -7,7 +7,7 @@ fields that ask for it (``head_transform``, ``pos_offset``, ``split_positions``)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -17,6 +17,9 @@ from ..nn.feedforward import activate
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions
 from .head import OutputHead
+
+if TYPE_CHECKING:  # common.py imports this module: the type alone, for the annotation
+    from .common import Embeddings
 
 
 class BertHeadTransform(nn.Module):
@@ -70,7 +73,7 @@ class BartDecoderEmbedding(nn.Module):
         self.pos = learned_positions(config)
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Any) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Embeddings) -> torch.Tensor:
         """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embeddings
         (its token table, taps and dropout) -> (B, T, d)."""
         self.pos.check_length(end)
