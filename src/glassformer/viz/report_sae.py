@@ -67,7 +67,8 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 {_metrics_table(metrics or {})}</section>
 <section id="gf-sae"><h2>Features</h2>
 <div class="gf-controls">
-<input id="gf-sae-search" type="search" placeholder="feature id or token, e.g. 12 or ROMEO" aria-label="search features">
+<input id="gf-sae-search" type="search" placeholder="feature id or token, e.g. 12 or ROMEO"
+ aria-label="search features">
 <select id="gf-sae-sort" aria-label="sort features">
 <option value="frequency">most frequent first</option><option value="max">largest activation first</option>
 <option value="id">by id</option></select>

@@ -201,7 +201,7 @@ class ActivationSource:
         """One whole line after a random place (the split wraps around), split at its first TAB."""
         path, lo, hi, start = self._random_place()
         with open(path, "rb") as handle:
-            for attempt in range(64):
+            for _ in range(64):
                 handle.seek(start)
                 if start > lo:
                     handle.readline(MAX_READ)  # the rest of the line we landed in

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, check_int, check_number, check_inside, load_json
+from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number, load_json
 from ...fileio import atomic_directory
 from ...training.weights import load_tensors, read_header
 

@@ -89,7 +89,8 @@ class SAETrainConfig:
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
         if self.kind not in KINDS:
             raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
-        for name in ("expansion", "k", "batch_size", "steps", "model_batch", "log_every", "dead_window", "eval_batches"):
+        for name in ("expansion", "k", "batch_size", "steps", "model_batch", "log_every", "dead_window",
+                     "eval_batches"):
             check_int(name, getattr(self, name), 1)
         for name in ("l1_warmup_steps", "resample_every", "lr_warmup_steps", "lr_decay_steps", "save_every",
                      "feature_windows"):
@@ -178,6 +179,8 @@ class SAETrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.sae = SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind, k=config.k, hook=config.hook)
+        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        self.sae.to(self.device)
         self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
         self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
         self.step = 0
@@ -220,7 +223,7 @@ class SAETrainer:
             loss = loss + c.l1_coefficient * ramp * l1
             parts["l1"] = float(l1.detach())
         else:
-            dead = self.dead()
+            dead = self.dead().to(pre.device)
             n_dead = int(dead.sum())
             if n_dead and c.aux_coefficient > 0:
                 k_aux = min(c.aux_k or max(1, sae.config.d_in // 2), n_dead)
@@ -239,7 +242,7 @@ class SAETrainer:
         sae.normalize_decoder()
         fired = (f > 0).any(0)
         self.step += 1
-        self.last_fired[fired] = self.step
+        self.last_fired[fired.cpu()] = self.step
         if (c.kind == "relu" and c.resample_every and self.step % c.resample_every == 0
                 and self.step <= 0.75 * c.steps):
             parts["resampled"] = float(self.resample())
@@ -250,18 +253,19 @@ class SAETrainer:
     @torch.no_grad()
     def resample(self) -> int:
         """Give every dead feature a new direction ("Towards Monosemanticity"'s resampling); returns how many."""
-        dead = self.dead().nonzero().flatten()
+        dead = self.dead().nonzero().flatten().to(self.device)
         if len(dead) == 0:
             return 0
         sae = self.sae
         rows = self.buffer.peek()[:8192]
         x = rows * sae.config.input_scale
         error = (sae.activate(sae.pre_activations(rows)) @ sae.W_dec + sae.b_dec - x).pow(2).sum(-1)  # (N,)
-        weights = error.pow(2) if float(error.sum()) > 0 else torch.ones_like(error)
+        weights = (error.pow(2) if float(error.sum()) > 0 else torch.ones_like(error)).cpu()
         picked = torch.multinomial(weights, len(dead), replacement=len(dead) > len(rows), generator=self.generator)
+        picked = picked.to(self.device)
         directions = x[picked] - sae.b_dec
         directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        alive = torch.ones(sae.config.d_sae, dtype=torch.bool)
+        alive = torch.ones(sae.config.d_sae, dtype=torch.bool, device=self.device)
         alive[dead] = False
         enc_norm = float(sae.W_enc[:, alive].norm(dim=0).mean()) if alive.any() else 1.0
         sae.W_dec[dead] = directions
@@ -272,7 +276,7 @@ class SAETrainer:
             for key in ("exp_avg", "exp_avg_sq"):
                 if key in state:
                     state[key][index] = 0.0
-        self.last_fired[dead] = self.step
+        self.last_fired[dead.cpu()] = self.step
         return len(dead)
 
     # ------------------------------------------------------------------ the run
@@ -292,7 +296,7 @@ class SAETrainer:
             while self.step < end:
                 last = self.train_step(self.buffer.next_batch())
                 bar.update(1)
-                if self.step % c.log_every == 0 or self.step == end:
+                if self.step % c.log_every == 0 or self.step == c.steps:
                     record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
                     self.history.append(record)
                     bar.set_postfix(mse=f"{last['mse']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
