@@ -2,7 +2,7 @@
 
     out_dir/sae/            the SAE: sae.safetensors + sae.json (config, metrics, where it came from)
     out_dir/metrics.json    the held-out metrics (glassformer.interpret.sae.metrics)
-    out_dir/features.html   the feature pages (glassformer.viz.report_sae)
+    out_dir/features.html   the feature pages (glassformer.viz.report_sae); features.json their data
     out_dir/state/          the training state ``resume: true`` continues from
 """
 
@@ -79,6 +79,7 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         from ...viz.report_sae import write_feature_pages
 
         summary = feature_summary(sae, held_out(config.seed + 20), config.feature_windows)
+        atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
         pages = write_feature_pages(summary, out / "features.html", metrics=metrics,
                                     title=f"SAE features: {config.hook}")
     return {"out_dir": str(out), "sae": sae, "metrics": metrics,
