@@ -12,7 +12,6 @@ from glassformer import TransformerLM
 from glassformer.interpret.sae import ActivationSource, SparseAutoencoder, feature_summary
 from glassformer.tokenizers.char import CharTokenizer
 from glassformer.viz.report_sae import write_feature_pages
-
 from test_report_browser import ARGS, CHROMIUM, open_report
 
 pytestmark = pytest.mark.browser

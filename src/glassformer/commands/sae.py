@@ -30,23 +30,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train as the config and overrides say; print the metrics and where everything went; 0."""
+    from ..errors import GlassformerError, UsageError
     from ..interpret.sae import SAETrainConfig, run_sae
     from ..training.checkpoint import load_checkpoint
+    from ..training.config import apply_overrides, read_yaml
     from ..training.distributed import pick_device
+    from ..viz.report_sae import write_feature_pages
     from .overrides import overrides_from_argv
 
-    config = SAETrainConfig.from_yaml(args.config, overrides_from_argv(args.overrides))
+    data = read_yaml(args.config, "SAE config file") if args.config is not None else {}
+    if not isinstance(data, dict):
+        raise GlassformerError(f"SAE config file {str(args.config)!r} must hold a mapping of keys to values")
+    config = SAETrainConfig.from_dict(apply_overrides(data, overrides_from_argv(args.overrides), sections=()))
     if not config.data:
-        from ..errors import UsageError
-
         raise UsageError("--data is required: one or more text files to read activations from")
     device = pick_device(config.device)
     checkpoint = load_checkpoint(args.checkpoint, map_location=device)
     result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint)
+    pages = None
+    if result["features"] is not None:
+        pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
+                                    metrics=result["metrics"], title=f"SAE features: {config.hook}")
     shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
              for k, v in result["metrics"].items()}
     print(json.dumps({"metrics": shown, "steps": result["training"]["steps"],
                       "wall_s": result["training"]["wall_s"]}))
     print(f"SAE in {Path(result['out_dir']) / 'sae'}"
-          + (f"; feature pages: {result['features_html']}" if result["features_html"] else ""))
+          + (f"; feature pages: {pages}" if pages else ""))
     return 0

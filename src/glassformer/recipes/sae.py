@@ -9,12 +9,12 @@ features with their top contexts (the peak token in brackets), for a reader to n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..interpret.sae import SAETrainConfig, run_sae
 from ..training import TrainConfig, load, prepare_run
+from ..viz.report_sae import write_feature_pages
 
 RECIPE_KEYS = ("task", "corpus", "features_listed")
 
@@ -39,14 +39,14 @@ def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], train: Any) -> dic
     sae_config = SAETrainConfig.from_dict(options)
     found = run_sae(sae_config, model, tokenizer, checkpoint=checkpoint)
     listed = int(spec.get("features_listed", 40))
-    summary_file = Path(found["out_dir"]) / "features.json"
-    features = []
-    if summary_file.is_file():
-        summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    features, pages, summary = [], None, found["features"]
+    if summary is not None:
+        pages = str(write_feature_pages(summary, Path(found["out_dir"]) / "features.html", metrics=found["metrics"],
+                                        title=f"SAE features of the Shakespeare char model: {sae_config.hook}"))
         for feature in summary["features"][:listed]:
             features.append({"id": feature["id"], "frequency": feature["frequency"], "max": feature["max"],
                              "contexts": [_context_text(c, summary["vocab"]) for c in feature["contexts"][:5]],
                              "up": [summary["vocab"][str(t)] for t, _ in feature.get("up", [])[:5]]})
     return {"training": training,
             "sae": {"out_dir": found["out_dir"], "metrics": found["metrics"], "training": found["training"],
-                    "features_html": found["features_html"], "features": features}}
+                    "features_html": pages, "features": features}}

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number, load_json
 from ...fileio import atomic_directory
-from ...training.weights import load_tensors, read_header
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
@@ -234,13 +234,16 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
     weights_file = check_inside(path, WEIGHTS)
     if not weights_file.is_file():
         raise MissingFileError(f"{str(path)!r} has no {WEIGHTS}")
-    header = read_header([weights_file])
     d_in, d_sae = config.d_in, config.d_sae
     expected = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
-    shapes = {name: tuple(entry[0]) for name, entry in header.items()}
-    if shapes != expected:
-        raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
-    weights = load_tensors([weights_file])
+    try:
+        with safe_open(str(weights_file), framework="pt") as handle:  # shapes from the header: nothing allocated
+            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
+        if shapes != expected:
+            raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
+        weights = load_file(str(weights_file))
+    except (SafetensorError, OSError) as error:
+        raise BadFileError(f"{weights_file} is not a readable safetensors file ({error})") from None
     for name, tensor in weights.items():
         if not tensor.dtype.is_floating_point or not bool(torch.isfinite(tensor).all()):
             raise BadFileError(f"{weights_file}: {name} must hold finite floats ({tensor.dtype})")

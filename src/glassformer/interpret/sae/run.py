@@ -2,7 +2,8 @@
 
     out_dir/sae/            the SAE: sae.safetensors + sae.json (config, metrics, where it came from)
     out_dir/metrics.json    the held-out metrics (glassformer.interpret.sae.metrics)
-    out_dir/features.html   the feature pages (glassformer.viz.report_sae); features.json their data
+    out_dir/features.json   what each feature does (feature_summary); the command and the recipe draw
+                            it as out_dir/features.html (glassformer.viz.report_sae)
     out_dir/state/          the training state ``resume: true`` continues from
 """
 
@@ -47,7 +48,8 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         checkpoint: the model's folder, recorded in sae.json (and the default out_dir's anchor).
         source, d_in: rows to train on instead of ``config.data`` (metrics and pages still read data).
     Returns:
-        {"out_dir", "sae", "metrics", "training" (steps, final losses, wall_s), "features_html" or None}.
+        {"out_dir", "sae", "metrics", "features" (feature_summary's data, or None when
+        ``feature_windows`` is 0), "training" (steps, final losses, wall_s)}.
     """
     if config.out_dir is None:
         if checkpoint is None:
@@ -74,17 +76,12 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
             "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
     save_sae(sae, out / "sae", info)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    pages = None
+    summary = None
     if config.feature_windows:
-        from ...viz.report_sae import write_feature_pages
-
         summary = feature_summary(sae, held_out(config.seed + 20), config.feature_windows)
         atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
-        pages = write_feature_pages(summary, out / "features.html", metrics=metrics,
-                                    title=f"SAE features: {config.hook}")
-    return {"out_dir": str(out), "sae": sae, "metrics": metrics,
-            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)},
-            "features_html": None if pages is None else str(pages)}
+    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary,
+            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
 
 
 def train_sae(model: nn.Module, tokenizer: Any, hook: str, data: list[str | Path], *, out_dir: str | Path,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,6 @@ from tqdm.auto import tqdm
 
 from ...errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, check_seed
 from ...fileio import atomic_directory
-from ...training.checkpoint import load_state_file
-from ...training.config import Overrides, _coerce, apply_overrides, read_yaml
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
@@ -126,15 +125,37 @@ class SAETrainConfig:
             raise GlassformerError(f"unknown SAE config key(s) {unknown}; known keys: {sorted(known)}")
         return cls(**data).validate()
 
-    @classmethod
-    def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> SAETrainConfig:
-        """Read a YAML file of keys (optional) and apply ``overrides`` ((key, value) pairs or a mapping)."""
-        data: dict[str, Any] = {}
-        if path is not None:
-            data = read_yaml(path, "SAE config file")
-            if not isinstance(data, dict):
-                raise GlassformerError(f"SAE config file {str(path)!r} must hold a mapping of keys to values")
-        return cls.from_dict(apply_overrides(data, overrides, sections=()))
+
+def _coerce(name: str, kind: str, value: Any) -> Any:
+    """``value`` as the annotated type ``kind`` where that is unambiguous ("3e-4" -> 3e-4 for a float key,
+    as the command line gives it), else an ArgumentTypeError naming the key."""
+    options = [k.strip() for k in kind.split("|")]
+    base = options[0]
+    if value is None:
+        if "None" in options:
+            return None
+        raise ArgumentTypeError(f"{name} must not be empty (null)")
+    if base == "list[str]":
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    elif base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base in ("int", "float") and not isinstance(value, bool):
+        if isinstance(value, str):
+            try:
+                value = float(value) if base == "float" or not value.strip().lstrip("+-").isdigit() else int(value)
+            except ValueError:
+                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
+            return float(value) if base == "float" else value
+    elif base == "str" and isinstance(value, str):
+        return value
+    raise ArgumentTypeError(f"{name} must be {'a list of strings' if base == 'list[str]' else 'a ' + base}, "
+                            f"got {value!r:.80}")
 
 
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
@@ -335,8 +356,12 @@ class SAETrainer:
         folder = self.out / STATE_DIR
         if not (folder / STATE_FILE).is_file():
             return False
-        state = load_state_file(folder / STATE_FILE)
-        if state.get("format") != STATE_FORMAT:
+        try:  # tensors and plain containers only: a pickle that would build other objects is refused
+            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+            raise BadFileError(f"{folder / STATE_FILE} cannot be read as an SAE state "
+                               f"({str(error).splitlines()[0]})") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise BadFileError(f"{folder / STATE_FILE} is not an SAE training state of this glassformer")
         ours = {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}
         differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
