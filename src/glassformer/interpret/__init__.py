@@ -11,6 +11,7 @@ glassformer model, with TransformerLens's hook names (docs/interpret.md).
     sae.train_sae(model, tok, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")  # docs/sae.md
 """
 
+from . import sae  # sparse autoencoders: glassformer.interpret.sae
 from .detectors import (
     HeadScores,
     duplicate_token_scores,
@@ -32,7 +33,6 @@ from .patching import (
     run_with_patch,
 )
 from .points import HookPoint, act_name, hook_points, resolve
-from . import sae  # noqa: E402  (sparse autoencoders: glassformer.interpret.sae)
 
 __all__ = [
     "hook_points", "HookPoint", "act_name", "resolve",
