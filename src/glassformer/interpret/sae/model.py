@@ -77,7 +77,8 @@ class SparseAutoencoder(nn.Module):
     Args:
         config: an :class:`SAEConfig`, or its fields as keywords
             (``SparseAutoencoder(d_in=128, d_sae=1024, kind="topk", k=16)``).
-    Initialisation (both papers): unit-norm random decoder rows, the encoder their transpose, zero biases.
+    Initialisation: unit-norm random decoder rows, the encoder their transpose x 0.1 (Gao et al. tie the
+    two; Anthropic's April 2024 update starts at norm 0.1), zero biases (training then sets b_dec).
     """
 
     def __init__(self, config: SAEConfig | None = None, **fields_: Any):
@@ -87,7 +88,7 @@ class SparseAutoencoder(nn.Module):
         W_dec = torch.randn(d_sae, d_in)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
         self.W_dec = nn.Parameter(W_dec)  # (d_sae, d_in): row i is feature i's direction
-        self.W_enc = nn.Parameter(W_dec.t().clone())  # (d_in, d_sae)
+        self.W_enc = nn.Parameter(W_dec.t() * 0.1)  # (d_in, d_sae): small, so the first reconstructions are too
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
         self.b_dec = nn.Parameter(torch.zeros(d_in))
 

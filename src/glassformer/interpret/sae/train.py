@@ -209,9 +209,9 @@ class SAETrainer:
         self.history: list[dict[str, float]] = []
 
     # ------------------------------------------------------------------ one step
-    def _start(self) -> None:
-        """Step 0: the input scale and the decoder bias from the first buffer of activations."""
-        rows = self.buffer.peek()
+    def initialize(self, rows: torch.Tensor) -> None:
+        """Step 0: the input scale (when ``normalize``) and the decoder bias (the geometric median, as in
+        "Towards Monosemanticity") from activation rows (N, d_in); :meth:`train` calls it on the first buffer."""
         with torch.no_grad():
             if self.config.normalize:
                 self.sae.config.input_scale = estimate_input_scale(rows)
@@ -310,7 +310,7 @@ class SAETrainer:
         c = self.config
         end = c.steps if stop_at is None else min(stop_at, c.steps)
         if self.step == 0:
-            self._start()
+            self.initialize(self.buffer.peek())
         bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
         last: dict[str, float] = {}
         try:
