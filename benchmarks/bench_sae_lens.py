@@ -219,9 +219,11 @@ def main() -> None:
         if "error" in side:
             print(f"{name:14} error: {side['error']}")
         else:
-            print(f"{name:14} {side['explained_variance']:19.4f} {side['l0']:6.1f} {side['mse']:9.5f} {side['wall_s']:8.1f}")
+            print(f"{name:14} {side['explained_variance']:19.4f} {side['l0']:6.1f} {side['mse']:9.5f} "
+                  f"{side['wall_s']:8.1f}")
     print(f"{facts['train_rows']:,} training rows (d_in {facts['d_in']}), {facts['held_out_rows']:,} held out; "
-          f"{args.steps} steps of {args.batch}; {result['cpu']}, {args.threads} threads, load {result['load_average']:.1f}")
+          f"{args.steps} steps of {args.batch}; {result['cpu']}, {args.threads} threads, "
+          f"load {result['load_average']:.1f}")
 
 
 if __name__ == "__main__":
