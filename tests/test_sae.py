@@ -220,7 +220,8 @@ def test_feature_summary_lists_live_features_with_contexts(corpus):
     assert 1 <= len(first["contexts"]) <= 3 and sum(first["hist"]) == round(first["frequency"] * summary["tokens"])
     context = first["contexts"][0]
     assert max(context["acts"]) == context["acts"][context["peak"]] and len(context["tokens"]) <= 7
-    assert len(first["up"]) == 8 and first["up"][0][1] >= first["up"][-1][1]
+    assert len(first["up"]) == 8 and first["up"][0][1] >= first["up"][-1][1] >= 0
+    assert len(first["down"]) == 8 and first["down"][0][1] <= first["down"][-1][1] <= 0  # most negative first
     assert all(str(t) in summary["vocab"] for t in context["tokens"])
 
 

@@ -60,7 +60,7 @@ def test_feature_pages_list_search_sort_and_show_a_feature(browser, pages):
     assert detail.locator(".gf-sae-peak").count() == len(first["contexts"])
     assert detail.locator("svg.gf-sae-hist rect").count() == 12
     assert detail.locator(".gf-sae-up tr").count() == 8 and detail.locator(".gf-sae-down tr").count() == 8
-    shaded = detail.locator(".gf-sae-context .gf-tok").evaluate_all(
+    shaded = detail.locator(".gf-sae-context .gf-sae-tok").evaluate_all(
         "els => els.filter(e => Number(e.dataset.act) > 0).every(e => e.style.background.startsWith('rgb'))")
     assert shaded
     assert page.locator('.gf-sae-metrics tr[data-metric="ce_recovered"]').inner_text().endswith("0.700")

@@ -112,7 +112,7 @@ def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: i
         if effects is not None:
             up, down = effects
             feature["up"] = [[int(t), round(float(v), 3)] for t, v in zip(up[1][i], up[0][i], strict=True)]
-            feature["down"] = [[int(t), round(float(v), 3)] for t, v in zip(down[1][i], down[0][i], strict=True)]
+            feature["down"] = [[int(t), round(-float(v), 3)] for t, v in zip(down[1][i], down[0][i], strict=True)]
             used.update(t for t, _ in feature["up"] + feature["down"])
         features.append(feature)
     vocab = {str(i): _label(source.tokenizer, i) for i in sorted(used)}

@@ -106,7 +106,7 @@
     c.tokens.forEach((id, i) => {
       const a = c.acts[i] || 0;
       const text = label(id);
-      const tok = el("span", "gf-tok", visible(text.trim() === "" && i === c.peak ? text.replace(/ /g, "\u2423") : text));
+      const tok = el("span", "gf-sae-tok", visible(text.trim() === "" && i === c.peak ? text.replace(/ /g, "\u2423") : text));
       if (a > 0) tok.style.background = "rgba(234, 120, 20, " + Math.min(1, a / f.max).toFixed(3) + ")";
       tok.title = "activation " + a.toFixed(3);
       tok.dataset.act = String(a);
