@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--lr_decay_steps", type=int, default=200)
     parser.add_argument("--dead_window", type=int, default=250)
     parser.add_argument("--aux_coefficient", type=float, default=1 / 32)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on both sides (1: see docs/results.md)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

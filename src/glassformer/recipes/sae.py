@@ -16,7 +16,7 @@ from ..interpret.sae import SAETrainConfig, run_sae
 from ..training import TrainConfig, load, prepare_run
 from ..viz.report_sae import write_feature_pages
 
-RECIPE_KEYS = ("task", "corpus", "features_listed")
+RECIPE_KEYS = ("task", "corpus", "source", "features_listed")  # the recipe's own keys; the rest are the SAE's
 
 
 def _context_text(context: dict[str, Any], vocab: dict[str, str]) -> str:
