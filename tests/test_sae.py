@@ -269,3 +269,15 @@ def test_command_trains_writes_pages_and_resumes(tmp_path, corpus, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[0])["steps"] == 8
     assert main([*words, "--lr", "nan"]) == 2
     assert "lr must be a finite number" in capsys.readouterr().err
+
+
+def test_character_kinds_that_name_features():
+    from glassformer.recipes.sae import CHARACTER_KINDS, _kind_of_each_position
+
+    names = [name for name, _ in CHARACTER_KINDS]
+    text = "x\nROMEO:\nBut soft"
+    kinds = {i: {names[k] for k, yes in enumerate(row) if yes} for i, row in enumerate(_kind_of_each_position(text))}
+    assert "in a speaker's name line" in kinds[3] and "in a speaker's name line" not in kinds[10]
+    assert "first character of a line" in kinds[9] and kinds[1] == {"newline"} and kinds[12] == {"space"}
+    assert "vowel after a consonant" in kinds[10] and "vowel after a consonant" not in kinds[0]
+    assert "in a speaker's name line" not in kinds[0]  # the window cuts its line: unknown, not a name
