@@ -279,5 +279,6 @@ def test_character_kinds_that_name_features():
     kinds = {i: {names[k] for k, yes in enumerate(row) if yes} for i, row in enumerate(_kind_of_each_position(text))}
     assert "in a speaker's name line" in kinds[3] and "in a speaker's name line" not in kinds[10]
     assert "first character of a line" in kinds[9] and kinds[1] == {"newline"} and kinds[12] == {"space"}
+    assert kinds[8] == {"newline ending a speaker's name", "newline"}
     assert "vowel after a consonant" in kinds[10] and "vowel after a consonant" not in kinds[0]
     assert "in a speaker's name line" not in kinds[0]  # the window cuts its line: unknown, not a name

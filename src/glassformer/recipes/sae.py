@@ -30,6 +30,8 @@ VOWELS = set("aeiou")
 # (name, test of (previous character, character, the whole line or None when the window cuts it)),
 # most specific first: a feature is named after the first kind that holds >= 90% of its firings.
 CHARACTER_KINDS: list[tuple[str, Callable[[str, str, str | None], bool]]] = [
+    ("newline ending a speaker's name", lambda p, c, line: c == "\n" and line is not None
+     and bool(NAME_LINE.fullmatch(line))),
     ("in a speaker's name line", lambda p, c, line: line is not None and bool(NAME_LINE.fullmatch(line))
      and c != "\n"),
     ("first character of a line", lambda p, c, line: p == "\n" and c != "\n"),
@@ -45,7 +47,8 @@ CHARACTER_KINDS: list[tuple[str, Callable[[str, str, str | None], bool]]] = [
 
 
 def _kind_of_each_position(text: str) -> list[list[bool]]:
-    """For each character of ``text``: which CHARACTER_KINDS it is (its line is known when both ends are in)."""
+    """For each character of ``text``: which CHARACTER_KINDS it is (its line is known when both ends are in;
+    a newline's line is the one it ends)."""
     found = []
     for i, c in enumerate(text):
         before = text.rfind("\n", 0, i)

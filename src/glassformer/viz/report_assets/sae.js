@@ -59,7 +59,7 @@
     for (const f of found.slice(0, SHOWN)) {
       const item = el("li", "gf-sae-item");
       item.dataset.id = String(f.id);
-      item.append(el("strong", null, "#" + f.id + " "), el("code", null, visible(peakText(f)).slice(0, 24)),
+      item.append(el("strong", null, "#" + f.id + " "), el("code", null, visible(peakText(f)).replace(/ /g, "\u2423").slice(0, 24)),
         el("span", "gf-sae-freq", (100 * f.frequency).toFixed(2) + "%"));
       if (f.id === current) item.classList.add("gf-active");
       item.addEventListener("click", () => show(f.id));
