@@ -51,13 +51,13 @@ class SAETrainConfig:
     d_sae: int | None = None  # features; None: expansion x d_in
     expansion: int = 8
     k: int = 32  # topk: features per token
-    l1_coefficient: float = 5.0  # relu: λ
+    l1_coefficient: float = 2.0  # relu: λ
     l1_warmup_steps: int = 0  # relu: λ ramps from 0 over these steps
     aux_coefficient: float = 1 / 32  # topk: α of AuxK
     aux_k: int | None = None  # topk: dead features AuxK uses; None: d_in // 2 (Gao et al.)
     dead_window: int = 250  # steps without firing after which a feature counts as dead
     resample_every: int = 500  # relu: resample dead features this often (0: never)
-    lr: float = 4e-4
+    lr: float = 1e-3
     lr_warmup_steps: int = 0
     lr_decay_steps: int = 0  # linear decay to 0 over the last steps (0: constant)
     beta1: float = 0.9
