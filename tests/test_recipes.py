@@ -36,6 +36,10 @@ SHORTEN = {
                             "--tokenizer_vocab_size", "300", "--recipe.beams", "[2]", "--recipe.test_split", "val"],
     "prefix_reverse.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
     "prefix_lookahead.yaml": ["--model.n_layers", "1", "--recipe.max_len", "5", "--recipe.eval_examples", "8"],
+    "shakespeare_char_sae.yaml": ["--block_size", "16", "--model.n_layers", "3", "--model.max_len", "16",
+                                  "--recipe.steps", "3", "--recipe.batch_size", "32", "--recipe.buffer_size", "64",
+                                  "--recipe.model_batch", "4", "--recipe.feature_windows", "4",
+                                  "--recipe.eval_batches", "1"],
     "induction_heads.yaml": ["--block_size", "24", "--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
                              "--recipe.probe_length", "8", "--recipe.probe_batch", "4"],
 }
@@ -92,6 +96,8 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
     if task == "lm":
         assert [s["prompt"] for s in results["samples"]] == results["recipe"]["prompts"]
         assert all(s["text"].startswith(s["prompt"]) for s in results["samples"])
+    elif task == "sae":  # the SAE on the model just trained: metrics and feature pages
+        assert results["sae"]["metrics"]["tokens"] > 0 and Path(results["sae"]["features_html"]).is_file()
     elif task == "mlm":
         assert 0 <= results["training"]["val_accuracy"] <= 1
         for example in results["fill_mask"]:

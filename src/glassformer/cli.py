@@ -21,7 +21,7 @@ from ._version import __version__
 from .errors import GlassformerError
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
-VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "bench")
+VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae", "bench")
 
 
 class OneLineParser(argparse.ArgumentParser):

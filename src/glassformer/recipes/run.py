@@ -34,7 +34,7 @@ from . import corpora
 from .induction import run_induction
 from .sequence_task import SequenceTask, exact_match
 
-TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction")
+TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction", "sae")
 CORPORA = ("tinyshakespeare", "multi30k", "tang300")
 
 
@@ -148,6 +148,9 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
         results: dict[str, Any] = {"runs": run_induction(config, spec)}
     elif spec["task"] == "prefix-vs-causal":
         results = {"models": _prefix_vs_causal(config, spec)}
+    elif spec["task"] == "sae":  # the model, then a sparse autoencoder on it (recipes/sae.py)
+        from .sae import run_sae_recipe
+        results = run_sae_recipe(config, spec, _train)
     else:
         run = prepare_run(config)
         training = _train(config, run.model, run.tokenizer, run.batches)

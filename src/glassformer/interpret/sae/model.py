@@ -1,0 +1,259 @@
+"""The sparse autoencoder itself: encode an activation into many sparse features, decode it back.
+
+    f = act(((x · s) − b_dec) W_enc + b_enc)          (d_sae,) features, mostly zero
+    x̂ = (f W_dec + b_dec) / s                         (d_in,) the reconstruction
+
+``s`` is a fixed input scale (``input_scale``, measured once so that ‖x·s‖ averages √d_in, as Gao et
+al. 2024 and SAELens's "expected_average_only_in" normalise), so one set of hyperparameters fits any
+model's activations. Two kinds, as the field uses them:
+
+- ``"relu"``: act = ReLU, trained with an L1 penalty on f (Anthropic, "Towards Monosemanticity", 2023);
+- ``"topk"``: act keeps the k largest pre-activations (ReLU'd) and zeroes the rest (Gao et al. 2024).
+
+Both keep every decoder row (a feature's direction, ``W_dec[i]``) at unit norm, so a feature's size
+lives in its activation alone. Parameter names and layouts are SAELens's (``W_enc`` (d_in, d_sae),
+``b_enc``, ``W_dec`` (d_sae, d_in), ``b_dec``). Saved as ``sae.safetensors`` + ``sae.json``
+(:func:`save_sae`, :func:`load_sae`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number, load_json
+from ...fileio import atomic_directory
+
+KINDS = ("relu", "topk")
+WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
+FORMAT = "glassformer-sae/1"  # sae.json's "format": how a folder is recognised as an SAE glassformer wrote
+MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here (and would allocate too much)
+
+
+@dataclass
+class SAEConfig:
+    """What defines an SAE (``sae.json`` holds it, plus ``format`` and ``info``).
+
+    Attributes:
+        d_in: width of the activation (the hook's last axes, flattened: d_model, or heads x hd for hook_z).
+        d_sae: number of features (often 8-64 x d_in).
+        kind: "relu" (L1-trained) or "topk".
+        k: TopK's features per token (ignored by "relu").
+        hook: the hook point it reads, e.g. "blocks.2.hook_resid_post".
+        input_scale: the fixed factor applied to activations before encoding (1.0: none).
+    """
+
+    d_in: int
+    d_sae: int
+    kind: str = "topk"
+    k: int = 32
+    hook: str = ""
+    input_scale: float = 1.0
+
+    def validate(self) -> SAEConfig:
+        """Check each field; return self. Raises GlassformerError naming the field."""
+        check_int("d_in", self.d_in, 1, MAX_WIDTH)
+        check_int("d_sae", self.d_sae, 1, MAX_WIDTH)
+        if self.kind not in KINDS:
+            raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
+        check_int("k", self.k, 1, self.d_sae)
+        check_number("input_scale", self.input_scale, 0.0, low_open=True)
+        if not isinstance(self.hook, str):
+            raise GlassformerError(f"hook must be a hook point's name, got {self.hook!r}")
+        return self
+
+
+class SparseAutoencoder(nn.Module):
+    """A ReLU or TopK sparse autoencoder over ``d_in``-wide activations (see the module's docstring).
+
+    Args:
+        config: an :class:`SAEConfig`, or its fields as keywords
+            (``SparseAutoencoder(d_in=128, d_sae=1024, kind="topk", k=16)``).
+    Initialisation: unit-norm random decoder rows, the encoder their transpose x 0.1 (Gao et al. tie the
+    two; Anthropic's April 2024 update starts at norm 0.1), zero biases (training then sets b_dec).
+    """
+
+    def __init__(self, config: SAEConfig | None = None, **fields_: Any):
+        super().__init__()
+        self.config = (config or SAEConfig(**fields_)).validate()
+        d_in, d_sae = self.config.d_in, self.config.d_sae
+        W_dec = torch.randn(d_sae, d_in)
+        W_dec /= W_dec.norm(dim=1, keepdim=True)
+        self.W_dec = nn.Parameter(W_dec)  # (d_sae, d_in): row i is feature i's direction
+        self.W_enc = nn.Parameter(W_dec.t() * 0.1)  # (d_in, d_sae): small, so the first reconstructions are too
+        self.b_enc = nn.Parameter(torch.zeros(d_sae))
+        self.b_dec = nn.Parameter(torch.zeros(d_in))
+
+    @property
+    def hook(self) -> str:
+        """The hook point this SAE reads."""
+        return self.config.hook
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_in) activations -> (..., d_sae) encoder outputs before the activation function."""
+        return (x * self.config.input_scale - self.b_dec) @ self.W_enc + self.b_enc
+
+    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+        """Pre-activations -> features: ReLU, or for "topk" the k largest kept (ReLU'd), the rest zero."""
+        if self.config.kind == "relu":
+            return torch.relu(pre)
+        values, indices = pre.topk(self.config.k, dim=-1, sorted=False)  # (..., k)
+        return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_in) activations -> (..., d_sae) sparse features."""
+        self._check_width(x)
+        return self.activate(self.pre_activations(x))
+
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        """(..., d_sae) features -> (..., d_in) reconstruction, in the activations' own units."""
+        return (f @ self.W_dec + self.b_dec) / self.config.input_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The reconstruction of ``x`` (..., d_in) -> (..., d_in)."""
+        return self.decode(self.encode(x))
+
+    def _check_width(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
+                                   f"({self.config.hook or 'no hook'}), got {got}")
+
+    @torch.no_grad()
+    def normalize_decoder(self) -> None:
+        """Put every decoder row back at unit norm (after an optimiser step)."""
+        self.W_dec /= self.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+    @torch.no_grad()
+    def remove_parallel_gradient(self) -> None:
+        """Drop the part of W_dec's gradient along each row (it would only change the row's norm, which
+        :meth:`normalize_decoder` undoes): "Towards Monosemanticity"'s and Gao et al.'s projection."""
+        if self.W_dec.grad is not None:
+            rows = self.W_dec / self.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
+            self.W_dec.grad -= (self.W_dec.grad * rows).sum(1, keepdim=True) * rows
+
+    def __repr__(self) -> str:
+        c = self.config
+        kind = f"topk k={c.k}" if c.kind == "topk" else "relu"
+        return f"SparseAutoencoder({c.hook or 'no hook'}: {c.d_in} -> {c.d_sae} features, {kind})"
+
+
+def identity_sae(d_in: int, hook: str = "") -> SparseAutoencoder:
+    """A ReLU SAE that reconstructs every input exactly: 2·d_in features, x = ReLU(x) − ReLU(−x).
+
+    For tests and for checking that a reconstruction hook changes nothing by itself.
+    """
+    sae = SparseAutoencoder(d_in=d_in, d_sae=2 * d_in, kind="relu", k=1, hook=hook)
+    eye = torch.eye(d_in)
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.cat([eye, -eye], dim=1))
+        sae.W_dec.copy_(torch.cat([eye, -eye], dim=0))
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()
+    return sae
+
+
+# ---------------------------------------------------------------------------------------------- files
+def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) -> None:
+    """sae.safetensors and sae.json into ``folder``."""
+    weights = {name: p.detach().to("cpu").contiguous() for name, p in sae.named_parameters()}
+    save_file(weights, str(folder / WEIGHTS), metadata={"format": "pt"})
+    meta = {"format": FORMAT, **asdict(sae.config), "info": info or {}}
+    (folder / CONFIG).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def is_sae_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder that glassformer wrote with :func:`save_sae` (its sae.json says so)."""
+    file = Path(path) / CONFIG
+    if not file.is_file():
+        return False
+    try:
+        return load_json(file, "SAE config").get("format") == FORMAT
+    except (GlassformerError, AttributeError):
+        return False
+
+
+def save_sae(sae: SparseAutoencoder, path: str | Path, info: dict[str, Any] | None = None) -> Path:
+    """Write ``sae`` as the folder ``path`` (``sae.safetensors`` + ``sae.json``), atomically.
+
+    Args:
+        sae: the autoencoder.
+        path: the folder; an existing one is replaced only when it is an SAE folder glassformer wrote.
+        info: JSON-able facts kept in sae.json (the model checkpoint, metrics, training config).
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    if path.exists() and not is_sae_folder(path):
+        raise GlassformerError(f"{str(path)!r} exists and is not an SAE folder glassformer wrote; "
+                               "choose another place (it was left untouched)")
+    with atomic_directory(path) as temp:
+        _write(temp, sae, info)
+    return path
+
+
+def read_sae_info(path: str | Path) -> dict[str, Any]:
+    """The ``info`` mapping saved with the SAE at ``path`` ({} when none)."""
+    return dict(_read_meta(Path(path)).get("info") or {})
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise MissingFileError(f"SAE folder {str(path)!r} does not exist")
+    file = check_inside(path, CONFIG)
+    if not file.is_file():
+        raise MissingFileError(f"{str(path)!r} has no {CONFIG} (is it an SAE folder written by glassformer?)")
+    meta = load_json(file, "SAE config")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise BadFileError(f"{file} is not a glassformer SAE config (its format must be {FORMAT!r})")
+    return meta
+
+
+def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> SparseAutoencoder:
+    """Read an SAE written by :func:`save_sae` (or the ``sae/`` folder inside a ``glassformer sae`` run).
+
+    Raises MissingFileError for a missing folder or file; BadFileError for a config or weights that do
+    not fit each other (checked from the safetensors header before anything is allocated), or NaN/inf.
+    """
+    path = Path(path)
+    if not (path / CONFIG).exists() and (path / "sae" / CONFIG).exists():
+        path = path / "sae"
+    meta = _read_meta(path)
+    known = {f.name for f in fields(SAEConfig)}
+    try:
+        config = SAEConfig(**{k: v for k, v in meta.items() if k in known}).validate()
+    except (GlassformerError, TypeError) as error:
+        raise BadFileError(f"{path / CONFIG}: {error}") from None
+    weights_file = check_inside(path, WEIGHTS)
+    if not weights_file.is_file():
+        raise MissingFileError(f"{str(path)!r} has no {WEIGHTS}")
+    d_in, d_sae = config.d_in, config.d_sae
+    expected = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+    try:
+        with safe_open(str(weights_file), framework="pt") as handle:  # shapes from the header: nothing allocated
+            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
+        if shapes != expected:
+            raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
+        weights = load_file(str(weights_file))
+    except (SafetensorError, OSError) as error:
+        raise BadFileError(f"{weights_file} is not a readable safetensors file ({error})") from None
+    for name, tensor in weights.items():
+        if not tensor.dtype.is_floating_point or not bool(torch.isfinite(tensor).all()):
+            raise BadFileError(f"{weights_file}: {name} must hold finite floats ({tensor.dtype})")
+    sae = SparseAutoencoder(config)
+    sae.load_state_dict({k: v.float() for k, v in weights.items()})
+    return sae.to(map_location).eval()
+
+
+def estimate_input_scale(x: torch.Tensor) -> float:
+    """The factor that makes the rows of ``x`` (N, d_in) average a norm of √d_in (1.0 for all-zero x)."""
+    mean_norm = float(x.float().norm(dim=-1).mean())
+    return math.sqrt(x.shape[-1]) / mean_norm if mean_norm > 0 and math.isfinite(mean_norm) else 1.0

@@ -1,0 +1,94 @@
+"""One call from a model (or a checkpoint) to a trained, measured SAE with its feature pages.
+
+    out_dir/sae/            the SAE: sae.safetensors + sae.json (config, metrics, where it came from)
+    out_dir/metrics.json    the held-out metrics (glassformer.interpret.sae.metrics)
+    out_dir/features.json   what each feature does (feature_summary); the command and the recipe draw
+                            it as out_dir/features.html (glassformer.viz.report_sae)
+    out_dir/state/          the training state ``resume: true`` continues from
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ...errors import GlassformerError
+from ...fileio import atomic_write_text, remove_path
+from .activations import ActivationSource
+from .features import feature_summary
+from .metrics import evaluate_sae
+from .model import SparseAutoencoder, is_sae_folder, save_sae
+from .train import STATE_DIR, SAETrainConfig, SAETrainer, default_out_dir
+
+
+def _prepare_out_dir(out: Path, resume: bool) -> None:
+    """Refuse an out_dir whose sae/ or state/ glassformer did not write; start afresh unless resuming."""
+    if out.exists() and not out.is_dir():
+        raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
+    for name in ("sae", STATE_DIR):
+        if (out / name).exists() and not is_sae_folder(out / name):
+            raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "
+                                   "another out_dir (it was left untouched)")
+    if not resume:
+        remove_path(out / STATE_DIR)
+
+
+def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
+            source: Any = None, d_in: int | None = None) -> dict[str, Any]:
+    """Train ``config``'s SAE on ``model``, measure it on held-out text, save it and its feature pages.
+
+    Args:
+        config: the run (``out_dir`` None: next to ``checkpoint``).
+        model, tokenizer: the model read and its tokenizer.
+        checkpoint: the model's folder, recorded in sae.json (and the default out_dir's anchor).
+        source, d_in: rows to train on instead of ``config.data`` (metrics and pages still read data).
+    Returns:
+        {"out_dir", "sae", "metrics", "features" (feature_summary's data, or None when
+        ``feature_windows`` is 0), "training" (steps, final losses, wall_s)}.
+    """
+    if config.out_dir is None:
+        if checkpoint is None:
+            raise GlassformerError("out_dir must be set when no checkpoint folder is given")
+        config.out_dir = str(default_out_dir(checkpoint, config.hook))
+    out = Path(config.out_dir)
+    _prepare_out_dir(out, config.resume)
+    started = time.perf_counter()
+    trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
+    if config.resume and not trainer.resume():
+        print(f"resume: {out} holds no SAE state to resume from; starting at step 0", file=sys.stderr)
+    training = trainer.train()
+    wall = time.perf_counter() - started
+    sae = trainer.sae.eval()
+    context = config.context or model.config.max_len
+
+    def held_out(seed: int) -> ActivationSource:
+        return ActivationSource(model, tokenizer, config.hook, config.data, context=context, batch=config.model_batch,
+                                split="val", val_fraction=config.val_fraction, seed=seed,
+                                prefix_len=config.prefix_len)
+
+    metrics = evaluate_sae(sae, held_out(config.seed + 10), config.eval_batches)
+    info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
+            "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
+    save_sae(sae, out / "sae", info)
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    summary = None
+    if config.feature_windows:
+        summary = feature_summary(sae, held_out(config.seed + 20), config.feature_windows)
+        atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
+    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary,
+            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
+
+
+def train_sae(model: nn.Module, tokenizer: Any, hook: str, data: list[str | Path], *, out_dir: str | Path,
+              **options: Any) -> SparseAutoencoder:
+    """Train an SAE on ``hook`` of ``model`` over the text files ``data``; keys of :class:`SAETrainConfig`
+    as keywords (``kind="relu"``, ``steps=500``...). Writes ``out_dir`` as :func:`run_sae` does and
+    returns the SAE (its metrics: ``out_dir/metrics.json``)."""
+    config = SAETrainConfig.from_dict({"hook": hook, "data": [str(d) for d in data], "out_dir": str(out_dir),
+                                       **options})
+    return run_sae(config, model, tokenizer)["sae"]

@@ -1,0 +1,382 @@
+"""Training an SAE on a model's activations: the config, the loop, dead features, resumable state.
+
+Losses (sums over the activation's width, means over the batch, in the normalised units of
+:mod:`.model`, as SAELens writes them):
+
+- "relu": ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ (Towards Monosemanticity; λ ramps up over ``l1_warmup_steps``).
+  Dead features (silent for ``dead_window`` steps) are resampled every ``resample_every`` steps in the
+  first 3/4 of training: their decoder row becomes a poorly reconstructed input's direction, the
+  encoder row that direction scaled to 0.2 x the live rows' mean norm, their Adam moments reset.
+- "topk": ‖x − x̂‖² + α·‖e − ê‖² (Gao et al. 2024's AuxK, α = ``aux_coefficient``): ê reconstructs the
+  error e = x − x̂ from the ``aux_k`` largest pre-activations among dead features only, so dead
+  features get a gradient towards what the live ones miss.
+
+After every step the decoder's rows go back to unit norm (the gradient along them was removed first).
+The state (weights, Adam, the buffer's unserved rows, every generator) is saved to ``out_dir/state/``
+every ``save_every`` steps; ``resume: true`` continues bit-identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ...errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, check_seed
+from ...fileio import atomic_directory
+from .activations import ActivationBuffer, ActivationSource, geometric_median
+from .model import KINDS, SparseAutoencoder, _write, estimate_input_scale, load_sae
+
+STATE_DIR, STATE_FILE, STATE_FORMAT = "state", "train_state.pt", "glassformer-sae-state/1"
+# Keys that must be the same to resume: they decide what the saved state means.
+SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
+                  "seed", "normalize", "val_fraction", "prefix_len", "data")
+
+
+@dataclass
+class SAETrainConfig:
+    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides)."""
+
+    hook: str = ""  # the hook point, e.g. "blocks.2.hook_resid_post" (required)
+    data: list[str] = field(default_factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
+    out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../sae-HOOK
+    kind: str = "topk"  # "topk" (Gao et al. 2024) or "relu" (L1, Towards Monosemanticity)
+    d_sae: int | None = None  # features; None: expansion x d_in
+    expansion: int = 8
+    k: int = 32  # topk: features per token
+    l1_coefficient: float = 2.0  # relu: λ
+    l1_warmup_steps: int = 0  # relu: λ ramps from 0 over these steps
+    aux_coefficient: float = 1 / 32  # topk: α of AuxK
+    aux_k: int | None = None  # topk: dead features AuxK uses; None: d_in // 2 (Gao et al.)
+    dead_window: int = 250  # steps without firing after which a feature counts as dead
+    resample_every: int = 500  # relu: resample dead features this often (0: never)
+    lr: float = 1e-3
+    lr_warmup_steps: int = 0
+    lr_decay_steps: int = 0  # linear decay to 0 over the last steps (0: constant)
+    beta1: float = 0.9
+    beta2: float = 0.999
+    batch_size: int = 1024  # activation rows per step
+    steps: int = 2000
+    buffer_size: int = 32768  # rows mixed in the shuffling buffer
+    context: int | None = None  # tokens per window; None: the model's max_len
+    model_batch: int = 32  # windows per forward of the model
+    prefix_len: int | None = None  # prefix-LM: prefix of each window; None: context // 2
+    normalize: bool = True  # scale activations so that their norm averages √d_in
+    val_fraction: float = 0.1  # the last fraction of each file: metrics and feature pages read it only
+    eval_batches: int = 8  # model batches for the final metrics
+    feature_windows: int = 128  # windows read for the feature pages (0: no pages)
+    save_every: int = 500  # steps between saved states (0: only at the end)
+    log_every: int = 100
+    seed: int = 0
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    num_threads: int | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def validate(self) -> SAETrainConfig:
+        """Check every key; return self. Errors name the key, the value and what was expected."""
+        for f in fields(self):
+            setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
+        if not self.hook:
+            raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
+        if self.kind not in KINDS:
+            raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
+        for name in ("expansion", "k", "batch_size", "steps", "model_batch", "log_every", "dead_window",
+                     "eval_batches"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("l1_warmup_steps", "resample_every", "lr_warmup_steps", "lr_decay_steps", "save_every",
+                     "feature_windows"):
+            check_int(name, getattr(self, name), 0)
+        for name in ("d_sae", "aux_k", "context", "prefix_len"):
+            check_int(name, getattr(self, name), 1, allow_none=True)
+        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
+        check_int("num_threads", self.num_threads, 1, 4096, allow_none=True)
+        check_number("lr", self.lr, 0.0, low_open=True)
+        for name in ("l1_coefficient", "aux_coefficient"):
+            check_number(name, getattr(self, name), 0.0)
+        for name in ("beta1", "beta2"):
+            if check_number(name, getattr(self, name), 0.0) >= 1.0:
+                raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_number("val_fraction", self.val_fraction, 0.0, 0.5, low_open=True)
+        check_seed("seed", self.seed)
+        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key as plain JSON values."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SAETrainConfig:
+        """Build and validate; an unknown key is an error naming it and the known ones."""
+        if not isinstance(data, dict):
+            raise ArgumentTypeError(f"an SAE config must be a mapping of keys to values, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted((k for k in data if k not in known), key=str)
+        if unknown:
+            raise GlassformerError(f"unknown SAE config key(s) {unknown}; known keys: {sorted(known)}")
+        return cls(**data).validate()
+
+
+def _coerce(name: str, kind: str, value: Any) -> Any:
+    """``value`` as the annotated type ``kind`` where that is unambiguous ("3e-4" -> 3e-4 for a float key,
+    as the command line gives it), else an ArgumentTypeError naming the key."""
+    options = [k.strip() for k in kind.split("|")]
+    base = options[0]
+    if value is None:
+        if "None" in options:
+            return None
+        raise ArgumentTypeError(f"{name} must not be empty (null)")
+    if base == "list[str]":
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    elif base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base in ("int", "float") and not isinstance(value, bool):
+        if isinstance(value, str):
+            try:
+                value = float(value) if base == "float" or not value.strip().lstrip("+-").isdigit() else int(value)
+            except ValueError:
+                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
+            return float(value) if base == "float" else value
+    elif base == "str" and isinstance(value, str):
+        return value
+    raise ArgumentTypeError(f"{name} must be {'a list of strings' if base == 'list[str]' else 'a ' + base}, "
+                            f"got {value!r:.80}")
+
+
+def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
+    """Where ``glassformer sae`` writes by default: next to the checkpoint, ``CHECKPOINT/../sae-HOOK``."""
+    return Path(checkpoint).parent / f"sae-{hook}"
+
+
+class SAETrainer:
+    """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
+
+    Args:
+        config: an :class:`SAETrainConfig` (``out_dir`` must be set).
+        model, tokenizer: the model whose activations are read, and its tokenizer.
+        source: where rows come from; default an :class:`ActivationSource` on ``config.data``
+            (anything with ``next_rows() -> (N, d_in)``, ``state_dict`` and ``load_state_dict`` works:
+            the benchmark feeds fixed activations this way).
+        d_in: the rows' width when ``source`` is given.
+    """
+
+    def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
+                 source: Any = None, d_in: int | None = None):
+        if config.out_dir is None:
+            raise GlassformerError("out_dir must be set (glassformer sae puts it next to the checkpoint)")
+        self.config, self.out = config, Path(config.out_dir)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        if source is None:
+            if model is None:
+                raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
+            context = config.context or model.config.max_len
+            source = ActivationSource(model, tokenizer, config.hook, config.data, context=context,
+                                      batch=config.model_batch, split="train", val_fraction=config.val_fraction,
+                                      seed=config.seed, prefix_len=config.prefix_len)
+            d_in = source.d_in
+        if d_in is None:
+            raise GlassformerError("d_in is needed with a source of rows")
+        self.source = source
+        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
+        d_sae = config.d_sae or config.expansion * d_in
+        if config.kind == "topk":
+            check_int("k", config.k, 1, d_sae)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.sae = SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind, k=config.k, hook=config.hook)
+        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        self.sae.to(self.device)
+        self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
+        self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
+        self.step = 0
+        self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ one step
+    def initialize(self, rows: torch.Tensor) -> None:
+        """Step 0: the input scale (when ``normalize``) and the decoder bias (the geometric median, as in
+        "Towards Monosemanticity") from activation rows (N, d_in); :meth:`train` calls it on the first buffer."""
+        with torch.no_grad():
+            if self.config.normalize:
+                self.sae.config.input_scale = estimate_input_scale(rows)
+            self.sae.b_dec.copy_(geometric_median(rows[:8192] * self.sae.config.input_scale))
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of step ``step``: linear warm-up, constant, then linear decay to 0."""
+        c = self.config
+        scale = min(1.0, (step + 1) / c.lr_warmup_steps) if c.lr_warmup_steps else 1.0
+        if c.lr_decay_steps and step >= c.steps - c.lr_decay_steps:
+            scale *= (c.steps - step) / c.lr_decay_steps
+        return c.lr * scale
+
+    def dead(self) -> torch.Tensor:
+        """(d_sae,) bool: features that fired in none of the last ``dead_window`` steps."""
+        return self.step - self.last_fired >= self.config.dead_window
+
+    def train_step(self, rows: torch.Tensor) -> dict[str, float]:
+        """One optimiser step on (N, d_in) activation rows; returns the losses, L0 and dead fraction."""
+        c, sae = self.config, self.sae
+        x = rows * sae.config.input_scale  # (N, d_in), normalised units
+        pre = sae.pre_activations(rows)  # (N, d_sae)
+        f = sae.activate(pre)
+        recon = f @ sae.W_dec + sae.b_dec
+        mse = (recon - x).pow(2).sum(-1).mean()
+        loss, parts = mse, {"mse": float(mse.detach())}
+        if c.kind == "relu":
+            ramp = min(1.0, (self.step + 1) / c.l1_warmup_steps) if c.l1_warmup_steps else 1.0
+            l1 = (f * sae.W_dec.norm(dim=1)).sum(-1).mean()
+            loss = loss + c.l1_coefficient * ramp * l1
+            parts["l1"] = float(l1.detach())
+        else:
+            dead = self.dead().to(pre.device)
+            n_dead = int(dead.sum())
+            if n_dead and c.aux_coefficient > 0:
+                k_aux = min(c.aux_k or max(1, sae.config.d_in // 2), n_dead)
+                values, indices = pre.masked_fill(~dead, float("-inf")).topk(k_aux, dim=-1)  # (N, k_aux)
+                f_aux = torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+                error = (x - recon).detach()
+                aux = (f_aux @ sae.W_dec - error).pow(2).sum(-1).mean()
+                loss = loss + c.aux_coefficient * aux
+                parts["aux"] = float(aux.detach())
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        sae.remove_parallel_gradient()
+        self.optimizer.step()
+        sae.normalize_decoder()
+        fired = (f > 0).any(0)
+        self.step += 1
+        self.last_fired[fired.cpu()] = self.step
+        if (c.kind == "relu" and c.resample_every and self.step % c.resample_every == 0
+                and self.step <= 0.75 * c.steps):
+            parts["resampled"] = float(self.resample())
+        parts.update(loss=float(loss.detach()), l0=float((f > 0).float().sum(-1).mean()),
+                     dead=float(self.dead().float().mean()))
+        return parts
+
+    @torch.no_grad()
+    def resample(self) -> int:
+        """Give every dead feature a new direction ("Towards Monosemanticity"'s resampling); returns how many."""
+        dead = self.dead().nonzero().flatten().to(self.device)
+        if len(dead) == 0:
+            return 0
+        sae = self.sae
+        rows = self.buffer.peek()[:8192]
+        x = rows * sae.config.input_scale
+        error = (sae.activate(sae.pre_activations(rows)) @ sae.W_dec + sae.b_dec - x).pow(2).sum(-1)  # (N,)
+        weights = (error.pow(2) if float(error.sum()) > 0 else torch.ones_like(error)).cpu()
+        picked = torch.multinomial(weights, len(dead), replacement=len(dead) > len(rows), generator=self.generator)
+        picked = picked.to(self.device)
+        directions = x[picked] - sae.b_dec
+        directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        alive = torch.ones(sae.config.d_sae, dtype=torch.bool, device=self.device)
+        alive[dead] = False
+        enc_norm = float(sae.W_enc[:, alive].norm(dim=0).mean()) if alive.any() else 1.0
+        sae.W_dec[dead] = directions
+        sae.W_enc[:, dead] = directions.t() * enc_norm * 0.2
+        sae.b_enc[dead] = 0.0
+        for param, index in ((sae.W_dec, (dead,)), (sae.W_enc, (slice(None), dead)), (sae.b_enc, (dead,))):
+            state = self.optimizer.state.get(param, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key][index] = 0.0
+        self.last_fired[dead.cpu()] = self.step
+        return len(dead)
+
+    # ------------------------------------------------------------------ the run
+    def train(self, stop_at: int | None = None) -> dict[str, Any]:
+        """Train to ``config.steps`` (or stop after step ``stop_at``, saving the state there).
+
+        Saves the state every ``save_every`` steps and at the end (and on Ctrl-C, then re-raises).
+        Returns {"steps", "history", "final": the last logged losses}.
+        """
+        c = self.config
+        end = c.steps if stop_at is None else min(stop_at, c.steps)
+        if self.step == 0:
+            self.initialize(self.buffer.peek())
+        bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
+        last: dict[str, float] = {}
+        try:
+            while self.step < end:
+                last = self.train_step(self.buffer.next_batch())
+                bar.update(1)
+                if self.step % c.log_every == 0 or self.step == c.steps:
+                    record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
+                    self.history.append(record)
+                    bar.set_postfix(mse=f"{last['mse']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
+                if not math.isfinite(last["loss"]):
+                    raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
+                                           "lower lr (or l1_coefficient)")
+                if c.save_every and self.step % c.save_every == 0 and self.step < end:
+                    self.save_state()
+        except KeyboardInterrupt:
+            bar.close()
+            self.save_state()
+            raise
+        bar.close()
+        self.save_state()
+        return {"steps": self.step, "history": self.history, "final": last}
+
+    # ------------------------------------------------------------------ state
+    def save_state(self) -> Path:
+        """Write ``out_dir/state/`` (the SAE, Adam, buffer, generators, step) atomically; returns it."""
+        folder = self.out / STATE_DIR
+        state = {"format": STATE_FORMAT, "step": self.step, "optimizer": self.optimizer.state_dict(),
+                 "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
+                 "last_fired": self.last_fired, "history": self.history,
+                 "config": {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}}
+        with atomic_directory(folder) as temp:
+            _write(temp, self.sae, {"step": self.step})
+            torch.save(state, temp / STATE_FILE)
+        return folder
+
+    def resume(self) -> bool:
+        """Continue from ``out_dir/state/`` when it exists (False when there is none).
+
+        Raises BadFileError when the state was written by a run whose config differs in a key that
+        decides what it means (hook, sizes, seed, data...), naming the keys.
+        """
+        folder = self.out / STATE_DIR
+        if not (folder / STATE_FILE).is_file():
+            return False
+        try:  # tensors and plain containers only: a pickle that would build other objects is refused
+            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+            raise BadFileError(f"{folder / STATE_FILE} cannot be read as an SAE state "
+                               f"({str(error).splitlines()[0]})") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise BadFileError(f"{folder / STATE_FILE} is not an SAE training state of this glassformer")
+        ours = {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}
+        differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
+        if differ:
+            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
+            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
+        saved = load_sae(folder)
+        if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
+            raise BadFileError(f"{str(folder)!r} holds an SAE of another size")
+        self.sae.config.input_scale = saved.config.input_scale
+        self.sae.load_state_dict(saved.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.generator.set_state(state["generator"])
+        self.last_fired = state["last_fired"]
+        self.history = list(state["history"])
+        self.step = int(state["step"])
+        return True
