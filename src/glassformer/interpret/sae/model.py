@@ -34,6 +34,8 @@ from ...fileio import atomic_directory
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
+SAE_FILES = frozenset({WEIGHTS, CONFIG})
+"""Every file :func:`save_sae` writes (the ownership rule's names for an SAE folder)."""
 FORMAT = "glassformer-sae/1"  # sae.json's "format": how a folder is recognised as an SAE glassformer wrote
 MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here (and would allocate too much)
 
@@ -195,7 +197,7 @@ def save_sae(sae: SparseAutoencoder, path: str | Path, info: dict[str, Any] | No
     if path.exists() and not is_sae_folder(path):
         raise GlassformerError(f"{str(path)!r} exists and is not an SAE folder glassformer wrote; "
                                "choose another place (it was left untouched)")
-    with atomic_directory(path) as temp:
+    with atomic_directory(path, SAE_FILES) as temp:
         _write(temp, sae, info)
     return path
 

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from ...errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, check_seed
 from ...fileio import atomic_directory
 from .activations import ActivationBuffer, ActivationSource, geometric_median
-from .model import KINDS, SparseAutoencoder, _write, estimate_input_scale, load_sae
+from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
 STATE_DIR, STATE_FILE, STATE_FORMAT = "state", "train_state.pt", "glassformer-sae-state/1"
 # Keys that must be the same to resume: they decide what the saved state means.
@@ -342,7 +342,7 @@ class SAETrainer:
                  "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
                  "last_fired": self.last_fired, "history": self.history,
                  "config": {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}}
-        with atomic_directory(folder) as temp:
+        with atomic_directory(folder, SAE_FILES | {STATE_FILE}) as temp:
             _write(temp, self.sae, {"step": self.step})
             torch.save(state, temp / STATE_FILE)
         return folder
