@@ -11,8 +11,11 @@ set-up (`make demo`: the package installed, `demo-output/` written).
   (or Python block) that already ran in this session, on an earlier page, is not run again (RAN).
 - A ```console block's output lines are the command's expected output: numbers must agree within
   TOLERANCE (float results of training differ a little between CPU kinds), text exactly.
-- A block whose first line is ``# not run by the docs test: REASON`` is skipped; SKIPPED lists every
-  such block and why, so none is skipped silently.
+- A block right below the HTML comment ``<!-- not run by tests/test_docs.py: REASON -->`` (a line a
+  rendered page does not show) is skipped; SKIPPED lists every such block and why, so none is skipped
+  silently.
+- Offline, from any clone: the folder holds only the repository's files (tracked by git when it is a
+  checkout), Multi30k is the few lines of tests/fixtures/multi30k, and nothing is read from ../shared.
 - Every fenced block names its language: python, bash and console run; text is output or a diagram.
 
 Speed: a `glassformer` command spends ~3 s importing torch and the package before it starts, and the
@@ -37,13 +40,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"  # a few pairs in Multi30k's layout, for 2-step runs
 PAGES = ["README.md", "README.zh-CN.md",
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn").glob("*.md")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 LANGUAGES = {"python", "bash", "console", "text"}
-SKIP_MARK = "# not run by the docs test:"
-# Every block that carries SKIP_MARK, with a word of its reason: (page, reason fragment).
+SKIP_MARK = re.compile(r"^<!-- not run by tests/test_docs\.py: (.+?) -->\s*$")
+OLD_SKIP_MARK = "# not run by the docs test:"  # the former marker, inside the block: readers saw it
+# Every block below a SKIP_MARK comment, with a word of its reason: (page, reason fragment).
 SKIPPED = {
     ("README.md", "the set-up"),            # make demo / make test: this test runs after them (CI is `make test`)
     ("README.zh-CN.md", "the set-up"),
@@ -88,11 +92,7 @@ class Block:
     line: int
     language: str
     text: str
-
-    @property
-    def skip_reason(self) -> str | None:
-        first = self.text.lstrip("\n").splitlines()[0] if self.text.strip() else ""
-        return first[len(SKIP_MARK):].strip() if first.startswith(SKIP_MARK) else None
+    skip_reason: str | None = None  # the REASON of a SKIP_MARK comment on the line above the fence
 
 
 def blocks(page: str) -> list[Block]:
@@ -100,7 +100,10 @@ def blocks(page: str) -> list[Block]:
     found = []
     for match in re.finditer(r"^```([^\n]*)\n(.*?)^```\s*$", text, re.S | re.M):
         language = match.group(1).split()[0] if match.group(1).strip() else ""
-        found.append(Block(page, text[:match.start()].count("\n") + 1, language, match.group(2)))
+        above = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = SKIP_MARK.match(above)
+        found.append(Block(page, text[:match.start()].count("\n") + 1, language, match.group(2),
+                           mark.group(1).strip() if mark else None))
     return found
 
 
@@ -230,8 +233,7 @@ def workdir(tmp_path_factory) -> Path:
         (work / name).symlink_to(ROOT / name)
     (work / "data").mkdir()
     (work / "data" / "tinyshakespeare").symlink_to(ROOT / "data" / "tinyshakespeare")
-    if (SHARED_DATA / "multi30k").is_dir():
-        (work / "data" / "multi30k").symlink_to(SHARED_DATA / "multi30k")
+    (work / "data" / "multi30k").symlink_to(MULTI30K_FIXTURE)  # `--download` finds it there: no network
     warm = Path(tempfile.mkdtemp(prefix="gf-docs-"))  # short: a socket path has at most 107 bytes
     server = subprocess.Popen([sys.executable, "-c", WARM_SERVER, str(warm / "socket")], env=_env(),
                               stdout=subprocess.PIPE, text=True)
@@ -278,6 +280,8 @@ def test_every_block_names_a_known_language():
 
 
 def test_skipped_blocks_are_the_listed_ones():
+    old = [f"{b.page}:{b.line}" for p in PAGES for b in blocks(p) if b.text.lstrip("\n").startswith(OLD_SKIP_MARK)]
+    assert old == [], f"put '<!-- not run by tests/test_docs.py: REASON -->' above these blocks instead: {old}"
     marked = {(b.page, b.skip_reason) for p in PAGES for b in blocks(p) if b.skip_reason is not None}
     listed = {(page, reason) for page, fragment in SKIPPED for p, reason in marked if p == page and fragment in reason}
     assert marked == listed and len(listed) == len(SKIPPED), (sorted(marked), sorted(SKIPPED))
@@ -344,9 +348,14 @@ def test_readme_and_its_translation_have_the_same_sections():
     assert sorted(set(en_links)) == sorted(set(zh_links)), "both READMEs link the same pages"
 
 
-def test_shared_data_is_there_in_ci():
-    if os.environ.get("CI") and not (SHARED_DATA / "multi30k").is_dir():
-        pytest.fail("CI runs beside shared/: ../shared/data/multi30k is needed by the Multi30k commands of the docs")
+def test_the_folder_needs_nothing_outside_the_repository():
+    """The docs run from what a clone holds: the Multi30k fixture is committed (conftest.py keeps the
+    whole suite away from ../shared and the network)."""
+    tracked = subprocess.run(["git", "ls-files", str(MULTI30K_FIXTURE)], cwd=ROOT, capture_output=True, text=True)
+    names = sorted(f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en"))
+    assert all((MULTI30K_FIXTURE / name).is_file() for name in names)
+    if tracked.returncode == 0:  # a git checkout (an unpacked sdist has no history to ask)
+        assert sorted(Path(line).name for line in tracked.stdout.split() if line.endswith(".gz")) == names
 
 
 def test_docs_reference_no_missing_file():
