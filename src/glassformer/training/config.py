@@ -27,6 +27,7 @@ from ..nn.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
+from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
 DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the devices the trainer runs on
@@ -87,7 +88,8 @@ class TrainConfig:
     out_dir: str = "out"
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
-    progress: bool = True  # tqdm progress bar
+    progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
+    log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "trackio", "none"; joined by commas
 
     def validate(self) -> TrainConfig:
         """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
@@ -135,6 +137,7 @@ class TrainConfig:
         if not DEVICE.fullmatch(self.device):
             raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         _check_folder("out_dir", self.out_dir)
+        parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)
         if self.cache_dir is not None:
             _check_folder("cache_dir", self.cache_dir)
         return self
