@@ -65,5 +65,8 @@ def run(args: argparse.Namespace) -> int:
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
-    print(json.dumps({"objective": objective, "precision": precision.name, **metrics}))
+    # labelled by the file scored, not as a validation split: {"data": FILE, "loss", "ppl", "accuracy", ...}
+    scored = str(args.pairs or f"{args.src} -> {args.tgt}") if objective == "seq2seq" else str(args.data)
+    print(json.dumps({"objective": objective, "precision": precision.name, "data": scored,
+                      **{k.removeprefix("val_"): v for k, v in metrics.items()}}))
     return 0

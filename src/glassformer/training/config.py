@@ -126,7 +126,8 @@ class TrainConfig:
         known = {f.name for f in fields(ModelConfig)} | {"preset"}
         unknown = sorted((k for k in self.model if k not in known), key=str)
         if unknown:
-            raise GlassformerError(f"unknown model config key(s) {unknown}")
+            raise GlassformerError(f"unknown model config key(s) {unknown}; "
+                                   f"known model keys: {sorted(known - {'vocab_size'})}")
         types = {f.name: f.type for f in fields(ModelConfig)}  # "--model.norm_eps 1e-6" arrives as a string
         self.model = {k: v if k == "preset" else _coerce(f"model.{k}", types[k], v) for k, v in self.model.items()}
         try:  # every model field now, not after the data is read and the tokenizer trained
