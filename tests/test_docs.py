@@ -52,6 +52,8 @@ SKIPPED = {
     ("README.md", "the set-up"),            # make demo / make test: this test runs after them (CI is `make test`)
     ("README.zh-CN.md", "the set-up"),
     ("docs/training.md", "two machines"),   # torchrun over a network to 10.0.0.1: no second machine here
+    ("docs/training.md", "PyPI"),           # pip install of the tracker extras: `make test` installed them
+    ("docs/training.md", "a server"),       # tensorboard serves until stopped; wandb sync uploads
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
