@@ -199,11 +199,13 @@ class TrainConfig:
         """The ModelConfig this run trains, given the tokenizer's vocabulary size."""
         fields_ = dict(self.model)
         preset = fields_.pop("preset", None)
-        base = {"max_len": self.block_size}
+        base: dict[str, Any] = {"max_len": self.block_size}
         if self.objective == "seq2seq":
             base["arch"] = "encoder-decoder"
         else:
             base["attn"] = OBJECTIVE_ATTN[self.objective]
+        if self.objective == "clm" and not preset:
+            base.update(CLM_DEFAULTS)  # the default causal LM is GPT-2's shape: it converts to Hugging Face
         merged = {**base, **fields_, "vocab_size": vocab_size}
         return ModelConfig.preset(preset, **merged) if preset else ModelConfig.from_dict(merged)
 
@@ -212,6 +214,11 @@ class TrainConfig:
         if self.specials is not None:
             return list(self.specials)
         return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
+
+
+# A causal LM's model fields when the config names no preset (each can be overridden): GPT-2's learned
+# positions, unscaled embeddings and N(0, 0.02) initialisation, so `glassformer convert` exports it as GPT-2.
+CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "init_std": 0.02}
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
