@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     config.check_data()
     dist = init_distributed(config.device)
     try:
+        if dist.is_main and config.progress:  # reading files and training a BPE tokenizer can take a while
+            files = [config.pairs] if config.pairs else [config.src] if config.src else config.data
+            print(f"preparing the data: {config.tokenizer} tokenizer and token cache from {len(files)} file(s) ...",
+                  file=sys.stderr, flush=True)
         run_ = prepare_run(config)
         if config.resume and dist.is_main and find_resumable(config.out_dir) is None:
             print(f"resume: {config.out_dir} holds no checkpoint to resume from; starting at step 0", file=sys.stderr)

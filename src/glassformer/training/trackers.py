@@ -9,7 +9,8 @@ optional extra: ``pip install 'glassformer[tensorboard]'`` (``[wandb]``, ``[trac
 - ``wandb``: a W&B run in ``out_dir/wandb/``, **offline** unless the user asks for it online with
   W&B's own switch, ``WANDB_MODE=online`` (then ``wandb login`` first); an offline run is uploaded later
   with ``wandb sync out_dir/wandb/offline-run-*``. The project is ``$WANDB_PROJECT`` or "glassformer".
-- ``trackio``: a local Trackio project (``trackio show``), when the package is installed.
+- ``trackio``: a local Trackio project (``trackio show``), when the package is installed (numbers and
+  the config only: Trackio has no text entries).
 
 What each receives: every record of ``metrics.jsonl`` (train_loss, lr, tokens_per_s; val_* at each
 evaluation) at its step, the config at the start, the precision and the kernel choices as text, and
@@ -150,7 +151,7 @@ class TrackioTracker(Tracker):
         self.trackio.log(_numbers(values), step=step)
 
     def text(self, name: str, text: str) -> None:
-        self.trackio.log({name: text})
+        """Trackio logs numbers only: the run's config (given at the start) holds the settings."""
 
     def close(self) -> None:
         self.trackio.finish()
