@@ -14,8 +14,8 @@ set-up (`make demo`: the package installed, `demo-output/` written).
 - A block right below the HTML comment ``<!-- not run by tests/test_docs.py: REASON -->`` (a line a
   rendered page does not show) is skipped; SKIPPED lists every such block and why, so none is skipped
   silently.
-- Offline, from any clone: the folder holds only the repository's files (tracked by git when it is a
-  checkout), Multi30k is the few lines of tests/fixtures/multi30k, and nothing is read from ../shared.
+- Offline, from any clone: Multi30k is the few pairs of tests/fixtures/multi30k, the Tang poems (Debian's
+  fortunes-zh) those of tests/fixtures/fortunes, and nothing is read from ../shared.
 - Every fenced block names its language: python, bash and console run; text is output or a diagram.
 
 Speed: a `glassformer` command spends ~3 s importing torch and the package before it starts, and the
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"  # a few pairs in Multi30k's layout, for 2-step runs
+TANG_FIXTURE = ROOT / "tests" / "fixtures" / "fortunes" / "tang300"  # Tang poems in Debian's fortunes-zh layout
 PAGES = ["README.md", "README.zh-CN.md",
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn").glob("*.md")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -69,6 +71,7 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
                                            "300", "--recipe.beams", "[2]"]),
     (r"\bglassformer recipe \S*(mlm_shakespeare_bpe|tang_poems)", ["--tokenizer_vocab_size", "300",
                                                                    "--recipe.examples", "2"]),
+    (r"\bglassformer recipe \S*tang_poems", ["--recipe.source", shlex.quote(str(TANG_FIXTURE))]),  # no fortunes-zh
     (r"\bglassformer recipe \S*prefix_", ["--recipe.eval_examples", "16"]),
     (r"\bglassformer recipe \S*induction", ["--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
                                            "--recipe.probe_batch", "4"]),
@@ -355,9 +358,11 @@ def test_the_folder_needs_nothing_outside_the_repository():
     whole suite away from ../shared and the network)."""
     tracked = subprocess.run(["git", "ls-files", str(MULTI30K_FIXTURE)], cwd=ROOT, capture_output=True, text=True)
     names = sorted(f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en"))
-    assert all((MULTI30K_FIXTURE / name).is_file() for name in names)
+    assert all((MULTI30K_FIXTURE / name).is_file() for name in names) and TANG_FIXTURE.is_file()
     if tracked.returncode == 0:  # a git checkout (an unpacked sdist has no history to ask)
         assert sorted(Path(line).name for line in tracked.stdout.split() if line.endswith(".gz")) == names
+        assert subprocess.run(["git", "ls-files", "--error-unmatch", str(TANG_FIXTURE)], cwd=ROOT,
+                              capture_output=True).returncode == 0
 
 
 def test_docs_reference_no_missing_file():
