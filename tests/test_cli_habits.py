@@ -54,3 +54,18 @@ def test_eval_on_a_file_is_labelled_by_the_file(run, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["data"] == str(data) and {"loss", "ppl", "accuracy", "tokens"} <= set(result)
     assert not any(key.startswith("val_") for key in result)
+
+
+def test_train_off_a_terminal_prints_a_line_per_log_and_says_when_it_evaluates(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    assert main(["train", "--data", str(corpus), "--out_dir", str(tmp_path / "run"), "--max_steps", "4",
+                 "--eval_every", "2", "--log_every", "2", "--block_size", "8", "--batch_size", "4",
+                 "--model.d_model", "16", "--model.n_heads", "2", "--model.d_ff", "32"]) == 0
+    err = capsys.readouterr().err.splitlines()  # capsys's stderr is no terminal: no bar, lines instead
+    assert err[0].startswith("preparing the data: char tokenizer and token cache from 1 file(s)")
+    assert [line.split(" | ")[:2] for line in err[1:4]] == [
+        ["step 2/4", err[1].split(" | ")[1]], ["step 2/4", "evaluating on the validation split ..."],
+        ["step 2/4", err[3].split(" | ")[1]]]
+    assert err[1].split(" | ")[1].startswith("train_loss ") and err[3].split(" | ")[1].startswith("val_loss ")
+    assert err[-1].startswith("step 4/4 | val_loss ")
