@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train from a YAML config; any key can be overridden on the command line as --key value "
                     "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by last "
                     "and best), metrics.jsonl and loss.png to out_dir; SIGTERM or Ctrl-C stops after saving. "
-                    "--log tensorboard (or wandb, trackio; comma-joined) also sends the run to a tracker. "
+                    "--log tensorboard (or wandb, or tensorboard,wandb) also sends the run to a tracker. "
                     "Keys and defaults: docs/training.md.",
         epilog="example: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 --out_dir out/sc",
         allow_abbrev=False)

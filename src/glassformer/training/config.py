@@ -89,7 +89,7 @@ class TrainConfig:
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
-    log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "trackio", "none"; joined by commas
+    log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
 
     def validate(self) -> TrainConfig:
         """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""

@@ -1,16 +1,15 @@
-"""Experiment trackers: a run's numbers in TensorBoard, Weights & Biases or Trackio, through their own libraries.
+"""Experiment trackers: a run's numbers in TensorBoard or Weights & Biases, through their own libraries.
 
 The training config's ``log`` key (``--log`` on the command line) names them: ``none`` (the default),
-``tensorboard``, ``wandb``, ``trackio``, or several joined by commas (``tensorboard,wandb``). Each is an
-optional extra: ``pip install 'glassformer[tensorboard]'`` (``[wandb]``, ``[trackio]``).
+``tensorboard``, ``wandb``, or both joined by a comma (``tensorboard,wandb``). Each is an optional
+extra: ``pip install 'glassformer[tensorboard]'`` (``[wandb]``). (Trackio is not offered: its package
+pins an older Pillow than matplotlib's current one, so it does not install cleanly beside glassformer.)
 
 - ``tensorboard``: event files in ``out_dir/tensorboard/`` (``torch.utils.tensorboard``); view them
   with ``tensorboard --logdir out_dir``.
 - ``wandb``: a W&B run in ``out_dir/wandb/``, **offline** unless the user asks for it online with
   W&B's own switch, ``WANDB_MODE=online`` (then ``wandb login`` first); an offline run is uploaded later
   with ``wandb sync out_dir/wandb/offline-run-*``. The project is ``$WANDB_PROJECT`` or "glassformer".
-- ``trackio``: a local Trackio project (``trackio show``), when the package is installed (numbers and
-  the config only: Trackio has no text entries).
 
 What each receives: every record of ``metrics.jsonl`` (train_loss, lr, tokens_per_s; val_* at each
 evaluation) at its step, the config at the start, the precision and the kernel choices as text, and
@@ -23,7 +22,7 @@ dropped. A run with ``log: none`` gets a tracker whose ``log`` does nothing, so 
 
 A resumed run continues the same tracker run (its id is kept in ``out_dir/tracker.json``) and never logs
 a step twice: TensorBoard hides the events a crashed run wrote after the checkpoint it resumes from
-(``purge_step``), and W&B and Trackio skip the steps they already hold (``logged_through``; exact resume
+(``purge_step``), and W&B skips the steps it already holds (``logged_through``; exact resume
 computes the same numbers for them again).
 """
 
@@ -42,8 +41,8 @@ from typing import Any
 from ..errors import GlassformerError
 from ..fileio import atomic_write_text
 
-KINDS = ("none", "tensorboard", "wandb", "trackio")
-MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}  # what each extra installs
+KINDS = ("none", "tensorboard", "wandb")
+MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
 STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
 
 
@@ -135,33 +134,11 @@ class WandbTracker(Tracker):
         self.run.finish()
 
 
-class TrackioTracker(Tracker):
-    """A Trackio run (local, ``trackio show``), resumed by name."""
-
-    name = "trackio"
-
-    def __init__(self, folder: Path, config: Mapping[str, Any], run_id: str, resumed: bool):
-        import trackio
-
-        self.trackio = trackio
-        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "glassformer"), name=run_id,
-                                config=dict(config), resume="allow" if resumed else "never")
-
-    def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.trackio.log(_numbers(values), step=step)
-
-    def text(self, name: str, text: str) -> None:
-        """Trackio logs numbers only: the run's config (given at the start) holds the settings."""
-
-    def close(self) -> None:
-        self.trackio.finish()
-
-
 class Trackers(Tracker):
     """The trackers of one run, as one: what :func:`open_trackers` returns (``trainer.tracker``).
 
     ``log`` passes each step on once: a step at or before ``logged_through`` of a tracker that cannot
-    forget steps (W&B, Trackio) is skipped there, and the last step logged is kept in ``out_dir/tracker.json``.
+    forget steps (W&B) is skipped there, and the last step logged is kept in ``out_dir/tracker.json``.
     """
 
     def __init__(self, out_dir: Path, trackers: list[Tracker], state: dict[str, Any]):
@@ -208,10 +185,8 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
     for name in names:
         if name == "tensorboard":
             trackers.append(TensorBoardTracker(out / "tensorboard", config, resume_step))
-        elif name == "wandb":
-            trackers.append(WandbTracker(out, config, state["run_id"], resumed))
         else:
-            trackers.append(TrackioTracker(out, config, state["run_id"], resumed))
+            trackers.append(WandbTracker(out, config, state["run_id"], resumed))
     if names:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / STATE, json.dumps(state) + "\n")
