@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
-from ..fileio import atomic_write_text
 
 KINDS = ("none", "tensorboard", "wandb")
 MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
@@ -153,7 +152,7 @@ class Trackers(Tracker):
             if step > self.held.get(tracker.name, -1):
                 tracker.log(step, values)
                 self.state["logged_through"][tracker.name] = step
-        atomic_write_text(self.out / STATE, json.dumps(self.state) + "\n")
+        _write_state(self.out, self.state)
 
     def text(self, name: str, text: str) -> None:
         for tracker in self.trackers:
@@ -163,6 +162,13 @@ class Trackers(Tracker):
         for tracker in self.trackers:
             tracker.close()
         self.trackers = []
+
+
+def _write_state(out: Path, state: dict[str, Any]) -> None:
+    """``out_dir/tracker.json`` replaced at once (temp file + rename; no fsync: it is written at every log)."""
+    temp = out / f".{STATE}.tmp-{os.getpid()}"
+    temp.write_text(json.dumps(state) + "\n", encoding="utf-8")
+    os.replace(temp, out / STATE)
 
 
 def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resume_step: int | None) -> Trackers:
@@ -189,7 +195,7 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
             trackers.append(WandbTracker(out, config, state["run_id"], resumed))
     if names:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / STATE, json.dumps(state) + "\n")
+        _write_state(out, state)
     return Trackers(out, trackers, state)
 
 
