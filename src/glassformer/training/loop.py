@@ -149,7 +149,10 @@ class Trainer:
         last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
         stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None;
         sharded: whether FSDP shards :attr:`model` (``parallel: fsdp`` under torchrun; see
-        :func:`~glassformer.training.distributed.wrap_for_training`).
+        :func:`~glassformer.training.distributed.wrap_for_training`);
+        tracker: the trackers of ``config.log`` during :meth:`train` (rank 0; one that does nothing
+        elsewhere): anything running inside training logs with ``tracker.log(step, {name: number})``
+        (see :mod:`glassformer.training.trackers`).
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
