@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,13 +73,19 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
 
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:
-    """A warning on stderr for each sampling option given without --sample: greedy and beam search ignore them."""
+    """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
     if args.do_sample:
         return
-    values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")}
-    if not all(math.isfinite(v) for v in values.values() if v is not None):
-        return  # a NaN or an infinity is an error, reported by itself
-    given = [f"--{name} {value}" for name, value in values.items() if value is not None]
+    from ..errors import GlassformerError
+    from ..generation.processors import make_processors
+
+    values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
+              if getattr(args, name) is not None}
+    try:
+        make_processors(do_sample=True, **values)
+    except GlassformerError:
+        return  # a bad value (0, NaN, ...) is an error, reported by itself and alone
+    given = [f"--{name} {value}" for name, value in values.items()]
     if given:
         verb = "only shapes" if len(given) == 1 else "only shape"
         print(f"glassformer: warning: {', '.join(given)} {verb} sampling; without --sample the decoding is "
@@ -97,7 +102,6 @@ def run(args: argparse.Namespace) -> int:
 
     if not all(args.prompt):
         raise UsageError("--prompt must not be empty")
-    _warn_sampling_options(args)
     check_int("--trace_top_k", args.trace_top_k, 1)
     check_max_new_tokens(args.max_new_tokens, name="--max_new_tokens")  # before loading: a typo fails at once
     if (args.stream or args.trace) and (len(args.prompt) > 1 or args.num_beams > 1 or args.num_return_sequences > 1):
@@ -109,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
                                  lambda: generate_text(model, tokenizer, args.prompt[:1], 8, use_cache=True),
                                  "generate | 1 row, 8 new tokens")
     with precision.autocast(next(model.parameters()).device):
-        return _generate(args, model, tokenizer, options)
+        status = _generate(args, model, tokenizer, options)
+    _warn_sampling_options(args)  # after the output: an error, when there is one, stays the only line
+    return status
 
 
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dict[str, Any]) -> int:
