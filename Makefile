@@ -16,8 +16,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing glassformer, $(TORCH) and the test tools into $(VENV) (once; a few minutes, mostly downloads)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' '$(TORCH)'
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev]' '$(TORCH)'
 	rm -f $(VENV)/.installed*
 	touch '$(STAMP)'
 
@@ -31,6 +32,7 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
+	@echo "Running the test suite: about 12 minutes on 2 CPU cores (the docs pages are the longest part)..."
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

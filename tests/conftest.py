@@ -1,8 +1,19 @@
-"""Shared test settings: small thread count, deterministic seeds, the shared data folder."""
+"""Shared test settings: small thread count, deterministic seeds, and the suite runs as a user's fresh
+clone would: offline, and without the ``../shared`` folder our machines have beside the repository.
+
+- Offline: this process cannot open a network connection (only local ones: loopback and Unix sockets;
+  :func:`_refuse_remote`), and subprocesses inherit an environment that points every HTTP client at a
+  port where nothing listens and tells Hugging Face and W&B to stay offline (OFFLINE_ENV).
+- ``../shared/data`` (the full corpora) is seen only when ``GLASSFORMER_SHARED_DATA`` names it; the
+  few tests that need a large corpus ask for the ``shared_data`` fixture and are skipped otherwise.
+So `make test` on our machines, in CI and in a user's clone runs the same tests on the same files.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -13,7 +24,38 @@ import torch
 # subprocesses (the CLI tests) inherit it.
 os.environ["GLASSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="glassformer-test-cache-")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+NOWHERE = "http://127.0.0.1:9"  # the discard port: a connection there is refused at once
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+               "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PIP_NO_INDEX": "1",
+               "http_proxy": NOWHERE, "https_proxy": NOWHERE, "HTTP_PROXY": NOWHERE, "HTTPS_PROXY": NOWHERE,
+               "no_proxy": "localhost,127.0.0.1,::1", "NO_PROXY": "localhost,127.0.0.1,::1"}
+os.environ.update(OFFLINE_ENV)
+
+_connect = socket.socket.connect
+
+
+def _is_local(address: object) -> bool:
+    """Whether a socket address is on this machine (a Unix socket path, loopback, or localhost)."""
+    if not isinstance(address, tuple):
+        return True  # AF_UNIX paths (and abstract names)
+    host = str(address[0])
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False  # a host name: it would be resolved on the network
+
+
+def _refuse_remote(self: socket.socket, address: object) -> None:
+    if not _is_local(address):
+        raise ConnectionRefusedError(f"the test suite runs offline: no connection to {address!r}")
+    return _connect(self, address)
+
+
+socket.socket.connect = _refuse_remote  # type: ignore[method-assign]
+
+SHARED_DATA = Path(os.environ["GLASSFORMER_SHARED_DATA"]) if os.environ.get("GLASSFORMER_SHARED_DATA") else None
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +67,8 @@ def _seed_and_threads():
 
 @pytest.fixture
 def shared_data() -> Path:
-    """../shared/data, present in CI and sessions but not for users: skip when absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not available")
+    """The full corpora (tinyshakespeare/, multi30k/ laid out as data/), only when GLASSFORMER_SHARED_DATA
+    names their folder (e.g. ../shared/data): a user's clone has none, so the test is skipped."""
+    if SHARED_DATA is None or not SHARED_DATA.is_dir():
+        pytest.skip("needs the full corpora: set GLASSFORMER_SHARED_DATA to their folder (e.g. ../shared/data)")
     return SHARED_DATA

@@ -70,8 +70,8 @@ def test_train_eval_sample(tmp_path, capsys):
 
     assert main(["eval", str(out / "best"), "--data", str(corpus)]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert metrics["objective"] == "clm" and metrics["val_tokens"] == len(CORPUS) - 1
-    assert metrics["val_bits_per_char"] > 0
+    assert metrics["objective"] == "clm" and metrics["tokens"] == len(CORPUS) - 1
+    assert metrics["bits_per_char"] > 0 and metrics["data"] == str(corpus)  # labelled by the file, not val_*
 
     assert main(["generate", str(out / "best"), "--prompt", "The ", "--max_new_tokens", "10", "--sample",
                  "--seed", "1"]) == 0

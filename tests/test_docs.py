@@ -15,8 +15,11 @@ set-up (`make demo`: the package installed, `demo-output/` written).
   runs again is a block that differs, and a command with `$`.
 - A ```console block's output lines are the command's expected output: numbers must agree within
   TOLERANCE (float results of training differ a little between CPU kinds), text exactly.
-- A block whose first line is ``# not run by the docs test: REASON`` is skipped; SKIPPED lists every
-  such block and why, so none is skipped silently.
+- A block right below the HTML comment ``<!-- not run by tests/test_docs.py: REASON -->`` (a line a
+  rendered page does not show) is skipped; SKIPPED lists every such block and why, so none is skipped
+  silently.
+- Offline, from any clone: Multi30k is the few pairs of tests/fixtures/multi30k, the Tang poems (Debian's
+  fortunes-zh) those of tests/fixtures/fortunes, and nothing is read from ../shared.
 - Every fenced block names its language: python, bash and console run; text is output or a diagram.
 
 Speed: a `glassformer` command spends ~3 s importing torch and the package before it starts, and the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -41,18 +45,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"  # a few pairs in Multi30k's layout, for 2-step runs
+TANG_FIXTURE = ROOT / "tests" / "fixtures" / "fortunes" / "tang300"  # Tang poems in Debian's fortunes-zh layout
 PAGES = ["README.md", "README.zh-CN.md",
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn").glob("*.md")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "learn" / "zh-CN").glob("*.md"))]
 LANGUAGES = {"python", "bash", "console", "text"}
-SKIP_MARK = "# not run by the docs test:"
-# Every block that carries SKIP_MARK, with a word of its reason: (page, reason fragment).
+SKIP_MARK = re.compile(r"^<!-- not run by tests/test_docs\.py: (.+?) -->\s*$")
+OLD_SKIP_MARK = "# not run by the docs test:"  # the former marker, inside the block: readers saw it
+# Every block below a SKIP_MARK comment, with a word of its reason: (page, reason fragment).
 SKIPPED = {
     ("README.md", "the set-up"),            # make demo / make test: this test runs after them (CI is `make test`)
     ("README.zh-CN.md", "the set-up"),
     ("docs/training.md", "two machines"),   # torchrun over a network to 10.0.0.1: no second machine here
+    ("docs/training.md", "PyPI"),           # pip install of the tracker extras: `make test` installed them
+    ("docs/training.md", "a server"),       # tensorboard serves until stopped; wandb sync uploads
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
@@ -70,6 +78,7 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
                                            "300", "--recipe.beams", "[2]"]),
     (r"\bglassformer recipe \S*(mlm_shakespeare_bpe|tang_poems)", ["--tokenizer_vocab_size", "300",
                                                                    "--recipe.examples", "2"]),
+    (r"\bglassformer recipe \S*tang_poems", ["--recipe.source", shlex.quote(str(TANG_FIXTURE))]),  # no fortunes-zh
     (r"\bglassformer recipe \S*prefix_", ["--recipe.eval_examples", "16"]),
     (r"\bglassformer recipe \S*induction", ["--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
                                            "--recipe.probe_batch", "4"]),
@@ -95,11 +104,7 @@ class Block:
     line: int
     language: str
     text: str
-
-    @property
-    def skip_reason(self) -> str | None:
-        first = self.text.lstrip("\n").splitlines()[0] if self.text.strip() else ""
-        return first[len(SKIP_MARK):].strip() if first.startswith(SKIP_MARK) else None
+    skip_reason: str | None = None  # the REASON of a SKIP_MARK comment on the line above the fence
 
 
 def blocks(page: str) -> list[Block]:
@@ -107,7 +112,10 @@ def blocks(page: str) -> list[Block]:
     found = []
     for match in re.finditer(r"^```([^\n]*)\n(.*?)^```\s*$", text, re.S | re.M):
         language = match.group(1).split()[0] if match.group(1).strip() else ""
-        found.append(Block(page, text[:match.start()].count("\n") + 1, language, match.group(2)))
+        above = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = SKIP_MARK.match(above)
+        found.append(Block(page, text[:match.start()].count("\n") + 1, language, match.group(2),
+                           mark.group(1).strip() if mark else None))
     return found
 
 
@@ -237,8 +245,7 @@ def workdir(tmp_path_factory) -> Path:
         (work / name).symlink_to(ROOT / name)
     (work / "data").mkdir()
     (work / "data" / "tinyshakespeare").symlink_to(ROOT / "data" / "tinyshakespeare")
-    if (SHARED_DATA / "multi30k").is_dir():
-        (work / "data" / "multi30k").symlink_to(SHARED_DATA / "multi30k")
+    (work / "data" / "multi30k").symlink_to(MULTI30K_FIXTURE)  # `--download` finds it there: no network
     warm = Path(tempfile.mkdtemp(prefix="gf-docs-"))  # short: a socket path has at most 107 bytes
     server = subprocess.Popen([sys.executable, "-c", WARM_SERVER, str(warm / "socket")], env=_env(),
                               stdout=subprocess.PIPE, text=True)
@@ -285,6 +292,8 @@ def test_every_block_names_a_known_language():
 
 
 def test_skipped_blocks_are_the_listed_ones():
+    old = [f"{b.page}:{b.line}" for p in PAGES for b in blocks(p) if b.text.lstrip("\n").startswith(OLD_SKIP_MARK)]
+    assert old == [], f"put '<!-- not run by tests/test_docs.py: REASON -->' above these blocks instead: {old}"
     marked = {(b.page, b.skip_reason) for p in PAGES for b in blocks(p) if b.skip_reason is not None}
     listed = {(page, reason) for page, fragment in SKIPPED for p, reason in marked if p == page and fragment in reason}
     assert marked == listed and len(listed) == len(SKIPPED), (sorted(marked), sorted(SKIPPED))
@@ -354,9 +363,16 @@ def test_readme_and_its_translation_have_the_same_sections():
     assert sorted(set(en_links)) == sorted(set(zh_links)), "both READMEs link the same pages"
 
 
-def test_shared_data_is_there_in_ci():
-    if os.environ.get("CI") and not (SHARED_DATA / "multi30k").is_dir():
-        pytest.fail("CI runs beside shared/: ../shared/data/multi30k is needed by the Multi30k commands of the docs")
+def test_the_folder_needs_nothing_outside_the_repository():
+    """The docs run from what a clone holds: the Multi30k fixture is committed (conftest.py keeps the
+    whole suite away from ../shared and the network)."""
+    tracked = subprocess.run(["git", "ls-files", str(MULTI30K_FIXTURE)], cwd=ROOT, capture_output=True, text=True)
+    names = sorted(f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en"))
+    assert all((MULTI30K_FIXTURE / name).is_file() for name in names) and TANG_FIXTURE.is_file()
+    if tracked.returncode == 0:  # a git checkout (an unpacked sdist has no history to ask)
+        assert sorted(Path(line).name for line in tracked.stdout.split() if line.endswith(".gz")) == names
+        assert subprocess.run(["git", "ls-files", "--error-unmatch", str(TANG_FIXTURE)], cwd=ROOT,
+                              capture_output=True).returncode == 0
 
 
 def test_docs_reference_no_missing_file():

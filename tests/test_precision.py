@@ -182,7 +182,7 @@ def test_commands_take_precision(tmp_path):
     assert half.returncode == 0 and "precision: bfloat16 (as asked" in half.stderr
     half = json.loads(half.stdout)
     assert full["precision"] == "float32" and half["precision"] == "bfloat16"
-    assert half["val_loss"] != full["val_loss"] and abs(half["val_loss"] - full["val_loss"]) < 0.05
+    assert half["loss"] != full["loss"] and abs(half["loss"] - full["loss"]) < 0.05
     old_name = cli("generate", ckpt, "--prompt", "To be", "--max_new_tokens", "5", "--dtype", "bfloat16")
     assert old_name.returncode == 0 and old_name.stdout.startswith("To be")
     bad = cli("generate", ckpt, "--prompt", "To be", "--precision", "half")

@@ -12,6 +12,7 @@ The commands never import this module; they raise glassformer's own errors.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``glassformer`` parser with one subparser per verb of :data:`VERBS`."""
     parser = OneLineParser(
         prog="glassformer", description="Transformers you can see through: train, generate, inspect.",
+        allow_abbrev=False,
         epilog="Options are spelled as the Python keywords they set (--max_new_tokens, --top_k); "
                "the dashed spelling (--max-new-tokens) is accepted too.")
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     for verb in VERBS:
         importlib.import_module(f"glassformer.commands.{verb.replace('-', '_')}").register(sub)
     for verb_parser in sub.choices.values():
+        verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
         accept_dashes(verb_parser)
     return parser
 
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{glued}: '--' is not a value; give the option a real one")
     args, extra = parser.parse_known_args(words)
     if extra and not hasattr(args, "overrides"):  # only verbs that declare `overrides` take --key value pairs
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args.verb, extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
@@ -90,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
         print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str]) -> str:
+    """`` (options are never abbreviated: did you mean --x?)`` for the first unknown option close to a known one."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    for word in extra:
+        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
+        if word.startswith("--") and close:
+            return f" (options are never abbreviated: did you mean {close[0]}?)"
+    return ""
 
 
 def one_line(error: BaseException) -> str:

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
-    clean = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in metrics.items()}
-    print(json.dumps({"objective": objective, "precision": precision.name, **clean}, allow_nan=False))
+    # labelled by the file scored, not as a validation split: {"data": FILE, "loss", "ppl", "accuracy", ...}
+    scored = str(args.pairs or f"{args.src} -> {args.tgt}") if objective == "seq2seq" else str(args.data)
+    clean = {k.removeprefix("val_"): v if not isinstance(v, float) or math.isfinite(v) else None
+             for k, v in metrics.items()}
+    print(json.dumps({"objective": objective, "precision": precision.name, "data": scored, **clean}, allow_nan=False))
     return 0

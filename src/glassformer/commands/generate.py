@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max_new_tokens", type=int, default=100)
     parser.add_argument("--sample", "--do_sample", dest="do_sample", action="store_true",
                         help="sample instead of taking the most likely token")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (> 0; default 1)")
     parser.add_argument("--top_k", type=int, default=None, help="sample among the k most likely")
     parser.add_argument("--top_p", type=float, default=None, help="nucleus threshold in (0, 1]")
     parser.add_argument("--min_p", type=float, default=None, help="drop tokens below min_p x top")
@@ -61,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
     """The keyword options of :func:`glassformer.generation.generate` the command line asks for."""
     options: dict[str, Any] = dict(
-        do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        do_sample=args.do_sample, temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping,
         num_return_sequences=args.num_return_sequences, seed=args.seed, stop_strings=args.stop,
@@ -70,6 +70,27 @@ def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
     if args.ignore_eos:
         options["eos_token_id"] = []
     return options
+
+
+def _warn_sampling_options(args: argparse.Namespace) -> None:
+    """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
+    if args.do_sample:
+        return
+    from ..errors import GlassformerError
+    from ..generation.processors import make_processors
+
+    values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
+              if getattr(args, name) is not None}
+    try:
+        make_processors(do_sample=True, **values)
+    except GlassformerError:
+        return  # a bad value (0, NaN, ...) is an error, reported by itself and alone
+    given = [f"--{name} {value}" for name, value in values.items()]
+    if given:
+        verb = "only shapes" if len(given) == 1 else "only shape"
+        print(f"glassformer: warning: {', '.join(given)} {verb} sampling; without --sample the decoding is "
+              f"{'beam search' if args.num_beams > 1 else 'greedy'} and ignores them (add --sample)",
+              file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
                                  lambda: generate_text(model, tokenizer, args.prompt[:1], 8, use_cache=True),
                                  "generate | 1 row, 8 new tokens")
     with precision.autocast(next(model.parameters()).device):
-        return _generate(args, model, tokenizer, options)
+        status = _generate(args, model, tokenizer, options)
+    _warn_sampling_options(args)  # after the output: an error, when there is one, stays the only line
+    return status
 
 
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dict[str, Any]) -> int:

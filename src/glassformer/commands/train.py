@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train from a YAML config; any key can be overridden on the command line as --key value "
                     "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by last "
                     "and best), metrics.jsonl and loss.png to out_dir; SIGTERM or Ctrl-C stops after saving. "
+                    "--log tensorboard (or wandb, or tensorboard,wandb) also sends the run to a tracker. "
                     "Keys and defaults: docs/training.md.",
         epilog="example: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 --out_dir out/sc",
         allow_abbrev=False)
@@ -43,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     config.check_data()
     dist = init_distributed(config.device)
     try:
+        if dist.is_main and config.progress:  # reading files and training a BPE tokenizer can take a while
+            files = [config.pairs] if config.pairs else [config.src] if config.src else config.data
+            print(f"preparing the data: {config.tokenizer} tokenizer and token cache from {len(files)} file(s) ...",
+                  file=sys.stderr, flush=True)
         run_ = prepare_run(config)
         if config.resume and dist.is_main and find_resumable(config.out_dir) is None:
             print(f"resume: {config.out_dir} holds no checkpoint to resume from; starting at step 0", file=sys.stderr)

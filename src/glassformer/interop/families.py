@@ -387,4 +387,5 @@ def family_of_config(config: ModelConfig) -> Family:
             return family
         except ValueError as error:
             reasons.append(str(error))
-    raise GlassformerError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons))
+    raise GlassformerError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons)
+                           + " (a causal LM trained without a preset has GPT-2's shape and converts; docs/training.md)")

@@ -126,10 +126,26 @@ def _as_hf_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
     if isinstance(tokenizer, HFTokenizer):
         return tokenizer
     rust = getattr(tokenizer, "hf", None)  # glassformer's BPE tokenizer is a Hugging Face one inside
+    if rust is None and tokenizer.kind == "char":
+        rust = _char_as_hf(tokenizer)
     if rust is None:
         raise ArgumentTypeError(f"tokenizer of kind {tokenizer.kind!r} has no Hugging Face form; pass tokenizer=None "
                                 "(only BPE and Hugging Face tokenizers can be exported)")
     return HFTokenizer(rust, {role: rust.id_to_token(i) for role, i in tokenizer.special_tokens.items()})
+
+
+def _char_as_hf(tokenizer: Tokenizer) -> Any:
+    """A character tokenizer as a ``tokenizers.Tokenizer``: one token per character (the same ids), joined
+    back without spaces; its specials (``<pad>``, ...) are special tokens."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+
+    pieces = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    rust = RustTokenizer(models.WordLevel({piece: i for i, piece in enumerate(pieces)}, unk_token=None))
+    rust.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    rust.decoder = decoders.Fuse()
+    rust.add_special_tokens([tokenizer.id_to_token(i) for i in tokenizer.special_tokens.values()])
+    return rust
 
 
 def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,13 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
         data["data"] = [str(text)]
 
 
+def say(text: str, show: bool = True) -> None:
+    """Tell the user what the recipe is doing now (standard error, at once): no stage runs long in silence.
+    ``show``: the run's ``progress`` setting (false: quiet)."""
+    if show and os.environ.get("RANK", "0") == "0":
+        print(f"recipe: {text}", file=sys.stderr, flush=True)
+
+
 def _load_average() -> float | None:
     """The 1-minute load average (None where the OS has none): results record how busy the machine was."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -127,6 +135,8 @@ def _train(config: TrainConfig, model: Any, tokenizer: Any, batches: Any) -> dic
     """Train with :class:`Trainer`, draw ``out_dir/loss.png`` from its history (also when training fails),
     and return the trainer's summary without the history."""
     trainer = Trainer(config, model, tokenizer, batches)
+    say(f"training {config.max_steps} steps into {config.out_dir} (metrics.jsonl there; a line per "
+        f"{config.log_every} steps when no progress bar is drawn)", config.progress)
     try:
         result = trainer.train()
     finally:
@@ -152,13 +162,18 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
         from .sae import run_sae_recipe
         results = run_sae_recipe(config, spec, _train)
     else:
+        say(f"preparing the data: {config.tokenizer} tokenizer and token cache ({spec.get('corpus') or 'your files'})",
+            config.progress)
         run = prepare_run(config)
         training = _train(config, run.model, run.tokenizer, run.batches)
         model, tokenizer = load(Path(config.out_dir) / "best")
         results = {"training": training}
         if spec["task"] == "lm":
+            say(f"sampling {len(spec.get('prompts', [chr(10)]))} continuation(s) from {config.out_dir}/best",
+                config.progress)
             results["samples"] = _lm_samples(model, tokenizer, spec)
         elif spec["task"] == "mlm":
+            say(f"fill-mask examples from the validation text ({config.out_dir}/best)", config.progress)
             results["fill_mask"] = _fill_mask_examples(model, tokenizer, run.batches.val, spec)
         else:
             results["bleu"] = _translation_scores(model, tokenizer, spec, config, data_dir, download)
@@ -215,6 +230,8 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
     scores: dict[str, Any] = {"split": split, "sentences": len(sources)}
     for beams in [1, *spec.get("beams", [4])]:
         name = "greedy" if beams == 1 else f"beam{beams}"
+        say(f"translating the {len(sources):,} sentences of {split} ({'greedy' if beams == 1 else f'{beams} beams'}) "
+            f"for BLEU", config.progress)
         started = time.perf_counter()
         hyps = translate(model, tokenizer, sources, num_beams=beams, batch_size=int(spec.get("batch_size", 100)),
                          length_penalty=float(spec.get("length_penalty", 1.0)))
@@ -238,7 +255,9 @@ def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, An
                                             "out_dir": str(Path(config.out_dir) / objective)})
         torch.manual_seed(config.seed)
         model = build_model(run_config.model_config(task.tokenizer.vocab_size))
+        name = "prefix-LM" if objective == "prefix" else "causal LM"
+        say(f"{name} ({len(found) + 1} of 2)", config.progress)
         training = _train(run_config, model, task.tokenizer, task)
-        found["prefix-LM" if objective == "prefix" else "causal LM"] = {"training": training,
-                                                                       **exact_match(model, task)}
+        say(f"{name}: greedy answers to the {task.eval_examples} validation inputs (exact match)", config.progress)
+        found[name] = {"training": training, **exact_match(model, task)}
     return found

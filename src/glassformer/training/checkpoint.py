@@ -136,7 +136,10 @@ def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training:
 def _need(path: Path, name: str) -> Path:
     file = check_inside(path, name)  # no symbolic link out of the folder
     if not file.is_file():
-        raise MissingFileError(f"checkpoint {str(path)!r} has no {name} (is it a glassformer checkpoint folder?)")
+        inside = [str(path / p) for p in ("best", "last") if (path / p).exists()]
+        hint = (f"it is a training run's folder: give {' or '.join(repr(p) for p in inside)} (best: the lowest "
+                "validation loss)" if inside else "is it a glassformer checkpoint folder?")
+        raise MissingFileError(f"checkpoint {str(path)!r} has no {name} ({hint})")
     return file
 
 

@@ -30,6 +30,7 @@ from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
+from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
 DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the devices the trainer runs on
@@ -90,7 +91,8 @@ class TrainConfig:
     out_dir: str = "out"
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
-    progress: bool = True  # tqdm progress bar
+    progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
+    log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
 
     def validate(self) -> TrainConfig:
@@ -132,7 +134,8 @@ class TrainConfig:
         known = {f.name for f in fields(ModelConfig)} | {"preset"}
         unknown = sorted((k for k in self.model if k not in known), key=str)
         if unknown:
-            raise GlassformerError(f"unknown model config key(s) {unknown}")
+            raise GlassformerError(f"unknown model config key(s) {unknown}; "
+                                   f"known model keys: {sorted(known - {'vocab_size'})}")
         types = {f.name: f.type for f in fields(ModelConfig)}  # "--model.norm_eps 1e-6" arrives as a string
         self.model = {k: v if k == "preset" else _coerce(f"model.{k}", types[k], v) for k, v in self.model.items()}
         try:  # every model field now, not after the data is read and the tokenizer trained
@@ -143,6 +146,7 @@ class TrainConfig:
         if not DEVICE.fullmatch(self.device):
             raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         _check_folder("out_dir", self.out_dir)
+        parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)
         if self.cache_dir is not None:
             _check_folder("cache_dir", self.cache_dir)
         return self
@@ -203,11 +207,13 @@ class TrainConfig:
         """The ModelConfig this run trains, given the tokenizer's vocabulary size."""
         fields_ = dict(self.model)
         preset = fields_.pop("preset", None)
-        base = {"max_len": self.block_size}
+        base: dict[str, Any] = {"max_len": self.block_size}
         if self.objective == "seq2seq":
             base["arch"] = "encoder-decoder"
         else:
             base["attn"] = OBJECTIVE_ATTN[self.objective]
+        if self.objective == "clm" and not preset:
+            base.update(CLM_DEFAULTS)  # the default causal LM is GPT-2's shape: it converts to Hugging Face
         merged = {**base, **fields_, "vocab_size": vocab_size}
         return ModelConfig.preset(preset, **merged) if preset else ModelConfig.from_dict(merged)
 
@@ -216,6 +222,11 @@ class TrainConfig:
         if self.specials is not None:
             return list(self.specials)
         return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
+
+
+# A causal LM's model fields when the config names no preset (each can be overridden): GPT-2's learned
+# positions, unscaled embeddings and N(0, 0.02) initialisation, so `glassformer convert` exports it as GPT-2.
+CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "init_std": 0.02}
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:

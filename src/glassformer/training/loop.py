@@ -43,6 +43,7 @@ from .distributed import (
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .state_check import check_resume_matches, check_train_state
+from .trackers import Tracker, console_line, open_trackers
 
 STATE_FORMAT = 1
 METRICS = "metrics.jsonl"
@@ -149,7 +150,10 @@ class Trainer:
         last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
         stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None;
         sharded: whether FSDP shards :attr:`model` (``parallel: fsdp`` under torchrun; see
-        :func:`~glassformer.training.distributed.wrap_for_training`).
+        :func:`~glassformer.training.distributed.wrap_for_training`);
+        tracker: the trackers of ``config.log`` during :meth:`train` (rank 0; one that does nothing
+        elsewhere): anything running inside training logs with ``tracker.log(step, {name: number})``
+        (see :mod:`glassformer.training.trackers`).
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
@@ -184,6 +188,9 @@ class Trainer:
         self.stop_signal: int | None = None
         self._stop_requested = False  # set by Ctrl-C or SIGTERM in this process
         self._stop_agreed = False  # some process asked to stop (agreed on at the start of a step)
+        # config.log's trackers, opened by train() on rank 0; anything may log to it: tracker.log(step, {...})
+        self.tracker: Tracker = Tracker()
+        self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
 
     # ------------------------------------------------------------------ precision
     def _resolve_precision(self) -> Precision:
@@ -329,6 +336,9 @@ class Trainer:
         if self.dist.is_main:
             with open(self.out / METRICS, "a", encoding="utf-8") as handle:
                 handle.write(metrics_line(record))
+            self.tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
+            if self._lines:
+                print(console_line(record, self.config.max_steps), file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ one step
     def _micro_batches(self, on_device: bool = True) -> list[dict[str, torch.Tensor]]:
@@ -406,6 +416,22 @@ class Trainer:
                 self.best_val = val_loss
         self._checked_save(val_loss, best)
 
+    def _announce_eval(self, bar: Any) -> None:
+        """Say that an evaluation runs (the bar's label, or a line where there is no bar): it can take a while."""
+        bar.set_description_str("evaluating")
+        if self._lines and self.dist.is_main:
+            print(f"step {self.step}/{self.config.max_steps} | evaluating on the validation split ...",
+                  file=sys.stderr, flush=True)
+
+    def _close_tracker(self) -> None:
+        """Give the trackers the kernel choices this run made, and close them."""
+        from ..nn.kernel_choice import choices
+
+        made = choices()
+        if made:
+            self.tracker.text("kernel_choices", json.dumps(made, indent=1))
+        self.tracker.close()
+
     def _check_finite(self, loss: float) -> None:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. {self._kept()}")
@@ -456,11 +482,16 @@ class Trainer:
         self._start()
         if self.dist.is_main and self.config.precision != "float32":  # the default goes without saying
             print(self.precision.describe(), file=sys.stderr, flush=True)
+        if self.dist.is_main:
+            resumed_at = self.step if self.last_checkpoint is not None else None
+            self.tracker = open_trackers(config.log, self.out, config.to_dict(), resumed_at)
+            self.tracker.text("precision", self.precision.describe())
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
         show = config.progress and self.dist.is_main
         bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True, desc="train",
                    dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
+        self._lines = show and bar.disable  # no bar (output to a file or a pipe): a line per record instead
         stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
         window_start, window_tokens = time.perf_counter(), self.tokens_seen
         try:
@@ -478,7 +509,9 @@ class Trainer:
                                "tokens_per_s": rate})
                     bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
                 if at_eval and self.step < config.max_steps:
+                    self._announce_eval(bar)
                     self._evaluate_and_save()
+                    bar.set_description_str("train")
                 elif stop:
                     self._check_finite(float(loss))
                     self._checked_save()
@@ -489,10 +522,12 @@ class Trainer:
             if stopped == "done":
                 # A run resumed at its last step has evaluated and saved it already.
                 if not any(h["step"] == self.step and "val_loss" in h for h in self.history):
+                    self._announce_eval(bar)
                     self._evaluate_and_save()
                 eval_metrics = self.history[-1] if self.history and "val_loss" in self.history[-1] else {}
         finally:
             bar.close()
+            self._close_tracker()
             for sig, handler in previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         wall = time.perf_counter() - started

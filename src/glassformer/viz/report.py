@@ -220,7 +220,17 @@ def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: i
             for r in records]
     new_ids = [r["chosen"] for r in rows]
     text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
+    if new_ids and not text.strip():  # only special tokens (an untrained model's <bos> ...): show them
+        text = "".join(r["chosen_label"] for r in rows)
     return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
+
+
+def _trace_notes(generation: dict[str, Any] | None, notes: list[str]) -> None:
+    """A note when the trace looks like an untrained model's: the same token chosen at every step."""
+    if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
+        notes.append(f"The greedy choice is {generation['steps'][0]['chosen_label']!r} at every step of the "
+                     "generation trace: what a model with random weights (a --preset, untrained) does. Train it, "
+                     "or inspect a checkpoint, for a trace that means something.")
 
 
 @torch.no_grad()
@@ -335,7 +345,12 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
     generation = None
     if generate and attn != "bidirectional":
         options = {"prefix_len": prefix_len} if attn == "prefix" else {}
+        if tgt is not None:  # the model's own answer to the prefix, as long as the target: compare the two
+            real, generate = real[:prefix_len], min(generate, len(tgt))
+            notes.append(f"The generation trace answers the prefix alone, for the target's {len(tgt)} tokens: "
+                         "compare its choices with the target.")
         generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
+        _trace_notes(generation, notes)
     elif attn == "bidirectional":
         notes.append(tr("note.encoder_only", lang))
     return views, shapes, generation, (x, pad_t, prefix_len, tokens)
@@ -351,7 +366,9 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
                                "or use a tokenizer with a bos token")
     generation = None
     if generate:
-        generation = _generation_trace(model, tokenizer, src, generate, top_k, decoder_start_token_id=start)
+        steps = generate if tgt is None else min(generate, len(tgt) + 1)  # a target's length and its eos
+        generation = _generation_trace(model, tokenizer, src, steps, top_k, decoder_start_token_id=start)
+        _trace_notes(generation, notes)
     if tgt is None:
         tgt = generation["ids"] if generation else []
         notes.append(tr("note.no_target_encdec" if generation else "note.no_target_encdec_alone", lang))

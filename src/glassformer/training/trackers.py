@@ -1,0 +1,217 @@
+"""Experiment trackers: a run's numbers in TensorBoard or Weights & Biases, through their own libraries.
+
+The training config's ``log`` key (``--log`` on the command line) names them: ``none`` (the default),
+``tensorboard``, ``wandb``, or both joined by a comma (``tensorboard,wandb``). Each is an optional
+extra: ``pip install 'glassformer[tensorboard]'`` (``[wandb]``). (Trackio is not offered: its package
+pins an older Pillow than matplotlib's current one, so it does not install cleanly beside glassformer.)
+
+- ``tensorboard``: event files in ``out_dir/tensorboard/`` (``torch.utils.tensorboard``); view them
+  with ``tensorboard --logdir out_dir``.
+- ``wandb``: a W&B run in ``out_dir/wandb/``, **offline** unless the user asks for it online with
+  W&B's own switch, ``WANDB_MODE=online`` (then ``wandb login`` first); an offline run is uploaded later
+  with ``wandb sync out_dir/wandb/offline-run-*``. The project is ``$WANDB_PROJECT`` or "glassformer".
+
+What each receives: every record of ``metrics.jsonl`` (train_loss, lr, tokens_per_s; val_* at each
+evaluation) at its step, the config at the start, the precision and the kernel choices as text, and
+whatever else is handed to :meth:`Tracker.log` during the run.
+
+**For other parts of the trainer** (the training microscope's per-head scores, an SAE's losses): call
+``trainer.tracker.log(step, {"name": number, ...})`` on the process that writes (rank 0). Names may
+hold "/" to group them (``microscope/L1H3/induction``); numbers are floats or ints, anything else is
+dropped. A run with ``log: none`` gets a tracker whose ``log`` does nothing, so callers never check.
+
+A resumed run continues the same tracker run (its id is kept in ``out_dir/tracker.json``) and never logs
+a step twice: TensorBoard hides the events a crashed run wrote after the checkpoint it resumes from
+(``purge_step``), and W&B skips the steps it already holds (``logged_through``; exact resume
+computes the same numbers for them again).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import GlassformerError
+
+KINDS = ("none", "tensorboard", "wandb")
+MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
+STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
+
+
+def parse_log(value: str) -> list[str]:
+    """The trackers ``value`` names ("none" -> []), each checked: a known name whose library is installed.
+
+    Raises:
+        GlassformerError naming the value and the choices, or the extra to install.
+    """
+    names = [part.strip() for part in str(value).split(",") if part.strip()]
+    unknown = [name for name in names if name not in KINDS]
+    if unknown or not names:
+        raise GlassformerError(f"log must be one of {list(KINDS)} or several joined by commas, got {value!r}")
+    names = [name for name in dict.fromkeys(names) if name != "none"]
+    for name in names:
+        if importlib.util.find_spec(MODULES[name]) is None:
+            raise GlassformerError(f"log {name!r} needs the {name} package: pip install 'glassformer[{name}]'")
+    return names
+
+
+def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    """The finite int/float entries of ``values`` as floats (bools, text, NaN and infinities are dropped)."""
+    return {str(k): float(v) for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+class Tracker:
+    """The interface, and the tracker of ``log: none``: every method does nothing."""
+
+    name = "none"
+
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
+        """Record ``values`` (name -> number) at ``step``."""
+
+    def text(self, name: str, text: str) -> None:
+        """Record a piece of text (the precision line, the kernel choices) once."""
+
+    def close(self) -> None:
+        """Write everything out and end the run (the object is not used after)."""
+
+
+class TensorBoardTracker(Tracker):
+    """Scalars and text as TensorBoard event files in ``folder`` (``torch.utils.tensorboard``)."""
+
+    name = "tensorboard"
+
+    def __init__(self, folder: Path, config: Mapping[str, Any], resume_step: int | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        if resume_step is None and folder.is_dir():
+            shutil.rmtree(folder)  # a fresh run: the earlier run's curves would mix with this one's
+        # purge_step: events of steps after the checkpoint we resume from (a crashed run's last ones) are hidden
+        self.writer = SummaryWriter(str(folder), purge_step=None if resume_step is None else resume_step + 1)
+        if resume_step is None:
+            self.text("config", "```\n" + json.dumps(dict(config), indent=2, default=str) + "\n```")
+
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
+        for key, value in _numbers(values).items():
+            self.writer.add_scalar(key, value, step)
+
+    def text(self, name: str, text: str) -> None:
+        self.writer.add_text(name, text)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker(Tracker):
+    """A W&B run in ``folder``/wandb, offline unless ``WANDB_MODE=online``; resumed by its saved id."""
+
+    name = "wandb"
+
+    def __init__(self, folder: Path, config: Mapping[str, Any], run_id: str, resumed: bool):
+        import wandb
+
+        folder.mkdir(parents=True, exist_ok=True)
+        mode = os.environ.get("WANDB_MODE", "offline")  # online only when the user says so
+        self.run = wandb.init(dir=str(folder), id=run_id, resume="allow" if resumed else None, mode=mode,
+                              project=os.environ.get("WANDB_PROJECT", "glassformer"), name=folder.name or None,
+                              config=dict(config), settings=wandb.Settings(silent=True, console="off"))
+
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
+        self.run.log(_numbers(values), step=step)
+
+    def text(self, name: str, text: str) -> None:
+        self.run.summary[name] = text
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Trackers(Tracker):
+    """The trackers of one run, as one: what :func:`open_trackers` returns (``trainer.tracker``).
+
+    ``log`` passes each step on once: a step at or before ``logged_through`` of a tracker that cannot
+    forget steps (W&B) is skipped there, and the last step logged is kept in ``out_dir/tracker.json``.
+    """
+
+    def __init__(self, out_dir: Path, trackers: list[Tracker], state: dict[str, Any]):
+        self.out, self.trackers, self.state = out_dir, trackers, state
+        self.name = ",".join(t.name for t in trackers) or "none"
+        self.held = dict(state["logged_through"])  # what each tracker held when the run (re)started
+
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
+        if not self.trackers:
+            return
+        for tracker in self.trackers:
+            if step > self.held.get(tracker.name, -1):
+                tracker.log(step, values)
+                self.state["logged_through"][tracker.name] = step
+        _write_state(self.out, self.state)
+
+    def text(self, name: str, text: str) -> None:
+        for tracker in self.trackers:
+            tracker.text(name, text)
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
+
+
+def _write_state(out: Path, state: dict[str, Any]) -> None:
+    """``out_dir/tracker.json`` replaced at once (temp file + rename; no fsync: it is written at every log)."""
+    temp = out / f".{STATE}.tmp-{os.getpid()}"
+    temp.write_text(json.dumps(state) + "\n", encoding="utf-8")
+    os.replace(temp, out / STATE)
+
+
+def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resume_step: int | None) -> Trackers:
+    """Start (or, when ``resume_step`` is not None, continue) the trackers ``log`` names for the run in
+    ``out_dir``; ``config`` is the run's config as a mapping (recorded with the run)."""
+    names = parse_log(log)
+    out = Path(out_dir)
+    state: dict[str, Any] = {}
+    if names and resume_step is not None and (out / STATE).is_file():
+        try:
+            state = json.loads((out / STATE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            state = {}
+    if not isinstance(state.get("run_id"), str) or not isinstance(state.get("logged_through"), dict):
+        resume_step, state = None, {"run_id": f"gf-{secrets.token_hex(4)}", "logged_through": {}}
+    resumed = resume_step is not None
+    if resumed:  # steps after the checkpoint are logged again by a tracker that can replace them
+        state["logged_through"]["tensorboard"] = resume_step
+    trackers: list[Tracker] = []
+    for name in names:
+        if name == "tensorboard":
+            trackers.append(TensorBoardTracker(out / "tensorboard", config, resume_step))
+        else:
+            trackers.append(WandbTracker(out, config, state["run_id"], resumed))
+    if names:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_state(out, state)
+    return Trackers(out, trackers, state)
+
+
+def console_line(record: Mapping[str, Any], max_steps: int) -> str:
+    """One line for a log record where no progress bar is drawn (output to a file or a pipe):
+    ``step 50/2000 | train_loss 2.4312 | lr 1.00e-03 | 3,412 tok/s`` or ``step 250/2000 | val_loss ...``."""
+    parts = [f"step {record['step']}/{max_steps}"]
+    for key, value in record.items():
+        if key == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key == "tokens_per_s":
+            parts.append(f"{value:,.0f} tok/s")
+        elif key == "lr":
+            parts.append(f"lr {value:.2e}")
+        elif key.endswith("_tokens"):
+            continue
+        else:
+            parts.append(f"{key} {value:.4f}")
+    return " | ".join(parts)
