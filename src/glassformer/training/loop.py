@@ -425,7 +425,7 @@ class Trainer:
 
     def _close_tracker(self) -> None:
         """Give the trackers the kernel choices this run made, and close them."""
-        from ..nn.kernel_choice import choices
+        from ..runtime.kernel_choice import choices
 
         made = choices()
         if made:

@@ -108,6 +108,8 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         for name, value in mine.items():
             if name != "params" and name in group:
                 _check_hyper(file, f"{where}.{name}", group[name], value)
+            elif name != "params" and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
+                raise BadFileError(f"{file}: {where} lacks {name!r} (this run's optimizer has {shown(value)})")
         params.update(zip(mine["params"], live["params"], strict=True))
     state = saved["state"]
     if not isinstance(state, dict):
