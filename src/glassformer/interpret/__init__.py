@@ -8,8 +8,10 @@ glassformer model, with TransformerLens's hook names (docs/interpret.md).
     logits = ablate_heads(model, ids, heads=[(1, 3)])
     lens = logit_lens(model, ids)                                   # (L + 1, B, T, V); lens[-1] == logits
     scores = head_scores(model)                                     # previous-token and induction heads
+    estimate = attribution_patching(model, clean, corrupted, metric)  # every point's patching, 3 passes
 """
 
+from .attribution import Attribution, attribution_patching, correlation, exact_head_patching, top_heads
 from .detectors import (
     HeadScores,
     duplicate_token_scores,
@@ -39,5 +41,5 @@ __all__ = [
     "ablation_hooks", "ablate_heads", "head_ablation_effects", "next_token_loss", "attention_weights",
     "logit_lens", "TopTokens", "residual_names", "direct_logit_attribution", "LogitAttribution",
     "repeated_tokens", "previous_token_scores", "induction_scores", "duplicate_token_scores", "head_scores",
-    "HeadScores",
+    "HeadScores", "attribution_patching", "Attribution", "exact_head_patching", "correlation", "top_heads",
 ]
