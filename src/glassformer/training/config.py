@@ -88,6 +88,7 @@ class TrainConfig:
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
     progress: bool = True  # tqdm progress bar
+    watch: dict = field(default_factory=dict)  # the training microscope (interpret/microscope.py); {}: off
 
     def validate(self) -> TrainConfig:
         """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
@@ -132,6 +133,10 @@ class TrainConfig:
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
         check_seed("seed", self.seed)
+        if self.watch:
+            from ..interpret.microscope import WatchConfig
+
+            WatchConfig.from_dict(self.watch)
         if not DEVICE.fullmatch(self.device):
             raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         _check_folder("out_dir", self.out_dir)
@@ -229,7 +234,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,
-                    sections: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+                    sections: tuple[str, ...] = ("model", "watch")) -> dict[str, Any]:
     """A copy of the config mapping ``data`` with each (key, value) of ``overrides`` set, in order.
 
     A key ``SECTION.name`` whose SECTION is one of ``sections`` sets ``name`` inside that nested mapping
