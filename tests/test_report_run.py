@@ -57,6 +57,22 @@ def test_inspect_of_a_folder_that_is_not_a_run(tmp_path):
     assert main(["inspect", str(tmp_path)]) != 0  # no metrics.jsonl, no --text: a usage error, not a traceback
 
 
+def test_attribution_beside_exact_patching(tmp_path):
+    torch.manual_seed(0)
+    from glassformer import TransformerLM
+    from glassformer.interpret.attribution import ATTRIBUTION, induction_patching
+
+    model = TransformerLM(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=24, attn_only=True).eval()
+    found = induction_patching(model, length=6, batch=4, low=1, bos=0)
+    assert torch.tensor(found["estimate"]).shape == torch.tensor(found["exact"]).shape == (2, 2)
+    assert len(found["top_exact"]) == 3 and -1 <= found["correlation"] <= 1
+    folder = fake_run(tmp_path / "run", 2, 2)
+    (folder / ATTRIBUTION).write_text(json.dumps(found))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    assert 'class="gf-head-table gf-estimate"' in page and 'class="gf-head-table gf-exact"' in page
+    assert f"Correlation over heads: {found['correlation']:.3f}" in page
+
+
 def test_an_unwatched_run_says_how_to_watch_it(tmp_path):
     folder = tmp_path / "plain"
     folder.mkdir()

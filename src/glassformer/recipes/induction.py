@@ -16,6 +16,7 @@ the same rows, written as a Hugging Face folder with ``save_hf_dir``, read back 
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +28,10 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import step_generator
 from ..errors import GlassformerError, check_int
+from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
+from ..interpret.attribution import ATTRIBUTION, induction_patching
 from ..interpret.microscope import RECORDS, read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
@@ -164,7 +167,8 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
 
     Returns {"attn_only": run, "gpt2": run (when asked)}, each run {"history", "phase_change_step",
     "final" (the last record), "best_heads", "by_probe_length" (see :func:`by_probe_length`), "validation",
-    "out_dir"}.
+    "out_dir", "attribution" (:func:`~glassformer.interpret.attribution.induction_patching`, also written
+    to the run folder's ``attribution.json`` for the run page)}.
     """
     task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
                             int(spec.get("max_len", 20)), config.seed)
@@ -186,6 +190,10 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                                "final": history[-1], "best_heads": best_heads(history[-1]),
                                "by_probe_length": by_probe_length(model, task, spec),
                                "validation": validation, "out_dir": run_config.out_dir}
+        model.eval()  # attribution patching against exact patching, per head; the run page shows both
+        run["attribution"] = induction_patching(model, int(spec.get("probe_length", 20)),
+                                                int(spec.get("probe_batch", 32)), low=task.low, bos=task.bos)
+        atomic_write_text(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
         if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in
             folder = save_hf_dir(model, None, out / name / "hf")
             loaded, _ = load_hf_dir(folder)

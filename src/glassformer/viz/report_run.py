@@ -8,7 +8,9 @@ It reads ``metrics.jsonl`` (the loss curves) and, when the run was watched, the 
   layers x heads heatmap, at the step a slider picks; the best head of each kind per layer over steps;
 - the attention patterns of the watched heads on the probe text, at that step;
 - the logit lens's loss per layer over steps (a layers x steps heatmap), and the residual-stream and
-  weight norms per layer at that step.
+  weight norms per layer at that step;
+- when the run folder has ``attribution.json`` (the induction recipe writes it), attribution patching's
+  estimate of every head's patching effect beside the exact effect.
 
 Charts over steps are SVG drawn here; the heatmaps are drawn by a small inline script from the JSON
 data, so that one slider moves them all. As with the model report, nothing is loaded from the network
@@ -25,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError, MissingFileError
+from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, read_records
 from .report import CSP, _asset, _script_json, _shown
+from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
@@ -105,7 +109,10 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
         if place.is_file():
             config = json.loads(place.read_text(encoding="utf-8"))
             break
-    return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config}
+    attribution = (json.loads((out / ATTRIBUTION).read_text(encoding="utf-8"))
+                   if (out / ATTRIBUTION).is_file() else None)
+    return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
+            "attribution": attribution}
 
 
 def _charts(run: dict[str, Any]) -> str:
@@ -153,6 +160,9 @@ STYLE = """
 .gf-snaps { display: flex; flex-wrap: wrap; gap: 12px; }
 .gf-snap figcaption, .gf-heatmap figcaption { font-size: 0.85rem; color: var(--muted); }
 .gf-norms td, .gf-norms th { padding: 2px 8px; text-align: right; }
+.gf-side { display: flex; flex-wrap: wrap; gap: 24px; overflow-x: auto; }
+.gf-side figure { margin: 0; }
+.gf-head-table td, .gf-head-table th { padding: 2px 6px; text-align: right; font-size: 0.85rem; }
 """
 
 SCRIPT = r"""
@@ -250,6 +260,26 @@ SCRIPT = r"""
 """
 
 
+def _attribution_html(a: dict[str, Any]) -> str:
+    """Attribution patching's per-head estimate beside exact patching (see ``induction_patching``)."""
+    scale = max(abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row) or 1.0
+
+    def top(heads: list) -> str:
+        return ", ".join(f"L{layer}H{head} ({effect:+.2f})" for layer, head, effect in heads)
+
+    return (f'<section id="gf-attribution"><h2>Attribution patching</h2><p class="gf-caption">Patching one head\'s '
+            "output from clean rows (random tokens repeated) into corrupted ones (the first copy replaced): the "
+            f"change in the second copy's mean log-probability ({a['corrupted_metric']:.2f} corrupted, "
+            f"{a['clean_metric']:.2f} clean). Left: the gradient estimate, one forward and backward for every head; "
+            f"right: exact patching, one forward per head. Correlation over heads: {a['correlation']:.3f}. "
+            f"Top heads, estimate: {top(a['top_estimate'])}; exact: {top(a['top_exact'])}.</p>"
+            '<div class="gf-side"><figure><figcaption>estimate (attribution patching)</figcaption>'
+            + _head_table(a["estimate"], "gf-head-table gf-estimate", (47, 95, 208), scale, "+.2f")
+            + '</figure><figure><figcaption>exact (activation patching)</figcaption>'
+            + _head_table(a["exact"], "gf-head-table gf-exact", (47, 95, 208), scale, "+.2f")
+            + "</figure></div></section>")
+
+
 def run_page_html(run: dict[str, Any]) -> str:
     """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline."""
     records, meta = run["records"], run["meta"]
@@ -288,6 +318,8 @@ the last) through the final norm and output layer; rows bottom to top of the mod
 loss).</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
 <table class="gf-norms"><thead><tr><th>read before</th><th>residual norm</th><th>block weight norm</th>
 <th>lens loss</th></tr></thead><tbody id="gf-norm-rows"></tbody></table></section>""")
+    if run.get("attribution"):
+        body.append(_attribution_html(run["attribution"]))
     data = {"records": records, "meta": meta}
     return f"""<!DOCTYPE html>
 <html lang="en">
