@@ -8,13 +8,13 @@ import random
 
 import pytest
 import torch
-from test_report_browser import browser, open_report  # noqa: F401  (the browser fixture)
-from training_helpers import config, train
 
 from glassformer.cli import main
 from glassformer.errors import MissingFileError
 from glassformer.interpret.microscope import META, RECORDS
 from glassformer.viz.report_run import gather_run, write_run_page
+from test_report_browser import browser, open_report  # noqa: F401  (the browser fixture)
+from training_helpers import config, train
 
 
 def fake_run(folder, layers: int, heads: int, steps: int = 12, tokens: int = 10):
