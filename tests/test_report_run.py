@@ -99,7 +99,7 @@ def test_run_page_in_a_browser(browser, tmp_path, layers, heads):  # noqa: F811
     assert page.locator(".gf-snap canvas").count() == layers
     assert page.locator("#gf-norm-rows tr").count() == layers + 1
     marker = page.locator("#gf-chart-probe .gf-marker").get_attribute("x1")
-    assert float(marker) == pytest.approx(48 + 500 * 2 / 12)  # the plot's left edge + 2/12 of its width
+    assert float(marker) == pytest.approx(48 + 492 * 2 / 12)  # the plot's left edge + 2/12 of its width
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, "the page must not scroll sideways (wide heatmaps scroll inside their box)"
     page.close()

@@ -2,7 +2,7 @@
 docs/learn/06-induction-heads.md and docs/interpret.md come from here.
 
     python tools/screenshot_run_page.py out/induction_heads/attn_only/run.html docs/images/run-page.png \
-        [--selector "#gf-losses"] [--step 300]
+        [--selector "#gf-losses" | --height 1500] [--step 300]
 
 ``--step`` moves the page's slider to the record of that step first (the nearest one at or before it).
 """
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--selector", help="screenshot this element only (default: the whole page)")
     parser.add_argument("--step", type=int, help="move the step slider to this training step first")
     parser.add_argument("--width", type=int, default=1200)
+    parser.add_argument("--height", type=int, help="keep only the page's top HEIGHT pixels")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -39,9 +40,12 @@ def main() -> None:
                 const s = document.getElementById("gf-step"); s.value = i;
                 s.dispatchEvent(new Event("input"));
             }""", args.step)
-        target = page.locator(args.selector) if args.selector else page
         args.png.parent.mkdir(parents=True, exist_ok=True)
-        target.screenshot(path=str(args.png), **({} if args.selector else {"full_page": True}))
+        if args.selector:
+            page.locator(args.selector).screenshot(path=str(args.png))
+        else:
+            clip = {"x": 0, "y": 0, "width": args.width, "height": args.height} if args.height else None
+            page.screenshot(path=str(args.png), full_page=True, clip=clip)
         browser.close()
     print(f"wrote {args.png}")
 

@@ -49,10 +49,10 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
     points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
     if not points:
         return ""
-    x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
+    x0, x1 = min(0.0, min(p[0] for p in points)), max(p[0] for p in points)  # steps: the axis starts at 0
     y0, y1 = min(0.0, min(p[1] for p in points)), max(p[1] for p in points)
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
-    left, right, top, bottom = 48, 12, 24, 30
+    left, right, top, bottom = 48, 20, 24, 30
     pw, ph = width - left - right, height - top - bottom
 
     def sx(x: float) -> float:
