@@ -34,6 +34,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("lessons", "viz"),      # a lesson draws its attention maps
     ("recipes", "interop"),
     ("bench", "interop"),
+    ("training", "interpret"),  # the trainer runs the training microscope (config.watch) at its evaluations
 }
 # Stricter than the layers: the core's own rules (DESIGN.md).
 ONLY: dict[str, set[str]] = {
