@@ -93,6 +93,8 @@ def test_run_page_in_a_browser(browser, tmp_path, layers, heads):  # noqa: F811
     size = heatmap.evaluate("c => [c.width, c.height]")
     cell = (size[0] - 30) / heads
     assert 10 <= cell <= 40 and (size[1] - 14) / layers >= 12  # cells big enough to see, 48 heads or 1
+    heatmap.hover(position={"x": 30 + cell * min(1.5, heads - 0.5), "y": 14 + 6})  # layer 0, head 1 (or 0)
+    assert heatmap.get_attribute("title").startswith(f"induction, step 12: layer 0, head {min(1, heads - 1)} = ")
     slider.fill("1")  # a range input: fill sets the value and fires "input"
     assert page.get_attribute("body", "data-step") == "2"
     assert heatmap.evaluate("c => c.toDataURL()") != before, "another step must show other scores"

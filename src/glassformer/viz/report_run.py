@@ -219,7 +219,7 @@ SCRIPT = r"""
       const hi = c.dataset.kind === "entropy" ? Math.max(...records.map((x) => Math.max(...x.entropy.flat()))) : 1;
       const cw = heads_cell(rows[0].length), ch = Math.max(12, Math.min(24, cw));
       grid(c, rows, 0, hi, cw, ch, range(rows.length, (i) => `L${i}`), range(rows[0].length, String));
-      c.title = `${c.dataset.kind} at step ${r.step}: layers (rows) x heads (columns)`;
+      c.gfRows = rows; c.gfCell = [cw, ch]; c.gfStep = r.step;
     });
     document.querySelectorAll(".gf-snap canvas").forEach((c) => {
       const rows = r.attention[c.dataset.head];
@@ -240,6 +240,12 @@ SCRIPT = r"""
     const lens = document.getElementById("gf-lens-canvas");
     if (lens) lens.dataset.step = r.step;
   }
+  document.querySelectorAll(".gf-heatmap canvas").forEach((c) => c.addEventListener("mousemove", (e) => {
+    const box = c.getBoundingClientRect(), [cw, ch] = c.gfCell;
+    const i = Math.floor((e.clientY - box.top - 14) / ch), j = Math.floor((e.clientX - box.left - 30) / cw);
+    const v = i >= 0 && j >= 0 && c.gfRows[i] ? c.gfRows[i][j] : undefined;
+    c.title = v === undefined ? "" : `${c.dataset.kind}, step ${c.gfStep}: layer ${i}, head ${j} = ${v}`;
+  }));
   const lens = document.getElementById("gf-lens-canvas");
   if (lens && records.length) {  // layers (rows) x steps (columns), loss shaded against its range
     const rows = records[0].lens_loss.map((_, layer) => records.map((r) => r.lens_loss[layer]));
