@@ -72,6 +72,7 @@ def test_bad_watch_blocks_are_errors_naming_the_key(tmp_path):
         config(tmp_path, watch={"every": -1})
     with pytest.raises(GlassformerError, match="watch.heads"):
         WatchConfig.from_dict({"heads": [[0]]})
+    assert WatchConfig.from_dict({"every": "10", "heads": "[[0, 3]]"}) == WatchConfig(every=10, heads=[[0, 3]])
     cfg = config(tmp_path, watch={"heads": [[3, 0]]})
     run = prepare_run(cfg)
     from glassformer.training import Trainer

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, check_int
@@ -75,8 +76,7 @@ class WatchConfig:
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
             raise GlassformerError(f"unknown watch key(s) {unknown}; known keys: {known}")
-        config = cls(**{k: int(v) if k != "heads" and isinstance(v, str) and v.isdigit() else v
-                        for k, v in data.items()})
+        config = cls(**{k: _parsed(v) for k, v in data.items()})
         check_int("watch.every", config.every, 0)
         check_int("watch.probe_length", config.probe_length, 2, allow_none=True)
         for name in ("probe_batch", "text_rows", "snapshot_tokens"):
@@ -86,6 +86,16 @@ class WatchConfig:
                 for p in config.heads):
             raise ArgumentTypeError(f"watch.heads must be a list of [layer, head] pairs, got {config.heads!r:.80}")
         return config
+
+
+def _parsed(value: Any) -> Any:
+    """A command line's string ("10", "[[0, 3]]") as the YAML value it spells; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
 
 
 def _rounded(t: torch.Tensor, digits: int = 4) -> Any:
