@@ -37,6 +37,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("bench", "interop"),
     ("training", "runtime"),    # precision and device choices
     ("generation", "runtime"),  # the few-row decoding route
+    ("training", "interpret"),  # the trainer runs the training microscope (config.watch) at its evaluations
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {

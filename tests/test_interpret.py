@@ -81,21 +81,22 @@ def no_taps(model) -> bool:
 def test_hook_names_are_transformer_lens_names():
     names = list(hook_points(lm(pos="learned")))
     assert names[:3] == ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"]
-    assert names[-1] == "ln_final.hook_normalized"
+    assert names[-3:] == ["ln_final.hook_scale", "ln_final.hook_normalized", "ln_final.hook_out"]
     block1 = [n.removeprefix("blocks.1.") for n in names if n.startswith("blocks.1.")]
-    assert block1 == ["hook_resid_pre", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+    norm = ["hook_scale", "hook_normalized", "hook_out"]
+    assert block1 == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "attn.hook_q", "attn.hook_k", "attn.hook_v",
                       "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
-                      "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
+                      *(f"ln2.{n}" for n in norm), "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
     rope_gated = hook_points(lm(pos="rope", activation="swiglu"))
     assert {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.mlp.hook_pre_linear"} <= set(rope_gated)
     assert "hook_pos_embed" not in rope_gated
     assert not any(".mlp." in n for n in hook_points(lm(attn_only=True)))
     dec = [n.removeprefix("decoder_blocks.0.") for n in hook_points(encdec()) if n.startswith("decoder_blocks.0.")]
-    assert dec[:9] == ["hook_resid_pre", "ln1.hook_normalized", "self_attn.hook_q", "self_attn.hook_k",
-                       "self_attn.hook_v", "self_attn.hook_attn_scores", "self_attn.hook_pattern", "self_attn.hook_z",
-                       "hook_attn_out"]
-    assert dec[9:13] == ["hook_resid_mid", "ln2.hook_normalized", "cross_attn.hook_q", "cross_attn.hook_k"]
-    assert dec[-7:] == ["hook_cross_attn_out", "hook_resid_mid2", "ln3.hook_normalized", "mlp.hook_pre",
+    assert dec[:11] == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "self_attn.hook_q", "self_attn.hook_k",
+                        "self_attn.hook_v", "self_attn.hook_attn_scores", "self_attn.hook_pattern", "self_attn.hook_z",
+                        "hook_attn_out"]
+    assert dec[11:17] == ["hook_resid_mid", *(f"ln2.{n}" for n in norm), "cross_attn.hook_q", "cross_attn.hook_k"]
+    assert dec[-9:] == ["hook_cross_attn_out", "hook_resid_mid2", *(f"ln3.{n}" for n in norm), "mlp.hook_pre",
                         "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
     assert act_name("pattern", 1) == "blocks.1.attn.hook_pattern"
     assert act_name("cross_z", 0, "decoder") == "decoder_blocks.0.cross_attn.hook_z"
@@ -159,7 +160,7 @@ def _check_block(block, c, prefix: str, attn: str, cross: bool, x_in: torch.Tens
     torch.testing.assert_close(module.o_proj(z.flatten(2)), attn_out if attn != "cross_attn"
                                else at("hook_cross_attn_out"), **eq)
     if attn != "cross_attn":
-        norm_in = at("ln1.hook_normalized")
+        norm_in = at("ln1.hook_out")
         q = at(f"{attn}.hook_q")
         torch.testing.assert_close(q.flatten(2), module.qkv(norm_in if pre_norm else resid_pre)[..., :q[0, 0].numel()],
                                    **eq)
@@ -204,7 +205,7 @@ def test_cache_decomposes_exactly(case):
     embedded = cache["hook_embed"] + cache.get("hook_pos_embed", 0) + cache.get("hook_token_type_embed", 0)
     if model.embeddings.norm is None:
         torch.testing.assert_close(cache["resid_pre", 0], embedded, rtol=0, atol=1e-6)
-    final = cache["ln_final.hook_normalized"]
+    final = cache["ln_final.hook_out"]  # hooks that only read leave the norm's numbers bit-identical
     torch.testing.assert_close(final, model.norm_f(cache["resid_post", 1]), rtol=0, atol=0)
     assert torch.equal(logits, model.logits(final))
 
@@ -220,7 +221,7 @@ def test_encoder_decoder_cache_decomposes_exactly():
     for i, block in enumerate(model.enc):
         torch.testing.assert_close(cache["pattern", i, "encoder"], log["enc"][i], rtol=0, atol=1e-6)
         _check_block(block, cache, f"encoder_blocks.{i}", "attn", False, None)
-    memory = cache["encoder_ln_final.hook_normalized"]
+    memory = cache["encoder_ln_final.hook_out"]
     for i, block in enumerate(model.dec):
         torch.testing.assert_close(cache["cross_pattern", i], log["cross"][i], rtol=0, atol=1e-6)
         assert cache["cross_pattern", i][1, :, :, 5:].max() == 0  # padded source keys are masked
@@ -229,7 +230,7 @@ def test_encoder_decoder_cache_decomposes_exactly():
                                    atol=1e-6)
         _check_block(block, cache, f"decoder_blocks.{i}", "self_attn", True, None)
         _check_block(block, cache, f"decoder_blocks.{i}", "cross_attn", True, None)
-    assert torch.equal(logits, model.logits(cache["decoder_ln_final.hook_normalized"]))
+    assert torch.equal(logits, model.logits(cache["decoder_ln_final.hook_out"]))
 
 
 # ---------------------------------------------------------------------------------------------- patching

@@ -1,4 +1,5 @@
-"""``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation."""
+"""``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation,
+or of a training run (its folder: loss curves and what the training microscope recorded)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from .precision import add_precision
 
 EPILOG = """examples:
-  glassformer inspect runs/char-lm --text "ROMEO:" --out report.html
+  glassformer inspect out/induction_heads/attn_only          (a run folder: writes its run.html)
+  glassformer inspect runs/char-lm/last --text "ROMEO:" --out report.html
   glassformer inspect runs/translate --text "ein Hund läuft" --target "a dog runs"
   glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
   glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad_to 10
@@ -16,7 +18,8 @@ EPILOG = """examples:
   glassformer inspect out/induction_heads/attn_only/model --text "abcdefgabcdefg" --add_special_tokens \
       --logit_lens --head_scores --ablation
 
-CHECKPOINT is a glassformer checkpoint folder or a Hugging Face model folder (GPT-2, Llama, BERT,
+CHECKPOINT is a training run's folder (its out_dir, with metrics.jsonl: the run page, no --text), or
+a glassformer checkpoint folder or a Hugging Face model folder (GPT-2, Llama, BERT,
 BART; read by glassformer.interop without transformers). Without one, --preset builds a model with
 random weights and a byte-level tokenizer: its attention is meaningless, but its masks (causal,
 prefix, padding) show exactly as they do in a trained model."""
@@ -33,10 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", nargs="?", type=Path,
                         help="a glassformer checkpoint or Hugging Face model folder (or use --preset)")
-    parser.add_argument("--text", required=True, help="the input; the source of an encoder-decoder, "
-                                                      "the prefix of a prefix-LM")
+    parser.add_argument("--text", help="the input (required but for a run folder); the source of an "
+                                       "encoder-decoder, the prefix of a prefix-LM")
     parser.add_argument("--target", help="encoder-decoder: the target; prefix-LM: the continuation")
-    parser.add_argument("--out", type=Path, default=Path("report.html"), help="the HTML file to write")
+    parser.add_argument("--out", type=Path, help="the HTML file to write (default report.html; for a run "
+                                                 "folder OUT_DIR/run.html)")
     parser.add_argument("--prefix_len", type=int, help="prefix-LM: prefix length in tokens (default: --text)")
     parser.add_argument("--pad_to", type=int, help="right-pad the input to this many tokens, to see padding")
     parser.add_argument("--generate", type=int, default=16, help="steps of the generation trace (0: none)")
@@ -102,11 +106,21 @@ def _load(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the HTML report of ``args.text`` (and ``args.target``) to ``args.out``; returns 0."""
+    """Write the HTML report of ``args.text`` (and ``args.target``) to ``args.out``, or the run page of a
+    run folder; returns 0."""
     import torch
 
-    from ..errors import check_seed
+    from ..errors import UsageError, check_seed
     from ..viz.i18n import resolve_lang
+    from ..viz.report_run import is_run_dir, write_run_page
+
+    if args.checkpoint is not None and is_run_dir(args.checkpoint):
+        path = write_run_page(args.checkpoint, args.out)
+        print(f"run page written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
+        return 0
+    if args.text is None:
+        raise UsageError("--text is required (but for a run folder, which has metrics.jsonl)")
+    args.out = args.out or Path("report.html")
     from ..viz.report import check_report_options, write_report
     from .precision import choose_precision, forward_work
 

@@ -9,9 +9,11 @@ glassformer model, with TransformerLens's hook names (docs/interpret.md).
     lens = logit_lens(model, ids)                                   # (L + 1, B, T, V); lens[-1] == logits
     scores = head_scores(model)                                     # previous-token and induction heads
     sae.train_sae(model, tok, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")  # docs/sae.md
+    estimate = attribution_patching(model, clean, corrupted, metric)  # every point's patching, 3 passes
 """
 
 from . import sae  # sparse autoencoders: glassformer.interpret.sae
+from .attribution import Attribution, attribution_patching, correlation, exact_head_patching, top_heads
 from .detectors import (
     HeadScores,
     duplicate_token_scores,
@@ -41,5 +43,5 @@ __all__ = [
     "ablation_hooks", "ablate_heads", "head_ablation_effects", "next_token_loss", "attention_weights",
     "logit_lens", "TopTokens", "residual_names", "direct_logit_attribution", "LogitAttribution",
     "repeated_tokens", "previous_token_scores", "induction_scores", "duplicate_token_scores", "head_scores",
-    "HeadScores", "sae",
+    "HeadScores", "sae", "attribution_patching", "Attribution", "exact_head_patching", "correlation", "top_heads",
 ]

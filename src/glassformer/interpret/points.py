@@ -3,23 +3,27 @@
 Each model part marks its intermediates with ``self.tap(name, x)`` (:class:`glassformer.nn.taps.Tapped`);
 this module gives every such tap its full name, the one TransformerLens gives the same tensor:
 
-    hook_embed, hook_pos_embed                         embeddings (TransformerLM)
+    hook_embed, hook_pos_embed                         embeddings (TransformerLM), (B, T, d) each
+    embed_ln.hook_scale / hook_normalized / hook_out   the embedding norm (BERT), as every norm below
     blocks.{i}.hook_resid_pre                          the residual stream entering block i
-    blocks.{i}.ln1.hook_normalized                     the attention's norm output
+    blocks.{i}.ln1.hook_scale                          the attention's norm: its divisor (B, T, 1),
+    blocks.{i}.ln1.hook_normalized                     the input divided by it, before gain and bias,
+    blocks.{i}.ln1.hook_out                            and its output (after gain and bias)
     blocks.{i}.attn.hook_q / hook_k / hook_v           (B, T, heads, hd)
     blocks.{i}.attn.hook_rot_q / hook_rot_k            after RoPE, (B, T, heads, hd)
     blocks.{i}.attn.hook_attn_scores / hook_pattern    (B, h, Tq, Tk), before / after the softmax
     blocks.{i}.attn.hook_z                             (B, T, h, hd), each head's output
     blocks.{i}.hook_attn_out, hook_resid_mid           attention's output; the stream after it
-    blocks.{i}.ln2.hook_normalized, mlp.hook_pre, mlp.hook_pre_linear, mlp.hook_post
+    blocks.{i}.ln2.hook_scale / hook_normalized / hook_out, mlp.hook_pre, mlp.hook_pre_linear, mlp.hook_post
     blocks.{i}.hook_mlp_out, hook_resid_post
-    ln_final.hook_normalized
+    ln_final.hook_scale / hook_normalized / hook_out
 
 An :class:`~glassformer.models.EncoderDecoder` has ``encoder_blocks.{i}.*`` (attention ``attn``) and
 ``decoder_blocks.{i}.*`` (``self_attn``, then ``ln2``, ``cross_attn.*``, ``hook_cross_attn_out``,
 ``hook_resid_mid2``, then ``ln3`` and the MLP), and ``encoder_ln_final`` / ``decoder_ln_final``, as
 TransformerLens's bridge names BART and T5. Every point also has a short name (``"pattern"``,
-``"resid_pre"``, ``"cross_z"``, ...) that selects it in every layer.
+``"resid_pre"``, ``"cross_z"``, ``"ln1"`` for ``ln1.hook_normalized``, ``"ln1_scale"``, ``"ln1_out"``, ...)
+that selects it in every layer.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM
 from ..nn.block import TransformerBlock
+from ..nn.norms import LayerNorm, RMSNorm
 from ..nn.taps import Tapped
 
 ATTENTION_TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z")
 MLP_TAPS = ("pre", "pre_linear", "post")
 HEAD_SHAPED = ("q", "k", "v", "rot_q", "rot_k", "z")  # (B, T, heads, hd)
 SCORE_SHAPED = ("attn_scores", "pattern")  # (B, h, Tq, Tk)
+NORMS = ("ln1", "ln2", "ln3", "ln_final", "encoder_ln_final", "decoder_ln_final", "embed_ln")
 STACKS = {"blocks": "blocks", "encoder": "encoder_blocks", "decoder": "decoder_blocks",
           "encoder_blocks": "encoder_blocks", "decoder_blocks": "decoder_blocks"}
 
@@ -81,21 +87,12 @@ class HookPoint:
         return 2 if self.kind in SCORE_SHAPED else 1
 
     def show(self, x: torch.Tensor) -> torch.Tensor:
-        """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd),
-        position embeddings shared by all rows as (1, T, d)."""
-        if self.tap in ("rot_q", "rot_k"):
-            return x.transpose(1, 2)
-        if self.tap == "pos_embed" and x.dim() == 2:
-            return x.unsqueeze(0)
-        return x
+        """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd)."""
+        return x.transpose(1, 2) if self.tap in ("rot_q", "rot_k") else x
 
     def unshow(self, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """Back from :meth:`show`'s layout to the model's (``like`` is the model's tensor)."""
-        if self.tap in ("rot_q", "rot_k"):
-            return x.transpose(1, 2)
-        if self.tap == "pos_embed" and like.dim() == 2 and x.shape[0] == 1:
-            return x[0]
-        return x
+        return x.transpose(1, 2) if self.tap in ("rot_q", "rot_k") else x
 
     def __repr__(self) -> str:
         return f"HookPoint({self.name!r})"
@@ -110,8 +107,9 @@ def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str
     """
     if short in ("embed", "pos_embed", "token_type_embed"):
         return f"hook_{short}"
-    if short in ("ln_final", "encoder_ln_final", "decoder_ln_final"):
-        return f"{short}.hook_normalized"
+    norm, part = _norm_part(short)
+    if norm in ("ln_final", "encoder_ln_final", "decoder_ln_final", "embed_ln"):
+        return f"{norm}.hook_{part}"
     if stack not in STACKS:
         raise GlassformerError(f"stack must be one of {sorted(STACKS)}, got {stack!r}")
     if layer is None:
@@ -124,9 +122,31 @@ def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str
         return f"{prefix}.cross_attn.hook_{short.removeprefix('cross_')}"
     if short in MLP_TAPS:
         return f"{prefix}.mlp.hook_{short}"
-    if short in ("ln1", "ln2", "ln3"):
-        return f"{prefix}.{short}.hook_normalized"
+    if norm in ("ln1", "ln2", "ln3"):
+        return f"{prefix}.{norm}.hook_{part}"
     return f"{prefix}.hook_{short}"
+
+
+def _norm_part(short: str) -> tuple[str | None, str | None]:
+    """("ln1", "scale") for "ln1_scale", ("ln1", "normalized") for "ln1"; (None, None) for other names."""
+    if short in NORMS:
+        return short, "normalized"
+    norm, _, part = short.rpartition("_")
+    return (norm, part) if norm in NORMS and part in ("scale", "out") else (None, None)
+
+
+def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: int | None,
+                 stack: str | None) -> list[HookPoint]:
+    """A norm's points: ``hook_scale`` and ``hook_normalized`` (the norm's own taps; none for a norm that
+    is the identity) and ``hook_out`` (``out``: the (module, tap) that sees its output)."""
+    def point(suffix: str, module: Tapped, tap: str) -> HookPoint:
+        name = act_name(short + suffix, layer, stack or "blocks")
+        return HookPoint(name, short + suffix, layer, stack, module, tap)
+
+    points = []
+    if isinstance(norm, (LayerNorm, RMSNorm)):
+        points += [point("_scale", norm, "scale"), point("", norm, "normalized")]
+    return points + [point("_out", *out)]
 
 
 def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -> list[HookPoint]:
@@ -139,15 +159,23 @@ def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -
         return [point(("cross_" if cross else "") + t, module, t) for t in ATTENTION_TAPS
                 if rope or t not in ("rot_q", "rot_k")]
 
-    points = [point("resid_pre", block, "resid_pre"), point("ln1", block, "attn_norm")]
+    def norm(short: str, module: nn.Module, tap: str) -> list[HookPoint]:
+        return _norm_points(short, module, (block, tap), i, stack)
+
+    points = [point("resid_pre", block, "resid_pre")]
+    if block.norm_first:
+        points += norm("ln1", block.attn_norm, "attn_norm")
     points += attention(block.self_attn, cross=False)
-    points += [point("attn_out", block, "attn_out"), point("resid_mid", block, "resid_mid")]
+    points.append(point("attn_out", block, "attn_out"))
+    if not block.norm_first:  # post-norm: the norm after the residual sum
+        points += norm("ln1", block.attn_norm, "attn_norm")
+    points.append(point("resid_mid", block, "resid_mid"))
     if block.cross_attn is not None:
-        points.append(point("ln2", block, "cross_norm"))
+        points += norm("ln2", block.cross_norm, "cross_norm")
         points += attention(block.cross_attn, cross=True)
         points += [point("cross_attn_out", block, "cross_attn_out"), point("resid_mid2", block, "resid_mid2")]
     if block.ffn is not None:
-        points.append(point("ln3" if block.cross_attn is not None else "ln2", block, "ffn_norm"))
+        points += norm("ln3" if block.cross_attn is not None else "ln2", block.ffn_norm, "ffn_norm")
         points += [point(t, block.ffn, t) for t in MLP_TAPS if t != "pre_linear" or block.ffn.gated]
         points.append(point("mlp_out", block, "mlp_out"))
     points.append(point("resid_post", block, "resid_post"))
@@ -172,19 +200,19 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
             points.append(HookPoint("hook_pos_embed", "pos_embed", None, None, e, "pos_embed"))
         if c.n_token_types:
             points.append(HookPoint("hook_token_type_embed", "token_type_embed", None, None, e, "token_type_embed"))
+        if e.norm is not None:
+            points += _norm_points("embed_ln", e.norm, (e, "embed_norm"), None, None)
         for i, block in enumerate(model.blocks):
             points += _block_points(block, "blocks", i, c.pos)
-        points.append(HookPoint("ln_final.hook_normalized", "ln_final", None, None, model, "ln_final"))
+        points += _norm_points("ln_final", model.norm_f, (model, "ln_final"), None, None)
     elif isinstance(model, EncoderDecoder):
         points = []
         for i, block in enumerate(model.enc):
             points += _block_points(block, "encoder_blocks", i, model.config.pos)
-        points.append(HookPoint("encoder_ln_final.hook_normalized", "encoder_ln_final", None, None, model,
-                                "encoder_ln_final"))
+        points += _norm_points("encoder_ln_final", model.enc_norm, (model, "encoder_ln_final"), None, None)
         for i, block in enumerate(model.dec):
             points += _block_points(block, "decoder_blocks", i, model.config.pos)
-        points.append(HookPoint("decoder_ln_final.hook_normalized", "decoder_ln_final", None, None, model,
-                                "decoder_ln_final"))
+        points += _norm_points("decoder_ln_final", model.dec_norm, (model, "decoder_ln_final"), None, None)
     else:
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got "
                                 f"{type(model).__name__}")

@@ -42,8 +42,8 @@ class Embeddings(Tapped):
 
     Parts: ``tok`` (V, d) token table; ``pos`` learned position table (pos="learned"); ``types``
     segment table (``n_token_types``); ``norm`` embedding norm (``embed_norm``).
-    Hook points (``self.tap``): "embed" (B, T, d) scaled token vectors; "pos_embed" (T, d) or (B, T, d);
-    "token_type_embed" (B, T, d).
+    Hook points (``self.tap``): "embed" (B, T, d) scaled token vectors; "pos_embed" (B, T, d);
+    "token_type_embed" (B, T, d); "embed_norm" (B, T, d) the embedding norm's output.
 
     Args:
         config: the model's config.
@@ -91,16 +91,21 @@ class Embeddings(Tapped):
         x = self.tokens(ids)  # (B, T, d)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
-            x = x + self.tap("pos_embed", sinusoid[positions].to(x.dtype))  # + (T, d) or (B, T, d)
+            x = x + self._tap_positions(sinusoid[positions].to(x.dtype), x)  # + (T, d) or (B, T, d)
         elif self.scheme == "learned":
             self.pos.check_length(end)
-            x = x + self.tap("pos_embed", self.pos(positions))  # + (T, d) or (B, T, d)
+            x = x + self._tap_positions(self.pos(positions), x)  # + (T, d) or (B, T, d)
         if self.types is not None:
             types = self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # (B, T, d)
             x = x + self.tap("token_type_embed", types)
         if self.norm is not None:
-            x = self.norm(x)
+            x = self.tap("embed_norm", self.norm(x))
         return self.dropout(x) if self.training else x
+
+    def _tap_positions(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The "pos_embed" hook point: hooks see (B, T, d), one row per sequence, as in TransformerLens
+        (untapped, the (T, d) table rows are added by broadcasting, with no copy)."""
+        return self.tap("pos_embed", pos.expand_as(x).contiguous()) if self.tapped("pos_embed") else pos
 
     def attention_inputs(self, positions: torch.Tensor, *, n_queries: int, n_keys: int,
                          end: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:

@@ -77,9 +77,10 @@ class BartDecoderEmbedding(nn.Module):
         """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embeddings
         (its token table, taps and dropout) -> (B, T, d)."""
         self.pos.check_length(end)
-        x = shared.tokens(ids) + shared.tap("pos_embed", self.pos(positions))  # (B, T, d)
+        x = shared.tokens(ids)  # (B, T, d)
+        x = x + shared._tap_positions(self.pos(positions), x)  # hooks see (B, T, d)
         if self.norm is not None:
-            x = self.norm(x)
+            x = shared.tap("embed_norm", self.norm(x))
         return shared.dropout(x) if shared.training else x
 
 

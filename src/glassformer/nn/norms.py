@@ -1,4 +1,10 @@
-"""Normalisation layers: torch's LayerNorm and RMSNorm (Zhang & Sennrich 2019, used by Llama)."""
+"""Normalisation layers: LayerNorm and RMSNorm (Zhang & Sennrich 2019, used by Llama).
+
+Both have TransformerLens's two hook points: "scale" (..., 1), the divisor (σ, or the root mean square),
+and "normalized" (..., d), the vector divided by it *before* the learned gain and bias. With nothing
+attached they run as before (torch's fused ``layer_norm``); with a hook attached they run written out.
+A hook that only reads leaves the output bit-identical (as in TransformerLens's bridge).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,51 @@ from torch import nn
 
 from ..config import NORMS, check_choice
 from ..errors import check_int
+from .taps import Tapped
 
 
-class RMSNorm(nn.Module):
+def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> torch.Tensor:
+    """The norm through its "scale" and "normalized" taps: (..., d) -> (..., d).
+
+    When the hooks only read (they return the tensors they were given, unchanged in place), the output
+    is the untapped norm's own, bit for bit, so caching changes no number; when one replaces or edits a
+    tensor, the rest is computed from the edited one: ``normalized * weight + bias``.
+    """
+    x32 = x.float()
+    if centre:
+        x32 = x32 - x32.mean(-1, keepdim=True)
+    scale = (x32.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()  # (..., 1)
+    version = scale._version
+    hooked_scale = norm.tap("scale", scale)
+    edited = hooked_scale is not scale or scale._version != version
+    normalized = x32 / hooked_scale  # (..., d): before the affine part
+    version = normalized._version
+    hooked = norm.tap("normalized", normalized)
+    if not edited and hooked is normalized and normalized._version == version:
+        return norm.plain(x)
+    y = hooked * norm.weight.float() if norm.weight is not None else hooked
+    if getattr(norm, "bias", None) is not None:
+        y = y + norm.bias.float()
+    return y.to(x.dtype)
+
+
+class LayerNorm(nn.LayerNorm, Tapped):
+    """torch's ``nn.LayerNorm`` (same parameters, same numbers) with the hook points "scale" and "normalized"."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d) -> (..., d)."""
+        return self.plain(x) if self.taps is None else _written_out(self, x, centre=True)
+
+    def plain(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm without hook points (torch's fused kernel)."""
+        return super().forward(x)
+
+
+class RMSNorm(Tapped):
     """Scale each vector to unit root-mean-square, then by a learned gain; no mean, no bias.
 
     ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does.
+    Hook points: "scale" (..., 1) the root mean square; "normalized" (..., d) before the gain.
 
     Args:
         d_model: width.
@@ -27,13 +72,17 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
+        return self.plain(x) if self.taps is None else _written_out(self, x, centre=False)
+
+    def plain(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm without hook points."""
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * normed.to(x.dtype)
 
 
 def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
-    """The normalisation named by ``kind``: "layernorm" (``torch.nn.LayerNorm``) or "rmsnorm" (:class:`RMSNorm`).
+    """The normalisation named by ``kind``: "layernorm" (:class:`LayerNorm`) or "rmsnorm" (:class:`RMSNorm`).
 
     Args:
         kind: "layernorm" or "rmsnorm".
@@ -42,5 +91,5 @@ def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Modu
         bias: LayerNorm's additive bias (RMSNorm has none).
     """
     if check_choice("norm", kind, NORMS) == "layernorm":
-        return nn.LayerNorm(d_model, eps=eps, bias=bias)
+        return LayerNorm(d_model, eps=eps, bias=bias)
     return RMSNorm(d_model, eps=eps)

@@ -2,10 +2,11 @@
 
 A 2-layer attention-only TransformerLM reads rows of random tokens in which segments repeat
 (``<bos> r1 r1 r2 r2 ...``, each segment of random length): the first copy of a segment cannot be
-predicted, the second can, by looking back at what followed the current token the last time. Every
-``measure_every`` steps the recipe runs glassformer.interpret's detectors on a fixed probe (random
-tokens repeated twice, :func:`~glassformer.interpret.head_scores`) and keeps the loss on each copy and
-every head's previous-token and induction scores. The loss on the repeated copy drops sharply (the
+predicted, the second can, by looking back at what followed the current token the last time. The
+training microscope (:mod:`glassformer.interpret.microscope`) is on: every ``measure_every`` steps it
+runs glassformer.interpret's detectors on a fixed probe (random tokens repeated twice) and keeps the loss
+on each copy, every head's scores, the logit lens and attention snapshots in the run folder, which
+``glassformer inspect OUT_DIR/attn_only`` draws as a page. The loss on the repeated copy drops sharply (the
 phase change) when a previous-token head in layer 0 and an induction head in layer 1 appear together.
 
 With ``recipe.gpt2`` a GPT-2-architecture model (learned positions, MLPs, tied output) is trained on
@@ -15,6 +16,7 @@ the same rows, written as a Hugging Face folder with ``save_hf_dir``, read back 
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +28,11 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import step_generator
 from ..errors import GlassformerError, check_int
+from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
+from ..interpret.attribution import ATTRIBUTION, induction_patching
+from ..interpret.microscope import RECORDS, read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
@@ -139,17 +144,19 @@ def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, An
 
 def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments, spec: dict[str, Any],
                        max_steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train ``model`` for ``max_steps`` with :meth:`Trainer.train_step`, measuring as ``spec`` says."""
+    """Train ``model`` for ``max_steps`` with :meth:`Trainer.train` and its microscope on, recording every
+    ``measure_every`` steps into the run folder (``microscope.jsonl``, drawn by ``glassformer inspect``);
+    the history is read back from it."""
     every = check_int("recipe.measure_every", int(spec.get("measure_every", 10)), 1)
     length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
     if 2 * length + 1 > config.block_size:
         raise GlassformerError(f"recipe.probe_length={length} needs block_size >= {2 * length + 1}")
-    trainer = Trainer(config, model, task.tokenizer, task)
-    history = [measure(model, task, 0, length, batch)]
-    while trainer.step < max_steps:
-        trainer.train_step()
-        if trainer.step % every == 0 or trainer.step == max_steps:
-            history.append(measure(model, task, trainer.step, length, batch))
+    watch = {"every": every, "probe_length": length, "probe_batch": batch, **config.watch}
+    run_config = TrainConfig.from_dict({**config.to_dict(), "watch": watch, "max_steps": max_steps})
+    trainer = Trainer(run_config, model, task.tokenizer, task)
+    trainer.train()
+    kinds = ("step", "loss_first", "loss_repeat", "previous_token", "induction")
+    history = [{k: r[k] for k in kinds} for r in read_records(Path(run_config.out_dir) / RECORDS)]
     save_checkpoint(Path(config.out_dir) / "model", model, task.tokenizer)
     return history, trainer.evaluate()
 
@@ -160,7 +167,8 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
 
     Returns {"attn_only": run, "gpt2": run (when asked)}, each run {"history", "phase_change_step",
     "final" (the last record), "best_heads", "by_probe_length" (see :func:`by_probe_length`), "validation",
-    "out_dir"}.
+    "out_dir", "attribution" (:func:`~glassformer.interpret.attribution.induction_patching`, also written
+    to the run folder's ``attribution.json`` for the run page)}.
     """
     task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
                             int(spec.get("max_len", 20)), config.seed)
@@ -182,6 +190,10 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                                "final": history[-1], "best_heads": best_heads(history[-1]),
                                "by_probe_length": by_probe_length(model, task, spec),
                                "validation": validation, "out_dir": run_config.out_dir}
+        model.eval()  # attribution patching against exact patching, per head; the run page shows both
+        run["attribution"] = induction_patching(model, int(spec.get("probe_length", 20)),
+                                                int(spec.get("probe_batch", 32)), low=task.low, bos=task.bos)
+        atomic_write_text(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
         if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in
             folder = save_hf_dir(model, None, out / name / "hf")
             loaded, _ = load_hf_dir(folder)

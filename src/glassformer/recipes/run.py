@@ -91,7 +91,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
         data, where = read_yaml(config, "recipe file"), str(config)
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
         raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
-    data = apply_overrides(data, overrides, sections=("model", "recipe"))
+    data = apply_overrides(data, overrides, sections=("model", "recipe", "watch"))
     spec = data.pop("recipe")
     if spec.get("task") not in TASKS:
         raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")

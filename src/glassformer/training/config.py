@@ -94,6 +94,7 @@ class TrainConfig:
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
+    watch: dict = field(default_factory=dict)  # the training microscope (interpret/microscope.py); {}: off
 
     def validate(self) -> TrainConfig:
         """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
@@ -143,6 +144,10 @@ class TrainConfig:
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
         check_seed("seed", self.seed)
+        if self.watch:
+            from ..interpret.microscope import WatchConfig
+
+            WatchConfig.from_dict(self.watch)
         if not DEVICE.fullmatch(self.device):
             raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         _check_folder("out_dir", self.out_dir)
@@ -248,7 +253,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,
-                    sections: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+                    sections: tuple[str, ...] = ("model", "watch")) -> dict[str, Any]:
     """A copy of the config mapping ``data`` with each (key, value) of ``overrides`` set, in order.
 
     A key ``SECTION.name`` whose SECTION is one of ``sections`` sets ``name`` inside that nested mapping

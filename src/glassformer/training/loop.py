@@ -178,6 +178,11 @@ class Trainer:
         # model on rank 0 alone); the optimizer comes after, as sharding replaces the parameters.
         self.train_model: nn.Module = wrap_for_training(self.model, self.dist, config.parallel)
         self.sharded = is_sharded(self.model)
+        self.microscope = None  # interpretability probes at each evaluation (config.watch; rank 0, unsharded)
+        if config.watch and self.dist.is_main and not self.sharded:
+            from ..interpret.microscope import microscope_for_run
+            self.microscope = microscope_for_run(config.watch, self.model, tokenizer, batches, config.eval_every,
+                                                 config.max_steps, config.block_size)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),
                                         config.eps, config.fused_adamw, kind=config.optimizer)
         if config.compile:
@@ -454,6 +459,8 @@ class Trainer:
         else:
             clear_run(self.out)
         atomic_write_text(self.out / METRICS, "".join(metrics_line(h) for h in self.history))
+        if self.microscope is not None:  # the same rules for microscope.jsonl
+            self.microscope.start(self.out, self.step, self.model)
 
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming from the newest complete checkpoint when ``config.resume``;
@@ -497,6 +504,8 @@ class Trainer:
         try:
             while self.step < config.max_steps:
                 loss = self.train_step()
+                if self.microscope is not None and self.microscope.due(self.step):
+                    self.microscope.record(self.model, self.step)
                 stop = self._stop_agreed and self.step < config.max_steps
                 at_eval = config.eval_every and self.step % config.eval_every == 0
                 if self.step % config.log_every == 0 or at_eval or self.step == config.max_steps:

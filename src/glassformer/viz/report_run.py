@@ -1,0 +1,370 @@
+"""write_run_page: one self-contained HTML page of a training run, from its folder.
+
+It reads ``metrics.jsonl`` (the loss curves) and, when the run was watched, the training microscope's
+``microscope.jsonl`` and ``microscope.json`` (:mod:`glassformer.interpret.microscope`), and shows:
+
+- the training and validation loss over steps, and the repeated-token probe's loss on each copy;
+- every head's previous-token, induction and duplicate-token score and attention entropy as a
+  layers x heads heatmap, at the step a slider picks; the best head of each kind per layer over steps;
+- the attention patterns of the watched heads on the probe text, at that step;
+- the logit lens's loss per layer over steps (a layers x steps heatmap), and the residual-stream and
+  weight norms per layer at that step;
+- when the run folder has ``attribution.json`` (the induction recipe writes it), attribution patching's
+  estimate of every head's patching effect beside the exact effect.
+
+Charts over steps are SVG drawn here; the heatmaps are drawn by a small inline script from the JSON
+data, so that one slider moves them all. As with the model report, nothing is loaded from the network
+(a Content-Security-Policy forbids it); the page is readable with 1 head or 48 (cells shrink, the grid
+scrolls sideways).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import GlassformerError, MissingFileError
+from ..interpret.attribution import ATTRIBUTION
+from ..interpret.microscope import META, RECORDS, read_records
+from .report import CSP, _asset, _script_json, _shown
+from .report_interpret import _head_table
+
+METRICS = "metrics.jsonl"
+COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
+KINDS = {"induction": "induction score", "previous_token": "previous-token score",
+         "duplicate": "duplicate-token score", "entropy": "attention entropy (nats)"}
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a training run's folder (it has ``metrics.jsonl``) rather than a checkpoint."""
+    return (Path(path) / METRICS).is_file()
+
+
+def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str, y_label: str,
+                chart_id: str, width: int = 560, height: int = 240) -> str:
+    """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves."""
+    points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
+    if not points:
+        return ""
+    x0, x1 = min(0.0, min(p[0] for p in points)), max(p[0] for p in points)  # steps: the axis starts at 0
+    y0, y1 = min(0.0, min(p[1] for p in points)), max(p[1] for p in points)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    left, right, top, bottom = 48, 20, 24, 30
+    pw, ph = width - left - right, height - top - bottom
+
+    def sx(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * pw
+
+    def sy(y: float) -> float:
+        return top + (1 - (y - y0) / (y1 - y0)) * ph
+
+    parts = [f'<svg class="gf-chart" id="{chart_id}" viewBox="0 0 {width} {height}" width="{width}" '
+             f'height="{height}" data-x0="{x0}" data-x1="{x1}" data-left="{left}" data-width="{pw}" '
+             f'role="img" aria-label="{html.escape(title)}">',
+             f'<text x="{left}" y="14" class="gf-chart-title">{html.escape(title)}</text>']
+    for k in range(5):  # horizontal grid and y ticks
+        y = y0 + (y1 - y0) * k / 4
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" class="gf-grid"/>'
+                     f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" class="gf-tick" text-anchor="end">{y:.2g}</text>')
+    for k in range(5):
+        x = x0 + (x1 - x0) * k / 4
+        parts.append(f'<text x="{sx(x):.1f}" y="{height - 12}" class="gf-tick" text-anchor="middle">{x:.0f}</text>')
+    parts.append(f'<text x="{left + pw / 2}" y="{height - 1}" class="gf-tick" text-anchor="middle">step</text>'
+                 f'<text x="10" y="{top + ph / 2}" class="gf-tick" transform="rotate(-90 10 {top + ph / 2})" '
+                 f'text-anchor="middle">{html.escape(y_label)}</text>')
+    for n, (label, values) in enumerate(series):
+        color = COLORS[n % len(COLORS)]
+        shown = [(x, y) for x, y in values if y is not None and math.isfinite(y)]
+        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(shown))
+        parts.append(f'<path d="{path}" stroke="{color}" class="gf-line"><title>{html.escape(label)}</title></path>')
+        if len(shown) <= 30:  # few points (evaluations): mark each
+            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in shown]
+    parts.append(f'<line class="gf-marker" x1="{left}" x2="{left}" y1="{top}" y2="{top + ph}"/></svg>')
+    legend = "".join(f'<span style="color:{COLORS[n % len(COLORS)]}">&#9644; {html.escape(label)}</span>'
+                     for n, (label, _) in enumerate(series))
+    return f'<figure class="gf-chart-box">{"".join(parts)}<figcaption class="gf-legend">{legend}</figcaption></figure>'
+
+
+
+def gather_run(out_dir: str | Path) -> dict[str, Any]:
+    """What the page shows, read from the run folder ``out_dir``.
+
+    Raises:
+        MissingFileError when ``out_dir`` has no ``metrics.jsonl`` (not a run folder).
+    """
+    out = Path(out_dir)
+    if not is_run_dir(out):
+        raise MissingFileError(f"{str(out)!r} is not a training run folder: it has no {METRICS} "
+                               "(give a run's out_dir, or a checkpoint folder with --text)")
+    from ..training.loop import read_metrics
+
+    metrics = read_metrics(out / METRICS)
+    records = read_records(out / RECORDS)
+    meta = json.loads((out / META).read_text(encoding="utf-8")) if (out / META).is_file() else {}
+    config: dict[str, Any] = {}
+    for place in (out / "last" / "config.json", out / "model" / "config.json"):
+        if place.is_file():
+            config = json.loads(place.read_text(encoding="utf-8"))
+            break
+    attribution = (json.loads((out / ATTRIBUTION).read_text(encoding="utf-8"))
+                   if (out / ATTRIBUTION).is_file() else None)
+    return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
+            "attribution": attribution}
+
+
+def _charts(run: dict[str, Any]) -> str:
+    """The SVG charts over steps: losses, the probe's losses with the best head scores, the logit lens."""
+    metrics, records = run["metrics"], run["records"]
+    train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
+    val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
+    charts = [_line_chart([s for s in (("training loss", train), ("validation loss", val)) if s[1]],
+                          "Loss", "cross-entropy (nats)", "gf-chart-loss")]
+    if records:
+        steps = [r["step"] for r in records]
+        probe = [("loss on the first copy", list(zip(steps, (r["loss_first"] for r in records)))),
+                 ("loss on the repeated copy", list(zip(steps, (r["loss_repeat"] for r in records))))]
+        charts.append(_line_chart(probe, "Repeated random tokens: loss on each copy", "nats", "gf-chart-probe"))
+        best = []
+        for kind in ("previous_token", "induction"):
+            for layer in range(len(records[0][kind])):
+                best.append((f"{KINDS[kind].split(' score')[0]}, layer {layer}",
+                             [(r["step"], max(r[kind][layer])) for r in records]))
+        if len(best) <= 8:
+            charts.append(_line_chart(best, "Best head's score per layer", "score", "gf-chart-best"))
+        else:  # many layers: the best head of the whole model per kind
+            whole = [(f"best {KINDS[k].split(' score')[0]} head", [(r["step"], max(map(max, r[k]))) for r in records])
+                     for k in ("previous_token", "induction")]
+            charts.append(_line_chart(whole, "Best head's score", "score", "gf-chart-best"))
+    return "".join(c for c in charts if c)
+
+
+STYLE = """
+.gf-charts { display: flex; flex-wrap: wrap; gap: 16px; }
+.gf-chart { background: #fff; border: 1px solid var(--line); border-radius: 6px; max-width: 100%; height: auto; }
+.gf-chart-title { font-size: 13px; font-weight: 600; fill: var(--ink); }
+.gf-tick { font-size: 11px; fill: var(--muted); }
+.gf-chart-box { margin: 0; max-width: 560px; }
+.gf-legend { font-size: 12px; display: flex; flex-wrap: wrap; gap: 4px 12px; font-weight: 600; }
+.gf-grid { stroke: #eceef3; }
+.gf-line { fill: none; stroke-width: 2; }
+.gf-marker { stroke: var(--ink); stroke-dasharray: 3 3; }
+.gf-slider { position: sticky; top: 0; background: var(--bg); padding: 8px 0; z-index: 2;
+  border-bottom: 1px solid var(--line); display: flex; gap: 12px; align-items: center; }
+.gf-slider input { flex: 1; }
+.gf-heatmaps { display: flex; flex-wrap: wrap; gap: 16px; }
+.gf-heatmap { overflow-x: auto; max-width: 100%; }
+.gf-heatmap canvas, .gf-snap canvas, .gf-lens canvas { image-rendering: pixelated; border: 1px solid var(--line); }
+.gf-snaps { display: flex; flex-wrap: wrap; gap: 12px; }
+.gf-snap figcaption, .gf-heatmap figcaption { font-size: 0.85rem; color: var(--muted); }
+.gf-norms td, .gf-norms th { padding: 2px 8px; text-align: right; }
+.gf-side { display: flex; flex-wrap: wrap; gap: 24px; overflow-x: auto; }
+.gf-side figure { margin: 0; }
+.gf-head-table td, .gf-head-table th { padding: 2px 6px; text-align: right; font-size: 0.85rem; }
+"""
+
+SCRIPT = r"""
+(function () {
+  const data = JSON.parse(document.getElementById("gf-run-data").textContent);
+  const records = data.records;
+  const slider = document.getElementById("gf-step");
+  const label = document.getElementById("gf-step-label");
+  function shade(v, lo, hi) {  // white -> accent blue
+    const t = Math.max(0, Math.min(1, (v - lo) / ((hi - lo) || 1)));
+    return `rgb(${Math.round(255 - 208 * t)},${Math.round(255 - 160 * t)},${Math.round(255 - 47 * t)})`;
+  }
+  // rows (a list of lists) as cells of cw x ch pixels, shaded between lo and hi; rowLabels and colLabels
+  // are drawn in a margin (every k-th column label when they would overlap)
+  function grid(canvas, rows, lo, hi, cw, ch, rowLabels, colLabels) {
+    const h = rows.length, w = rows[0].length, left = rowLabels ? 30 : 0, top = colLabels ? 14 : 0;
+    canvas.width = left + w * cw; canvas.height = top + h * ch;
+    canvas.style.width = `${canvas.width}px`; canvas.style.height = `${canvas.height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.fillStyle = "#fbfbfd"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+    rows.forEach((row, i) => row.forEach((v, j) => {
+      ctx.fillStyle = v === null ? "#eee" : shade(v, lo, hi); ctx.fillRect(left + j * cw, top + i * ch, cw, ch);
+    }));
+    ctx.font = "10px sans-serif"; ctx.fillStyle = "#5b6475"; ctx.textBaseline = "middle";
+    if (rowLabels) {
+      ctx.textAlign = "right";
+      const every = Math.ceil(11 / ch);
+      rowLabels.forEach((t, i) => { if (i % every === 0) ctx.fillText(t, left - 3, top + i * ch + ch / 2); });
+    }
+    if (colLabels) {
+      ctx.textAlign = "center";
+      const widest = Math.max(...colLabels.map((t) => ctx.measureText(t).width)) + 6;
+      const every = Math.ceil(widest / cw);
+      colLabels.forEach((t, j) => { if (j % every === 0) ctx.fillText(t, left + j * cw + cw / 2, 7); });
+    }
+    if (cw >= 28 && ch >= 18) {
+      ctx.font = "11px sans-serif";
+      rows.forEach((row, i) => row.forEach((v, j) => {
+        if (v === null) return;
+        ctx.fillStyle = (v - lo) / ((hi - lo) || 1) > 0.6 ? "#fff" : "#1d2330";
+        ctx.fillText(v.toFixed(2), left + j * cw + cw / 2, top + i * ch + ch / 2);
+      }));
+    }
+  }
+  const range = (n, f) => Array.from({length: n}, (_, i) => f(i));
+  function heads_cell(n) { return Math.max(10, Math.min(40, Math.floor(560 / n))); }
+  function show(index) {
+    const r = records[index];
+    slider.value = index;
+    label.textContent = `step ${r.step} (${index + 1} of ${records.length})`;
+    document.body.dataset.step = r.step;
+    document.querySelectorAll(".gf-heatmap canvas").forEach((c) => {
+      const rows = r[c.dataset.kind];
+      const hi = c.dataset.kind === "entropy" ? Math.max(...records.map((x) => Math.max(...x.entropy.flat()))) : 1;
+      const cw = heads_cell(rows[0].length), ch = Math.max(12, Math.min(24, cw));
+      grid(c, rows, 0, hi, cw, ch, range(rows.length, (i) => `L${i}`), range(rows[0].length, String));
+      c.gfRows = rows; c.gfCell = [cw, ch]; c.gfStep = r.step;
+    });
+    document.querySelectorAll(".gf-snap canvas").forEach((c) => {
+      const rows = r.attention[c.dataset.head];
+      const cell = Math.max(4, Math.min(14, Math.floor(320 / rows.length)));
+      grid(c, rows, 0, 1, cell, cell);
+    });
+    const norms = document.getElementById("gf-norm-rows");
+    if (norms) {
+      norms.innerHTML = r.resid_norm.map((v, i) => `<tr><td>${i < r.weight_norm.length ? "block " + i :
+        "after the last"}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
+        ""}</td><td>${r.lens_loss[i].toFixed(3)}</td></tr>`).join("");
+    }
+    document.querySelectorAll("svg.gf-chart").forEach((svg) => {
+      const x0 = +svg.dataset.x0, x1 = +svg.dataset.x1, left = +svg.dataset.left, w = +svg.dataset.width;
+      const x = left + (r.step - x0) / ((x1 - x0) || 1) * w;
+      const m = svg.querySelector(".gf-marker"); m.setAttribute("x1", x); m.setAttribute("x2", x);
+    });
+    const lens = document.getElementById("gf-lens-canvas");
+    if (lens) lens.dataset.step = r.step;
+  }
+  document.querySelectorAll(".gf-heatmap canvas").forEach((c) => c.addEventListener("mousemove", (e) => {
+    const box = c.getBoundingClientRect(), [cw, ch] = c.gfCell;
+    const i = Math.floor((e.clientY - box.top - 14) / ch), j = Math.floor((e.clientX - box.left - 30) / cw);
+    const v = i >= 0 && j >= 0 && c.gfRows[i] ? c.gfRows[i][j] : undefined;
+    c.title = v === undefined ? "" : `${c.dataset.kind}, step ${c.gfStep}: layer ${i}, head ${j} = ${v}`;
+  }));
+  const lens = document.getElementById("gf-lens-canvas");
+  if (lens && records.length) {  // layers (rows) x steps (columns), loss shaded against its range
+    const rows = records[0].lens_loss.map((_, layer) => records.map((r) => r.lens_loss[layer]));
+    const all = rows.flat();
+    const cw = Math.max(2, Math.min(16, Math.floor(900 / records.length)));
+    const ch = Math.max(6, Math.min(20, Math.floor(400 / rows.length)));
+    const labels = range(rows.length, (i) => (i < rows.length - 1 ? `L${i}` : "out"));
+    grid(lens, rows.map((row) => row.map((v) => -v)), -Math.max(...all), -Math.min(...all), cw, ch, labels,
+         records.map((r) => String(r.step)));
+  }
+  if (records.length) {
+    slider.max = records.length - 1;
+    slider.addEventListener("input", () => show(+slider.value));
+    show(records.length - 1);
+  }
+  document.body.dataset.ready = "true";
+})();
+"""
+
+
+def _attribution_html(a: dict[str, Any]) -> str:
+    """Attribution patching's per-head estimate beside exact patching (see ``induction_patching``)."""
+    scale = max(abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row) or 1.0
+
+    def top(heads: list) -> str:
+        return ", ".join(f"L{layer}H{head} ({effect:+.2f})" for layer, head, effect in heads)
+
+    return (f'<section id="gf-attribution"><h2>Attribution patching</h2><p class="gf-caption">Patching one head\'s '
+            "output from clean rows (random tokens repeated) into corrupted ones (the first copy replaced): the "
+            f"change in the second copy's mean log-probability ({a['corrupted_metric']:.2f} corrupted, "
+            f"{a['clean_metric']:.2f} clean). Left: the gradient estimate, one forward and backward for every head; "
+            f"right: exact patching, one forward per head. Correlation over heads: {a['correlation']:.3f}. "
+            f"Top heads, estimate: {top(a['top_estimate'])}; exact: {top(a['top_exact'])}.</p>"
+            '<div class="gf-side"><figure><figcaption>estimate (attribution patching)</figcaption>'
+            + _head_table(a["estimate"], "gf-head-table gf-estimate", (47, 95, 208), scale, "+.2f")
+            + '</figure><figure><figcaption>exact (activation patching)</figcaption>'
+            + _head_table(a["exact"], "gf-head-table gf-exact", (47, 95, 208), scale, "+.2f")
+            + "</figure></div></section>")
+
+
+def run_page_html(run: dict[str, Any]) -> str:
+    """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline."""
+    records, meta = run["records"], run["meta"]
+    title = f"Training run: {run['name']}"
+    last = run["metrics"][-1]["step"] if run["metrics"] else 0
+    c = run["config"]
+    shape = (f"{c.get('n_layers')} layers x {c.get('n_heads')} heads, d_model {c.get('d_model')}" if c else "")
+    summary = f"{last} steps{'; ' + shape if shape else ''}."
+    body = [f'<section id="gf-losses"><h2>Loss</h2><div class="gf-charts">{_charts(run)}</div></section>']
+    if not records:
+        body.append('<p class="gf-notes">This run was not watched: add a <code>watch:</code> block to its config '
+                    "(e.g. <code>watch: {every: 0}</code>) to record head scores, the logit lens and attention "
+                    "snapshots at each evaluation.</p>")
+    else:
+        L, h = len(records[0]["induction"]), len(records[0]["induction"][0])
+        heatmaps = "".join(f'<figure class="gf-heatmap"><figcaption>{html.escape(text)} — {L} layers (rows) x {h} '
+                           f'heads (columns)</figcaption><canvas data-kind="{kind}"></canvas></figure>'
+                           for kind, text in KINDS.items())
+        tokens = " ".join(f"<code>{_shown(t)}</code>" for t in meta.get("tokens", []))
+        snaps = "".join(f'<figure class="gf-snap"><figcaption>layer {k.split(".")[0]}, head {k.split(".")[1]}'
+                        f'</figcaption><canvas data-head="{k}"></canvas></figure>' for k in records[0]["attention"])
+        body.append(f"""<div class="gf-slider"><label for="gf-step">Step</label>
+<input type="range" id="gf-step" min="0" max="{len(records) - 1}" value="{len(records) - 1}">
+<span id="gf-step-label"></span></div>
+<section id="gf-heads"><h2>Heads</h2>
+<p class="gf-caption">On random tokens repeated twice: a previous-token head attends one position back, an induction
+head to the token after the current token's earlier copy, a duplicate-token head to that earlier copy itself (1: always
+there). Entropy is measured on the probe text (0: one key; higher: spread out).</p>
+<div class="gf-heatmaps">{heatmaps}</div></section>
+<section id="gf-attention"><h2>Attention snapshots</h2>
+<p class="gf-caption">Watched heads on the probe text's first tokens (rows: queries, columns: keys): {tokens}</p>
+<div class="gf-snaps">{snaps}</div></section>
+<section id="gf-lens"><h2>Logit lens</h2>
+<p class="gf-caption">Next-token loss on the probe text when the residual stream is read before each block (and after
+the last) through the final norm and output layer; rows bottom to top of the model, columns steps (darker: lower
+loss).</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
+<table class="gf-norms"><thead><tr><th>read before</th><th>residual norm</th><th>block weight norm</th>
+<th>lens loss</th></tr></thead><tbody id="gf-norm-rows"></tbody></table></section>""")
+    if run.get("attribution"):
+        body.append(_attribution_html(run["attribution"]))
+    data = {"records": records, "meta": meta}
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{html.escape(title)}</title>
+<style>
+{_asset("report.css")}
+{STYLE}
+</style>
+</head>
+<body>
+<header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
+{"".join(body)}
+<footer>Written by glassformer (glassformer inspect); self-contained, works offline.</footer>
+<script type="application/json" id="gf-run-data">{_script_json(data)}</script>
+<script>
+{SCRIPT}
+</script>
+</body>
+</html>
+"""
+
+
+def write_run_page(out_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the run page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``).
+
+    Returns:
+        The page's path.
+    Raises:
+        MissingFileError when ``out_dir`` is not a run folder; GlassformerError when ``out`` is a folder.
+    """
+    path = Path(out) if out is not None else Path(out_dir) / "run.html"
+    if path.is_dir():
+        raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
+    text = run_page_html(gather_run(out_dir))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,107 @@
+"""The run page (``glassformer inspect OUT_DIR``): from a watched run's folder, in a real browser
+(Debian's Chromium driven by Playwright, offline), readable with 1, 12 and 48 heads."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from glassformer.cli import main
+from glassformer.errors import MissingFileError
+from glassformer.interpret.microscope import META, RECORDS
+from glassformer.viz.report_run import gather_run, write_run_page
+from test_report_browser import browser, open_report  # noqa: F401  (the browser fixture)
+from training_helpers import config, train
+
+
+def fake_run(folder, layers: int, heads: int, steps: int = 12, tokens: int = 10):
+    """A run folder with metrics and microscope records of the right shapes (random values)."""
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    (folder / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "train_loss": 4.0 - s / steps}) + "\n" for s in range(1, steps + 1)))
+    watched = [[i, 0] for i in range(layers)]
+    (folder / META).write_text(json.dumps({"tokens": [f"t{i}" for i in range(tokens)], "heads": watched}))
+
+    def table():
+        return [[round(rng.random(), 3) for _ in range(heads)] for _ in range(layers)]
+
+    records = [{"step": s, "loss_first": 4.0, "loss_repeat": 4.0 - 3 * s / steps, "previous_token": table(),
+                "induction": table(), "duplicate": table(), "entropy": table(),
+                "lens_loss": [4.0 - i / layers for i in range(layers + 1)], "resid_norm": [1.0] * (layers + 1),
+                "weight_norm": [2.0] * layers,
+                "attention": {f"{i}.0": [[1.0 if k == q else 0.0 for k in range(tokens)] for q in range(tokens)]
+                              for i in range(layers)}} for s in range(0, steps + 1, 2)]
+    (folder / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def test_inspect_writes_the_page_of_a_watched_run(tmp_path, capsys):
+    torch.set_num_threads(1)
+    train(config(tmp_path, max_steps=4, watch={"every": 2, "probe_length": 3, "probe_batch": 2}))
+    assert main(["inspect", str(tmp_path / "run")]) == 0
+    page = (tmp_path / "run" / "run.html").read_text(encoding="utf-8")
+    assert "run page written" in capsys.readouterr().out
+    data = json.loads(page.split('id="gf-run-data">')[1].split("</script>")[0])
+    assert [r["step"] for r in data["records"]] == [0, 2, 4]
+    assert 'id="gf-chart-probe"' in page and 'data-kind="induction"' in page and "http" not in page.split(
+        "<body>")[1].replace("http-equiv", "")
+
+
+def test_inspect_of_a_folder_that_is_not_a_run(tmp_path):
+    with pytest.raises(MissingFileError, match="not a training run folder"):
+        gather_run(tmp_path)
+    assert main(["inspect", str(tmp_path)]) != 0  # no metrics.jsonl, no --text: a usage error, not a traceback
+
+
+def test_attribution_beside_exact_patching(tmp_path):
+    torch.manual_seed(0)
+    from glassformer import TransformerLM
+    from glassformer.interpret.attribution import ATTRIBUTION, induction_patching
+
+    model = TransformerLM(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=24, attn_only=True).eval()
+    found = induction_patching(model, length=6, batch=4, low=1, bos=0)
+    assert torch.tensor(found["estimate"]).shape == torch.tensor(found["exact"]).shape == (2, 2)
+    assert len(found["top_exact"]) == 3 and -1 <= found["correlation"] <= 1
+    folder = fake_run(tmp_path / "run", 2, 2)
+    (folder / ATTRIBUTION).write_text(json.dumps(found))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    assert 'class="gf-head-table gf-estimate"' in page and 'class="gf-head-table gf-exact"' in page
+    assert f"Correlation over heads: {found['correlation']:.3f}" in page
+
+
+def test_an_unwatched_run_says_how_to_watch_it(tmp_path):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
+    assert "add a <code>watch:</code> block" in write_run_page(folder).read_text(encoding="utf-8")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("layers, heads", [(1, 1), (2, 12), (4, 48)])
+def test_run_page_in_a_browser(browser, tmp_path, layers, heads):  # noqa: F811
+    page_path = write_run_page(fake_run(tmp_path / f"run{heads}", layers, heads))
+    page, problems = open_report(browser, page_path)
+    assert problems == []
+    slider = page.locator("#gf-step")
+    assert slider.get_attribute("max") == "6" and page.get_attribute("body", "data-step") == "12"
+    heatmap = page.locator('.gf-heatmap canvas[data-kind="induction"]')
+    before = heatmap.evaluate("c => c.toDataURL()")
+    size = heatmap.evaluate("c => [c.width, c.height]")
+    cell = (size[0] - 30) / heads
+    assert 10 <= cell <= 40 and (size[1] - 14) / layers >= 12  # cells big enough to see, 48 heads or 1
+    heatmap.hover(position={"x": 30 + cell * min(1.5, heads - 0.5), "y": 14 + 6})  # layer 0, head 1 (or 0)
+    assert heatmap.get_attribute("title").startswith(f"induction, step 12: layer 0, head {min(1, heads - 1)} = ")
+    slider.fill("1")  # a range input: fill sets the value and fires "input"
+    assert page.get_attribute("body", "data-step") == "2"
+    assert heatmap.evaluate("c => c.toDataURL()") != before, "another step must show other scores"
+    assert page.locator(".gf-snap canvas").count() == layers
+    assert page.locator("#gf-norm-rows tr").count() == layers + 1
+    marker = page.locator("#gf-chart-probe .gf-marker").get_attribute("x1")
+    assert float(marker) == pytest.approx(48 + 492 * 2 / 12)  # the plot's left edge + 2/12 of its width
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, "the page must not scroll sideways (wide heatmaps scroll inside their box)"
+    page.close()
