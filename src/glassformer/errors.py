@@ -210,8 +210,9 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
     """
     if not isinstance(ids, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ArgumentTypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+    if ids.dtype not in (torch.long, torch.int32):  # what an embedding table takes
+        raise ArgumentTypeError(f"{name} must be a tensor of dtype torch.long (or torch.int32), got dtype "
+                                f"{ids.dtype}: convert it with ids.long()")
     if ids.dim() != 2:
         raise GlassformerError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
     if ids.numel() == 0 or torch.compiler.is_compiling():

@@ -17,7 +17,16 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed, check_token_id, is_int
+from ..errors import (
+    ArgumentTypeError,
+    GlassformerError,
+    check_int,
+    check_number,
+    check_seed,
+    check_token_id,
+    is_int,
+    shown,
+)
 from ..nn.masks import check_prefix_len
 from ..runtime.decode import few_row_route
 from .beam import beam_search
@@ -109,6 +118,12 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
                                     f"got {ids!r:.80}")
         if any(len(r) == 0 for r in rows):
             raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
+        for value in (v for r in rows for v in r):
+            if not is_int(value):
+                raise ArgumentTypeError(f"{name} must hold int token ids, got {shown(value)}")
+            if not 0 <= value < 2**63:
+                raise GlassformerError(f"{name}: token id {shown(value)} is out of range "
+                                       "(expected 0 <= id < vocab_size)")
         ids, row_pad = pad_rows(rows, pad_token_id, side=side, device=device)
         if bool(row_pad.any()):
             if pad is not None or attention_mask is not None:

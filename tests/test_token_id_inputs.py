@@ -1,0 +1,40 @@
+"""Token ids through the Python API: every unsupported dtype or value is one glassformer error (issue 22)."""
+
+import pytest
+import torch
+
+from glassformer import TransformerLM
+from glassformer.errors import ArgumentTypeError, GlassformerError
+from glassformer.generation import generate
+
+
+@pytest.fixture(scope="module")
+def model() -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, attn="causal").eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.uint16, torch.uint32, torch.uint64,
+                                   torch.float32, torch.bool])
+def test_a_tensor_of_an_unsupported_dtype_is_refused_naming_it(model, dtype):
+    with pytest.raises(ArgumentTypeError, match=f"ids must be a tensor of dtype torch.long.*got dtype {dtype}"):
+        model(torch.ones(1, 3, dtype=dtype))
+
+
+def test_int32_and_long_give_the_same_logits(model):
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(model(ids.int()), model(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("prompt", "error", "message"), [
+    ([[1, [2]]], ArgumentTypeError, r"ids must hold int token ids, got \[2\]"),
+    ([["a"]], ArgumentTypeError, "ids must hold int token ids, got 'a'"),
+    ([[1.5]], ArgumentTypeError, "ids must hold int token ids, got 1.5"),
+    ([[True]], ArgumentTypeError, "ids must hold int token ids, got True"),
+    ([[2**70]], GlassformerError, "token id 1180591620717411303424 is out of range"),
+    ([[-1]], GlassformerError, "token id -1 is out of range"),
+    ([[2**63 - 1]], GlassformerError, "out of range"),
+])
+def test_prompts_of_lists_are_checked_before_any_tensor_is_built(model, prompt, error, message):
+    with pytest.raises(error, match=message):
+        generate(model, prompt, max_new_tokens=1)
