@@ -38,3 +38,20 @@ def test_int32_and_long_give_the_same_logits(model):
 def test_prompts_of_lists_are_checked_before_any_tensor_is_built(model, prompt, error, message):
     with pytest.raises(error, match=message):
         generate(model, prompt, max_new_tokens=1)
+
+
+def test_a_hugging_face_folder_with_nan_weights_is_refused_at_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from glassformer.interop.hf_dir import load_hf_dir, save_hf_dir
+
+    torch.manual_seed(0)
+    lm = TransformerLM(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, attn="causal", pos="learned",
+                       scale_embeddings=False)
+    folder = save_hf_dir(lm, None, tmp_path / "hf")
+    weights = load_file(str(folder / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name].clone().fill_(float("nan"))
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(GlassformerError, match=f"tensor '{name}' holds NaN or infinity"):
+        load_hf_dir(folder)

@@ -124,12 +124,17 @@ def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
 
 
 def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
-    """Every tensor of ``files`` (safetensors), on the CPU; a corrupt or truncated file is a
-    :class:`BadFileError` naming it."""
+    """Every tensor of ``files`` (safetensors), on the CPU; a corrupt or truncated file, or a tensor
+    holding NaN or infinity (a model that would sample garbage), is a :class:`BadFileError` naming it."""
     state: dict[str, torch.Tensor] = {}
     for file in files:
         try:
-            state.update(load_file(str(file)))
+            tensors = load_file(str(file))
         except SafetensorError as error:
             raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
+        for name, tensor in tensors.items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise BadFileError(f"{file}: tensor {name!r} holds NaN or infinity; glassformer never saves "
+                                   "such weights, so the file was damaged or written by something else")
+        state.update(tensors)
     return state
