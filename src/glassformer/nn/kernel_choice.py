@@ -43,6 +43,7 @@ from ..runtime.threads import free_cpus, others_running
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen
 PAIRS = 7  # interleaved (plain, special) timings per round
+GRAD_PAIRS = 3  # ... for a training step (long: 3 rounds x 3 pairs cost about 20 steps)
 ROUNDS = 3  # rounds per measurement: they must agree
 MIN_SAMPLE_S = 2e-4  # each timing repeats the call until it lasts at least this long
 MAX_AGE_DAYS = 30  # a choice older than this is measured again
@@ -231,7 +232,7 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
         return effective(entry)
     if torch.compiler.is_compiling():
         return False
-    pairs = 5 if grad else PAIRS
+    pairs = GRAD_PAIRS if grad else PAIRS
     last_ratios.clear()
     last_others = None
     with contextlib.nullcontext() if grad else torch.inference_mode():
