@@ -27,6 +27,11 @@ def test_free_cpus_counts_other_programs_against_this_process(monkeypatch, other
     assert threads.free_cpus(others, cpus) == free
 
 
+def test_spare_cpus_may_be_negative(monkeypatch):
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    assert threads.spare_cpus(4, 2) == -2 and threads.spare_cpus(None, 2) == 2 and threads.spare_cpus(0.5, 2) == 1.5
+
+
 def test_an_idle_machine_keeps_torchs_defaults():
     plan = threads.plan(others=0, cpus=2, env={})
     assert plan.threads is None and plan.wait == "spin" and "idle" in plan.describe()

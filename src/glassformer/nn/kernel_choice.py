@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.threads import free_cpus, others_running
+from ..runtime.threads import others_running, spare_cpus
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen
 PAIRS = 7  # interleaved (plain, special) timings per round
@@ -169,8 +169,8 @@ def load_now() -> float | None:
 
 
 def _busy(others: float | None) -> bool:
-    """Whether ``others`` competing threads leave fewer CPUs free than torch runs threads."""
-    return others is not None and free_cpus(others) < torch.get_num_threads()
+    """Whether ``others`` competing threads leave fewer CPUs spare than torch runs threads."""
+    return others is not None and spare_cpus(others) < torch.get_num_threads() - 0.5
 
 
 def _now() -> datetime.datetime:

@@ -84,17 +84,23 @@ def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float
     return float(statistics.median(counts))
 
 
-def free_cpus(others: float | None, cpus: int | None = None) -> int:
-    """The CPUs left for this process when ``others`` threads of other programs want one: at least 1.
-
-    The other threads may run on CPUs outside this process's affinity; they are counted against it
-    in proportion (a 64-CPU machine with 30 busy threads leaves a 2-CPU process its 2)."""
+def spare_cpus(others: float | None, cpus: int | None = None) -> float:
+    """The CPUs of this process's ``cpus`` that ``others`` threads of other programs leave (may be
+    negative: more threads want them than there are). The other threads may run on CPUs outside this
+    process's affinity; they are counted against it in proportion (8 busy threads on a 64-CPU machine
+    take a quarter of a 2-CPU process's CPUs)."""
     cpus = usable_cpus() if cpus is None else cpus
     if not others:
-        return cpus
+        return float(cpus)
     online = max(cpus, os.cpu_count() or cpus)
-    taken = others * cpus / online
-    return max(1, min(cpus, round(cpus - taken + 1e-9)))
+    return cpus - others * cpus / online
+
+
+def free_cpus(others: float | None, cpus: int | None = None) -> int:
+    """The threads to run when ``others`` threads of other programs want a CPU: the spare CPUs,
+    rounded, at least 1 and at most ``cpus``."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return max(1, min(cpus, round(spare_cpus(others, cpus) + 1e-9)))
 
 
 @dataclass(frozen=True)
