@@ -30,6 +30,7 @@ WORKLOADS = {
     "train": "30 training steps of the bench's *small* model (4 layers, 128 wide, batch 16 x 128)",
     "generate": "greedy decoding of 128 tokens, batch 1, the bench's *baby* model (6 layers, 384 wide)",
     "eval": "inference forward over 40 batches of *small* (what glassformer eval does)",
+    "load": "glassformer.load of a *baby* checkpoint (written first, untimed) and one forward of 64 tokens",
 }
 POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                "GLASSFORMER_THREADS")
@@ -46,8 +47,22 @@ def worker(name: str) -> None:
     from glassformer.training.optim import make_optimizer
 
     torch.manual_seed(0)
+    if name == "load":  # the checkpoint is written before the clock starts
+        import tempfile
+
+        from glassformer.tokenizers import CharTokenizer
+        from glassformer.training.checkpoint import save_checkpoint
+
+        size = SIZES["baby"]
+        folder = Path(tempfile.mkdtemp(prefix="bench-busy-")) / "ckpt"
+        tokenizer = CharTokenizer.from_text("".join(chr(32 + i) for i in range(size.vocab_size)))
+        save_checkpoint(folder, glass_model(size, "cpu"), tokenizer)
     start = time.perf_counter()
-    if name == "train":
+    if name == "load":
+        model, _ = glassformer.load(folder)
+        with torch.inference_mode():
+            model(torch.zeros(1, 64, dtype=torch.long))
+    elif name == "train":
         size = SIZES["small"]
         model = glass_model(size, "cpu").train()
         ids = torch.randint(0, size.vocab_size, (size.batch, size.block))
