@@ -14,8 +14,8 @@ on 2 cores, one of them busy). Two levers fix that:
   and only when the machine is busy at that moment: on an idle machine spinning is faster (a
   sleeping thread takes microseconds to wake, which batch-1 decoding pays at every operation).
 
-"Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, sampled a
-few times over a few milliseconds) minus this process's own running threads, against the CPUs this
+"Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, averaged over ten
+reads in ~20 milliseconds) minus this process's own running threads, against the CPUs this
 process may run on (``os.sched_getaffinity``). Where ``/proc`` does not exist (macOS, Windows) the
 machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THREADS``,
 ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``, ``GLASSFORMER_THREADS=fixed``, an
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how threads wait
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
 SWITCH = "GLASSFORMER_THREADS"  # "fixed": leave threads and wait policy to torch's defaults
-SAMPLES, SAMPLE_GAP_S = 5, 0.002  # /proc/loadavg reads per measurement, and the pause between them
+SAMPLES, SAMPLE_GAP_S = 10, 0.002  # /proc/loadavg reads per measurement, and the pause between them
 
 
 def usable_cpus() -> int:
@@ -71,8 +71,9 @@ def _own_running() -> int:
 
 
 def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float | None:
-    """How many other programs' threads want a CPU now: the median over ``samples`` reads of runnable
-    tasks minus this process's running threads; None where /proc is missing (then nothing is known)."""
+    """How many other programs' threads want a CPU now: the mean over ``samples`` reads of runnable
+    tasks minus this process's running threads (a mean, so that a load present half of the time
+    counts half); None where /proc is missing (then nothing is known)."""
     counts = []
     for i in range(samples):
         total = _runnable_total()
@@ -81,7 +82,7 @@ def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float
         counts.append(max(0, total - _own_running()))
         if i + 1 < samples:
             time.sleep(gap_s)
-    return float(statistics.median(counts))
+    return float(statistics.fmean(counts))
 
 
 def spare_cpus(others: float | None, cpus: int | None = None) -> float:
