@@ -12,9 +12,9 @@ machine had the route off for 3 of 4 decoding shapes, 1.26x Hugging Face instead
   the plain way's time, the plain way only if every round has it above; rounds that disagree are
   **no decision**: the plain way, measured again by the next process;
 - **the load is measured** before and after (other programs' runnable threads,
-  :func:`glassformer.runtime.threads.others_running`): a choice taken while fewer CPUs were free
-  than torch has threads is used as the plain way in this process and kept as *provisional*: the
-  next process measures it again;
+  :func:`glassformer.runtime.threads.others_running`): a choice taken while torch's threads and
+  the other programs' wanted more CPUs than there are is used as the plain way in this process and
+  kept as *provisional*: the next process measures it again;
 - **choices age**: one older than ``MAX_AGE_DAYS`` is measured again.
 
 Choices are kept per machine (CPU model, torch version, threads) in a small JSON file under
@@ -115,7 +115,7 @@ def _save(choices: dict[str, Record | bool]) -> None:
             data = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             data = {}
-        data[machine()] = {k: v for k, v in sorted(choices.items()) if _valid(v)}
+        data[machine()] = dict(sorted(choices.items()))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernel-choices.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as out:
