@@ -1,12 +1,15 @@
 """Speed choices are made by measurement on the machine at hand, remembered, and can be reset.
 
-The logic is tested with scripted timings (no time is asserted): a way is chosen only when it is
-clearly faster, a choice is measured once and kept per machine in the cache file, a broken cache
-file is re-measured, and ``F.linear`` stays the default wherever the route is not measured faster.
+The logic is tested with scripted timings and a scripted load (no time is asserted, no CPU is
+burnt): a way is chosen only when it is clearly faster in every round, rounds that disagree are no
+decision (the plain way), a choice measured under load is not kept, an old one is measured again, a
+choice is measured once and kept per machine in the cache file, a broken or old-format cache file is
+re-measured, and ``F.linear`` stays the default wherever the route is not measured faster.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -21,16 +24,34 @@ from glassformer.runtime.linear import MIN_WEIGHT, linear
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(kernel_choice, "_choices", None)
+    monkeypatch.setattr(kernel_choice, "_session", set())
+    loaded(monkeypatch, 0)  # an idle machine unless a test says otherwise
     return tmp_path / "kernel-choices.json"
 
 
-def scripted(monkeypatch, plain_s: float, special_s: float) -> list[str]:
-    """Make every timing sample return ``plain_s`` for the plain way and ``special_s`` for the other."""
+def loaded(monkeypatch, others: float | None) -> None:
+    """Make the load probe report ``others`` busy threads of other programs (None: unknown)."""
+    monkeypatch.setattr(kernel_choice, "load_now", lambda: others)
+
+
+def new_process(monkeypatch) -> None:
+    """Forget what this process measured and read the cache file again, as the next program would."""
+    monkeypatch.setattr(kernel_choice, "_choices", None)
+    monkeypatch.setattr(kernel_choice, "_session", set())
+
+
+def scripted(monkeypatch, plain_s: float, special_s: float | list[float]) -> list[str]:
+    """Make every timing sample return ``plain_s`` for the plain way and ``special_s`` for the other
+    (a list: one value per round of PAIRS pairs, e.g. [0.5, 0.5, 1.0] for rounds that disagree)."""
     calls = []
 
     def seconds_per_call(fn):
         calls.append(fn.__name__)
-        return plain_s if fn.__name__ == "plain" else special_s
+        if fn.__name__ == "plain":
+            return plain_s
+        if isinstance(special_s, list):
+            return special_s[(calls.count("special") - 1) // kernel_choice.PAIRS]
+        return special_s
 
     monkeypatch.setattr(kernel_choice, "_seconds_per_call", seconds_per_call)
     return calls
@@ -59,12 +80,13 @@ def test_a_choice_is_measured_once_and_kept_per_machine(cache, monkeypatch):
     calls = scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("case", ways) is True
     measured = len(calls)
-    assert measured == 2 * kernel_choice.PAIRS
+    assert measured == 2 * kernel_choice.PAIRS * kernel_choice.ROUNDS
     assert kernel_choice.choose("case", ways) is True
     assert len(calls) == measured  # not measured again in this process
-    stored = json.loads(cache.read_text())
-    assert stored == {kernel_choice.machine(): {"case": True}}
-    monkeypatch.setattr(kernel_choice, "_choices", None)  # a new process on the same machine
+    stored = json.loads(cache.read_text())[kernel_choice.machine()]["case"]
+    assert stored["special"] is True and stored["final"] is True
+    assert stored["ratios"] == [0.5] * kernel_choice.ROUNDS and stored["others_running"] == 0
+    new_process(monkeypatch)
     assert kernel_choice.choose("case", ways) is True and len(calls) == measured
     assert kernel_choice.choices() == {"case": True}
 
@@ -75,10 +97,11 @@ def test_another_machine_measures_for_itself(cache, monkeypatch):
     assert kernel_choice.choose("case", ways) is False and calls
     stored = json.loads(cache.read_text())
     assert stored["some other cpu | torch 0 | 64 threads"] == {"case": True}  # kept
-    assert stored[kernel_choice.machine()] == {"case": False}
+    assert stored[kernel_choice.machine()]["case"]["special"] is False
 
 
-@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"%s": {"case": "yes"}}'])
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"%s": {"case": "yes"}}',
+                                     '{"%s": {"case": true}}'])  # the old format: no record of how
 def test_a_broken_cache_file_is_measured_again(cache, monkeypatch, content):
     cache.write_text(content.replace("%s", kernel_choice.machine()))
     calls = scripted(monkeypatch, 1.0, 0.5)
@@ -91,6 +114,7 @@ def test_reset_forgets_every_choice(cache, monkeypatch):
     kernel_choice.reset_choices()
     assert kernel_choice.choices() == {}
     assert json.loads(cache.read_text())[kernel_choice.machine()] == {}
+    new_process(monkeypatch)
     before = len(calls)
     kernel_choice.choose("case", ways)
     assert len(calls) == 2 * before
@@ -100,7 +124,7 @@ def test_reset_forgets_every_choice(cache, monkeypatch):
 def test_linear_follows_the_measured_choice(cache, monkeypatch, route_faster, rows):
     """Where the route measured slower (an AMX Xeon), decoding never calls bmm and is exactly
     F.linear; where it measured faster, it takes the route (bmm), same numbers to rounding."""
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: route_faster)
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7, rounds=3: route_faster)
     bmm = []
     real = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
@@ -116,7 +140,7 @@ def test_linear_follows_the_measured_choice(cache, monkeypatch, route_faster, ro
 
 def test_no_route_under_autocast(cache, monkeypatch):
     """Under bfloat16 autocast the product is F.linear's (in 16 bits), never timed or routed."""
-    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: True)
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7, rounds=3: True)
     weight, x = torch.randn(MIN_WEIGHT // 256, 256), torch.randn(1, 256)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         y = linear(x, weight)
@@ -128,7 +152,8 @@ def test_a_read_only_cache_folder_still_chooses(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(blocked / "below-a-file"))
-    monkeypatch.setattr(kernel_choice, "_choices", None)
+    new_process(monkeypatch)
+    loaded(monkeypatch, 0)
     scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("case", ways) is True
 
@@ -142,5 +167,86 @@ def test_the_real_measurement_runs_both_ways(cache):
             ran[name] += 1
         return fn
 
-    assert kernel_choice.faster(count("plain"), count("special")) in (True, False)
+    assert kernel_choice.faster(count("plain"), count("special")) in (True, False, None)
     assert ran["plain"] > kernel_choice.PAIRS and ran["special"] > kernel_choice.PAIRS
+    assert len(kernel_choice.last_ratios) == kernel_choice.ROUNDS
+
+
+@pytest.mark.parametrize("rounds_s", [[0.5, 0.5, 1.0], [1.0, 0.5, 0.5], [0.5, 0.95, 0.5]])
+def test_rounds_that_disagree_are_no_decision_and_the_plain_way(cache, monkeypatch, rounds_s):
+    """One round of three not clearly faster: no decision, the plain way, measured again next time."""
+    scripted(monkeypatch, 1.0, rounds_s)
+    assert kernel_choice.choose("case", ways) is False
+    record = kernel_choice.records()["case"]
+    assert record["special"] is None and record["final"] is False
+    assert record["ratios"] == rounds_s
+    assert "no decision" in kernel_choice.describe(record)
+    new_process(monkeypatch)
+    scripted(monkeypatch, 1.0, 0.5)  # the next program, on a steady machine, decides
+    assert kernel_choice.choose("case", ways) is True and kernel_choice.records()["case"]["final"]
+
+
+@pytest.mark.parametrize("measured_s", [0.5, 2.0])  # the route looks faster, or slower, under load
+def test_a_choice_made_under_load_does_not_stick(cache, monkeypatch, measured_s):
+    """Measured while another program held a core (simulated: the load probe says so, timings are
+    scripted): this process takes the plain way whatever the timings said, the record says it was
+    taken under load, and the next process on an idle machine measures again and decides."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(kernel_choice, "spare_cpus", lambda others: 2 - others)
+    loaded(monkeypatch, 1)
+    calls = scripted(monkeypatch, 1.0, measured_s)
+    assert kernel_choice.choose("case", ways) is False
+    record = kernel_choice.records()["case"]
+    assert record["final"] is False and record["others_running"] == 1
+    assert "taken under load" in kernel_choice.describe(record)
+    measured = len(calls)
+    assert kernel_choice.choose("case", ways) is False and len(calls) == measured  # not twice per process
+    new_process(monkeypatch)
+    loaded(monkeypatch, 0)
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True  # measured again, idle: the route
+    assert kernel_choice.records()["case"]["final"] is True
+    new_process(monkeypatch)
+    calls = scripted(monkeypatch, 1.0, 2.0)
+    assert kernel_choice.choose("case", ways) is True and calls == []  # a final choice is kept
+
+
+@pytest.mark.parametrize(("threads", "others", "final"), [(2, 1, True), (2, 2, True), (2, 3, False), (1, 3, True),
+                                                          (1, 4, False)])
+def test_a_load_that_leaves_threads_their_cpus_is_no_load(cache, monkeypatch, threads, others, final):
+    """On 4 CPUs: torch's threads plus the other programs' up to 4 leave the measurement standing;
+    one more and it is provisional (one thread is no exception: it then gets part of a core)."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(kernel_choice, "spare_cpus", lambda o: 4 - o)
+    loaded(monkeypatch, others)
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is final and kernel_choice.records()["case"]["final"] is final
+
+
+def test_an_old_choice_is_measured_again(cache, monkeypatch):
+    calls = scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True
+    measured = len(calls)
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=kernel_choice.MAX_AGE_DAYS + 1)
+    monkeypatch.setattr(kernel_choice, "_now", lambda: later)
+    new_process(monkeypatch)
+    scripted(monkeypatch, 1.0, 2.0)  # the machine changed meanwhile
+    assert kernel_choice.choose("case", ways) is False
+    assert kernel_choice.records()["case"]["measured"] == later.isoformat(timespec="seconds") and measured
+
+
+def test_the_cli_shows_when_and_how_each_choice_was_measured(cache, monkeypatch, capsys):
+    from glassformer.cli import main
+
+    scripted(monkeypatch, 1.0, 0.5)
+    kernel_choice.choose("linear few-row route: 1 x 384 -> 1536", ways)
+    loaded(monkeypatch, 3)
+    monkeypatch.setattr(kernel_choice, "spare_cpus", lambda others: 2 - others)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    kernel_choice.choose("precision bfloat16 | lm", ways, grad=True)
+    assert main(["bench", "--kernel_choices"]) == 0
+    out = capsys.readouterr().out
+    assert "linear few-row route: 1 x 384 -> 1536: the route" in out
+    assert f"{kernel_choice.ROUNDS} rounds x {kernel_choice.PAIRS} pairs, margin {kernel_choice.MARGIN}" in out
+    assert "special/plain time 0.50 0.50 0.50; 0 other busy threads" in out
+    assert "precision bfloat16 | lm: float32" in out and "3 other busy threads; taken under load" in out

@@ -5,11 +5,18 @@ The names of the course's lesson 2 are kept: ``scaled_dot_product_attention``, `
 ``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
 """
 
+# ruff: noqa: E402  (the imports below come after the thread policy is set, before torch loads)
 from __future__ import annotations
 
 from pathlib import Path
 
+from .runtime import threads as _threads
+
+_threads.prepare()  # before torch loads OpenMP: its wait policy is read once (runtime/threads.py)
+
 import torch
+
+_threads.apply()  # one thread per free CPU when the machine is busy now (else torch's choice)
 
 from ._version import __version__
 from .checks import CausalityReport, check_causality

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import statistics
 import sys
 import time
@@ -19,6 +20,22 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import check_int
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # the flags that decide kernel speed
+
+
+def cpu_line() -> str:
+    """The CPU as every published figure names it: ``lscpu``'s model name and its speed flags
+    (``Intel(R) Xeon(R) Processor (avx2, avx512f, avx512_bf16, amx_bf16, amx_tile)``; /proc/cpuinfo)."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            lines = info.read().splitlines()
+        model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), model)
+        flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    except OSError:
+        pass
+    return f"{model} ({', '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + ', '.join(CPU_FLAGS)})"
 
 
 def sync(device: torch.device | str) -> None:

@@ -87,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
         if args.reset_kernel_choices:
             kernel_choice.reset_choices()
         print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.cache_file()}):")
-        for case, special in sorted(kernel_choice.choices().items()):
+        for case, record in sorted(kernel_choice.records().items()):
             ways = ("bfloat16", "float32") if case.startswith("precision") else ("the route", "F.linear")
-            print(f"  {case}: {ways[0] if special else ways[1]}")
+            print(f"  {case}: {ways[0] if kernel_choice.effective(record) else ways[1]}\n"
+                  f"      {kernel_choice.describe(record)}")
         if not kernel_choice.choices():
             print("  none yet (each is measured the first time it is needed)")
         return 0

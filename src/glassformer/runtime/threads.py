@@ -1,0 +1,194 @@
+"""How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP.
+
+torch runs each operation on one thread per core (OpenMP). When another program keeps one of the
+cores busy (a browser, another training), one of torch's threads gets only part of a core, and the
+others, having finished their share, *spin* at the end of every parallel region waiting for it: a
+tiny model's step then costs up to 30x its idle time instead of 2x (issue 27: 190 s instead of 5.7 s
+on 2 cores, one of them busy). Two levers fix that:
+
+- **the thread count**: as many threads as cores are free now (``torch.set_num_threads``), so no
+  thread waits for a core it does not get;
+- **the wait policy**: ``OMP_WAIT_POLICY=PASSIVE`` (and ``KMP_BLOCKTIME=0`` for Intel's OpenMP)
+  makes waiting threads sleep instead of spin. OpenMP reads it once, when torch loads it, so it is
+  set by ``import glassformer`` (and hence the ``glassformer`` command) *before* torch is imported,
+  and only when the machine is busy at that moment: on an idle machine spinning is faster (a
+  sleeping thread takes microseconds to wake, which batch-1 decoding pays at every operation).
+
+"Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, averaged over ten
+reads in ~20 milliseconds) minus this process's own running threads, against the CPUs this
+process may run on (``os.sched_getaffinity``). Where ``/proc`` does not exist (macOS, Windows) the
+machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THREADS``,
+``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``, ``GLASSFORMER_THREADS=fixed``, an
+explicit ``num_threads`` or ``--threads``) wins. This module uses the standard library only: it runs
+before torch exists.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how threads wait
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
+SWITCH = "GLASSFORMER_THREADS"  # "fixed": leave threads and wait policy to torch's defaults
+SAMPLES, SAMPLE_GAP_S = 10, 0.002  # /proc/loadavg reads per measurement, and the pause between them
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _runnable_total() -> int | None:
+    """Runnable tasks on the whole machine right now (the 4th field of /proc/loadavg, "running/total")."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_running() -> int:
+    """This process's threads that are running or runnable now (state R in /proc/self/task/*/stat)."""
+    count = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]  # the name, in parentheses, may hold spaces
+        except (OSError, IndexError):
+            continue
+        count += state == "R"
+    return max(1, count)  # the thread reading this runs
+
+
+def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float | None:
+    """How many other programs' threads want a CPU now: the mean over ``samples`` reads of runnable
+    tasks minus this process's running threads (a mean, so that a load present half of the time
+    counts half); None where /proc is missing (then nothing is known)."""
+    counts = []
+    for i in range(samples):
+        total = _runnable_total()
+        if total is None:
+            return None
+        counts.append(max(0, total - _own_running()))
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return float(statistics.fmean(counts))
+
+
+def spare_cpus(others: float | None, cpus: int | None = None) -> float:
+    """The CPUs of this process's ``cpus`` that ``others`` threads of other programs leave (may be
+    negative: more threads want them than there are). The other threads may run on CPUs outside this
+    process's affinity; they are counted against it in proportion (8 busy threads on a 64-CPU machine
+    take a quarter of a 2-CPU process's CPUs)."""
+    cpus = usable_cpus() if cpus is None else cpus
+    if not others:
+        return float(cpus)
+    online = max(cpus, os.cpu_count() or cpus)
+    return cpus - others * cpus / online
+
+
+def free_cpus(others: float | None, cpus: int | None = None) -> int:
+    """The threads to run when ``others`` threads of other programs want a CPU: the spare CPUs,
+    rounded, at least 1 and at most ``cpus``."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return max(1, min(cpus, round(spare_cpus(others, cpus) + 1e-9)))
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """What :func:`plan` decided: ``threads`` to use (None: leave torch's choice), ``wait`` policy
+    ("passive", "spin" or "user"), the ``cpus`` usable, ``others`` measured, and ``reason`` in words."""
+
+    threads: int | None
+    wait: str
+    cpus: int
+    others: float | None
+    reason: str
+
+    def describe(self) -> str:
+        """One line: ``threads: 1 of 2 CPUs, OpenMP waits passively (1 other busy thread)``."""
+        count = f"{self.threads} of {self.cpus} CPUs" if self.threads else f"torch's default ({self.cpus} CPUs)"
+        return f"threads: {count}, wait {self.wait} ({self.reason})"
+
+
+_ours: dict[str, str] = {}  # the variables set_wait_policy wrote (not the user's choice)
+
+
+def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
+    """The variables by which the user fixed threads or waiting (then glassformer changes neither)."""
+    if env.get(SWITCH, "").lower() == "fixed":
+        return [SWITCH]
+    return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
+
+
+def plan(others: float | None = None, cpus: int | None = None,
+         env: dict[str, str] | os._Environ = os.environ) -> ThreadPlan:
+    """Threads and wait policy for a machine where ``others`` threads of other programs want a CPU
+    (measured by :func:`others_running` when not given) out of ``cpus`` usable ones."""
+    cpus = usable_cpus() if cpus is None else cpus
+    fixed = user_fixed(env)
+    if fixed:
+        return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
+    others = others_running() if others is None else others
+    if others is None:
+        return ThreadPlan(None, "spin", cpus, None, "no /proc to measure the load: torch's defaults")
+    free = free_cpus(others, cpus)
+    if free >= cpus:
+        return ThreadPlan(None, "spin", cpus, others, "the machine is idle: torch's defaults")
+    return ThreadPlan(free, "passive", cpus, others,
+                      f"{others:g} other busy thread{'s' * (others != 1)}: threads sleep while they wait")
+
+
+def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Set OpenMP's wait policy in ``env`` for a "passive" plan, when torch (and so OpenMP) has not
+    started yet; returns whether it was set. Never overrides a variable the user set."""
+    if chosen.wait != "passive" or "torch" in sys.modules or any(env.get(name) for name in WAIT_VARS):
+        return False
+    env["OMP_WAIT_POLICY"] = _ours["OMP_WAIT_POLICY"] = "PASSIVE"  # GNU libgomp (torch's wheels), Intel's libiomp
+    env["KMP_BLOCKTIME"] = _ours["KMP_BLOCKTIME"] = "0"  # Intel's libiomp: sleep at once (libgomp ignores it)
+    return True
+
+
+_at_start: ThreadPlan | None = None  # the plan made when glassformer was imported
+
+
+def prepare() -> ThreadPlan:
+    """Measure the load and set the wait policy before torch loads: called first by ``import glassformer``.
+    The plan is kept (:func:`at_start`) for :func:`apply` to set the thread count once torch is there."""
+    global _at_start
+    _at_start = plan()
+    set_wait_policy(_at_start)
+    return _at_start
+
+
+def at_start() -> ThreadPlan | None:
+    """The plan :func:`prepare` made when glassformer was imported (None before that)."""
+    return _at_start
+
+
+def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
+    """Set torch's thread count to the plan's (``chosen``, else the one made at import, else a new
+    measurement); a plan without a count (the user fixed it) changes nothing. Returns the plan."""
+    chosen = chosen or _at_start or plan()
+    if chosen.threads:
+        import torch
+
+        if torch.get_num_threads() != chosen.threads:
+            torch.set_num_threads(chosen.threads)
+    return chosen
+
+
+def adapt() -> ThreadPlan:
+    """Measure the load *now* and set torch's thread count to what the machine can give (the wait
+    policy stays as OpenMP started with it). For long programs between phases; returns the plan."""
+    return apply(plan())

@@ -1,0 +1,108 @@
+"""runtime.threads: the thread count and OpenMP wait policy follow the load measured now.
+
+The load is scripted (no CPU is burnt, no time asserted): an idle machine keeps torch's defaults, a
+busy core means one thread fewer and passive waiting, set before torch loads; whatever the user
+fixed wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glassformer.runtime import threads
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.mark.parametrize(("others", "cpus", "online", "free"), [
+    (0, 2, 2, 2), (1, 2, 2, 1), (5, 2, 2, 1), (1, 4, 4, 3), (8, 2, 64, 2), (64, 2, 64, 1), (0.4, 2, 2, 2)])
+def test_free_cpus_counts_other_programs_against_this_process(monkeypatch, others, cpus, online, free):
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: online)
+    assert threads.free_cpus(others, cpus) == free
+
+
+def test_spare_cpus_may_be_negative(monkeypatch):
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    assert threads.spare_cpus(4, 2) == -2 and threads.spare_cpus(None, 2) == 2 and threads.spare_cpus(0.5, 2) == 1.5
+
+
+def test_an_idle_machine_keeps_torchs_defaults():
+    plan = threads.plan(others=0, cpus=2, env={})
+    assert plan.threads is None and plan.wait == "spin" and "idle" in plan.describe()
+
+
+def test_a_busy_core_means_one_thread_fewer_and_passive_waiting():
+    plan = threads.plan(others=1, cpus=2, env={})
+    assert (plan.threads, plan.wait) == (1, "passive")
+    assert plan.describe().startswith("threads: 1 of 2 CPUs, wait passive (1 other busy thread")
+
+
+@pytest.mark.parametrize("env", [{"OMP_NUM_THREADS": "2"}, {"OMP_WAIT_POLICY": "ACTIVE"}, {"KMP_BLOCKTIME": "200"},
+                                 {"GLASSFORMER_THREADS": "fixed"}])
+def test_what_the_user_set_wins(env):
+    plan = threads.plan(others=1, cpus=2, env=env)
+    assert plan.threads is None and plan.wait == "user" and next(iter(env)) in plan.reason
+
+
+def test_without_proc_nothing_changes(monkeypatch):
+    monkeypatch.setattr(threads, "_runnable_total", lambda: None)
+    assert threads.others_running(samples=2, gap_s=0) is None
+    assert threads.plan(cpus=2, env={}).threads is None
+
+
+def test_others_running_subtracts_this_process(monkeypatch):
+    monkeypatch.setattr(threads, "_runnable_total", lambda: 3)
+    monkeypatch.setattr(threads, "_own_running", lambda: 2)
+    assert threads.others_running(samples=3, gap_s=0) == 1
+    assert threads.others_running(samples=1, gap_s=0) is not None
+
+
+def test_the_real_probe_reads_proc():
+    """On Linux the probe returns a count (no value asserted: it is the machine's load)."""
+    others = threads.others_running(samples=2, gap_s=0)
+    assert others is None or others >= 0
+    assert threads.usable_cpus() >= 1 and threads._own_running() >= 1
+
+
+def test_the_wait_policy_is_set_only_before_torch_loads():
+    env: dict[str, str] = {}
+    busy = threads.plan(others=1, cpus=2, env={})
+    assert "torch" in sys.modules  # in this test process torch is loaded: too late
+    assert threads.set_wait_policy(busy, env) is False and env == {}
+
+
+PROBE = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("glassformer.runtime.threads", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+module.others_running = lambda samples=5, gap_s=0.0: float(sys.argv[2])  # the scripted load
+module.usable_cpus = lambda: 2
+import glassformer, torch
+print(json.dumps({"wait": os.environ.get("OMP_WAIT_POLICY"), "blocktime": os.environ.get("KMP_BLOCKTIME"),
+                  "threads": torch.get_num_threads(), "plan": glassformer._threads.at_start().describe()}))
+"""
+
+
+@pytest.mark.parametrize(("others", "wait", "threads_now"), [(1.0, "PASSIVE", 1), (0.0, None, None)])
+def test_import_glassformer_sets_the_policy_before_torch(others, wait, threads_now):
+    """A fresh interpreter with a scripted load: busy -> OMP_WAIT_POLICY=PASSIVE before torch loads and
+    one thread; idle -> nothing set, torch's own thread count."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*threads.WAIT_VARS, *threads.THREAD_VARS, threads.SWITCH)}
+    env["PYTHONPATH"] = str(SRC)
+    file = SRC / "glassformer" / "runtime" / "threads.py"
+    out = subprocess.run([sys.executable, "-c", PROBE, str(file), str(others)], capture_output=True,
+                         text=True, env=env, check=True, timeout=300).stdout
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["wait"] == wait and seen["blocktime"] == (None if wait is None else "0")
+    if threads_now is not None:
+        assert seen["threads"] == threads_now
+    assert ("passive" in seen["plan"]) is (wait is not None)
