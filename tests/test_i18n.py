@@ -145,6 +145,18 @@ def test_the_demo_prints_its_steps_in_chinese(lesson):
     assert number.findall(en.split("greedy")[1]) == number.findall(zh.split("贪心生成")[1])  # the same trace
 
 
+@pytest.mark.parametrize("lang, first", [
+    ("zh", "正在四行文本上训练课程里的小字符语言模型（320 步，大约 15 秒）……"),
+    ("en", "Training the lessons' tiny character LM on four lines (320 steps, about 15 seconds) ...")])
+def test_the_demo_says_what_it_trains_first_in_its_language(lesson, lang, first, tmp_path, monkeypatch, capsys):
+    """The line printed before training (off a terminal it is all there is for 15 seconds) follows --lang."""
+    monkeypatch.setattr(tiny_char, "run", lambda out, progress: lesson)  # the lesson trained once, above
+    main(["demo", "--lang", lang, "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == first
+    assert out[1] == tiny_char.summary(lesson, lang).splitlines()[0]
+
+
 def test_lesson2_summary_in_chinese():
     findings = {"attention_vs_torch": {"max_out_diff": 1e-7, "max_weight_diff": 2e-8},
                 "why_scale": [{"d": 16, "max_weight_unscaled": 0.9, "max_weight_scaled": 0.4,

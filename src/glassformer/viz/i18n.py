@@ -127,6 +127,8 @@ EN: dict[str, str] = {
     "js.query": "query ",
     "js.key": " → key ",
     # ---------------------------------------------------------------- glassformer demo (lessons/tiny_char.py)
+    "demo.training_now": "Training the lessons' tiny character LM on four lines ({steps} steps, about {seconds} "
+                         "seconds) ...",
     "demo.title": "Tiny character LM (lesson 12): four lines, one decoder-only Transformer",
     "demo.corpus": "  corpus: {chars} characters, {distinct} distinct; {windows} windows of {context}",
     "demo.shift": "  shift by one: input {input} -> target {target}",
@@ -254,6 +256,7 @@ ZH: dict[str, str] = {
     "js.point": "把鼠标指向一个格子，读出它的权重。",
     "js.query": "query ",
     "js.key": " → key ",
+    "demo.training_now": "正在四行文本上训练课程里的小字符语言模型（{steps} 步，大约 {seconds} 秒）……",
     "demo.title": "小字符语言模型（第 12 讲）：四行文本，一个 decoder-only Transformer",
     "demo.corpus": "  语料：{chars} 个字符，{distinct} 种；长度 {context} 的训练窗口 {windows} 个",
     "demo.shift": "  错开一位：输入 {input} -> 目标 {target}",
