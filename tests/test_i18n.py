@@ -18,6 +18,7 @@ from glassformer.tokenizers.char import CharTokenizer
 from glassformer.viz import i18n
 from glassformer.viz.report import report_html
 from glassformer.viz.report_run import write_run_page
+from glassformer.viz.report_sae import feature_pages_html, write_feature_pages
 from test_report_browser import browser  # noqa: F401  (the browser fixture)
 from test_report_browser import open_report as browser_open
 from test_report_run import fake_run
@@ -161,6 +162,27 @@ def test_an_unwatched_run_says_how_to_watch_it_in_chinese(tmp_path):
     (tmp_path / "plain" / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
     page = write_run_page(tmp_path / "plain", lang="zh").read_text(encoding="utf-8")
     assert "在它的配置里加一个 <code>watch:</code> 块（例如 <code>watch: {every: 0}</code>）" in page
+
+
+# ------------------------------------------------------------------------------------------ the SAE pages
+def test_chinese_sae_feature_pages_have_chinese_headings_table_and_controls(tmp_path):
+    summary = {"hook": "blocks.1.hook_resid_post", "kind": "topk", "d_sae": 1536, "tokens": 4096,
+               "features": [], "dead": [3, 7]}
+    metrics = {"explained_variance": 0.81, "l0": 12.0, "dead": 2, "ce_recovered": 0.93}
+    zh = feature_pages_html(summary, metrics=metrics, lang="zh")
+    en = feature_pages_html(summary, metrics=metrics)
+    assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
+    assert _headings(zh) == ["在留出文本上的质量", "特征"] and _headings(en) == ["Quality on held-out text", "Features"]
+    assert "<h1>SAE 特征：blocks.1.hook_resid_post</h1>" in zh
+    assert "共 1,536 个特征，其中 0 个在 4,096 个留出 token 上激活过，2 个从未激活" in zh
+    assert '<tr data-metric="explained_variance"><td>解释的方差比例</td><td>0.810</td></tr>' in zh
+    assert '<tr data-metric="explained_variance"><td>variance explained</td><td>0.810</td></tr>' in en
+    assert 'placeholder="特征编号或 token，例如 12 或 ROMEO"' in zh and "最常激活的在前" in zh
+    for english in ("Quality on held-out", "variance explained", "most frequent first", "Written by glassformer"):
+        assert english not in zh, english
+    with pytest.raises(GlassformerError, match="lang must be one of en, zh"):
+        write_feature_pages(summary, tmp_path / "no" / "features.html", lang="fr")
+    assert not (tmp_path / "no").exists()
 
 
 # ------------------------------------------------------------------------------------------ the demo
