@@ -107,6 +107,16 @@ def test_a_chinese_report_has_chinese_labels_notes_and_captions():
     assert data["views"][0]["weights"] == _data(en)["views"][0]["weights"]
 
 
+def test_the_catalogue_holds_the_trace_notes_as_the_report_writes_them():
+    """The generation trace's notes (report.py writes them in English for now) are in the catalogue word for
+    word, so that the report can take them from there."""
+    model = TransformerLM(vocab_size=TOK.vocab_size, n_layers=1, attn="prefix", **SMALL)
+    notes = _data(report_html(model, TOK, "abc", target="de", generate=4))["notes"]
+    assert i18n.text("note.trace_target", "en", n=2) in notes
+    same = i18n.text("note.trace_same", "en", token=repr("a"))
+    assert same.startswith("The greedy choice is 'a' at every step") and "--preset" in same
+
+
 def test_a_chinese_encoder_decoder_report_names_its_three_views_in_chinese():
     model = EncoderDecoder(vocab_size=TOK.vocab_size, n_enc=1, n_dec=1, **SMALL)
     data = _data(report_html(model, TOK, "abc", generate=2, pad_to=6, lang="zh"))

@@ -41,6 +41,14 @@ EN: dict[str, str] = {
     "note.interpret_encdec": "The logit lens, head scores and ablation effects are drawn for single-stack models "
                              "(TransformerLM); use glassformer.interpret on an encoder-decoder.",
     "note.heads_causal_only": "Head scores (previous-token, induction) are measured on causal models only.",
+    # the two notes of the generation trace below are still written in English by report.py (being split up
+    # now); its new files take them from here: tr("note.trace_target", lang, n=len(tgt)) and
+    # tr("note.trace_same", lang, token=repr(label))
+    "note.trace_target": "The generation trace answers the prefix alone, for the target's {n} tokens: "
+                         "compare its choices with the target.",
+    "note.trace_same": "The greedy choice is {token} at every step of the generation trace: what a model with "
+                       "random weights (a --preset, untrained) does. Train it, or inspect a checkpoint, for a "
+                       "trace that means something.",
     "view.self": "Self-attention",
     "view.enc": "Encoder self-attention",
     "view.dec": "Decoder self-attention",
@@ -259,6 +267,9 @@ ZH: dict[str, str] = {
     "note.interpret_encdec": "logit lens、头评分和消融效果只对单栈模型（TransformerLM）绘制；"
                              "encoder-decoder 请直接使用 glassformer.interpret。",
     "note.heads_causal_only": "头评分（前一个 token、归纳头）只在因果模型上测量。",
+    "note.trace_target": "生成轨迹只根据前缀作答，步数与目标的 {n} 个 token 相同：把它每一步的选择和目标对照着看。",
+    "note.trace_same": "生成轨迹的每一步，贪心选择都是 {token}：随机权重的模型（--preset，未经训练）就是这样。"
+                       "训练它，或者检查一个训练好的检查点，轨迹才有意义。",
     "view.self": "自注意力",
     "view.enc": "编码器自注意力",
     "view.dec": "解码器自注意力",
