@@ -151,7 +151,8 @@ def test_a_chinese_run_page_has_chinese_words_and_the_same_numbers(tmp_path):
     zh = write_run_page(folder, tmp_path / "zh.html", lang="zh").read_text(encoding="utf-8")
     en = write_run_page(folder, tmp_path / "en.html").read_text(encoding="utf-8")
     assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
-    assert _headings(zh) == ["损失", "头", "注意力快照", "Logit lens（逐层读出）", "归因修补（attribution patching）"]
+    assert _headings(zh) == ["损失", "注意力头", "注意力快照", "Logit lens（逐层读出）",
+                             "归因修补（attribution patching）"]
     assert _headings(en) == ["Loss", "Heads", "Attention snapshots", "Logit lens", "Attribution patching"]
     assert "<h1>训练运行：run</h1>" in zh and "共 12 步。" in zh and "重复那一遍上的损失" in zh
     assert "归纳头评分——2 层（行）× 3 个头（列）" in zh and "第 1 层，头 0" in zh and "<th>第 0 层</th>" in zh

@@ -382,7 +382,7 @@ ZH: dict[str, str] = {
     "run.heatmap": "{kind}——{layers} 层（行）× {heads} 个头（列）",
     "run.snapshot": "第 {layer} 层，头 {head}",
     "run.slider": "步数",
-    "run.heads.title": "头",
+    "run.heads.title": "注意力头",
     "run.heads.intro": "在重复两遍的随机 token 上：前一个 token 头往回看一个位置；归纳头看当前 token 上一次出现时"
                        "后面的那个 token；重复 token 头看上一次出现的那个 token 本身（1 表示总是看那里）。"
                        "熵在探针文本上测量（0：只看一个 key；越高：注意力越分散）。",
