@@ -12,10 +12,16 @@ import pytest
 from glassformer import EncoderDecoder, TransformerLM
 from glassformer.cli import main
 from glassformer.errors import GlassformerError
+from glassformer.interpret.attribution import ATTRIBUTION
 from glassformer.lessons import lesson2, tiny_char
 from glassformer.tokenizers.char import CharTokenizer
 from glassformer.viz import i18n
 from glassformer.viz.report import report_html
+from glassformer.viz.report_run import write_run_page
+from glassformer.viz.report_sae import feature_pages_html, write_feature_pages
+from test_report_browser import browser  # noqa: F401  (the browser fixture)
+from test_report_browser import open_report as browser_open
+from test_report_run import fake_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TOK = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .?春天来了花开", specials=["pad", "bos", "eos"])
@@ -101,6 +107,16 @@ def test_a_chinese_report_has_chinese_labels_notes_and_captions():
     assert data["views"][0]["weights"] == _data(en)["views"][0]["weights"]
 
 
+def test_the_catalogue_holds_the_trace_notes_as_the_report_writes_them():
+    """The generation trace's notes (report.py writes them in English for now) are in the catalogue word for
+    word, so that the report can take them from there."""
+    model = TransformerLM(vocab_size=TOK.vocab_size, n_layers=1, attn="prefix", **SMALL)
+    notes = _data(report_html(model, TOK, "abc", target="de", generate=4))["notes"]
+    assert i18n.text("note.trace_target", "en", n=2) in notes
+    same = i18n.text("note.trace_same", "en", token=repr("a"))
+    assert same.startswith("The greedy choice is 'a' at every step") and "--preset" in same
+
+
 def test_a_chinese_encoder_decoder_report_names_its_three_views_in_chinese():
     model = EncoderDecoder(vocab_size=TOK.vocab_size, n_enc=1, n_dec=1, **SMALL)
     data = _data(report_html(model, TOK, "abc", generate=2, pad_to=6, lang="zh"))
@@ -125,6 +141,61 @@ def test_inspect_follows_lang_and_the_locale(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "no.html").exists()
 
 
+# ------------------------------------------------------------------------------------------ the run page
+def test_a_chinese_run_page_has_chinese_words_and_the_same_numbers(tmp_path):
+    folder = fake_run(tmp_path / "run", 2, 3)
+    (folder / ATTRIBUTION).write_text(json.dumps({
+        "estimate": [[0.1, -0.2, 0.3], [0.5, 0.4, 0.0]], "exact": [[0.1, -0.1, 0.2], [0.6, 0.3, 0.1]],
+        "corrupted_metric": -4.1, "clean_metric": -0.3, "correlation": 0.93,
+        "top_estimate": [[1, 0, 0.5]], "top_exact": [[1, 0, 0.6]]}))
+    zh = write_run_page(folder, tmp_path / "zh.html", lang="zh").read_text(encoding="utf-8")
+    en = write_run_page(folder, tmp_path / "en.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
+    assert _headings(zh) == ["损失", "注意力头", "注意力快照", "Logit lens（逐层读出）",
+                             "归因修补（attribution patching）"]
+    assert _headings(en) == ["Loss", "Heads", "Attention snapshots", "Logit lens", "Attribution patching"]
+    assert "<h1>训练运行：run</h1>" in zh and "共 12 步。" in zh and "重复那一遍上的损失" in zh
+    assert "归纳头评分——2 层（行）× 3 个头（列）" in zh and "第 1 层，头 0" in zh and "<th>第 0 层</th>" in zh
+    assert "各头之间的相关系数：0.930" in zh and "由 glassformer（glassformer inspect）生成" in zh
+    for english in ("Training run", "training loss", "repeated copy", "induction score", "Correlation over heads",
+                    "Written by glassformer", ">step<", "residual norm"):
+        assert english not in zh, english
+    data = json.loads(zh.split('id="gf-run-data">')[1].split("</script>")[0])
+    assert data["labels"]["step_of"] == "第 {step} 步（第 {n} 个记录，共 {total} 个）"
+    assert data["labels"]["kinds"]["induction"] == "归纳"
+    assert data["records"] == json.loads(en.split('id="gf-run-data">')[1].split("</script>")[0])["records"]
+    with pytest.raises(GlassformerError, match="lang must be one of en, zh"):
+        write_run_page(folder, tmp_path / "fr.html", lang="fr")
+
+
+def test_an_unwatched_run_says_how_to_watch_it_in_chinese(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
+    page = write_run_page(tmp_path / "plain", lang="zh").read_text(encoding="utf-8")
+    assert "在它的配置里加一个 <code>watch:</code> 块（例如 <code>watch: {every: 0}</code>）" in page
+
+
+# ------------------------------------------------------------------------------------------ the SAE pages
+def test_chinese_sae_feature_pages_have_chinese_headings_table_and_controls(tmp_path):
+    summary = {"hook": "blocks.1.hook_resid_post", "kind": "topk", "d_sae": 1536, "tokens": 4096,
+               "features": [], "dead": [3, 7]}
+    metrics = {"explained_variance": 0.81, "l0": 12.0, "dead": 2, "ce_recovered": 0.93}
+    zh = feature_pages_html(summary, metrics=metrics, lang="zh")
+    en = feature_pages_html(summary, metrics=metrics)
+    assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
+    assert _headings(zh) == ["在留出文本上的质量", "特征"] and _headings(en) == ["Quality on held-out text", "Features"]
+    assert "<h1>SAE 特征：blocks.1.hook_resid_post</h1>" in zh
+    assert "共 1,536 个特征，其中 0 个在 4,096 个留出 token 上激活过，2 个从未激活" in zh
+    assert '<tr data-metric="explained_variance"><td>解释的方差比例</td><td>0.810</td></tr>' in zh
+    assert '<tr data-metric="explained_variance"><td>variance explained</td><td>0.810</td></tr>' in en
+    assert 'placeholder="特征编号或 token，例如 12 或 ROMEO"' in zh and "最常激活的在前" in zh
+    for english in ("Quality on held-out", "variance explained", "most frequent first", "Written by glassformer"):
+        assert english not in zh, english
+    with pytest.raises(GlassformerError, match="lang must be one of en, zh"):
+        write_feature_pages(summary, tmp_path / "no" / "features.html", lang="fr")
+    assert not (tmp_path / "no").exists()
+
+
 # ------------------------------------------------------------------------------------------ the demo
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory) -> dict:
@@ -143,6 +214,18 @@ def test_the_demo_prints_its_steps_in_chinese(lesson):
     assert "corpus" not in zh and "greedy" not in zh
     number = re.compile(r"\d+\.\d+")
     assert number.findall(en.split("greedy")[1]) == number.findall(zh.split("贪心生成")[1])  # the same trace
+
+
+@pytest.mark.parametrize("lang, first", [
+    ("zh", "正在四行文本上训练课程里的小字符语言模型（320 步，大约 15 秒）……"),
+    ("en", "Training the lessons' tiny character LM on four lines (320 steps, about 15 seconds) ...")])
+def test_the_demo_says_what_it_trains_first_in_its_language(lesson, lang, first, tmp_path, monkeypatch, capsys):
+    """The line printed before training (off a terminal it is all there is for 15 seconds) follows --lang."""
+    monkeypatch.setattr(tiny_char, "run", lambda out, progress: lesson)  # the lesson trained once, above
+    main(["demo", "--lang", lang, "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == first
+    assert out[1] == tiny_char.summary(lesson, lang).splitlines()[0]
 
 
 def test_lesson2_summary_in_chinese():
@@ -194,3 +277,17 @@ def test_a_chinese_report_in_a_browser(tmp_path):
             assert problems == []
         finally:
             context.close()
+
+
+@pytest.mark.browser
+def test_a_chinese_run_page_in_a_browser(browser, tmp_path):  # noqa: F811
+    """The run page's script writes its step label, norm rows and tooltips in Chinese."""
+    page, problems = browser_open(browser, write_run_page(fake_run(tmp_path / "run", 2, 3), lang="zh"))
+    assert page.locator("#gf-step-label").inner_text() == "第 12 步（第 7 个记录，共 7 个）"
+    assert page.locator("#gf-norm-rows tr td").first.inner_text() == "第 0 块"
+    assert page.locator("#gf-norm-rows tr").last.locator("td").first.inner_text() == "最后一块之后"
+    heatmap = page.locator('.gf-heatmap canvas[data-kind="induction"]')
+    heatmap.hover(position={"x": 30 + 40 * 1.5, "y": 14 + 6})  # layer 0, head 1
+    assert heatmap.get_attribute("title").startswith("归纳，第 12 步：第 0 层，头 1 = ")
+    assert problems == []
+    page.close()

@@ -35,14 +35,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..lessons import tiny_char
-    from ..viz.i18n import resolve_lang
+    from ..viz.i18n import resolve_lang, text
 
     lang = resolve_lang(getattr(args, "lang", None), "--lang")  # before training: a typo fails at once
     if args.lesson2:
         return run_lesson2(args.out, lang)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 32-wide model: more threads only add synchronisation
-    print("Training the lessons' tiny character LM on four lines (320 steps, about 15 seconds) ...", flush=True)
+    print(text("demo.training_now", lang, steps=tiny_char.STEPS, seconds=15), flush=True)
     try:  # a progress bar on a terminal; elsewhere the line above says what happens
         result = tiny_char.run(args.out, progress=sys.stderr.isatty())
     finally:

@@ -29,13 +29,16 @@ from typing import Any
 from ..errors import GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, read_records
+from .i18n import HTML_LANG, MESSAGES, resolve_lang
+from .i18n import text as tr
 from .report import CSP, _asset, _script_json, _shown
 from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
-KINDS = {"induction": "induction score", "previous_token": "previous-token score",
-         "duplicate": "duplicate-token score", "entropy": "attention entropy (nats)"}
+KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps; their labels: run.kind.*
+# The labels the page's script writes (run.js.* in glassformer.viz.i18n; {fields} filled by the script).
+JS_LABELS = ("step_of", "block", "after_last", "tooltip")
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -44,7 +47,7 @@ def is_run_dir(path: str | Path) -> bool:
 
 
 def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str, y_label: str,
-                chart_id: str, width: int = 560, height: int = 240) -> str:
+                chart_id: str, width: int = 560, height: int = 240, x_label: str = "step") -> str:
     """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves."""
     points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
     if not points:
@@ -72,7 +75,8 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
     for k in range(5):
         x = x0 + (x1 - x0) * k / 4
         parts.append(f'<text x="{sx(x):.1f}" y="{height - 12}" class="gf-tick" text-anchor="middle">{x:.0f}</text>')
-    parts.append(f'<text x="{left + pw / 2}" y="{height - 1}" class="gf-tick" text-anchor="middle">step</text>'
+    parts.append(f'<text x="{left + pw / 2}" y="{height - 1}" class="gf-tick" text-anchor="middle">'
+                 f'{html.escape(x_label)}</text>'
                  f'<text x="10" y="{top + ph / 2}" class="gf-tick" transform="rotate(-90 10 {top + ph / 2})" '
                  f'text-anchor="middle">{html.escape(y_label)}</text>')
     for n, (label, values) in enumerate(series):
@@ -115,29 +119,35 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
             "attribution": attribution}
 
 
-def _charts(run: dict[str, Any]) -> str:
-    """The SVG charts over steps: losses, the probe's losses with the best head scores, the logit lens."""
+def _charts(run: dict[str, Any], lang: str = "en") -> str:
+    """The SVG charts over steps: losses, the probe's losses with the best head scores, the logit lens
+    (labels in ``lang``)."""
     metrics, records = run["metrics"], run["records"]
+    step = tr("run.axis.step", lang)
+
+    def chart(series: list, title: str, y_label: str, chart_id: str) -> str:
+        return _line_chart(series, tr(title, lang), tr(y_label, lang), chart_id, x_label=step)
+
     train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
     val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
-    charts = [_line_chart([s for s in (("training loss", train), ("validation loss", val)) if s[1]],
-                          "Loss", "cross-entropy (nats)", "gf-chart-loss")]
+    charts = [chart([s for s in ((tr("run.series.train", lang), train), (tr("run.series.val", lang), val)) if s[1]],
+                    "run.chart.loss", "run.axis.cross_entropy", "gf-chart-loss")]
     if records:
         steps = [r["step"] for r in records]
-        probe = [("loss on the first copy", list(zip(steps, (r["loss_first"] for r in records)))),
-                 ("loss on the repeated copy", list(zip(steps, (r["loss_repeat"] for r in records))))]
-        charts.append(_line_chart(probe, "Repeated random tokens: loss on each copy", "nats", "gf-chart-probe"))
+        probe = [(tr("run.series.first", lang), list(zip(steps, (r["loss_first"] for r in records)))),
+                 (tr("run.series.repeat", lang), list(zip(steps, (r["loss_repeat"] for r in records))))]
+        charts.append(chart(probe, "run.chart.probe", "run.axis.nats", "gf-chart-probe"))
         best = []
         for kind in ("previous_token", "induction"):
             for layer in range(len(records[0][kind])):
-                best.append((f"{KINDS[kind].split(' score')[0]}, layer {layer}",
+                best.append((tr("run.series.best_layer", lang, kind=tr(f"run.short.{kind}", lang), layer=layer),
                              [(r["step"], max(r[kind][layer])) for r in records]))
         if len(best) <= 8:
-            charts.append(_line_chart(best, "Best head's score per layer", "score", "gf-chart-best"))
+            charts.append(chart(best, "run.chart.best_per_layer", "run.axis.score", "gf-chart-best"))
         else:  # many layers: the best head of the whole model per kind
-            whole = [(f"best {KINDS[k].split(' score')[0]} head", [(r["step"], max(map(max, r[k]))) for r in records])
-                     for k in ("previous_token", "induction")]
-            charts.append(_line_chart(whole, "Best head's score", "score", "gf-chart-best"))
+            whole = [(tr("run.series.best_head", lang, kind=tr(f"run.short.{k}", lang)),
+                      [(r["step"], max(map(max, r[k]))) for r in records]) for k in ("previous_token", "induction")]
+            charts.append(chart(whole, "run.chart.best", "run.axis.score", "gf-chart-best"))
     return "".join(c for c in charts if c)
 
 
@@ -168,7 +178,8 @@ STYLE = """
 SCRIPT = r"""
 (function () {
   const data = JSON.parse(document.getElementById("gf-run-data").textContent);
-  const records = data.records;
+  const records = data.records, T = data.labels;
+  const fill = (message, fields) => message.replace(/\{(\w+)\}/g, (_, name) => fields[name]);
   const slider = document.getElementById("gf-step");
   const label = document.getElementById("gf-step-label");
   function shade(v, lo, hi) {  // white -> accent blue
@@ -212,7 +223,7 @@ SCRIPT = r"""
   function show(index) {
     const r = records[index];
     slider.value = index;
-    label.textContent = `step ${r.step} (${index + 1} of ${records.length})`;
+    label.textContent = fill(T.step_of, {step: r.step, n: index + 1, total: records.length});
     document.body.dataset.step = r.step;
     document.querySelectorAll(".gf-heatmap canvas").forEach((c) => {
       const rows = r[c.dataset.kind];
@@ -228,8 +239,8 @@ SCRIPT = r"""
     });
     const norms = document.getElementById("gf-norm-rows");
     if (norms) {
-      norms.innerHTML = r.resid_norm.map((v, i) => `<tr><td>${i < r.weight_norm.length ? "block " + i :
-        "after the last"}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
+      norms.innerHTML = r.resid_norm.map((v, i) => `<tr><td>${i < r.weight_norm.length ? fill(T.block, {block: i}) :
+        T.after_last}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
         ""}</td><td>${r.lens_loss[i].toFixed(3)}</td></tr>`).join("");
     }
     document.querySelectorAll("svg.gf-chart").forEach((svg) => {
@@ -244,7 +255,8 @@ SCRIPT = r"""
     const box = c.getBoundingClientRect(), [cw, ch] = c.gfCell;
     const i = Math.floor((e.clientY - box.top - 14) / ch), j = Math.floor((e.clientX - box.left - 30) / cw);
     const v = i >= 0 && j >= 0 && c.gfRows[i] ? c.gfRows[i][j] : undefined;
-    c.title = v === undefined ? "" : `${c.dataset.kind}, step ${c.gfStep}: layer ${i}, head ${j} = ${v}`;
+    c.title = v === undefined ? "" : fill(T.tooltip, {kind: T.kinds[c.dataset.kind], step: c.gfStep, layer: i,
+                                                        head: j, value: v});
   }));
   const lens = document.getElementById("gf-lens-canvas");
   if (lens && records.length) {  // layers (rows) x steps (columns), loss shaded against its range
@@ -266,69 +278,74 @@ SCRIPT = r"""
 """
 
 
-def _attribution_html(a: dict[str, Any]) -> str:
+def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
     """Attribution patching's per-head estimate beside exact patching (see ``induction_patching``)."""
     scale = max(abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row) or 1.0
 
     def top(heads: list) -> str:
         return ", ".join(f"L{layer}H{head} ({effect:+.2f})" for layer, head, effect in heads)
 
-    return (f'<section id="gf-attribution"><h2>Attribution patching</h2><p class="gf-caption">Patching one head\'s '
-            "output from clean rows (random tokens repeated) into corrupted ones (the first copy replaced): the "
-            f"change in the second copy's mean log-probability ({a['corrupted_metric']:.2f} corrupted, "
-            f"{a['clean_metric']:.2f} clean). Left: the gradient estimate, one forward and backward for every head; "
-            f"right: exact patching, one forward per head. Correlation over heads: {a['correlation']:.3f}. "
-            f"Top heads, estimate: {top(a['top_estimate'])}; exact: {top(a['top_exact'])}.</p>"
-            '<div class="gf-side"><figure><figcaption>estimate (attribution patching)</figcaption>'
-            + _head_table(a["estimate"], "gf-head-table gf-estimate", (47, 95, 208), scale, "+.2f")
-            + '</figure><figure><figcaption>exact (activation patching)</figcaption>'
-            + _head_table(a["exact"], "gf-head-table gf-exact", (47, 95, 208), scale, "+.2f")
+    caption = tr("run.attribution.intro", lang, corrupted=f"{a['corrupted_metric']:.2f}",
+                 clean=f"{a['clean_metric']:.2f}", correlation=f"{a['correlation']:.3f}",
+                 estimate=top(a["top_estimate"]), exact=top(a["top_exact"]))
+    return (f'<section id="gf-attribution"><h2>{html.escape(tr("run.attribution.title", lang))}</h2>'
+            f'<p class="gf-caption">{html.escape(caption, quote=False)}</p>'
+            f'<div class="gf-side"><figure><figcaption>{html.escape(tr("run.attribution.estimate", lang))}</figcaption>'
+            + _head_table(a["estimate"], "gf-head-table gf-estimate", (47, 95, 208), scale, "+.2f", lang)
+            + f'</figure><figure><figcaption>{html.escape(tr("run.attribution.exact", lang))}</figcaption>'
+            + _head_table(a["exact"], "gf-head-table gf-exact", (47, 95, 208), scale, "+.2f", lang)
             + "</figure></div></section>")
 
 
-def run_page_html(run: dict[str, Any]) -> str:
-    """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline."""
+def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
+    """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline, its words in
+    ``lang`` (``"en"`` or ``"zh"``)."""
+    lang = resolve_lang(lang)
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields), quote=False)
+
     records, meta = run["records"], run["meta"]
-    title = f"Training run: {run['name']}"
+    title = tr("run.title", lang, name=run["name"])
     last = run["metrics"][-1]["step"] if run["metrics"] else 0
     c = run["config"]
-    shape = (f"{c.get('n_layers')} layers x {c.get('n_heads')} heads, d_model {c.get('d_model')}" if c else "")
-    summary = f"{last} steps{'; ' + shape if shape else ''}."
-    body = [f'<section id="gf-losses"><h2>Loss</h2><div class="gf-charts">{_charts(run)}</div></section>']
+    shape = (tr("run.shape", lang, layers=c.get("n_layers"), heads=c.get("n_heads"), d_model=c.get("d_model"))
+             if c else "")
+    summary = tr("run.summary_shape" if shape else "run.summary", lang, steps=last, shape=shape)
+    body = [f'<section id="gf-losses"><h2>{label("run.chart.loss")}</h2>'
+            f'<div class="gf-charts">{_charts(run, lang)}</div></section>']
     if not records:
-        body.append('<p class="gf-notes">This run was not watched: add a <code>watch:</code> block to its config '
-                    "(e.g. <code>watch: {every: 0}</code>) to record head scores, the logit lens and attention "
-                    "snapshots at each evaluation.</p>")
+        body.append(f'<p class="gf-notes">{tr("run.not_watched", lang)}</p>')  # the message holds <code> tags
     else:
         L, h = len(records[0]["induction"]), len(records[0]["induction"][0])
-        heatmaps = "".join(f'<figure class="gf-heatmap"><figcaption>{html.escape(text)} — {L} layers (rows) x {h} '
-                           f'heads (columns)</figcaption><canvas data-kind="{kind}"></canvas></figure>'
-                           for kind, text in KINDS.items())
+        heatmaps = "".join(f'<figure class="gf-heatmap"><figcaption>'
+                           f'{label("run.heatmap", kind=tr(f"run.kind.{kind}", lang), layers=L, heads=h)}'
+                           f'</figcaption><canvas data-kind="{kind}"></canvas></figure>' for kind in KINDS)
         tokens = " ".join(f"<code>{_shown(t)}</code>" for t in meta.get("tokens", []))
-        snaps = "".join(f'<figure class="gf-snap"><figcaption>layer {k.split(".")[0]}, head {k.split(".")[1]}'
+        snaps = "".join(f'<figure class="gf-snap"><figcaption>'
+                        f'{label("run.snapshot", layer=k.split(".")[0], head=k.split(".")[1])}'
                         f'</figcaption><canvas data-head="{k}"></canvas></figure>' for k in records[0]["attention"])
-        body.append(f"""<div class="gf-slider"><label for="gf-step">Step</label>
+        body.append(f"""<div class="gf-slider"><label for="gf-step">{label("run.slider")}</label>
 <input type="range" id="gf-step" min="0" max="{len(records) - 1}" value="{len(records) - 1}">
 <span id="gf-step-label"></span></div>
-<section id="gf-heads"><h2>Heads</h2>
-<p class="gf-caption">On random tokens repeated twice: a previous-token head attends one position back, an induction
-head to the token after the current token's earlier copy, a duplicate-token head to that earlier copy itself (1: always
-there). Entropy is measured on the probe text (0: one key; higher: spread out).</p>
+<section id="gf-heads"><h2>{label("run.heads.title")}</h2>
+<p class="gf-caption">{label("run.heads.intro")}</p>
 <div class="gf-heatmaps">{heatmaps}</div></section>
-<section id="gf-attention"><h2>Attention snapshots</h2>
-<p class="gf-caption">Watched heads on the probe text's first tokens (rows: queries, columns: keys): {tokens}</p>
+<section id="gf-attention"><h2>{label("run.snapshots.title")}</h2>
+<p class="gf-caption">{label("run.snapshots.intro")}{tokens}</p>
 <div class="gf-snaps">{snaps}</div></section>
-<section id="gf-lens"><h2>Logit lens</h2>
-<p class="gf-caption">Next-token loss on the probe text when the residual stream is read before each block (and after
-the last) through the final norm and output layer; rows bottom to top of the model, columns steps (darker: lower
-loss).</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
-<table class="gf-norms"><thead><tr><th>read before</th><th>residual norm</th><th>block weight norm</th>
-<th>lens loss</th></tr></thead><tbody id="gf-norm-rows"></tbody></table></section>""")
+<section id="gf-lens"><h2>{label("lens.title")}</h2>
+<p class="gf-caption">{label("run.lens.intro")}</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
+<table class="gf-norms"><thead><tr><th>{label("run.norms.read")}</th><th>{label("run.norms.resid")}</th>
+<th>{label("run.norms.weight")}</th><th>{label("run.norms.lens")}</th></tr></thead><tbody id="gf-norm-rows"></tbody>
+</table></section>""")
     if run.get("attribution"):
-        body.append(_attribution_html(run["attribution"]))
-    data = {"records": records, "meta": meta}
+        body.append(_attribution_html(run["attribution"], lang))
+    labels: dict[str, Any] = {key: MESSAGES[lang][f"run.js.{key}"] for key in JS_LABELS}  # the script fills them
+    labels["kinds"] = {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}
+    data = {"records": records, "meta": meta, "labels": labels}
     return f"""<!DOCTYPE html>
-<html lang="en">
+<html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -343,7 +360,7 @@ loss).</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
 <body>
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
-<footer>Written by glassformer (glassformer inspect); self-contained, works offline.</footer>
+<footer>{label("run.footer")}</footer>
 <script type="application/json" id="gf-run-data">{_script_json(data)}</script>
 <script>
 {SCRIPT}
@@ -353,8 +370,9 @@ loss).</p><div class="gf-lens"><canvas id="gf-lens-canvas"></canvas></div>
 """
 
 
-def write_run_page(out_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the run page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``).
+def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str = "en") -> Path:
+    """Write the run page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``), its words
+    in ``lang`` (``"en"`` or ``"zh"``).
 
     Returns:
         The page's path.
@@ -364,7 +382,8 @@ def write_run_page(out_dir: str | Path, out: str | Path | None = None) -> Path:
     path = Path(out) if out is not None else Path(out_dir) / "run.html"
     if path.is_dir():
         raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
-    text = run_page_html(gather_run(out_dir))
+    lang = resolve_lang(lang)  # before reading the run: a typo fails at once
+    text = run_page_html(gather_run(out_dir), lang)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path

@@ -17,35 +17,44 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
+from .i18n import HTML_LANG, resolve_lang
+from .i18n import text as tr
 from .report import CSP, _asset, _script_json
 
-METRIC_NAMES = (("explained_variance", "variance explained", ".3f"), ("mse", "MSE per element", ".4g"),
-                ("l0", "L0 (features per token)", ".1f"), ("dead", "dead features", "d"),
-                ("dense", "dense features (> 10% of tokens)", "d"), ("ce_clean", "loss, model as is", ".4f"),
-                ("ce_sae", "loss, SAE spliced in", ".4f"), ("ce_zero", "loss, activation zeroed", ".4f"),
-                ("ce_recovered", "loss recovered", ".3f"), ("tokens", "held-out tokens", ",d"))
+# (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
+METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"), ("dense", "d"),
+                ("ce_clean", ".4f"), ("ce_sae", ".4f"), ("ce_zero", ".4f"), ("ce_recovered", ".3f"),
+                ("tokens", ",d"))
 
 
-def _metrics_table(metrics: dict[str, Any]) -> str:
+def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
     rows = []
-    for key, label, fmt in METRIC_NAMES:
+    for key, fmt in METRIC_NAMES:
         value = metrics.get(key)
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             continue
-        rows.append(f'<tr data-metric="{key}"><td>{html.escape(label)}</td><td>{format(value, fmt)}</td></tr>')
+        label = html.escape(tr(f"sae.metric.{key}", lang), quote=False)
+        rows.append(f'<tr data-metric="{key}"><td>{label}</td><td>{format(value, fmt)}</td></tr>')
     return f'<table class="gf-sae-metrics"><tbody>{"".join(rows)}</tbody></table>' if rows else ""
 
 
 def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | None = None,
-                       title: str | None = None) -> str:
-    """The page for ``summary`` (from ``feature_summary``) as one HTML string."""
-    title = title or f"SAE features: {summary.get('hook', '')}"
+                       title: str | None = None, lang: str = "en") -> str:
+    """The page for ``summary`` (from ``feature_summary``) as one HTML string, its headings, table and
+    controls in ``lang`` (``"en"`` or ``"zh"``; the page script's own words are English)."""
+    lang = resolve_lang(lang)
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
+
+    title = title or tr("sae.title", lang, hook=summary.get("hook", ""))
     live = len(summary["features"])
-    facts = (f"hook {summary.get('hook', '?')} · {summary.get('kind', '?')} SAE · {summary['d_sae']:,} features, "
-             f"{live:,} fired on {summary['tokens']:,} held-out tokens, {len(summary['dead']):,} did not")
+    facts = tr("sae.facts", lang, hook=summary.get("hook", "?"), kind=summary.get("kind", "?"),
+               features=f"{summary['d_sae']:,}", live=f"{live:,}", tokens=f"{summary['tokens']:,}",
+               dead=f"{len(summary['dead']):,}")
     note = summary.get("logit_note")
     return f"""<!DOCTYPE html>
-<html lang="en">
+<html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -63,21 +72,21 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 <p class="gf-summary">{html.escape(facts)}</p>
 {f'<ul class="gf-notes"><li>{html.escape(note)}</li></ul>' if note else ""}
 </header>
-<section id="gf-sae-quality"><h2>Quality on held-out text</h2>
-{_metrics_table(metrics or {})}</section>
-<section id="gf-sae"><h2>Features</h2>
+<section id="gf-sae-quality"><h2>{label("sae.quality")}</h2>
+{_metrics_table(metrics or {}, lang)}</section>
+<section id="gf-sae"><h2>{label("sae.features")}</h2>
 <div class="gf-controls">
-<input id="gf-sae-search" type="search" placeholder="feature id or token, e.g. 12 or ROMEO"
- aria-label="search features">
-<select id="gf-sae-sort" aria-label="sort features">
-<option value="frequency">most frequent first</option><option value="max">largest activation first</option>
-<option value="id">by id</option></select>
+<input id="gf-sae-search" type="search" placeholder="{label("sae.search_placeholder")}"
+ aria-label="{label("sae.search")}">
+<select id="gf-sae-sort" aria-label="{label("sae.sort")}">
+<option value="frequency">{label("sae.sort.frequency")}</option><option value="max">{label("sae.sort.max")}</option>
+<option value="id">{label("sae.sort.id")}</option></select>
 <span id="gf-sae-count" class="gf-caption"></span>
 </div>
 <div class="gf-sae-layout"><ol id="gf-sae-list"></ol><article id="gf-sae-feature"></article></div>
-<noscript>The feature pages need JavaScript; the data is in the gf-sae-data script element.</noscript>
+<noscript>{label("sae.noscript")}</noscript>
 </section>
-<footer>Written by glassformer; self-contained, works offline.</footer>
+<footer>{label("footer")}</footer>
 <script type="application/json" id="gf-sae-data">{_script_json(summary)}</script>
 <script>
 {_asset("sae.js")}
@@ -88,9 +97,11 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 
 
 def write_feature_pages(summary: dict[str, Any], out: str | Path, *, metrics: dict[str, Any] | None = None,
-                        title: str | None = None) -> Path:
-    """Write the feature pages of ``summary`` to the file ``out`` (atomically; its folder is created)."""
+                        title: str | None = None, lang: str = "en") -> Path:
+    """Write the feature pages of ``summary`` to the file ``out`` (atomically; its folder is created), in
+    ``lang`` (``"en"`` or ``"zh"``)."""
+    page = feature_pages_html(summary, metrics=metrics, title=title, lang=lang)  # a bad lang: no folder made
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, feature_pages_html(summary, metrics=metrics, title=title))
+    atomic_write_text(path, page)
     return path
