@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from ..viz.report_run import is_run_dir, write_run_page
 
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
-        path = write_run_page(args.checkpoint, args.out)
+        path = write_run_page(args.checkpoint, args.out, lang=resolve_lang(args.lang, "--lang"))
         print(f"run page written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
         return 0
     if args.text is None:

@@ -47,10 +47,13 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(config.device)
     checkpoint = load_checkpoint(args.checkpoint, map_location=device)
     result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint)
+    from ..viz.i18n import resolve_lang
+
     pages = None
     if result["features"] is not None:
         pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
-                                    metrics=result["metrics"], title=f"SAE features: {config.hook}")
+                                    metrics=result["metrics"], title=f"SAE features: {config.hook}",
+                                    lang=resolve_lang(None))  # the locale's language (en or zh)
     shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
              for k, v in result["metrics"].items()}
     print(json.dumps({"metrics": shown, "steps": result["training"]["steps"],
