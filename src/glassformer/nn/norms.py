@@ -21,24 +21,31 @@ def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> to
 
     When the hooks only read (they return the tensors they were given, unchanged in place), the output
     is the untapped norm's own, bit for bit, so caching changes no number; when one replaces or edits a
-    tensor, the rest is computed from the edited one: ``normalized * weight + bias``.
+    tensor, the rest is computed from the edited one: ``normalized * weight + bias``. Under
+    ``torch.inference_mode`` in-place edits cannot be seen, so the rest is always computed that way
+    (equal to the plain norm up to float rounding).
     """
     x32 = x.float()
     if centre:
         x32 = x32 - x32.mean(-1, keepdim=True)
     scale = (x32.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()  # (..., 1)
-    version = scale._version
+    version = _version(scale)
     hooked_scale = norm.tap("scale", scale)
-    edited = hooked_scale is not scale or scale._version != version
+    kept = hooked_scale is scale and version is not None and scale._version == version
     normalized = x32 / hooked_scale  # (..., d): before the affine part
-    version = normalized._version
+    version = _version(normalized)
     hooked = norm.tap("normalized", normalized)
-    if not edited and hooked is normalized and normalized._version == version:
+    if kept and hooked is normalized and version is not None and normalized._version == version:
         return norm.plain(x)
     y = hooked * norm.weight.float() if norm.weight is not None else hooked
     if getattr(norm, "bias", None) is not None:
         y = y + norm.bias.float()
     return y.to(x.dtype)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's in-place edit counter (None for an inference tensor, which has none)."""
+    return None if t.is_inference() else t._version
 
 
 class LayerNorm(nn.LayerNorm, Tapped):
