@@ -143,11 +143,8 @@ class EncoderDecoder(Tapped):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
                 tgt_pad: torch.Tensor | None = None, return_attn: bool = False) -> torch.Tensor | EncoderDecoderOutput:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V).
-
-        With ``return_attn`` an :class:`EncoderDecoderOutput`: (logits, {"enc": [(B, h, S, S)],
-        "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}).
-        """
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); with ``return_attn`` an
+        :class:`EncoderDecoderOutput` (logits and each layer's "enc", "self" and "cross" weights)."""
         log: dict[str, list] | None = {"enc": [], "self": [], "cross": []} if return_attn else None
         memory = self.encode(src, src_pad, log)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log)  # (B, T, V)

@@ -40,12 +40,8 @@ class LMOutput(NamedTuple):
 
 
 class HiddenStates(NamedTuple):
-    """What ``TransformerLM.hidden_states(ids, return_attn=True)`` returns; unpacks as ``hidden, attn = ...``.
-
-    Attributes:
-        hidden: (B, T, d) the last layer's normalised states.
-        attn: one (B, h, T, Tk) attention-weight tensor per layer.
-    """
+    """What ``TransformerLM.hidden_states(ids, return_attn=True)`` returns: :class:`LMOutput` with
+    ``hidden`` (B, T, d), the last layer's normalised states, in place of the logits."""
 
     hidden: torch.Tensor
     attn: list[torch.Tensor]
