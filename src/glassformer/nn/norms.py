@@ -16,9 +16,12 @@ from .taps import Tapped
 
 
 def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> torch.Tensor:
-    """The norm through its "scale" and "normalized" taps: (..., d) -> (..., d). Hooks that only read
-    leave the untapped norm's output, bit for bit (caching changes no number, as in TransformerLens's
-    bridge); a replaced or edited tensor is carried on: ``normalized * weight + bias``."""
+    """The norm through its "scale" and "normalized" taps: (..., d) -> (..., d).
+
+    When the hooks only read (they return the tensors they were given, unchanged in place), the output
+    is the untapped norm's own, bit for bit, so caching changes no number; when one replaces or edits a
+    tensor, the rest is computed from the edited one: ``normalized * weight + bias``.
+    """
     x32 = x.float()
     if centre:
         x32 = x32 - x32.mean(-1, keepdim=True)
