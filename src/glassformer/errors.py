@@ -233,6 +233,15 @@ def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pa
         raise GlassformerError(f"{name} must have shape (B, T) = {(batch, length)}, got {tuple(pad.shape)}")
 
 
+def check_memory(memory: torch.Tensor | None, src_pad: torch.Tensor | None, batch: int, d_model: int) -> None:
+    """A decoder's memory, when given, must be (batch, S, d_model), and its padding flags (batch, S)."""
+    if memory is None:
+        return
+    if memory.dim() != 3 or memory.shape[0] != batch or memory.shape[2] != d_model:
+        raise GlassformerError(f"memory must have shape (B={batch}, S, d={d_model}), got {tuple(memory.shape)}")
+    check_pad(src_pad, batch, memory.shape[1], name="src_pad")
+
+
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
     """An attention mask must be a bool tensor broadcastable to the scores' shape (..., h, Tq, Tk)."""
     if mask is None:

@@ -12,8 +12,8 @@ SIDES = ("left", "right")
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
-             device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad id lists to the longest one.
+             device: torch.device | str | None = None, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists to the longest one (or to ``length``).
 
     Right padding suits an encoder's input and training batches; left padding suits prompts to be
     continued (every row's last token then sits in the last column).
@@ -23,13 +23,18 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
         pad_id: the id written into padded slots.
         side: "right" or "left".
         device: where to create the tensors.
+        length: pad to this many columns (at least the longest row's length; default: that length).
     Returns:
-        (ids (B, L) long, pad (B, L) bool, True = padding), L the longest row's length.
+        (ids (B, L) long, pad (B, L) bool, True = padding), L = ``length`` or the longest row's length.
     """
     if side not in SIDES:
         raise GlassformerError(f"side must be one of {SIDES}, got {side!r}")
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
     L = int(lengths.max()) if len(rows) else 0
+    if length is not None:
+        if length < L:
+            raise GlassformerError(f"length={length} is shorter than the longest row ({L} tokens)")
+        L = length
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         if len(row):

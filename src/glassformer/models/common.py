@@ -34,11 +34,7 @@ def final_norm(config: ModelConfig) -> nn.Module:
 
 
 class Embeddings(Tapped):
-    """Token ids -> vectors, and the position inputs attention needs.
-
-    ``forward`` gives token embedding (x √d when ``scale_embeddings``) + absolute positions
-    (sinusoidal or learned) + token types, then the optional norm and dropout.
-    ``attention_inputs`` gives the per-forward RoPE angles or ALiBi score bias (None for other schemes).
+    """Token ids -> vectors (:meth:`forward`), and the position inputs attention needs (:meth:`attention_inputs`).
 
     Parts: ``tok`` (V, d) token table; ``pos`` learned position table (pos="learned"); ``types``
     segment table (``n_token_types``); ``norm`` embedding norm (``embed_norm``).

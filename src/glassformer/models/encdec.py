@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig, config_from_args
-from ..errors import GlassformerError, check_int, check_pad, check_token_ids
+from ..errors import check_int, check_memory, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
 from ..nn.kv_cache import KVCache
 from ..nn.masks import padding_mask
@@ -117,13 +117,9 @@ class EncoderDecoder(Tapped):
         """
         check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
-        d = self.config.d_model
         start = cache[0][0].length if cache else 0  # target positions already in the cache
         check_pad(tgt_pad, B, start + T, name="tgt_pad")
-        if memory is not None and (memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d):
-            raise GlassformerError(f"memory must have shape (B={B}, S, d={d}), got {tuple(memory.shape)}")
-        if src_pad is not None and memory is not None:
-            check_pad(src_pad, B, memory.shape[1], name="src_pad")
+        check_memory(memory, src_pad, B, self.config.d_model)
         x, rope, score_bias = self._embed(tgt_in, start, decoder=True)  # (B, T, d)
         inputs = AttentionInputs(
             mask=padding_mask(tgt_pad) if tgt_pad is not None else None,  # (B, 1, 1, cached + T); causal: flag
@@ -143,11 +139,8 @@ class EncoderDecoder(Tapped):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
                 tgt_pad: torch.Tensor | None = None, return_attn: bool = False) -> torch.Tensor | EncoderDecoderOutput:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V).
-
-        With ``return_attn`` an :class:`EncoderDecoderOutput`: (logits, {"enc": [(B, h, S, S)],
-        "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}).
-        """
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); with ``return_attn`` an
+        :class:`EncoderDecoderOutput` (logits and each layer's "enc", "self" and "cross" weights)."""
         log: dict[str, list] | None = {"enc": [], "self": [], "cross": []} if return_attn else None
         memory = self.encode(src, src_pad, log)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log)  # (B, T, V)

@@ -1,16 +1,7 @@
 """Old state-dict names -> today's, so checkpoints written by earlier versions still load.
 
-Every rename of a parameter's path is listed here once, old pattern first:
-
-    blocks.0.n1.weight               -> blocks.0.attn_norm.weight      (also enc./dec. blocks)
-    blocks.0.n2.weight               -> blocks.0.cross_norm.weight
-    blocks.0.n3.weight               -> blocks.0.ffn_norm.weight
-    logits_bias                      -> head.bias                      (the bias on tied logits)
-    head_transform.dense.weight      -> head.transform.dense.weight    (BERT's MLM head transform)
-    embeddings.dec_pos.weight        -> dec_embedding.pos.weight       (BART's decoder positions)
-    embeddings.dec_norm.weight       -> dec_embedding.norm.weight
-
-``head.weight`` and ``head.bias`` of an untied output layer keep their names.
+Every rename of a parameter's path is listed once in :data:`RENAMES`, old pattern first; ``head.weight``
+and ``head.bias`` of an untied output layer keep their names.
 """
 
 from __future__ import annotations
@@ -21,13 +12,13 @@ from typing import Any
 from ..errors import GlassformerError
 
 RENAMES: tuple[tuple[str, str], ...] = (
-    (r"(^|\.)n1\.", r"\1attn_norm."),
-    (r"(^|\.)n2\.", r"\1cross_norm."),
-    (r"(^|\.)n3\.", r"\1ffn_norm."),
-    (r"(^|\.)logits_bias$", r"\1head.bias"),
-    (r"(^|\.)head_transform\.", r"\1head.transform."),
-    (r"(^|\.)embeddings\.dec_pos\.", r"\1dec_embedding.pos."),
-    (r"(^|\.)embeddings\.dec_norm\.", r"\1dec_embedding.norm."),
+    (r"(^|\.)n1\.", r"\1attn_norm."),  # blocks.0.n1.weight -> blocks.0.attn_norm.weight (also enc./dec.)
+    (r"(^|\.)n2\.", r"\1cross_norm."),  # blocks.0.n2.weight -> blocks.0.cross_norm.weight
+    (r"(^|\.)n3\.", r"\1ffn_norm."),  # blocks.0.n3.weight -> blocks.0.ffn_norm.weight
+    (r"(^|\.)logits_bias$", r"\1head.bias"),  # the bias on tied logits
+    (r"(^|\.)head_transform\.", r"\1head.transform."),  # BERT's MLM head transform
+    (r"(^|\.)embeddings\.dec_pos\.", r"\1dec_embedding.pos."),  # BART's decoder positions
+    (r"(^|\.)embeddings\.dec_norm\.", r"\1dec_embedding.norm."),  # and its decoder's embedding norm
 )
 _COMPILED = tuple((re.compile(old), new) for old, new in RENAMES)
 

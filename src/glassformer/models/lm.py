@@ -40,12 +40,8 @@ class LMOutput(NamedTuple):
 
 
 class HiddenStates(NamedTuple):
-    """What ``TransformerLM.hidden_states(ids, return_attn=True)`` returns; unpacks as ``hidden, attn = ...``.
-
-    Attributes:
-        hidden: (B, T, d) the last layer's normalised states.
-        attn: one (B, h, T, Tk) attention-weight tensor per layer.
-    """
+    """What ``TransformerLM.hidden_states(ids, return_attn=True)`` returns: :class:`LMOutput` with
+    ``hidden`` (B, T, d), the last layer's normalised states, in place of the logits."""
 
     hidden: torch.Tensor
     attn: list[torch.Tensor]
@@ -85,10 +81,8 @@ class TransformerLM(Tapped):
     # ------------------------------------------------------------------ inputs
     def make_mask(self, T: int, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
                   device: torch.device | str | None = None) -> torch.Tensor | None:
-        """The full boolean self-attention mask this model uses; None means "everything visible".
-
-        Returns (T, T), (B, 1, T, T) or (B, 1, 1, T)-broadcast shapes; True = may attend.
-        """
+        """The full boolean self-attention mask this model uses, True = may attend: (T, T), (B, 1, T, T)
+        or (B, 1, 1, T), broadcasting; None means "everything visible"."""
         mask, is_causal = self._attention_mask(T, pad, prefix_len, device)
         if is_causal:
             mask = causal_mask(T, device) if mask is None else mask & causal_mask(T, device)

@@ -6,14 +6,7 @@ from .feedforward import FeedForward
 from .kv_cache import KVCache
 from .masks import causal_mask, padding_mask, prefix_mask
 from .norms import RMSNorm
-from .positions import (
-    LearnedPositions,
-    alibi_bias,
-    alibi_slopes,
-    apply_rope,
-    rope_angles,
-    sinusoidal_positions,
-)
+from .positions import LearnedPositions, alibi_bias, alibi_slopes, apply_rope, rope_angles, sinusoidal_positions
 
 __all__ = [
     "scaled_dot_product_attention", "AttentionInputs", "MultiHeadAttention", "TransformerBlock", "FeedForward",

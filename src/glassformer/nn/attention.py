@@ -1,9 +1,6 @@
-"""Scaled dot-product attention (explicit softmax, and the fused kernel as its fast equivalent) and
-multi-head attention.
-
-``scaled_dot_product_attention`` computes softmax(q kᵀ / √d_k + score_bias) v under a boolean mask,
-written out step by step; when nobody asks for the weights, ``fused_attention`` computes the same
-numbers with ``torch.nn.functional.scaled_dot_product_attention`` (tests/test_attention.py).
+"""Scaled dot-product attention, softmax(q kᵀ / √d_k + score_bias) v: written out step by step, and
+``fused_attention``, the same numbers from ``torch.nn.functional.scaled_dot_product_attention`` when
+nobody asks for the weights (tests/test_attention.py); and multi-head attention.
 """
 
 from __future__ import annotations
@@ -202,13 +199,8 @@ class MultiHeadAttention(Tapped):
         return t.transpose(1, 2)  # (B, n, T, hd)
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of a memory sequence (cross-attention) with the key/value rows of ``qkv``.
-
-        Args:
-            memory: (B, S, d), e.g. the encoder output.
-        Returns:
-            (k, v), each (B, n_kv_heads, S, hd).
-        """
+        """Cross-attention's keys and values: memory (B, S, d), e.g. the encoder output, through the
+        key/value rows of ``qkv`` -> (k, v), each (B, n_kv_heads, S, hd)."""
         dq = self.n_heads * self.head_dim
         kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
         k, v = F.linear(memory, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)

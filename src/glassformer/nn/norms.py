@@ -2,8 +2,7 @@
 
 Both have TransformerLens's two hook points: "scale" (..., 1), the divisor (σ, or the root mean square),
 and "normalized" (..., d), the vector divided by it *before* the learned gain and bias. With nothing
-attached they run as before (torch's fused ``layer_norm``); with a hook attached they run written out.
-A hook that only reads leaves the output bit-identical (as in TransformerLens's bridge).
+attached they run as before (torch's fused ``layer_norm``); with a hook attached, written out.
 """
 
 from __future__ import annotations

@@ -23,102 +23,34 @@ from torch import nn
 from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
-from ..errors import BadFileError, GlassformerError
-from ..fileio import atomic_write_text, fsync_file, run_lock
-from ..runtime.precision import Precision, autocast, model_case, resolve_precision
+from ..errors import GlassformerError
+from ..fileio import fsync_file, run_lock
 from ..tokenizers import Tokenizer
-from .checkpoint import LAST, STATE, clear_run, commit_checkpoint, find_resumable, load_checkpoint, recover_run
+from .checkpoint import LAST, commit_checkpoint
 from .config import TrainConfig
 from .distributed import (
     DistInfo,
     all_reduce_sum,
     full_model_state,
-    full_optimizer_state,
     grad_sync,
     init_distributed,
     is_sharded,
-    load_full_state,
     wrap_for_training,
 )
+from .metrics import METRICS, metrics_line, read_metrics  # noqa: F401 (read_metrics: loop.read_metrics, as before)
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
-from .state_check import check_resume_matches, check_train_state
+from .resume import restore, start_run, train_state
+from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
+from .validation import evaluate
 
-STATE_FORMAT = 1
-METRICS = "metrics.jsonl"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(GlassformerError):
     """The training or validation loss, or the weights, became NaN or infinite; nothing is saved from
     that point on, so the last good checkpoint (if any) is kept."""
-
-
-def metrics_line(record: dict[str, Any]) -> str:
-    """``record`` as one line of strict JSON: a NaN or infinite number (which JSON cannot hold) is
-    written as null."""
-    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
-    return json.dumps(clean, allow_nan=False) + "\n"
-
-
-def read_metrics(file: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (null read back as NaN). A torn last line, what a process
-    killed while writing it leaves, is dropped; any other line that is not a JSON record is an error.
-
-    Raises:
-        BadFileError naming the file and the line.
-    """
-    file = Path(file)
-    if not file.is_file():
-        return []
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break  # torn last line: the record was never complete
-            raise BadFileError(f"{str(file)!r} line {number} is not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise BadFileError(f"{str(file)!r} line {number} is not a record with an integer 'step'")
-        records.append({k: math.nan if v is None else v for k, v in record.items()})
-    return records
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
-             max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
-             precision: Precision | None = None) -> dict[str, float]:
-    """Loss, perplexity and token accuracy on the validation split (the whole split by default),
-    the forward passes under ``precision``'s autocast (default float32); the loss is summed in float32.
-
-    Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
-    "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
-    """
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
-    try:
-        for batch in batches.eval_batches(batch_size, max_batches):
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with precision.autocast(device) if precision is not None else contextlib.nullcontext():
-                parts = batch_loss(model, batch)
-            total += torch.stack([parts.loss_sum.double(), parts.count.double(), parts.correct.double()]).cpu()
-    finally:
-        model.train(was_training)
-    loss_sum, count, correct = total.tolist()
-    if count == 0:
-        return {}
-    loss = loss_sum / count
-    out = {"val_loss": loss, "val_ppl": math.exp(min(loss, 700.0)), "val_accuracy": correct / count,
-           "val_tokens": int(count)}
-    if char_level:
-        out["val_bits_per_char"] = loss / math.log(2)
-    return out
 
 
 class Trainer:
@@ -171,7 +103,8 @@ class Trainer:
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
         self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
-        self.precision = self._resolve_precision()
+        micro = self._micro_batches()[0] if config.precision == "auto" and self.dist.is_main else None
+        self.precision = choose_precision(config.precision, self.model, self.dist, micro)
         # float16's narrow range needs the loss scaled up before backward (and the gradients back down)
         self.scaler = torch.amp.GradScaler(self.dist.device.type, enabled=self.precision.name == "float16")
         # DDP, or FSDP sharding self.model in place (after the precision measurement, which runs the
@@ -197,51 +130,10 @@ class Trainer:
         self.tracker: Tracker = Tracker()
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
 
-    # ------------------------------------------------------------------ precision
-    def _resolve_precision(self) -> Precision:
-        """``config.precision``, with "auto" decided by measuring this model's training step in float32
-        and under bfloat16 autocast on the first micro-batch (rank 0 measures, every rank follows it).
-        The measurement leaves the weights, gradients and random state as they were."""
-        asked, device = self.config.precision, self.dist.device
-        micro = self._micro_batches()[0] if asked == "auto" and self.dist.is_main else None
-        case = ""
-        if micro is not None:
-            shape = "x".join(str(n) for n in next(iter(micro.values())).shape)
-            case = f"train | {model_case(self.model.config)} | batch {shape}"
-        chosen = resolve_precision(asked, device, (lambda: self._precision_steps(micro)) if micro else None, case)
-        if asked == "auto" and self.dist.distributed:
-            flag = torch.tensor([float(chosen.name == "bfloat16" and self.dist.is_main)], device=device)
-            rank0_bf16 = bool(all_reduce_sum(flag, self.dist).item())
-            if not self.dist.is_main:
-                chosen = Precision("bfloat16" if rank0_bf16 else "float32", "auto", "as rank 0 measured")
-        return chosen
-
-    def _precision_steps(self, micro: dict[str, torch.Tensor]) -> tuple[Any, Any]:
-        """(float32, bfloat16-autocast) closures of one forward + backward of the model on ``micro``,
-        for :func:`~glassformer.runtime.precision.resolve_precision` to time."""
-
-        def step(precision: str) -> Any:
-            def run() -> None:
-                with torch.random.fork_rng(devices=[]), autocast(precision, self.dist.device):
-                    parts = batch_loss(self.model.train(), micro, count_correct=False)
-                parts.loss_sum.backward()
-                self.model.zero_grad(set_to_none=True)
-            return run
-
-        return step("float32"), step("bfloat16")
-
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
-        """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable).
-        Under FSDP a collective that gathers the optimizer state: every rank calls it, rank 0 gets it all."""
-        state = {"format": STATE_FORMAT, "step": self.step, "best_val": self.best_val, "best_step": self.best_step,
-                 "tokens_seen": self.tokens_seen, "optimizer": full_optimizer_state(self.model, self.optimizer),
-                 "rng_cpu": torch.get_rng_state(), "precision": self.precision.name}
-        if self.scaler.is_enabled():
-            state["scaler"] = self.scaler.state_dict()
-        if torch.cuda.is_available() and self.dist.device.type == "cuda":
-            state["rng_cuda"] = torch.cuda.get_rng_state(self.dist.device)
-        return state
+        """What resuming needs besides the weights: :func:`~glassformer.training.resume.train_state`."""
+        return train_state(self)
 
     def save(self, best: bool = False) -> Path | None:
         """Commit the current step's checkpoint as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and,
@@ -298,43 +190,9 @@ class Trainer:
 
     def resume(self, path: str | Path | None = None) -> bool:
         """Restore weights, optimizer, RNG and step from ``path`` (default: the newest complete
-        checkpoint of ``out_dir``, see :func:`~glassformer.training.checkpoint.find_resumable`).
-
-        Returns False when there is nothing to resume from (no checkpoint at all).
-        Raises:
-            BadFileError when ``out_dir`` holds checkpoints but none that can be resumed.
-        """
-        if path is None:
-            found = find_resumable(self.out)
-            if found is None:
-                return False
-            path = found
-        path = Path(path)
-        if not path.exists():
-            return False
-        checkpoint = load_checkpoint(path, with_state=True)
-        check_resume_matches(path, self.model.config, checkpoint.model.config, checkpoint.tokenizer.kind,
-                             checkpoint.training, self.config.to_dict())
-        state = checkpoint.train_state
-        saved = state.get("optimizer")
-        saved_kind = "muon" if isinstance(saved, dict) and set(saved) == {"adamw", "muon"} else "adamw"
-        if saved_kind != self.config.optimizer:
-            raise GlassformerError(f"cannot resume from {str(path)!r}: it was trained with optimizer {saved_kind!r}, "
-                                   f"this run uses {self.config.optimizer!r}")
-        # every shape, dtype and type checked before the optimizer's kernels or the RNG see a tensor
-        check_train_state(state, path / STATE, self.model, self.optimizer, STATE_FORMAT, self.scaler.is_enabled())
-        load_full_state(self.model, self.optimizer, checkpoint.model.state_dict(), state["optimizer"])
-        if "scaler" in state and self.scaler.is_enabled():
-            self.scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng_cpu"])
-        if "rng_cuda" in state and self.dist.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng_cuda"], self.dist.device)
-        self.step, self.best_val, self.tokens_seen = int(state["step"]), float(state["best_val"]), int(
-            state["tokens_seen"])
-        self.best_step = int(state.get("best_step", -1))
-        self.history = [h for h in read_metrics(self.out / METRICS) if h["step"] <= self.step]
-        self.last_checkpoint = path
-        return True
+        checkpoint of ``out_dir``); False when there is nothing to resume from. See
+        :func:`~glassformer.training.resume.restore`."""
+        return restore(self, path)
 
     def _log(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -448,19 +306,8 @@ class Trainer:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
 
     def _start(self) -> None:
-        """Resume (when asked) and, on rank 0, put ``out_dir`` in order: resuming repairs the pointers
-        and removes leftovers of a crash; starting afresh removes an earlier run's checkpoints. Then
-        ``metrics.jsonl`` is rewritten (atomically) with the records up to the resumed step."""
-        resumed = self.resume() if self.config.resume else False
-        if not self.dist.is_main:
-            return
-        if resumed:
-            self.last_checkpoint = recover_run(self.out, self.last_checkpoint, self.best_step)
-        else:
-            clear_run(self.out)
-        atomic_write_text(self.out / METRICS, "".join(metrics_line(h) for h in self.history))
-        if self.microscope is not None:  # the same rules for microscope.jsonl
-            self.microscope.start(self.out, self.step, self.model)
+        """Resume (when asked) and put ``out_dir`` in order: :func:`~glassformer.training.resume.start_run`."""
+        start_run(self)
 
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming from the newest complete checkpoint when ``config.resume``;

@@ -103,7 +103,7 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
     if not is_run_dir(out):
         raise MissingFileError(f"{str(out)!r} is not a training run folder: it has no {METRICS} "
                                "(give a run's out_dir, or a checkpoint folder with --text)")
-    from ..training.loop import read_metrics
+    from ..training.metrics import read_metrics
 
     metrics = read_metrics(out / METRICS)
     records = read_records(out / RECORDS)

@@ -1,0 +1,45 @@
+"""Evaluation on the validation split: loss, perplexity and token accuracy."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from torch import nn
+
+from ..data import LMBatches, Seq2SeqBatches
+from ..runtime.precision import Precision
+from .objectives import batch_loss
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
+             max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
+             precision: Precision | None = None) -> dict[str, float]:
+    """Loss, perplexity and token accuracy on the validation split (the whole split by default),
+    the forward passes under ``precision``'s autocast (default float32); the loss is summed in float32.
+
+    Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
+    "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
+    """
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
+    try:
+        for batch in batches.eval_batches(batch_size, max_batches):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with precision.autocast(device) if precision is not None else contextlib.nullcontext():
+                parts = batch_loss(model, batch)
+            total += torch.stack([parts.loss_sum.double(), parts.count.double(), parts.correct.double()]).cpu()
+    finally:
+        model.train(was_training)
+    loss_sum, count, correct = total.tolist()
+    if count == 0:
+        return {}
+    loss = loss_sum / count
+    out = {"val_loss": loss, "val_ppl": math.exp(min(loss, 700.0)), "val_accuracy": correct / count,
+           "val_tokens": int(count)}
+    if char_level:
+        out["val_bits_per_char"] = loss / math.log(2)
+    return out

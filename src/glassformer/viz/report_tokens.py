@@ -1,0 +1,121 @@
+"""The report's tokens: its inputs as ids (cut to ``max_tokens``, padded), their printable labels, the
+bounds on what one report may draw, and the greedy generation trace shown token by token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data.padding import pad_rows
+from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..generation.api import special_id
+from .i18n import text as tr
+
+PAD_LABEL = "<pad>"
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
+    """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids.
+
+    ``add_special_tokens=None`` encodes as the tokenizer does by default (a Hugging Face tokenizer adds
+    its specials, as ``transformers`` does; glassformer's own tokenizers add none).
+    """
+    if isinstance(value, str):
+        if tokenizer is None:
+            raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
+        ids = list(tokenizer.encode(value) if add_special_tokens is None
+                   else tokenizer.encode(value, add_special_tokens=add_special_tokens))
+    elif isinstance(value, torch.Tensor):
+        if value.dim() == 2 and value.shape[0] == 1:
+            value = value[0]
+        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            raise GlassformerError(f"{name} as a tensor must be integer ids of shape (T,) or (1, T), "
+                                   f"got dtype {value.dtype} shape {tuple(value.shape)}")
+        ids = [int(i) for i in value.tolist()]
+    elif isinstance(value, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        ids = list(value)
+    else:
+        raise ArgumentTypeError(f"{name} must be text, a list of token ids or an id tensor, "
+                                f"got {type(value).__name__}")
+    if not ids:
+        raise GlassformerError(f"{name} is empty: it gives no tokens")
+    return ids
+
+
+def _labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = None) -> list[str]:
+    """The printable piece of each id (the id itself without a tokenizer); padding shows as <pad>."""
+    if tokenizer is None:
+        labels = [str(i) for i in ids]
+    elif hasattr(tokenizer, "id_to_token"):
+        labels = [str(tokenizer.id_to_token(int(i))) for i in ids]
+    else:  # a Hugging Face tokenizer
+        labels = [str(t) for t in tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
+    if pad is not None:
+        labels = [PAD_LABEL if p else t for t, p in zip(labels, pad, strict=True)]
+    return labels
+
+
+# What one report may be asked to draw: the page holds L x h x T^2 bytes of weights per attention view
+# and one table row per generation step, so these bound its size (and the time to build it).
+MAX_TOKENS = 2048  # longest input (max_tokens, pad_to)
+MAX_STEPS = 1024  # generation trace steps
+MAX_TOP_K = 100  # candidates shown per step
+
+
+def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: int = 5,
+                         pad_to: int | None = None, prefix: str = "") -> None:
+    """A one-line error naming the first option out of the bounds above (before any model runs);
+    ``prefix`` goes before each name ("--" for the command line)."""
+    check_int(f"{prefix}max_tokens", max_tokens, 1, MAX_TOKENS)
+    check_int(f"{prefix}generate", generate, 0, MAX_STEPS)
+    check_int(f"{prefix}top_k", top_k, 1, MAX_TOP_K)
+    check_int(f"{prefix}pad_to", pad_to, 1, MAX_TOKENS, allow_none=True)
+
+
+def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str = "en") -> list[int]:
+    if len(ids) > max_tokens:
+        notes.append(tr("note.cap", lang, name=tr(f"note.name.{name}", lang), n=len(ids), max_tokens=max_tokens))
+        return ids[:max_tokens]
+    return ids
+
+
+def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], list[bool]]:
+    """Right-pad ``ids`` to ``pad_to`` tokens (at least ``len(ids)``) with ``pad_id``; return (ids, pad flags)."""
+    if pad_to is None:
+        return ids, [False] * len(ids)
+    check_int("pad_to", pad_to, len(ids))
+    padded, pad = pad_rows([ids], pad_id, length=pad_to)
+    return padded[0].tolist(), pad[0].tolist()
+
+
+def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
+                      **options: Any) -> dict[str, Any]:
+    """Per step of a greedy continuation: the top-k candidates with probabilities and the choice."""
+    from ..generation.trace import trace_generation
+
+    eos = special_id(tokenizer, "eos")
+    if eos is not None:
+        options["eos_token_id"] = eos
+    records = trace_generation(model, ids, steps, top_k=top_k, **options)
+    rows = [{"chosen": r["chosen"], "chosen_label": _labels([r["chosen"]], tokenizer)[0],
+             "candidates": [{"id": i, "label": _labels([i], tokenizer)[0], "p": p} for i, p in r["top_k"]]}
+            for r in records]
+    new_ids = [r["chosen"] for r in rows]
+    text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
+    if new_ids and not text.strip():  # only special tokens (an untrained model's <bos> ...): show them
+        text = "".join(r["chosen_label"] for r in rows)
+    return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
+
+
+def _trace_notes(generation: dict[str, Any] | None, notes: list[str]) -> None:
+    """A note when the trace looks like an untrained model's: the same token chosen at every step."""
+    if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
+        notes.append(f"The greedy choice is {generation['steps'][0]['chosen_label']!r} at every step of the "
+                     "generation trace: what a model with random weights (a --preset, untrained) does. Train it, "
+                     "or inspect a checkpoint, for a trace that means something.")
+
+
