@@ -291,7 +291,7 @@ def test_token_id_out_of_range():
 
 
 def test_non_integer_ids():
-    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+    with pytest.raises(TypeError, match="ids must be a tensor of dtype torch.long"):
         small()(torch.tensor([[1.0, 2.0]]))
     with pytest.raises(TypeError, match="ids must be a torch.Tensor"):
         small()([[1, 2]])

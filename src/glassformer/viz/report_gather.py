@@ -224,10 +224,9 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         options = {"prefix_len": prefix_len} if attn == "prefix" else {}
         if tgt is not None:  # the model's own answer to the prefix, as long as the target: compare the two
             real, generate = real[:prefix_len], min(generate, len(tgt))
-            notes.append(f"The generation trace answers the prefix alone, for the target's {len(tgt)} tokens: "
-                         "compare its choices with the target.")
+            notes.append(tr("note.trace_target", lang, n=len(tgt)))
         generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
-        _trace_notes(generation, notes)
+        _trace_notes(generation, notes, lang)
     elif attn == "bidirectional":
         notes.append(tr("note.encoder_only", lang))
     return views, shapes, generation, (x, pad_t, prefix_len, tokens)
@@ -245,7 +244,7 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
     if generate:
         steps = generate if tgt is None else min(generate, len(tgt) + 1)  # a target's length and its eos
         generation = _generation_trace(model, tokenizer, src, steps, top_k, decoder_start_token_id=start)
-        _trace_notes(generation, notes)
+        _trace_notes(generation, notes, lang)
     if tgt is None:
         tgt = generation["ids"] if generation else []
         notes.append(tr("note.no_target_encdec" if generation else "note.no_target_encdec_alone", lang))

@@ -111,11 +111,9 @@ def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: i
     return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
 
 
-def _trace_notes(generation: dict[str, Any] | None, notes: list[str]) -> None:
+def _trace_notes(generation: dict[str, Any] | None, notes: list[str], lang: str = "en") -> None:
     """A note when the trace looks like an untrained model's: the same token chosen at every step."""
     if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
-        notes.append(f"The greedy choice is {generation['steps'][0]['chosen_label']!r} at every step of the "
-                     "generation trace: what a model with random weights (a --preset, untrained) does. Train it, "
-                     "or inspect a checkpoint, for a trace that means something.")
+        notes.append(tr("note.trace_same", lang, token=repr(generation["steps"][0]["chosen_label"])))
 
 
