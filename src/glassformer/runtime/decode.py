@@ -18,17 +18,24 @@ import torch
 from torch import nn
 
 from ..models.head import OutputHead
-from .linear import MIN_WEIGHT, linear
+from .linear import MIN_WEIGHT, linear, route_pays
 
 
 def _routed_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``module(x)`` through :func:`.linear.linear`."""
+    """``module(x)`` through :func:`.linear.linear`; where the route does not pay for a decoding step's
+    rows, the module gets its class's own ``forward`` back for the rest of the generation (a step's
+    row count stays the same), so it pays no per-call check."""
+    if route_pays(x, module.weight) is False:
+        del module.forward
     return linear(x, module.weight, module.bias)
 
 
 def _routed_head(head: OutputHead, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-    """``head(hidden, embedding)`` through :func:`.linear.linear`."""
-    return linear(hidden, embedding if head.weight is None else head.weight, head.bias)
+    """``head(hidden, embedding)`` through :func:`.linear.linear` (unwrapped like :func:`_routed_linear`)."""
+    weight = embedding if head.weight is None else head.weight
+    if route_pays(hidden, weight) is False:
+        del head.forward
+    return linear(hidden, weight, head.bias)
 
 
 def _may_route(weight: torch.Tensor | None) -> bool:
@@ -62,4 +69,5 @@ def few_row_route(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         for module in routed:
-            del module.forward
+            if "forward" in module.__dict__:  # (one that did not pay has it back already)
+                del module.forward

@@ -67,6 +67,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def route_pays(x: torch.Tensor, weight: torch.Tensor) -> bool | None:
+    """Whether :func:`linear` takes the route for ``x`` and ``weight``: None when the product is not a
+    few-row one (the question does not arise), else the measured choice for its shape."""
+    rows = _few_rows(x, weight)
+    return _route_pays(rows, weight) if rows else None
+
+
 def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """flat (rows, in) @ weightᵀ as W xᵀ, W's rows in BLOCKS blocks multiplied as one batch -> (rows, out)."""
     (rows, n_in), n_out = flat.shape, weight.shape[0]
