@@ -132,3 +132,22 @@ def test_block_drops_each_sublayer_output_once():
         assert (~kept).any() and torch.allclose(ratio[~kept], torch.tensor(0.0), atol=1e-4), branch
     # the feed-forward's hidden activations are not dropped
     assert torch.equal(seen["hidden"], F.gelu(block.ffn.up(seen["ffn_in"])))
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_where_the_route_does_not_pay_a_decoding_step_gives_the_modules_their_own_forward_back(monkeypatch, batch):
+    """Measured slower (or too many rows, batch 8): after the first decoding step no projection keeps
+    the per-call wrapper, so decoding costs what plain F.linear costs; results are unchanged."""
+    monkeypatch.setattr(kernel_choice, "_choices", {})
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: False)
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=600, d_model=256, n_heads=4, n_layers=1, d_ff=1024, max_len=16).eval()
+    prompt, step = torch.randint(0, 600, (batch, 5)), torch.randint(0, 600, (batch, 1))
+    with torch.no_grad():
+        plain = model(step)
+        with few_row_route(model):
+            model(prompt)  # a prompt (5 positions) decides nothing: the wrappers stay
+            assert "forward" in model.blocks[0].ffn.up.__dict__
+            routed = model(step)
+            assert not any("forward" in m.__dict__ for m in model.modules())
+    torch.testing.assert_close(routed, plain, rtol=0, atol=0)

@@ -21,11 +21,16 @@ from ..models.head import OutputHead
 from .linear import MIN_WEIGHT, linear, route_pays
 
 
+def _is_step(x: torch.Tensor) -> bool:
+    """Whether ``x`` (B, T, d) is a decoding step's input: one new position per row."""
+    return x.dim() == 3 and x.shape[1] == 1
+
+
 def _routed_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``module(x)`` through :func:`.linear.linear`; where the route does not pay for a decoding step's
-    rows, the module gets its class's own ``forward`` back for the rest of the generation (a step's
-    row count stays the same), so it pays no per-call check."""
-    if route_pays(x, module.weight) is False:
+    """``module(x)`` through :func:`.linear.linear`; at a decoding step the route does not take (too many
+    rows, or measured slower here), the module gets its class's own ``forward`` back for the rest of the
+    generation (every step has the same rows), so it pays no per-call check."""
+    if _is_step(x) and not route_pays(x, module.weight):
         del module.forward
     return linear(x, module.weight, module.bias)
 
@@ -33,7 +38,7 @@ def _routed_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def _routed_head(head: OutputHead, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
     """``head(hidden, embedding)`` through :func:`.linear.linear` (unwrapped like :func:`_routed_linear`)."""
     weight = embedding if head.weight is None else head.weight
-    if route_pays(hidden, weight) is False:
+    if _is_step(hidden) and not route_pays(hidden, weight):
         del head.forward
     return linear(hidden, weight, head.bias)
 
