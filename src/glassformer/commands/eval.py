@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from .precision import add_precision
@@ -79,10 +80,13 @@ def run(args: argparse.Namespace) -> int:
     first = next(iter(batches.eval_batches(args.batch_size, 1)), None)
     work = (lambda: batch_loss(model.eval(), first)) if first is not None else (lambda: None)
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
-    metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
-                       precision=precision)
     # labelled by the file scored, not as a validation split: {"data": FILE, "loss", "ppl", "accuracy", ...}
     scored = str(args.pairs or f"{args.src} -> {args.tgt}") if objective == "seq2seq" else str(args.data)
+    amount = f"{len(pairs):,} pairs" if objective == "seq2seq" else f"{len(ids):,} tokens"
+    print(f"scoring {amount} of {scored} ({objective}, batches of {args.batch_size} x {block_size}) ...",
+          file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
+    metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
+                       precision=precision)
     clean = {k.removeprefix("val_"): v if not isinstance(v, float) or math.isfinite(v) else None
              for k, v in metrics.items()}
     print(json.dumps({"objective": objective, "precision": precision.name, "data": scored, **clean}, allow_nan=False))
