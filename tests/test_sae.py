@@ -282,3 +282,26 @@ def test_character_kinds_that_name_features():
     assert kinds[8] == {"newline ending a speaker's name", "newline"}
     assert "vowel after a consonant" in kinds[10] and "vowel after a consonant" not in kinds[0]
     assert "in a speaker's name line" not in kinds[0]  # the window cuts its line: unknown, not a name
+
+
+def test_command_logs_to_tensorboard_and_a_resumed_run_continues_its_series(tmp_path, corpus, capsys):
+    pytest.importorskip("tensorboard")
+    from test_trackers import scalars
+
+    model = lm()
+    save_checkpoint(tmp_path / "run" / "best", model, TOK)
+    out = tmp_path / "sae"
+    words = ["sae", str(tmp_path / "run" / "best"), "--hook", "blocks.1.hook_resid_post", "--data", str(corpus),
+             "--out_dir", str(out), "--d_sae", "32", "--k", "4", "--steps", "4", "--batch_size", "64",
+             "--buffer_size", "128", "--context", "16", "--model_batch", "4", "--progress", "false",
+             "--feature_windows", "0", "--eval_batches", "1", "--log_every", "1", "--log", "tensorboard"]
+    assert main(words) == 0
+    assert main([*words, "--steps", "6", "--resume", "true"]) == 0
+    capsys.readouterr()
+    logged = scalars(out / "tensorboard")
+    assert [step for step, _ in logged["sae/mse"]] == [1, 2, 3, 4, 5, 6]  # each step once, across the resume
+    history = json.loads((out / "sae" / "sae.json").read_text())["info"]["steps"]
+    assert history == 6 and [s for s, _ in logged["sae_eval/explained_variance"]][-1] == 6
+    (out / "tensorboard" / "notes.txt").write_text("mine")
+    assert main([*words, "--log", "tensorboard"]) == 2  # a fresh run never removes a user's file there
+    assert "notes.txt" in capsys.readouterr().err and (out / "tensorboard" / "notes.txt").read_text() == "mine"

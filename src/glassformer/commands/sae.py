@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..training.checkpoint import load_checkpoint
     from ..training.config import apply_overrides, read_yaml
     from ..training.distributed import pick_device
+    from ..training.trackers import Trackers, open_trackers, parse_log
     from ..viz.report_sae import write_feature_pages
     from .overrides import overrides_from_argv
 
@@ -46,7 +47,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--data is required: one or more text files to read activations from")
     device = pick_device(config.device)
     checkpoint = load_checkpoint(args.checkpoint, map_location=device)
-    result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint)
+    parse_log(config.log)  # an unknown tracker or a missing extra: one line, before any work
+    trackers: list[Trackers] = []
+
+    def to_trackers(record: dict[str, float], resumed_from: int | None) -> None:
+        if not trackers:  # opened at the first record: out_dir is settled by then
+            trackers.append(open_trackers(config.log, config.out_dir, config.to_dict(), resumed_from))
+        trackers[0].log(int(record["step"]), {f"sae/{k}": v for k, v in record.items() if k != "step"})
+
+    try:
+        result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint,
+                         on_record=to_trackers)
+        if trackers:
+            trackers[0].log(result["training"]["steps"], {f"sae_eval/{k}": v for k, v in result["metrics"].items()})
+    finally:
+        for tracker in trackers:
+            tracker.close()
     from ..viz.i18n import resolve_lang
 
     pages = None

@@ -39,9 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
+from ..fileio import NotOursError
 
 KINDS = ("none", "tensorboard", "wandb")
 MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
+EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writes
 STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
 
 
@@ -91,8 +93,12 @@ class TensorBoardTracker(Tracker):
     def __init__(self, folder: Path, config: Mapping[str, Any], resume_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        if resume_step is None and folder.is_dir():
-            shutil.rmtree(folder)  # a fresh run: the earlier run's curves would mix with this one's
+        if resume_step is None and folder.is_dir():  # a fresh run: the earlier run's curves would mix with this one's
+            foreign = [e.name for e in folder.iterdir() if not (e.is_file() and e.name.startswith(EVENTS))]
+            if foreign:  # only event files are glassformer's here: a user's folder is never removed
+                raise NotOursError(f"{str(folder)!r} holds {foreign[0]!r}, which glassformer did not write there; "
+                                   "move it away or choose another out_dir")
+            shutil.rmtree(folder)
         # purge_step: events of steps after the checkpoint we resume from (a crashed run's last ones) are hidden
         self.writer = SummaryWriter(str(folder), purge_step=None if resume_step is None else resume_step + 1)
         if resume_step is None:

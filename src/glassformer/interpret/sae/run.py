@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ def _prepare_out_dir(out: Path, resume: bool) -> None:
 
 
 def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
-            source: Any = None, d_in: int | None = None) -> dict[str, Any]:
+            source: Any = None, d_in: int | None = None,
+            on_record: Callable[[dict[str, float], int | None], None] | None = None) -> dict[str, Any]:
     """Train ``config``'s SAE on ``model``, measure it on held-out text, save it and its feature pages.
 
     Args:
@@ -47,6 +49,8 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         model, tokenizer: the model read and its tokenizer.
         checkpoint: the model's folder, recorded in sae.json (and the default out_dir's anchor).
         source, d_in: rows to train on instead of ``config.data`` (metrics and pages still read data).
+        on_record: called with each logged training record and the step the run resumed from (None:
+            a fresh run), e.g. to send it to an experiment tracker.
     Returns:
         {"out_dir", "sae", "metrics", "features" (feature_summary's data, or None when
         ``feature_windows`` is 0), "training" (steps, final losses, wall_s)}.
@@ -59,8 +63,12 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
     _prepare_out_dir(out, config.resume)
     started = time.perf_counter()
     trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
-    if config.resume and not trainer.resume():
+    resumed = trainer.resume() if config.resume else False
+    if config.resume and not resumed:
         print(f"resume: {out} holds no SAE state to resume from; starting at step 0", file=sys.stderr)
+    if on_record is not None:
+        start = trainer.step if resumed else None
+        trainer.on_record = lambda record: on_record(record, start)
     training = trainer.train()
     wall = time.perf_counter() - started
     sae = trainer.sae.eval()

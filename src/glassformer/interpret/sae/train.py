@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ class SAETrainConfig:
     num_threads: int | None = None
     resume: bool = False
     progress: bool = True
+    log: str = "none"  # trackers (the glassformer sae command): "tensorboard", "wandb", both joined by a comma
 
     def validate(self) -> SAETrainConfig:
         """Check every key; return self. Errors name the key, the value and what was expected."""
@@ -207,6 +209,7 @@ class SAETrainer:
         self.step = 0
         self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
         self.history: list[dict[str, float]] = []
+        self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
 
     # ------------------------------------------------------------------ one step
     def initialize(self, rows: torch.Tensor) -> None:
@@ -320,6 +323,8 @@ class SAETrainer:
                 if self.step % c.log_every == 0 or self.step == c.steps:
                     record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
                     self.history.append(record)
+                    if self.on_record is not None:
+                        self.on_record(record)
                     bar.set_postfix(mse=f"{last['mse']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
                 if not math.isfinite(last["loss"]):
                     raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
