@@ -55,3 +55,18 @@ def test_a_hugging_face_folder_with_nan_weights_is_refused_at_load(tmp_path):
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(GlassformerError, match=f"tensor '{name}' holds NaN or infinity"):
         load_hf_dir(folder)
+
+
+def test_the_meta_model_of_a_load_fills_nothing_and_leaves_torch_init_as_it_was():
+    from glassformer import ModelConfig
+    from glassformer.training.weights import meta_specs
+
+    before = torch.nn.init.normal_
+    specs = meta_specs(ModelConfig.preset("shakespeare-char"))
+    assert torch.nn.init.normal_ is before  # restored
+    real = TransformerLM(ModelConfig.preset("shakespeare-char"))
+    assert {k: (v.shape, v.dtype) for k, v in real.state_dict().items()} == specs
+    torch.manual_seed(0)
+    a = torch.nn.init.normal_(torch.empty(3))
+    torch.manual_seed(0)
+    assert torch.equal(a, torch.randn(3))  # still a real fill outside the meta build
