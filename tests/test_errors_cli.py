@@ -239,3 +239,19 @@ def test_a_closed_pipe_stops_quietly(tmp_path):
     done = subprocess.run(["bash", "-o", "pipefail", "-c", f"'{sys.executable}' '{script}' | head -1"],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout == "line 0\n" and done.stderr == "" and done.returncode == 141
+
+
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130():
+    """The command's imports take seconds (torch): Ctrl-C then prints one line, no traceback. Simulated
+    by a SIGINT right after `import glassformer` under the command's name, before cli.main runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['glassformer']; import os, signal, glassformer; "
+            "os.kill(os.getpid(), signal.SIGINT); import time; time.sleep(5)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stderr == "glassformer: interrupted\n"
+    library = subprocess.run([sys.executable, "-c", "import glassformer, signal; "
+                              "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
+                             capture_output=True, text=True, timeout=120)
+    assert library.returncode == 0, library.stderr  # a library user's Ctrl-C stays Python's

@@ -8,7 +8,24 @@ The names of the course's lesson 2 are kept: ``scaled_dot_product_attention``, `
 # ruff: noqa: E402  (the imports below come after the thread policy is set, before torch loads)
 from __future__ import annotations
 
+import os as _os
+import signal as _signal
+import sys as _sys
 from pathlib import Path
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the ``glassformer`` command is still importing (torch takes seconds): one line, exit 130."""
+    _sys.stderr.write("glassformer: interrupted\n")
+    _os._exit(130)
+
+
+if _sys.argv and _os.path.basename(_sys.argv[0]) in ("glassformer", "-m"):  # the command, python -m glassformer
+    try:  # the command only (cli.main puts Python's own handler back); never a library's importer
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            _signal.signal(_signal.SIGINT, _interrupted_while_starting)
+    except ValueError:  # not the main thread
+        pass
 
 from .runtime import threads as _threads
 

@@ -15,6 +15,7 @@ import argparse
 import difflib
 import importlib
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -71,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     Verbs that declare ``overrides`` (train, recipe) receive the words argparse did not know, the
     ``--key value`` pairs, in ``args.overrides``; any other verb rejects them.
     """
+    from . import _interrupted_while_starting
+
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # imports done: Ctrl-C is KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     words = sys.argv[1:] if argv is None else list(argv)
     glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
