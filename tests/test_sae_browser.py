@@ -98,3 +98,15 @@ def test_a_feature_address_opens_that_feature(browser, pages):
     page.wait_for_selector("body[data-ready='true']", timeout=15_000)
     assert page.locator("#gf-sae-feature").get_attribute("data-feature") == str(wanted)
     page.close()
+
+
+def test_the_page_script_speaks_the_pages_language(browser, pages, tmp_path):
+    _, summary = pages
+    english, problems = open_report(browser, pages[0])
+    assert english.locator("#gf-sae-feature h3").inner_text() == f"Feature {summary['features'][0]['id']}"
+    path = write_feature_pages(summary, tmp_path / "zh.html", lang="zh")
+    page, problems = open_report(browser, path)
+    assert not problems
+    assert page.locator("#gf-sae-feature h3").inner_text() == f"特征 {summary['features'][0]['id']}"
+    assert "个活跃特征" in page.locator("#gf-sae-count").inner_text()
+    assert page.locator("#gf-sae-feature h4").first.inner_text().startswith("激活值分布")

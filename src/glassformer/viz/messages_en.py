@@ -222,4 +222,16 @@ EN: dict[str, str] = {
     "lesson2.positions": "4. Positions on an order task (copy the left neighbour), accuracy after training:",
     "lesson2.chance": "   {pos:<11} {accuracy}   (chance {chance})",
     "lesson2.written": "findings written to {path}",
+    # the words of the SAE pages' own script (report_assets/sae.js), sent in the page's data
+    "sae.js.count": "{found} of {total} live features",
+    "sae.js.first": " (first {n} listed)",
+    "sae.js.hist_bin": "{count} tokens in [{low}, {high})",
+    "sae.js.feature": "Feature {id}",
+    "sae.js.fires": "fires on {pct}% of held-out tokens; largest activation {max}",
+    "sae.js.hist": "Activations (non-zero, log-scaled counts)",
+    "sae.js.contexts": "Top-activating contexts (shade: activation; outlined: the peak)",
+    "sae.js.up": "Output tokens pushed up",
+    "sae.js.down": "Output tokens pushed down",
+    "sae.js.activation": "activation {value}",
+    "sae.js.none": "No feature fired on the held-out text.",
 }

@@ -205,4 +205,16 @@ ZH: dict[str, str] = {
     "lesson2.positions": "4. 在一个只看顺序的任务上比较位置编码（复制左边邻居），训练后的准确率：",
     "lesson2.chance": "   {pos:<11} {accuracy}   （随机猜 {chance}）",
     "lesson2.written": "结果已写入 {path}",
+    # the words of the SAE pages' own script (report_assets/sae.js), sent in the page's data
+    "sae.js.count": "{found} / {total} 个活跃特征",
+    "sae.js.first": "（只列出前 {n} 个）",
+    "sae.js.hist_bin": "{count} 个 token 落在 [{low}, {high})",
+    "sae.js.feature": "特征 {id}",
+    "sae.js.fires": "在 {pct}% 的留出 token 上激活；最大激活值 {max}",
+    "sae.js.hist": "激活值分布（非零部分，计数取对数）",
+    "sae.js.contexts": "激活最强的上下文（底色：激活值；描边：峰值位置）",
+    "sae.js.up": "被推高的输出 token",
+    "sae.js.down": "被压低的输出 token",
+    "sae.js.activation": "激活值 {value}",
+    "sae.js.none": "留出文本上没有任何特征被激活。",
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
-from .i18n import HTML_LANG, resolve_lang
+from .i18n import HTML_LANG, MESSAGES, resolve_lang
 from .i18n import text as tr
 from .report import CSP, _asset, _script_json
 
@@ -25,6 +25,12 @@ from .report import CSP, _asset, _script_json
 METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"), ("dense", "d"),
                 ("ce_clean", ".4f"), ("ce_sae", ".4f"), ("ce_zero", ".4f"), ("ce_recovered", ".3f"),
                 ("tokens", ",d"))
+
+
+def _script_labels(lang: str) -> dict[str, str]:
+    """The page script's words in ``lang``: the catalogue's ``sae.js.*`` messages, fields left for the script."""
+    return {key.removeprefix("sae.js."): message for key, message in MESSAGES[lang].items()
+            if key.startswith("sae.js.")}
 
 
 def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
@@ -87,7 +93,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 <noscript>{label("sae.noscript")}</noscript>
 </section>
 <footer>{label("footer")}</footer>
-<script type="application/json" id="gf-sae-data">{_script_json(summary)}</script>
+<script type="application/json" id="gf-sae-data">{_script_json({**summary, "labels": _script_labels(lang)})}</script>
 <script>
 {_asset("sae.js")}
 </script>

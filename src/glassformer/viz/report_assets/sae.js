@@ -4,6 +4,12 @@
   const data = JSON.parse(document.getElementById("gf-sae-data").textContent);
   const vocab = data.vocab;
   const features = data.features;
+  const words = data.labels || {};
+  function tr(key, fields) { // the page's language (glassformer.viz.i18n's sae.js.* messages)
+    let text = words[key] || key;
+    for (const name in fields || {}) text = text.split("{" + name + "}").join(String(fields[name]));
+    return text;
+  }
   const byId = new Map(features.map((f) => [f.id, f]));
   const list = document.getElementById("gf-sae-list");
   const detail = document.getElementById("gf-sae-feature");
@@ -65,8 +71,8 @@
       item.addEventListener("click", () => show(f.id));
       list.append(item);
     }
-    count.textContent = found.length + " of " + features.length + " live features" +
-      (found.length > SHOWN ? " (first " + SHOWN + " listed)" : "");
+    count.textContent = tr("count", {found: found.length, total: features.length}) +
+      (found.length > SHOWN ? tr("first", {n: SHOWN}) : "");
     list.dataset.count = String(found.length);
   }
 
@@ -85,7 +91,7 @@
       r.setAttribute("width", String(w / n - 1));
       r.setAttribute("height", String(bh));
       const t = document.createElementNS(ns, "title");
-      t.textContent = c + " tokens in [" + ((i * f.max) / n).toFixed(2) + ", " + (((i + 1) * f.max) / n).toFixed(2) + ")";
+      t.textContent = tr("hist_bin", {count: c, low: ((i * f.max) / n).toFixed(2), high: (((i + 1) * f.max) / n).toFixed(2)});
       r.append(t);
       svg.append(r);
     });
@@ -108,7 +114,7 @@
       const text = label(id);
       const tok = el("span", "gf-sae-tok", visible(text.trim() === "" && i === c.peak ? text.replace(/ /g, "\u2423") : text));
       if (a > 0) tok.style.background = "rgba(234, 120, 20, " + Math.min(1, a / f.max).toFixed(3) + ")";
-      tok.title = "activation " + a.toFixed(3);
+      tok.title = tr("activation", {value: a.toFixed(3)});
       tok.dataset.act = String(a);
       if (i === c.peak) tok.classList.add("gf-sae-peak");
       row.append(tok);
@@ -122,9 +128,9 @@
     box.append(el("h4", null, title));
     const table = el("table", cls);
     for (const [id, v] of pairs) {
-      const tr = el("tr");
-      tr.append(el("td", null, visible(label(id))), el("td", null, (v >= 0 ? "+" : "") + v.toFixed(2)));
-      table.append(tr);
+      const row = el("tr");
+      row.append(el("td", null, visible(label(id))), el("td", null, (v >= 0 ? "+" : "") + v.toFixed(2)));
+      table.append(row);
     }
     box.append(table);
     return box;
@@ -137,16 +143,15 @@
     for (const item of list.children) item.classList.toggle("gf-active", item.dataset.id === String(id));
     detail.replaceChildren();
     detail.dataset.feature = String(id);
-    detail.append(el("h3", null, "Feature " + id),
-      el("p", "gf-caption", "fires on " + (100 * f.frequency).toFixed(3) + "% of held-out tokens; largest activation " +
-        f.max.toFixed(3)));
-    detail.append(el("h4", null, "Activations (non-zero, log-scaled counts)"), histogram(f));
-    detail.append(el("h4", null, "Top-activating contexts (shade: activation; outlined: the peak)"));
+    detail.append(el("h3", null, tr("feature", {id: id})),
+      el("p", "gf-caption", tr("fires", {pct: (100 * f.frequency).toFixed(3), max: f.max.toFixed(3)})));
+    detail.append(el("h4", null, tr("hist")), histogram(f));
+    detail.append(el("h4", null, tr("contexts")));
     for (const c of f.contexts) detail.append(context(c, f));
     if (f.up) {
       const logits = el("div", "gf-sae-logits");
-      logits.append(tokenTable(f.up, "gf-sae-up", "Output tokens pushed up"),
-        tokenTable(f.down, "gf-sae-down", "Output tokens pushed down"));
+      logits.append(tokenTable(f.up, "gf-sae-up", tr("up")),
+        tokenTable(f.down, "gf-sae-down", tr("down")));
       detail.append(logits);
     }
     if (location.hash !== "#feature-" + id) history.replaceState(null, "", "#feature-" + id);
@@ -158,6 +163,6 @@
   const wanted = /^#feature-(\d+)$/.exec(location.hash);
   if (wanted && byId.has(Number(wanted[1]))) show(Number(wanted[1]));
   else if (features.length) show(ordered()[0].id);
-  else detail.textContent = "No feature fired on the held-out text.";
+  else detail.textContent = tr("none");
   document.body.dataset.ready = "true";
 })();
