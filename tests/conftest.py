@@ -72,3 +72,24 @@ def shared_data() -> Path:
     if SHARED_DATA is None or not SHARED_DATA.is_dir():
         pytest.skip("needs the full corpora: set GLASSFORMER_SHARED_DATA to their folder (e.g. ../shared/data)")
     return SHARED_DATA
+
+
+# ------------------------------------------------------------------ the browser of the HTML tests
+CHROMIUM = Path("/usr/bin/chromium")
+# Root in a container without network: no sandbox, no GPU, nothing that phones home.
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+        "--disable-default-apps", "--disable-extensions"]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not CHROMIUM.exists():
+        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (run .ci/system-deps as root)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
+            args=ARGS, viewport={"width": 1200, "height": 900})
+        yield context
+        context.close()

@@ -19,7 +19,6 @@ from glassformer.viz import i18n
 from glassformer.viz.report import report_html
 from glassformer.viz.report_run import write_run_page
 from glassformer.viz.report_sae import feature_pages_html, write_feature_pages
-from test_report_browser import browser  # noqa: F401  (the browser fixture)
 from test_report_browser import open_report as browser_open
 from test_report_run import fake_run
 
@@ -280,7 +279,7 @@ def test_a_chinese_report_in_a_browser(tmp_path):
 
 
 @pytest.mark.browser
-def test_a_chinese_run_page_in_a_browser(browser, tmp_path):  # noqa: F811
+def test_a_chinese_run_page_in_a_browser(browser, tmp_path):
     """The run page's script writes its step label, norm rows and tooltips in Chinese."""
     page, problems = browser_open(browser, write_run_page(fake_run(tmp_path / "run", 2, 3), lang="zh"))
     assert page.locator("#gf-step-label").inner_text() == "第 12 步（第 7 个记录，共 7 个）"

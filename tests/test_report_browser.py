@@ -10,32 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ARGS, CHROMIUM  # noqa: F401 (names other browser tests import from here)
 from glassformer import EncoderDecoder, TransformerLM
 from glassformer.tokenizers.char import CharTokenizer
 from glassformer.viz import write_report
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Root in a container without network: no sandbox, no GPU, nothing that phones home.
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-        "--disable-default-apps", "--disable-extensions"]
 TOK = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .?我爱北京", specials=["pad", "bos", "eos"])
 SMALL = dict(d_model=16, n_heads=4, d_ff=32)
 
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not CHROMIUM.exists():
-        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (run .ci/system-deps as root)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
-            args=ARGS, viewport={"width": 1200, "height": 900})
-        yield context
-        context.close()
 
 
 def open_report(browser, path: Path):

@@ -12,23 +12,11 @@ from glassformer import TransformerLM
 from glassformer.interpret.sae import ActivationSource, SparseAutoencoder, feature_summary
 from glassformer.tokenizers.char import CharTokenizer
 from glassformer.viz.report_sae import write_feature_pages
-from test_report_browser import ARGS, CHROMIUM, open_report
+from test_report_browser import open_report
 
 pytestmark = pytest.mark.browser
 TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo, wherefore art thou?\n\n" * 20
 
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not CHROMIUM.exists():
-        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (run .ci/system-deps as root)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
-            args=ARGS, viewport={"width": 1200, "height": 900})
-        yield context
-        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -298,3 +298,45 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
         raise GlassformerError(f"prefix_len={shown} is out of range: "
                                f"expected 0 <= prefix_len <= sequence length {limit}")
     return prefix_len
+
+def coerce_value(name: str, kind: str, value: Any) -> Any:
+    """``value`` converted to the annotated type ``kind`` (a dataclass field's type as text: "int",
+    "float | None", "list[str]", ...) where that is unambiguous ("3e-4" -> 3e-4, as the command line gives
+    it), else an ArgumentTypeError naming ``name``: the one rule of a config key's type (training, SAEs)."""
+    options = [k.strip() for k in kind.split("|")]
+    if value is None:
+        if "None" in options:
+            return None
+        raise ArgumentTypeError(f"{name} must not be empty (null)")
+    base = options[0]
+    if base == "list[str]":
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ArgumentTypeError(f"{name} must be a string or a list of strings, got {shown(value)}")
+        return value
+    if base == "dict":
+        if not isinstance(value, dict):
+            raise ArgumentTypeError(f"{name} must be a mapping, got {shown(value)}")
+        return value
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ArgumentTypeError(f"{name} must be true or false, got {shown(value)}")
+    if base in ("int", "float") and not isinstance(value, bool):
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value) if base == "int" else float(value)
+            except ValueError:
+                raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(value)}") from None
+        if base == "int" and is_int(value) or base == "float" and is_number(value):
+            try:
+                return float(value) if base == "float" else value
+            except OverflowError:
+                raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
+        raise ArgumentTypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {shown(value)}")
+    if base == "str" and isinstance(value, str):
+        return value
+    raise ArgumentTypeError(f"{name} must be a {base}, got {shown(value)}")
+

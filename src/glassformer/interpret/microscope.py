@@ -35,9 +35,10 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, check_int
+from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..fileio import atomic_write_text
 from ..models import TransformerLM
+from ..records import read_records, record_line
 from .detectors import duplicate_token_scores, induction_scores, previous_token_scores, repeated_tokens
 from .hooks import run_with_cache
 from .lens import residual_names
@@ -149,7 +150,7 @@ class Microscope:
         out = Path(out_dir)
         self.file = out / RECORDS
         kept = [r for r in read_records(self.file) if r["step"] <= step] if step > 0 else []
-        atomic_write_text(self.file, "".join(_line(r) for r in kept))
+        atomic_write_text(self.file, "".join(record_line(r, compact=True) for r in kept))
         watch = {**asdict(self.watch), "probe_length": self.probe_length}
         meta = {"tokens": self.tokens, "heads": self.heads, "watch": watch,
                 "n_layers": model.config.n_layers, "n_heads": model.config.n_heads}
@@ -167,7 +168,7 @@ class Microscope:
         record = self.measure(model, step)
         if self.file is not None:
             with open(self.file, "a", encoding="utf-8") as handle:
-                handle.write(_line(record))
+                handle.write(record_line(record, compact=True))
                 handle.flush()
                 os.fsync(handle.fileno())
         return record
@@ -218,40 +219,6 @@ class Microscope:
                 "weight_norm": [round(v, 4) for v in weight_norm], "attention": snapshots}
 
 
-def _line(record: dict[str, Any]) -> str:
-    """One strict-JSON line (NaN/inf as null, as ``metrics.jsonl`` writes them)."""
-    def clean(v: Any) -> Any:
-        if isinstance(v, float):
-            return v if math.isfinite(v) else None
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        return v
-    return json.dumps(clean(record), allow_nan=False, separators=(",", ":")) + "\n"
-
-
-def read_records(file: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``microscope.jsonl`` ([] when there is none); a torn last line (a process killed
-    while writing it) is dropped, any other bad line is a BadFileError naming the file and line."""
-    file = Path(file)
-    if not file.is_file():
-        return []
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break
-            raise BadFileError(f"{str(file)!r} line {number} is not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise BadFileError(f"{str(file)!r} line {number} is not a record with an integer 'step'")
-        records.append(record)
-    return records
 
 
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,

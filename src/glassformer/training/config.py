@@ -22,8 +22,7 @@ from ..errors import (
     check_int,
     check_number,
     check_seed,
-    is_int,
-    is_number,
+    coerce_value,
     shown,
 )
 from ..runtime.precision import PRECISIONS
@@ -101,7 +100,7 @@ class TrainConfig:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
         for f in fields(self):
-            setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
+            setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
         if self.max_memory is not None:
             parse_size(self.max_memory, "max_memory")
         for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
@@ -138,7 +137,7 @@ class TrainConfig:
             raise GlassformerError(f"unknown model config key(s) {unknown}; "
                                    f"known model keys: {sorted(known - {'vocab_size'})}")
         types = {f.name: f.type for f in fields(ModelConfig)}  # "--model.norm_eps 1e-6" arrives as a string
-        self.model = {k: v if k == "preset" else _coerce(f"model.{k}", types[k], v) for k, v in self.model.items()}
+        self.model = {k: v if k == "preset" else coerce_value(f"model.{k}", types[k], v) for k, v in self.model.items()}
         try:  # every model field now, not after the data is read and the tokenizer trained
             self.model_config(vocab_size=1)
         except GlassformerError as error:
@@ -289,43 +288,3 @@ def _check_folder(name: str, value: str) -> None:
                 what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
                 raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")
             return
-
-
-def _coerce(name: str, kind: str, value: Any) -> Any:
-    """``value`` converted to the annotated type where that is unambiguous ("3e-4" -> 3e-4), else a TypeError."""
-    options = [k.strip() for k in kind.split("|")]
-    if value is None:
-        if "None" in options:
-            return None
-        raise ArgumentTypeError(f"{name} must not be empty (null)")
-    base = options[0]
-    if base == "list[str]":
-        value = [value] if isinstance(value, str) else value
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ArgumentTypeError(f"{name} must be a string or a list of strings, got {value!r}")
-        return value
-    if base == "dict":
-        if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{name} must be a mapping, got {value!r}")
-        return value
-    if base == "bool":
-        if isinstance(value, bool):
-            return value
-        raise ArgumentTypeError(f"{name} must be true or false, got {value!r}")
-    if base in ("int", "float") and not isinstance(value, bool):
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str):
-            try:
-                value = int(value) if base == "int" else float(value)
-            except ValueError:
-                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
-        if base == "int" and is_int(value) or base == "float" and is_number(value):
-            try:
-                return float(value) if base == "float" else value
-            except OverflowError:
-                raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
-        raise ArgumentTypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
-    if base == "str" and isinstance(value, str):
-        return value
-    raise ArgumentTypeError(f"{name} must be a {base}, got {value!r}")

@@ -41,6 +41,26 @@ __all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_
 
 
 # ---------------------------------------------------------------------------------------------- render
+
+def page_start(title: str, lang: str, *styles: str) -> str:
+    """The start of every offline page glassformer writes, up to and including ``<body>``: the
+    language, the content-security policy (no network), report.css and then ``styles`` (CSS text)."""
+    css = "\n".join([_asset("report.css"), *styles])
+    return f"""<!DOCTYPE html>
+<html lang="{HTML_LANG[lang]}">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{html.escape(title)}</title>
+<style>
+{css}
+</style>
+</head>
+<body>"""
+
+
 def _asset(name: str) -> str:
     return resources.files("glassformer.viz").joinpath("report_assets", name).read_text(encoding="utf-8")
 
@@ -107,19 +127,7 @@ def render_html(data: ReportData) -> str:
         generation = (f'<section id="gf-generation"><h2>{label("section.generation")}</h2>'
                       f'<p>{label("generation.intro", steps=len(gen["steps"]), top_k=gen["top_k"])}</p>'
                       f"{_generation_html(gen, lang)}</section>")
-    return f"""<!DOCTYPE html>
-<html lang="{HTML_LANG[lang]}">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>{html.escape(data.title)}</title>
-<style>
-{_asset("report.css")}
-</style>
-</head>
-<body>
+    return f"""{page_start(data.title, lang)}
 <header>
 <h1>{html.escape(data.title)}</h1>
 <p class="gf-summary">{html.escape(data.summary)}</p>

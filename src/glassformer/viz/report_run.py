@@ -29,9 +29,9 @@ from typing import Any
 from ..errors import GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, read_records
-from .i18n import HTML_LANG, MESSAGES, resolve_lang
+from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
-from .report import CSP, _asset, _script_json, _shown
+from .report import _script_json, _shown, page_start
 from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
@@ -344,20 +344,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     labels: dict[str, Any] = {key: MESSAGES[lang][f"run.js.{key}"] for key in JS_LABELS}  # the script fills them
     labels["kinds"] = {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}
     data = {"records": records, "meta": meta, "labels": labels}
-    return f"""<!DOCTYPE html>
-<html lang="{HTML_LANG[lang]}">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>{html.escape(title)}</title>
-<style>
-{_asset("report.css")}
-{STYLE}
-</style>
-</head>
-<body>
+    return f"""{page_start(title, lang, STYLE)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
 <footer>{label("run.footer")}</footer>

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
-from .i18n import HTML_LANG, MESSAGES, resolve_lang
+from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
-from .report import CSP, _asset, _script_json
+from .report import _asset, _script_json, page_start
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
 METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"), ("dense", "d"),
@@ -59,20 +59,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
                features=f"{summary['d_sae']:,}", live=f"{live:,}", tokens=f"{summary['tokens']:,}",
                dead=f"{len(summary['dead']):,}")
     note = summary.get("logit_note")
-    return f"""<!DOCTYPE html>
-<html lang="{HTML_LANG[lang]}">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>{html.escape(title)}</title>
-<style>
-{_asset("report.css")}
-{_asset("sae.css")}
-</style>
-</head>
-<body>
+    return f"""{page_start(title, lang, _asset("sae.css"))}
 <header>
 <h1>{html.escape(title)}</h1>
 <p class="gf-summary">{html.escape(facts)}</p>

@@ -30,7 +30,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ...errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, check_number, check_seed
+from ...errors import (
+    ArgumentTypeError,
+    BadFileError,
+    GlassformerError,
+    check_int,
+    check_number,
+    check_seed,
+    coerce_value,
+)
 from ...fileio import atomic_directory
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
@@ -85,7 +93,7 @@ class SAETrainConfig:
     def validate(self) -> SAETrainConfig:
         """Check every key; return self. Errors name the key, the value and what was expected."""
         for f in fields(self):
-            setattr(self, f.name, _coerce(f.name, f.type, getattr(self, f.name)))
+            setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
         if not self.hook:
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
         if self.kind not in KINDS:
@@ -128,36 +136,6 @@ class SAETrainConfig:
         return cls(**data).validate()
 
 
-def _coerce(name: str, kind: str, value: Any) -> Any:
-    """``value`` as the annotated type ``kind`` where that is unambiguous ("3e-4" -> 3e-4 for a float key,
-    as the command line gives it), else an ArgumentTypeError naming the key."""
-    options = [k.strip() for k in kind.split("|")]
-    base = options[0]
-    if value is None:
-        if "None" in options:
-            return None
-        raise ArgumentTypeError(f"{name} must not be empty (null)")
-    if base == "list[str]":
-        value = [value] if isinstance(value, str) else value
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return value
-    elif base == "bool":
-        if isinstance(value, bool):
-            return value
-    elif base in ("int", "float") and not isinstance(value, bool):
-        if isinstance(value, str):
-            try:
-                value = float(value) if base == "float" or not value.strip().lstrip("+-").isdigit() else int(value)
-            except ValueError:
-                raise ArgumentTypeError(f"{name} must be a number ({base}), got {value!r:.80}") from None
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if base == "int" and isinstance(value, int) or base == "float" and isinstance(value, (int, float)):
-            return float(value) if base == "float" else value
-    elif base == "str" and isinstance(value, str):
-        return value
-    raise ArgumentTypeError(f"{name} must be {'a list of strings' if base == 'list[str]' else 'a ' + base}, "
-                            f"got {value!r:.80}")
 
 
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
