@@ -23,6 +23,7 @@ The orchestrating process imports no torch: it only starts stages, keeps time an
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -42,8 +43,8 @@ GOALS = {"speedrun_s": 60.0, "gpt2_mfu": 0.50, "decode_vs_hf": 1.5}
 TOTAL_S = 470.0  # the stages together (gpu_check.sh passes what is left of its 480 s after setting up)
 # Stage -> seconds on a GPU, seconds in the CPU dry run.
 STAGES: dict[str, tuple[float, float]] = {
-    "env": (20, 60), "tests": (55, 90), "speedrun": (150, 120), "bench_baby": (60, 120), "bench_gpt2": (105, 120),
-    "decode": (50, 120), "decode_compiled": (40, 120)}
+    "env": (20, 60), "tests": (50, 90), "speedrun": (110, 120), "bench_baby": (55, 120), "bench_gpt2": (80, 120),
+    "decode": (95, 120), "decode_compiled": (60, 120)}
 JSON_NAME, MD_NAME = "gpu_check.json", "gpu_check.md"
 
 
@@ -619,23 +620,30 @@ def stage_decode(stage: Stage) -> None:
     r = stage.result
     r.update({"size_name": size.name, "cases": {}})
     errors = []
-    for precision in ("bfloat16", "float32"):  # one at a time: a failure in one keeps the other's figures
-        try:
-            gen = bench_generate(size, cases=cases, rounds=2 if stage.tiny else 3, calls=1, hf=hf, plain=False,
-                                 device=stage.device, precisions=(precision,))
-        except Exception as error:  # noqa: BLE001
-            import traceback
+    # one precision and case at a time, saved as it comes: a failure or the budget's end keeps what was measured
+    for precision in ("bfloat16", "float32"):
+        for case in cases:
+            started = time.perf_counter()
+            try:
+                gen = bench_generate(size, cases=(case,), rounds=2 if stage.tiny else 3, calls=1, hf=hf, plain=False,
+                                     device=stage.device, precisions=(precision,))
+            except Exception as error:  # noqa: BLE001
+                import traceback
 
-            traceback.print_exc()
-            errors.append(f"{precision}: {error.__class__.__name__}: {str(error)[:200]}")
-            r["errors"] = errors
+                traceback.print_exc()
+                errors.append(f"{precision} {case}: {error.__class__.__name__}: {str(error)[:200]}")
+                r["errors"] = errors
+                stage.save()
+                continue
+            r["size"] = gen["size"]
+            for name, by_precision in gen["cases"].items():
+                r["cases"].setdefault(name, {}).update(by_precision)
+                figures = by_precision[precision]
+                print(f"[decode] {name} {precision}: {figures.get('tokens_per_s')} tokens/s, "
+                      f"ratio {figures.get('ratio')}, {time.perf_counter() - started:.1f} s", flush=True)
+                if case == cases[0]:
+                    r[f"ratio_b1_{precision}"] = by_precision[precision].get("ratio")
             stage.save()
-            continue
-        r["size"] = gen["size"]
-        for case, by_precision in gen["cases"].items():
-            r["cases"].setdefault(case, {}).update(by_precision)
-        r[f"ratio_b1_{precision}"] = gen["cases"][next(iter(gen["cases"]))][precision].get("ratio")
-        stage.save()
     if errors:
         raise RuntimeError("; ".join(errors))
 
@@ -665,6 +673,8 @@ def run_one(args: argparse.Namespace) -> int:
     stage = Stage(args.stage, args.device, out, args.budget, args.compile_backend)
     if hasattr(signal, "alarm"):
         signal.alarm(int(args.budget) + 15)  # a watchdog, should the orchestrator die without stopping this stage
+    # a stage about to be stopped for its budget says where it was (in its log): the next run knows what to fix
+    faulthandler.dump_traceback_later(max(args.budget - 3, 1), exit=False)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.stage != "tests":
         import torch

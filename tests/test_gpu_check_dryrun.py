@@ -87,3 +87,18 @@ def test_the_speed_run_trains_eagerly_when_compiling_fails(tmp_path):
     speed = json.loads((out / "gpu_check.json").read_text())["stages"]["speedrun"]["result"]
     assert "on purpose" in speed["compile_error"] and speed["compile"] is False
     assert speed["steps"] == speed["max_steps"] and math.isfinite(speed["evals"][-1]["val_loss"])
+
+
+def test_the_follow_up_measurements_run_on_the_cpu(tmp_path):
+    """benchmarks/gpu_followup.py (first generate in fresh processes; MFU at another batch) at tiny sizes."""
+    script = str(ROOT / "benchmarks" / "gpu_followup.py")
+    for args in (["first-call"], ["mfu", "--batch", "2", "--compile-backend", "aot_eager"]):
+        done = subprocess.run([sys.executable, script, *args, "--device", "cpu", "--out", str(tmp_path)], cwd=ROOT,
+                              env=env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    first = json.loads((tmp_path / "gpu_followup_first-call.json").read_text())
+    assert [r["policy"] for r in first["rows"]] == ["torch", "glassformer"]
+    assert all(r[k] > 0 for r in first["rows"] for k in ("first_s", "second_s", "third_s", "new_prompt_length_s"))
+    trained = json.loads((tmp_path / "gpu_followup_mfu.json").read_text())
+    assert trained["size"]["batch"] == 2 and set(trained["mfu"]) == {"eager", "compiled"}
+    assert all(0 < v < 1 and math.isfinite(v) for v in trained["mfu"].values())

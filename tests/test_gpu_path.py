@@ -211,6 +211,21 @@ def test_checkpoint_resume_on_device(tmp_path):
         assert torch.equal(a, b.cpu()), name
 
 
+ID_CHECK = "check_token_ids"  # the eager forward's id range check in glassformer.models.lm (a host sync)
+
+
+def test_the_id_check_the_sync_free_test_takes_out_is_the_forwards(monkeypatch):
+    """Runs everywhere (the test below needs CUDA): the name it patches is the check the forward calls,
+    so a rename fails here, on the CPU, and not first on a GPU machine."""
+    import glassformer.models.lm as lm
+
+    calls = []
+    monkeypatch.setattr(lm, ID_CHECK, lambda ids, vocab_size, name="ids": calls.append(vocab_size))
+    model = TransformerLM(vocab_size=11, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=8)
+    model(torch.zeros(1, 3, dtype=torch.long))
+    assert calls == [11]
+
+
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="CUDA's sync debug mode")
@@ -222,7 +237,7 @@ def test_a_training_step_does_not_wait_for_the_gpu(tmp_path, monkeypatch):
     import glassformer.models.lm as lm
     from glassformer.training import Trainer, prepare_run
 
-    monkeypatch.setattr(lm, "check_ids", lambda ids, vocab_size, name="ids": None)
+    monkeypatch.setattr(lm, ID_CHECK, lambda ids, vocab_size, name="ids": None)
     cfg = gpu_config(tmp_path, "nosync", precision="bfloat16")
     run = prepare_run(cfg)
     trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)

@@ -151,3 +151,37 @@ def test_where_the_route_does_not_pay_a_decoding_step_gives_the_modules_their_ow
             routed = model(step)
             assert not any("forward" in m.__dict__ for m in model.modules())
     torch.testing.assert_close(routed, plain, rtol=0, atol=0)
+
+
+def test_decoding_attention_turns_cudnn_off_for_cuda_only_and_restores_it():
+    """While generating on a GPU, fused attention skips cuDNN (a plan per new key length); the CPU is untouched."""
+    from glassformer.runtime.decode import decoding_attention
+
+    before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+              torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())
+    with decoding_attention("cpu"):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before[0]
+    with decoding_attention(torch.device("cuda", 0)):  # sets the backend flags only: needs no GPU
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+            torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()) == before
+
+
+def test_generation_asks_for_the_decoding_attention_of_the_models_device(monkeypatch):
+    import contextlib
+
+    import glassformer.generation.api as api
+
+    asked = []
+
+    def recording(device):
+        asked.append(torch.device(device))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(api, "decoding_attention", recording)
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=17, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+    api.generate(model, torch.tensor([[1, 2, 3]]), 4)
+    assert asked == [torch.device("cpu")]

@@ -28,7 +28,7 @@ from ..errors import (
     shown,
 )
 from ..nn.masks import check_prefix_len
-from ..runtime.decode import few_row_route
+from ..runtime.decode import decoding_attention, few_row_route
 from .beam import beam_search
 from .incremental import IncrementalDecoder
 from .processors import VocabLimit, make_processors
@@ -157,12 +157,13 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
 
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Dropout off while generating, and the few-row decoding route on (:mod:`glassformer.runtime.decode`);
-    the model's train/eval state is restored afterwards."""
+    """Dropout off while generating, and the decoding speed policy on (:mod:`glassformer.runtime.decode`:
+    the few-row route, GPU attention kernels); the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
-        with torch.inference_mode(), few_row_route(model):
+        with torch.inference_mode(), few_row_route(model), decoding_attention(device):
             yield
     finally:
         model.train(was_training)
