@@ -185,3 +185,29 @@ def test_generation_asks_for_the_decoding_attention_of_the_models_device(monkeyp
     model = TransformerLM(vocab_size=17, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
     api.generate(model, torch.tensor([[1, 2, 3]]), 4)
     assert asked == [torch.device("cpu")]
+
+
+def test_a_compiled_decoding_step_is_not_recompiled_by_the_route():
+    """The bench's decode compile (and a user's): ``hidden_states`` replaced by its torch.compile'd self.
+    The route's instance ``forward``s would change what the compiled code guards on at every
+    generation (recompiles up to torch's limit, then eager); on such a model the route stays off."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiles = []
+
+    def counting(graph, example_inputs):
+        compiles.append(len(example_inputs))
+        return graph.forward
+
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=2, d_ff=1024, max_len=64).eval()
+    assert model.blocks[0].ffn.up.weight.numel() >= MIN_WEIGHT  # big enough for the route
+    eager = generate(model, torch.tensor([[1, 2, 3]]), 12)
+    model.hidden_states = torch.compile(model.hidden_states, dynamic=True, backend=counting)
+    first = generate(model, torch.tensor([[1, 2, 3]]), 12)
+    after_first = len(compiles)
+    for _ in range(3):
+        assert torch.equal(generate(model, torch.tensor([[1, 2, 3]]), 12), first)
+    assert len(compiles) == after_first  # later generations reuse the compiled graphs
+    assert torch.equal(first, eager)

@@ -54,14 +54,25 @@ def _may_route(weight: torch.Tensor | None) -> bool:
             and weight.dtype == torch.float32 and weight.numel() >= MIN_WEIGHT)
 
 
+def _has_compiled_methods(model: nn.Module) -> bool:
+    """Whether a method of ``model`` was replaced by its ``torch.compile``'d self (``model.hidden_states =
+    torch.compile(model.hidden_states)``): compiled code guards on the modules' attributes, so the
+    route's instance ``forward``s would make it recompile at every generation."""
+    return any(hasattr(value, "_torchdynamo_orig_callable") for value in vars(model).values())
+
+
 @contextlib.contextmanager
 def few_row_route(model: nn.Module) -> Iterator[None]:
     """Within the block, ``model``'s projections and output layer take the few-row route where it pays.
 
     Args:
         model: any module; its ``nn.Linear`` sub-modules and plain :class:`OutputHead` are routed
-            (a module that already has its own instance ``forward`` is left alone).
+            (a module that already has its own instance ``forward`` is left alone; a model with a
+            compiled method is not routed at all: the compiler makes its own kernels).
     """
+    if _has_compiled_methods(model):
+        yield
+        return
     routed = []
     embedding = getattr(getattr(model, "embeddings", None), "tok", None)
     for module in model.modules():
