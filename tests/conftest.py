@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# The suite fixes torch's threads (one, below): glassformer's thread policy, which follows the machine's
+# load, stays out of its way (tests/test_threads.py tests the policy with the variable removed).
+os.environ["GLASSFORMER_THREADS"] = "fixed"
+
 # Kernel choices measured during the tests go to a throw-away folder, never to the user's cache;
 # subprocesses (the CLI tests) inherit it.
 os.environ["GLASSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="glassformer-test-cache-")

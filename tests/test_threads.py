@@ -7,6 +7,7 @@ fixed wins.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -106,3 +107,95 @@ def test_import_glassformer_sets_the_policy_before_torch(others, wait, threads_n
     if threads_now is not None:
         assert seen["threads"] == threads_now
     assert ("passive" in seen["plan"]) is (wait is not None)
+
+
+@pytest.fixture
+def policy_on(monkeypatch):
+    """The thread policy as a user has it (the suite fixes threads), on a 2-CPU machine, torch at 2."""
+    import torch
+
+    monkeypatch.delenv(threads.SWITCH, raising=False)
+    for name in (*threads.WAIT_VARS, *threads.THREAD_VARS):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "_default", 2)
+    previous = torch.get_num_threads()
+    yield monkeypatch
+    torch.set_num_threads(previous)
+
+
+def test_a_count_chosen_in_a_busy_moment_goes_back_to_torchs_when_the_machine_is_idle(policy_on):
+    import torch
+
+    torch.set_num_threads(1)
+    policy_on.setattr(threads, "_applied", 1)  # import saw a busy core
+    policy_on.setattr(threads, "others_running", lambda samples=10, gap_s=0.002: 0.0)
+    chosen = threads.follow_load()
+    assert chosen is not None and chosen.threads is None and torch.get_num_threads() == 2
+    assert threads._applied == 2
+
+
+def test_a_machine_that_becomes_busy_gets_one_thread_fewer(policy_on):
+    import torch
+
+    torch.set_num_threads(2)
+    policy_on.setattr(threads, "_applied", 2)
+    policy_on.setattr(threads, "others_running", lambda samples=10, gap_s=0.002: 1.0)
+    assert threads.follow_load().threads == 1 and torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("how", ["torch.set_num_threads", "GLASSFORMER_THREADS", "never applied"])
+def test_following_the_load_leaves_what_others_chose(policy_on, how):
+    import torch
+
+    torch.set_num_threads(2)
+    policy_on.setattr(threads, "_applied", None if how == "never applied" else 2)
+    if how == "torch.set_num_threads":
+        torch.set_num_threads(1)  # the user's own call wins
+    if how == "GLASSFORMER_THREADS":
+        policy_on.setenv(threads.SWITCH, "fixed")
+    policy_on.setattr(threads, "others_running", lambda samples=10, gap_s=0.002: 0.0 if how == "torch.set_num_threads"
+                      else 1.0)
+    before = torch.get_num_threads()
+    assert threads.follow_load() is None and torch.get_num_threads() == before
+
+
+def test_the_load_follower_measures_at_most_every_few_seconds(monkeypatch):
+    calls, clock = [], [100.0]
+    monkeypatch.setattr(threads, "follow_load", lambda: calls.append(clock[0]))
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    follower, off = threads.LoadFollower(first_s=2.0, every_s=10.0), threads.LoadFollower(on=False)
+    for now in (100.0, 101.9, 102.0, 103.0, 111.9, 112.0, 112.5, 130.0):
+        clock[0] = now
+        follower.tick()
+        off.tick()
+    assert calls == [102.0, 112.0, 130.0]
+
+
+def test_the_trainer_follows_the_load_between_steps(tmp_path, monkeypatch):
+    import glassformer.training.loop as loop
+    from glassformer.training import TrainConfig, Trainer, prepare_run
+
+    ticks = []
+
+    class Recording:
+        def __init__(self, on=True):
+            self.on = on
+
+        def tick(self):
+            ticks.append(self.on)
+
+    monkeypatch.setattr(loop, "LoadFollower", Recording)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 40)
+    cfg = TrainConfig(data=[str(corpus)], tokenizer="char", max_steps=5, block_size=8, batch_size=2,
+                      eval_every=0, log_every=5, out_dir=str(tmp_path / "run"), progress=False,
+                      model={"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "max_len": 8})
+    run = prepare_run(cfg)
+    Trainer(cfg, run.model, run.tokenizer, run.batches).train()
+    assert ticks == [True] * 5
+    ticks.clear()
+    fixed = dataclasses.replace(cfg, num_threads=1, out_dir=str(tmp_path / "fixed"))
+    Trainer(fixed, run.model, run.tokenizer, run.batches).train()
+    assert ticks == [False] * 5  # the config fixed the threads: the trainer leaves them

@@ -21,6 +21,12 @@ machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THR
 ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``, ``GLASSFORMER_THREADS=fixed``, an
 explicit ``num_threads`` or ``--threads``) wins. This module uses the standard library only: it runs
 before torch exists.
+
+A count measured in a busy moment must not stick: the trainer re-measures between steps (2 s after
+it starts, then every 10 s: :class:`LoadFollower`, :func:`follow_load`) and sets the count the
+machine gives now, torch's own count again once it is idle. (A recipe run whose import met a
+passing load trained on one thread of two: 26 s instead of 17.) Threads only change results in
+the last bits of float sums; for bit-identical reruns fix them (``GLASSFORMER_THREADS=fixed``).
 """
 
 from __future__ import annotations
@@ -160,6 +166,8 @@ def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.e
 
 
 _at_start: ThreadPlan | None = None  # the plan made when glassformer was imported
+_default: int | None = None  # torch's own thread count, before glassformer changed it
+_applied: int | None = None  # the count glassformer last left torch with (None: never, or the user fixed it)
 
 
 def prepare() -> ThreadPlan:
@@ -179,16 +187,53 @@ def at_start() -> ThreadPlan | None:
 def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
     """Set torch's thread count to the plan's (``chosen``, else the one made at import, else a new
     measurement); a plan without a count (the user fixed it) changes nothing. Returns the plan."""
+    global _default, _applied
     chosen = chosen or _at_start or plan()
-    if chosen.threads:
-        import torch
+    import torch
 
-        if torch.get_num_threads() != chosen.threads:
-            torch.set_num_threads(chosen.threads)
+    if _default is None:
+        _default = torch.get_num_threads()
+    if chosen.threads and torch.get_num_threads() != chosen.threads:
+        torch.set_num_threads(chosen.threads)
+    _applied = None if chosen.wait == "user" else torch.get_num_threads()
     return chosen
 
 
-def adapt() -> ThreadPlan:
-    """Measure the load *now* and set torch's thread count to what the machine can give (the wait
-    policy stays as OpenMP started with it). For long programs between phases; returns the plan."""
-    return apply(plan())
+def follow_load() -> ThreadPlan | None:
+    """Measure the load *now* and set torch's thread count to what the machine can give (torch's own
+    count again when it is idle; the wait policy stays as OpenMP started with it): so that a count
+    chosen in a busy moment does not stick for a whole run. For long loops, between steps.
+
+    Returns the new plan, or None (nothing measured, nothing changed) when the user fixed the threads
+    (environment, ``GLASSFORMER_THREADS=fixed``) or torch's count is not the one glassformer left
+    (someone called ``torch.set_num_threads``: theirs wins).
+    """
+    global _applied
+    import torch
+
+    if _applied is None or torch.get_num_threads() != _applied:
+        return None
+    chosen = plan()
+    if chosen.wait == "user":
+        return None
+    wanted = chosen.threads or _default or _applied
+    if wanted != _applied:
+        torch.set_num_threads(wanted)
+        _applied = wanted
+    return chosen
+
+
+class LoadFollower:
+    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after
+    ``first_s``): ``tick()`` once per step costs a clock read. The trainer uses one, ``on`` unless the
+    run's config fixed the thread count."""
+
+    def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
+        self.every_s, self.on = every_s, on
+        self.next = time.monotonic() + first_s
+
+    def tick(self) -> None:
+        """Follow the load when it is time (measuring takes ~20 ms)."""
+        if self.on and time.monotonic() >= self.next:
+            follow_load()
+            self.next = time.monotonic() + self.every_s

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError
 from ..fileio import fsync_file, run_lock
+from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
 from .checkpoint import LAST, commit_checkpoint
 from .config import TrainConfig
@@ -348,9 +349,11 @@ class Trainer:
         self._lines = show and bar.disable  # no bar (output to a file or a pipe): a line per record instead
         stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
         window_start, window_tokens = time.perf_counter(), self.tokens_seen
+        threads = LoadFollower(on=not config.num_threads)  # threads follow the load (runtime/threads.py)
         try:
             while self.step < config.max_steps:
                 loss = self.train_step()
+                threads.tick()
                 if self.microscope is not None and self.microscope.due(self.step):
                     self.microscope.record(self.model, self.step)
                 stop = self._stop_agreed and self.step < config.max_steps
