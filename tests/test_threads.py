@@ -199,3 +199,20 @@ def test_the_trainer_follows_the_load_between_steps(tmp_path, monkeypatch):
     fixed = dataclasses.replace(cfg, num_threads=1, out_dir=str(tmp_path / "fixed"))
     Trainer(fixed, run.model, run.tokenizer, run.batches).train()
     assert ticks == [False] * 5  # the config fixed the threads: the trainer leaves them
+
+
+@pytest.mark.parametrize(("looks", "threads_now"), [((1.0, 0.0), None), ((1.0, 1.0), 1), ((0.0,), None)])
+def test_a_busy_reading_is_confirmed_by_a_second_longer_look(monkeypatch, looks, threads_now):
+    """A spike seen in the first 20 ms and gone in the next 50 ms leaves torch's defaults (the wait
+    policy chosen at import lasts the whole process); an idle first look is not repeated."""
+    seen = iter(looks)
+    asked = []
+
+    def scripted(samples=threads.SAMPLES, gap_s=threads.SAMPLE_GAP_S):
+        asked.append(samples)
+        return next(seen)
+
+    monkeypatch.setattr(threads, "others_running", scripted)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    assert threads.plan(cpus=2, env={}).threads == threads_now
+    assert asked == [threads.SAMPLES, threads.CONFIRM_SAMPLES][:len(looks)]

@@ -15,7 +15,8 @@ on 2 cores, one of them busy). Two levers fix that:
   sleeping thread takes microseconds to wake, which batch-1 decoding pays at every operation).
 
 "Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, averaged over ten
-reads in ~20 milliseconds) minus this process's own running threads, against the CPUs this
+reads in ~20 milliseconds, and when that says busy, again over ~50 ms: the smaller counts, so a
+passing spike does not decide the run's wait policy) minus this process's own running threads, against the CPUs this
 process may run on (``os.sched_getaffinity``). Where ``/proc`` does not exist (macOS, Windows) the
 machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THREADS``,
 ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``, ``GLASSFORMER_THREADS=fixed``, an
@@ -41,6 +42,7 @@ WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user c
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
 SWITCH = "GLASSFORMER_THREADS"  # "fixed": leave threads and wait policy to torch's defaults
 SAMPLES, SAMPLE_GAP_S = 10, 0.002  # /proc/loadavg reads per measurement, and the pause between them
+CONFIRM_SAMPLES = 25  # a second look (~50 ms) before a busy reading counts: the wait policy is set only once
 
 
 def usable_cpus() -> int:
@@ -145,7 +147,11 @@ def plan(others: float | None = None, cpus: int | None = None,
     fixed = user_fixed(env)
     if fixed:
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
-    others = others_running() if others is None else others
+    if others is None:
+        others = others_running()
+        if others and free_cpus(others, cpus) < cpus:  # busy: look again, longer; a passing spike must not decide
+            again = others_running(samples=CONFIRM_SAMPLES)
+            others = others if again is None else min(others, again)
     if others is None:
         return ThreadPlan(None, "spin", cpus, None, "no /proc to measure the load: torch's defaults")
     free = free_cpus(others, cpus)
