@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from glassformer.runtime import threads
@@ -216,3 +217,22 @@ def test_a_busy_reading_is_confirmed_by_a_second_longer_look(monkeypatch, looks,
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     assert threads.plan(cpus=2, env={}).threads == threads_now
     assert asked == [threads.SAMPLES, threads.CONFIRM_SAMPLES][:len(looks)]
+
+
+def test_evaluation_follows_the_load_between_batches(monkeypatch):
+    import glassformer.training.validation as validation
+    from glassformer import TransformerLM
+    from glassformer.data import LMBatches
+
+    ticks = []
+
+    class Recording:
+        def tick(self):
+            ticks.append(1)
+
+    monkeypatch.setattr(validation, "LoadFollower", Recording)
+    ids = np.arange(200, dtype=np.int64) % 11
+    batches = LMBatches("clm", ids[:150], ids[150:], block_size=8, seed=0)
+    model = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8)
+    validation.evaluate(model, batches, batch_size=2)
+    assert len(ticks) >= 2

@@ -23,11 +23,12 @@ machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THR
 explicit ``num_threads`` or ``--threads``) wins. This module uses the standard library only: it runs
 before torch exists.
 
-A count measured in a busy moment must not stick: the trainer re-measures between steps (2 s after
-it starts, then every 10 s: :class:`LoadFollower`, :func:`follow_load`) and sets the count the
-machine gives now, torch's own count again once it is idle. (A recipe run whose import met a
-passing load trained on one thread of two: 26 s instead of 17.) Threads only change results in
-the last bits of float sums; for bit-identical reruns fix them (``GLASSFORMER_THREADS=fixed``).
+A count measured in a busy moment must not stick: the trainer re-measures between steps, and
+evaluation between batches (2 s after they start, then every 10 s: :class:`LoadFollower`,
+:func:`follow_load`), and sets the count the machine gives now, torch's own count again once it is
+idle. (A recipe run whose import met a passing load trained on one thread of two: 26 s instead of
+17.) Threads only change results in the last bits of float sums; for bit-identical reruns fix them
+(``GLASSFORMER_THREADS=fixed``).
 """
 
 from __future__ import annotations

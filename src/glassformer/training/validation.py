@@ -10,6 +10,7 @@ from torch import nn
 
 from ..data import LMBatches, Seq2SeqBatches
 from ..runtime.precision import Precision
+from ..runtime.threads import LoadFollower
 from .objectives import batch_loss
 
 
@@ -26,8 +27,10 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     was_training = model.training
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
+    threads = LoadFollower()  # a long evaluation follows the machine's load too (runtime/threads.py)
     try:
         for batch in batches.eval_batches(batch_size, max_batches):
+            threads.tick()
             batch = {k: v.to(device) for k, v in batch.items()}
             with precision.autocast(device) if precision is not None else contextlib.nullcontext():
                 parts = batch_loss(model, batch)
