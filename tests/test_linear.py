@@ -211,3 +211,38 @@ def test_a_compiled_decoding_step_is_not_recompiled_by_the_route():
         assert torch.equal(generate(model, torch.tensor([[1, 2, 3]]), 12), first)
     assert len(compiles) == after_first  # later generations reuse the compiled graphs
     assert torch.equal(first, eager)
+
+
+def test_under_autocast_each_weight_is_cast_once_per_generation_not_once_per_step():
+    """Generation runs under torch.no_grad, where autocast keeps its 16-bit copies of the weights for the
+    whole ``with`` block (under inference_mode it cast every weight again at every step: on a CPU 70% of
+    a bfloat16 decoding step was those copies)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=96, max_len=64)
+    shape = (96, 32)  # the FFN's up and the fused q/k/v projection; no activation has this shape
+    weights = sum(tuple(p.shape) == shape for p in model.parameters())
+    assert weights == 4
+    for new_tokens in (4, 12):
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, \
+                torch.autocast("cpu", torch.bfloat16):
+            generate(model, torch.tensor([[1, 2, 3]]), new_tokens)
+        casts = [e for e in prof.events() if e.name == "aten::_to_copy" and e.input_shapes
+                 and tuple(e.input_shapes[0]) == shape]
+        assert len(casts) == weights, new_tokens  # once each, however many steps
+
+
+def test_generation_runs_in_inference_mode_except_under_autocast():
+    """inference_mode where it is cheapest; no_grad under autocast (its weight copies survive the steps)."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=32, n_heads=4, n_layers=1, d_ff=64, max_len=32)
+    seen = []
+    model.blocks[0].register_forward_hook(
+        lambda *_: seen.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled())))
+    generate(model, torch.tensor([[1, 2]]), 3)
+    assert set(seen) == {(True, False)}
+    seen.clear()
+    with torch.autocast("cpu", torch.bfloat16):
+        generate(model, torch.tensor([[1, 2]]), 3)
+    assert set(seen) == {(False, False)}

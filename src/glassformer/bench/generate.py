@@ -85,10 +85,10 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
 
 
 def hf_generate(model: torch.nn.Module, ids: torch.Tensor, new: int) -> torch.Tensor:
-    """Hugging Face greedy decoding with its KV cache, exactly ``new`` tokens."""
-    with torch.inference_mode():
-        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                              do_sample=False, use_cache=True, pad_token_id=0)
+    """Hugging Face greedy decoding with its KV cache, exactly ``new`` tokens, called as its users call it
+    (``generate`` runs under its own ``torch.no_grad``)."""
+    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                          do_sample=False, use_cache=True, pad_token_id=0)
 
 
 def bench_decode_compile(size: Size, *, batch: int = 1, prompt: int = 1, new: int = 256, rounds: int = 3,

@@ -155,15 +155,24 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
     return ids, (pad if bool(pad.any()) else None)
 
 
+def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """``torch.inference_mode`` (decoding 5-8% faster than under ``no_grad`` on a CPU), except under
+    ``torch.autocast`` for ``device``: there ``torch.no_grad``, the mode in which autocast keeps its 16-bit
+    copies of the weights from one step to the next (in inference mode every step cast every weight
+    again: bfloat16 decoding ran at half its speed)."""
+    return torch.no_grad() if torch.is_autocast_enabled(device.type) else torch.inference_mode()
+
+
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Dropout off while generating, and the decoding speed policy on (:mod:`glassformer.runtime.decode`:
-    the few-row route, GPU attention kernels); the model's train/eval state is restored afterwards."""
+    """Dropout off and no autograd while generating, and the decoding speed policy on
+    (:mod:`glassformer.runtime.decode`: the few-row route, GPU attention kernels); the model's
+    train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
-        with torch.inference_mode(), few_row_route(model), decoding_attention(device):
+        with _no_autograd(device), few_row_route(model), decoding_attention(device):
             yield
     finally:
         model.train(was_training)
@@ -199,7 +208,7 @@ def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int,
 
     Arguments as :func:`generate`. Returns a :class:`GenerationSetup` whose decoder has not run yet;
     :func:`iter_steps` (greedy/sampling) or :func:`glassformer.generation.beam_search` drives it.
-    Call it under ``torch.inference_mode()`` with the model in eval mode (as :func:`generate` does).
+    Call it without autograd (``torch.inference_mode()``) with the model in eval mode (as :func:`generate` does).
     """
     check_generative(model)
     config = model.config
