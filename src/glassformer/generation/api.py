@@ -160,7 +160,11 @@ def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[obje
     ``torch.autocast`` for ``device``: there ``torch.no_grad``, the mode in which autocast keeps its 16-bit
     copies of the weights from one step to the next (in inference mode every step cast every weight
     again: bfloat16 decoding ran at half its speed)."""
-    return torch.no_grad() if torch.is_autocast_enabled(device.type) else torch.inference_mode()
+    try:
+        autocast_on = torch.is_autocast_enabled(device.type)
+    except TypeError:  # an older torch takes no device type
+        autocast_on = torch.is_autocast_enabled() if device.type == "cuda" else torch.is_autocast_cpu_enabled()
+    return torch.no_grad() if autocast_on else torch.inference_mode()
 
 
 @contextlib.contextmanager
