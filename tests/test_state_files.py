@@ -77,6 +77,7 @@ def test_an_optimizer_moment_of_the_wrong_shape_is_refused_before_the_fused_kern
     (lambda s: s["optimizer"]["state"].update({999: {}}), "names no parameter"),
     (lambda s: s["optimizer"]["param_groups"].pop(), "parameter groups"),
     (lambda s: s["optimizer"]["param_groups"][0].update(betas="fast"), "betas holds 'fast'"),
+    (lambda s: s["optimizer"]["param_groups"][-1].update(amsgrad=None), "amsgrad holds None"),  # found by the fuzz
     (lambda s: s["optimizer"]["param_groups"][0].update(params=[0]), "does not hold this model's parameters"),
     (lambda s: s.update(rng_cpu=torch.zeros(7, dtype=torch.uint8)), "rng_cpu holds a tensor of shape"),
     (lambda s: s.update(rng_cpu=torch.get_rng_state().float()), "rng_cpu"),

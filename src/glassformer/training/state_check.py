@@ -56,11 +56,17 @@ def _optimizer_parts(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     return dict(parts) if isinstance(parts, dict) else {"": optimizer}
 
 
+OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
+
+
 def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
     """A saved hyperparameter of the same kind as this run's (a finite number for a number...)."""
-    if isinstance(fresh, bool) or fresh is None:
+    if fresh is None or (isinstance(fresh, bool) and key.rsplit(".", 1)[-1] in OPTIONAL_FLAGS):
         if not (value is None or isinstance(value, bool)):
             raise _bad(file, key, value, "true, false or None")
+    elif isinstance(fresh, bool):
+        if not isinstance(value, bool):  # amsgrad=None reached fused AdamW's kernel as a TypeError
+            raise _bad(file, key, value, "true or false")
     elif isinstance(fresh, (int, float)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise _bad(file, key, value, "a finite number")
