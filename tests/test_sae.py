@@ -233,6 +233,7 @@ def test_feature_summary_lists_live_features_with_contexts(corpus):
     ({"buffer_size": 10}, "buffer_size"),
     ({"colour": 1}, "unknown SAE config key"),
     ({"hook": ""}, "hook is required"),
+    ({"device": "cudafoo"}, "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'cudafoo'"),
 ])
 def test_bad_options_are_refused(bad, match):
     with pytest.raises(GlassformerError, match=match):

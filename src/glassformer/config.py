@@ -18,6 +18,7 @@ from .errors import (
     BadFileError,
     GlassformerError,
     check_int,
+    check_known_keys,
     check_number,
     is_int,
     is_number,
@@ -140,10 +141,7 @@ class ModelConfig:
         """Build and validate a config from a dict; unknown keys are an error naming them."""
         if not isinstance(data, dict):
             raise ArgumentTypeError(f"config must be a dict, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted((k for k in data if k not in known), key=str)
-        if unknown:
-            raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        check_known_keys(data, {f.name for f in fields(cls)})
         if "vocab_size" not in data:
             raise GlassformerError("config is missing vocab_size")
         return cls(**data).validate()

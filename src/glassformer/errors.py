@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,22 @@ def coerce_value(name: str, kind: str, value: Any) -> Any:
         return value
     raise ArgumentTypeError(f"{name} must be a {base}, got {shown(value)}")
 
+
+def check_known_keys(data: dict[str, Any], known: set[str], what: str = "config") -> None:
+    """Every key of ``data`` is one of ``known``; else one error naming the unknown ones and the known
+    ones: the one rule of a config mapping's keys (model, training and SAE configs)."""
+    unknown = sorted((k for k in data if k not in known), key=str)
+    if unknown:
+        raise GlassformerError(f"unknown {what} key(s) {unknown}; known keys: {sorted(known)}")
+
+
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # what a config's ``device`` may say
+
+
+def check_device_name(device: Any) -> str:
+    """``device`` is a name a config may hold ("auto", "cpu", "cuda", "cuda:N"), else one error naming it;
+    whether that device is there is :func:`glassformer.runtime.device.pick_device`'s question, asked when a
+    run starts."""
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {shown(device)}")
+    return device

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,7 +18,9 @@ from ..errors import (
     BadFileError,
     GlassformerError,
     MissingFileError,
+    check_device_name,
     check_int,
+    check_known_keys,
     check_number,
     check_seed,
     coerce_value,
@@ -32,7 +33,6 @@ from .optim import OPTIMIZERS, SCHEDULES
 from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
-DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the devices the trainer runs on
 Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
 
 
@@ -147,8 +147,7 @@ class TrainConfig:
             from ..interpret.microscope import WatchConfig
 
             WatchConfig.from_dict(self.watch)
-        if not DEVICE.fullmatch(self.device):
-            raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        check_device_name(self.device)
         _check_folder("out_dir", self.out_dir)
         parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)
         if self.cache_dir is not None:
@@ -174,10 +173,7 @@ class TrainConfig:
                 raise GlassformerError(f"dtype is the old name of precision; got both (dtype={old!r}, "
                                        f"precision={data['precision']!r}): keep precision")
             data["precision"] = old
-        known = {f.name for f in fields(cls)}
-        unknown = sorted((k for k in data if k not in known), key=str)
-        if unknown:
-            raise GlassformerError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        check_known_keys(data, {f.name for f in fields(cls)})
         return cls(**data).validate()
 
     @classmethod

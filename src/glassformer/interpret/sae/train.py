@@ -34,7 +34,9 @@ from ...errors import (
     ArgumentTypeError,
     BadFileError,
     GlassformerError,
+    check_device_name,
     check_int,
+    check_known_keys,
     check_number,
     check_seed,
     coerce_value,
@@ -116,8 +118,7 @@ class SAETrainConfig:
                 raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         check_number("val_fraction", self.val_fraction, 0.0, 0.5, low_open=True)
         check_seed("seed", self.seed)
-        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        check_device_name(self.device)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,10 +130,7 @@ class SAETrainConfig:
         """Build and validate; an unknown key is an error naming it and the known ones."""
         if not isinstance(data, dict):
             raise ArgumentTypeError(f"an SAE config must be a mapping of keys to values, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted((k for k in data if k not in known), key=str)
-        if unknown:
-            raise GlassformerError(f"unknown SAE config key(s) {unknown}; known keys: {sorted(known)}")
+        check_known_keys(data, {f.name for f in fields(cls)}, "SAE config")
         return cls(**data).validate()
 
 
