@@ -444,7 +444,8 @@ def stage_tests(stage: Stage) -> None:
 def patch_compile(backend: str | None) -> None:
     """Make every ``torch.compile`` in this process use ``backend`` (the dry run's "aot_eager": tracing
     and graph breaks are exercised without a C++ compiler's minutes; "fail": a backend that raises, to
-    test what a stage does when compiling fails)."""
+    test what a stage does when compiling fails; "hang": one that never returns, to test a stage that
+    overruns its budget whatever the machine's speed and compile cache)."""
     if not backend:
         return
     import functools
@@ -454,7 +455,11 @@ def patch_compile(backend: str | None) -> None:
     def fail(graph: Any, example_inputs: Any) -> Any:
         raise RuntimeError("compiling failed on purpose (--compile-backend fail)")
 
-    torch.compile = functools.partial(torch.compile, backend=fail if backend == "fail" else backend)
+    def hang(graph: Any, example_inputs: Any) -> Any:
+        time.sleep(3600)
+
+    chosen = {"fail": fail, "hang": hang}.get(backend, backend)
+    torch.compile = functools.partial(torch.compile, backend=chosen)
 
 
 def stage_speedrun(stage: Stage) -> None:

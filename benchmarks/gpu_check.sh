@@ -27,6 +27,8 @@ done
 mkdir -p "$OUT_DIR/logs" || exit 2
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 PY="${PYTHON:-python3}"
+# The dry run needs only a CPU torch: the repository's .venv (make test / make demo made it) when PYTHON is unset.
+[ "$DEVICE" = cpu ] && [ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ] && PY="$ROOT/.venv/bin/python"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
 export PIP_NO_INPUT=1 PYTHONUNBUFFERED=1

@@ -12,7 +12,7 @@ mfu         GPT-2 small's compiled bfloat16 training step at ``--batch`` (gpu_ch
             uses 16), eager vs compiled, MFU against the bfloat16 matmul peak measured in the same process.
 
 With ``--device cpu`` both run at tiny sizes (a dry run: tests/test_gpu_check_dryrun.py runs it). Each prints
-a table and writes ``gpu_followup_<what>.json`` in ``--out`` (default: the current folder).
+a table and writes ``gpu_followup_<what>.json`` in ``--out`` (default: ``gpu-check-output/``).
 """
 
 from __future__ import annotations
@@ -80,10 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", choices=("first-call", "mfu"))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=32, help="mfu: the training batch (sequences of 1024 tokens)")
-    parser.add_argument("--out", default=".")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "gpu-check-output"),
+                        help="folder for the JSON (default: gpu-check-output/, beside the GPU check's)")
     parser.add_argument("--compile-backend", default=None, help="mfu: torch.compile backend (the dry run: aot_eager)")
     parser.add_argument("--policy", choices=("torch", "glassformer"), help=argparse.SUPPRESS)  # internal
     args = parser.parse_args(argv)
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        parser.error(f"--device must be cuda or cpu, got {args.device!r}")
+    if args.batch < 1:
+        parser.error(f"--batch must be an int >= 1, got {args.batch}")
     if args.policy:  # the child process of first-call
         print(json.dumps(first_call(args.device, args.policy)), flush=True)
         return 0

@@ -66,7 +66,8 @@ def test_dry_run_on_the_cpu_writes_the_summaries(tmp_path):
 def test_a_stage_over_its_budget_is_stopped_and_the_summary_written(tmp_path):
     out = tmp_path / "short"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--out",
-                           str(out), "--stages", "speedrun,decode", "--total-s", "6"], cwd=ROOT, env=env(),
+                           str(out), "--stages", "speedrun,decode", "--total-s", "6", "--compile-backend", "hang"],
+                          cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     summary = json.loads((out / "gpu_check.json").read_text())
@@ -102,3 +103,12 @@ def test_the_follow_up_measurements_run_on_the_cpu(tmp_path):
     trained = json.loads((tmp_path / "gpu_followup_mfu.json").read_text())
     assert trained["size"]["batch"] == 2 and set(trained["mfu"]) == {"eager", "compiled"}
     assert all(0 < v < 1 and math.isfinite(v) for v in trained["mfu"].values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["first-call", "--device", "tpu"], "--device must be cuda or cpu, got 'tpu'"),
+    (["mfu", "--batch", "0"], "--batch must be an int >= 1, got 0")])
+def test_the_follow_up_refuses_bad_options_in_one_line(args, message):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_followup.py"), *args], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
