@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from glassformer import ModelConfig, build_model
 from glassformer.errors import GlassformerError
 from glassformer.training import TrainConfig, lr_at, make_optimizer
+from glassformer.training.muon import Muon, newton_schulz, ns_case, resolve_ns_precision
 from glassformer.training.optim import Optimizers, muon_params
 from training_helpers import config as base_config
 from training_helpers import train
@@ -166,3 +168,108 @@ def test_a_torch_without_muon_is_one_line(monkeypatch):
     model = build_model(ModelConfig.preset("tiny-char", vocab_size=10))
     with pytest.raises(GlassformerError, match=r"needs torch.optim.Muon, which torch .* does not have"):
         make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind="muon")
+
+
+# glassformer's Muon: torch's step with the Newton-Schulz precision chosen for the machine
+
+SHAPES = [(24, 8), (8, 24), (16, 16)]  # tall, wide, square: both orientations of the iteration
+
+
+def _matrices(seed: int = 0) -> list[torch.nn.Parameter]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=generator)) for s in SHAPES]
+
+
+def _steps(optimizer, params, steps: int = 3, seed: int = 1) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=generator)
+        optimizer.step()
+
+
+@pytest.mark.parametrize("options", [{}, {"nesterov": False, "adjust_lr_fn": "match_rms_adamw"},
+                                     {"adjust_lr_fn": "original", "weight_decay": 0.0, "momentum": 0.9}])
+def test_muon_in_bfloat16_is_torchs_muon_to_the_bit(options):
+    ours, theirs = _matrices(), _matrices()
+    _steps(Muon(ours, ns_precision="bfloat16", lr=0.02, **options), ours)
+    reference = torch.optim.Muon(theirs, lr=0.02, **options)
+    _steps(reference, theirs)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("options", [{}, {"nesterov": False, "adjust_lr_fn": "match_rms_adamw"}])
+def test_muon_in_float32_is_torchs_iteration_in_float32(monkeypatch, options):
+    """torch's Muon with its bfloat16 cast made a float32 copy is the float32 reference; nesterov=False
+    also shows the iteration leaves the momentum buffer (its input, not copied by a cast in float32) alone."""
+    ours, theirs = _matrices(), _matrices()
+    optimizer = Muon(ours, ns_precision="float32", lr=0.02, **options)
+    _steps(optimizer, ours)
+    assert optimizer.ns_dtype == torch.float32
+    monkeypatch.setattr(torch.Tensor, "bfloat16", lambda self: self.to(torch.float32, copy=True))
+    reference = torch.optim.Muon(theirs, lr=0.02, **options)
+    _steps(reference, theirs)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(optimizer.state[a]["momentum_buffer"], reference.state[b]["momentum_buffer"])
+
+
+def test_float32_and_bfloat16_iterations_agree_to_bfloat16_precision():
+    update = torch.randn(32, 96, generator=torch.Generator().manual_seed(0))
+    coefficients = (3.4445, -4.7750, 2.0315)
+    fp32, bf16 = (newton_schulz(update, coefficients, 5, 1e-7, d) for d in (torch.float32, torch.bfloat16))
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16 and fp32.shape == (32, 96)
+    torch.testing.assert_close(bf16.float(), fp32, rtol=0.05, atol=0.05)
+    singular = torch.linalg.svdvals(fp32)  # orthogonalised: singular values near 1 (Muon's ~0.5-1.5)
+    assert singular.min() > 0.5 and singular.max() < 1.5
+
+
+def test_checkpoints_of_torchs_muon_and_ours_load_into_each_other():
+    ours, theirs = _matrices(), _matrices()
+    mine, reference = Muon(ours, ns_precision="bfloat16", lr=0.02), torch.optim.Muon(theirs, lr=0.02)
+    _steps(reference, theirs, steps=2)
+    for a, b in zip(ours, theirs):
+        a.data.copy_(b.data)
+    mine.load_state_dict(copy.deepcopy(reference.state_dict()))  # a copy: as if read from a file
+    assert mine.state_dict()["param_groups"] == reference.state_dict()["param_groups"]
+    _steps(mine, ours, seed=5)
+    _steps(reference, theirs, seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    reference.load_state_dict(copy.deepcopy(mine.state_dict()))  # and back: same keys, same tensors
+    assert all(torch.equal(reference.state[b]["momentum_buffer"], mine.state[a]["momentum_buffer"])
+               for a, b in zip(ours, theirs))
+
+
+def test_auto_precision_follows_the_hardware_and_the_measurement(monkeypatch):
+    from glassformer.runtime import kernel_choice
+    monkeypatch.setattr(kernel_choice, "cpu_features", lambda: ["avx2"])
+    name, why = resolve_ns_precision("auto", "cpu", SHAPES)
+    assert name == "float32" and "no bfloat16 instructions" in why
+    monkeypatch.setattr(kernel_choice, "cpu_features", lambda: ["avx2", "amx_bf16"])
+    asked = []
+    for verdict, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(kernel_choice, "choose", lambda case, ways, v=verdict: asked.append(case) or v)
+        assert resolve_ns_precision("auto", "cpu", SHAPES)[0] == expected
+    assert asked == [ns_case(SHAPES)] * 2 and asked[0] == "muon newton-schulz bfloat16 | 8x24 16x16"
+    assert resolve_ns_precision("bfloat16", "cpu", SHAPES) == ("bfloat16", "as asked")
+
+
+def test_the_trainers_muon_resolves_its_precision_once(monkeypatch):
+    from glassformer.runtime import kernel_choice
+    monkeypatch.setattr(kernel_choice, "cpu_features", lambda: ["avx2", "amx_bf16"])
+    calls = []
+    monkeypatch.setattr(kernel_choice, "choose", lambda case, ways: calls.append(ways) or False)
+    model = build_model(ModelConfig.preset("tiny-char", vocab_size=10))
+    muon = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind="muon").parts["muon"]
+    assert isinstance(muon, Muon) and muon.ns_precision == "auto" and not calls  # nothing measured yet
+    _steps(muon, muon_params(model), steps=2)
+    assert muon.ns_dtype == torch.float32 and len(calls) == 1 and "measured not clearly faster" in muon.ns_reason
+    plain, special = calls[0]()  # the ways timed: float32 and bfloat16 iterations of the model's shapes
+    assert {m.dtype for m in plain()} == {torch.float32} and {m.dtype for m in special()} == {torch.bfloat16}
+
+
+def test_a_bad_ns_precision_is_one_line():
+    with pytest.raises(GlassformerError, match=r"^ns_precision must be one of \['auto', 'float32', 'bfloat16'\], "
+                                               r"got 'float16'$"):
+        Muon(_matrices(), ns_precision="float16")

@@ -12,6 +12,7 @@ from torch import nn
 from ..errors import GlassformerError
 from ..nn.block import TransformerBlock
 from ..nn.positions import LearnedPositions
+from .muon import Muon
 
 SCHEDULES = ("cosine", "noam", "constant")
 OPTIMIZERS = ("adamw", "muon")
@@ -117,8 +118,9 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
 
     "adamw": AdamW over :func:`param_groups`; ``fused=None`` uses the fused kernel where this torch has
     it for the parameters' device (one kernel for all parameters instead of a loop of small ones).
-    "muon": ``torch.optim.Muon`` (Keller Jordan 2024: momentum whose update matrix is orthogonalised by
-    a Newton-Schulz iteration) on :func:`muon_params`, and that AdamW on every other parameter, as
+    "muon": :class:`glassformer.training.muon.Muon` (torch's Muon, Keller Jordan 2024: momentum whose
+    update matrix is orthogonalised by a Newton-Schulz iteration, run in the precision measured fastest
+    on this machine) on :func:`muon_params`, and that AdamW on every other parameter, as
     :class:`Optimizers`. Muon scales its updates to AdamW's size (``adjust_lr_fn="match_rms_adamw"``,
     Moonshot 2025), so one ``lr`` and schedule drive both; it decays weights by ``weight_decay`` too.
 
@@ -145,7 +147,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     adamw = _adamw(groups, lr, betas, eps, fused)
     if kind == "adamw":
         return adamw
-    muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
+    muon = Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
     return Optimizers(adamw=adamw, muon=muon)
 
 
