@@ -23,9 +23,14 @@ def test_rows_repeat_their_segments():
 
 
 def test_phase_change_step():
-    history = [{"step": s, "loss_repeat": v} for s, v in ((0, 4.0), (10, 3.9), (20, 1.0), (30, 0.2))]
-    assert phase_change_step(history) == 20
+    values = (4.0, 3.9, 4.0, 3.95, 3.9, 3.0, 1.0, 0.4, 0.3, 0.25, 0.2, 0.2)
+    history = [{"step": 10 * i, "loss_repeat": v} for i, v in enumerate(values)]
+    assert phase_change_step(history) == 60
     assert phase_change_step([{"step": 0, "loss_repeat": 4.0}, {"step": 10, "loss_repeat": 3.8}]) is None
+    # a run without a phase change whose one noisy record dips below halfway (the old rule said 840)
+    noisy = [{"step": s, "loss_repeat": 4.1 - 0.002 * (s % 60)} for s in range(0, 1000, 20)]
+    noisy[42]["loss_repeat"] = 1.9
+    assert phase_change_step(noisy) is None
 
 
 def test_recipe_runs_end_to_end(tmp_path):

@@ -83,3 +83,137 @@ def test_bad_watch_blocks_are_errors_naming_the_key(tmp_path):
     run = prepare_run(mlm)
     with pytest.raises(GlassformerError, match="causal TransformerLMs"):
         Trainer(mlm, run.model, run.tokenizer, run.batches)
+
+
+# ---------------------------------------------------------------------------------------------- measurements
+def _probe_loss(model, probe):
+    """A user's measurement: the next-token loss on the probe text, and one head's induction score."""
+    from glassformer.interpret import next_token_loss
+
+    return {"loss": next_token_loss(model(probe.text), probe.text), "rows": probe.text.shape[0]}
+
+
+def _noisy_backward(model, probe):
+    """A careless measurement: draws random numbers and leaves gradients in the parameters."""
+    from glassformer.interpret import next_token_loss
+
+    torch.rand(3)
+    next_token_loss(model(probe.text), probe.text).backward()
+    return 1.0
+
+
+def test_a_users_measurement_is_recorded_and_replayed_over_checkpoints(tmp_path):
+    from glassformer.interpret import next_token_loss
+    from glassformer.interpret.microscope import replay
+    from glassformer.training import Trainer, save_checkpoint
+
+    cfg = config(tmp_path, max_steps=6, watch=WATCH)
+    run = prepare_run(cfg)
+    save_checkpoint(tmp_path / "ckpts" / "ckpt-000000", run.model, run.tokenizer)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    trainer.microscope.add("probe/loss", _probe_loss)
+    trainer.microscope.add("careless", _noisy_backward)
+    with pytest.raises(GlassformerError, match="taken"):
+        trainer.microscope.add("careless", _noisy_backward)
+    trainer.train()
+    save_checkpoint(tmp_path / "ckpts" / "ckpt-000006", trainer.model, run.tokenizer)
+    live = read_records(tmp_path / "run" / RECORDS)
+    assert [r["step"] for r in live] == [0, 2, 4, 6]
+    ids = trainer.microscope.probe_text
+    with torch.no_grad():
+        trainer.model.eval()
+        expected = float(next_token_loss(trainer.model(ids), ids))
+    assert live[-1]["measurements"]["probe/loss"]["loss"] == pytest.approx(expected, abs=1e-6)
+    assert live[0]["measurements"]["probe/loss"]["loss"] != live[-1]["measurements"]["probe/loss"]["loss"]
+    # the careless measurement's gradients and random numbers did not reach training
+    plain, _ = train(config(tmp_path, "plain", max_steps=6))
+    for (name, a), b in zip(trainer.model.state_dict().items(), plain.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    # replayed over the saved checkpoints: the same records as training wrote at those steps
+    records = replay(tmp_path / "ckpts", tmp_path / "replayed", watch=WATCH, probe_text=ids,
+                     measurements={"probe/loss": _probe_loss, "careless": _noisy_backward})
+    assert [r["step"] for r in records] == [0, 6]
+    assert records[0] == live[0] and records[1] == live[-1]
+    assert read_records(tmp_path / "replayed" / RECORDS) == records
+
+
+def test_measurements_named_in_the_watch_block_are_imported(tmp_path):
+    watch = {**WATCH, "measurements": {"loss": "test_interpret_microscope:_probe_loss"}}
+    train(config(tmp_path, max_steps=2, watch=watch))
+    assert "loss" in read_records(tmp_path / "run" / RECORDS)[-1]["measurements"]["loss"]
+    with pytest.raises(GlassformerError, match="watch.measurements"):
+        WatchConfig.from_dict({"measurements": {"x": "no_colon"}})
+    cfg = config(tmp_path, "bad", watch={"measurements": {"x": "no_such_module_here:f"}})
+    run = prepare_run(cfg)
+    from glassformer.training import Trainer
+
+    with pytest.raises(GlassformerError, match=r"watch.measurements.x: cannot import"):
+        Trainer(cfg, run.model, run.tokenizer, run.batches)
+
+
+# ---------------------------------------------------------------------------------------------- phase change
+def test_phase_change_detector_finds_an_abrupt_lasting_drop_and_nothing_else():
+    from glassformer.interpret.microscope import detect_phase_change
+
+    steps = list(range(0, 1000, 20))
+    g = torch.Generator().manual_seed(0)
+    noise = (torch.rand(len(steps), generator=g) - 0.5) * 0.2
+    flat = [4.0 + float(e) for e in noise]
+    dipped = list(flat)
+    dipped[42] = 1.5  # one noisy dip (step 840) that crosses halfway: not a phase change
+    assert detect_phase_change(steps, flat) is None
+    assert detect_phase_change(steps, dipped) is None
+    slow = [4.0 - 2.5 * i / len(steps) + float(e) for i, e in enumerate(noise)]  # a steady decline
+    assert detect_phase_change(steps, slow) is None
+    sharp = [(4.0 if s < 400 else 1.0 if s > 460 else 2.5) + float(e) for s, e in zip(steps, noise)]
+    found = detect_phase_change(steps, sharp)
+    assert found is not None and 400 <= found["step"] <= 480 and found["width"] <= 100
+    rebound = [v if s < 700 else 4.0 for s, v in zip(steps, sharp)]  # falls, then comes back: not lasting
+    assert detect_phase_change(steps, rebound) is None
+    with pytest.raises(GlassformerError, match="same length"):
+        detect_phase_change([0, 1], [1.0])
+
+
+def test_icl_score_is_late_minus_early_loss():
+    from glassformer.interpret.microscope import icl_score
+
+    loss = torch.linspace(3.0, 1.0, 100)
+    assert icl_score(loss) == pytest.approx(float(loss[95:].mean() - loss[8:13].mean()), abs=1e-6)
+    assert icl_score(torch.full((40,), 2.0)) == pytest.approx(0.0)
+    with pytest.raises(GlassformerError, match="3 positions"):
+        icl_score([1.0, 2.0])
+
+
+def test_records_hold_per_position_loss_and_scores_at_several_lengths(tmp_path):
+    train(config(tmp_path, max_steps=2, watch=WATCH))
+    last = read_records(tmp_path / "run" / RECORDS)[-1]
+    assert len(last["loss_by_position"]) == 7 and isinstance(last["icl_score"], float)
+    by_length = last["induction_by_length"]
+    assert set(by_length) == {"3", "2"}
+    lowest = torch.minimum(torch.tensor(by_length["3"]), torch.tensor(by_length["2"]))
+    torch.testing.assert_close(torch.tensor(last["induction"]), lowest, rtol=0, atol=1e-4)
+
+
+def test_a_fixed_distance_head_is_not_called_induction():
+    from glassformer import TransformerLM
+    from glassformer.interpret import hooks, probe_lengths, scores_over_lengths
+
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=64).eval()
+    n = 12
+
+    def fixed_distance(pattern, hook):  # head 0 attends n - 1 back (where it can), whatever the tokens
+        T = pattern.shape[-1]
+        fixed = torch.zeros(T, T)
+        rows = torch.arange(T)
+        fixed[rows, (rows - (n - 1)).clamp_min(0)] = 1.0
+        pattern = pattern.clone()
+        pattern[:, 0] = fixed
+        return pattern
+
+    with hooks(model, [("pattern", fixed_distance)]):
+        scores = scores_over_lengths(model, probe_lengths(n), batch=4)
+    by_length = scores["induction_by_length"][:, 0, 0]
+    assert probe_lengths(n) == [12, 9, 6]
+    assert by_length[0] == pytest.approx(1.0) and float(by_length[1:].max()) < 0.05  # one length only
+    assert float(scores["induction"][0, 0]) < 0.05

@@ -20,7 +20,9 @@ from .detectors import (
     head_scores,
     induction_scores,
     previous_token_scores,
+    probe_lengths,
     repeated_tokens,
+    scores_over_lengths,
 )
 from .hooks import ActivationCache, Hooks, Recording, hooks, record, run_with_cache, run_with_hooks
 from .lens import LogitAttribution, TopTokens, direct_logit_attribution, logit_lens, residual_names
@@ -43,5 +45,6 @@ __all__ = [
     "ablation_hooks", "ablate_heads", "head_ablation_effects", "next_token_loss", "attention_weights",
     "logit_lens", "TopTokens", "residual_names", "direct_logit_attribution", "LogitAttribution",
     "repeated_tokens", "previous_token_scores", "induction_scores", "duplicate_token_scores", "head_scores",
+    "probe_lengths", "scores_over_lengths",
     "HeadScores", "sae", "attribution_patching", "Attribution", "exact_head_patching", "correlation", "top_heads",
 ]

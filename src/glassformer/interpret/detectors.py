@@ -113,3 +113,39 @@ def head_scores(model: TransformerLM, length: int = 32, batch: int = 16, *, seed
                       torch.stack([induction_scores(p, length, start) for p in patterns]),
                       torch.stack([duplicate_token_scores(p, length, start) for p in patterns]),
                       float(first), float(repeat))
+
+
+def probe_lengths(length: int) -> list[int]:
+    """The probe lengths a head is scored at: ``length``, about 3/4 and 1/2 of it (distinct, >= 2).
+
+    An induction head follows content, so it scores at every length; a head that attends a fixed
+    distance d back scores only at the length whose offset (n - 1) equals d, so its lowest score over
+    several lengths is near 0.
+    """
+    check_int("length", length, 2)
+    return list(dict.fromkeys(max(2, n) for n in (length, (3 * length) // 4, length // 2)))
+
+
+@torch.no_grad()
+def scores_over_lengths(model: TransformerLM, lengths: list[int], batch: int = 16, *, seed: int = 0, low: int = 0,
+                        bos: int | None = None) -> dict[str, torch.Tensor]:
+    """Every head's previous-token, induction and duplicate score at each probe length, and their lowest.
+
+    Args:
+        model, batch, seed, low, bos: as :func:`head_scores` takes them.
+        lengths: the probe lengths n (each probe is 2n tokens, after ``bos``), e.g. :func:`probe_lengths`.
+    Returns:
+        {kind: (L, h) the lowest score over ``lengths``, f"{kind}_by_length": (len(lengths), L, h)} for
+        kind in previous_token, induction, duplicate. A head is called an induction head by its lowest
+        score: one that attends a fixed distance back scores at one length only.
+    Raises:
+        GlassformerError for an empty ``lengths``.
+    """
+    if not lengths:
+        raise GlassformerError("lengths must name at least one probe length, got []")
+    per = [head_scores(model, int(n), batch, seed=seed, low=low, bos=bos) for n in lengths]
+    out: dict[str, torch.Tensor] = {}
+    for kind in ("previous_token", "induction", "duplicate"):
+        stacked = torch.stack([getattr(s, kind) for s in per])  # (n_lengths, L, h)
+        out[kind], out[f"{kind}_by_length"] = stacked.min(0).values, stacked
+    return out

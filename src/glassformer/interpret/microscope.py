@@ -4,8 +4,15 @@ At step 0 and then every ``every`` steps (default: at each evaluation), :class:`
 model (in eval mode, without touching the random state) on two fixed probes and appends one record to
 ``out_dir/microscope.jsonl``:
 
-    previous_token, induction, duplicate   (L, h) head scores on random tokens repeated twice
-    loss_first, loss_repeat                the next-token loss on each copy of that probe
+    previous_token, induction, duplicate   (L, h) head scores on random tokens repeated twice: the lowest
+                                           over the probe lengths (``probe_lengths``), so that a head
+                                           attending a fixed distance back is not called induction
+    induction_by_length                    {n: (L, h)} the induction score at each probe length n
+    loss_first, loss_repeat                the next-token loss on each copy of that probe (the longest n)
+    loss_by_position                       (T - 1,) the next-token loss on the probe text by position
+    icl_score                              in-context learning (Olsson et al. 2022): the loss late in the
+                                           context minus early in it (:func:`icl_score`; below 0: later
+                                           tokens are predicted better)
     entropy                                (L, h) mean attention entropy (nats) on the probe text
     lens_loss                              (L + 1,) the logit lens's next-token loss on the probe text,
                                            read before each block and after the last
@@ -13,6 +20,14 @@ model (in eval mode, without touching the random state) on two fixed probes and 
     weight_norm                            (L,) Frobenius norm of each block's parameters
     attention                              {"layer.head": (S, S)} patterns of the chosen heads on the
                                            first S tokens of the probe text's first row
+    measurements                           {name: value} what the user's own measurements returned
+                                           (:meth:`Microscope.add`, ``watch.measurements``)
+
+A measurement is any function ``fn(model, probe) -> number | {key: number or list}`` of the model and
+the fixed :class:`Probe` (a metric, a patching result, direct logit attribution, a linear probe, SAE
+statistics, a discovered circuit...); it runs with gradients allowed, its random numbers and the
+parameters' ``.grad`` put back afterwards. :func:`replay` records the same measurements over a series of
+saved checkpoints; :func:`detect_phase_change` finds an abrupt, lasting drop in a series (or none).
 
 ``microscope.json`` (written once per run) holds the probe text's tokens, the chosen heads and the
 settings. The records follow ``metrics.jsonl``'s rules: one strict-JSON line each, flushed to disk
@@ -23,9 +38,12 @@ series equal an uninterrupted run's. ``glassformer inspect OUT_DIR`` draws them
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -39,11 +57,18 @@ from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..fileio import atomic_write_text
 from ..models import TransformerLM
 from ..records import read_records, record_line
-from .detectors import duplicate_token_scores, induction_scores, previous_token_scores, repeated_tokens
+from .detectors import (
+    duplicate_token_scores,
+    induction_scores,
+    previous_token_scores,
+    probe_lengths,
+    repeated_tokens,
+)
 from .hooks import run_with_cache
 from .lens import residual_names
 
 RECORDS, META = "microscope.jsonl", "microscope.json"
+MAX_MEASURED_NUMBERS = 10_000  # one measurement's numbers in one record, at most (records stay small)
 
 
 @dataclass
@@ -59,6 +84,11 @@ class WatchConfig:
         snapshot_tokens: S, the tokens of the attention snapshots.
         heads: [[layer, head], ...] whose patterns are kept; empty: every head when there are at most
             16, else head 0 of each layer.
+        probe_lengths: the lengths n the head scores are measured at (their lowest is recorded);
+            empty: ``probe_length`` and about 3/4 and 1/2 of it (:func:`~glassformer.interpret.
+            detectors.probe_lengths`).
+        measurements: {name: "package.module:function"}: the user's own measurements, imported by name
+            (see the module's text).
     """
 
     every: int = 0
@@ -67,6 +97,8 @@ class WatchConfig:
     text_rows: int = 4
     snapshot_tokens: int = 24
     heads: list[list[int]] = field(default_factory=list)
+    probe_lengths: list[int] = field(default_factory=list)
+    measurements: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
@@ -86,6 +118,14 @@ class WatchConfig:
                 isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(i, int) for i in p)
                 for p in config.heads):
             raise ArgumentTypeError(f"watch.heads must be a list of [layer, head] pairs, got {config.heads!r:.80}")
+        if not isinstance(config.probe_lengths, list):
+            raise ArgumentTypeError(f"watch.probe_lengths must be a list of ints, got {config.probe_lengths!r:.80}")
+        for n in config.probe_lengths:
+            check_int("watch.probe_lengths[]", n, 2)
+        if not isinstance(config.measurements, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in config.measurements.items()):
+            raise ArgumentTypeError("watch.measurements must map names to 'package.module:function' strings, "
+                                    f"got {config.measurements!r:.80}")
         return config
 
 
@@ -102,6 +142,147 @@ def _parsed(value: Any) -> Any:
 def _rounded(t: torch.Tensor, digits: int = 4) -> Any:
     """A tensor as nested lists of rounded floats (what a JSON line holds)."""
     return torch.round(t.double(), decimals=digits).tolist()
+
+
+def icl_score(loss_by_position: Sequence[float] | torch.Tensor, early: int | None = None,
+              late: int | None = None) -> float:
+    """In-context learning as Olsson et al. (2022) measure it: the loss at a late position in the context
+    minus the loss at an early one (they take the 500th and the 50th token); below 0 when the model
+    predicts later tokens better because it reads the context.
+
+    Args:
+        loss_by_position: (T,) mean next-token loss at each predicted position.
+        early, late: the positions compared; default T // 10 (at least 1) and T - 1; each is read as the
+            mean over a window of 5 positions around it (kept inside the context), for less noise.
+    Returns:
+        loss[late] - loss[early].
+    Raises:
+        GlassformerError for fewer than 3 positions or a position out of range.
+    """
+    loss = torch.as_tensor(loss_by_position, dtype=torch.float64).flatten()
+    T = loss.numel()
+    if T < 3:
+        raise GlassformerError(f"icl_score needs the loss at 3 positions or more, got {T}")
+    early = max(1, T // 10) if early is None else check_int("early", early, 0, T - 1)
+    late = T - 1 if late is None else check_int("late", late, 0, T - 1)
+
+    def around(i: int) -> float:
+        lo = min(max(0, i - 2), max(0, T - 5))
+        return float(loss[lo:lo + 5].mean()) if T >= 5 else float(loss[i])
+    return around(late) - around(early)
+
+
+def _running_median(values: list[float], window: int) -> list[float]:
+    """Each value replaced by the median of the ``window`` values around it (fewer at the ends)."""
+    half = window // 2
+    return [float(torch.tensor(values[max(0, i - half):i + half + 1]).median()) for i in range(len(values))]
+
+
+def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window: int = 5, min_drop: float = 0.3,
+                        max_width: float = 0.3) -> dict[str, Any] | None:
+    """Where a series (e.g. the repeated-copy loss) falls abruptly and stays down: a phase change, or None.
+
+    The series is smoothed by a running median of ``window`` records (one noisy dip or spike is not a
+    change), then three tests must hold: the smoothed series falls by at least ``min_drop`` of its first
+    value; it falls from 20% to 80% of that drop within ``max_width`` of the recorded steps' range
+    (abrupt, not a slow decline); and it ends below halfway (the drop lasts).
+
+    Args:
+        steps: the recorded steps, increasing; values: the series at them (same length).
+        window: the running median's width, odd (3 or more records are needed for it to apply).
+        min_drop, max_width: fractions, as above.
+    Returns:
+        None, or {"step": the first step whose smoothed value is below halfway, "from", "to": the smoothed
+        start and lowest value, "width": the steps from 20% to 80% of the fall}.
+    Raises:
+        GlassformerError when ``steps`` and ``values`` differ in length or ``window`` is even or < 1.
+    """
+    if len(steps) != len(values):
+        raise GlassformerError(f"steps and values must have the same length, got {len(steps)} and {len(values)}")
+    check_int("window", window, 1)
+    if window % 2 == 0:
+        raise GlassformerError(f"window must be odd, got {window}")
+    points = [(int(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(float(v))]
+    if len(points) < 3:
+        return None
+    xs = [s for s, _ in points]
+    smooth = _running_median([v for _, v in points], min(window, len(points) - (1 - len(points) % 2)))
+    start, low = smooth[0], min(smooth)
+    drop = start - low
+    if start <= 0 or drop < min_drop * abs(start) or smooth[-1] > start - drop / 2:
+        return None
+
+    def first_below(level: float) -> int:
+        return next(i for i, v in enumerate(smooth) if v <= level)
+    begin, middle, end = (first_below(start - f * drop) for f in (0.2, 0.5, 0.8))
+    width = xs[end] - xs[max(begin - 1, 0)] if begin > 0 else xs[end] - xs[0]
+    if width > max_width * (xs[-1] - xs[0]):
+        return None
+    return {"step": xs[middle], "from": round(start, 5), "to": round(low, 5), "width": width}
+
+
+@dataclass
+class Probe:
+    """What a measurement reads (:meth:`Microscope.add`): the microscope's fixed probes.
+
+    Attributes:
+        text: (R, T) token ids of the probe text (validation rows).
+        repeated: (B, start + 2n) random tokens repeated twice (after a bos when ``start`` is 1).
+        length: n, one copy's length; start: where the first copy begins.
+        step: the training step being recorded.
+        low, bos: the smallest random id, and the bos id (or None), to build more probes like these.
+    """
+
+    text: torch.Tensor
+    repeated: torch.Tensor
+    length: int
+    start: int
+    step: int
+    low: int = 0
+    bos: int | None = None
+
+
+Measurement = Callable[[nn.Module, Probe], Any]
+
+
+def _import_measurement(name: str, spec: str) -> Measurement:
+    """The function ``spec`` ("package.module:function") names, or an error naming the measurement."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise GlassformerError(f"watch.measurements.{name}: cannot import {spec!r} ({error})") from None
+    if not callable(fn):
+        raise ArgumentTypeError(f"watch.measurements.{name}: {spec!r} is not a function")
+    return fn
+
+
+def _checked_value(name: str, value: Any) -> Any:
+    """A measurement's result as JSON-able numbers (tensors as lists), or an error naming it."""
+    count = 0
+
+    def clean(v: Any) -> Any:
+        nonlocal count
+        if isinstance(v, torch.Tensor):
+            v = v.detach().double().cpu()
+            count += v.numel()
+            return v.item() if v.dim() == 0 else v.tolist()
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            count += 1
+            return v
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        raise ArgumentTypeError(f"measurement {name!r} returned a {type(v).__name__}; expected numbers, "
+                                "tensors, or lists and dicts of them")
+    out = clean(value)
+    if count > MAX_MEASURED_NUMBERS:
+        raise GlassformerError(f"measurement {name!r} returned {count:,} numbers; at most "
+                               f"{MAX_MEASURED_NUMBERS:,} fit a record (return a summary)")
+    return out
 
 
 def _entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -138,10 +319,31 @@ class Microscope:
             [[i, j] for i in range(L) for j in range(h)] if L * h <= 16 else [[i, 0] for i in range(L)])
         extra = 1 if bos is not None else 0
         self.probe_length = watch.probe_length or max(2, min(20, (c.max_len - extra) // 2))
-        if 2 * self.probe_length + extra > c.max_len:
-            raise GlassformerError(f"watch.probe_length={self.probe_length} needs max_len >= "
-                                   f"{2 * self.probe_length + extra}, the model has {c.max_len}")
+        self.lengths = sorted(set(watch.probe_lengths or probe_lengths(self.probe_length)) | {self.probe_length},
+                              reverse=True)
+        if 2 * self.lengths[0] + extra > c.max_len:
+            raise GlassformerError(f"watch.probe_length(s) up to {self.lengths[0]} need max_len >= "
+                                   f"{2 * self.lengths[0] + extra}, the model has {c.max_len}")
+        self.measurements: dict[str, Measurement] = {
+            name: _import_measurement(name, spec) for name, spec in watch.measurements.items()}
         self.file: Path | None = None
+
+    def add(self, name: str, fn: Measurement) -> None:
+        """Record ``fn(model, probe)`` under ``record["measurements"][name]`` at every recording step.
+
+        Args:
+            name: the key (a new one; "/" and letters welcome).
+            fn: model, :class:`Probe` -> a number, a tensor, or a dict or list of them (at most
+                ``MAX_MEASURED_NUMBERS`` numbers); the model is in eval mode; gradients are allowed.
+        Raises:
+            GlassformerError for a name already taken; ArgumentTypeError for an ``fn`` that is not callable.
+        """
+        if not isinstance(name, str) or not name or name in self.measurements:
+            raise GlassformerError(f"measurement name {name!r} is empty or taken; taken: {sorted(self.measurements)}")
+        if not callable(fn):
+            raise ArgumentTypeError(f"measurement {name!r} must be a function (model, probe) -> numbers, "
+                                    f"got {type(fn).__name__}")
+        self.measurements[name] = fn
 
     # ------------------------------------------------------------------ the run folder
     def start(self, out_dir: str | Path, step: int, model: nn.Module) -> None:
@@ -151,7 +353,7 @@ class Microscope:
         self.file = out / RECORDS
         kept = [r for r in read_records(self.file) if r["step"] <= step] if step > 0 else []
         atomic_write_text(self.file, "".join(record_line(r, compact=True) for r in kept))
-        watch = {**asdict(self.watch), "probe_length": self.probe_length}
+        watch = {**asdict(self.watch), "probe_length": self.probe_length, "probe_lengths": self.lengths}
         meta = {"tokens": self.tokens, "heads": self.heads, "watch": watch,
                 "n_layers": model.config.n_layers, "n_heads": model.config.n_heads}
         atomic_write_text(out / META, json.dumps(meta, indent=1) + "\n")
@@ -174,35 +376,72 @@ class Microscope:
         return record
 
     # ------------------------------------------------------------------ the probes
-    @torch.no_grad()
     def measure(self, model: TransformerLM, step: int) -> dict[str, Any]:
         """One record (see the module's text); the model is back in its mode afterwards."""
         was_training = model.training
         model.eval()
         try:
-            return {"step": step, **self._head_scores(model), **self._text_probes(model)}
+            with torch.no_grad():
+                record = {"step": step, **self._head_scores(model), **self._text_probes(model)}
+            if self.measurements:
+                record["measurements"] = self._user_measurements(model, step)
+            return record
         finally:
             model.train(was_training)
 
-    def _head_scores(self, model: TransformerLM) -> dict[str, Any]:
-        n, w = self.probe_length, self.watch
+    def probe(self, model: TransformerLM, step: int) -> Probe:
+        """The fixed :class:`Probe` the measurements read, on ``model``'s device."""
         device = model.emb.weight.device
-        ids = repeated_tokens(model.config.vocab_size, n, w.probe_batch, low=self.low, bos=self.bos).to(device)
-        logits, cache = run_with_cache(model, ids, names="pattern")
-        patterns = cache.stack("pattern")  # (L, B, h, T, T)
+        ids = repeated_tokens(model.config.vocab_size, self.probe_length, self.watch.probe_batch, low=self.low,
+                              bos=self.bos).to(device)
+        return Probe(self.probe_text.to(device), ids, self.probe_length, 0 if self.bos is None else 1, step,
+                     self.low, self.bos)
+
+    def _user_measurements(self, model: TransformerLM, step: int) -> dict[str, Any]:
+        """Each registered measurement's value; their random numbers and the parameters' gradients are put back."""
+        probe = self.probe(model, step)
+        params = list(model.parameters())
+        grads = [p.grad for p in params]
+        devices = [model.emb.weight.device] if model.emb.weight.device.type == "cuda" else []
+        out = {}
+        try:
+            with torch.random.fork_rng(devices=devices), torch.enable_grad():
+                for name, fn in self.measurements.items():
+                    out[name] = _checked_value(name, fn(model, probe))
+        finally:
+            for p, g in zip(params, grads):
+                p.grad = g
+        return out
+
+    def _head_scores(self, model: TransformerLM) -> dict[str, Any]:
+        w, device = self.watch, model.emb.weight.device
         start = 0 if self.bos is None else 1
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-        loss = loss.view(w.probe_batch, -1)  # loss[:, i] predicts position i + 1
-        return {"loss_first": float(loss[:, start:start + n - 1].mean()),
-                "loss_repeat": float(loss[:, start + n:].mean()),
-                "previous_token": _rounded(torch.stack([previous_token_scores(p) for p in patterns])),
-                "induction": _rounded(torch.stack([induction_scores(p, n, start) for p in patterns])),
-                "duplicate": _rounded(torch.stack([duplicate_token_scores(p, n, start) for p in patterns]))}
+        scores: dict[str, list[torch.Tensor]] = {"previous_token": [], "induction": [], "duplicate": []}
+        out: dict[str, Any] = {}
+        for n in self.lengths:  # the longest first: its losses are recorded
+            ids = repeated_tokens(model.config.vocab_size, n, w.probe_batch, low=self.low, bos=self.bos).to(device)
+            logits, cache = run_with_cache(model, ids, names="pattern")
+            patterns = cache.stack("pattern")  # (L, B, h, T, T)
+            if n == self.probe_length:
+                loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
+                loss = loss.view(w.probe_batch, -1)  # loss[:, i] predicts position i + 1
+                out.update(loss_first=float(loss[:, start:start + n - 1].mean()),
+                           loss_repeat=float(loss[:, start + n:].mean()))
+            scores["previous_token"].append(torch.stack([previous_token_scores(p) for p in patterns]))
+            scores["induction"].append(torch.stack([induction_scores(p, n, start) for p in patterns]))
+            scores["duplicate"].append(torch.stack([duplicate_token_scores(p, n, start) for p in patterns]))
+        for kind, per_length in scores.items():
+            out[kind] = _rounded(torch.stack(per_length).min(0).values)
+        out["induction_by_length"] = {str(n): _rounded(s) for n, s in zip(self.lengths, scores["induction"])}
+        return out
 
     def _text_probes(self, model: TransformerLM) -> dict[str, Any]:
         ids = self.probe_text.to(model.emb.weight.device)  # (R, T)
         names = residual_names(model)
         _, cache = run_with_cache(model, ids, names=[*names, "pattern"])
+        logits = model.logits(model.norm_f(cache[names[-1]]))
+        by_position = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
+        by_position = by_position.view(ids.shape[0], -1).mean(0)  # (T - 1,): [i] predicts position i + 1
         lens_loss, resid_norm = [], []
         for name in names:
             resid = cache[name]  # (R, T, d)
@@ -216,9 +455,9 @@ class Microscope:
                        for block in model.blocks]
         return {"entropy": _rounded(torch.stack([_entropy(p) for p in patterns])),
                 "lens_loss": [round(v, 5) for v in lens_loss], "resid_norm": [round(v, 4) for v in resid_norm],
-                "weight_norm": [round(v, 4) for v in weight_norm], "attention": snapshots}
-
-
+                "weight_norm": [round(v, 4) for v in weight_norm], "attention": snapshots,
+                "loss_by_position": [round(v, 4) for v in by_position.tolist()],
+                "icl_score": round(icl_score(by_position), 5) if by_position.numel() >= 3 else None}
 
 
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,
@@ -233,3 +472,73 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     low = max(tokenizer.special_tokens.values(), default=-1) + 1  # random probe tokens leave specials out
     low = low if low < tokenizer.vocab_size // 2 else 0
     return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low)
+
+
+def _checkpoint_steps(checkpoints: Sequence[str | Path] | dict[int, str | Path] | str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) pairs, by step: a mapping as given; a folder of ``ckpt-NNNNNN`` folders expanded; a
+    list's step read from each name's last number (else its place in the list)."""
+    if isinstance(checkpoints, dict):
+        pairs = [(check_int("checkpoints step", s, 0), Path(p)) for s, p in checkpoints.items()]
+    else:
+        paths = [Path(checkpoints)] if isinstance(checkpoints, (str, Path)) else [Path(p) for p in checkpoints]
+        if len(paths) == 1 and not (paths[0] / "config.json").is_file() and paths[0].is_dir():
+            paths = sorted(p for p in paths[0].iterdir() if p.is_dir() and (p / "config.json").is_file()
+                           and not p.is_symlink())
+        pairs = []
+        for place, path in enumerate(paths):
+            number = re.findall(r"\d+", path.name)
+            pairs.append((int(number[-1]) if number else place, path))
+    if not pairs:
+        raise GlassformerError(f"no checkpoint folders in {checkpoints!r:.80}")
+    return sorted(pairs, key=lambda pair: pair[0])
+
+
+def replay(checkpoints: Sequence[str | Path] | dict[int, str | Path] | str | Path, out_dir: str | Path | None = None,
+           *, measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
+           probe_text: torch.Tensor | None = None) -> list[dict[str, Any]]:
+    """Record the microscope (and ``measurements``) over a series of saved checkpoints, as training would.
+
+    Args:
+        checkpoints: checkpoint folders (a list: each step is the last number in its name, e.g.
+            ``ckpt-000200``; a {step: folder} mapping; or one folder holding such folders).
+        out_dir: where ``microscope.jsonl`` and ``microscope.json`` are written (replacing earlier
+            ones); None: nothing is written.
+        measurements: {name: fn(model, probe)} as :meth:`Microscope.add` takes them.
+        watch: a ``watch:`` mapping (:class:`WatchConfig`); its ``measurements`` are imported too.
+        probe_text: (R, T) token ids of the probe text; default: the first checkpoint's tokenizer's ids of
+            random tokens (seed 1), ``text_rows`` x min(64, max_len) (pass real text for the text probes).
+    Returns:
+        The records, one per checkpoint, by step.
+    Raises:
+        GlassformerError for no checkpoints, a checkpoint that is not a causal TransformerLM, or models
+        of different shapes in one series.
+    """
+    from .. import load
+
+    config = WatchConfig.from_dict(dict(watch or {}))
+    pairs = _checkpoint_steps(checkpoints)
+    records: list[dict[str, Any]] = []
+    scope: Microscope | None = None
+    scope_config: dict[str, Any] | None = None
+    for step, folder in pairs:
+        model, tokenizer = load(folder)
+        if scope is None:
+            low = max(tokenizer.special_tokens.values(), default=-1) + 1
+            low = low if low < tokenizer.vocab_size // 2 else 0
+            if probe_text is None:
+                T = min(64, model.config.max_len)
+                probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, T),
+                                           generator=torch.Generator().manual_seed(1))
+            text = probe_text[:config.text_rows].cpu()
+            tokens = tokenizer.tokens(text[0, :config.snapshot_tokens].tolist())
+            scope = Microscope(config, model, text, tokens, 0, pairs[-1][0], bos=tokenizer.bos_id, low=low)
+            for name, fn in (measurements or {}).items():
+                scope.add(name, fn)
+            if out_dir is not None:
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                scope.start(out_dir, -1, model)  # a new series: no record kept, none made at step 0
+        elif model.config.to_dict() != scope_config:
+            raise GlassformerError(f"checkpoint {str(folder)!r} has another model shape than the series' first")
+        scope_config = model.config.to_dict()
+        records.append(scope.record(model, step))
+    return records

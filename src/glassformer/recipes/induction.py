@@ -32,7 +32,7 @@ from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
-from ..interpret.microscope import RECORDS, read_records
+from ..interpret.microscope import RECORDS, detect_phase_change, read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
@@ -112,12 +112,11 @@ def measure(model: nn.Module, task: RepeatedSegments, step: int, length: int, ba
 
 
 def phase_change_step(history: list[dict[str, Any]]) -> int | None:
-    """The first measured step whose repeated-copy loss is below halfway between its first and its
-    lowest value (None when it never falls by a third of the start)."""
-    start, low = history[0]["loss_repeat"], min(r["loss_repeat"] for r in history)
-    if start - low < start / 3:
-        return None
-    return next(r["step"] for r in history if r["loss_repeat"] < (start + low) / 2)
+    """The step of the phase change in the repeated-copy loss, or None when there is none: an abrupt,
+    lasting drop of the smoothed series (:func:`~glassformer.interpret.microscope.detect_phase_change`;
+    one noisy dip is not one)."""
+    found = detect_phase_change([r["step"] for r in history], [r["loss_repeat"] for r in history])
+    return None if found is None else found["step"]
 
 
 def best_heads(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
