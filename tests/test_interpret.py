@@ -84,20 +84,24 @@ def test_hook_names_are_transformer_lens_names():
     assert names[-3:] == ["ln_final.hook_scale", "ln_final.hook_normalized", "ln_final.hook_out"]
     block1 = [n.removeprefix("blocks.1.") for n in names if n.startswith("blocks.1.")]
     norm = ["hook_scale", "hook_normalized", "hook_out"]
-    assert block1 == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "attn.hook_q", "attn.hook_k", "attn.hook_v",
-                      "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
-                      *(f"ln2.{n}" for n in norm), "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
+    assert block1 == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "hook_attn_in", "hook_q_input", "hook_k_input",
+                      "hook_v_input", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores",
+                      "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+                      "hook_mlp_in", *(f"ln2.{n}" for n in norm), "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+                      "hook_resid_post"]
     rope_gated = hook_points(lm(pos="rope", activation="swiglu"))
     assert {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.mlp.hook_pre_linear"} <= set(rope_gated)
     assert "hook_pos_embed" not in rope_gated
     assert not any(".mlp." in n for n in hook_points(lm(attn_only=True)))
     dec = [n.removeprefix("decoder_blocks.0.") for n in hook_points(encdec()) if n.startswith("decoder_blocks.0.")]
-    assert dec[:11] == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "self_attn.hook_q", "self_attn.hook_k",
-                        "self_attn.hook_v", "self_attn.hook_attn_scores", "self_attn.hook_pattern", "self_attn.hook_z",
-                        "hook_attn_out"]
-    assert dec[11:17] == ["hook_resid_mid", *(f"ln2.{n}" for n in norm), "cross_attn.hook_q", "cross_attn.hook_k"]
-    assert dec[-9:] == ["hook_cross_attn_out", "hook_resid_mid2", *(f"ln3.{n}" for n in norm), "mlp.hook_pre",
-                        "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
+    assert dec[:16] == ["hook_resid_pre", *(f"ln1.{n}" for n in norm), "hook_attn_in", "hook_q_input", "hook_k_input",
+                        "hook_v_input", "self_attn.hook_q", "self_attn.hook_k", "self_attn.hook_v",
+                        "self_attn.hook_attn_scores", "self_attn.hook_pattern", "self_attn.hook_z",
+                        "self_attn.hook_result", "hook_attn_out"]
+    assert dec[16:22] == ["hook_resid_mid", *(f"ln2.{n}" for n in norm), "cross_attn.hook_q", "cross_attn.hook_k"]
+    assert dec[-11:] == ["cross_attn.hook_result", "hook_cross_attn_out", "hook_resid_mid2", "hook_mlp_in",
+                         *(f"ln3.{n}" for n in norm), "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+                         "hook_resid_post"]
     assert act_name("pattern", 1) == "blocks.1.attn.hook_pattern"
     assert act_name("cross_z", 0, "decoder") == "decoder_blocks.0.cross_attn.hook_z"
 
@@ -262,10 +266,12 @@ def test_patching_moves_the_clean_run_into_the_corrupted_one():
     def metric(logits):  # read at position 0, which sees nothing but itself
         return logits[:, 0].logsumexp(-1).mean()
 
-    effects = patching_effects(model, clean, corrupted, metric, what="resid_pre")
+    effects = patching_effects(model, clean, corrupted, metric, what="resid_pre")  # patched - corrupted
     assert effects.shape == (2, 9)
-    torch.testing.assert_close(effects[:, 0], torch.full((2,), float(metric(clean_logits))), rtol=0, atol=1e-5)
-    torch.testing.assert_close(effects[:, 1:], torch.full((2, 8), float(metric(model(corrupted)))), rtol=0, atol=1e-5)
+    moved = float(metric(clean_logits)) - float(metric(model(corrupted)))
+    assert abs(moved) > 1e-3
+    torch.testing.assert_close(effects[:, 0], torch.full((2,), moved), rtol=0, atol=1e-5)
+    torch.testing.assert_close(effects[:, 1:], torch.zeros(2, 8), rtol=0, atol=1e-5)
     assert patching_effects(model, clean, corrupted, metric, what="z", per="head").shape == (2, 4)
 
 

@@ -141,8 +141,7 @@ def exact_head_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, metr
                         kind: str = "z", **kwargs: Any) -> torch.Tensor:
     """(L, h): metric(patched) - metric(corrupted) when one head's ``kind`` (default its output ``hook_z``,
     at every position) comes from the clean run; one forward per head (:func:`patching_effects`)."""
-    corrupted_metric = float(metric(model(*_as_tuple(corrupted), **kwargs)))
-    return patching_effects(model, clean, corrupted, metric, what=kind, per="head", **kwargs) - corrupted_metric
+    return patching_effects(model, clean, corrupted, metric, what=kind, per="head", **kwargs)
 
 
 def correlation(a: torch.Tensor, b: torch.Tensor) -> float:

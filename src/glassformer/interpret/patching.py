@@ -95,7 +95,10 @@ def run_with_patch(model: nn.Module, *inputs: torch.Tensor, cache: ActivationCac
 @torch.no_grad()
 def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                      what: str = "resid_pre", per: str = "position", **kwargs: Any) -> torch.Tensor:
-    """Patch one activation at a time from the clean run into the corrupted one; return the metric of each.
+    """Patch one activation at a time from the clean run into the corrupted one; return how far each moves
+    the metric: metric(patched) - metric(corrupted), the convention of :func:`~glassformer.interpret.
+    attribution.exact_head_patching` and :func:`~glassformer.interpret.attribution_patching` (add
+    metric(corrupted) back for the raw metric; ``clean - corrupted`` metrics is the most it can be).
 
     Args:
         model: a TransformerLM or EncoderDecoder.
@@ -107,7 +110,7 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
             per-head points only).
         kwargs: passed to every forward (``pad``, ``prefix_len``...).
     Returns:
-        (layers, positions) or (layers, heads) float tensor of metric values.
+        (layers, positions) or (layers, heads) float tensor: metric(patched) - metric(corrupted).
     """
     if per not in ("position", "head"):
         raise GlassformerError(f"per must be 'position' or 'head', got {per!r}")
@@ -118,12 +121,13 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
     axis = points[0].position_axis if per == "position" else points[0].head_axis
     if axis is None:
         raise GlassformerError(f"per='head' needs a per-head point (z, q, k, v, pattern...), not {what!r}")
+    corrupted_metric = float(metric(model(*corrupted, **kwargs)))
     effects = torch.empty(len(points), first.shape[axis])
     for row, point in enumerate(points):
         for col in range(first.shape[axis]):
             where = {"positions": [col]} if per == "position" else {"heads": [col]}
             out = run_with_patch(model, *corrupted, cache=cache, names=point.name, **where, **kwargs)
-            effects[row, col] = float(metric(out))
+            effects[row, col] = float(metric(out)) - corrupted_metric
     return effects
 
 

@@ -173,13 +173,13 @@ EN: dict[str, str] = {
     "run.js.tooltip": "{kind}, step {step}: layer {layer}, head {head} = {value}",
     # ---------------------------------------------------------------- the SAE feature pages (report_sae.py)
     "sae.title": "SAE features: {hook}",
-    "sae.facts": "hook {hook} · {kind} SAE · {features} features, {live} fired on {tokens} held-out tokens, "
-                 "{dead} did not",
+    "sae.facts": "hook {hook} · {kind} SAE · {features} features, {live} fired on this page's sample of {tokens} "
+                 "held-out tokens, {dead} did not (dead in this sample)",
     "sae.quality": "Quality on held-out text",
     "sae.metric.explained_variance": "variance explained",
     "sae.metric.mse": "MSE per element",
     "sae.metric.l0": "L0 (features per token)",
-    "sae.metric.dead": "dead features",
+    "sae.metric.dead": "dead features (none fired on the quality sample's {tokens} tokens)",
     "sae.metric.dense": "dense features (> 10% of tokens)",
     "sae.metric.ce_clean": "loss, model as is",
     "sae.metric.ce_sae": "loss, SAE spliced in",

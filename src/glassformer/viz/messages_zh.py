@@ -160,13 +160,13 @@ ZH: dict[str, str] = {
     "run.js.after_last": "最后一块之后",
     "run.js.tooltip": "{kind}，第 {step} 步：第 {layer} 层，头 {head} = {value}",
     "sae.title": "SAE 特征：{hook}",
-    "sae.facts": "挂载点 {hook} · {kind} SAE · 共 {features} 个特征，其中 {live} 个在 {tokens} 个留出 token 上激活过，"
-                 "{dead} 个从未激活",
+    "sae.facts": "挂载点 {hook} · {kind} SAE · 共 {features} 个特征，其中 {live} 个在本页样本的 {tokens} 个留出 token "
+                 "上激活过，{dead} 个从未激活（在本页样本中为死特征）",
     "sae.quality": "在留出文本上的质量",
     "sae.metric.explained_variance": "解释的方差比例",
     "sae.metric.mse": "每个元素的 MSE",
     "sae.metric.l0": "L0（每个 token 激活的特征数）",
-    "sae.metric.dead": "死特征",
+    "sae.metric.dead": "死特征（在质量样本的 {tokens} 个 token 上从未激活）",
     "sae.metric.dense": "稠密特征（在超过 10% 的 token 上激活）",
     "sae.metric.ce_clean": "损失：原样的模型",
     "sae.metric.ce_sae": "损失：接入 SAE 重建",

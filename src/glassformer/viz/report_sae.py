@@ -39,7 +39,9 @@ def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
         value = metrics.get(key)
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             continue
-        label = html.escape(tr(f"sae.metric.{key}", lang), quote=False)
+        tokens = metrics.get("tokens")  # "dead" names its sample: these tokens, not the feature list's
+        label = html.escape(tr(f"sae.metric.{key}", lang, tokens=f"{tokens:,}" if isinstance(tokens, int) else "?"),
+                            quote=False)
         rows.append(f'<tr data-metric="{key}"><td>{label}</td><td>{format(value, fmt)}</td></tr>')
     return f'<table class="gf-sae-metrics"><tbody>{"".join(rows)}</tbody></table>' if rows else ""
 
