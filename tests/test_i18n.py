@@ -184,7 +184,8 @@ def test_chinese_sae_feature_pages_have_chinese_headings_table_and_controls(tmp_
     assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
     assert _headings(zh) == ["在留出文本上的质量", "特征"] and _headings(en) == ["Quality on held-out text", "Features"]
     assert "<h1>SAE 特征：blocks.1.hook_resid_post</h1>" in zh
-    assert "共 1,536 个特征，其中 0 个在本页样本的 4,096 个留出 token 上激活过，2 个从未激活（在本页样本中为死特征）" in zh
+    assert "共 1,536 个特征，其中 0 个在本页样本的 4,096 个留出 token 上激活过，2 个从未激活" in zh
+    assert "（在本页样本中为死特征）" in zh
     # the two dead counts name their samples: the page's feature list, the quality measurement's tokens
     assert "<td>dead features (none fired on the quality sample's ? tokens)</td><td>2</td>" in en
     assert '<tr data-metric="explained_variance"><td>解释的方差比例</td><td>0.810</td></tr>' in zh
