@@ -31,6 +31,9 @@ V = 97
 # differ from the usual q·k/√d by a constant per query row (the pattern is equal).
 BERT_DIFFERENT = {"hook_embed", "ln_final.hook_out"} | {
     f"blocks.{i}.{name}" for i in range(2) for name in ("hook_attn_out", "hook_resid_mid", "attn.hook_attn_scores")}
+# Points TransformerLens has only behind its flags (use_attn_result, use_split_qkv_input, use_attn_in,
+# use_hook_mlp_in); tests/test_tl_parity.py compares them with the flags on.
+BEHIND_FLAGS = ("attn.hook_result", "hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input", "hook_mlp_in")
 
 
 def _hf_model(arch: str):
@@ -96,10 +99,12 @@ def test_every_shared_hook_holds_the_same_tensor(pair):
     torch.testing.assert_close(our_logits, their_logits, rtol=0, atol=1e-5)
     points = hook_points(ours)
     only_ours = sorted(name for name in points if name not in their_cache)
-    assert only_ours == (["hook_token_type_embed"] if arch == "bert" else [])
+    flagged = sorted(f"blocks.{i}.{name}" for i in range(2) for name in BEHIND_FLAGS  # tests/test_tl_parity.py
+                     if not (arch == "bert" and name == "hook_mlp_in"))  # BERT's bridge always has hook_mlp_in
+    assert only_ours == sorted((["hook_token_type_embed"] if arch == "bert" else []) + flagged)
     different = BERT_DIFFERENT if arch == "bert" else set()
     compared = [name for name in points if name in their_cache and name not in different]
-    assert len(compared) == {"gpt2": 43, "llama": 48, "bert": 36}[arch]
+    assert len(compared) == {"gpt2": 43, "llama": 48, "bert": 38}[arch]
     for name in compared:
         mine, reference = our_cache[name], their_cache[name]
         assert mine.shape == reference.shape, name

@@ -9,6 +9,7 @@ import torch
 from glassformer import TransformerLM
 from glassformer.errors import GlassformerError
 from glassformer.interpret import hook_points, hooks, run_with_cache, run_with_patch
+from glassformer.interpret.points import ON_DEMAND
 from glassformer.interpret.attribution import (
     attribution_patching,
     correlation,
@@ -40,7 +41,8 @@ def test_estimate_is_exact_where_the_metric_is_linear(kw):
     model = lm(**kw)
     clean, corrupted = pair()
     result = attribution_patching(model, clean, corrupted, logit_sum)
-    assert set(result.total) == set(hook_points(model))  # every point, rot_q/k and norm points included
+    every = {p.name for p in hook_points(model).values() if p.short not in ON_DEMAND}  # per-head forms: by name
+    assert set(result.total) == every  # every point, rot_q/k and norm points included
     _, corrupted_cache = run_with_cache(model, corrupted)
     with torch.no_grad():
         base = float(logit_sum(model(corrupted)))

@@ -3,8 +3,10 @@ functions to hook points for any call: a forward, a training step, a whole gener
 (keep every tensor some points produce).
 
 A hook function is called as ``fn(tensor, hook)`` (``hook`` is the :class:`HookPoint`: ``hook.name``,
-``hook.layer``) and returns None (keep the tensor, possibly changed in place) or a tensor of the same
-shape that the forward goes on with, as in TransformerLens.
+``hook.layer()``) and returns None (keep the tensor, possibly changed in place) or a tensor of the same
+shape that the forward goes on with, as in TransformerLens. A backward hook (``bwd_hooks=``) is called as
+``fn(grad, hook)`` with the gradient of the metric with respect to that point's tensor when autograd
+reaches it, and returns None or a replacement gradient of the same shape.
 """
 
 from __future__ import annotations
@@ -16,32 +18,49 @@ import torch
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
-from .points import STACKS, HookPoint, NameSpec, act_name, hook_points, resolve
+from .cache import ActivationCache
+from .points import HookPoint, NameSpec, hook_points, resolve
 
 HookFn = Callable[[torch.Tensor, HookPoint], "torch.Tensor | None"]
 HookList = Iterable[tuple[NameSpec, HookFn]] | Mapping[str, HookFn]
 
 
 class _Attached:
-    """What one tap runs while hooks are attached to it: each hook function, in the order attached."""
+    """What one tap runs while hooks are attached to it: each forward hook function, in the order attached,
+    then (when autograd tracks the tensor) the backward ones are registered on what the forward goes on with."""
 
     def __init__(self, point: HookPoint):
         self.point = point
-        self.fns: list[HookFn] = []
+        self.fns: list[tuple[HookFn, bool]] = []  # (fn, backward)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         point = self.point
-        for fn in self.fns:
-            shown = point.show(x)
-            out = fn(shown, point)
-            if out is None:
-                continue
-            if not isinstance(out, torch.Tensor) or out.shape != shown.shape:
-                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise GlassformerError(f"the hook on {point.name} returned {got}; it must return None or a "
-                                       f"tensor of the shape it was given, {tuple(shown.shape)}")
-            x = point.unshow(out, x)
+        for fn, backward in self.fns:
+            if not backward:
+                shown = point.show(x)
+                x = point.unshow(_checked(point, "hook", fn(shown, point), shown), x)
+        backward_fns = [fn for fn, backward in self.fns if backward]
+        if backward_fns and x.requires_grad:
+            x.register_hook(lambda grad: self._backward(backward_fns, grad))
         return x
+
+    def _backward(self, fns: list[HookFn], grad: torch.Tensor) -> torch.Tensor:
+        point = self.point
+        for fn in fns:
+            shown = point.show(grad)
+            grad = point.unshow(_checked(point, "backward hook", fn(shown, point), shown), grad)
+        return grad
+
+
+def _checked(point: HookPoint, what: str, out: object, given: torch.Tensor) -> torch.Tensor:
+    """``given`` when a hook returned None, else what it returned, which must be a tensor of the same shape."""
+    if out is None:
+        return given
+    if not isinstance(out, torch.Tensor) or out.shape != given.shape:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise GlassformerError(f"the {what} on {point.name} returned {got}; it must return None or a "
+                               f"tensor of the shape it was given, {tuple(given.shape)}")
+    return out
 
 
 class Hooks:
@@ -50,40 +69,41 @@ class Hooks:
     Made by :func:`hooks`; see there.
     """
 
-    def __init__(self, model: nn.Module, pairs: HookList):
+    def __init__(self, model: nn.Module, pairs: HookList, bwd_pairs: HookList = ()):
         self.model = model
         self.points = hook_points(model)
-        self._attached: list[tuple[HookPoint, HookFn]] = []
-        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        self._attached: list[tuple[HookPoint, tuple[HookFn, bool]]] = []
         try:
-            for pair in items:
-                if not isinstance(pair, tuple) or len(pair) != 2:
-                    raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
-                names, fn = pair
-                if not callable(fn):
-                    raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
-                                            f"tensor or None, got {type(fn).__name__}")
-                for point in resolve(self.points, names):
-                    self._attach(point, fn)
+            for backward, given in ((False, pairs), (True, bwd_pairs)):
+                for pair in given.items() if isinstance(given, Mapping) else given:
+                    if not isinstance(pair, tuple) or len(pair) != 2:
+                        raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
+                    names, fn = pair
+                    if not callable(fn):
+                        raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
+                                                f"tensor or None, got {type(fn).__name__}")
+                    for point in resolve(self.points, names):
+                        self._attach(point, (fn, backward))
         except BaseException:
             self.remove()
             raise
 
-    def _attach(self, point: HookPoint, fn: HookFn) -> None:
+    def _attach(self, point: HookPoint, entry: tuple[HookFn, bool]) -> None:
         module = point.module
         if module.taps is None:
             module.taps = {}
         if point.tap not in module.taps:
             module.taps[point.tap] = _Attached(point)
-        module.taps[point.tap].fns.append(fn)
-        self._attached.append((point, fn))
+        module.taps[point.tap].fns.append(entry)
+        self._attached.append((point, entry))
 
     def remove(self) -> None:
-        """Detach every function this object attached (others' hooks stay); idempotent."""
-        for point, fn in reversed(self._attached):
+        """Detach every function this object attached (others' hooks stay); idempotent. A backward hook
+        already registered on a tensor of a forward that ran still fires when that graph's backward runs."""
+        for point, entry in reversed(self._attached):
             module = point.module
             attached = module.taps[point.tap]
-            attached.fns.remove(fn)
+            attached.fns.remove(entry)
             if not attached.fns:
                 del module.taps[point.tap]
             if not module.taps:
@@ -97,7 +117,7 @@ class Hooks:
         self.remove()
 
 
-def hooks(model: nn.Module, pairs: HookList) -> Hooks:
+def hooks(model: nn.Module, pairs: HookList = (), *, bwd_hooks: HookList = ()) -> Hooks:
     """Attach hook functions to ``model`` now; detach them at the end of a ``with`` block or on ``.remove()``.
 
     Any call made meanwhile fires them: a forward, a backward pass's forward, a training step, or
@@ -109,17 +129,47 @@ def hooks(model: nn.Module, pairs: HookList) -> Hooks:
         pairs: [(names, fn), ...] or {name: fn}; ``names`` as :func:`~glassformer.interpret.points.resolve`
             takes them (a full name, a short name for every layer, a list, or a filter function);
             ``fn(tensor, hook) -> tensor | None``.
+        bwd_hooks: the same for backward hooks, ``fn(grad, hook) -> grad | None``, called when a backward
+            pass reaches the point's tensor (only for tensors that require grad).
     Returns:
         A :class:`Hooks` (a context manager). A hook on "attn_scores" or "pattern" moves that layer
         (only) from the fused attention kernel to the explicit softmax while attached.
     """
-    return Hooks(model, pairs)
+    return Hooks(model, pairs, bwd_hooks)
 
 
-def run_with_hooks(model: nn.Module, *inputs: Any, hooks: HookList = (), **kwargs: Any) -> Any:
-    """``model(*inputs, **kwargs)`` with ``hooks`` attached for this one call (see :func:`hooks`)."""
-    with Hooks(model, hooks):
-        return model(*inputs, **kwargs)
+def run_with_hooks(model: nn.Module, *inputs: Any, hooks: HookList = (), fwd_hooks: HookList = (),
+                   bwd_hooks: HookList = (), metric: Callable[[Any], torch.Tensor] | None = None,
+                   **kwargs: Any) -> Any:
+    """``model(*inputs, **kwargs)`` with ``hooks`` attached for this one call (see :func:`hooks`).
+
+    ``fwd_hooks`` is TransformerLens's name for ``hooks`` (both may be given). With ``bwd_hooks``, a
+    backward pass runs inside the call, on ``metric(output)`` (default: the output itself, which must then
+    be a scalar), so the backward hooks fire before it returns. Returns the model's output.
+    """
+    with Hooks(model, _joined(hooks, fwd_hooks), bwd_hooks):
+        out = model(*inputs, **kwargs)
+        if bwd_hooks:
+            _scalar(out, metric).backward()
+    return out
+
+
+def _joined(a: HookList, b: HookList) -> list[tuple[NameSpec, HookFn]]:
+    """Two hook lists (pairs or mappings) as one list of pairs."""
+    return [*(a.items() if isinstance(a, Mapping) else a), *(b.items() if isinstance(b, Mapping) else b)]
+
+
+def _scalar(out: Any, metric: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:
+    """What a backward pass starts from: ``metric(out)``, or ``out``; a scalar that requires grad."""
+    value = out if metric is None else metric(out)
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise GlassformerError(f"a backward pass needs a scalar: pass metric=, a function of the model's output "
+                               f"returning one (e.g. the loss); got {got}")
+    if not value.requires_grad:
+        raise GlassformerError("the metric does not require grad: run with gradients enabled (not under "
+                               "torch.no_grad or inference_mode)")
+    return value
 
 
 class Recording(Mapping[str, list[torch.Tensor]]):
@@ -128,15 +178,18 @@ class Recording(Mapping[str, list[torch.Tensor]]):
     Made by :func:`record`; a context manager that stops recording at its end (or on :meth:`remove`).
     """
 
-    def __init__(self, model: nn.Module, names: NameSpec = None, detach: bool = True):
+    def __init__(self, model: nn.Module, names: NameSpec = None, detach: bool = True, incl_bwd: bool = False):
         self.tensors: dict[str, list[torch.Tensor]] = {}
         self.detach = detach
-        self._hooks = Hooks(model, [(names, self._keep)])
-        self.points = {p.name: p for p, _ in self._hooks._attached}  # the recorded ones
+        self._hooks = Hooks(model, [(names, self._keep)], [(names, self._keep_grad)] if incl_bwd else ())
+        self.points = {p.name: p for p, (_, backward) in self._hooks._attached if not backward}  # the recorded
         self.all_points = self._hooks.points
 
     def _keep(self, x: torch.Tensor, hook: HookPoint) -> None:
         self.tensors.setdefault(hook.name, []).append(x.detach() if self.detach else x)
+
+    def _keep_grad(self, grad: torch.Tensor, hook: HookPoint) -> None:
+        self.tensors.setdefault(hook.name + "_grad", []).append(grad.detach())
 
     def __getitem__(self, name: str) -> list[torch.Tensor]:
         if name not in self.points:
@@ -187,74 +240,30 @@ def record(model: nn.Module, names: NameSpec = None, *, detach: bool = True) -> 
     return Recording(model, names, detach)
 
 
-class ActivationCache(Mapping[str, torch.Tensor]):
-    """The tensors of one forward, by hook name: ``cache["blocks.0.attn.hook_pattern"]``.
-
-    Also ``cache["pattern", 0]`` (short name, layer) and ``cache["pattern", 0, "decoder"]`` (and stack,
-    for an EncoderDecoder), as TransformerLens's cache takes them; :meth:`stack` stacks one kind over layers.
-    """
-
-    def __init__(self, tensors: dict[str, torch.Tensor], points: dict[str, HookPoint]):
-        self.tensors = tensors
-        self.points = points
-
-    def name_of(self, key: str | tuple) -> str:
-        """The full name ``key`` stands for: a name, or (short, layer) / (short, layer, stack)."""
-        if isinstance(key, str):
-            return key
-        if not isinstance(key, tuple) or not 1 <= len(key) <= 3:
-            raise ArgumentTypeError(f"cache keys are names or (short, layer[, stack]) tuples, got {key!r}")
-        short, layer, stack = (*key, None, None)[:3]
-        if stack is not None or layer is None:
-            return act_name(short, layer, stack or "blocks")
-        stacks = sorted({p.stack for p in self.points.values() if p.short == short and p.layer == layer})
-        if len(stacks) > 1:
-            raise GlassformerError(f"{key!r} is in {' and '.join(map(str, stacks))}: add the stack, e.g. "
-                                   f"cache[{short!r}, {layer}, 'decoder']")
-        return act_name(short, layer, stacks[0] if stacks else "blocks")
-
-    def __getitem__(self, key: str | tuple) -> torch.Tensor:
-        name = self.name_of(key)
-        if name not in self.tensors:
-            hint = ("it is not a hook point of this model" if name not in self.points
-                    else "it was not cached (pass it in names=)")
-            raise KeyError(f"{name!r}: {hint}")
-        return self.tensors[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.tensors)
-
-    def __len__(self) -> int:
-        return len(self.tensors)
-
-    def __repr__(self) -> str:
-        return f"ActivationCache({len(self)} tensors: {', '.join(list(self.tensors)[:4])}{', ...' * (len(self) > 4)})"
-
-    def stack(self, short: str, stack: str | None = None) -> torch.Tensor:
-        """One kind of tensor from every layer of a stack, stacked: (L, ...); e.g. ``stack("pattern")``."""
-        stack = STACKS.get(stack, stack) if stack else None
-        names = [n for n, p in self.points.items() if p.short == short and p.layer is not None
-                 and (stack is None or p.stack == stack) and n in self.tensors]
-        if len({self.points[n].stack for n in names}) > 1:
-            raise GlassformerError(f"{short!r} is cached in several stacks: pass stack='encoder' or 'decoder'")
-        if not names:
-            raise KeyError(f"no {short!r} tensors in this cache")
-        return torch.stack([self.tensors[n] for n in names])
-
-
-def run_with_cache(model: nn.Module, *inputs: Any, names: NameSpec = None, **kwargs: Any,
+def run_with_cache(model: nn.Module, *inputs: Any, names: NameSpec = None, names_filter: NameSpec = None,
+                   incl_bwd: bool = False, metric: Callable[[Any], torch.Tensor] | None = None, **kwargs: Any,
                    ) -> tuple[Any, ActivationCache]:
     """Run ``model(*inputs, **kwargs)`` once and keep the activations of the hook points ``names``.
 
     Args:
         model: a TransformerLM (``ids``, and ``pad``, ``prefix_len``, ``cache``... as its forward takes
             them) or an EncoderDecoder (``src, tgt_in``, ...).
-        names: None (every point); a full name; a short name for every layer ("pattern"); a list of
-            those; or a filter function name -> bool. Caching "pattern"/"attn_scores" puts those layers
-            (only) on the explicit attention path; everything else stays on the fused kernel.
+        names: None (every point but the per-head forms, see :func:`~glassformer.interpret.points.resolve`);
+            a full name; a short name for every layer ("pattern", "result"); a list of those; or a filter
+            function name -> bool. Caching "pattern"/"attn_scores" puts those layers (only) on the explicit
+            attention path, "result"/"q_input"... those layers on the per-head one; everything else stays
+            on the fused kernel. ``names_filter`` is TransformerLens's name for it (give one of the two).
+        incl_bwd: also run a backward pass from ``metric(output)`` (default: the output itself, which must
+            then be a scalar) and keep each point's gradient under ``name + "_grad"``, as TransformerLens.
     Returns:
-        (the model's output, :class:`ActivationCache` of detached tensors in TransformerLens's layouts).
+        (the model's output, :class:`ActivationCache` of detached tensors in TransformerLens's layouts; its
+        :mod:`~glassformer.interpret.cache` methods reach the model for its weights).
     """
-    with Recording(model, names) as rec:
+    if names is not None and names_filter is not None:
+        raise ArgumentTypeError("give names= or names_filter= (TransformerLens's name for it), not both")
+    names = names_filter if names is None else names
+    with Recording(model, names, incl_bwd=incl_bwd) as rec:
         out = model(*inputs, **kwargs)
-    return out, ActivationCache({name: parts[-1] for name, parts in rec.tensors.items()}, rec.all_points)
+        if incl_bwd:
+            _scalar(out, metric).backward()
+    return out, ActivationCache({name: parts[-1] for name, parts in rec.tensors.items()}, rec.all_points, model)

@@ -9,11 +9,15 @@ this module gives every such tap its full name, the one TransformerLens gives th
     blocks.{i}.ln1.hook_scale                          the attention's norm: its divisor (B, T, 1),
     blocks.{i}.ln1.hook_normalized                     the input divided by it, before gain and bias,
     blocks.{i}.ln1.hook_out                            and its output (after gain and bias)
+    blocks.{i}.hook_attn_in                            (B, T, h, d): the stream copied per head, then
+    blocks.{i}.hook_q_input / hook_k_input / hook_v_input   each head's copy (kv heads for k, v), before ln1
     blocks.{i}.attn.hook_q / hook_k / hook_v           (B, T, heads, hd)
     blocks.{i}.attn.hook_rot_q / hook_rot_k            after RoPE, (B, T, heads, hd)
     blocks.{i}.attn.hook_attn_scores / hook_pattern    (B, h, Tq, Tk), before / after the softmax
     blocks.{i}.attn.hook_z                             (B, T, h, hd), each head's output
+    blocks.{i}.attn.hook_result                        (B, T, h, d), each head's write into the stream
     blocks.{i}.hook_attn_out, hook_resid_mid           attention's output; the stream after it
+    blocks.{i}.hook_mlp_in                             (B, T, d), a copy of the stream the MLP reads
     blocks.{i}.ln2.hook_scale / hook_normalized / hook_out, mlp.hook_pre, mlp.hook_pre_linear, mlp.hook_post
     blocks.{i}.hook_mlp_out, hook_resid_post
     ln_final.hook_scale / hook_normalized / hook_out
@@ -24,6 +28,10 @@ An :class:`~glassformer.models.EncoderDecoder` has ``encoder_blocks.{i}.*`` (att
 TransformerLens's bridge names BART and T5. Every point also has a short name (``"pattern"``,
 ``"resid_pre"``, ``"cross_z"``, ``"ln1"`` for ``ln1.hook_normalized``, ``"ln1_scale"``, ``"ln1_out"``, ...)
 that selects it in every layer.
+
+The per-head points (``attn.hook_result``, ``hook_attn_in``, ``hook_q_input``...) cost nothing unless
+hooked: only a hooked layer computes its attention per head (TransformerLens's ``use_attn_result`` /
+``use_split_qkv_input``, switched on by the hook itself).
 """
 
 from __future__ import annotations
@@ -37,19 +45,30 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM
+from ..nn.attention import MultiHeadAttention
 from ..nn.block import TransformerBlock
+from ..nn.feedforward import FeedForward
 from ..nn.norms import LayerNorm, RMSNorm
 from ..nn.taps import Tapped
 
-ATTENTION_TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z")
-MLP_TAPS = ("pre", "pre_linear", "post")
-HEAD_SHAPED = ("q", "k", "v", "rot_q", "rot_k", "z")  # (B, T, heads, hd)
+ATTENTION_TAPS = MultiHeadAttention.TAPS  # declared where the model taps them
+MLP_TAPS = FeedForward.TAPS
+HEAD_INPUT_TAPS = TransformerBlock.HEAD_INPUT_TAPS
+HEAD_SHAPED = ("q", "k", "v", "rot_q", "rot_k", "z", "result", *HEAD_INPUT_TAPS)  # (B, T, heads, ...)
+ON_DEMAND = ("result", "cross_result", *HEAD_INPUT_TAPS)  # per-head forms: selected by name only, never by None
 SCORE_SHAPED = ("attn_scores", "pattern")  # (B, h, Tq, Tk)
 NORMS = ("ln1", "ln2", "ln3", "ln_final", "encoder_ln_final", "decoder_ln_final", "embed_ln")
 STACKS = {"blocks": "blocks", "encoder": "encoder_blocks", "decoder": "decoder_blocks",
           "encoder_blocks": "encoder_blocks", "decoder_blocks": "decoder_blocks"}
 
 NameSpec = str | Iterable[str] | Callable[[str], bool] | None
+
+
+class LayerIndex(int):
+    """A block's index that is also callable, ``hook.layer() == hook.layer``, as TransformerLens has it."""
+
+    def __call__(self) -> int:
+        return int(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +78,8 @@ class HookPoint:
     Attributes:
         name: the full name, e.g. "blocks.0.attn.hook_pattern".
         short: the kind, e.g. "pattern" (cross-attention's are "cross_pattern", ...).
-        layer: the block's index, or None (embeddings, final norms).
+        layer: the block's index (an int that is also callable: ``hook.layer()``, TransformerLens's
+            spelling), or None (embeddings, final norms).
         stack: "blocks", "encoder_blocks", "decoder_blocks", or None.
         module, tap: the module whose forward calls ``self.tap(tap, x)``.
     """
@@ -141,7 +161,7 @@ def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: in
     is the identity) and ``hook_out`` (``out``: the (module, tap) that sees its output)."""
     def point(suffix: str, module: Tapped, tap: str) -> HookPoint:
         name = act_name(short + suffix, layer, stack or "blocks")
-        return HookPoint(name, short + suffix, layer, stack, module, tap)
+        return HookPoint(name, short + suffix, None if layer is None else LayerIndex(layer), stack, module, tap)
 
     points = []
     if isinstance(norm, (LayerNorm, RMSNorm)):
@@ -152,7 +172,7 @@ def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: in
 def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -> list[HookPoint]:
     """The hook points of one block, in the order its forward reaches them."""
     def point(short: str, module: Tapped, tap: str) -> HookPoint:
-        return HookPoint(act_name(short, i, stack), short, i, stack, module, tap)
+        return HookPoint(act_name(short, i, stack), short, LayerIndex(i), stack, module, tap)
 
     def attention(module: Tapped, cross: bool) -> list[HookPoint]:
         rope = model_pos == "rope" and not cross  # cross-attention keys are not rotated
@@ -165,6 +185,7 @@ def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -
     points = [point("resid_pre", block, "resid_pre")]
     if block.norm_first:
         points += norm("ln1", block.attn_norm, "attn_norm")
+    points += [point(t, block, t) for t in HEAD_INPUT_TAPS]
     points += attention(block.self_attn, cross=False)
     points.append(point("attn_out", block, "attn_out"))
     if not block.norm_first:  # post-norm: the norm after the residual sum
@@ -175,6 +196,7 @@ def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -
         points += attention(block.cross_attn, cross=True)
         points += [point("cross_attn_out", block, "cross_attn_out"), point("resid_mid2", block, "resid_mid2")]
     if block.ffn is not None:
+        points.append(point("mlp_in", block, "mlp_in"))
         points += norm("ln3" if block.cross_attn is not None else "ln2", block.ffn_norm, "ffn_norm")
         points += [point(t, block.ffn, t) for t in MLP_TAPS if t != "pre_linear" or block.ffn.gated]
         points.append(point("mlp_out", block, "mlp_out"))
@@ -224,14 +246,16 @@ def resolve(points: dict[str, HookPoint], names: NameSpec) -> list[HookPoint]:
 
     Args:
         points: from :func:`hook_points`.
-        names: None (all); a full name ("blocks.0.attn.hook_z"); a short name selecting that point in
-            every layer ("pattern", "resid_post", "cross_z"); a list of those; or a function
-            name -> bool (TransformerLens's ``names_filter``).
+        names: None (all but the per-head forms ``ON_DEMAND``: ``attn.hook_result``, ``hook_attn_in``,
+            ``hook_q_input``..., which make a layer compute its attention head by head, so only asking for
+            them by name does, as TransformerLens's flags); a full name ("blocks.0.attn.hook_z"); a short
+            name selecting that point in every layer ("pattern", "resid_post", "cross_z", "result"); a list
+            of those; or a function name -> bool (TransformerLens's ``names_filter``).
     Raises:
         GlassformerError naming an unknown name and the closest known ones.
     """
     if names is None:
-        return list(points.values())
+        return [p for p in points.values() if p.short not in ON_DEMAND]
     if callable(names):
         return [p for name, p in points.items() if names(name)]
     wanted = [names] if isinstance(names, str) else list(names)

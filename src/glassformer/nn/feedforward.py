@@ -42,6 +42,8 @@ class FeedForward(Tapped):
     "pre_linear" (gated only: ``up(x)``), "post" (..., d_ff) what ``down`` reads.
     """
 
+    TAPS = ("pre", "pre_linear", "post")  # in forward order
+
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True):
         super().__init__()
         check_int("d_model", d_model, low=1)
