@@ -104,8 +104,8 @@ def _noisy_backward(model, probe):
 
 def test_a_users_measurement_is_recorded_and_replayed_over_checkpoints(tmp_path):
     from glassformer.interpret import next_token_loss
-    from glassformer.interpret.microscope import replay
     from glassformer.training import Trainer, save_checkpoint
+    from glassformer.training.replay import replay_checkpoints
 
     cfg = config(tmp_path, max_steps=6, watch=WATCH)
     run = prepare_run(cfg)
@@ -130,7 +130,7 @@ def test_a_users_measurement_is_recorded_and_replayed_over_checkpoints(tmp_path)
     for (name, a), b in zip(trainer.model.state_dict().items(), plain.model.state_dict().values()):
         assert torch.equal(a, b), name
     # replayed over the saved checkpoints: the same records as training wrote at those steps
-    records = replay(tmp_path / "ckpts", tmp_path / "replayed", watch=WATCH, probe_text=ids,
+    records = replay_checkpoints(tmp_path / "ckpts", tmp_path / "replayed", watch=WATCH, probe_text=ids,
                      measurements={"probe/loss": _probe_loss, "careless": _noisy_backward})
     assert [r["step"] for r in records] == [0, 6]
     assert records[0] == live[0] and records[1] == live[-1]

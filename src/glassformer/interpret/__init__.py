@@ -10,10 +10,12 @@ glassformer model, with TransformerLens's hook names (docs/interpret.md).
     scores = head_scores(model)                                     # previous-token and induction heads
     sae.train_sae(model, tok, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")  # docs/sae.md
     estimate = attribution_patching(model, clean, corrupted, metric)  # every point's patching, 3 passes
+    circuit = find_circuit(model, clean, corrupted, metric)          # EAP-IG edges, faithful to 0.9
 """
 
 from . import sae  # sparse autoencoders: glassformer.interpret.sae
 from .attribution import Attribution, attribution_patching, correlation, exact_head_patching, top_heads
+from .circuits import Circuit, EdgeGraph, edge_attribution, find_circuit, path_patching
 from .detectors import (
     HeadScores,
     duplicate_token_scores,
@@ -46,5 +48,6 @@ __all__ = [
     "logit_lens", "TopTokens", "residual_names", "direct_logit_attribution", "LogitAttribution",
     "repeated_tokens", "previous_token_scores", "induction_scores", "duplicate_token_scores", "head_scores",
     "probe_lengths", "scores_over_lengths",
+    "path_patching", "edge_attribution", "find_circuit", "Circuit", "EdgeGraph",
     "HeadScores", "sae", "attribution_patching", "Attribution", "exact_head_patching", "correlation", "top_heads",
 ]

@@ -27,7 +27,8 @@ A measurement is any function ``fn(model, probe) -> number | {key: number or lis
 the fixed :class:`Probe` (a metric, a patching result, direct logit attribution, a linear probe, SAE
 statistics, a discovered circuit...); it runs with gradients allowed, its random numbers and the
 parameters' ``.grad`` put back afterwards. :func:`replay` records the same measurements over a series of
-saved checkpoints; :func:`detect_phase_change` finds an abrupt, lasting drop in a series (or none).
+models (:func:`glassformer.training.replay.replay_checkpoints`: of saved checkpoints);
+:func:`detect_phase_change` finds an abrupt, lasting drop in a series (or none).
 
 ``microscope.json`` (written once per run) holds the probe text's tokens, the chosen heads and the
 settings. The records follow ``metrics.jsonl``'s rules: one strict-JSON line each, flushed to disk
@@ -42,8 +43,7 @@ import importlib
 import json
 import math
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -474,71 +474,51 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low)
 
 
-def _checkpoint_steps(checkpoints: Sequence[str | Path] | dict[int, str | Path] | str | Path) -> list[tuple[int, Path]]:
-    """(step, folder) pairs, by step: a mapping as given; a folder of ``ckpt-NNNNNN`` folders expanded; a
-    list's step read from each name's last number (else its place in the list)."""
-    if isinstance(checkpoints, dict):
-        pairs = [(check_int("checkpoints step", s, 0), Path(p)) for s, p in checkpoints.items()]
-    else:
-        paths = [Path(checkpoints)] if isinstance(checkpoints, (str, Path)) else [Path(p) for p in checkpoints]
-        if len(paths) == 1 and not (paths[0] / "config.json").is_file() and paths[0].is_dir():
-            paths = sorted(p for p in paths[0].iterdir() if p.is_dir() and (p / "config.json").is_file()
-                           and not p.is_symlink())
-        pairs = []
-        for place, path in enumerate(paths):
-            number = re.findall(r"\d+", path.name)
-            pairs.append((int(number[-1]) if number else place, path))
-    if not pairs:
-        raise GlassformerError(f"no checkpoint folders in {checkpoints!r:.80}")
-    return sorted(pairs, key=lambda pair: pair[0])
-
-
-def replay(checkpoints: Sequence[str | Path] | dict[int, str | Path] | str | Path, out_dir: str | Path | None = None,
-           *, measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
+def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | None = None, *,
+           measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
            probe_text: torch.Tensor | None = None) -> list[dict[str, Any]]:
-    """Record the microscope (and ``measurements``) over a series of saved checkpoints, as training would.
+    """Record the microscope (and ``measurements``) over a series of models, as training would have:
+    the same probes, the same records. :func:`glassformer.training.replay.replay_checkpoints` feeds it
+    saved checkpoints.
 
     Args:
-        checkpoints: checkpoint folders (a list: each step is the last number in its name, e.g.
-            ``ckpt-000200``; a {step: folder} mapping; or one folder holding such folders).
+        series: (step, model, tokenizer) triples, by step (models of one shape).
         out_dir: where ``microscope.jsonl`` and ``microscope.json`` are written (replacing earlier
             ones); None: nothing is written.
         measurements: {name: fn(model, probe)} as :meth:`Microscope.add` takes them.
         watch: a ``watch:`` mapping (:class:`WatchConfig`); its ``measurements`` are imported too.
-        probe_text: (R, T) token ids of the probe text; default: the first checkpoint's tokenizer's ids of
-            random tokens (seed 1), ``text_rows`` x min(64, max_len) (pass real text for the text probes).
+        probe_text: (R, T) token ids of the probe text; default: random tokens (seed 1), ``text_rows`` x
+            min(64, max_len) (pass the run's validation rows for the text probes to mean something).
     Returns:
-        The records, one per checkpoint, by step.
+        The records, one per model.
     Raises:
-        GlassformerError for no checkpoints, a checkpoint that is not a causal TransformerLM, or models
-        of different shapes in one series.
+        GlassformerError for an empty series, a model that is not a causal TransformerLM, or models of
+        different shapes.
     """
-    from .. import load
-
     config = WatchConfig.from_dict(dict(watch or {}))
-    pairs = _checkpoint_steps(checkpoints)
     records: list[dict[str, Any]] = []
     scope: Microscope | None = None
-    scope_config: dict[str, Any] | None = None
-    for step, folder in pairs:
-        model, tokenizer = load(folder)
+    first: dict[str, Any] | None = None
+    for step, model, tokenizer in series:
+        check_int("step", step, 0)
         if scope is None:
             low = max(tokenizer.special_tokens.values(), default=-1) + 1
             low = low if low < tokenizer.vocab_size // 2 else 0
             if probe_text is None:
-                T = min(64, model.config.max_len)
-                probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, T),
+                probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, min(64, model.config.max_len)),
                                            generator=torch.Generator().manual_seed(1))
             text = probe_text[:config.text_rows].cpu()
             tokens = tokenizer.tokens(text[0, :config.snapshot_tokens].tolist())
-            scope = Microscope(config, model, text, tokens, 0, pairs[-1][0], bos=tokenizer.bos_id, low=low)
+            scope = Microscope(config, model, text, tokens, 0, 0, bos=tokenizer.bos_id, low=low)
             for name, fn in (measurements or {}).items():
                 scope.add(name, fn)
+            first = model.config.to_dict()
             if out_dir is not None:
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
-                scope.start(out_dir, -1, model)  # a new series: no record kept, none made at step 0
-        elif model.config.to_dict() != scope_config:
-            raise GlassformerError(f"checkpoint {str(folder)!r} has another model shape than the series' first")
-        scope_config = model.config.to_dict()
+                scope.start(out_dir, -1, model)  # a new series: nothing kept, no step-0 record made here
+        elif model.config.to_dict() != first:
+            raise GlassformerError(f"the model of step {step} has another shape than the series' first")
         records.append(scope.record(model, step))
+    if scope is None:
+        raise GlassformerError("replay needs at least one (step, model, tokenizer) in series, got none")
     return records

@@ -1,0 +1,459 @@
+"""Circuits: path patching and automatic circuit discovery on the edge graph of a TransformerLM.
+
+A pre-norm TransformerLM's residual stream is a sum: the embedding, each head's write (its ``hook_z``
+through its columns of ``o_proj``) and each MLP's output. Every later component reads that sum through
+its own input: each head's query, key and value input, each MLP's input, and the logits. So the model is
+a graph of *edges* sender -> receiver (Elhage et al. 2021):
+
+    senders    embed, L{l}H{h} (a head's write), MLP{l}
+    receivers  L{l}H{h}.q / .k / .v (a head's query, key, value input), MLP{l}, logits
+
+An edge exists when the sender comes before the receiver (an earlier layer, or the attention of the same
+layer before its MLP). Every function here runs the model itself with hooks that rewrite a receiver's
+input as the stream minus chosen senders' writes plus other values of them (the receiver's norm and
+projection are the model's own modules), so an edge can be cut, patched or differentiated alone:
+
+- :func:`path_patching` (Wang et al. 2022): only the chosen sender -> receiver edges carry the senders'
+  writes from the other input (e.g. a previous-token head into an induction head's keys): on the clean
+  input with those paths corrupted (noising: is the path needed?) or the other way (denoising).
+- :func:`edge_attribution` (EAP, Syed et al. 2023; EAP-IG, Hanna et al. 2024): every edge's linear
+  estimate ``(write_clean - write_corrupted) . d metric / d receiver input`` from one backward (EAP, the
+  gradient on the clean run) or the mean of ``steps`` backwards along inputs interpolated from the
+  corrupted to the clean embedding (EAP-IG).
+- :func:`find_circuit`: the fewest top-scoring edges whose circuit is faithful: run on the clean input
+  with every other edge carrying the corrupted write, it recovers ``target`` of the metric's range,
+  (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted)).
+- :func:`glassformer.viz.report_circuit.circuit_html`: a found circuit as an offline HTML page (an inline
+  SVG graph); the run page draws the circuit of each snapshot with it.
+
+Every number is a difference, as in :mod:`glassformer.interpret.patching`: metric(patched) -
+metric(corrupted) (path patching's noising direction: metric(patched) - metric(clean)). Supported:
+causal pre-norm TransformerLMs with as many key/value heads as query heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
+from ..models import TransformerLM
+from .hooks import Hooks, run_with_cache
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+KINDS = ("q", "k", "v")
+
+
+@dataclass
+class EdgeGraph:
+    """The senders, receivers and edges of a TransformerLM (see the module's text).
+
+    Attributes:
+        senders: names in forward order ("embed", "L0H1", ..., "MLP0", ...).
+        receivers: names in forward order ("L0H1.q", ..., "MLP0", ..., "logits").
+        allowed: (S, R) bool: True where an edge exists.
+        sender_layer, receiver_layer: the block each reads or writes at (-1: the embedding; L: logits).
+    """
+
+    senders: list[str]
+    receivers: list[str]
+    allowed: torch.Tensor
+    sender_layer: list[int]
+    receiver_layer: list[int]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> EdgeGraph:
+        """The graph of ``model``; an error for a model it does not cover."""
+        if not isinstance(model, TransformerLM) or model.config.attn != "causal":
+            raise GlassformerError(f"circuits read causal TransformerLMs, got {type(model).__name__}")
+        c = model.config
+        if not c.norm_first:
+            raise GlassformerError("circuits need a pre-norm model (norm_first=True): in a post-norm one the "
+                                   "stream is not a sum of the components' writes")
+        if (c.n_kv_heads or c.n_heads) != c.n_heads:
+            raise GlassformerError(f"circuits need n_kv_heads == n_heads, this model has {c.n_kv_heads} and "
+                                   f"{c.n_heads}")
+        senders, s_layer, receivers, r_layer, s_after = ["embed"], [-1], [], [], [0]
+        for layer, block in enumerate(model.blocks):
+            for head in range(c.n_heads):
+                receivers += [f"L{layer}H{head}.{k}" for k in KINDS]
+                r_layer += [layer] * 3
+            for head in range(c.n_heads):
+                senders.append(f"L{layer}H{head}")
+                s_layer.append(layer)
+                s_after.append(2 * layer + 1)  # read by what comes after this layer's attention
+            if block.ffn is not None:
+                receivers.append(f"MLP{layer}")
+                r_layer.append(layer)
+                senders.append(f"MLP{layer}")
+                s_layer.append(layer)
+                s_after.append(2 * layer + 2)
+        receivers.append("logits")
+        r_layer.append(c.n_layers)
+        # a receiver's place: a head's input 2 l, an MLP's 2 l + 1 (after attention), the logits 2 L
+        r_place = [2 * layer + (1 if name.startswith("MLP") else 0) for name, layer in zip(receivers, r_layer)]
+        r_place[-1] = 2 * c.n_layers
+        allowed = torch.tensor([[r >= s for r in r_place] for s in s_after])
+        return cls(senders, receivers, allowed, s_layer, r_layer)
+
+    def edges(self) -> list[tuple[str, str]]:
+        """Every (sender, receiver) edge."""
+        return [(self.senders[i], self.receivers[j]) for i, j in self.allowed.nonzero().tolist()]
+
+    def index(self, edges: Sequence[tuple[str, str]]) -> torch.Tensor:
+        """(S, R) bool: True at the given edges; an error naming an unknown or impossible edge."""
+        chosen = torch.zeros_like(self.allowed)
+        for edge in edges:
+            if not isinstance(edge, (tuple, list)) or len(edge) != 2:
+                raise ArgumentTypeError(f"an edge is a (sender, receiver) pair, got {edge!r}")
+            sender, receiver = edge
+            if sender not in self.senders or receiver not in self.receivers:
+                raise GlassformerError(f"no edge {sender!r} -> {receiver!r}: senders are {self.senders[:6]}..., "
+                                       f"receivers {self.receivers[:6]}...")
+            i, j = self.senders.index(sender), self.receivers.index(receiver)
+            if not self.allowed[i, j]:
+                raise GlassformerError(f"{sender} does not write before {receiver} reads: no such edge")
+            chosen[i, j] = True
+        return chosen
+
+
+# ---------------------------------------------------------------------------------------------- the run
+class _EdgeRun:
+    """Hooks for one forward of ``model`` that record every sender's write and rewrite every receiver's
+    input as ``stream + sum_u weight[u, r] * (other[u] - write_u(this run)) + leaf[r]``.
+
+    ``other``: (S, B, T, d) the senders' writes in another run (None: no rewrite); ``weight``: (S, R);
+    ``leaf``: (R, B, T, d) zeros that require grad (the gradient with respect to each receiver's input), or None.
+    """
+
+    def __init__(self, model: TransformerLM, graph: EdgeGraph, other: torch.Tensor | None = None,
+                 weight: torch.Tensor | None = None, leaf: torch.Tensor | None = None,
+                 embed: torch.Tensor | None = None):
+        self.model, self.graph, self.other, self.weight = model, graph, other, weight
+        self.leaf, self.embed = leaf, embed
+        self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
+        self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
+        self.s_index = {name: i for i, name in enumerate(graph.senders)}
+        self.r_index = {name: j for j, name in enumerate(graph.receivers)}
+        c = model.config
+        self.h, self.hd = c.n_heads, c.d_model // c.n_heads
+
+    def hooks(self) -> list[tuple[str, Callable]]:
+        L = len(self.model.blocks)
+        out: list[tuple[str, Callable]] = []
+        if self.embed is not None:
+            out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
+        for layer, block in enumerate(self.model.blocks):
+            out += [(f"blocks.{layer}.hook_resid_pre", self._resid(layer)),
+                    *((f"blocks.{layer}.attn.hook_{kind}", self._qkv(layer, kind)) for kind in KINDS),
+                    (f"blocks.{layer}.attn.hook_z", self._z(layer))]
+            if block.ffn is not None:
+                out += [(f"blocks.{layer}.hook_resid_mid", self._keep(("mid", layer))),
+                        (f"blocks.{layer}.ln2.hook_out", self._mlp_in(layer)),
+                        (f"blocks.{layer}.hook_mlp_out", self._mlp_out(layer))]
+        out += [(f"blocks.{L - 1}.hook_resid_post", self._keep("final")), ("ln_final.hook_out", self._final)]
+        return out
+
+    def _resid(self, layer: int) -> Callable:
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
+            if layer == 0:
+                self.writes["embed"] = x
+            self.stream[layer] = x
+            return x
+        return hook
+
+    def _keep(self, key: Any) -> Callable:
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
+            self.stream[key] = x
+            return x
+        return hook
+
+    def _input(self, receiver: str, stream: torch.Tensor) -> torch.Tensor:
+        """The receiver's input: the stream, rewritten (see the class text)."""
+        j = self.r_index[receiver]
+        x = stream
+        if self.other is not None:
+            col = self.weight[:, j]
+            for i in col.nonzero().flatten().tolist():
+                sender = self.graph.senders[i]
+                x = x + col[i] * (self.other[i] - self.writes[sender])
+        if self.leaf is not None:
+            x = x + self.leaf[j]
+        return x
+
+    def _qkv(self, layer: int, kind: str) -> Callable:
+        block = self.model.blocks[layer]
+        offset = KINDS.index(kind) * self.h * self.hd
+
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, hd) as projected
+            stream = self.stream[layer]
+            heads = []
+            for head in range(self.h):
+                rows = slice(offset + head * self.hd, offset + (head + 1) * self.hd)
+                bias = None if block.self_attn.qkv.bias is None else block.self_attn.qkv.bias[rows]
+                normed = block.attn_norm(self._input(f"L{layer}H{head}.{kind}", stream))  # (B, T, d)
+                heads.append(torch.nn.functional.linear(normed, block.self_attn.qkv.weight[rows], bias))
+            return torch.stack(heads, dim=2).to(x.dtype)  # (B, T, h, hd)
+        return hook
+
+    def _z(self, layer: int) -> Callable:
+        o_proj = self.model.blocks[layer].self_attn.o_proj
+
+        def hook(z: torch.Tensor, _: Any) -> torch.Tensor:  # (B, T, h, hd)
+            w = o_proj.weight.view(o_proj.weight.shape[0], self.h, self.hd)  # (d, h, hd)
+            writes = torch.einsum("bthe,dhe->bthd", z, w)  # (B, T, h, d): each head's write
+            for head in range(self.h):
+                self.writes[f"L{layer}H{head}"] = writes[:, :, head]
+            return z
+        return hook
+
+    def _mlp_in(self, layer: int) -> Callable:
+        norm = self.model.blocks[layer].ffn_norm
+
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
+            return norm(self._input(f"MLP{layer}", self.stream[("mid", layer)])).to(x.dtype)
+        return hook
+
+    def _mlp_out(self, layer: int) -> Callable:
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
+            self.writes[f"MLP{layer}"] = x
+            return x
+        return hook
+
+    def _final(self, x: torch.Tensor, _: Any) -> torch.Tensor:
+        return self.model.norm_f(self._input("logits", self.stream["final"])).to(x.dtype)
+
+    def run(self, ids: torch.Tensor) -> torch.Tensor:
+        """The logits of ``ids`` with these hooks."""
+        with Hooks(self.model, self.hooks()):
+            return self.model(ids)
+
+    def stacked_writes(self) -> torch.Tensor:
+        """(S, B, T, d): every sender's write in this run."""
+        return torch.stack([self.writes[name] for name in self.graph.senders])
+
+
+def _checked_inputs(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor) -> EdgeGraph:
+    graph = EdgeGraph.of(model)
+    for name, ids in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+            raise ArgumentTypeError(f"{name} must be a (B, T) tensor of token ids, got {type(ids).__name__}")
+    if clean.shape != corrupted.shape:
+        raise GlassformerError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} must have one shape")
+    return graph
+
+
+def _metric_value(metric: Metric, logits: torch.Tensor) -> torch.Tensor:
+    value = metric(logits)
+    if not isinstance(value, torch.Tensor) or value.dim() != 0:
+        raise GlassformerError(f"metric must return a 0-dim tensor from the logits, got {value!r:.60}")
+    return value
+
+
+@torch.no_grad()
+def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, (S, B, T, d) every sender's write) of one plain forward of ``ids``."""
+    graph = EdgeGraph.of(model)
+    run = _EdgeRun(model, graph)
+    logits = run.run(ids)
+    return logits, run.stacked_writes()
+
+
+# ---------------------------------------------------------------------------------------------- path patching
+@torch.no_grad()
+def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
+                  edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
+    """Patch only the paths ``edges`` (sender -> receiver): the receivers read the senders' write from the
+    other input through these edges alone; every other path is left as it is.
+
+    Args:
+        model: a causal pre-norm TransformerLM, in eval mode.
+        clean, corrupted: (B, T) token ids.
+        metric: logits -> 0-dim tensor.
+        edges: e.g. ``[("L0H3", "L1H2.k")]`` (a previous-token head into an induction head's keys).
+        direction: "noising": run on ``clean``, the edges carry the corrupted writes (is the path
+            needed? the answer is below 0 when it is); "denoising": run on ``corrupted``, the edges
+            carry the clean writes (is the path enough by itself?).
+    Returns:
+        metric(patched) - metric(the run's own input unpatched): clean for noising, corrupted for denoising.
+    """
+    if direction not in ("noising", "denoising"):
+        raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
+    graph = _checked_inputs(model, clean, corrupted)
+    weight = graph.index(edges).float()
+    base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
+    _, other_writes = sender_writes(model, other_ids)
+    base = float(_metric_value(metric, model(base_ids)))
+    patched = _EdgeRun(model, graph, other_writes, weight).run(base_ids)
+    return float(_metric_value(metric, patched)) - base
+
+
+# ---------------------------------------------------------------------------------------------- EAP
+@dataclass
+class EdgeScores:
+    """Every edge's attribution (:func:`edge_attribution`).
+
+    Attributes:
+        graph: the :class:`EdgeGraph`.
+        scores: (S, R): the estimated metric change when the edge's write goes from corrupted to clean
+            (0 where there is no edge).
+        clean_metric, corrupted_metric: the two plain runs' metric.
+        method: "eap" or "eap-ig".
+    """
+
+    graph: EdgeGraph
+    scores: torch.Tensor
+    clean_metric: float
+    corrupted_metric: float
+    method: str
+
+    def top(self, k: int = 10) -> list[tuple[str, str, float]]:
+        """The ``k`` edges of largest |score|: [(sender, receiver, score)], largest first."""
+        flat = self.scores.abs().masked_fill(~self.graph.allowed, -1.0).flatten()
+        order = flat.argsort(descending=True)[:check_int("k", k, 1)].tolist()
+        R = len(self.graph.receivers)
+        return [(self.graph.senders[i // R], self.graph.receivers[i % R], float(self.scores.flatten()[i]))
+                for i in order if flat[i] >= 0]
+
+
+def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
+                     method: str = "eap-ig", steps: int = 8) -> EdgeScores:
+    """Score every edge of the graph at once (see the module's text).
+
+    Args:
+        model: a causal pre-norm TransformerLM, in eval mode.
+        clean, corrupted: (B, T) token ids.
+        metric: logits -> 0-dim tensor, differentiable.
+        method: "eap" (the gradient on the clean run) or "eap-ig" (its mean over ``steps`` inputs whose
+            token embedding goes from the corrupted to the clean one: closer to exact patching where the
+            metric is far from linear).
+        steps: EAP-IG's number of points (1 to 256).
+    Returns:
+        :class:`EdgeScores`.
+    """
+    if method not in ("eap", "eap-ig"):
+        raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
+    check_int("steps", steps, 1, 256)
+    graph = _checked_inputs(model, clean, corrupted)
+    with torch.no_grad():
+        clean_logits, clean_writes = sender_writes(model, clean)
+        corrupted_logits, corrupted_writes = sender_writes(model, corrupted)
+        _, embeds = run_with_cache(model, clean, names="hook_embed")
+        _, embeds_corrupted = run_with_cache(model, corrupted, names="hook_embed")
+    delta = clean_writes - corrupted_writes  # (S, B, T, d)
+    alphas = [1.0] if method == "eap" else [(i + 0.5) / steps for i in range(steps)]
+    grad_sum = torch.zeros(len(graph.receivers), *clean_writes.shape[1:], dtype=torch.float32, device=delta.device)
+    for alpha in alphas:
+        leaf = torch.zeros_like(grad_sum, requires_grad=True)
+        embed = None
+        if method == "eap-ig":
+            embed = embeds_corrupted["hook_embed"] + alpha * (embeds["hook_embed"] - embeds_corrupted["hook_embed"])
+        with torch.enable_grad():
+            value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean))
+            (grad,) = torch.autograd.grad(value, leaf)
+        grad_sum += grad
+    grads = grad_sum / len(alphas)  # (R, B, T, d)
+    scores = torch.einsum("sbtd,rbtd->sr", delta.double(), grads.double()).float()
+    scores = scores.masked_fill(~graph.allowed, 0.0)
+    return EdgeScores(graph, scores, float(_metric_value(metric, clean_logits)),
+                      float(_metric_value(metric, corrupted_logits)), method)
+
+
+# ---------------------------------------------------------------------------------------------- circuits
+@dataclass
+class Circuit:
+    """A found circuit (:func:`find_circuit`).
+
+    Attributes:
+        edges: [(sender, receiver, score)], by |score|, largest first.
+        faithfulness: (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted)).
+        circuit_metric, clean_metric, corrupted_metric: the metric of the circuit alone and of the two runs.
+        method: the attribution that ranked the edges; total_edges: the graph's edge count.
+        curve: [(edges kept, faithfulness)] of the sizes tried.
+    """
+
+    edges: list[tuple[str, str, float]]
+    faithfulness: float
+    circuit_metric: float
+    clean_metric: float
+    corrupted_metric: float
+    method: str
+    total_edges: int
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+    def has_edge(self, sender: str, receiver: str) -> bool:
+        """Whether ``sender -> receiver`` is in the circuit."""
+        return any(s == sender and r == receiver for s, r, _ in self.edges)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The circuit as JSON-able values (what a microscope record or a file holds)."""
+        return {"edges": [[s, r, round(v, 5)] for s, r, v in self.edges], "faithfulness": round(self.faithfulness, 5),
+                "circuit_metric": self.circuit_metric, "clean_metric": self.clean_metric,
+                "corrupted_metric": self.corrupted_metric, "method": self.method, "total_edges": self.total_edges,
+                "curve": [[k, round(f, 5)] for k, f in self.curve]}
+
+
+@torch.no_grad()
+def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
+                   edges: Sequence[tuple[str, str]]) -> float:
+    """The metric of the circuit ``edges`` alone: the clean input, with every other edge carrying the
+    sender's corrupted write."""
+    graph = _checked_inputs(model, clean, corrupted)
+    weight = (graph.allowed & ~graph.index(edges)).float()
+    _, corrupted_writes = sender_writes(model, corrupted)
+    return float(_metric_value(metric, _EdgeRun(model, graph, corrupted_writes, weight).run(clean)))
+
+
+def faithfulness(value: float, clean: float, corrupted: float) -> float:
+    """(value - corrupted) / (clean - corrupted): 1 when a circuit recovers the whole metric, 0 when none
+    (nan when clean equals corrupted)."""
+    span = clean - corrupted
+    return (value - corrupted) / span if span != 0 else float("nan")
+
+
+def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
+                 target: float = 0.9, method: str = "eap-ig", steps: int = 8,
+                 scores: EdgeScores | None = None) -> Circuit:
+    """The smallest set of top-ranked edges (by |EAP score|) whose circuit is ``target`` faithful.
+
+    Sizes 1, 2, 4, ... edges are tried until one reaches ``target``, then the size is narrowed between
+    the last two by bisection (one forward per size tried).
+
+    Args:
+        model, clean, corrupted, metric: as :func:`edge_attribution`.
+        target: the faithfulness to reach (0 to 1); when no size reaches it, the whole graph is returned.
+        method, steps: the attribution (ignored when ``scores`` is given).
+        scores: edge scores already computed.
+    Returns:
+        :class:`Circuit`.
+    """
+    check_number("target", target, 0.0, 1.0)
+    scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
+    ranked = scores.top(int(scores.graph.allowed.sum()))
+    clean_m, corrupted_m = scores.clean_metric, scores.corrupted_metric
+    tried: dict[int, float] = {}
+
+    def faithful(k: int) -> float:
+        if k not in tried:
+            value = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
+            tried[k] = faithfulness(value, clean_m, corrupted_m)
+        return tried[k]
+
+    k, last = 1, 0
+    while k < len(ranked) and not faithful(k) >= target:
+        last, k = k, min(2 * k, len(ranked))
+    if not faithful(k) >= target:
+        k = len(ranked)
+    else:
+        lo, hi = last, k  # faithful(hi) >= target; lo is 0 or a size that fell short
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if faithful(mid) >= target else (mid, hi)
+        k = hi
+    value = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
+    return Circuit(ranked[:k], faithfulness(value, clean_m, corrupted_m), value, clean_m, corrupted_m,
+                   scores.method, len(ranked), sorted(tried.items()))

@@ -1,0 +1,95 @@
+"""A found circuit (:mod:`glassformer.interpret.circuits`) drawn as a graph: an inline SVG, alone or in an
+offline page (``page_start``'s head and Content-Security-Policy: nothing is loaded from the network)."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import GlassformerError
+from ..interpret.circuits import Circuit
+from .report import page_start
+
+
+def circuit_svg(circuit: Circuit | dict[str, Any], width: int = 640) -> str:
+    """An inline SVG of a circuit: senders and receivers' components in columns by layer, one arrow per
+    edge (its width by |score|; blue positive, red negative), q/k/v written on the arrow's end."""
+    data = circuit.to_dict() if isinstance(circuit, Circuit) else circuit
+    edges = data["edges"]
+    if not edges:
+        return '<svg class="gf-circuit" xmlns="http://www.w3.org/2000/svg" width="160" height="30"><text x="4" ' \
+               'y="20">no edges</text></svg>'
+
+    def node_of(name: str) -> str:
+        return name.split(".")[0]
+
+    def column(node: str) -> int:
+        if node == "embed":
+            return 0
+        if node == "logits":
+            return 10_000
+        layer = int(node[3:]) if node.startswith("MLP") else int(node[1:node.index("H")])
+        return 2 * layer + (2 if node.startswith("MLP") else 1)
+
+    nodes = sorted({node_of(n) for s, r, _ in edges for n in (s, r)}, key=lambda n: (column(n), n))
+    columns = sorted({column(n) for n in nodes})
+    by_column = {c: [n for n in nodes if column(n) == c] for c in columns}
+    height = 60 + 56 * max(len(v) for v in by_column.values())
+    x_step = (width - 120) / max(1, len(columns) - 1)
+    where = {}
+    for ci, c in enumerate(columns):
+        for ri, n in enumerate(by_column[c]):
+            where[n] = (60 + ci * x_step, 40 + ri * 56)
+    biggest = max(abs(v) for _, _, v in edges) or 1.0
+    parts = [f'<svg class="gf-circuit" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'width="{width}" height="{height}" role="img">',
+             '<defs><marker id="gf-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+             'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#5b6475"/></marker></defs>']
+    for s, r, v in edges:
+        (x0, y0), (x1, y1) = where[node_of(s)], where[node_of(r)]
+        kind = r.split(".")[1] if "." in r else ""
+        color = "#2f5fd0" if v >= 0 else "#d2392b"
+        stroke = 1 + 5 * abs(v) / biggest
+        parts.append(f'<line class="gf-edge" data-edge="{html.escape(s)}->{html.escape(r)}" x1="{x0 + 28:.1f}" '
+                     f'y1="{y0:.1f}" x2="{x1 - 30:.1f}" y2="{y1 + {"q": -8, "k": 0, "v": 8}.get(kind, 0):.1f}" '
+                     f'stroke="{color}" stroke-width="{stroke:.1f}" stroke-opacity="0.75" marker-end="url(#gf-arrow)">'
+                     f'<title>{html.escape(s)} -> {html.escape(r)}: {v:+.4g}</title></line>')
+        if kind:
+            parts.append(f'<text x="{x1 - 44:.1f}" y="{y1 + {"q": -10, "k": -2, "v": 14}[kind]:.1f}" '
+                         f'font-size="10" fill="#5b6475">{kind}</text>')
+    for n in nodes:
+        x, y = where[n]
+        parts.append(f'<g class="gf-node" data-node="{html.escape(n)}"><rect x="{x - 28:.1f}" y="{y - 14:.1f}" '
+                     f'width="56" height="28" rx="6" fill="#f3f5fa" stroke="#2f5fd0"/><text x="{x:.1f}" '
+                     f'y="{y + 4:.1f}" text-anchor="middle" font-size="12">{html.escape(n)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def circuit_html(circuit: Circuit, title: str = "Circuit", lang: str = "en") -> str:
+    """A self-contained offline page of ``circuit``: the graph (inline SVG), its faithfulness and edges."""
+    rows = "".join(f"<tr><td>{html.escape(s)}</td><td>{html.escape(r)}</td><td>{v:+.4g}</td></tr>"
+                   for s, r, v in circuit.edges)
+    facts = (f"{len(circuit.edges)} of {circuit.total_edges} edges ({circuit.method}); faithfulness "
+             f"{circuit.faithfulness:.3f}: metric {circuit.circuit_metric:.4g} with the circuit alone, "
+             f"{circuit.clean_metric:.4g} clean, {circuit.corrupted_metric:.4g} corrupted")
+    if not math.isfinite(circuit.faithfulness):
+        facts += " (clean equals corrupted: nothing to recover)"
+    style = ".gf-circuit { background: #fff; border: 1px solid var(--line); border-radius: 6px; max-width: 100%; }"
+    return (f"{page_start(title, lang, style)}\n<header><h1>{html.escape(title)}</h1>"
+            f'<p class="gf-summary">{html.escape(facts)}</p></header>\n'
+            f'<section id="gf-circuit">{circuit_svg(circuit)}</section>\n'
+            f'<section><table class="gf-edges"><thead><tr><th>sender</th><th>receiver</th><th>score</th></tr>'
+            f"</thead><tbody>{rows}</tbody></table></section>\n</body>\n</html>\n")
+
+
+def write_circuit_page(circuit: Circuit, out: str | Path, title: str = "Circuit") -> Path:
+    """Write :func:`circuit_html` to ``out`` (its folder is created); returns the path."""
+    path = Path(out)
+    if path.is_dir():
+        raise GlassformerError(f"out {str(path)!r} is a folder; give the HTML file to write")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(circuit_html(circuit, title), encoding="utf-8")
+    return path
