@@ -306,3 +306,47 @@ def test_command_logs_to_tensorboard_and_a_resumed_run_continues_its_series(tmp_
     (out / "tensorboard" / "notes.txt").write_text("mine")
     assert main([*words, "--log", "tensorboard"]) == 2  # a fresh run never removes a user's file there
     assert "notes.txt" in capsys.readouterr().err and (out / "tensorboard" / "notes.txt").read_text() == "mine"
+
+
+def _tampered_state(tmp_path, corpus, change) -> SAETrainer:
+    """A run stopped at step 3 whose state file ``change`` edited; returns a trainer about to resume it."""
+    model = lm()
+    SAETrainer(_config(tmp_path, corpus), model, TOK).train(stop_at=3)
+    file = tmp_path / "state" / "train_state.pt"
+    state = torch.load(file, weights_only=True)
+    change(state)
+    torch.save(state, file)
+    return SAETrainer(_config(tmp_path, corpus), model, TOK)
+
+
+def _wrong_exp_avg(state):
+    """Issue 31: a wrong-shaped exp_avg with fused: true reached torch's fused Adam (a segfault)."""
+    state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3)
+    state["optimizer"]["param_groups"][0]["fused"] = True
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    (_wrong_exp_avg, "exp_avg"),
+    (lambda s: s.update(step=-100), "step"),
+    (lambda s: s.update(last_fired=torch.zeros(2)), "last_fired"),
+    (lambda s: s.pop("buffer"), "buffer"),
+])
+def test_resume_refuses_a_tampered_state_in_one_error(tmp_path, corpus, change, match):
+    with pytest.raises(BadFileError, match=match):
+        _tampered_state(tmp_path, corpus, change).resume()
+
+
+def test_resume_refuses_a_state_that_inflates_before_torch_reads_it(tmp_path, corpus):
+    """Issue 31: a few-MB train_state.pt whose record deflates to GBs cost that memory inside torch.load."""
+    import zipfile
+
+    trainer = _tampered_state(tmp_path, corpus, lambda s: None)
+    file = tmp_path / "state" / "train_state.pt"
+    with zipfile.ZipFile(file) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in records:
+            archive.writestr(name, data + (b"\0" * (1 << 22) if name.endswith("data.pkl") else b""))
+    assert file.stat().st_size < 1 << 20  # 4 MiB of zeros deflate to a few KiB
+    with pytest.raises(BadFileError, match="refused before reading"):
+        trainer.resume()

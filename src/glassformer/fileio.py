@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import secrets
@@ -25,6 +26,7 @@ import shutil
 import stat
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GlassformerError
@@ -34,6 +36,23 @@ MODEL_FILES = frozenset({"model.safetensors", "config.json", "tokenizer.json", "
 """Every file glassformer writes into a model folder (a checkpoint, a Hugging Face export)."""
 
 LOCK_FILE = ".glassformer.lock"
+
+
+@dataclass(frozen=True)
+class Writes:
+    """One way to run a command and the files it then writes: each ``commands/<verb>.py`` declares its
+    ``WRITES``, and tests/test_outputs_guard.py puts a user's file, a link, a hard link, a FIFO and an
+    input at every one of them, so a new command is covered without new test code.
+
+    Args:
+        argv: the words after ``glassformer``, with placeholders ``{ck}`` (a char-LM checkpoint),
+            ``{s2s}`` (an encoder-decoder checkpoint), ``{run}`` (a training run folder), ``{text}`` (a
+            text file), ``{config}`` (a training YAML), ``{tang}`` (a fortune file), ``{out}`` (a fresh folder).
+        files: the files this run writes (the same placeholders).
+    """
+
+    argv: tuple[str, ...]
+    files: tuple[str, ...]
 
 
 class NotOursError(GlassformerError):
@@ -60,7 +79,8 @@ def owned_folder(path: str | Path, names: Collection[str] = MODEL_FILES) -> bool
         entries = list(os.scandir(path))
     except OSError:
         return False
-    return all(e.name in names and e.is_file(follow_symlinks=False) for e in entries)
+    return all(e.name in names and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_nlink == 1
+               and recognised(e.path) for e in entries)
 
 
 def owned_link(path: str | Path, target: re.Pattern[str]) -> bool:
@@ -89,6 +109,10 @@ def foreign(path: str | Path, names: Collection[str] = MODEL_FILES) -> str:
         if entry.name not in names or not entry.is_file(follow_symlinks=False):
             kind = "folder" if entry.is_dir(follow_symlinks=False) else "file"
             return f"the {kind} {entry.name!r}, which glassformer does not write there"
+        if entry.stat(follow_symlinks=False).st_nlink > 1:
+            return f"the file {entry.name!r}, which has another hard link"
+        if not recognised(entry.path):
+            return f"the file {entry.name!r}, whose content glassformer did not write"
     return "nothing foreign"
 
 
@@ -131,25 +155,129 @@ def check_not_source(target: str | Path, sources: Iterable[str | Path], what: st
                                "destroy what is read: choose another path")
 
 
-def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "output file") -> Path:
-    """``path`` as a Path when a file may be written there: absent, or a regular file that is none of
-    ``inputs``. A folder, a device or pipe, a link, or an input file is a :class:`NotOursError`."""
+def _input_files(inputs: Iterable[str | Path]) -> list[Path]:
+    """The files of ``inputs``: a file as it is, a folder as every file under it (a checkpoint folder)."""
+    found = []
+    for source in inputs:
+        source = Path(source)
+        if source.is_dir():
+            found += [Path(root) / name for root, _dirs, names in os.walk(source) for name in names]
+        elif source.exists():
+            found.append(source)
+    return found
+
+
+def _same_bytes(path: Path, data: str | bytes | Iterable[bytes] | None) -> bool:
+    """Whether the file ``path`` already holds exactly ``data`` (text or bytes; never a stream)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if not isinstance(data, (bytes, bytearray)):
+        return False
+    try:
+        return os.lstat(path).st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "output file",
+                      data: str | bytes | Iterable[bytes] | None = None) -> Path:
+    """The guard every write of glassformer passes: ``path`` as a Path when a file may be written there.
+
+    Allowed: nothing there, or a regular file with one name (no other hard link) that is none of
+    ``inputs`` (a folder stands for every file under it) and that glassformer wrote (:func:`recognised`,
+    by content) or that already holds ``data``. A link, a folder, a FIFO or device, a hard-linked file,
+    an input or a user's file is a :class:`NotOursError` naming the path, before anything is touched.
+    """
     path = Path(path)
     info = _entry(path)
     if info is not None:
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
             kind = "a folder (Is a directory)" if stat.S_ISDIR(info.st_mode) else foreign(path, ())
             raise NotOursError(f"{what} {str(path)!r} is {kind}, not a regular file: glassformer writes a file "
-                               "only where there is none or a regular file")
-        for source in inputs:
-            source = Path(source)
-            if source.exists() and os.path.samefile(source, path):
+                               "only where there is none or a regular file it wrote")
+        for source in _input_files(inputs):
+            if os.path.samefile(source, path):
                 raise NotOursError(f"{what} {str(path)!r} is also an input ({str(source)!r}); writing it would "
                                    "destroy what is read: choose another path")
+        if info.st_nlink > 1:
+            raise NotOursError(f"{what} {str(path)!r} has {info.st_nlink} hard links: another name shares its "
+                               "content, so glassformer leaves it alone; remove it or choose another path")
+        if not recognised(path) and not _same_bytes(path, data):
+            raise NotOursError(f"{what} {str(path)!r} holds a file glassformer did not write (recognised by "
+                               "content); move it away or choose another path")
     parent = path.parent
     if parent.exists() and not parent.is_dir():
         raise NotOursError(f"{what} {str(path)!r}: {str(parent)!r} is a file, not a folder")
     return path
+
+
+def claim_outputs(paths: Iterable[str | Path], inputs: Iterable[str | Path] = (), what: str = "output") -> None:
+    """Check every file a command will write (:func:`check_output_file`) before it does any work, so a
+    refused output costs nothing; each write checks again when it happens."""
+    inputs = list(inputs)
+    for path in paths:
+        check_output_file(path, inputs, what)
+
+
+def _head(path: Path, size: int = 4096) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(size)
+
+
+def _is_json_file(path: Path) -> bool:
+    """A JSON document (an object or a list), at most :data:`RECOGNISED_JSON_BYTES` long."""
+    if os.lstat(path).st_size > RECOGNISED_JSON_BYTES:
+        return False
+    try:
+        value = json.loads(path.read_bytes())
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, (dict, list))
+
+
+def _is_records_file(path: Path) -> bool:
+    """JSON lines whose first line is an object with an integer ``step`` (metrics.jsonl, microscope.jsonl)."""
+    line = _head(path, 1 << 16).split(b"\n", 1)[0]
+    if not line.strip():
+        return os.lstat(path).st_size == len(line)
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and type(record.get("step")) is int
+
+
+RECOGNISED_JSON_BYTES = 256 << 20
+"""The largest JSON file :func:`recognised` parses to tell whether glassformer wrote it."""
+
+MARKER = "glassformer"
+"""The word glassformer puts in the files it writes whose format has room for it: the ``Software`` text of
+its PNG figures, the ``generator`` meta of its HTML pages."""
+
+_RECOGNISERS = {
+    ".json": _is_json_file,
+    ".jsonl": _is_records_file,
+    ".html": lambda p: MARKER.encode() in _head(p) and b"<!doctype html" in _head(p).lower(),
+    ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
+    ".safetensors": lambda p: len(_head(p, 9)) == 9 and _head(p, 9)[8:9] == b"{",
+    ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
+}
+
+
+def recognised(path: str | Path) -> bool:
+    """Whether the regular file ``path`` is one glassformer may replace, by its content: empty, or in the
+    format its name promises (JSON, JSON-lines records, a safetensors or torch file, a PNG or HTML page
+    carrying :data:`MARKER`, a lock file holding a pid). Any other file (plain text included) is a user's."""
+    path = Path(path)
+    try:
+        if os.lstat(path).st_size == 0:
+            return True
+        if path.name == LOCK_FILE:
+            return re.fullmatch(rb"\d{0,20}\n?", _head(path, 64)) is not None
+        check = _RECOGNISERS.get(path.suffix.lower())
+        return bool(check and check(path))
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -170,9 +298,12 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
         return
     while True:
         info = _entry(file)
-        if info is not None and not stat.S_ISREG(info.st_mode):
-            raise NotOursError(f"{str(file)!r} is {foreign(file, ())}; glassformer keeps its lock file there")
-        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        if info is not None:
+            check_output_file(file, (), "lock file")  # never a link, a hard-linked or a user's file
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        if os.fstat(fd).st_nlink > 1 or not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)  # swapped for a hard link or a FIFO since the check: leave it alone
+            raise NotOursError(f"lock file {str(file)!r} changed while glassformer opened it; leave the folder alone")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -211,7 +342,7 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, input
         NotOursError when ``path`` is a folder, a device, a link or an input; a :class:`GlassformerError`
         naming the file when the disk is full.
     """
-    path = check_output_file(path, inputs, what)
+    path = check_output_file(path, inputs, what, data)
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         with open(temp, "xb") as handle:
@@ -379,12 +510,22 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def fsync_tree(path: str | Path) -> None:
-    """Flush every file under ``path``, then the folders themselves (deepest first)."""
-    folders = []
+    """Flush every file under ``path``, then the folders themselves (deepest first). Files get the
+    ordinary mode of a new file (0644 under umask 022): a library that writes them private (safetensors
+    writes 0600) does not decide who may read a checkpoint."""
+    folders, mode = [], 0o666 & ~_umask()
     for root, _dirs, files in os.walk(path):
         folders.append(root)
         for name in files:
+            os.chmod(os.path.join(root, name), mode)
             fsync_file(os.path.join(root, name))
     for folder in reversed(folders):
         fsync_dir(folder)

@@ -8,6 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..fileio import Writes
+
+WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
 EPILOG = """\
 precision:
   every training, generation and return_attn row runs in each precision of --precision: float32, or
@@ -102,12 +107,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
     from ..runtime.device import pick_device
     args.device = str(pick_device(args.device))  # the one owner of device checks (training asks it too)
+    from ..fileio import atomic_write, claim_outputs
+    claim_outputs([args.out], what="--out")  # a user's file, a link, a FIFO: refused before the benchmark runs
     parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
     results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
                         precisions=args.precision, hf=not args.no_hf, nanogpt=args.nanogpt,
                         progress=lambda part: print(f"bench: {part} done", file=sys.stderr, flush=True))
     print(format_table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    atomic_write(args.out, json.dumps(results, indent=2) + "\n", what="--out")
     print(f"results written to {args.out}")
     return 0

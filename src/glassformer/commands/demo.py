@@ -11,6 +11,13 @@ import json
 import sys
 from pathlib import Path
 
+from ..fileio import Writes
+
+WRITES = (Writes(("demo", "--out", "{out}"), ("{out}/results.json", "{out}/loss_curve.png",
+                                           "{out}/attention_layer1.png", "{out}/run/metrics.jsonl")),
+          Writes(("demo", "--lesson2", "--out", "{out}"), ("{out}/lesson2.json",)))
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``demo`` verb to the ``glassformer`` subparsers."""
@@ -57,12 +64,14 @@ def run(args: argparse.Namespace) -> int:
 def run_lesson2(out: Path, lang: str = "en") -> int:
     """Run lesson 2's experiments, print their summary (in ``lang``) and write the findings to
     ``out/lesson2.json``; 0."""
+    from ..fileio import atomic_write, claim_outputs
     from ..lessons import lesson2
     from ..viz.i18n import text
 
+    claim_outputs([out / "lesson2.json"], what="--out")  # a user's file, a link: refused before the work
     findings = lesson2.run_all()
     print(lesson2.summary(findings, lang))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lesson2.json").write_text(json.dumps(findings, indent=2), encoding="utf-8")
+    atomic_write(out / "lesson2.json", json.dumps(findings, indent=2), what="--out")
     print(text("lesson2.written", lang, path=out / "lesson2.json"))
     return 0

@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 
 from ..errors import MissingFileError
+from ..fileio import Writes
+
+WRITES: tuple[Writes, ...] = ()  # prints its vectors; writes no file
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 EPILOG = """examples:
   glassformer embed --model path/to/all-MiniLM-L6-v2 "A cat sits." "A kitten is sitting."

@@ -8,7 +8,11 @@ import math
 import sys
 from pathlib import Path
 
+from ..fileio import Writes
 from .precision import add_precision
+
+WRITES: tuple[Writes, ...] = ()  # prints its scores; writes no file
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:

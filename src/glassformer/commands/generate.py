@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..fileio import Writes
 from .precision import add_precision
+
+WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2", "--json", "{out}/g.json"),
+                 ("{out}/g.json",)),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def _early_stopping(value: str) -> bool | str:
@@ -108,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if (args.stream or args.trace) and (len(args.prompt) > 1 or args.num_beams > 1 or args.num_return_sequences > 1):
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
+    if args.json is not None:  # never the checkpoint's own files, a link or a user's file: before any work
+        from ..fileio import claim_outputs
+        claim_outputs([args.json], [args.checkpoint], "--json")
     model, tokenizer = load(args.checkpoint)
     rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
     check_fits(generation_bytes(model.config, rows, 1), f"{len(args.prompt)} prompts x --num_beams {args.num_beams} "
@@ -157,6 +165,7 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
             print((prompt if continues else "") + text)
             result.append({"prompt": prompt, "text": text})
     if args.json is not None:
-        atomic_write(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n", what="--json")
+        atomic_write(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n", inputs=[args.checkpoint],
+                     what="--json")
         print(f"written to {args.json}", file=sys.stderr)
     return 0

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..fileio import Writes
 from .precision import add_precision
+
+WRITES = (Writes(("inspect", "{ck}", "--text", "ab", "--out", "{out}/r.html"), ("{out}/r.html",)),
+          Writes(("inspect", "{run}"), ("{run}/run.html",)),
+          Writes(("inspect", "{run}", "--out", "{out}/p.html"), ("{out}/p.html",)))
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 EPILOG = """examples:
   glassformer inspect out/induction_heads/attn_only          (a run folder: writes its run.html)
@@ -121,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.text is None:
         raise UsageError("--text is required (but for a run folder, which has metrics.jsonl)")
     args.out = args.out or Path("report.html")
+    from ..fileio import claim_outputs
     from ..viz.report import check_report_options, write_report
+
+    claim_outputs([args.out], [args.checkpoint] if args.checkpoint is not None else [], "--out")  # before loading
     from .precision import choose_precision, forward_work
 
     check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,

@@ -11,6 +11,12 @@ import argparse
 import json
 from pathlib import Path
 
+from ..fileio import Writes
+
+WRITES = (Writes(("recipe", "tang_poems_char", "--out_dir", "{out}", "--recipe.source", "{tang}", "--max_steps", "2"),
+                 ("{out}/results.json", "{out}/tang300.txt", "{out}/metrics.jsonl")),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
 
 def _shipped() -> list[str]:
     """The names of the shipped recipes, for --help (read from the folder: importing recipes is slow)."""

@@ -12,6 +12,14 @@ import json
 import math
 from pathlib import Path
 
+from ..fileio import Writes
+
+WRITES = (Writes(("sae", "{ck}", "--hook", "blocks.0.hook_resid_post", "--data", "{text}", "--steps", "2",
+                  "--out_dir", "{out}"),
+                 ("{out}/metrics.json", "{out}/features.json", "{out}/features.html", "{out}/tracker.json",
+                  "{out}/.glassformer.lock")),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``sae`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""

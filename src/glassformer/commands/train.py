@@ -11,6 +11,13 @@ import math
 import sys
 from pathlib import Path
 
+from ..fileio import Writes
+
+WRITES = (Writes(("train", "--config", "{config}", "--out_dir", "{out}"),
+                 ("{out}/metrics.jsonl", "{out}/loss.png", "{out}/microscope.jsonl", "{out}/microscope.json",
+                  "{out}/tracker.json", "{out}/.glassformer.lock")),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""

@@ -6,7 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..fileio import Writes
 from .precision import add_precision
+
+WRITES = (Writes(("translate", "{s2s}", "{text}", "--max_new_tokens", "2", "--output", "{out}/t.txt"),
+                 ("{out}/t.txt",)),)
+"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         check_max_new_tokens(args.max_new_tokens, name="--max_new_tokens")  # before loading the model
     if args.max_memory is not None:
         parse_size(args.max_memory)
-    inputs = [f for f in [*args.files, args.ref] if f is not None and f != Path("-")]
+    inputs = [f for f in [args.checkpoint, *args.files, args.ref] if f is not None and f != Path("-")]
     if args.output is not None:  # never an input, a folder or a device: refused before any work
         check_output_file(args.output, inputs, "--output")
     model, tokenizer = load(args.checkpoint)

@@ -20,12 +20,13 @@ import torch
 from ..checks import check_causality
 from ..config import ModelConfig
 from ..data import LMBatches
+from ..fileio import atomic_write, claim_outputs
 from ..generation import trace_generation
 from ..models import build_model, count_params
 from ..nn.norms import make_norm
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, evaluate, save_checkpoint
-from ..training.checkpoint import load
+from ..training.checkpoint import check_run_dir, load
 from ..viz.i18n import text
 from ..viz.plots import plot_attention, plot_losses
 from ..viz.shapes import shape_trace
@@ -53,6 +54,10 @@ class AllWindows(LMBatches):
         yield {"ids": self.x, "labels": self.y}
 
 
+OUTPUT_FILES = ("results.json", "loss_curve.png", "attention_layer1.png", "attention_layer2.png")
+"""The files :func:`run` writes into ``out`` itself (beside the folders ``run/`` and ``tiny-char-lm/``)."""
+
+
 def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str, Any]:
     """Run the lesson, writing its files to ``out`` (created):
 
@@ -75,6 +80,8 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     """
     started = time.perf_counter()
     out = Path(out)
+    claim_outputs([out / name for name in OUTPUT_FILES], what="demo output")  # a user's file there: refused now
+    check_run_dir(out / "run")
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     corpus = "\n".join(LINES) + "\n"
@@ -161,7 +168,7 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
         "checkpoint": {"path": str(checkpoint), "reload_max_logit_diff": reload_diff},
         "files": files, "wall_seconds": round(time.perf_counter() - started, 2),
     }
-    (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    atomic_write(out / "results.json", json.dumps(result, ensure_ascii=False, indent=2), what="demo output")
     result["files"]["results"] = str(out / "results.json")
     return result
 

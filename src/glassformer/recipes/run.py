@@ -26,6 +26,7 @@ import torch
 
 from ..data import read_pairs
 from ..errors import GlassformerError, MissingFileError
+from ..fileio import atomic_write, claim_outputs
 from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
@@ -95,10 +96,23 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     spec = data.pop("recipe")
     if spec.get("task") not in TASKS:
         raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
+    claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
     _attach_corpus(spec, data, data_dir, download)
     if "precision" not in data and "dtype" not in data:
         data["precision"] = "auto"  # recipes train in bfloat16 where it measures faster (docs/benchmarks.md)
     return Recipe(TrainConfig.from_dict(data), spec)
+
+
+def claim_recipe_outputs(out_dir: str | Path, spec: dict[str, Any]) -> None:
+    """Refuse, before any work, a user's file, a link, a hard link or a FIFO where the recipe writes into
+    ``out_dir`` (results.json, translations, the training run's own files). The tang300 corpus text is
+    checked when written, first: the same text again is no loss, any other file there is refused."""
+    from ..training.run_dir import RUN_FILES
+
+    out = Path(out_dir)
+    hyps = [f"{spec.get('test_split', 'test_2016_flickr')}.{'greedy' if b == 1 else f'beam{b}'}.en"
+            for b in [1, *spec.get("beams", [4])]] if spec.get("task") == "translation" else []
+    claim_outputs([out / name for name in ["results.json", *hyps, *sorted(RUN_FILES)]], what="recipe output")
 
 
 def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | Path | None, download: bool) -> None:
@@ -153,6 +167,8 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     ("samples", "fill_mask" or "bleu"), "wall_s", "load_average", "cpu_count", "torch_threads", "config", "recipe"}.
     """
     config, spec = recipe.train, recipe.spec
+    out = Path(config.out_dir)
+    claim_recipe_outputs(out, spec)  # before any work
     started, load_before = time.perf_counter(), _load_average()
     if spec["task"] == "induction":
         results: dict[str, Any] = {"runs": run_induction(config, spec)}
@@ -180,9 +196,8 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     results.update(task=spec["task"], corpus=spec.get("corpus"), wall_s=time.perf_counter() - started,
                    load_average=[load_before, _load_average()], cpu_count=os.cpu_count(),
                    torch_threads=torch.get_num_threads(), config=config.to_dict(), recipe=spec)
-    out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n", what="recipe output")
     return results
 
 
@@ -236,7 +251,7 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
         hyps = translate(model, tokenizer, sources, num_beams=beams, batch_size=int(spec.get("batch_size", 100)),
                          length_penalty=float(spec.get("length_penalty", 1.0)))
         score = bleu(hyps, refs)
-        (Path(config.out_dir) / f"{split}.{name}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        atomic_write(Path(config.out_dir) / f"{split}.{name}.en", "\n".join(hyps) + "\n", what="recipe output")
         scores[name] = {"bleu": score.score, "signature": str(score), "decode_s": time.perf_counter() - started,
                         "examples": [{"src": s, "ref": r, "hyp": h}
                                      for s, r, h in list(zip(sources, refs, hyps, strict=True))[:3]]}

@@ -18,11 +18,9 @@ MAX_VOCAB = 1 << 22  # 4,194,304 ids: 16x the largest vocabularies in use (Gemma
 
 def rust_tokenizer(data: dict[str, Any]) -> HFTokenizer:
     """A ``tokenizers.Tokenizer`` from its JSON form; what the Rust parser refuses is a GlassformerError."""
-    try:
-        return HFTokenizer.from_str(json.dumps(data))
-    except Exception as error:  # noqa: BLE001 (the Rust library raises a plain Exception for a bad file)
-        detail = " ".join(str(error).split())
-        raise GlassformerError(f"the Hugging Face tokenizer data is malformed ({detail})") from None
+    from .hf import rust_from_json
+
+    return rust_from_json(data, "the tokenizer's 'hf' data")
 
 
 class BPETokenizer(Tokenizer):

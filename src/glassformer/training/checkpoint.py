@@ -151,11 +151,37 @@ def _need(path: Path, name: str) -> Path:
     return file
 
 
+def check_zip_sizes(file: str | Path) -> None:
+    """Refuse a torch file whose records would inflate past the file's own size before torch reads it.
+
+    ``torch.save`` stores its records uncompressed, so their sizes sum to less than the file; a crafted
+    file whose records are deflated (a 3 MB file holding 3 GB) would cost that memory inside
+    ``torch.load`` before any check could see the result. The sizes come from the zip's central
+    directory (nothing is decompressed). A file that is not a zip is left to torch's own error.
+    """
+    import zipfile
+
+    file = Path(file)
+    try:
+        with zipfile.ZipFile(file) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return
+    size = file.stat().st_size
+    inflated = sum(record.file_size for record in records)
+    packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
+    if inflated > size or packed:
+        shown = f"compressed records ({packed[0]!r}...)" if packed else f"records of {inflated:,} bytes"
+        raise BadFileError(f"{str(file)!r} holds {shown} in a {size:,}-byte file: torch.save writes neither; "
+                           "refused before reading (a crafted or damaged file)")
+
+
 def load_state_file(file: str | Path) -> dict[str, Any]:
     """Read a ``train_state.pt`` with ``torch.load(weights_only=True)``: tensors and plain containers
     only. A file whose pickle would build other objects (or run code) is refused, never executed."""
     if Path(file).is_file() and Path(file).stat().st_size == 0:
         raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
+    check_zip_sizes(file)
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:

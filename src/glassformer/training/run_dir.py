@@ -13,13 +13,21 @@ one step (:func:`~glassformer.training.checkpoint.commit_checkpoint`) is in chec
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 from ..errors import BadFileError
-from ..fileio import NotOursError, foreign, owned_folder, owned_link, remove_owned, replace_symlink
+from ..fileio import (
+    LOCK_FILE,
+    NotOursError,
+    check_output_file,
+    foreign,
+    owned_folder,
+    owned_link,
+    remove_owned,
+    replace_symlink,
+)
 
 # The files of one checkpoint folder (written by glassformer.training.checkpoint).
 WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE = (
@@ -35,7 +43,9 @@ _RESUMABLE = (CONFIG, TOKENIZER, WEIGHTS, STATE)
 CHECKPOINT_FILES = frozenset({WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE})
 """What a checkpoint folder holds: a folder with anything else is not one glassformer wrote."""
 _POINTS_TO_STEP = re.compile(r"ckpt-\d+")
-_PNG = b"\x89PNG\r\n\x1a\n"
+RUN_FILES = frozenset({"metrics.jsonl", "loss.png", "microscope.jsonl", "microscope.json", "tracker.json",
+                       LOCK_FILE})
+"""The files a run writes into its out_dir beside the checkpoints (a user's file there is refused at start)."""
 
 
 def step_folder(out_dir: str | Path, step: int) -> Path:
@@ -170,35 +180,19 @@ def _not_ours(entry: Path) -> str | None:
         if name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
             return None
         return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES)}"
-    if name == "metrics.jsonl" and (entry.exists() or entry.is_symlink()):
-        if entry.is_symlink() or not entry.is_file():
-            return f"{str(entry)!r} is not a regular file"
-        if not _is_metrics_file(entry):
-            return f"{str(entry)!r} is not a metrics file glassformer wrote (not one JSON record with a 'step' a line)"
-    if name == "loss.png" and (entry.exists() or entry.is_symlink()):
-        if entry.is_symlink() or not entry.is_file():
-            return f"{str(entry)!r} is not a regular file"
-        with open(entry, "rb") as handle:
-            if handle.read(len(_PNG)) != _PNG:
-                return f"{str(entry)!r} is not a PNG image (glassformer draws its loss curve there)"
+    if name in RUN_FILES:
+        try:
+            check_output_file(entry, (), "run file")
+        except NotOursError as error:
+            return str(error)
     return None
-
-
-def _is_metrics_file(file: Path) -> bool:
-    """Whether every complete line of ``file`` is a JSON record with an integer ``step`` (a last line
-    without its newline is one a crash cut short, and is not judged)."""
-    try:
-        lines = file.read_bytes().decode("utf-8").split("\n")[:-1]
-        records = [json.loads(line) for line in lines if line.strip()]
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return False
-    return all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in records)
 
 
 def check_run_dir(out_dir: str | Path) -> None:
     """Refuse, before anything is removed, an ``out_dir`` whose names a run writes (``ckpt-*``,
-    ``last``, ``best``, leftovers of a save, ``metrics.jsonl``, ``loss.png``) hold something glassformer
-    did not write: a user's folder ``best/``, a file ``last``, a folder ``ckpt-5/`` with other files.
+    ``last``, ``best``, leftovers of a save, :data:`RUN_FILES`) hold something glassformer did not write
+    (:func:`~glassformer.fileio.check_output_file`: a link, a hard link, a FIFO, a user's file): a user's
+    folder ``best/``, a file ``last``, a folder ``ckpt-5/`` with other files.
 
     Raises:
         NotOursError naming the first such path and what is in it.

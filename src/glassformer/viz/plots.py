@@ -55,10 +55,16 @@ def _save(fig, path: str | Path) -> Path:
     """Lay out, write as PNG (creating folders) and close ``fig``."""
     plt = _pyplot()
     fig.tight_layout()
-    path = Path(path)
+    import io
+
+    from ..fileio import MARKER, atomic_write, check_output_file
+
+    path = check_output_file(path, what="figure")  # never a link, a FIFO, a user's file: before drawing
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110, metadata={"Software": MARKER})  # the marker: ours to replace
     plt.close(fig)
+    atomic_write(path, image.getvalue(), what="figure")
     return path
 
 

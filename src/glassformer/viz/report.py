@@ -50,6 +50,7 @@ def page_start(title: str, lang: str, *styles: str) -> str:
 <html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="glassformer">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">

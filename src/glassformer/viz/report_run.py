@@ -10,7 +10,12 @@ It reads ``metrics.jsonl`` (the loss curves) and, when the run was watched, the 
 - the logit lens's loss per layer over steps (a layers x steps heatmap), and the residual-stream and
   weight norms per layer at that step;
 - when the run folder has ``attribution.json`` (the induction recipe writes it), attribution patching's
-  estimate of every head's patching effect beside the exact effect.
+  estimate of every head's patching effect beside the exact effect;
+- the phase change of the repeated-copy loss (:func:`~glassformer.interpret.microscope.detect_phase_change`),
+  marked on the charts and named in the summary (or "no phase change"), and the in-context-learning
+  score over steps;
+- when a user measurement recorded a circuit (:func:`~glassformer.interpret.circuits.induction_circuit`),
+  the circuit of each snapshot as a graph, switched by the step slider (watching a circuit form).
 
 Charts over steps are SVG drawn here; the heatmaps are drawn by a small inline script from the JSON
 data, so that one slider moves them all. As with the model report, nothing is loaded from the network
@@ -28,10 +33,11 @@ from typing import Any
 
 from ..errors import GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
-from ..interpret.microscope import META, RECORDS, read_records
+from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
 from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
 from .report import _script_json, _shown, page_start
+from .report_circuit import circuit_svg
 from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
@@ -47,8 +53,10 @@ def is_run_dir(path: str | Path) -> bool:
 
 
 def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str, y_label: str,
-                chart_id: str, width: int = 560, height: int = 240, x_label: str = "step") -> str:
-    """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves."""
+                chart_id: str, width: int = 560, height: int = 240, x_label: str = "step",
+                events: list[tuple[float, str]] | None = None) -> str:
+    """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves and
+    ``events`` (step, label) drawn as fixed, labelled vertical lines (e.g. the phase change)."""
     points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
     if not points:
         return ""
@@ -86,6 +94,11 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
         parts.append(f'<path d="{path}" stroke="{color}" class="gf-line"><title>{html.escape(label)}</title></path>')
         if len(shown) <= 30:  # few points (evaluations): mark each
             parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in shown]
+    for step, label in events or []:
+        if x0 <= step <= x1:
+            parts.append(f'<line class="gf-event" data-step="{step}" x1="{sx(step):.1f}" x2="{sx(step):.1f}" '
+                         f'y1="{top}" y2="{top + ph}"/><text x="{sx(step) + 3:.1f}" y="{top + 10}" '
+                         f'class="gf-tick">{html.escape(label)}</text>')
     parts.append(f'<line class="gf-marker" x1="{left}" x2="{left}" y1="{top}" y2="{top + ph}"/></svg>')
     legend = "".join(f'<span style="color:{COLORS[n % len(COLORS)]}">&#9644; {html.escape(label)}</span>'
                      for n, (label, _) in enumerate(series))
@@ -119,14 +132,24 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
             "attribution": attribution}
 
 
+def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The phase change in the records' repeated-copy loss (:func:`~glassformer.interpret.microscope.
+    detect_phase_change`), or None."""
+    if not records or "loss_repeat" not in records[0]:
+        return None
+    return detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
+
+
 def _charts(run: dict[str, Any], lang: str = "en") -> str:
-    """The SVG charts over steps: losses, the probe's losses with the best head scores, the logit lens
-    (labels in ``lang``)."""
+    """The SVG charts over steps: losses, the probe's losses with the best head scores (the phase change
+    marked), the in-context-learning score (labels in ``lang``)."""
     metrics, records = run["metrics"], run["records"]
     step = tr("run.axis.step", lang)
+    found = phase_change(records)
+    events = [(found["step"], tr("run.phase.marker", lang))] if found else []
 
     def chart(series: list, title: str, y_label: str, chart_id: str) -> str:
-        return _line_chart(series, tr(title, lang), tr(y_label, lang), chart_id, x_label=step)
+        return _line_chart(series, tr(title, lang), tr(y_label, lang), chart_id, x_label=step, events=events)
 
     train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
     val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
@@ -148,6 +171,9 @@ def _charts(run: dict[str, Any], lang: str = "en") -> str:
             whole = [(tr("run.series.best_head", lang, kind=tr(f"run.short.{k}", lang)),
                       [(r["step"], max(map(max, r[k]))) for r in records]) for k in ("previous_token", "induction")]
             charts.append(chart(whole, "run.chart.best", "run.axis.score", "gf-chart-best"))
+        icl = [(r["step"], r["icl_score"]) for r in records if r.get("icl_score") is not None]
+        if icl:
+            charts.append(chart([(tr("run.series.icl", lang), icl)], "run.chart.icl", "run.axis.icl", "gf-chart-icl"))
     return "".join(c for c in charts if c)
 
 
@@ -161,6 +187,8 @@ STYLE = """
 .gf-grid { stroke: #eceef3; }
 .gf-line { fill: none; stroke-width: 2; }
 .gf-marker { stroke: var(--ink); stroke-dasharray: 3 3; }
+.gf-event { stroke: #d2392b; stroke-width: 1.5; }
+.gf-circuit-snap figcaption { font-size: 0.85rem; color: var(--muted); }
 .gf-slider { position: sticky; top: 0; background: var(--bg); padding: 8px 0; z-index: 2;
   border-bottom: 1px solid var(--line); display: flex; gap: 12px; align-items: center; }
 .gf-slider input { flex: 1; }
@@ -250,6 +278,7 @@ SCRIPT = r"""
     });
     const lens = document.getElementById("gf-lens-canvas");
     if (lens) lens.dataset.step = r.step;
+    document.querySelectorAll(".gf-circuit-snap").forEach((f) => { f.hidden = +f.dataset.index !== index; });
   }
   document.querySelectorAll(".gf-heatmap canvas").forEach((c) => c.addEventListener("mousemove", (e) => {
     const box = c.getBoundingClientRect(), [cw, ch] = c.gfCell;
@@ -297,6 +326,31 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
             + "</figure></div></section>")
 
 
+def _circuit_measurement(records: list[dict[str, Any]]) -> str | None:
+    """The name of a user measurement that recorded a circuit (a dict with "edges" and "faithfulness")."""
+    for name, value in (records[-1].get("measurements") or {}).items() if records else ():
+        if isinstance(value, dict) and "edges" in value and "faithfulness" in value:
+            return name
+    return None
+
+
+def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -> str:
+    """The circuit of every record (one SVG each; the step slider shows the one of its step)."""
+    figures = []
+    for index, record in enumerate(records):
+        circuit = (record.get("measurements") or {}).get(name)
+        if not isinstance(circuit, dict) or "edges" not in circuit:
+            continue
+        caption = tr("run.circuit.caption", lang, step=record["step"], edges=len(circuit["edges"]),
+                     total=circuit.get("total_edges", "?"), faithfulness=f"{circuit.get('faithfulness', math.nan):.3f}")
+        figures.append(f'<figure class="gf-circuit-snap" data-index="{index}" data-step="{record["step"]}"'
+                       f'{"" if index == len(records) - 1 else " hidden"}><figcaption>{html.escape(caption)}'
+                       f"</figcaption>{circuit_svg(circuit)}</figure>")
+    return (f'<section id="gf-circuits"><h2>{html.escape(tr("run.circuit.title", lang))}</h2>'
+            f'<p class="gf-caption">{html.escape(tr("run.circuit.intro", lang, name=name))}</p>'
+            f'{"".join(figures)}</section>')
+
+
 def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline, its words in
     ``lang`` (``"en"`` or ``"zh"``)."""
@@ -312,6 +366,11 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     shape = (tr("run.shape", lang, layers=c.get("n_layers"), heads=c.get("n_heads"), d_model=c.get("d_model"))
              if c else "")
     summary = tr("run.summary_shape" if shape else "run.summary", lang, steps=last, shape=shape)
+    found = phase_change(records)
+    if records and "loss_repeat" in records[0]:
+        phase = (tr("run.phase.found", lang, step=found["step"], start=f"{found['from']:.2f}",
+                    end=f"{found['to']:.2f}", width=found["width"]) if found else tr("run.phase.none", lang))
+        summary = f"{summary} {phase}"
     body = [f'<section id="gf-losses"><h2>{label("run.chart.loss")}</h2>'
             f'<div class="gf-charts">{_charts(run, lang)}</div></section>']
     if not records:
@@ -322,6 +381,8 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
                            f'{label("run.heatmap", kind=tr(f"run.kind.{kind}", lang), layers=L, heads=h)}'
                            f'</figcaption><canvas data-kind="{kind}"></canvas></figure>' for kind in KINDS)
         tokens = " ".join(f"<code>{_shown(t)}</code>" for t in meta.get("tokens", []))
+        watch = meta.get("watch", {})
+        lengths = ", ".join(str(n) for n in watch.get("probe_lengths") or [watch.get("probe_length", "?")])
         snaps = "".join(f'<figure class="gf-snap"><figcaption>'
                         f'{label("run.snapshot", layer=k.split(".")[0], head=k.split(".")[1])}'
                         f'</figcaption><canvas data-head="{k}"></canvas></figure>' for k in records[0]["attention"])
@@ -329,7 +390,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
 <input type="range" id="gf-step" min="0" max="{len(records) - 1}" value="{len(records) - 1}">
 <span id="gf-step-label"></span></div>
 <section id="gf-heads"><h2>{label("run.heads.title")}</h2>
-<p class="gf-caption">{label("run.heads.intro")}</p>
+<p class="gf-caption">{label("run.heads.intro")} {label("run.heads.lengths", lengths=lengths)}</p>
 <div class="gf-heatmaps">{heatmaps}</div></section>
 <section id="gf-attention"><h2>{label("run.snapshots.title")}</h2>
 <p class="gf-caption">{label("run.snapshots.intro")}{tokens}</p>
@@ -339,6 +400,9 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
 <table class="gf-norms"><thead><tr><th>{label("run.norms.read")}</th><th>{label("run.norms.resid")}</th>
 <th>{label("run.norms.weight")}</th><th>{label("run.norms.lens")}</th></tr></thead><tbody id="gf-norm-rows"></tbody>
 </table></section>""")
+        circuit = _circuit_measurement(records)
+        if circuit:
+            body.append(_circuits_html(records, circuit, lang))
     if run.get("attribution"):
         body.append(_attribution_html(run["attribution"], lang))
     labels: dict[str, Any] = {key: MESSAGES[lang][f"run.js.{key}"] for key in JS_LABELS}  # the script fills them
@@ -366,11 +430,15 @@ def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str
     Raises:
         MissingFileError when ``out_dir`` is not a run folder; GlassformerError when ``out`` is a folder.
     """
+    from ..fileio import atomic_write, check_output_file
+
     path = Path(out) if out is not None else Path(out_dir) / "run.html"
     if path.is_dir():
         raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
+    inputs = [Path(out_dir) / name for name in (METRICS, RECORDS, META, ATTRIBUTION, "last", "model")]  # what is read
+    check_output_file(path, inputs, "--out")  # before reading the run: never an input, a link, a user's file
     lang = resolve_lang(lang)  # before reading the run: a typo fails at once
     text = run_page_html(gather_run(out_dir), lang)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    atomic_write(path, text, inputs=inputs, what="--out")
     return path

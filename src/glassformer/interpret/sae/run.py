@@ -19,24 +19,29 @@ from typing import Any
 from torch import nn
 
 from ...errors import GlassformerError
-from ...fileio import atomic_write_text, remove_path
+from ...fileio import LOCK_FILE, atomic_write_text, claim_outputs, remove_owned, run_lock
 from .activations import ActivationSource
 from .features import feature_summary
 from .metrics import evaluate_sae
-from .model import SparseAutoencoder, is_sae_folder, save_sae
-from .train import STATE_DIR, SAETrainConfig, SAETrainer, default_out_dir
+from .model import SAE_FILES, SparseAutoencoder, is_sae_folder, save_sae
+from .train import STATE_DIR, STATE_FILE, SAETrainConfig, SAETrainer, default_out_dir
+
+OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json", LOCK_FILE)
+"""The files an SAE run writes into its out_dir beside the folders sae/ and state/."""
 
 
-def _prepare_out_dir(out: Path, resume: bool) -> None:
-    """Refuse an out_dir whose sae/ or state/ glassformer did not write; start afresh unless resuming."""
+def _prepare_out_dir(out: Path, resume: bool, inputs: list[Path]) -> None:
+    """Refuse an out_dir whose sae/ or state/ glassformer did not write, or whose :data:`OUTPUT_FILES`
+    are a user's file, a link, a FIFO or one of ``inputs``; start afresh unless resuming."""
     if out.exists() and not out.is_dir():
         raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
     for name in ("sae", STATE_DIR):
-        if (out / name).exists() and not is_sae_folder(out / name):
+        if ((out / name).exists() or (out / name).is_symlink()) and not is_sae_folder(out / name):
             raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "
                                    "another out_dir (it was left untouched)")
+    claim_outputs([out / name for name in OUTPUT_FILES], inputs, "SAE output")
     if not resume:
-        remove_path(out / STATE_DIR)
+        remove_owned(out / STATE_DIR, SAE_FILES | {STATE_FILE}, what="SAE state folder")
 
 
 def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
@@ -60,7 +65,16 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
         config.out_dir = str(default_out_dir(checkpoint, config.hook))
     out = Path(config.out_dir)
-    _prepare_out_dir(out, config.resume)
+    _prepare_out_dir(out, config.resume, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
+    out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused
+        return _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record)
+
+
+def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
+                source: Any, d_in: int | None,
+                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
+    """:func:`run_sae`'s body, run while ``out`` is locked."""
     started = time.perf_counter()
     trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
     resumed = trainer.resume() if config.resume else False

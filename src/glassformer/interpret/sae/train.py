@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -334,16 +333,21 @@ class SAETrainer:
         Raises BadFileError when the state was written by a run whose config differs in a key that
         decides what it means (hook, sizes, seed, data...), naming the keys.
         """
+        from ...training.checkpoint import load_state_file
+        from ...training.state_check import _count, check_optimizer_state
+
         folder = self.out / STATE_DIR
-        if not (folder / STATE_FILE).is_file():
+        file = folder / STATE_FILE
+        if not file.is_file():
             return False
-        try:  # tensors and plain containers only: a pickle that would build other objects is refused
-            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
-            raise BadFileError(f"{folder / STATE_FILE} cannot be read as an SAE state "
-                               f"({str(error).splitlines()[0]})") from None
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise BadFileError(f"{folder / STATE_FILE} is not an SAE training state of this glassformer")
+        state = load_state_file(file)  # the trainer's reader: bounded sizes, tensors and plain containers only
+        if state.get("format") != STATE_FORMAT or not isinstance(state.get("config"), dict):
+            raise BadFileError(f"{file} is not an SAE training state of this glassformer")
+        _count(str(file), "step", state.get("step"))  # a negative step is refused, as the trainer's
+        check_optimizer_state(state.get("optimizer"), self.optimizer, str(file))  # shapes before a fused kernel
+        for key in ("buffer", "generator", "last_fired", "history"):
+            if key not in state:
+                raise BadFileError(f"{file}: the key {key!r} is missing")
         ours = {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}
         differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
         if differ:
@@ -355,8 +359,15 @@ class SAETrainer:
         self.sae.config.input_scale = saved.config.input_scale
         self.sae.load_state_dict(saved.state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
-        self.generator.set_state(state["generator"])
+        try:
+            self.buffer.load_state_dict(state["buffer"])
+            self.generator.set_state(state["generator"])
+        except (RuntimeError, TypeError, KeyError, AttributeError) as error:
+            raise BadFileError(f"{file}: the buffer or generator state is not one glassformer saved "
+                               f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+        fired = state["last_fired"]
+        if not torch.is_tensor(fired) or fired.shape != (self.sae.config.d_sae,) or fired.dtype != torch.long:
+            raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape ({self.sae.config.d_sae},)")
         self.last_fired = state["last_fired"]
         self.history = list(state["history"])
         self.step = int(state["step"])

@@ -1,0 +1,88 @@
+"""One way in (issue 31): each file glassformer reads is checked where it enters, and whatever a
+third-party reader raises (a Rust panic included) is one glassformer error naming the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import glassformer.tokenizers.hf as hf_module
+from glassformer import ModelConfig, build_model
+from glassformer.cli import main
+from glassformer.errors import BadFileError, GlassformerError
+from glassformer.tokenizers import BPETokenizer
+from glassformer.tokenizers.hf import HFTokenizer
+from glassformer.training import save_checkpoint
+
+TEXT = "hello world, a small text for a tiny tokenizer\n"
+
+
+@pytest.fixture(scope="module")
+def bpe_checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bpe")
+    tok = BPETokenizer.train([TEXT] * 10, 270, ["bos", "eos", "pad"])
+    config = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+    return save_checkpoint(root / "ck", build_model(config), tok)
+
+
+def _edit_tokenizer(folder, change):
+    file = folder / "tokenizer.json"
+    data = json.loads(file.read_text(encoding="utf-8"))
+    change(data["hf"] if "hf" in data else data)
+    file.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_a_huge_padding_length_is_refused_before_the_rust_library_sees_it(bpe_checkpoint, tmp_path, capsys):
+    """Issue 31: padding.strategy.Fixed = 2**40 aborted the process inside tokenizers."""
+    import shutil
+
+    folder = tmp_path / "ck"
+    shutil.copytree(bpe_checkpoint, folder)
+    _edit_tokenizer(folder, lambda hf: hf.update(padding={"strategy": {"Fixed": 2 ** 40}, "direction": "Right",
+                                                          "pad_to_multiple_of": None, "pad_id": 0,
+                                                          "pad_type_id": 0, "pad_token": "[PAD]"}))
+    assert main(["generate", str(folder), "--prompt", "hello", "--max_new_tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "padding.strategy.Fixed" in err and "tokenizer" in err, err
+
+
+@pytest.mark.parametrize("padding", [{"strategy": {"Fixed": -1}}, {"strategy": {"Fixed": "8"}}, [1, 2],
+                                     {"strategy": "BatchLongest", "pad_to_multiple_of": 2 ** 40}])
+def test_bad_padding_values_are_one_error(padding):
+    with pytest.raises(BadFileError, match="padding"):
+        hf_module.check_tokenizer_json({"padding": padding}, "tokenizer.json")
+
+
+def test_a_rust_panic_becomes_one_glassformer_error(tmp_path, monkeypatch):
+    """pyo3's PanicException derives from BaseException: ``except Exception`` let it through."""
+    class PanicException(BaseException):
+        pass
+
+    def panic(_text):
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}), encoding="utf-8")
+    monkeypatch.setattr(hf_module.RustTokenizer, "from_str", staticmethod(panic))
+    with pytest.raises(GlassformerError, match="tokenizer.json.*unwrap"):
+        HFTokenizer.from_dir(folder)
+
+
+def test_a_state_file_inflating_past_its_size_is_refused_before_torch_load(tmp_path):
+    """Issue 31: a 3 MB train_state.pt whose record deflates to 3 GB cost 3.4 GB before the refusal."""
+    import zipfile
+
+    from glassformer.training.checkpoint import load_state_file
+
+    file = tmp_path / "train_state.pt"
+    torch.save({"step": 1}, file)
+    with zipfile.ZipFile(file) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in records:
+            archive.writestr(name, data + (b"\0" * (1 << 22) if name.endswith("data.pkl") else b""))
+    with pytest.raises(BadFileError, match="refused before reading"):
+        load_state_file(file)
