@@ -169,8 +169,8 @@ def test_train_draws_the_loss_curve_even_when_training_diverges(tmp_path, capsys
 
     real_loss, calls = loop.batch_loss, {"train": 0}
 
-    def poisoned(model, batch, label_smoothing=0.0, count_correct=True):
-        parts = real_loss(model, batch, label_smoothing, count_correct)
+    def poisoned(model, batch, label_smoothing=0.0, count_correct=True, **options):
+        parts = real_loss(model, batch, label_smoothing, count_correct, **options)
         calls["train"] += model.training
         if model.training and calls["train"] >= 3:  # steps 1 and 2 are fine, step 3 diverges
             parts.loss_sum = parts.loss_sum * float("nan")

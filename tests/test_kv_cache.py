@@ -85,7 +85,7 @@ def test_encoder_decoder_cache_equals_recomputation(kw):
         step = model.decode(tgt[:, t:t + 1], memory if t == 0 else None, src_pad, cache=cache)[:, -1]
         full = model.decode(tgt[:, :t + 1], memory, src_pad)[:, -1]
         torch.testing.assert_close(step, full, rtol=0, atol=1e-5)
-    assert cache[0][1].length == 7  # cross-attention keys/values were computed once
+    assert cache[0].cross_attn.length == 7  # cross-attention keys/values were computed once
 
 
 @pytest.mark.parametrize("case", ["learned", "rope", "alibi", "gqa-rope"])

@@ -133,8 +133,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     real_loss = loop.batch_loss
     calls = {"n": 0}
 
-    def poisoned(model, batch, label_smoothing=0.0, count_correct=True):
-        parts = real_loss(model, batch, label_smoothing, count_correct)
+    def poisoned(model, batch, label_smoothing=0.0, count_correct=True, **options):
+        parts = real_loss(model, batch, label_smoothing, count_correct, **options)
         calls["n"] += model.training
         if calls["n"] >= 5 and model.training:  # training step 5 onward
             parts.loss_sum = parts.loss_sum * float("nan")

@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import GlassformerError
+from ..errors import GlassformerError, check_token_ids
+from ..nn.masks import padding_mask
+from ..runtime.decode import LeanStep
 from .protocol import Generative
+
+STATIC_POSITIONS = 4096
+"""A cache that will need at most this many positions is allocated at once (a static cache: no
+reallocation while decoding, fixed addresses); a longer one grows with the tokens generated."""
 
 
 def left_pad_positions(pad: torch.Tensor) -> torch.Tensor:
@@ -39,11 +45,17 @@ class IncrementalDecoder:
         use_cache: keep keys/values in a :class:`KVCache` (True) or recompute every step (False).
         prefix_len: prefix-LM only: (B,) prefix lengths counted in real (unpadded) tokens.
         memory, src_pad: encoder-decoder only: the encoder output (B, S, d) and its padding.
+
+    ``ids`` are checked once, here (ids out of the vocabulary are an error); the model then runs
+    without re-checking them or the tokens appended (chosen from its own logits), so a step never
+    waits for a GPU. With a cache, a decoder-only model's one-token steps take
+    :class:`~glassformer.runtime.decode.LeanStep` (the same numbers with less Python) while no hook is set.
     """
 
     def __init__(self, model: Generative, ids: torch.Tensor, pad: torch.Tensor | None, max_new_tokens: int, *,
                  use_cache: bool = True, prefix_len: torch.Tensor | None = None,
                  memory: torch.Tensor | None = None, src_pad: torch.Tensor | None = None) -> None:
+        check_token_ids(ids, model.config.vocab_size)
         self.model, self.use_cache = model, use_cache
         self.seq2seq = memory is not None
         self.memory, self.src_pad = memory, src_pad
@@ -65,6 +77,8 @@ class IncrementalDecoder:
             n_pad = pad.sum(dim=1) if pad is not None else torch.zeros_like(prefix_len)
             self.prefix_end = n_pad + prefix_len
         self.capacity = min(total, self.window)
+        self.lean = LeanStep(model) if use_cache and not self.seq2seq and LeanStep.supports(model) else None
+        self.slots = torch.arange(self.capacity, device=ids.device)  # position p of an unpadded row: slots[p:p + 1]
         self.cache = None
         self.window_start = 0  # first column the model sees
 
@@ -105,8 +119,7 @@ class IncrementalDecoder:
             self.memory = self.memory.index_select(0, rows)
             self.src_pad = None if self.src_pad is None else self.src_pad.index_select(0, rows)
         for layer in self.cache or []:
-            for cache in layer if isinstance(layer, tuple) else (layer,):
-                cache.reorder(rows)
+            layer.reorder(rows)
 
     # ------------------------------------------------------------------ internals
     def _grow(self) -> None:
@@ -128,10 +141,11 @@ class IncrementalDecoder:
         self.window_start = max(0, self.length - self.window)
         if self.use_cache:
             B = self.tokens.shape[0]
+            static = self.capacity <= STATIC_POSITIONS
             if self.seq2seq:
-                self.cache = self.model.new_cache(B, self.capacity, self.memory.shape[1])
+                self.cache = self.model.new_cache(B, self.capacity, self.memory.shape[1], preallocate=static)
             else:
-                self.cache = self.model.new_cache(B, self.capacity)
+                self.cache = self.model.new_cache(B, self.capacity, preallocate=static)
         return self._forward(self.tokens[:, self.window_start:self.length], self.window_start)
 
     def _forward(self, new: torch.Tensor, first: int) -> torch.Tensor:
@@ -140,14 +154,29 @@ class IncrementalDecoder:
         cache = self.cache if self.use_cache else None
         pad = None if self.pad is None else self.pad[:, start:self.length]  # every key: cached + new
         if self.seq2seq:
-            memory = self.memory if cache is None or cache[0][1].length == 0 else None
-            return self.model.decode(new, memory, self.src_pad, cache=cache)[:, -1].float()
+            memory = self.memory if cache is None or cache[0].cross_attn.length == 0 else None
+            return self.model.decode(new, memory, self.src_pad, cache=cache, check_ids=False)[:, -1].float()
+        if cache is not None and new.shape[1] == 1 and self.lean is not None and self.lean.usable():
+            return self._lean_step(new, first, pad)
         positions = None
         if pad is not None:  # positions count real tokens only; (B, T) for the new columns
             positions = left_pad_positions(pad)[:, first - start:]
         prefix = None
         if self.prefix_end is not None:  # in window coordinates; only the first call's mask uses it
             prefix = (self.prefix_end - start).clamp(0, self.length - start)
-        hidden = self.model.hidden_states(new, pad, prefix, positions=positions, cache=cache)
+        hidden = self.model.hidden_states(new, pad, prefix, positions=positions, cache=cache, check_ids=False)
         return self.model.logits(hidden[:, -1:])[:, 0].float()
+
+    def _lean_step(self, new: torch.Tensor, first: int, pad: torch.Tensor | None) -> torch.Tensor:
+        """Logits (B, V) after feeding one token per row, ``new`` (B, 1) at column ``first``, through
+        :class:`LeanStep` (positions and the padding mask as the model's forward makes them)."""
+        slot = first - self.window_start  # this token's slot in the window (= the cache's length)
+        mask = None
+        if pad is None:
+            positions = self.slots[slot:slot + 1]  # (1,)
+        else:  # real tokens counted per row; the largest position is at most the slot
+            positions = left_pad_positions(pad)[:, slot:]  # (B, 1)
+            mask = padding_mask(pad)  # (B, 1, 1, slot + 1)
+        hidden = self.lean(new, positions, slot + 1, self.cache, mask)  # (B, 1, d)
+        return self.model.logits(hidden)[:, 0].float()
 

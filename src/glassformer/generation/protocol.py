@@ -25,7 +25,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import ArgumentTypeError
-from ..nn.kv_cache import KVCache
+from ..nn.kv_cache import KVCache, LayerCache
 
 
 @runtime_checkable
@@ -56,8 +56,9 @@ class DecoderOnly(Model, Protocol):
     position's state.
     """
 
-    def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
-        """Empty caches, one per layer, for ``batch`` rows and up to ``max_len`` positions."""
+    def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
+        """Empty caches, one per layer, for ``batch`` rows and up to ``max_len`` positions (all allocated
+        at once with ``preallocate``)."""
         ...
 
     def hidden_states(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
@@ -85,14 +86,15 @@ class EncoderDecoderModel(Model, Protocol):
         ...
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None, *,
-               cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
+               cache: list[LayerCache] | None = None) -> torch.Tensor:
         """tgt_in (B, T) -> logits (B, T, V). ``memory`` (B, S, d) may be None once ``cache``'s
-        cross-attention part is filled; ``cache`` per layer a (self, cross) pair."""
+        cross-attention part is filled; ``cache`` per layer a :class:`LayerCache`."""
         ...
 
-    def new_cache(self, batch: int, max_len: int | None = None,
-                  src_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
-        """Empty (self, cross) caches per decoder layer: ``max_len`` target, ``src_len`` source positions."""
+    def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
+                  preallocate: bool = False) -> list[LayerCache]:
+        """Empty caches per decoder layer (self- and cross-attention): ``max_len`` target, ``src_len``
+        source positions."""
         ...
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from ..config import ModelConfig, config_from_args
 from ..errors import check_int, check_memory, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
-from ..nn.kv_cache import KVCache
+from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
 from ..nn.taps import Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
@@ -80,16 +80,18 @@ class EncoderDecoder(Tapped):
         return x, rope, score_bias
 
     def encode(self, src: torch.Tensor, src_pad: torch.Tensor | None = None,
-               attn_log: dict[str, list] | None = None) -> torch.Tensor:
+               attn_log: dict[str, list] | None = None, *, check_ids: bool = True) -> torch.Tensor:
         """Encode the source bidirectionally.
 
         Args:
             src: (B, S) token ids; src_pad: (B, S) bool, True = padding.
             attn_log: when given, each layer's weights are appended to ``attn_log["enc"]``.
+            check_ids: check every id is in [0, vocab_size) (see :meth:`TransformerLM.hidden_states`).
         Returns:
             memory (B, S, d).
         """
-        check_token_ids(src, self.config.vocab_size, "src")
+        if check_ids:
+            check_token_ids(src, self.config.vocab_size, "src")
         check_pad(src_pad, *src.shape, name="src_pad")
         x, rope, score_bias = self._embed(src)  # (B, S, d)
         inputs = AttentionInputs(mask=padding_mask(src_pad) if src_pad is not None else None,  # (B, 1, 1, S)
@@ -102,7 +104,7 @@ class EncoderDecoder(Tapped):
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None,
                tgt_pad: torch.Tensor | None = None, attn_log: dict[str, list] | None = None, *,
-               cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
+               cache: list[LayerCache] | None = None, check_ids: bool = True) -> torch.Tensor:
         """Decode target tokens (teacher forcing) against the encoder's memory.
 
         Args:
@@ -111,13 +113,15 @@ class EncoderDecoder(Tapped):
             src_pad: (B, S) bool, True = padded source position; tgt_pad: (B, T) (with a cache:
                 (B, cached + T)).
             attn_log: when given, receives "self" and "cross" weights per layer.
-            cache: per decoder layer a (self, cross) pair of :class:`KVCache` (see :meth:`new_cache`).
+            cache: per decoder layer a :class:`LayerCache` (self- and cross-attention; see :meth:`new_cache`).
+            check_ids: check every id is in [0, vocab_size) (False for ids the caller made or checked).
         Returns:
             logits (B, T, V).
         """
-        check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
+        if check_ids:
+            check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
-        start = cache[0][0].length if cache else 0  # target positions already in the cache
+        start = cache[0].length if cache else 0  # target positions already in the cache
         check_pad(tgt_pad, B, start + T, name="tgt_pad")
         check_memory(memory, src_pad, B, self.config.d_model)
         x, rope, score_bias = self._embed(tgt_in, start, decoder=True)  # (B, T, d)
@@ -126,8 +130,9 @@ class EncoderDecoder(Tapped):
             memory_mask=padding_mask(src_pad) if src_pad is not None else None,  # (B, 1, 1, S)
             is_causal=True, rope=rope, score_bias=score_bias, need_weights=attn_log is not None)
         for i, block in enumerate(self.dec):
-            self_cache, cross_cache = cache[i] if cache else (None, None)
-            x, weights = block(x, memory=memory, inputs=inputs, cache=self_cache, cross_cache=cross_cache)  # (B, T, d)
+            layer = cache[i] if cache else None
+            x, weights = block(x, memory=memory, inputs=inputs, cache=layer and layer.self_attn,
+                               cross_cache=layer and layer.cross_attn)  # (B, T, d)
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])
@@ -138,25 +143,28 @@ class EncoderDecoder(Tapped):
         return self.head(hidden, self.emb.weight)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
-                tgt_pad: torch.Tensor | None = None, return_attn: bool = False) -> torch.Tensor | EncoderDecoderOutput:
+                tgt_pad: torch.Tensor | None = None, return_attn: bool = False, *,
+                check_ids: bool = True) -> torch.Tensor | EncoderDecoderOutput:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); with ``return_attn`` an
-        :class:`EncoderDecoderOutput` (logits and each layer's "enc", "self" and "cross" weights)."""
+        :class:`EncoderDecoderOutput` (logits and each layer's "enc", "self" and "cross" weights).
+        ``check_ids=False`` skips the id range checks (ids the caller made itself, e.g. the trainer's)."""
         log: dict[str, list] | None = {"enc": [], "self": [], "cross": []} if return_attn else None
-        memory = self.encode(src, src_pad, log)  # (B, S, d)
-        logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log)  # (B, T, V)
+        memory = self.encode(src, src_pad, log, check_ids=check_ids)  # (B, S, d)
+        logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log, check_ids=check_ids)  # (B, T, V)
         return EncoderDecoderOutput(logits, log) if return_attn else logits
 
-    def new_cache(self, batch: int, max_len: int | None = None,
-                  src_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
-        """Empty (self, cross) KV caches per decoder layer for ``batch`` rows: self-attention up to
-        ``max_len`` target positions, cross-attention ``src_len`` source positions (both default
-        ``config.max_len``)."""
+    def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
+                  preallocate: bool = False) -> list[LayerCache]:
+        """Empty caches per decoder layer (a :class:`LayerCache`) for ``batch`` rows: self-attention up
+        to ``max_len`` target positions, cross-attention ``src_len`` source positions (both default
+        ``config.max_len``); ``preallocate`` allocates all ``max_len`` positions at once."""
         c = self.config
         check_int("batch", batch, low=1)
         max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
         src_len = check_int("src_len", src_len, low=0, allow_none=True) or c.max_len
         param = self.emb.weight
         kw = dict(dtype=param.dtype, device=param.device)
-        return [(KVCache(batch, c.kv_heads, max_len, c.head_dim, **kw),
-                 KVCache(batch, c.kv_heads, src_len, c.head_dim, static=True, **kw))
+        reserve = max_len if preallocate else None
+        return [LayerCache(KVCache(batch, c.kv_heads, max_len, c.head_dim, reserve=reserve, **kw),
+                           KVCache(batch, c.kv_heads, src_len, c.head_dim, static=True, **kw))
                 for _ in self.dec]

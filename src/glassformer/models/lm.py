@@ -124,6 +124,7 @@ class TransformerLM(Tapped):
         positions: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
+        check_ids: bool = True,
     ) -> torch.Tensor | HiddenStates:
         """The last layer's (normalised) hidden states: contextual embeddings of each position.
 
@@ -135,11 +136,15 @@ class TransformerLM(Tapped):
             positions: (T,) or (B, T) position of each token; default ``cached .. cached + T - 1``.
             token_type_ids: (B, T) segment ids (models with ``n_token_types``).
             cache: one :class:`KVCache` per layer (see :meth:`new_cache`), filled as a side effect.
+            check_ids: check that every id is in [0, vocab_size) (a clear error instead of an
+                IndexError; on a GPU it waits for the device). Generation and the trainer pass False
+                for ids they made themselves or checked once where they entered.
         Returns:
             (B, T, d), or with ``return_attn`` a :class:`HiddenStates` (hidden (B, T, d),
             attn [(B, h, T, Tk)] per layer).
         """
-        check_token_ids(ids, self.config.vocab_size)
+        if check_ids:
+            check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
         start = cache[0].length if cache else 0  # positions already in the cache
         check_pad(pad, B, start + T)
@@ -170,19 +175,21 @@ class TransformerLM(Tapped):
         """ids (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`LMOutput` (logits,
         attn [(B, h, T, T)] per layer).
 
-        Keyword arguments (positions, token_type_ids, cache) are those of :meth:`hidden_states`.
+        Keyword arguments (positions, token_type_ids, cache, check_ids) are those of :meth:`hidden_states`.
         """
         if return_attn:
             hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
             return LMOutput(self.logits(hidden), attn)
         return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
 
-    def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
+    def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
         """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions
-        (default ``config.max_len``); each holds (B, kv, max_len, hd) keys and values."""
+        (default ``config.max_len``); each holds (B, kv, max_len, hd) keys and values, in buffers that
+        grow as positions arrive, or allocated at once with ``preallocate`` (a static cache)."""
         c = self.config
         check_int("batch", batch, low=1)
         max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
         param = self.emb.weight
-        return [KVCache(batch, c.kv_heads, max_len, c.head_dim, dtype=param.dtype, device=param.device)
-                for _ in self.blocks]
+        reserve = max_len if preallocate else None
+        return [KVCache(batch, c.kv_heads, max_len, c.head_dim, dtype=param.dtype, device=param.device,
+                        reserve=reserve) for _ in self.blocks]

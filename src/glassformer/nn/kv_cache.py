@@ -1,6 +1,8 @@
-"""A key/value cache for one attention layer (used by generation), grown as positions arrive."""
+"""Key/value caches for generation: :class:`KVCache` for one attention, :class:`LayerCache` for one block."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -14,6 +16,8 @@ class KVCache:
     into the next free slots (no per-step concatenation) and attention reads the filled part. The
     buffers start small and double when full (a copy per doubling, so appending stays amortised
     O(1)), never beyond ``max_len``: memory follows the positions actually cached, not the limit.
+    A caller that knows how many positions it will need passes ``reserve``: the buffers are then
+    allocated once at that size (a static cache: fixed addresses, as CUDA graphs need).
 
     Args:
         batch: rows B.
@@ -22,15 +26,16 @@ class KVCache:
         head_dim: width of one head.
         dtype, device: of the buffers.
         static: True for cross-attention (filled once from the encoder output, then only read).
+        reserve: positions to allocate at once (default ``min(max_len, INITIAL)``), at most ``max_len``.
     """
 
     INITIAL = 64  # positions allocated before the first update asks for more
 
     def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                 static: bool = False):
+                 static: bool = False, reserve: int | None = None):
         self.max_len = max_len
-        start = min(max_len, self.INITIAL)
+        start = min(max_len, self.INITIAL if reserve is None else max(reserve, 1))
         self.k = torch.zeros(batch, n_kv_heads, start, head_dim, dtype=dtype, device=device)  # (B, kv, cap, hd)
         self.v = torch.zeros_like(self.k)  # (B, kv, cap, hd)
         self.length = 0
@@ -75,3 +80,28 @@ class KVCache:
         """Keep rows ``index`` (B',) of the batch, e.g. the surviving beams in beam search: buffers become (B', ...)."""
         self.k = self.k.index_select(0, index)
         self.v = self.v.index_select(0, index)
+
+
+@dataclass
+class LayerCache:
+    """The caches of one block: its self-attention's and, in an encoder-decoder's decoder, its
+    cross-attention's (filled once from the encoder output).
+
+    Attributes:
+        self_attn: :class:`KVCache` of the block's own keys/values (B, kv, cached, hd).
+        cross_attn: :class:`KVCache` of the memory's keys/values (B, kv, S, hd), or None.
+    """
+
+    self_attn: KVCache
+    cross_attn: KVCache | None = None
+
+    @property
+    def length(self) -> int:
+        """Positions in the self-attention cache."""
+        return self.self_attn.length
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (B',) of both caches (see :meth:`KVCache.reorder`)."""
+        self.self_attn.reorder(index)
+        if self.cross_attn is not None:
+            self.cross_attn.reorder(index)

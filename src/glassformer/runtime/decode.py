@@ -20,9 +20,11 @@ from collections.abc import Iterator
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..models.head import OutputHead
+from ..nn.taps import Tapped
 from .linear import MIN_WEIGHT, linear, route_pays
 
 
@@ -108,3 +110,136 @@ def decoding_attention(device: torch.device | str) -> contextlib.AbstractContext
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+# ---------------------------------------------------------------------- the lean decoding step
+class LeanStep:
+    """One cached decoding step of a :class:`~glassformer.models.lm.TransformerLM`, with little Python.
+
+    A step feeds one token per row through every block. Batch-1 decoding of a small model is bound by
+    reading the weights once (a few ms), but the model's own forward adds ~0.3 ms of Python per layer
+    (module calls, hook points, input checks, mask building): a third of the step on a 2-core CPU
+    (docs/generation.md has the profile). This step calls the same kernels in the same order on the
+    model's own parameters (``F.linear`` on each projection, the norms' ``plain``, the feed-forward's
+    activation, ``fused_attention``) and writes keys/values into the model's :class:`KVCache`\\ s, so
+    its numbers equal the model's (tests/test_decode_step.py); nothing is copied.
+
+    It serves only what it was checked for (:meth:`supports`: a decoder-only model of plain blocks),
+    and only while nobody watches (:meth:`usable`: eval mode, no hook point or module hook set);
+    otherwise the decoder calls the model itself, so hooks fire at every step as documented.
+
+    Args:
+        model: the model; ``LeanStep.supports(model)`` must be True.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.layers = [_LeanLayer(block) for block in model.blocks]
+        self.watched = list(model.modules())  # checked at each step for module hooks ...
+        self.tapped = [m for m in self.watched if isinstance(m, Tapped)]  # ... and hook points
+        self.embeddings, self.norm_f = model.embeddings, model.norm_f
+        c = model.config
+        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.kv_heads, c.head_dim
+        self.scale = self.head_dim ** -0.5
+
+    @staticmethod
+    def supports(model: nn.Module) -> bool:
+        """Whether ``model`` is a decoder-only TransformerLM made only of the parts this step knows
+        (plain blocks without cross-attention, plain ``nn.Linear`` projections, glassformer norms)."""
+        from ..models.lm import TransformerLM
+        from ..nn.attention import MultiHeadAttention
+        from ..nn.block import TransformerBlock
+        from ..nn.feedforward import FeedForward
+        from ..nn.norms import LayerNorm, RMSNorm
+
+        if type(model) is not TransformerLM or model.config.attn not in ("causal", "prefix"):
+            return False
+        norms = (LayerNorm, RMSNorm)
+        for block in model.blocks:
+            if type(block) is not TransformerBlock or block.cross_attn is not None:
+                return False
+            attn, ffn = block.self_attn, block.ffn
+            if type(attn) is not MultiHeadAttention or type(block.attn_norm) not in norms:
+                return False
+            linears = [attn.qkv, attn.o_proj]
+            if ffn is not None:
+                if type(ffn) is not FeedForward or type(block.ffn_norm) not in norms:
+                    return False
+                linears += [ffn.up, ffn.down] + ([ffn.gate] if ffn.gate is not None else [])
+            if any(type(layer) is not nn.Linear for layer in linears):
+                return False
+        return type(model.norm_f) in (*norms, nn.Identity)
+
+    def usable(self) -> bool:
+        """Whether the step may run now: eval mode, and no hook point, module hook or global hook set."""
+        from torch.nn.modules import module as torch_module
+
+        if self.model.training or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+            return False
+        return not (any(m.taps for m in self.tapped) or any(m._forward_hooks or m._forward_pre_hooks
+                                                             for m in self.watched))
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, end: int, cache: list,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+        """The last layer's normalised states for one new token per row.
+
+        Args:
+            ids: (B, 1) token ids (not checked: the decoder's own).
+            positions: (1,) or (B, 1) position of each new token; end: one more than the largest.
+            cache: the model's per-layer :class:`KVCache` list, ``length`` positions filled; each
+                gets this token's keys and values.
+            mask: (B, 1, 1, length + 1) bool, True = may attend (left padding), or None.
+        Returns:
+            (B, 1, d), as ``model.hidden_states(ids, ..., cache=cache)`` gives.
+        """
+        from ..nn.attention import fused_attention
+        from ..nn.feedforward import activate
+        from ..nn.positions import apply_rope
+
+        h, kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        B = ids.shape[0]
+        start = cache[0].length
+        x = self.embeddings(ids, positions, end)  # (B, 1, d)
+        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=1, n_keys=start + 1, end=end)
+        for p, layer_cache in zip(self.layers, cache):
+            y = p.attn_norm(x) if p.norm_first else x
+            qkv = F.linear(y, p.qkv_w, p.qkv_b).view(B, h + 2 * kv, 1, hd)  # T = 1: heads first, no transpose
+            q, k, v = qkv[:, :h], qkv[:, h:h + kv], qkv[:, h + kv:]  # (B, h, 1, hd), (B, kv, 1, hd) x 2
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            k, v = layer_cache.update(k, v)  # (B, kv, start + 1, hd)
+            if kv != h:
+                k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
+            out = fused_attention(q, k, v, mask, is_causal=False, score_bias=score_bias, dropout_p=0.0,
+                                  scale=self.scale)  # (B, h, 1, hd)
+            out = F.linear(out.reshape(B, 1, h * hd), p.o_w, p.o_b)  # (B, 1, d)
+            x = x + out if p.norm_first else p.attn_norm(x + out)
+            if p.up_w is None:  # attention-only blocks
+                continue
+            y = p.ffn_norm(x) if p.norm_first else x
+            hidden = F.linear(y, p.up_w, p.up_b)  # (B, 1, d_ff)
+            if p.gate_w is not None:
+                hidden = activate(p.activation, F.linear(y, p.gate_w, p.gate_b)) * hidden
+            else:
+                hidden = activate(p.activation, hidden)
+            out = F.linear(hidden, p.down_w, p.down_b)  # (B, 1, d)
+            x = x + out if p.norm_first else p.ffn_norm(x + out)
+        return x if type(self.norm_f) is nn.Identity else self.norm_f.plain(x)
+
+
+class _LeanLayer:
+    """One block's parameters and norms as :class:`LeanStep` reads them (looked up once per generation,
+    not through ``nn.Module`` attribute access at every step; the tensors are the block's own)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        attn, ffn = block.self_attn, block.ffn
+        self.norm_first = block.norm_first
+        self.attn_norm = block.attn_norm.plain
+        self.ffn_norm = block.ffn_norm.plain if ffn is not None else None
+        self.qkv_w, self.qkv_b = attn.qkv.weight, attn.qkv.bias
+        self.o_w, self.o_b = attn.o_proj.weight, attn.o_proj.bias
+        self.activation = ffn.activation if ffn is not None else None
+        self.up_w, self.up_b = (ffn.up.weight, ffn.up.bias) if ffn is not None else (None, None)
+        self.down_w, self.down_b = (ffn.down.weight, ffn.down.bias) if ffn is not None else (None, None)
+        gate = ffn.gate if ffn is not None else None
+        self.gate_w, self.gate_b = (gate.weight, gate.bias) if gate is not None else (None, None)

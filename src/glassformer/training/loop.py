@@ -245,7 +245,8 @@ class Trainer:
             sync = i == len(micro) - 1 or not self.dist.distributed
             with grad_sync(self.train_model, sync), \
                     self.precision.autocast(self.dist.device):
-                parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False)
+                parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False,
+                                   check_ids=False)  # ids its tokenizer made: no host sync
             self.scaler.scale(parts.loss_sum * scale).backward()
             loss_sum += parts.loss_sum.detach().double()
         self.scaler.unscale_(self.optimizer)  # (float16 only) the true gradients, for clipping

@@ -53,23 +53,27 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
     return LossParts(loss_sum, counted.sum(), correct)
 
 
-def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], check_ids: bool = True) -> torch.Tensor:
     """Run ``model`` on a batch of any objective; (B, T, V) logits aligned with ``batch["labels"]``.
 
     clm/mlm: ``model(ids)``; prefix: ``model(ids, prefix_len=...)``; seq2seq:
-    ``model(src, tgt_in, src_pad=..., tgt_pad=...)`` (teacher forcing).
+    ``model(src, tgt_in, src_pad=..., tgt_pad=...)`` (teacher forcing). ``check_ids=False`` skips the
+    model's id range check (a host synchronisation on a GPU): the trainer's own batches, whose ids its
+    tokenizer made.
     """
     if "src" in batch:
-        return model(batch["src"], batch["tgt_in"], src_pad=batch["src_pad"], tgt_pad=batch["tgt_pad"])
+        return model(batch["src"], batch["tgt_in"], src_pad=batch["src_pad"], tgt_pad=batch["tgt_pad"],
+                     check_ids=check_ids)
     if "prefix_len" in batch:
-        return model(batch["ids"], prefix_len=batch["prefix_len"])
-    return model(batch["ids"])
+        return model(batch["ids"], prefix_len=batch["prefix_len"], check_ids=check_ids)
+    return model(batch["ids"], check_ids=check_ids)
 
 
 def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0,
-               count_correct: bool = True) -> LossParts:
-    """:func:`token_loss` of the model's logits on ``batch`` against its labels."""
-    return token_loss(forward_logits(model, batch), batch["labels"], label_smoothing, count_correct)
+               count_correct: bool = True, check_ids: bool = True) -> LossParts:
+    """:func:`token_loss` of the model's logits on ``batch`` against its labels (``check_ids``: see
+    :func:`forward_logits`)."""
+    return token_loss(forward_logits(model, batch, check_ids), batch["labels"], label_smoothing, count_correct)
 
 
 def check_model_for(objective: str, model: nn.Module) -> None:

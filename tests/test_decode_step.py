@@ -1,0 +1,222 @@
+"""The lean decoding step (glassformer.runtime.decode.LeanStep) and the decoder's static cache: the
+same tokens and logits as the model's own forward, the model's path whenever a hook is set, and ids
+checked once where they enter (never by the decoder's or the trainer's steps)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import glassformer.errors
+import glassformer.generation.incremental as incremental
+import glassformer.models.encdec as encdec_module
+import glassformer.models.lm as lm_module
+from glassformer import EncoderDecoder, TransformerLM
+from glassformer.errors import GlassformerError
+from glassformer.generation import IncrementalDecoder, generate
+from glassformer.runtime.decode import LeanStep
+
+V = 53
+CASES = {
+    "gpt2": dict(pos="learned", activation="gelu_tanh", init_std=0.02),
+    "llama": dict(pos="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False),
+    "post-norm": dict(pos="sinusoidal", norm_first=False, activation="relu"),
+    "alibi-mqa": dict(pos="alibi", n_kv_heads=1),
+    "attn-only": dict(attn_only=True),
+    "prefix": dict(attn="prefix"),
+}
+
+
+def lm(**kw) -> TransformerLM:
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=48, **kw)
+    with torch.no_grad():  # trained-looking norms (gains not 1)
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.mul_(1.5).add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def model_path_only(monkeypatch) -> None:
+    """The decoder calls the model itself at every step (as before the lean step existed)."""
+    monkeypatch.setattr(LeanStep, "supports", staticmethod(lambda model: False))
+
+
+def count_lean_calls(monkeypatch) -> list[int]:
+    calls = []
+    real = LeanStep.__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LeanStep, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lean_step_gives_the_models_tokens_and_logits(case, monkeypatch):
+    model = lm(**CASES[case])
+    assert LeanStep.supports(model)
+    prompts = [[3, 5, 7, 9, 11], [2, 4]]  # left-padded: per-row positions and a padding mask
+    calls = count_lean_calls(monkeypatch)
+    lean = generate(model, prompts, 20, do_sample=False)
+    assert len(calls) == 19  # every step after the prompt's
+    prefix = {"prefix_len": 4} if case == "prefix" else {}
+    decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3, 4]]), None, 6,
+                                 prefix_len=torch.tensor([4]) if prefix else None)
+    with torch.inference_mode():
+        logits = decoder.start()
+        for _ in range(6):
+            decoder.append(logits.argmax(-1))
+            logits = decoder.next_logits()
+            full = model(decoder.sequences(), **prefix)[:, -1]  # recomputed from scratch by the model
+            torch.testing.assert_close(logits, full, rtol=0, atol=1e-5)
+    model_path_only(monkeypatch)
+    assert torch.equal(lean, generate(model, prompts, 20, do_sample=False))
+
+
+def test_lean_step_follows_the_sliding_window(monkeypatch):
+    """Past max_len the window is recomputed by the model; the lean steps go on in the new cache."""
+    model = lm(**CASES["gpt2"])
+    out = generate(model, [1, 2, 3], 70)  # max_len 48: slides
+    model_path_only(monkeypatch)
+    assert torch.equal(out, generate(model, [1, 2, 3], 70))
+
+
+def test_a_hook_sends_every_step_through_the_model(monkeypatch):
+    model = lm()
+    calls = count_lean_calls(monkeypatch)
+    seen = []
+    handle = model.blocks[1].register_forward_hook(lambda module, args, out: seen.append(out[0].shape[1]))
+    generate(model, [1, 2, 3], 5)
+    handle.remove()
+    assert calls == [] and seen == [3, 1, 1, 1, 1]  # the prompt, then each cached step
+    model.blocks[0].ffn.taps = {"post": lambda x: seen.append(x.shape[1]) or x}  # a hook point
+    generate(model, [1, 2, 3], 3)
+    assert calls == [] and seen[5:] == [3, 1, 1]
+    model.blocks[0].ffn.taps = None
+    generate(model, [1, 2, 3], 3)
+    assert len(calls) == 2
+
+
+def test_unknown_parts_keep_the_model_path():
+    model = lm()
+    model.blocks[0].ffn.up = torch.nn.Sequential(model.blocks[0].ffn.up)  # e.g. a wrapped projection
+    assert not LeanStep.supports(model)
+    assert not LeanStep.supports(EncoderDecoder(vocab_size=V, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32))
+
+
+def test_the_cache_is_allocated_once_when_it_is_small():
+    model = lm()
+    decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3]]), None, 20)
+    with torch.inference_mode():
+        logits = decoder.start()
+        buffers = [layer.k.data_ptr() for layer in decoder.cache]
+        assert all(layer.capacity == 23 for layer in decoder.cache)  # prompt + max_new_tokens, at once
+        for _ in range(20):
+            decoder.append(logits.argmax(-1))
+            logits = decoder.next_logits() if decoder.length < 23 else logits
+    assert [layer.k.data_ptr() for layer in decoder.cache] == buffers  # never reallocated
+
+
+# ---------------------------------------------------------------------- ids checked once, where they enter
+def count_id_checks(monkeypatch) -> list[str]:
+    """Count every call of the id range check, wherever it is imported from."""
+    calls = []
+    real = glassformer.errors.check_token_ids
+
+    def counted(ids, vocab_size, name="ids"):
+        calls.append(name)
+        return real(ids, vocab_size, name)
+
+    for module in (lm_module, encdec_module, incremental):
+        monkeypatch.setattr(module, "check_token_ids", counted)
+    return calls
+
+
+def test_decoding_steps_never_check_ids(monkeypatch):
+    calls = count_id_checks(monkeypatch)
+    for model in (lm(), lm(**CASES["llama"])):
+        decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3]]), None, 8)
+        assert calls == ["ids"]  # once, where the prompt enters
+        with torch.inference_mode():
+            logits = decoder.start()
+            for _ in range(8):
+                decoder.append(logits.argmax(-1))
+                logits = decoder.next_logits()
+        assert calls == ["ids"]
+        calls.clear()
+    model_path_only(monkeypatch)  # the model's own forward, called by the decoder, does not check either
+    generate(lm(), [1, 2, 3], 6)
+    assert calls == ["ids"]
+
+
+def test_seq2seq_decoding_checks_the_source_once(monkeypatch):
+    torch.manual_seed(0)
+    model = EncoderDecoder(vocab_size=V, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32).eval()
+    calls = count_id_checks(monkeypatch)
+    generate(model, [4, 5, 6], 6, decoder_start_token_id=1)
+    assert sorted(calls) == ["ids", "src"]  # the source (encode) and the start tokens (the decoder), once each
+
+
+def test_a_training_step_never_checks_ids(tmp_path, monkeypatch):
+    from glassformer.training import Trainer, prepare_run
+    from training_helpers import config
+
+    cfg = config(tmp_path)
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    calls = count_id_checks(monkeypatch)
+    trainer.train_step()
+    trainer.train_step()
+    assert trainer.step == 2 and calls == []
+
+
+def test_a_users_ids_are_still_checked():
+    model = lm()
+    with pytest.raises(GlassformerError, match=f"token id {V} .*vocab_size={V}|{V}.*out of range"):
+        model(torch.tensor([[1, V]]))
+    with pytest.raises(GlassformerError, match="out of range|vocab_size"):
+        generate(model, torch.tensor([[1, -1]]), 3)
+    with pytest.raises(GlassformerError, match="out of range|vocab_size"):
+        generate(model, [[1, V + 5]], 3)
+    with pytest.raises(GlassformerError, match="out of range|vocab_size"):
+        IncrementalDecoder(model, torch.tensor([[V]]), None, 3)
+    seq2seq = EncoderDecoder(vocab_size=V, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32).eval()
+    with pytest.raises(GlassformerError, match="src"):
+        seq2seq(torch.tensor([[V]]), torch.tensor([[1]]))
+
+
+DEVICE = os.environ.get("GLASSFORMER_CUDA_TESTS_DEVICE") or "cuda"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (pytest -m cuda on a GPU machine)")
+def test_training_and_decoding_steps_never_wait_for_the_gpu(tmp_path):
+    """Under torch.cuda.set_sync_debug_mode("error") (any host-device synchronisation raises), a training
+    step (after a first one) and 32 greedy decoding steps run: nothing checks ids on the device."""
+    from glassformer.training import Trainer, prepare_run
+    from training_helpers import config
+
+    cfg = config(tmp_path, device="cuda")
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    trainer.train_step()
+    model = lm().to("cuda")
+    decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3]], device="cuda"), None, 40)
+    with torch.inference_mode():
+        logits = decoder.start()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trainer.train_step()
+        with torch.inference_mode():
+            for _ in range(32):
+                decoder.append(logits.argmax(-1))
+                logits = decoder.next_logits()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.step == 2 and decoder.length == 3 + 32
