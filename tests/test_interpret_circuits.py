@@ -176,3 +176,51 @@ def test_the_phase_change_is_found_in_the_run_and_not_before_it(induction):
     assert run["phase_change_step"] == step
     before = [r for r in history if r["step"] <= 180]  # the same run stopped before its phase change
     assert phase_change_step(before) is None
+
+
+# ---------------------------------------------------------------------------------------------- watching it form
+def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snapshot(induction, tmp_path):
+    import json
+    import shutil
+
+    from glassformer.interpret.circuits import induction_circuit
+    from glassformer.interpret.microscope import RECORDS, Probe, read_records
+    from glassformer.viz.report_run import write_run_page
+
+    model, tokenizer, run = induction
+    folder = tmp_path / "run"
+    shutil.copytree(run["out_dir"], folder, ignore=shutil.ignore_patterns("model", "ckpt-*", "last", "best"))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    step = run["phase_change_step"]
+    assert f'class="gf-event" data-step="{step}"' in page and f"Phase change at step {step}" in page
+    assert "lowest over the probe lengths 20, 15, 10" in page
+    # the microscope's circuit measurement, as a record holds it: drawn once per snapshot, the last shown
+    low, bos = tokenizer.bos_id + 1, tokenizer.bos_id
+    rows = repeated_tokens(model.config.vocab_size, N, 16, low=low, bos=bos)
+    probe = Probe(torch.zeros(1, 4, dtype=torch.long), rows, N, 1, 300, low, bos)
+    circuit = induction_circuit(model, probe)
+    assert circuit["faithfulness"] >= 0.9
+    records = read_records(folder / RECORDS)
+    for record in records[-2:]:
+        record["measurements"] = {"circuit": circuit}
+    (folder / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    assert page.count('class="gf-circuit-snap"') == 2 and page.count('class="gf-circuit"') == 2
+    assert f'data-index="{len(records) - 1}" data-step="300">' in page  # the last one is not hidden
+    assert f"{len(circuit['edges'])} of {circuit['total_edges']} edges" in page
+
+
+def test_a_run_without_a_phase_change_says_so(induction, tmp_path):
+    import shutil
+
+    from glassformer.interpret.microscope import RECORDS, read_records
+    from glassformer.records import record_line
+    from glassformer.viz.report_run import write_run_page
+
+    _, _, run = induction
+    folder = tmp_path / "early"
+    shutil.copytree(run["out_dir"], folder, ignore=shutil.ignore_patterns("model", "ckpt-*", "last", "best"))
+    early = [r for r in read_records(folder / RECORDS) if r["step"] <= 180]
+    (folder / RECORDS).write_text("".join(record_line(r, compact=True) for r in early))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    assert "No phase change" in page and 'class="gf-event"' not in page

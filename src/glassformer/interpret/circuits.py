@@ -457,3 +457,35 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     value = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
     return Circuit(ranked[:k], faithfulness(value, clean_m, corrupted_m), value, clean_m, corrupted_m,
                    scores.method, len(ranked), sorted(tried.items()))
+
+
+# ---------------------------------------------------------------------------------------------- the microscope
+def induction_task(repeated: torch.Tensor, length: int, start: int, low: int, vocab: int,
+                   seed: int = 2) -> tuple[torch.Tensor, torch.Tensor, Metric]:
+    """The induction task of a repeated-tokens probe: clean rows (``repeated``), corrupted rows (the first
+    copy replaced by other random tokens: looking back finds nothing), and the metric (the mean
+    log-probability of the second copy's next tokens).
+
+    Args:
+        repeated: (B, start + 2 n) ids; length: n; start: where the first copy begins; low, vocab: the
+            random tokens' range; seed: the replacement tokens' seed.
+    """
+    B = repeated.shape[0]
+    corrupted = repeated.clone()
+    other = torch.randint(low, vocab, (B, length), generator=torch.Generator().manual_seed(seed))
+    corrupted[:, start:start + length] = other.to(repeated.device)
+    targets = repeated[:, start + length + 1:]
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, start + length:-1].float().log_softmax(-1).gather(-1, targets[..., None]).mean()
+    return repeated, corrupted, metric
+
+
+def induction_circuit(model: TransformerLM, probe: Any, *, method: str = "eap-ig", steps: int = 4,
+                      target: float = 0.9) -> dict[str, Any]:
+    """A microscope measurement (``watch.measurements: {circuit: glassformer.interpret.circuits:
+    induction_circuit}``): the circuit :func:`find_circuit` finds on the probe's induction task
+    (:func:`induction_task`), as :meth:`Circuit.to_dict`; the run page draws it at every step."""
+    clean, corrupted, metric = induction_task(probe.repeated, probe.length, probe.start, probe.low,
+                                              model.config.vocab_size)
+    return find_circuit(model, clean, corrupted, metric, method=method, steps=steps, target=target).to_dict()

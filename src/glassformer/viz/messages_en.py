@@ -166,6 +166,20 @@ EN: dict[str, str] = {
                              "over heads: {correlation}. Top heads, estimate: {estimate}; exact: {exact}.",
     "run.attribution.estimate": "estimate (attribution patching)",
     "run.attribution.exact": "exact (activation patching)",
+    "run.heads.lengths": "Scores are each head's lowest over the probe lengths {lengths}: an induction head follows "
+                         "content and scores at every length; a head that looks a fixed distance back scores at one.",
+    "run.phase.found": "Phase change at step {step}: the repeated-copy loss (smoothed) fell from {start} to {end}, "
+                       "most of it within {width} steps.",
+    "run.phase.none": "No phase change: the repeated-copy loss (smoothed) never fell abruptly and for good.",
+    "run.phase.marker": "phase change",
+    "run.chart.icl": "In-context learning score (loss late in the context minus early)",
+    "run.axis.icl": "nats (below 0: later tokens predicted better)",
+    "run.series.icl": "ICL score on the probe text",
+    "run.circuit.title": "The circuit at this step",
+    "run.circuit.intro": "The measurement '{name}' found a circuit at each recorded step (edge attribution, the "
+                         "fewest top edges recovering the metric); arrows sender -> receiver (q, k, v: which input of "
+                         "the head it writes into), width by score. Move the step slider to watch it form.",
+    "run.circuit.caption": "step {step}: {edges} of {total} edges, faithfulness {faithfulness}",
     "run.footer": "Written by glassformer (glassformer inspect); self-contained, works offline.",
     "run.js.step_of": "step {step} ({n} of {total})",
     "run.js.block": "block {block}",

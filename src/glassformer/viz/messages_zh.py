@@ -154,6 +154,19 @@ ZH: dict[str, str] = {
                              "{correlation}。影响最大的头，估计：{estimate}；精确：{exact}。",
     "run.attribution.estimate": "估计（归因修补）",
     "run.attribution.exact": "精确（激活修补）",
+    "run.heads.lengths": "每个头的评分取它在探针长度 {lengths} 上的最低值：归纳头跟着内容走，在每个长度上都得分；"
+                         "固定往回看某个距离的头只在一个长度上得分。",
+    "run.phase.found": "第 {step} 步出现相变：重复那一遍上的损失（平滑后）从 {start} 降到 {end}，"
+                       "大部分下降发生在 {width} 步之内。",
+    "run.phase.none": "没有相变：重复那一遍上的损失（平滑后）从来没有陡然且持续地下降。",
+    "run.phase.marker": "相变",
+    "run.chart.icl": "上下文学习评分（上下文靠后位置的损失减去靠前位置的）",
+    "run.axis.icl": "nat（小于 0：靠后的 token 预测得更好）",
+    "run.series.icl": "探针文本上的 ICL 评分",
+    "run.circuit.title": "这一步的电路",
+    "run.circuit.intro": "度量“{name}”在每个记录的步数上找到的电路（边归因，取能恢复度量的最少的高分边）；"
+                         "箭头从发送者指向接收者（q、k、v：写进头的哪个输入），粗细表示分数。拖动步数滑块，看它如何形成。",
+    "run.circuit.caption": "第 {step} 步：{total} 条边中的 {edges} 条，忠实度 {faithfulness}",
     "run.footer": "由 glassformer（glassformer inspect）生成；单个文件，离线可用。",
     "run.js.step_of": "第 {step} 步（第 {n} 个记录，共 {total} 个）",
     "run.js.block": "第 {block} 块",

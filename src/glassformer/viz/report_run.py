@@ -341,8 +341,10 @@ def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -
         circuit = (record.get("measurements") or {}).get(name)
         if not isinstance(circuit, dict) or "edges" not in circuit:
             continue
+        value = circuit.get("faithfulness")  # null when clean and corrupted agree (nothing to recover)
         caption = tr("run.circuit.caption", lang, step=record["step"], edges=len(circuit["edges"]),
-                     total=circuit.get("total_edges", "?"), faithfulness=f"{circuit.get('faithfulness', math.nan):.3f}")
+                     total=circuit.get("total_edges", "?"),
+                     faithfulness=f"{value:.3f}" if isinstance(value, (int, float)) else "-")
         figures.append(f'<figure class="gf-circuit-snap" data-index="{index}" data-step="{record["step"]}"'
                        f'{"" if index == len(records) - 1 else " hidden"}><figcaption>{html.escape(caption)}'
                        f"</figcaption>{circuit_svg(circuit)}</figure>")
