@@ -120,3 +120,158 @@ def test_editing_mlp_in_leaves_the_residual_alone(pair):
     torch.testing.assert_close(edited, reference, rtol=0, atol=ATOL)
     torch.testing.assert_close(in_place, edited, rtol=0, atol=0)
     torch.testing.assert_close(with_mid["blocks.0.hook_resid_mid"], plain["blocks.0.hook_resid_mid"], rtol=0, atol=0)
+
+
+def _loss(ids):
+    """The next-token loss, TransformerLens's ``return_type="loss"``, as a metric of the logits."""
+    def metric(logits):
+        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    return metric
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # TransformerLens: its norms leave their fused path
+def test_backward_cache_holds_the_same_gradients(pair):
+    _, ours, theirs = pair
+    ids = _ids(3)
+    _flags(theirs)
+    their_loss, their_cache = theirs.run_with_cache(ids, incl_bwd=True, return_type="loss")
+    theirs.zero_grad(set_to_none=True)
+    logits, cache = run_with_cache(ours, ids, incl_bwd=True, metric=_loss(ids))
+    ours.zero_grad(set_to_none=True)
+    torch.testing.assert_close(_loss(ids)(logits), their_loss, rtol=0, atol=ATOL)
+    grads = [name for name in cache if name.endswith("_grad")]
+    assert len(grads) == len([name for name in cache if not name.endswith("_grad")])  # norms' scale too
+    compared = 0
+    for name in grads:
+        if "resid_mid" in name:  # TransformerLens's bridge hooks the MLP branch's input there (docs/interpret.md):
+            mlp_branch, residual = their_cache[name], their_cache[name.replace("mid", "post")]
+            _close(cache[name], mlp_branch + residual, name)  # ours is d loss / d resid_mid, both paths
+            _close(cache[name.replace("resid_mid", "mlp_in")], mlp_branch, name)
+        elif name in their_cache:
+            _close(cache[name], their_cache[name], name)
+        compared += 1
+    assert compared >= 30
+
+
+def test_backward_hooks_change_the_same_gradients(pair):
+    _, ours, theirs = pair
+    ids = _ids(4)
+    _flags(theirs, result=True)
+
+    def drop_head_1(grad, hook):  # the gradient through one head's write, removed
+        grad = grad.clone()
+        grad[:, :, 1] = 0.0
+        return grad
+
+    bwd = [("blocks.1.attn.hook_result", drop_head_1)]
+    theirs.zero_grad(set_to_none=True)
+    loss = theirs.run_with_hooks(ids, return_type="loss", bwd_hooks=bwd, reset_hooks_end=False)
+    loss.backward()
+    theirs.reset_hooks()
+    reference = theirs.W_E.grad.clone()
+    theirs.zero_grad(set_to_none=True)
+    ours.zero_grad(set_to_none=True)
+    run_with_hooks(ours, ids, bwd_hooks=bwd, metric=_loss(ids))
+    hooked = ours.emb.weight.grad.clone()
+    ours.zero_grad(set_to_none=True)
+    _loss(ids)(ours(ids)).backward()
+    plain = ours.emb.weight.grad.clone()
+    ours.zero_grad(set_to_none=True)
+    _close(hooked, reference, "W_E.grad")
+    assert (hooked - plain).abs().max() > 1e-6  # the hook changed the gradient
+
+
+@pytest.fixture(scope="module")
+def caches(pair):
+    """(arch, glassformer cache, TransformerLens cache) of one forward on the same ids."""
+    arch, ours, theirs = pair
+    _flags(theirs)
+    ids = _ids(5)
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(ids)
+        _, cache = run_with_cache(ours, ids)
+    return arch, cache, their_cache
+
+
+def _same(mine, reference):
+    """Equal results, labels included when both return them."""
+    if isinstance(reference, tuple):
+        assert mine[1] == reference[1]
+        mine, reference = mine[0], reference[0]
+    _close(mine, reference)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(incl_mid=True, return_labels=True), dict(layer=1, mlp_input=True),
+                                dict(apply_ln=True, return_labels=True), dict(layer=1, apply_ln=True, pos_slice=-1),
+                                dict(layer=2, incl_mid=True, apply_ln=True, pos_slice=(2, 7)),
+                                dict(layer=1, mlp_input=True, apply_ln=True, pos_slice=[0, 3, 9])])
+def test_accumulated_resid(caches, kw):
+    _, cache, theirs = caches
+    _same(cache.accumulated_resid(**kw), theirs.accumulated_resid(**kw))
+
+
+@pytest.mark.parametrize("kw", [dict(return_labels=True), dict(layer=1, mode="attn", return_labels=True),
+                                dict(layer=1, mlp_input=True, apply_ln=True), dict(mode="mlp", apply_ln=True),
+                                dict(incl_embeds=False, pos_slice=(1, 5), apply_ln=True, return_labels=True),
+                                dict(layer=0, pos_slice=3)])
+def test_decompose_resid(caches, kw):
+    _, cache, theirs = caches
+    _same(cache.decompose_resid(**kw), theirs.decompose_resid(**kw))
+
+
+def test_decomposition_sums_to_the_stream(caches):
+    _, cache, _ = caches
+    torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", 1], rtol=0, atol=ATOL)
+    heads = cache.stack_head_results(layer=1, incl_remainder=True)
+    torch.testing.assert_close(heads.sum(0), cache["resid_post", 0], rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("kw", [dict(return_labels=True), dict(layer=1, incl_remainder=True, return_labels=True),
+                                dict(apply_ln=True, pos_slice=-1), dict(layer=0), dict(layer=1, apply_ln=True)])
+def test_stack_head_results(caches, kw):
+    _, cache, theirs = caches
+    _same(cache.stack_head_results(**kw), theirs.stack_head_results(**kw))
+
+
+@pytest.mark.parametrize("kw", [{}, dict(layer=1), dict(layer=1, mlp_input=True), dict(pos_slice=(0, 4)),
+                                dict(batch_slice=1), dict(layer=0, batch_slice=[1], pos_slice=[2, 3])])
+def test_apply_ln_to_stack(caches, kw):
+    _, cache, theirs = caches
+    stack = cache.decompose_resid(layer=kw.get("layer", -1), pos_slice=kw.get("pos_slice"))
+    _close(cache.apply_ln_to_stack(stack, **kw), theirs.apply_ln_to_stack(stack, **kw))
+
+
+def test_stack_activation(caches):
+    _, cache, theirs = caches
+    for name, layer in [("pattern", -1), ("resid_post", 1), ("z", None), ("mlp_in", -1)]:
+        if name == "mlp_in":
+            assert cache.stack_activation(name).shape == (2, 2, 10, 32)
+            continue
+        _close(cache.stack_activation(name, layer), theirs.stack_activation(name, layer))
+    _close(cache.stack_activation("z", sublayer_type="attn"), theirs.stack_activation("z", sublayer_type="attn"))
+
+
+def test_logit_attrs(caches):
+    _, cache, theirs = caches
+    ids = _ids(5)
+    heads = cache.stack_head_results(pos_slice=-1)
+    parts = cache.decompose_resid()
+    for stack, kw in [(heads, dict(tokens=ids[:, -1], pos_slice=-1)),
+                      (heads, dict(tokens=ids[:, -1], incorrect_tokens=ids[:, 0], pos_slice=-1)),
+                      (parts, dict(tokens=ids)), (parts, dict(tokens=7)),
+                      (parts[:, :1], dict(tokens=ids[0], batch_slice=[0]))]:
+        _close(cache.logit_attrs(stack, **kw), theirs.logit_attrs(stack, **kw))
+
+
+def test_cache_algebra_refuses_bad_arguments(caches):
+    _, cache, _ = caches
+    from glassformer.errors import GlassformerError
+
+    with pytest.raises(GlassformerError, match="layer"):
+        cache.accumulated_resid(layer=5)
+    with pytest.raises(GlassformerError, match="mode must be one of"):
+        cache.decompose_resid(mode="heads")
+    with pytest.raises(GlassformerError, match="pos_slice"):
+        cache.accumulated_resid(pos_slice="last")
+    with pytest.raises(GlassformerError, match=r"tokens must be ids in \[0, 97\)"):
+        cache.logit_attrs(cache.decompose_resid(), tokens=97)

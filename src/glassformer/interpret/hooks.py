@@ -33,6 +33,11 @@ class _Attached:
         self.point = point
         self.fns: list[tuple[HookFn, bool]] = []  # (fn, backward)
 
+    @property
+    def backward(self) -> bool:
+        """Whether a backward hook is attached here (see ``Tapped.tapped_backward``)."""
+        return any(backward for _, backward in self.fns)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         point = self.point
         for fn, backward in self.fns:

@@ -34,7 +34,8 @@ def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> to
     normalized = x32 / hooked_scale  # (..., d): before the affine part
     version = _version(normalized)
     hooked = norm.tap("normalized", normalized)
-    if kept and hooked is normalized and version is not None and normalized._version == version:
+    if (kept and hooked is normalized and version is not None and normalized._version == version
+            and not norm.tapped_backward("scale", "normalized")):  # a gradient asked for: stay on their path
         return norm.plain(x)
     y = hooked * norm.weight.float() if norm.weight is not None else hooked
     if getattr(norm, "bias", None) is not None:

@@ -34,3 +34,8 @@ class Tapped(nn.Module):
     def tapped(self, *names: str) -> bool:
         """Whether a function is attached under any of ``names``."""
         return self.taps is not None and any(name in self.taps for name in names)
+
+    def tapped_backward(self, *names: str) -> bool:
+        """Whether a function attached under any of ``names`` wants that tensor's gradient (its ``backward``
+        attribute is true): then the tensor must be on the path autograd takes."""
+        return self.taps is not None and any(getattr(self.taps.get(name), "backward", False) for name in names)
