@@ -3,8 +3,8 @@
 Each workload runs in a fresh interpreter (the OpenMP wait policy is fixed when torch loads), in four
 conditions: the machine as it is ("idle") or with ``--busy`` extra processes spinning on a core
 ("busy"), each with glassformer's thread policy off (``GLASSFORMER_THREADS=fixed``: torch's defaults,
-what glassformer did before) or on (the default: threads and wait policy from the load measured at
-import, see ``glassformer.runtime.threads``). Conditions alternate, ``--repeats`` times; the table shows
+what glassformer did before) or on (the default: threads and wait policy from the load measured when
+the command starts, see ``glassformer.runtime.threads``). Conditions alternate, ``--repeats`` times; the table shows
 median seconds and the busy/idle ratio per policy (the goal: at most ~2x with one busy core).
 
     python benchmarks/bench_busy.py                       # all workloads, 3 repeats, JSON to bench-output/
@@ -38,8 +38,13 @@ POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_TH
 
 def worker(name: str) -> None:
     """Run one workload in this process and print {"seconds": ..., "threads": ..., "plan": ...} as JSON."""
-    glassformer = importlib.import_module("glassformer")  # first: the policy is set before torch loads OpenMP
+    glassformer = importlib.import_module("glassformer")
+    from glassformer.runtime import threads
+
+    threads.prepare()  # what the glassformer command does: the wait policy before torch loads OpenMP
     import torch
+
+    threads.apply()
 
     from glassformer.bench.setups import SIZES, glass_model
     from glassformer.bench.train import ADAMW, train_step
@@ -81,7 +86,7 @@ def worker(name: str) -> None:
                 model(ids)
     else:
         raise SystemExit(f"unknown workload {name!r}")
-    plan = glassformer._threads.at_start()
+    plan = threads.at_start()
     print(json.dumps({"seconds": time.perf_counter() - start, "threads": torch.get_num_threads(),
                       "plan": plan.describe() if plan else None}))
 

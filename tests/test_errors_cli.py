@@ -243,15 +243,22 @@ def test_a_closed_pipe_stops_quietly(tmp_path):
 
 def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130():
     """The command's imports take seconds (torch): Ctrl-C then prints one line, no traceback. Simulated
-    by a SIGINT right after `import glassformer` under the command's name, before cli.main runs."""
+    by a SIGINT sent the moment the command starts importing torch (an import hook), inside cli.main."""
     import subprocess
     import sys
 
-    code = ("import sys; sys.argv = ['glassformer']; import os, signal, glassformer; "
-            "os.kill(os.getpid(), signal.SIGINT); import time; time.sleep(5)")
+    code = ("import os, signal, sys, time\n"
+            "class Hook:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "            time.sleep(5)\n"
+            "sys.meta_path.insert(0, Hook())\n"
+            "from glassformer import cli\n"
+            "sys.exit(cli.main(['generate', 'no-such-checkpoint', '--prompt', 'a']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130 and done.stderr == "glassformer: interrupted\n"
-    library = subprocess.run([sys.executable, "-c", "import glassformer, signal; "
+    library = subprocess.run([sys.executable, "-c", "import glassformer, glassformer.cli, signal; "
                               "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
                              capture_output=True, text=True, timeout=120)
     assert library.returncode == 0, library.stderr  # a library user's Ctrl-C stays Python's

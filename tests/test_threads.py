@@ -80,23 +80,36 @@ def test_the_wait_policy_is_set_only_before_torch_loads():
 
 
 PROBE = """
-import importlib.util, json, os, sys
+import argparse, importlib.util, json, os, sys
 spec = importlib.util.spec_from_file_location("glassformer.runtime.threads", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = module
 spec.loader.exec_module(module)
 module.others_running = lambda samples=5, gap_s=0.0: float(sys.argv[2])  # the scripted load
 module.usable_cpus = lambda: 2
-import glassformer, torch
-print(json.dumps({"wait": os.environ.get("OMP_WAIT_POLICY"), "blocktime": os.environ.get("KMP_BLOCKTIME"),
-                  "threads": torch.get_num_threads(), "plan": glassformer._threads.at_start().describe()}))
+import glassformer
+from glassformer import cli
+assert "torch" not in sys.modules and module.at_start() is None  # the import decided nothing
+
+
+def verb(args):
+    import torch
+    print(json.dumps({"wait": os.environ.get("OMP_WAIT_POLICY"), "blocktime": os.environ.get("KMP_BLOCKTIME"),
+                      "threads": torch.get_num_threads(), "plan": module.at_start().describe()}))
+
+
+parser = argparse.ArgumentParser()
+parser.set_defaults(func=verb)
+cli.build_parser = lambda: parser
+sys.exit(cli.main([]))
 """
 
 
 @pytest.mark.parametrize(("others", "wait", "threads_now"), [(1.0, "PASSIVE", 1), (0.0, None, None)])
-def test_import_glassformer_sets_the_policy_before_torch(others, wait, threads_now):
-    """A fresh interpreter with a scripted load: busy -> OMP_WAIT_POLICY=PASSIVE before torch loads and
-    one thread; idle -> nothing set, torch's own thread count."""
+def test_the_command_sets_the_policy_before_torch(others, wait, threads_now):
+    """A fresh interpreter with a scripted load, a verb run by cli.main: busy -> OMP_WAIT_POLICY=PASSIVE
+    before torch loads and one thread; idle -> nothing set, torch's own thread count. ``import
+    glassformer`` alone decides nothing (tests/test_startup.py: it changes nothing either)."""
     env = {k: v for k, v in os.environ.items()
            if k not in (*threads.WAIT_VARS, *threads.THREAD_VARS, threads.SWITCH)}
     env["PYTHONPATH"] = str(SRC)
@@ -108,6 +121,21 @@ def test_import_glassformer_sets_the_policy_before_torch(others, wait, threads_n
     if threads_now is not None:
         assert seen["threads"] == threads_now
     assert ("passive" in seen["plan"]) is (wait is not None)
+
+
+def test_a_loop_applies_the_thread_count_when_nothing_did(monkeypatch):
+    """A script that imported glassformer (not the command): the first LoadFollower (the trainer's,
+    evaluation's) applies the count the machine gives; later ones and ``on=False`` leave it."""
+    applied = []
+    monkeypatch.setattr(threads, "_at_start", None)
+    monkeypatch.setattr(threads, "apply", lambda chosen=None: applied.append(chosen))
+    threads.LoadFollower(on=False)
+    assert applied == []
+    threads.LoadFollower()
+    assert applied == [None]
+    monkeypatch.setattr(threads, "_at_start", threads.plan(others=0, cpus=2, env={}))
+    threads.LoadFollower()
+    assert applied == [None]
 
 
 @pytest.fixture

@@ -3,56 +3,65 @@
 The names of the course's lesson 2 are kept: ``scaled_dot_product_attention``, ``causal_mask``,
 ``prefix_mask``, ``padding_mask``, ``MultiHeadAttention``, ``FeedForward``, ``TransformerBlock``,
 ``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
+
+Importing the package is light and changes nothing: no torch until a name that needs it is first used
+(PEP 562 ``__getattr__`` below), no environment variable, thread count or signal handler. The
+``glassformer`` command and the trainer apply the thread policy themselves (runtime/threads.py).
 """
 
-# ruff: noqa: E402  (the imports below come after the thread policy is set, before torch loads)
 from __future__ import annotations
 
-import os as _os
-import signal as _signal
-import sys as _sys
+import importlib
 from pathlib import Path
-
-
-def _interrupted_while_starting(signum: int, frame: object) -> None:
-    """Ctrl-C while the ``glassformer`` command is still importing (torch takes seconds): one line, exit 130."""
-    _sys.stderr.write("glassformer: interrupted\n")
-    _os._exit(130)
-
-
-if _sys.argv and _os.path.basename(_sys.argv[0]) in ("glassformer", "-m"):  # the command, python -m glassformer
-    try:  # the command only (cli.main puts Python's own handler back); never a library's importer
-        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
-            _signal.signal(_signal.SIGINT, _interrupted_while_starting)
-    except ValueError:  # not the main thread
-        pass
-
-from .runtime import threads as _threads
-
-_threads.prepare()  # before torch loads OpenMP: its wait policy is read once (runtime/threads.py)
-
-import torch
-
-_threads.apply()  # one thread per free CPU when the machine is busy now (else torch's choice)
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .checks import CausalityReport, check_causality
-from .config import PRESETS, ModelConfig
-from .models import EncoderDecoder, TransformerLM, build_model, count_params
-from .nn import (
-    FeedForward,
-    KVCache,
-    MultiHeadAttention,
-    RMSNorm,
-    TransformerBlock,
-    causal_mask,
-    padding_mask,
-    prefix_mask,
-    scaled_dot_product_attention,
-    sinusoidal_positions,
-)
-from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
-from .viz.shapes import shape_trace
+
+if TYPE_CHECKING:
+    import torch
+
+    from .checks import CausalityReport, check_causality
+    from .config import PRESETS, ModelConfig
+    from .models import EncoderDecoder, TransformerLM, build_model, count_params
+    from .nn import (
+        FeedForward,
+        KVCache,
+        MultiHeadAttention,
+        RMSNorm,
+        TransformerBlock,
+        causal_mask,
+        padding_mask,
+        prefix_mask,
+        scaled_dot_product_attention,
+        sinusoidal_positions,
+    )
+    from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
+    from .viz.shapes import shape_trace
+
+_PUBLIC = {  # public name -> the module that defines it, imported on first use
+    "CausalityReport": ".checks", "check_causality": ".checks", "PRESETS": ".config", "ModelConfig": ".config",
+    "EncoderDecoder": ".models", "TransformerLM": ".models", "build_model": ".models", "count_params": ".models",
+    "FeedForward": ".nn", "KVCache": ".nn", "MultiHeadAttention": ".nn", "RMSNorm": ".nn",
+    "TransformerBlock": ".nn", "causal_mask": ".nn", "padding_mask": ".nn", "prefix_mask": ".nn",
+    "scaled_dot_product_attention": ".nn", "sinusoidal_positions": ".nn",
+    "BPETokenizer": ".tokenizers", "ByteTokenizer": ".tokenizers", "CharTokenizer": ".tokenizers",
+    "Tokenizer": ".tokenizers", "shape_trace": ".viz.shapes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module the first time it is asked for (then cached)."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'glassformer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily imported public ones included."""
+    return sorted({*globals(), *_PUBLIC})
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[torch.nn.Module, Tokenizer]:

@@ -7,6 +7,12 @@ bad file, a bad config: the user can fix it) and an ``OSError`` (permission deni
 belongs, a full disk: the environment, naming the file). Every other exception is a bug in glassformer
 (or in a library under it) and keeps its traceback. Usage mistakes argparse finds are one line too.
 The commands never import this module; they raise glassformer's own errors.
+
+Answering ``--help``, ``--version`` or a usage mistake imports no torch (each verb's module registers its
+parser with the standard library only and imports the rest when it runs). Before a verb runs, :func:`main`
+applies the thread policy (runtime/threads.py: the wait policy before torch loads, then the thread
+count); ``import glassformer`` does neither. Ctrl-C at any point of a verb, its imports included, prints
+one line and exits with status 130.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import argparse
 import difflib
 import importlib
 import os
-import signal
 import sys
 from typing import NoReturn
 
@@ -72,10 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     Verbs that declare ``overrides`` (train, recipe) receive the words argparse did not know, the
     ``--key value`` pairs, in ``args.overrides``; any other verb rejects them.
     """
-    from . import _interrupted_while_starting
-
-    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # imports done: Ctrl-C is KeyboardInterrupt
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     words = sys.argv[1:] if argv is None else list(argv)
     glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
+        start_runtime()  # inside the try: Ctrl-C while torch loads is one line too
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -98,6 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
         print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def start_runtime() -> None:
+    """Apply the thread policy of runtime/threads.py before a verb runs: the OpenMP wait policy, set
+    before torch loads, then torch's thread count. The command applies it; ``import glassformer`` never does."""
+    from .runtime import threads
+
+    threads.prepare()
+    threads.apply()
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str]) -> str:

@@ -12,10 +12,12 @@ import math
 import os
 import re
 import reprlib
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported by the checks that take tensors: the command line's --help needs none
+    import torch
 
 MAX_SEED = 2**63 - 1  # the largest seed glassformer passes to a random generator (torch takes up to 2**64 - 1)
 
@@ -100,7 +102,7 @@ def shown(value: Any) -> str:
     one short line)."""
     if is_int(value) and abs(value) >= 10**30:
         return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
-    if torch.is_tensor(value):
+    if "torch" in sys.modules and sys.modules["torch"].is_tensor(value):  # without torch loaded, no tensor
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
     text = " ".join(reprlib.repr(value).split())  # bounded for long containers and strings; one line
     return text if len(text) <= 80 else text[:77] + "..."
@@ -209,6 +211,8 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
     Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
     naming ``name``.
     """
+    import torch
+
     if not isinstance(ids, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype not in (torch.long, torch.int32):  # what an embedding table takes
@@ -225,6 +229,8 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
 
 def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
     """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding."""
+    import torch
+
     if pad is None:
         return
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
@@ -245,6 +251,8 @@ def check_memory(memory: torch.Tensor | None, src_pad: torch.Tensor | None, batc
 
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
     """An attention mask must be a bool tensor broadcastable to the scores' shape (..., h, Tq, Tk)."""
+    import torch
+
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -274,6 +282,8 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
         TypeError for anything but an int or a 1-D integer tensor; ValueError for a wrong batch size or
         a length outside ``0 <= prefix_len <= length``, naming the value.
     """
+    import torch
+
     if isinstance(prefix_len, torch.Tensor):
         if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
                 or prefix_len.dtype == torch.bool:

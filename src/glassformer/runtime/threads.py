@@ -9,10 +9,15 @@ on 2 cores, one of them busy). Two levers fix that:
 - **the thread count**: as many threads as cores are free now (``torch.set_num_threads``), so no
   thread waits for a core it does not get;
 - **the wait policy**: ``OMP_WAIT_POLICY=PASSIVE`` (and ``KMP_BLOCKTIME=0`` for Intel's OpenMP)
-  makes waiting threads sleep instead of spin. OpenMP reads it once, when torch loads it, so it is
-  set by ``import glassformer`` (and hence the ``glassformer`` command) *before* torch is imported,
-  and only when the machine is busy at that moment: on an idle machine spinning is faster (a
-  sleeping thread takes microseconds to wake, which batch-1 decoding pays at every operation).
+  makes waiting threads sleep instead of spin. OpenMP reads it once, when torch loads it, so the
+  ``glassformer`` command sets it (:func:`prepare`) *before* torch is imported, and only when the
+  machine is busy at that moment: on an idle machine spinning is faster (a sleeping thread takes
+  microseconds to wake, which batch-1 decoding pays at every operation).
+
+Nothing happens at ``import glassformer``: the command (cli.main) calls :func:`prepare` then
+:func:`apply` before a verb runs, and the trainer and evaluation apply the thread count when they start
+(:class:`LoadFollower`). A script that wants the wait policy too calls :func:`prepare` before it
+imports torch.
 
 "Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, averaged over ten
 reads in ~20 milliseconds, and when that says busy, again over ~50 ms: the smaller counts, so a
@@ -172,14 +177,15 @@ def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.e
     return True
 
 
-_at_start: ThreadPlan | None = None  # the plan made when glassformer was imported
+_at_start: ThreadPlan | None = None  # the plan made by prepare() or the first apply()
 _default: int | None = None  # torch's own thread count, before glassformer changed it
 _applied: int | None = None  # the count glassformer last left torch with (None: never, or the user fixed it)
 
 
 def prepare() -> ThreadPlan:
-    """Measure the load and set the wait policy before torch loads: called first by ``import glassformer``.
-    The plan is kept (:func:`at_start`) for :func:`apply` to set the thread count once torch is there."""
+    """Measure the load and set the wait policy before torch loads: called by the ``glassformer``
+    command before a verb runs (or by a script, before it imports torch). The plan is kept
+    (:func:`at_start`) for :func:`apply` to set the thread count once torch is there."""
     global _at_start
     _at_start = plan()
     set_wait_policy(_at_start)
@@ -187,15 +193,16 @@ def prepare() -> ThreadPlan:
 
 
 def at_start() -> ThreadPlan | None:
-    """The plan :func:`prepare` made when glassformer was imported (None before that)."""
+    """The plan :func:`prepare` (or the first :func:`apply`) made (None before either ran)."""
     return _at_start
 
 
 def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
-    """Set torch's thread count to the plan's (``chosen``, else the one made at import, else a new
-    measurement); a plan without a count (the user fixed it) changes nothing. Returns the plan."""
-    global _default, _applied
+    """Set torch's thread count to the plan's (``chosen``, else the one :func:`prepare` made, else a
+    new measurement); a plan without a count (the user fixed it) changes nothing. Returns the plan."""
+    global _default, _applied, _at_start
     chosen = chosen or _at_start or plan()
+    _at_start = _at_start or chosen
     import torch
 
     if _default is None:
@@ -233,10 +240,14 @@ def follow_load() -> ThreadPlan | None:
 class LoadFollower:
     """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after
     ``first_s``): ``tick()`` once per step costs a clock read. The trainer uses one, ``on`` unless the
-    run's config fixed the thread count."""
+    run's config fixed the thread count; evaluation too. When ``on`` and no thread count was applied
+    yet in this process (a script that imported glassformer, not the command), it applies one first
+    (:func:`apply`): the policy starts with the loop, never at import."""
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
         self.every_s, self.on = every_s, on
+        if on and _at_start is None:
+            apply()
         self.next = time.monotonic() + first_s
 
     def tick(self) -> None:
