@@ -20,15 +20,14 @@ from hypothesis import strategies as st
 
 from glassformer import ModelConfig, build_model
 from glassformer.budget import (
-    MAX_YAML_NODES,
     OutOfMemoryError,
     check_training_fits,
-    expanded_size,
     param_count,
     parse_size,
     training_bytes,
 )
 from glassformer.errors import BadFileError, GlassformerError
+from glassformer.loaders import MAX_YAML_NODES, expanded_size
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 

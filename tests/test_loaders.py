@@ -12,6 +12,7 @@ import glassformer.tokenizers.hf as hf_module
 from glassformer import ModelConfig, build_model
 from glassformer.cli import main
 from glassformer.errors import BadFileError, GlassformerError
+from glassformer.loaders import check_tokenizer_json
 from glassformer.tokenizers import BPETokenizer
 from glassformer.tokenizers.hf import HFTokenizer
 from glassformer.training import save_checkpoint
@@ -30,7 +31,7 @@ def bpe_checkpoint(tmp_path_factory):
 def _edit_tokenizer(folder, change):
     file = folder / "tokenizer.json"
     data = json.loads(file.read_text(encoding="utf-8"))
-    change(data["hf"] if "hf" in data else data)
+    change(data.get("hf", data))
     file.write_text(json.dumps(data), encoding="utf-8")
 
 
@@ -52,7 +53,7 @@ def test_a_huge_padding_length_is_refused_before_the_rust_library_sees_it(bpe_ch
                                      {"strategy": "BatchLongest", "pad_to_multiple_of": 2 ** 40}])
 def test_bad_padding_values_are_one_error(padding):
     with pytest.raises(BadFileError, match="padding"):
-        hf_module.check_tokenizer_json({"padding": padding}, "tokenizer.json")
+        check_tokenizer_json({"padding": padding}, "tokenizer.json")
 
 
 def test_a_rust_panic_becomes_one_glassformer_error(tmp_path, monkeypatch):
@@ -75,7 +76,7 @@ def test_a_state_file_inflating_past_its_size_is_refused_before_torch_load(tmp_p
     """Issue 31: a 3 MB train_state.pt whose record deflates to 3 GB cost 3.4 GB before the refusal."""
     import zipfile
 
-    from glassformer.training.checkpoint import load_state_file
+    from glassformer.loaders import load_state_file
 
     file = tmp_path / "train_state.pt"
     torch.save({"step": 1}, file)

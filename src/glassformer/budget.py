@@ -8,9 +8,6 @@ logits, a KV cache), leaving out what a smarter kernel can avoid; so what they r
 what fits is never refused. The budget is the machine's available memory (``/proc/meminfo``'s
 MemAvailable, else ``os.sysconf``; the larger of it and a GPU's memory) or ``max_memory`` when the
 user gives one. A refusal is one line naming the options, their values and the estimate.
-
-YAML files are bounded here too (:func:`load_yaml`): aliases may make a 1 KB file stand for billions
-of values, so a document that expands to more than :data:`MAX_YAML_NODES` values is refused.
 """
 
 from __future__ import annotations
@@ -18,18 +15,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import ModelConfig
-from .errors import BadFileError, GlassformerError, shown
+from .errors import GlassformerError, shown
 
 FLOAT = 4  # bytes of a float32
 INT64_MAX = 2**63 - 1
-MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
-MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
 MAX_SIMILARITY_TEXTS = 4096  # --similarity prints an N x N matrix: 16.7M numbers at most
 
 
@@ -221,51 +213,3 @@ def check_similarity_fits(count: int, max_memory: Any = None) -> None:
         raise OutOfMemoryError(f"--similarity prints an N x N matrix: {count:,} texts make {count * count:,} "
                                f"numbers; give at most {MAX_SIMILARITY_TEXTS:,} texts")
     check_fits(count * count * 40, f"--similarity over {count:,} texts", max_memory)
-
-
-# ---------------------------------------------------------------------- YAML, bounded
-def expanded_size(value: Any, limit: int = MAX_YAML_NODES) -> int:
-    """How many values ``value`` stands for when every shared (aliased) part is counted each time it is
-    used; counting stops just past ``limit``. A structure that contains itself counts as unbounded."""
-    memo: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: Any) -> int:
-        if not isinstance(node, (list, dict)):
-            return 1
-        key = id(node)
-        if key in memo:
-            return memo[key]
-        if key in active:
-            return limit + 1  # a recursive alias: unbounded
-        active.add(key)
-        total = 1
-        children = (x for pair in node.items() for x in pair) if isinstance(node, dict) else node
-        for child in children:
-            total += size(child)
-            if total > limit:
-                break
-        active.discard(key)
-        memo[key] = min(total, limit + 1)
-        return memo[key]
-
-    return size(value)
-
-
-def load_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty) by ``yaml.safe_load``, refusing a file over
-    :data:`MAX_YAML_BYTES` or a document whose aliases expand to more than :data:`MAX_YAML_NODES` values.
-
-    Raises:
-        BadFileError naming the file (the caller maps YAML syntax errors as before).
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_YAML_BYTES:
-        raise BadFileError(f"{what} {str(path)!r} is {size:,} bytes, too large for a config "
-                           f"(at most {MAX_YAML_BYTES:,})")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if expanded_size(data) > MAX_YAML_NODES:
-        raise BadFileError(f"{what} {str(path)!r} expands (through its aliases) to more than {MAX_YAML_NODES:,} "
-                           "values; write the values out or use fewer nested aliases")
-    return data

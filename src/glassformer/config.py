@@ -22,9 +22,9 @@ from .errors import (
     check_number,
     is_int,
     is_number,
-    load_json,
     shown,
 )
+from .loaders import load_json
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.

@@ -7,7 +7,6 @@ Genuine bugs are never turned into one of these: they keep their traceback.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -174,37 +173,6 @@ def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
     return path
 
 
-MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
-
-
-def load_json(path: str | Path, what: str = "file") -> Any:
-    """The JSON value of the file ``path``; every way the file can be unusable is a one-line error.
-
-    A missing file is a :class:`MissingFileError`; a folder (or a device, a pipe), a file over
-    :data:`MAX_JSON_BYTES`, bytes that are not UTF-8, invalid JSON (or a nesting too deep to parse) a
-    :class:`BadFileError` naming the file. Permission problems stay ``PermissionError`` (an
-    ``OSError``, which the command line also prints as one line).
-    """
-    path = Path(path)
-    if not path.exists():
-        raise MissingFileError(f"{what} {str(path)!r} does not exist")
-    if not path.is_file():
-        raise BadFileError(f"{what} {str(path)!r} is not a file")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise BadFileError(f"{what} {str(path)!r} is {path.stat().st_size:,} bytes, too large for a JSON "
-                           f"{what} (at most {MAX_JSON_BYTES:,})")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise BadFileError(f"{what} {str(path)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except json.JSONDecodeError as error:
-        raise BadFileError(f"{what} {str(path)!r} is not valid JSON ({error.msg} at line {error.lineno} "
-                           f"column {error.colno})") from None
-    except RecursionError:
-        raise BadFileError(f"{what} {str(path)!r} is nested too deeply to read") from None
-
-
-# ---------------------------------------------------------------------- tensor arguments of the models
 def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
     """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
 

@@ -1,14 +1,11 @@
-"""JSON-lines records (``metrics.jsonl``, ``microscope.jsonl``): one strict-JSON line per record, read
-back with a torn last line (a process killed while writing it) dropped."""
+"""JSON-lines records (``metrics.jsonl``, ``microscope.jsonl``): one strict-JSON line per record (read
+back by :func:`glassformer.loaders.read_records`, a torn last line dropped)."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
-
-from .errors import BadFileError
 
 
 def record_line(record: dict[str, Any], compact: bool = False) -> str:
@@ -24,28 +21,3 @@ def record_line(record: dict[str, Any], compact: bool = False) -> str:
         return value
     return json.dumps(clean(record), allow_nan=False, separators=(",", ":") if compact else None) + "\n"
 
-
-def read_records(file: str | Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file with an integer ``step`` in each ([] when there is no file).
-
-    Raises:
-        BadFileError naming the file and the line, for any bad line but a torn last one.
-    """
-    file = Path(file)
-    if not file.is_file():
-        return []
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break  # torn last line: the record was never complete
-            raise BadFileError(f"{str(file)!r} line {number} is not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise BadFileError(f"{str(file)!r} line {number} is not a record with an integer 'step'")
-        records.append(record)
-    return records

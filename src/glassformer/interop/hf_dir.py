@@ -15,8 +15,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, load_json, shown
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, shown
 from ..fileio import atomic_directory
+from ..loaders import load_json
 from ..models import EncoderDecoder, TransformerLM
 from ..safetensors_header import read_header
 from ..tokenizers import Tokenizer

@@ -55,8 +55,9 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int
 from ..fileio import atomic_write_text
+from ..loaders import read_records
 from ..models import TransformerLM
-from ..records import read_records, record_line
+from ..records import record_line
 from .detectors import (
     duplicate_token_scores,
     induction_scores,

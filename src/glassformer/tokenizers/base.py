@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, load_json, shown, token_id_error
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, shown, token_id_error
+from ..loaders import load_json
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 

@@ -11,16 +11,10 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ..errors import GlassformerError, check_int
+from ..loaders import rust_tokenizer
 from .base import Tokenizer, check_specials, check_text, field
 
 MAX_VOCAB = 1 << 22  # 4,194,304 ids: 16x the largest vocabularies in use (Gemma: 256k)
-
-
-def rust_tokenizer(data: dict[str, Any]) -> HFTokenizer:
-    """A ``tokenizers.Tokenizer`` from its JSON form; what the Rust parser refuses is a GlassformerError."""
-    from .hf import rust_from_json
-
-    return rust_from_json(data, "the tokenizer's 'hf' data")
 
 
 class BPETokenizer(Tokenizer):
@@ -102,4 +96,4 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
-        return cls(rust_tokenizer(field(data, "hf", dict)), field(data, "specials", list, ()))
+        return cls(rust_tokenizer(field(data, "hf", dict), "the 'hf' field"), field(data, "specials", list, ()))

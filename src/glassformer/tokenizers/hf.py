@@ -11,9 +11,9 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, load_json, shown
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside
+from ..loaders import load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
-from .bpe import rust_tokenizer
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
 ROLE_KEYS = {"pad": ("pad_token",), "bos": ("bos_token", "cls_token"), "eos": ("eos_token", "sep_token"),
@@ -61,7 +61,7 @@ class HFTokenizer(Tokenizer):
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_dir(cls, path: str | Path) -> HFTokenizer:  # noqa: C901 (one reader per tokenizer layout)
+    def from_dir(cls, path: str | Path) -> HFTokenizer:
         """The tokenizer of a Hugging Face model folder.
 
         Reads ``tokenizer.json`` if present, else ``vocab.txt`` (BERT WordPiece), else ``vocab.json`` +
@@ -77,24 +77,18 @@ class HFTokenizer(Tokenizer):
                     raise BadFileError(f"{str(path / name)!r} must hold a JSON object, got {type(data).__name__}")
                 settings.update(data)
         files = {name: check_inside(path, name) for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")}
-        try:
-            if files["tokenizer.json"].is_file():
-                data = load_json(files["tokenizer.json"], "tokenizer file")
-                tokenizer = rust_from_json(data, files["tokenizer.json"])
-            elif files["vocab.txt"].is_file():
-                lowercase = settings.get("do_lower_case", True)
-                tokenizer = wordpiece(files["vocab.txt"], lowercase=lowercase if isinstance(lowercase, bool) else True)
-            elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
-                tokenizer = byte_level_bpe(files["vocab.json"], files["merges.txt"])
-            else:
-                raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
-        except GlassformerError:
-            raise
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as error:  # noqa: BLE001 (a plain Exception, or a Rust panic: pyo3's PanicException)
-            raise BadFileError(f"the tokenizer files of {str(path)!r} are malformed "
-                               f"({' '.join(str(error).split()) or type(error).__name__})") from None
+        if files["tokenizer.json"].is_file():
+            file = files["tokenizer.json"]
+            tokenizer = rust_tokenizer(load_json(file, "tokenizer file"), file)
+        elif files["vocab.txt"].is_file():
+            lowercase = settings.get("do_lower_case", True)
+            tokenizer = rust_call(lambda: wordpiece(files["vocab.txt"], lowercase=lowercase is not False),
+                                  files["vocab.txt"])
+        elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
+            tokenizer = rust_call(lambda: byte_level_bpe(files["vocab.json"], files["merges.txt"]),
+                                  files["vocab.json"])
+        else:
+            raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
         specials = {}
         for role, keys in ROLE_KEYS.items():
             for key in keys:
@@ -143,7 +137,7 @@ class HFTokenizer(Tokenizer):
         specials = field(data, "special_tokens", (dict, type(None)), None)
         if specials is not None and not all(isinstance(v, str) for v in specials.values()):
             raise GlassformerError(f"tokenizer field 'special_tokens' must map roles to token strings, got {specials}")
-        return cls(rust_tokenizer(field(data, "hf", dict)), specials)
+        return cls(rust_tokenizer(field(data, "hf", dict), "the 'hf' field"), specials)
 
     # ------------------------------------------------------------------ Hugging Face files
     def save_hf(self, path: str | Path) -> None:
@@ -161,54 +155,6 @@ class HFTokenizer(Tokenizer):
         (path / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n", encoding="utf-8")
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens}
         (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-
-
-MAX_TOKENIZER_LENGTH = 1 << 24
-"""The largest padding or truncation length a tokenizer.json may ask for (16M tokens): the Rust library
-allocates what it says, and a length of 2**40 aborts the process before any error can be raised."""
-
-
-def check_tokenizer_json(data: Any, file: str | Path) -> dict[str, Any]:
-    """``data`` (a ``tokenizers`` JSON) when its sizes are bounded: a mapping whose ``padding`` and
-    ``truncation`` lengths are ints in [0, MAX_TOKENIZER_LENGTH]; else a one-line BadFileError naming ``file``."""
-    if not isinstance(data, dict):
-        raise BadFileError(f"{str(file)!r} must hold a JSON object (a Hugging Face tokenizer), "
-                           f"got {type(data).__name__}")
-    padding, truncation = data.get("padding"), data.get("truncation")
-    lengths = []
-    if isinstance(padding, dict):
-        strategy = padding.get("strategy")
-        if isinstance(strategy, dict):
-            lengths.append(("padding.strategy.Fixed", strategy.get("Fixed")))
-        lengths += [("padding.pad_to_multiple_of", padding.get("pad_to_multiple_of"))]
-    elif padding is not None:
-        raise BadFileError(f"{str(file)!r}: padding must be an object or null, got {shown(padding)}")
-    if isinstance(truncation, dict):
-        lengths += [("truncation.max_length", truncation.get("max_length")),
-                    ("truncation.stride", truncation.get("stride"))]
-    elif truncation is not None:
-        raise BadFileError(f"{str(file)!r}: truncation must be an object or null, got {shown(truncation)}")
-    for key, value in lengths:
-        if value is None and key != "truncation.max_length":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENIZER_LENGTH:
-            raise BadFileError(f"{str(file)!r}: {key} is {shown(value)}, "
-                               f"expected an int in [0, {MAX_TOKENIZER_LENGTH}]")
-    return data
-
-
-def rust_from_json(data: Any, file: str | Path) -> RustTokenizer:
-    """A ``tokenizers.Tokenizer`` from its JSON form, checked first (:func:`check_tokenizer_json`); whatever
-    the Rust library raises, a Rust panic (pyo3's PanicException, a BaseException) included, is one
-    BadFileError naming ``file``."""
-    check_tokenizer_json(data, file)
-    try:
-        return RustTokenizer.from_str(json.dumps(data))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (a plain Exception, or a Rust panic)
-        detail = " ".join(str(error).split()) or type(error).__name__
-        raise BadFileError(f"{str(file)!r} is not a tokenizer the Hugging Face library can read ({detail})") from None
 
 
 def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,12 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside, load_json
+from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
 from ..fileio import atomic_directory, new_directory, remove_owned, replace_symlink
+from ..loaders import load_json, load_state_file
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
-from ..safetensors_header import first_line, torch_dtype
+from ..safetensors_header import torch_dtype
 from ..tokenizers import Tokenizer
 
 # A run's folder (step folders, pointers, resume, ownership) is run_dir.py's; its names are
@@ -149,51 +149,6 @@ def _need(path: Path, name: str) -> Path:
                 "validation loss)" if inside else "is it a glassformer checkpoint folder?")
         raise MissingFileError(f"checkpoint {str(path)!r} has no {name} ({hint})")
     return file
-
-
-def check_zip_sizes(file: str | Path) -> None:
-    """Refuse a torch file whose records would inflate past the file's own size before torch reads it.
-
-    ``torch.save`` stores its records uncompressed, so their sizes sum to less than the file; a crafted
-    file whose records are deflated (a 3 MB file holding 3 GB) would cost that memory inside
-    ``torch.load`` before any check could see the result. The sizes come from the zip's central
-    directory (nothing is decompressed). A file that is not a zip is left to torch's own error.
-    """
-    import zipfile
-
-    file = Path(file)
-    try:
-        with zipfile.ZipFile(file) as archive:
-            records = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return
-    size = file.stat().st_size
-    inflated = sum(record.file_size for record in records)
-    packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
-    if inflated > size or packed:
-        shown = f"compressed records ({packed[0]!r}...)" if packed else f"records of {inflated:,} bytes"
-        raise BadFileError(f"{str(file)!r} holds {shown} in a {size:,}-byte file: torch.save writes neither; "
-                           "refused before reading (a crafted or damaged file)")
-
-
-def load_state_file(file: str | Path) -> dict[str, Any]:
-    """Read a ``train_state.pt`` with ``torch.load(weights_only=True)``: tensors and plain containers
-    only. A file whose pickle would build other objects (or run code) is refused, never executed."""
-    if Path(file).is_file() and Path(file).stat().st_size == 0:
-        raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
-    check_zip_sizes(file)
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise BadFileError(f"refused to load {str(file)!r}: it holds objects other than tensors and plain "
-                           f"containers, so it was not unpickled ({first_line(error)})") from None
-    except PermissionError:
-        raise
-    except Exception as error:  # noqa: BLE001 (whatever torch.load meets in a damaged file is the file's fault)
-        raise BadFileError(f"{str(file)!r} is corrupt or truncated ({first_line(error)})") from None
-    if not isinstance(state, dict):
-        raise BadFileError(f"{str(file)!r} must hold a dict, got {type(state).__name__}")
-    return state
 
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu",

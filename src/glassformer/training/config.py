@@ -8,16 +8,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..budget import load_yaml, parse_size
+from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import (
     ArgumentTypeError,
-    BadFileError,
     GlassformerError,
-    MissingFileError,
     check_device_name,
     check_int,
     check_known_keys,
@@ -26,6 +22,7 @@ from ..errors import (
     coerce_value,
     shown,
 )
+from ..loaders import load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
@@ -233,18 +230,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """The YAML document of the file ``path`` ({} when empty), read with ``yaml.safe_load`` (no objects
     built from tags). A missing file is a MissingFileError; invalid YAML, bytes that are not UTF-8 or a
     nesting too deep to read a BadFileError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"{what} {str(path)!r} does not exist")
-    try:
-        return load_yaml(path, what)  # yaml.safe_load, refusing aliases that expand without bound
-    except yaml.YAMLError as error:
-        first = str(error).splitlines()[0]
-        raise BadFileError(f"{what} {str(path)!r} is not valid YAML ({first})") from None
-    except UnicodeDecodeError as error:
-        raise BadFileError(f"{what} {str(path)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except RecursionError:
-        raise BadFileError(f"{what} {str(path)!r} is nested too deeply to read") from None
+    return load_yaml(path, what)  # glassformer.loaders: bounded size, aliases, nesting and digits
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,

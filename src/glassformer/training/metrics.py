@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..records import read_records, record_line
+from ..loaders import read_records
+from ..records import record_line
 
 METRICS = "metrics.jsonl"
 
@@ -20,9 +21,9 @@ def metrics_line(record: dict[str, Any]) -> str:
 
 def read_metrics(file: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` (null read back as NaN); a torn last line is dropped
-    (:func:`glassformer.records.read_records`).
+    (:func:`glassformer.loaders.read_records`); every value is a number or null.
 
     Raises:
         BadFileError naming the file and the line.
     """
-    return [{k: math.nan if v is None else v for k, v in record.items()} for record in read_records(file)]
+    return [{k: math.nan if v is None else v for k, v in record.items()} for record in read_records(file, numbers=True)]

@@ -29,8 +29,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number, load_json
+from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number
 from ...fileio import atomic_directory
+from ...loaders import load_json
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
