@@ -1,6 +1,7 @@
 """Generation: KV-cached decoding, logits processors, sampling, beam search, streaming, traces.
 
     generate(model, ids, max_new_tokens, ...)        token ids in, token ids out (Hugging Face semantics)
+    GenerationConfig(do_sample=..., ...)             generate's options, checked once (frozen)
     generate_text / stream_text(model, tokenizer, prompt, ...)   strings in, strings out
     trace_generation(model, ids, ...) / trace_text   per-step top-k candidates and choices
     fill_mask(model, ids, mask_token_id, ...)        encoder-only models' candidates per mask
@@ -21,6 +22,7 @@ from .api import (
     setup_generation,
 )
 from .beam import beam_search
+from .config import GenerationConfig
 from .embeddings import sentence_embeddings
 from .fill_mask import fill_mask
 from .incremental import IncrementalDecoder, left_pad_positions
@@ -46,5 +48,5 @@ __all__ = [
     "GenerationSetup", "iter_steps", "beam_search", "decode_steps", "Step", "IncrementalDecoder",
     "left_pad_positions", "LogitsProcessorList", "make_processors", "Temperature", "TopK", "TopP", "MinP",
     "RepetitionPenalty", "NoRepeatNGram", "DecoderOnly", "EncoderDecoderModel", "Encoder", "Generative",
-    "MAX_NEW_TOKENS", "check_max_new_tokens",
+    "MAX_NEW_TOKENS", "check_max_new_tokens", "GenerationConfig",
 ]

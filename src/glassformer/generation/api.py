@@ -17,51 +17,28 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import (
-    ArgumentTypeError,
-    GlassformerError,
-    check_int,
-    check_number,
-    check_seed,
-    check_token_id,
-    is_int,
-    shown,
-)
+from ..errors import ArgumentTypeError, GlassformerError, is_int, shown
 from ..nn.masks import check_prefix_len
 from ..runtime.decode import decoding_attention, few_row_route
 from .beam import beam_search
+from .config import (
+    MAX_LENGTH_PENALTY,
+    MAX_NEW_TOKENS,
+    MAX_ROWS,
+    GenerationConfig,
+    check_max_new_tokens,
+    generation_config,
+)
 from .incremental import IncrementalDecoder
-from .processors import VocabLimit, make_processors
+from .processors import LogitsProcessorList, VocabLimit
 from .protocol import Generative, Model, check_generative
 from .search import Step, StoppingCriterion, decode_steps
 
 PromptLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
 """Prompts as :func:`generate` takes them: a (T,) or (B, T) id tensor, a list of ids, or a list of lists."""
 
-MAX_NEW_TOKENS = 1_000_000
-"""The most tokens one call generates per row. Past the model's context (``config.max_len``) the window
-slides (the oldest tokens are dropped), so the model itself sets no limit; this one keeps a mistyped
-``max_new_tokens`` (1e9) from running for days. Buffers grow with the tokens actually generated."""
-
-MAX_LENGTH_PENALTY = 10.0
-"""Beam search divides a score by length ** length_penalty; beyond +-10 that power overflows a float
-(usual values are 0.6 to 2)."""
-
-MAX_ROWS = 4096
-"""The most copies of each prompt (``num_beams``, ``num_return_sequences``): each copy is a row of every
-buffer and of the KV cache, so this bounds what one option can multiply memory by."""
-
-
-def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
-    """``value`` if it is an int in [1, :data:`MAX_NEW_TOKENS`], else a one-line error naming ``name``."""
-    if is_int(value) and 1 <= value <= MAX_NEW_TOKENS:
-        return value
-    if is_int(value) and value > MAX_NEW_TOKENS:
-        context = f"; past the model's context (max_len={config.max_len}) the window slides" if config else ""
-        raise GlassformerError(f"{name}={value} is more than glassformer generates in one call "
-                               f"(at most {MAX_NEW_TOKENS:,} new tokens per row{context}); ask for fewer")
-    check_int(name, value, 1, MAX_NEW_TOKENS)
-    return value
+__all__ = ["MAX_LENGTH_PENALTY", "MAX_NEW_TOKENS", "MAX_ROWS", "GenerationConfig", "check_max_new_tokens",
+           "batch_prompts", "generate", "iter_steps", "setup_generation", "pad_id_for", "special_id"]
 
 
 def special_id(tokenizer: Any, name: str) -> int | None:
@@ -189,113 +166,92 @@ class GenerationSetup:
     Attributes:
         decoder: the :class:`IncrementalDecoder` holding the (B * copies, T) prompts, copies being
             ``num_beams`` or ``num_return_sequences``.
-        kwargs: the search options (processors, eos/pad ids, generator, ...) for the search loops.
+        config: the :class:`GenerationConfig` of the call.
+        processors: the logits processors it asks for (and the tokenizer's vocabulary limit).
+        pad_token_id: the filler id (resolved: see :func:`pad_id_for`).
+        stopping_criteria: callables (B, L) ids -> (B,) bool (the caller's, then stop_strings').
+        generator: the seeded generator for sampling, or None.
         prompt_len: T, the prompt's width in columns (padding included); new tokens start there.
     """
 
     decoder: IncrementalDecoder
-    kwargs: dict[str, Any]
+    config: GenerationConfig
+    processors: LogitsProcessorList
+    pad_token_id: int
+    stopping_criteria: list[StoppingCriterion]
+    generator: torch.Generator | None
     prompt_len: int
 
 
-def setup_generation(model: Generative, ids: PromptLike, *, max_new_tokens: int, do_sample: bool = False,
-            temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-            min_p: float | None = None, repetition_penalty: float | None = None,
-            no_repeat_ngram_size: int | None = None, num_beams: int = 1, length_penalty: float = 1.0,
-            early_stopping: bool | str = False, eos_token_id: int | Sequence[int] | None = None,
-            pad_token_id: int | None = None, num_return_sequences: int = 1, seed: int | None = None,
-            prefix_len: int | torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-            pad: torch.Tensor | None = None, decoder_start_token_id: int | None = None,
-            use_cache: bool = True, stopping_criteria: Sequence[StoppingCriterion] | None = None,
-            stop_strings: Sequence[str] | None = None, tokenizer: Any = None) -> GenerationSetup:
-    """Check :func:`generate`'s arguments, encode the source (encoder-decoder) and build the decoder.
+def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfig | None = None, *,
+                     prefix_len: int | torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                     pad: torch.Tensor | None = None, stopping_criteria: Sequence[StoppingCriterion] | None = None,
+                     tokenizer: Any = None, **options: Any) -> GenerationSetup:
+    """Check the call's inputs, encode the source (encoder-decoder) and build the decoder.
 
-    Arguments as :func:`generate`. Returns a :class:`GenerationSetup` whose decoder has not run yet;
-    :func:`iter_steps` (greedy/sampling) or :func:`glassformer.generation.beam_search` drives it.
-    Call it without autograd (``torch.inference_mode()``) with the model in eval mode (as :func:`generate` does).
+    Arguments as :func:`generate` (``options``: :class:`GenerationConfig` fields, applied to ``config``).
+    Returns a :class:`GenerationSetup` whose decoder has not run yet; :func:`iter_steps`
+    (greedy/sampling) or :func:`glassformer.generation.beam_search` drives it. Call it without
+    autograd (``torch.inference_mode()``) with the model in eval mode (as :func:`generate` does).
     """
     check_generative(model)
-    config = model.config
+    gen = generation_config(config, options)
+    model_config = model.config
     seq2seq = _is_seq2seq(model)
-    if not seq2seq and config.attn == "bidirectional":
+    if not seq2seq and model_config.attn == "bidirectional":
         raise GlassformerError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
                                "use glassformer.generation.fill_mask")
-    check_max_new_tokens(max_new_tokens, config)
-    check_int("num_beams", num_beams, 1, MAX_ROWS)
-    check_int("num_return_sequences", num_return_sequences, 1, MAX_ROWS)
-    if num_beams == 1 and not do_sample and num_return_sequences != 1:
-        raise GlassformerError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
-                               f"{num_return_sequences} needs do_sample=True or num_beams >= num_return_sequences")
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise GlassformerError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
-    if early_stopping not in (True, False, "never"):
-        raise GlassformerError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    length_penalty = check_number("length_penalty", length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
-    if eos_token_id is not None and not isinstance(eos_token_id, (int, list, tuple)):
-        raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos_token_id).__name__}")
-    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    for value in eos:
-        check_token_id("eos_token_id", value, config.vocab_size)
-    if pad_token_id is not None:
-        check_token_id("pad_token_id", pad_token_id, config.vocab_size)
-    if pad_token_id is None:
-        pad_token_id = pad_id_for(tokenizer, eos)
-    processors = make_processors(
-        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-        min_tokens_to_keep=len(eos) + 1 if num_beams > 1 else 1)
+    gen.check_vocab(model_config.vocab_size)
+    eos = list(gen.eos_token_id)
+    pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else pad_id_for(tokenizer, eos)
+    processors = gen.processors()
     known = getattr(tokenizer, "vocab_size", None)
-    if isinstance(known, int) and known < config.vocab_size:  # a padded model vocabulary: never the extra ids
+    if isinstance(known, int) and known < model_config.vocab_size:  # a padded model vocabulary: never the extra ids
         processors.append(VocabLimit(known))
     device = next(model.parameters()).device
-    copies = num_beams if num_beams > 1 else num_return_sequences  # rows per prompt
+    copies = gen.num_beams if gen.num_beams > 1 else gen.num_return_sequences  # rows per prompt
+    max_new_tokens = gen.max_new_tokens
 
     if seq2seq:
-        if decoder_start_token_id is None:
+        if gen.decoder_start_token_id is None:
             raise GlassformerError("an encoder-decoder model needs decoder_start_token_id "
                                    "(e.g. the tokenizer's bos id)")
-        check_token_id("decoder_start_token_id", decoder_start_token_id, config.vocab_size)
         if prefix_len is not None:
             raise GlassformerError("prefix_len is only meaningful for attn='prefix' decoder-only models")
         src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
                                      side="right", name="src", device=device)
-        _check_length(config, src, src_pad, "source")
-        memory = model.encode(src, src_pad).repeat_interleave(copies, dim=0)
+        _check_length(model_config, src, src_pad, "source")
+        memory = model.encode(src, src_pad).repeat_interleave(copies, dim=0)  # (encode checks src's ids)
         src_pad = None if src_pad is None else src_pad.repeat_interleave(copies, dim=0)
-        start = torch.full((memory.shape[0], 1), decoder_start_token_id, dtype=torch.long, device=device)
-        decoder = IncrementalDecoder(model, start, None, max_new_tokens, use_cache=use_cache,
+        start = torch.full((memory.shape[0], 1), gen.decoder_start_token_id, dtype=torch.long, device=device)
+        decoder = IncrementalDecoder(model, start, None, max_new_tokens, use_cache=gen.use_cache,
                                      memory=memory, src_pad=src_pad)
     else:
         ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
                                  device=device)
-        _check_length(config, ids, pad, "prompt")
+        _check_length(model_config, ids, pad, "prompt")
         lengths = ids.shape[1] - (pad.sum(dim=1) if pad is not None else 0)
-        if config.attn == "prefix":
+        if model_config.attn == "prefix":
             prefix_len = _prefix_lengths(prefix_len, ids.shape[0], lengths, device)
         elif prefix_len is not None:
             raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
-                                   f"(this model has attn={config.attn!r})")
+                                   f"(this model has attn={model_config.attn!r})")
         ids = ids.repeat_interleave(copies, dim=0)
         pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
         prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
-        decoder = IncrementalDecoder(model, ids, pad, max_new_tokens, use_cache=use_cache,
-                                     prefix_len=prefix_len)
+        decoder = IncrementalDecoder(model, ids, pad, max_new_tokens, use_cache=gen.use_cache,
+                                     prefix_len=prefix_len)  # (checks the prompt's ids, once)
 
     prompt_len = decoder.length
     criteria = list(stopping_criteria or [])
-    if stop_strings:
+    if gen.stop_strings:
         if tokenizer is None:
             raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
-        criteria.append(StopOnStrings(tokenizer, stop_strings, prompt_len))
+        criteria.append(StopOnStrings(tokenizer, gen.stop_strings, prompt_len))
     generator = None
-    if seed is not None:
-        check_seed("seed", seed)
-        generator = torch.Generator(device=device).manual_seed(seed)
-    kwargs = dict(processors=processors, eos_token_id=eos, pad_token_id=pad_token_id, do_sample=do_sample,
-                  generator=generator, num_beams=num_beams, length_penalty=length_penalty,
-                  early_stopping=early_stopping, num_return_sequences=num_return_sequences,
-                  stopping_criteria=criteria, max_new_tokens=max_new_tokens)
-    return GenerationSetup(decoder, kwargs, prompt_len)
+    if gen.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(gen.seed)
+    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, prompt_len)
 
 
 def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
@@ -337,7 +293,8 @@ class StopOnStrings:
         return torch.tensor([any(s in text for s in self.stop_strings) for text in texts], device=seq.device)
 
 
-def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **options: Any) -> torch.Tensor:
+def generate(model: Generative, ids: PromptLike, max_new_tokens: int | None = None, *,
+             config: GenerationConfig | None = None, **options: Any) -> torch.Tensor:
     """Continue prompts (decoder-only) or translate sources (encoder-decoder); return token ids.
 
     Args:
@@ -346,38 +303,36 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
         ids: prompts (decoder-only) or sources (encoder-decoder): a (T,) or (B, T) tensor, a list of
             ids or a list of lists (padded for you). With a tensor, mark padding with ``pad`` (B, T)
             bool or ``attention_mask`` (B, T), 1 = real token.
-        max_new_tokens: most tokens to add per row, at most :data:`MAX_NEW_TOKENS` (past the model's
-            ``max_len`` the context window slides; buffers grow with what is generated).
-        do_sample: sample from the distribution (else greedy / beam search). temperature, top_k,
-            top_p (in (0, 1]), min_p shape that distribution (sampling only).
-        repetition_penalty, no_repeat_ngram_size: discourage repeats (all strategies).
-        num_beams: beam search when > 1; length_penalty, early_stopping (True, False, "never") as in
-            Hugging Face. num_return_sequences: rows returned per prompt.
-        eos_token_id: int or list of ids that end a row; pad_token_id: filler after the end
-            (default: :func:`pad_id_for`: the tokenizer's pad id, else the first eos id, else 0).
-            stop_strings (with tokenizer): texts that end a row.
-            tokenizer: also keeps ids beyond its vocabulary (a model's padded vocabulary) from being chosen.
-            stopping_criteria: callables (B, L) ids -> (B,) bool.
-        seed: seeds a private generator so sampling is reproducible.
-        prefix_len: prefix-LM only: an int or (B,) tensor; default the whole prompt.
-        decoder_start_token_id: encoder-decoder only (required): the decoder's first token.
-        use_cache: use the KV cache (default) or recompute everything each step.
+        max_new_tokens: most tokens to add per row (default: the config's, 20), at most
+            :data:`MAX_NEW_TOKENS` (past the model's ``max_len`` the context window slides).
+        config: a :class:`GenerationConfig`; the keyword options below build one (or change a copy of it).
+        options: the :class:`GenerationConfig` fields, with Hugging Face's names and meanings:
+            do_sample, temperature, top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size,
+            num_beams, length_penalty, early_stopping, num_return_sequences, eos_token_id,
+            pad_token_id (default: :func:`pad_id_for`), seed, decoder_start_token_id (encoder-decoder:
+            required), use_cache, stop_strings (with tokenizer). And the call's inputs:
+            pad / attention_mask (see ``ids``), prefix_len (prefix-LM: an int or (B,) tensor; default
+            the whole prompt), stopping_criteria (callables (B, L) ids -> (B,) bool), tokenizer (for
+            stop_strings; also keeps ids beyond its vocabulary, a model's padded vocabulary, from
+            being chosen).
     Returns:
         (B * num_return_sequences, T + n) long tensor: the prompt (as given, padding included) and
         the n <= max_new_tokens new tokens; for an encoder-decoder (B * num_return_sequences, 1 + n).
     """
+    if max_new_tokens is not None:
+        options["max_new_tokens"] = max_new_tokens
     with _eval_mode(model):
-        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
-        kw = setup.kwargs
-        if kw["num_beams"] > 1:
-            if kw["stopping_criteria"]:
+        setup = setup_generation(model, ids, config, **options)
+        gen = setup.config
+        if gen.num_beams > 1:
+            if setup.stopping_criteria:
                 raise GlassformerError("stop_strings/stopping_criteria are not supported with beam search")
             sequences, _ = beam_search(
-                setup.decoder, kw["num_beams"], max_new_tokens, kw["processors"],
-                eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
-                length_penalty=kw["length_penalty"], early_stopping=kw["early_stopping"],
-                num_return_sequences=kw["num_return_sequences"], do_sample=kw["do_sample"],
-                generator=kw["generator"])
+                setup.decoder, gen.num_beams, gen.max_new_tokens, setup.processors,
+                eos_token_id=list(gen.eos_token_id), pad_token_id=setup.pad_token_id,
+                length_penalty=gen.length_penalty, early_stopping=gen.early_stopping,
+                num_return_sequences=gen.num_return_sequences, do_sample=gen.do_sample,
+                generator=setup.generator)
         else:
             for _ in iter_steps(setup):
                 pass
@@ -388,10 +343,10 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int = 20, **opt
 def iter_steps(setup: GenerationSetup) -> Iterator[Step]:
     """The greedy/sampling steps of a :func:`setup_generation` result: one :class:`Step` per new token
     (tokens (B,), scores (B, V), finished (B,)); see :func:`decode_steps`. Not for beam search."""
-    kw = setup.kwargs
-    if kw["num_beams"] > 1:
+    gen = setup.config
+    if gen.num_beams > 1:
         raise GlassformerError("step-by-step output (streaming, traces) is not available with beam search "
                                "(num_beams > 1)")
-    return decode_steps(setup.decoder, kw["max_new_tokens"], kw["processors"], do_sample=kw["do_sample"],
-                        eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"],
-                        stopping_criteria=kw["stopping_criteria"], generator=kw["generator"])
+    return decode_steps(setup.decoder, gen.max_new_tokens, setup.processors, do_sample=gen.do_sample,
+                        eos_token_id=list(gen.eos_token_id), pad_token_id=setup.pad_token_id,
+                        stopping_criteria=setup.stopping_criteria, generator=setup.generator)

@@ -62,12 +62,14 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
         stopping_criteria: callables (B, L) tokens -> (B,) bool, True = finished.
     Yields:
         :class:`Step` (tokens (B,), scores (B, V), finished (B,)). Stops early when every row is
-        finished (that check is the loop's only host synchronisation).
+        finished (that check is the loop's only host synchronisation, made only when something can
+        finish a row: an eos id or a stopping criterion).
     """
     logits = decoder.start()
     B, V = logits.shape
     eos = torch.tensor(eos_token_id or [], dtype=torch.long, device=logits.device)
     finished = torch.zeros(B, dtype=torch.bool, device=logits.device)
+    can_finish = bool(eos_token_id or stopping_criteria)
     for i in range(max_new_tokens):
         scores = processors(history_for_processors(decoder, V), logits) if processors else logits
         if do_sample:
@@ -82,6 +84,6 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
         for criterion in stopping_criteria or []:
             finished = finished | criterion(decoder.sequences())
         yield Step(tokens, scores, finished)
-        if i == max_new_tokens - 1 or bool(finished.all()):
+        if i == max_new_tokens - 1 or (can_finish and bool(finished.all())):
             return
         logits = decoder.next_logits()

@@ -135,6 +135,7 @@ class LeanStep:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.layers = [_LeanLayer(block) for block in model.blocks]
+        self.rows = 0  # the batch the projections were chosen for
         self.watched = list(model.modules())  # checked at each step for module hooks ...
         self.tapped = [m for m in self.watched if isinstance(m, Tapped)]  # ... and hook points
         self.embeddings, self.norm_f = model.embeddings, model.norm_f
@@ -198,12 +199,16 @@ class LeanStep:
 
         h, kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         B = ids.shape[0]
+        if self.rows != B:  # each projection: F.linear, or the few-row route where it pays here
+            for layer in self.layers:
+                layer.choose(B)
+            self.rows = B
         start = cache[0].length
         x = self.embeddings(ids, positions, end)  # (B, 1, d)
         rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=1, n_keys=start + 1, end=end)
         for p, layer_cache in zip(self.layers, cache):
             y = p.attn_norm(x) if p.norm_first else x
-            qkv = F.linear(y, p.qkv_w, p.qkv_b).view(B, h + 2 * kv, 1, hd)  # T = 1: heads first, no transpose
+            qkv = p.qkv(y).view(B, h + 2 * kv, 1, hd)  # T = 1: heads first, no transpose
             q, k, v = qkv[:, :h], qkv[:, h:h + kv], qkv[:, h + kv:]  # (B, h, 1, hd), (B, kv, 1, hd) x 2
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
@@ -212,34 +217,45 @@ class LeanStep:
                 k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
             out = fused_attention(q, k, v, mask, is_causal=False, score_bias=score_bias, dropout_p=0.0,
                                   scale=self.scale)  # (B, h, 1, hd)
-            out = F.linear(out.reshape(B, 1, h * hd), p.o_w, p.o_b)  # (B, 1, d)
+            out = p.o_proj(out.reshape(B, 1, h * hd))  # (B, 1, d)
             x = x + out if p.norm_first else p.attn_norm(x + out)
-            if p.up_w is None:  # attention-only blocks
+            if p.up is None:  # attention-only blocks
                 continue
             y = p.ffn_norm(x) if p.norm_first else x
-            hidden = F.linear(y, p.up_w, p.up_b)  # (B, 1, d_ff)
-            if p.gate_w is not None:
-                hidden = activate(p.activation, F.linear(y, p.gate_w, p.gate_b)) * hidden
+            if p.gate is None:
+                hidden = activate(p.activation, p.up(y))  # (B, 1, d_ff)
             else:
-                hidden = activate(p.activation, hidden)
-            out = F.linear(hidden, p.down_w, p.down_b)  # (B, 1, d)
+                hidden = activate(p.activation, p.gate(y)) * p.up(y)  # (B, 1, d_ff)
+            out = p.down(hidden)  # (B, 1, d)
             x = x + out if p.norm_first else p.ffn_norm(x + out)
         return x if type(self.norm_f) is nn.Identity else self.norm_f.plain(x)
 
 
 class _LeanLayer:
-    """One block's parameters and norms as :class:`LeanStep` reads them (looked up once per generation,
-    not through ``nn.Module`` attribute access at every step; the tensors are the block's own)."""
+    """One block as :class:`LeanStep` reads it: its norms' ``plain`` methods and its projections as
+    functions of the block's own parameters (looked up once per generation, not through ``nn.Module``
+    attribute access at every step)."""
+
+    NAMES = ("qkv", "o_proj", "up", "gate", "down")
 
     def __init__(self, block: nn.Module) -> None:
         attn, ffn = block.self_attn, block.ffn
         self.norm_first = block.norm_first
         self.attn_norm = block.attn_norm.plain
         self.ffn_norm = block.ffn_norm.plain if ffn is not None else None
-        self.qkv_w, self.qkv_b = attn.qkv.weight, attn.qkv.bias
-        self.o_w, self.o_b = attn.o_proj.weight, attn.o_proj.bias
         self.activation = ffn.activation if ffn is not None else None
-        self.up_w, self.up_b = (ffn.up.weight, ffn.up.bias) if ffn is not None else (None, None)
-        self.down_w, self.down_b = (ffn.down.weight, ffn.down.bias) if ffn is not None else (None, None)
-        gate = ffn.gate if ffn is not None else None
-        self.gate_w, self.gate_b = (gate.weight, gate.bias) if gate is not None else (None, None)
+        self.modules = {"qkv": attn.qkv, "o_proj": attn.o_proj, "up": ffn and ffn.up, "gate": ffn and ffn.gate,
+                        "down": ffn and ffn.down}
+        for name in self.NAMES:
+            setattr(self, name, None)
+
+    def choose(self, rows: int) -> None:
+        """Make each projection ``F.linear`` on the module's weight and bias, or the few-row route
+        (:func:`.linear.linear`) where :func:`.linear.route_pays` measured it faster for ``rows`` rows."""
+        for name, module in self.modules.items():
+            if module is None:
+                continue
+            weight, bias = module.weight, module.bias
+            probe = torch.empty(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+            routed = _may_route(weight) and route_pays(probe, weight)
+            setattr(self, name, partial(linear if routed else F.linear, weight=weight, bias=bias))

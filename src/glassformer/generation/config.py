@@ -1,0 +1,166 @@
+"""``GenerationConfig``: how :func:`glassformer.generation.generate` chooses tokens, checked once, when made.
+
+The options follow Hugging Face ``generate`` (same names, same meanings). ``generate(model, ids, 20,
+do_sample=True, top_p=0.9)`` builds one from its keywords; a config can also be made once and passed
+(``generate(model, ids, config=cfg)``), or changed with :meth:`GenerationConfig.replace`. What belongs
+to one call rather than to a way of generating (padding, prefix lengths, a tokenizer, stopping
+callables) stays an argument of ``generate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed, check_token_id, is_int
+from .processors import LogitsProcessorList, make_processors
+
+MAX_NEW_TOKENS = 1_000_000
+"""The most tokens one call generates per row. Past the model's context (``config.max_len``) the window
+slides (the oldest tokens are dropped), so the model itself sets no limit; this one keeps a mistyped
+``max_new_tokens`` (1e9) from running for days. Buffers grow with the tokens actually generated."""
+
+MAX_LENGTH_PENALTY = 10.0
+"""Beam search divides a score by length ** length_penalty; beyond +-10 that power overflows a float
+(usual values are 0.6 to 2)."""
+
+MAX_ROWS = 4096
+"""The most copies of each prompt (``num_beams``, ``num_return_sequences``): each copy is a row of every
+buffer and of the KV cache, so this bounds what one option can multiply memory by."""
+
+
+def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
+    """``value`` if it is an int in [1, :data:`MAX_NEW_TOKENS`], else a one-line error naming ``name``."""
+    if is_int(value) and 1 <= value <= MAX_NEW_TOKENS:
+        return value
+    if is_int(value) and value > MAX_NEW_TOKENS:
+        context = f"; past the model's context (max_len={config.max_len}) the window slides" if config else ""
+        raise GlassformerError(f"{name}={value} is more than glassformer generates in one call "
+                               f"(at most {MAX_NEW_TOKENS:,} new tokens per row{context}); ask for fewer")
+    check_int(name, value, 1, MAX_NEW_TOKENS)
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be True or False, got {value!r:.60}")
+    return value
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to choose tokens (Hugging Face's option names); valid from construction, immutable.
+
+    Attributes:
+        max_new_tokens: most tokens to add per row, in [1, :data:`MAX_NEW_TOKENS`].
+        do_sample: sample from the distribution (else greedy / beam search). temperature (> 0),
+            top_k (0/None: off), top_p (in (0, 1]), min_p shape that distribution (sampling only,
+            but checked always).
+        repetition_penalty, no_repeat_ngram_size: discourage repeats (all strategies).
+        num_beams: beam search when > 1; length_penalty (|.| <= 10), early_stopping (True, False,
+            "never") as in Hugging Face. num_return_sequences: rows returned per prompt.
+        eos_token_id: ids that end a row (an int or a sequence; kept as a tuple).
+        pad_token_id: filler after the end (None: the tokenizer's pad id, else the first eos id, else 0).
+        seed: seeds a private generator so sampling is reproducible.
+        decoder_start_token_id: encoder-decoder only (required there): the decoder's first token.
+        use_cache: use the KV cache (default) or recompute everything each step.
+        stop_strings: texts that end a row (they need a tokenizer; kept as a tuple).
+    Token ids are checked against a model's vocabulary by :meth:`check_vocab` (a config knows no model).
+    """
+
+    max_new_tokens: int = 20
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    eos_token_id: int | Sequence[int] | None = ()
+    pad_token_id: int | None = None
+    num_return_sequences: int = 1
+    seed: int | None = None
+    decoder_start_token_id: int | None = None
+    use_cache: bool = True
+    stop_strings: Sequence[str] | None = ()
+
+    def __post_init__(self) -> None:
+        check_max_new_tokens(self.max_new_tokens)
+        _check_bool("do_sample", self.do_sample)
+        _check_bool("use_cache", self.use_cache)
+        check_int("num_beams", self.num_beams, 1, MAX_ROWS)
+        check_int("num_return_sequences", self.num_return_sequences, 1, MAX_ROWS)
+        beams, copies = self.num_beams, self.num_return_sequences
+        if beams == 1 and not self.do_sample and copies != 1:
+            raise GlassformerError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
+                                   f"{copies} needs do_sample=True or num_beams >= num_return_sequences")
+        if beams > 1 and copies > beams:
+            raise GlassformerError(f"num_return_sequences={copies} must be <= num_beams={beams}")
+        if not any(self.early_stopping is choice for choice in (True, False)) and self.early_stopping != "never":
+            raise GlassformerError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r:.60}")
+        self._set("length_penalty", check_number("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY,
+                                                 MAX_LENGTH_PENALTY))
+        eos = self.eos_token_id
+        if eos is not None and not is_int(eos) and not isinstance(eos, (list, tuple)):
+            raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos).__name__}")
+        eos = (eos,) if is_int(eos) else tuple(eos or ())
+        for value in eos:
+            check_int("eos_token_id", value, 0)
+        self._set("eos_token_id", eos)
+        for name in ("pad_token_id", "decoder_start_token_id"):
+            check_int(name, getattr(self, name), 0, allow_none=True)
+        check_seed("seed", self.seed, allow_none=True)
+        stops = self.stop_strings
+        if isinstance(stops, str) or not isinstance(stops, (list, tuple, type(None))) or \
+                not all(isinstance(s, str) and s for s in stops or ()):
+            raise GlassformerError(f"stop_strings must be a list of non-empty strings, got {stops!r:.80}")
+        self._set("stop_strings", tuple(stops or ()))
+        self.processors()  # temperature, top_k, top_p, min_p, penalties: checked here, once
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # normalising a field of a frozen instance while it is made
+
+    def replace(self, **changes: Any) -> GenerationConfig:
+        """A copy with ``changes`` (checked like a new config)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The fields' names: the options ``generate`` accepts as keywords besides its call inputs."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def processors(self) -> LogitsProcessorList:
+        """The logits processors these options ask for (see :func:`make_processors`)."""
+        return make_processors(
+            do_sample=self.do_sample, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+            min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            min_tokens_to_keep=len(self.eos_token_id) + 1 if self.num_beams > 1 else 1)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """An error naming the option when a token id (eos, pad, decoder start) is not in [0, vocab_size)."""
+        for value in self.eos_token_id:
+            check_token_id("eos_token_id", value, vocab_size)
+        for name in ("pad_token_id", "decoder_start_token_id"):
+            if getattr(self, name) is not None:
+                check_token_id(name, getattr(self, name), vocab_size)
+
+
+def generation_config(config: GenerationConfig | None, options: dict[str, Any]) -> GenerationConfig:
+    """``config`` with ``options`` (keyword options of ``generate``) applied, or a new config from them;
+    an unknown option is an error listing the known ones."""
+    unknown = sorted(set(options) - set(GenerationConfig.option_names()))
+    if unknown:
+        raise ArgumentTypeError(f"unknown generation option(s) {', '.join(unknown)}; known: "
+                                f"{', '.join(GenerationConfig.option_names())}, and the call inputs prefix_len, "
+                                "attention_mask, pad, stopping_criteria, tokenizer")
+    if config is None:
+        return GenerationConfig(**options)
+    if not isinstance(config, GenerationConfig):
+        raise ArgumentTypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
+    return config.replace(**options) if options else config
