@@ -275,3 +275,100 @@ def test_cache_algebra_refuses_bad_arguments(caches):
         cache.accumulated_resid(pos_slice="last")
     with pytest.raises(GlassformerError, match=r"tokens must be ids in \[0, 97\)"):
         cache.logit_attrs(cache.decompose_resid(), tokens=97)
+
+
+WEIGHTS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "W_gate", "W_out", "b_in", "b_out",
+           "W_E", "W_pos", "W_U", "b_U")
+
+
+def _their_weight(bridge, name):
+    """TransformerLens's stacked weight, or None where it has none (a bias-free model's biases: ours are zeros)."""
+    try:
+        return getattr(bridge, name)
+    except AttributeError:
+        return None
+
+
+def _compare_weights(mine, bridge):
+    compared = 0
+    for name in WEIGHTS:
+        reference, ours = _their_weight(bridge, name), getattr(mine, name)
+        if reference is None:
+            assert ours is None or not ours.any(), name  # absent there: absent or zeros here
+            continue
+        _close(ours, reference.detach(), name)
+        compared += 1
+    return compared
+
+
+def test_weight_views_are_transformer_lens_weights(pair):
+    arch, ours, theirs = pair
+    from glassformer.interpret.weights import weights
+
+    mine = weights(ours)
+    assert _compare_weights(mine, theirs) == {"gpt2": 16, "llama": 10}[arch]
+    assert mine.W_Q.shape == (2, 4, 32, 8) and mine.W_O.shape == (2, 4, 8, 32)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_folded_weights_are_transformer_lens_fold_ln(arch, tmp_path):
+    from glassformer.interpret.weights import weights
+
+    ours, theirs = _pair(arch, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs.enable_compatibility_mode(fold_ln=True, center_writing_weights=False, center_unembed=False,
+                                         fold_value_biases=False, disable_warnings=True)
+    mine = weights(ours, fold_ln=True)
+    assert _compare_weights(mine, theirs) >= 8
+    assert (mine.W_Q - weights(ours).W_Q).abs().max() > 1e-2  # the gains are not 1: folding changed them
+
+
+def test_circuits_and_composition_scores(pair):
+    _, ours, theirs = pair
+    from glassformer.interpret.weights import weights
+
+    mine = weights(ours)
+    for name in ("QK", "OV"):
+        circuit, reference = getattr(mine, name), getattr(theirs, name)
+        assert circuit.shape == reference.shape == (2, 4, 32, 32)
+        _close(circuit.AB, reference.AB.detach(), name)
+        _close(circuit.BA, reference.BA.detach(), name)
+        _close(circuit.T.AB, reference.T.AB.detach(), name)
+        _close(circuit.S, reference.S.detach(), name)
+        _close(circuit.norm(), reference.norm().detach(), name)
+        U, S, V = circuit.svd()
+        _close(U @ torch.diag_embed(S) @ V.transpose(-2, -1), circuit.AB, name)  # M = U diag(S) Vᵀ
+        ours_eig, their_eig = circuit.eigenvalues, reference.eigenvalues.detach()
+        key = lambda e: e.real * 1e3 + e.imag  # noqa: E731  (the same multiset, in whatever order)
+        _close(torch.sort(key(ours_eig)).values, torch.sort(key(their_eig)).values, name)
+        _close(circuit[1, 2].AB, circuit.AB[1, 2], name)
+        vector = torch.linspace(-1, 1, 32)
+        _close(circuit @ vector, circuit.AB @ vector, name)
+        _close(vector @ circuit, vector @ circuit.AB, name)
+        _close((circuit @ mine.OV[0, 0]).AB, circuit.AB @ mine.OV[0, 0].AB, name)
+        _close((2.0 * circuit).AB, 2.0 * circuit.AB, name)
+    for mode in "QKV":
+        scores, reference = mine.all_composition_scores(mode), theirs.all_composition_scores(mode)
+        assert scores.shape == (2, 4, 2, 4)
+        _close(scores, reference.scores.detach(), mode)
+        assert (scores[1, :, 0] == 0).all() and (scores[0, :, 1] > 0).all()  # earlier -> later only
+
+
+def test_weights_refuse_bad_input():
+    from glassformer import TransformerLM
+    from glassformer.errors import GlassformerError
+    from glassformer.interpret.weights import FactoredMatrix, weights
+
+    with pytest.raises(GlassformerError, match="TransformerLM"):
+        weights(torch.nn.Linear(2, 2))
+    model = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+    with pytest.raises(GlassformerError, match="mode must be one of"):
+        weights(model).all_composition_scores("O")
+    with pytest.raises(GlassformerError, match="inner size"):
+        FactoredMatrix(torch.ones(3, 2), torch.ones(3, 4))
+    with pytest.raises(GlassformerError, match="square"):
+        _ = FactoredMatrix(torch.ones(3, 2), torch.ones(2, 4)).BA
+    post_norm = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, norm_first=False)
+    with pytest.raises(GlassformerError, match="pre-norm"):
+        weights(post_norm, fold_ln=True)

@@ -10,6 +10,8 @@ glassformer model, with TransformerLens's hook names (docs/interpret.md).
     scores = head_scores(model)                                     # previous-token and induction heads
     sae.train_sae(model, tok, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")  # docs/sae.md
     estimate = attribution_patching(model, clean, corrupted, metric)  # every point's patching, 3 passes
+    cache.decompose_resid(), cache.stack_head_results(), cache.logit_attrs(stack, tokens)  # TL's cache algebra
+    w = weights(model); w.W_Q, w.OV.S, w.all_composition_scores("K")  # per-head weights, circuits
     circuit = find_circuit(model, clean, corrupted, metric)          # EAP-IG edges, faithful to 0.9
 """
 
@@ -39,9 +41,11 @@ from .patching import (
     run_with_patch,
 )
 from .points import HookPoint, act_name, hook_points, resolve
+from .weights import FactoredMatrix, Weights, composition_scores, weights
 
 __all__ = [
     "hook_points", "HookPoint", "act_name", "resolve",
+    "weights", "Weights", "FactoredMatrix", "composition_scores",
     "hooks", "Hooks", "run_with_hooks", "run_with_cache", "ActivationCache", "record", "Recording",
     "patch_hooks", "run_with_patch", "patching_effects",
     "ablation_hooks", "ablate_heads", "head_ablation_effects", "next_token_loss", "attention_weights",
