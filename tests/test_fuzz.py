@@ -457,3 +457,76 @@ def test_cli_train_never_shows_a_traceback(folders, extra):
                                       "--version", "--prompt", "1e9", "\udcff"]), max_size=4))
 def test_cli_top_level_never_shows_a_traceback(argv):
     check_cli(argv)
+
+
+# ---------------------------------------------------------------------------------------------- the loaders
+BIG_NUMBERS = st.sampled_from(["9" * 5000, "-" + "1" * 4301, "1e999999", "0x" + "f" * 5000, "1" * 4300])
+DOCUMENTS = st.one_of(st.binary(max_size=80), JSONISH.map(lambda v: json.dumps(v).encode()),
+                      BIG_NUMBERS.map(lambda n: f'{{"step": 1, "x": {n}}}'.encode()),
+                      st.integers(1, 3000).map(lambda depth: ("[" * depth + "]" * depth).encode()),
+                      BIG_NUMBERS.map(lambda n: f"a: {n}\n".encode()))
+
+
+@FAST
+@given(content=DOCUMENTS, numbers=st.booleans())
+def test_loaders_read_any_bytes_or_give_one_glassformer_error(content, numbers):
+    """Every reader of glassformer.loaders, fed arbitrary bytes, deep nesting and numbers past Python's
+    int-digit limit: a value, or a GlassformerError; never a ValueError, RecursionError or panic."""
+    from glassformer.loaders import load_json, load_yaml, read_records
+
+    path = ROOT / "document"
+    path.write_bytes(content)
+    for read in (lambda: load_json(path), lambda: load_yaml(path), lambda: read_records(path, numbers)):
+        with contextlib.suppress(GlassformerError):
+            read()
+
+
+PADDING = st.fixed_dictionaries({}, optional={
+    "strategy": st.one_of(st.just("BatchLongest"), st.fixed_dictionaries({"Fixed": st.one_of(INTS, SCALARS)}),
+                          JSONISH),
+    "pad_to_multiple_of": st.one_of(INTS, SCALARS), "direction": st.sampled_from(["Right", "Left", "Up"]),
+    "pad_id": st.one_of(INTS, SCALARS), "pad_type_id": INTS, "pad_token": st.text(max_size=4)})
+TRUNCATION = st.fixed_dictionaries({}, optional={
+    "max_length": st.one_of(INTS, SCALARS), "stride": st.one_of(INTS, SCALARS),
+    "strategy": st.sampled_from(["LongestFirst", "OnlyFirst", "x"]), "direction": st.sampled_from(["Right", "x"])})
+
+
+@FAST
+@given(padding=st.one_of(st.none(), PADDING, JSONISH), truncation=st.one_of(st.none(), TRUNCATION, JSONISH))
+def test_a_tokenizer_json_with_any_padding_or_truncation_loads_or_is_one_error(padding, truncation):
+    """Issue 31: a padding length of 2**40 aborted the process inside the Rust library."""
+    from glassformer.loaders import rust_tokenizer
+
+    data = json.loads(tokenizer("bpe").hf.to_str())
+    data.update(padding=padding, truncation=truncation)
+    try:
+        rust = rust_tokenizer(data, Path("tokenizer.json"))
+    except GlassformerError:
+        return
+    rust.encode_batch(["hello", "world and more"])
+
+
+@FEW
+@given(cut=st.integers(0, 4000), flips=st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=4),
+       deflate=st.booleans())
+def test_a_damaged_torch_state_loads_or_is_one_error(cut, flips, deflate):
+    """A real train_state.pt cut, with bytes changed, or its records deflated: a dict or one error."""
+    import zipfile
+
+    from glassformer.loaders import load_state_file
+
+    path = ROOT / "state.pt"
+    torch.save({"step": 3, "m": torch.arange(200, dtype=torch.float32), "rng": torch.zeros(5, dtype=torch.uint8)}, path)
+    if deflate:
+        with zipfile.ZipFile(path) as archive:
+            records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in records:
+                archive.writestr(name, data)
+    content = bytearray(path.read_bytes())
+    for place, value in flips:
+        if place < len(content):
+            content[place] = value
+    path.write_bytes(bytes(content[:max(cut, 1)] if cut < len(content) else content))
+    with contextlib.suppress(GlassformerError):
+        assert isinstance(load_state_file(path), dict)

@@ -87,3 +87,65 @@ def test_a_state_file_inflating_past_its_size_is_refused_before_torch_load(tmp_p
             archive.writestr(name, data + (b"\0" * (1 << 22) if name.endswith("data.pkl") else b""))
     with pytest.raises(BadFileError, match="refused before reading"):
         load_state_file(file)
+
+
+def test_a_5000_digit_number_in_a_json_or_yaml_file_is_one_line(bpe_checkpoint, tmp_path, capsys):
+    """Issue 31: Python's int-str limit raised a ValueError deep inside json and yaml."""
+    import shutil
+
+    folder = tmp_path / "ck"
+    shutil.copytree(bpe_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps(config)[:-1] + ', "d_model": ' + "9" * 5000 + "}")
+    assert main(["generate", str(folder), "--prompt", "hello", "--max_new_tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.json" in err and "digits" in err, err
+    (tmp_path / "train.yaml").write_text("max_steps: " + "9" * 5000 + "\n", encoding="utf-8")
+    assert main(["train", "--config", str(tmp_path / "train.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.yaml" in err and "digits" in err, err
+
+
+@pytest.mark.parametrize("line", ['{"step": 2, "train_loss": "abc"}', '{"step": -3, "val_loss": 1.0}',
+                                  '{"step": 2, "lr": [1]}', '{"step": true, "train_loss": 1.0}'])
+def test_a_crafted_metrics_line_in_a_run_folder_is_one_line(tmp_path, capsys, line):
+    """Issue 31: ``inspect RUN_DIR`` with "train_loss": "abc" in metrics.jsonl was a traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n' + line + '\n{"step": 3, "val_loss": 2.0}\n')
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.jsonl" in err and "line 2" in err, err
+    assert not (run / "run.html").exists()
+
+
+def test_a_home_folder_in_yaml_paths_is_expanded(tmp_path, monkeypatch):
+    """Issue 31: YAML ``out_dir: ~/x`` made a folder named ``~``."""
+    from glassformer.interpret.sae import SAETrainConfig
+    from glassformer.training import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "train.yaml").write_text("out_dir: ~/runs/x\ndata: [~/corpus.txt]\ncache_dir: ~/cache\n")
+    config = TrainConfig.from_yaml(tmp_path / "train.yaml")
+    assert config.out_dir == str(tmp_path / "runs" / "x") and config.data == [str(tmp_path / "corpus.txt")]
+    assert config.cache_dir == str(tmp_path / "cache")
+    sae = SAETrainConfig.from_dict({"hook": "blocks.0.hook_resid_post", "data": ["~/a.txt"], "out_dir": "~/sae"})
+    assert sae.out_dir == str(tmp_path / "sae") and sae.data == [str(tmp_path / "a.txt")]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
+def test_hf_weights_that_are_not_floating_point_are_refused(tmp_path, dtype):
+    """Issue 31: HF int8/bool weights were cast to float without a word."""
+    from safetensors.torch import load_file, save_file
+
+    from glassformer.interop.hf_dir import load_hf_dir, save_hf_dir
+
+    config = ModelConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16, pos="learned",
+                         activation="gelu_tanh", scale_embeddings=False)
+    folder = save_hf_dir(build_model(config), None, tmp_path / "hf")
+    weights = load_file(str(folder / "model.safetensors"))
+    name = next(n for n in weights if n.endswith("mlp.c_fc.weight"))
+    weights[name] = weights[name].to(dtype)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(GlassformerError, match=f"{name}.*not floating point"):
+        load_hf_dir(folder)

@@ -37,6 +37,19 @@ def _digits() -> int:
     return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
 
 
+def expand_home(value: Any) -> Any:
+    """A path option as a shell reads it: ``~/runs`` (or ``~user/runs``) in a YAML file or a mapping is
+    the home folder's ``runs``, never a folder named ``~``; a list is expanded item by item; anything
+    else (None, a number for the validator to refuse) is returned as it is."""
+    import os
+
+    if isinstance(value, str):
+        return os.path.expanduser(value)
+    if isinstance(value, list):
+        return [os.path.expanduser(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
 # ---------------------------------------------------------------------- JSON
 def parse_json(text: str | bytes, where: str) -> Any:
     """The JSON value of ``text``; invalid JSON, a nesting too deep to parse or a number with more

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import GlassformerError
 
-LAYOUTS = ("same", "transposed", "row")
+LAYOUTS = ("same", "transposed", "row", "heads_qkv")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Rule:
             back with ``sizes``.
         sizes: rows of each of ``theirs`` when there are several.
         layout: "same"; "transposed" (GPT-2's Conv1D stores (in, out)); "row" (a (1, n) row, BART's
-            ``final_logits_bias``).
+            ``final_logits_bias``); "heads_qkv": our fused (q; k; v) rows stored head by head, each head's
+            (q; k; v) together (GPT-NeoX's ``query_key_value``), ``heads`` heads.
         aliases: their names of tensors tied to ``theirs[0]`` (e.g. ``lm_head.weight``): checked to be
             equal on import, not written on export (the library re-ties them).
     """
@@ -37,22 +38,32 @@ class Rule:
     sizes: tuple[int, ...] = ()
     layout: str = "same"
     aliases: tuple[str, ...] = ()
+    heads: int = 0
 
 
 def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "same",
-         aliases: Iterable[str] = ()) -> Rule:
+         aliases: Iterable[str] = (), heads: int = 0) -> Rule:
     """Shorthand for :class:`Rule` with ``theirs`` as positional arguments."""
     if layout not in LAYOUTS:
         raise GlassformerError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases))
+    return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases), heads)
 
 
-def _to_ours(t: torch.Tensor, layout: str) -> torch.Tensor:
-    return t.t() if layout == "transposed" else t.reshape(-1) if layout == "row" else t
+def _regroup(t: torch.Tensor, groups: tuple[int, int]) -> torch.Tensor:
+    """Rows (a*b*n, ...) seen as (a, b, n, ...) -> (b, a, n, ...), flattened back: (q; k; v) by part <-> by head."""
+    return t.reshape(*groups, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
 
 
-def _to_theirs(t: torch.Tensor, layout: str) -> torch.Tensor:
-    return t.t() if layout == "transposed" else t.reshape(1, -1) if layout == "row" else t
+def _to_ours(t: torch.Tensor, r: Rule) -> torch.Tensor:
+    if r.layout == "heads_qkv" and t.shape[0] % (3 * r.heads) == 0:  # (h, 3, hd, ...) -> (3, h, hd, ...)
+        return _regroup(t, (r.heads, 3))  # (other sizes: left for the shape check to name)
+    return t.t() if r.layout == "transposed" else t.reshape(-1) if r.layout == "row" else t
+
+
+def _to_theirs(t: torch.Tensor, r: Rule) -> torch.Tensor:
+    if r.layout == "heads_qkv":  # (3, h, hd, ...) -> (h, 3, hd, ...)
+        return _regroup(t, (3, r.heads))
+    return t.t() if r.layout == "transposed" else t.reshape(1, -1) if r.layout == "row" else t
 
 
 def _names(names: list[str], limit: int = 6) -> str:
@@ -81,7 +92,12 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
         raise GlassformerError(f"{source} is missing tensor(s) {_names(missing)}")
     used, out, problems = set(), {}, []
     for r in rules:
-        parts = [_to_ours(theirs[n], r.layout) for n in r.theirs]
+        quantized = [f"{n} ({str(theirs[n].dtype).removeprefix('torch.')})" for n in r.theirs
+                     if not theirs[n].is_floating_point()]
+        if quantized:  # an int8 or bool weight copied into a float parameter would be silently wrong
+            raise GlassformerError(f"{source}: weight(s) {_names(quantized)} are not floating point; glassformer "
+                                   "reads float weights only (no dequantization): export the model in float")
+        parts = [_to_ours(theirs[n], r) for n in r.theirs]
         tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         used.update(r.theirs)
         for alias in r.aliases:
@@ -122,5 +138,5 @@ def export_state(rules: list[Rule], ours: Mapping[str, torch.Tensor]) -> dict[st
         tensor = ours[r.ours]
         pieces = tensor.split(list(r.sizes), dim=0) if len(r.theirs) > 1 else (tensor,)
         for name, piece in zip(r.theirs, pieces, strict=True):
-            out[name] = _to_theirs(piece, r.layout).contiguous()
+            out[name] = _to_theirs(piece, r).contiguous()
     return out

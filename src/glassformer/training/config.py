@@ -22,7 +22,7 @@ from ..errors import (
     coerce_value,
     shown,
 )
-from ..loaders import load_yaml
+from ..loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from .objectives import OBJECTIVE_ATTN
@@ -31,6 +31,10 @@ from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
 Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
+
+
+PATH_FIELDS = ("data", "val_data", "src", "tgt", "pairs", "val_src", "val_tgt", "val_pairs", "out_dir", "cache_dir")
+"""The TrainConfig keys that name files or folders (a leading ``~`` is the home folder)."""
 
 
 @dataclass
@@ -98,6 +102,8 @@ class TrainConfig:
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
         for f in fields(self):
             setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
+        for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
+            setattr(self, name, expand_home(getattr(self, name)))
         if self.max_memory is not None:
             parse_size(self.max_memory, "max_memory")
         for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),

@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 from ..config import ModelConfig
 from ..errors import BadFileError
 from ..models import build_model
-from ..safetensors_header import Header, read_header
+from ..safetensors_header import Header, read_header, torch_dtype
 from ..safetensors_header import first_line as _first_line
 
 __all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
@@ -138,8 +138,9 @@ def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
 
 
 def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
-    """A stand-in state dict: one ``meta`` tensor (shape, no data) per entry of ``header``."""
-    return {name: torch.empty(shape, device="meta") for name, (shape, _) in header.items()}
+    """A stand-in state dict: one ``meta`` tensor (shape and dtype, no data) per entry of ``header``."""
+    return {name: torch.empty(shape, device="meta", dtype=torch_dtype(kind) or torch.float32)
+            for name, (shape, kind) in header.items()}
 
 
 def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:

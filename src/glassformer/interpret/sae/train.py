@@ -41,6 +41,7 @@ from ...errors import (
     coerce_value,
 )
 from ...fileio import atomic_directory
+from ...loaders import expand_home
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
@@ -97,6 +98,7 @@ class SAETrainConfig:
             setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
         if not self.hook:
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
+        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
         if self.kind not in KINDS:
             raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
         for name in ("expansion", "k", "batch_size", "steps", "model_batch", "log_every", "dead_window",
@@ -214,8 +216,10 @@ class SAETrainer:
         pre = sae.pre_activations(rows)  # (N, d_sae)
         f = sae.activate(pre)
         recon = f @ sae.W_dec + sae.b_dec
-        mse = (recon - x).pow(2).sum(-1).mean()
-        loss, parts = mse, {"mse": float(mse.detach())}
+        # sq_err: squared error per token, summed over its d_in numbers, in normalised units (the loss term);
+        # not the page's mse (per number, in the activation's units): mse ≈ sq_err / (d_in · input_scale²)
+        sq_err = (recon - x).pow(2).sum(-1).mean()
+        loss, parts = sq_err, {"sq_err": float(sq_err.detach())}
         if c.kind == "relu":
             ramp = min(1.0, (self.step + 1) / c.l1_warmup_steps) if c.l1_warmup_steps else 1.0
             l1 = (f * sae.W_dec.norm(dim=1)).sum(-1).mean()
@@ -300,7 +304,7 @@ class SAETrainer:
                     self.history.append(record)
                     if self.on_record is not None:
                         self.on_record(record)
-                    bar.set_postfix(mse=f"{last['mse']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
+                    bar.set_postfix(sq_err=f"{last['sq_err']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
                 if not math.isfinite(last["loss"]):
                     raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
                                            "lower lr (or l1_coefficient)")
