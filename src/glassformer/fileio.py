@@ -393,7 +393,7 @@ def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
     check_not_source(path, sources)
     check_replaceable(path, names, "destination")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _restore_moved_aside(path, names)
+    restore_moved_aside(path, names)
     temp = _temp_dir_next_to(path)
     try:
         yield temp
@@ -423,7 +423,7 @@ def _temp_dir_next_to(path: Path) -> Path:
             continue
 
 
-def _restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
+def restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
     """Undo a crash between the two renames of :func:`atomic_directory`: ``path`` is missing but the
     previous folder survives as ``.NAME.old-PID``; put the newest such folder back (one glassformer wrote)."""
     if path.exists() or path.is_symlink():

@@ -18,9 +18,12 @@ every ``save_every`` steps; ``resume: true`` continues bit-identically.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,7 @@ from ...errors import (
     check_seed,
     coerce_value,
 )
-from ...fileio import atomic_directory
+from ...fileio import atomic_directory, restore_moved_aside
 from ...loaders import expand_home
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
@@ -137,6 +140,26 @@ class SAETrainConfig:
 
 
 
+@contextlib.contextmanager
+def _stop_at_step_end(stop: list[int]) -> Iterator[None]:
+    """Within the block, Ctrl-C or SIGTERM appends its number to ``stop`` (the loop ends its step first);
+    a second one acts at once (KeyboardInterrupt, or the default end). Off the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
     """Where ``glassformer sae`` writes by default: next to the checkpoint, ``CHECKPOINT/../sae-HOOK``."""
     return Path(checkpoint).parent / f"sae-{hook}"
@@ -183,6 +206,7 @@ class SAETrainer:
         self.sae.to(self.device)
         self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
         self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
+        self.stop_signal: int | None = None  # the signal that stopped the last train(), if one did
         self.step = 0
         self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
         self.history: list[dict[str, float]] = []
@@ -286,8 +310,10 @@ class SAETrainer:
     def train(self, stop_at: int | None = None) -> dict[str, Any]:
         """Train to ``config.steps`` (or stop after step ``stop_at``, saving the state there).
 
-        Saves the state every ``save_every`` steps and at the end (and on Ctrl-C, then re-raises).
-        Returns {"steps", "history", "final": the last logged losses}.
+        Saves the state every ``save_every`` steps and at the end. Ctrl-C or SIGTERM stops at the end of
+        the current step, saves there (a state saved mid-step would be torn, and its resume would differ)
+        and raises KeyboardInterrupt (:attr:`stop_signal` says which); a second one stops at once,
+        keeping the last saved state. Returns {"steps", "history", "final": the last logged losses}.
         """
         c = self.config
         end = c.steps if stop_at is None else min(stop_at, c.steps)
@@ -295,28 +321,39 @@ class SAETrainer:
             self.initialize(self.buffer.peek())
         bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
         last: dict[str, float] = {}
+        stop: list[int] = []
         try:
-            while self.step < end:
-                last = self.train_step(self.buffer.next_batch())
-                bar.update(1)
-                if self.step % c.log_every == 0 or self.step == c.steps:
-                    record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
-                    self.history.append(record)
-                    if self.on_record is not None:
-                        self.on_record(record)
-                    bar.set_postfix(sq_err=f"{last['sq_err']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
-                if not math.isfinite(last["loss"]):
-                    raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
-                                           "lower lr (or l1_coefficient)")
-                if c.save_every and self.step % c.save_every == 0 and self.step < end:
-                    self.save_state()
-        except KeyboardInterrupt:
+            with _stop_at_step_end(stop):
+                last = self._steps(end, bar, stop)
+        except KeyboardInterrupt:  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
             bar.close()
-            self.save_state()
             raise
         bar.close()
         self.save_state()
+        if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
+            self.stop_signal = stop[0]
+            raise KeyboardInterrupt
         return {"steps": self.step, "history": self.history, "final": last}
+
+    def _steps(self, end: int, bar: Any, stop: list[int]) -> dict[str, float]:
+        """:meth:`train`'s loop to step ``end`` (or the end of the step in which ``stop`` was filled);
+        returns the last step's losses."""
+        c, last = self.config, {}
+        while self.step < end and not stop:
+            last = self.train_step(self.buffer.next_batch())
+            bar.update(1)
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
+                self.history.append(record)
+                if self.on_record is not None:
+                    self.on_record(record)
+                bar.set_postfix(sq_err=f"{last['sq_err']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
+            if not math.isfinite(last["loss"]):
+                raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
+                                       "lower lr (or l1_coefficient)")
+            if c.save_every and self.step % c.save_every == 0 and self.step < end:
+                self.save_state()
+        return last
 
     # ------------------------------------------------------------------ state
     def save_state(self) -> Path:
@@ -342,6 +379,7 @@ class SAETrainer:
 
         folder = self.out / STATE_DIR
         file = folder / STATE_FILE
+        restore_moved_aside(folder, SAE_FILES | {STATE_FILE})  # killed between a save's two renames
         if not file.is_file():
             return False
         state = load_state_file(file)  # the trainer's reader: bounded sizes, tensors and plain containers only
