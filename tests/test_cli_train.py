@@ -63,7 +63,10 @@ def test_train_eval_sample(tmp_path, capsys):
     recipe.write_text(f"data: {corpus}\nlr: 3.0e-3\nmodel:\n  pos: learned\n", encoding="utf-8")
     out = tmp_path / "out"
     assert main(["train", "--config", str(recipe), "--out_dir", str(out), *TINY]) == 0
-    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("done: step 4 of 4 in ") and printed[1].startswith("train_loss ")
+    assert printed[2] == f"checkpoints in {out / 'last'} and {out / 'best'}; summary in {out / 'summary.json'}"
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))  # the full numbers
     assert summary["step"] == 4 and summary["stopped"] == "done" and "history" not in summary
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the command from the returned history
     assert json.loads((out / "last" / "config.json").read_text())["pos"] == "learned"
@@ -103,8 +106,8 @@ def test_bad_corpus(tmp_path, capsys, content, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["--learning_rate", "1"], "unknown config key(s) ['learning_rate']"),
-    (["--model.widht", "3"], "unknown model config key(s) ['widht']"),
+    (["--learning_rate", "1"], "unknown option --learning_rate; glassformer train --help lists the keys"),
+    (["--model.widht", "3"], "unknown option --model.widht; glassformer train --help lists the keys"),
     (["--batch_size", "0"], "batch_size must be an int >= 1, got 0"),
     (["--lr", "-1"], "lr must be a finite number > 0.0, got -1.0"),
     (["--lr", "nan"], "lr must be a finite number > 0.0, got nan"),

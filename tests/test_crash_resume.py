@@ -217,7 +217,8 @@ def test_sigterm_stops_glassformer_train_after_saving(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The quick brown fox jumps over the lazy dog.\n" * 20, encoding="utf-8")
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "glassformer", "train", "--data", str(corpus), "--out_dir", str(out), *CLI_ARGS]
+    command = [sys.executable, "-m", "glassformer", "train", "--json", "--data", str(corpus), "--out_dir", str(out),
+               *CLI_ARGS]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([*command, "--max_steps", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env)

@@ -6,7 +6,10 @@ Only argv is read here; applying the pairs to a config is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import re
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -48,3 +51,64 @@ def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, Any]]:
             value = text
         pairs.append((key.replace("-", "_"), value))
     return pairs
+
+
+def did_you_mean(word: str, known: Collection[str], prefix: str = "--") -> str:
+    """`` (did you mean --max_steps?)`` for the known key closest to ``word``, or "" when none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.7)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None], where: str = "option",
+               prefix: str = "--", verb: str = "train", source: str = "") -> None:
+    """Every key is a known one, else one error naming it and the closest known key.
+
+    Args:
+        keys: config keys as the user wrote them (``max_steps``, ``model.n_layers``).
+        known: the top-level keys under "" and each section's keys under its name (None: the section
+            takes any key, checked later by whoever reads it, e.g. ``recipe``).
+        where: how the message calls a key ("option" on the command line, "key in FILE" for a file).
+        prefix: how a key is shown ("--" for a command-line option, "" for a file's key).
+        verb: the command whose ``--help`` lists the keys; source: the file the keys come from, if any.
+    Raises:
+        UsageError: ``unknown option --max_step (did you mean --max_steps?); glassformer train --help
+        lists the keys``.
+    """
+    for key in keys:
+        head, dot, rest = key.partition(".")
+        if dot and head in known and head:
+            section = known[head]
+            if section is None or rest in section:
+                continue
+            hint = did_you_mean(rest, section, f"{prefix}{head}.")
+        elif key in known[""]:
+            continue
+        elif dot:  # a misspelled section: --modl.d_model
+            close = difflib.get_close_matches(head, [name for name in known if name], n=1, cutoff=0.6)
+            hint = f" (did you mean {prefix}{close[0]}.{rest}?)" if close else ""
+        else:
+            hint = did_you_mean(key, known[""], prefix)
+        place = f" in {source}" if source else ""
+        raise UsageError(f"unknown {where} {prefix}{key}{place}{hint}; glassformer {verb} --help lists the keys")
+
+
+_FIELD = re.compile(r"^    (\w+): ([^=]+?) = (.+?)(?:  # (.*))?$")
+_FACTORY = re.compile(r"field\(default_factory=(list|dict)\)")
+
+
+def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, str]]:
+    """The fields of the dataclass ``class_name`` in the Python file ``source``, read as text: [(name,
+    default as written, its comment)]. The help of ``train`` lists the config keys this way without
+    importing torch (the config module does); tests check the list against the dataclass itself."""
+    lines = Path(source).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"class {class_name}"))
+    found = []
+    for line in lines[start + 1:]:
+        if line.startswith("    def ") or line.startswith("class ") or line.startswith("@"):
+            break
+        match = _FIELD.match(line)
+        if match:
+            name, _type, default, comment = match.groups()
+            factory = _FACTORY.fullmatch(default)
+            found.append((name, ("[]" if factory.group(1) == "list" else "{}") if factory else default, comment or ""))
+    return found

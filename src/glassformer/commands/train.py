@@ -15,42 +15,132 @@ from ..fileio import Writes
 
 WRITES = (Writes(("train", "--config", "{config}", "--out_dir", "{out}"),
                  ("{out}/metrics.jsonl", "{out}/loss.png", "{out}/microscope.jsonl", "{out}/microscope.json",
-                  "{out}/tracker.json", "{out}/.glassformer.lock")),)
+                  "{out}/tracker.json", "{out}/.glassformer.lock", "{out}/summary.json")),)
 """What this verb writes (tests/test_outputs_guard.py guards every file)."""
+
+
+def _shown_default(default: str) -> str:
+    """A dataclass default as written in Python, as a user writes it in YAML or on the command line."""
+    return {"None": "null", "True": "true", "False": "false"}.get(default, default.strip('"'))
+
+
+def keys_help() -> str:
+    """The help's list of config keys with their defaults and what they mean, read from the config
+    dataclasses' source (``--help`` imports no torch)."""
+    from .overrides import dataclass_keys
+
+    package = Path(__file__).resolve().parents[1]
+    lines = ["config keys (in the YAML file, or as --key value; default, then what it is):"]
+    for name, default, comment in dataclass_keys(package / "training" / "config.py", "TrainConfig"):
+        lines.append((f"  --{name} {_shown_default(default)}".ljust(34) + f" {comment}").rstrip())
+    model = [f"{name}={_shown_default(default)}" for name, default, _ in
+             dataclass_keys(package / "config.py", "ModelConfig") if name != "vocab_size"]
+    lines.append("model keys (model: section, or --model.KEY value; vocab_size comes from the tokenizer):")
+    line = " "
+    for item in model:
+        if len(line) + len(item) > 100:
+            lines.append(line)
+            line = " "
+        line += " " + item
+    lines.append(line)
+    lines.append("  (objective clm without a preset starts from pos=learned scale_embeddings=false init_std=0.02)")
+    return "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""
+    import textwrap
+
+    description = ("Train from a YAML config; any key can be overridden on the command line as --key value "
+                   "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by "
+                   "last and best), metrics.jsonl, loss.png and summary.json to out_dir and prints a short summary; "
+                   "SIGTERM or Ctrl-C stops after saving and prints the command that resumes. --log tensorboard "
+                   "(or wandb, or tensorboard,wandb) also sends the run to a tracker. More: docs/training.md.")
     parser = sub.add_parser(
         "train", help="train on your own text files from a YAML config (clm, mlm, prefix-LM or seq2seq)",
-        description="Train from a YAML config; any key can be overridden on the command line as --key value "
-                    "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by last "
-                    "and best), metrics.jsonl and loss.png to out_dir; SIGTERM or Ctrl-C stops after saving. "
-                    "--log tensorboard (or wandb, or tensorboard,wandb) also sends the run to a tracker. "
-                    "Keys and defaults: docs/training.md.",
-        epilog="example: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 --out_dir out/sc",
-        allow_abbrev=False)
+        description=textwrap.fill(description, 100),
+        epilog=keys_help() + "\n\nexample: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 "
+                             "--out_dir out/sc",
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the run's summary as one JSON line instead of the readable lines")
     parser.set_defaults(func=run, overrides=[])
 
 
+def known_keys() -> dict[str, set[str] | None]:
+    """The keys a training config takes ("") and those of its sections (None: checked where it is read)."""
+    from dataclasses import fields
+
+    from ..config import ModelConfig
+    from ..training import TrainConfig
+
+    return {"": {f.name for f in fields(TrainConfig)} | {"dtype"},  # dtype: precision's old name
+            "model": {f.name for f in fields(ModelConfig)} | {"preset"}, "watch": None, "recipe": None}
+
+
+def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> None:
+    """Refuse an unknown key of the YAML file or of the command line, naming the closest known one
+    (``--max_step`` -> did you mean --max_steps?), before any work."""
+    from ..training.config import read_yaml
+    from .overrides import check_keys
+
+    known = known_keys()
+    if config_file is not None:
+        data = read_yaml(config_file, "config file")
+        if isinstance(data, dict):  # anything else: TrainConfig.from_yaml says what a config file must hold
+            model = data.get("model")
+            nested = [f"model.{key}" for key in model] if isinstance(model, dict) else []
+            check_keys([str(key) for key in data if key != "model"] + nested, known, "key", "",
+                       source=str(config_file))
+    check_keys([key for key, _ in pairs], known)
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that continues this run: the same words, with ``--resume true``."""
+    import shlex
+
+    words, skip = ["glassformer", "train"], False
+    if args.config is not None:
+        words += ["--config", str(args.config)]
+    for word in args.overrides:
+        if skip:
+            skip = False
+            continue
+        if word.replace("-", "_") == "--resume":
+            skip = True
+            continue
+        if word.replace("-", "_").startswith("--resume="):
+            continue
+        words.append(word)
+    return shlex.join([*words, "--resume", "true"])
+
+
 def run(args: argparse.Namespace) -> int:
-    """Train as ``args.config`` plus ``args.overrides`` say; print the summary as one JSON line.
+    """Train as ``args.config`` plus ``args.overrides`` say; print a short summary (or, with ``--json``,
+    the summary as one JSON line) and write it in full to ``out_dir/summary.json``.
 
     Rank 0 draws ``out_dir/loss.png`` from the run's history, also when training stops with an error.
     Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM (143) stopped the run after
-    saving a checkpoint.
+    saving a checkpoint (then the command that resumes is printed).
     """
+    from ..fileio import atomic_write, claim_outputs
     from ..training import TrainConfig, Trainer, prepare_run
     from ..training.checkpoint import find_resumable
     from ..training.distributed import init_distributed, shutdown
+    from ..training.report import summary_lines
     from ..viz.plots import plot_losses
     from .overrides import overrides_from_argv
 
-    config = TrainConfig.from_yaml(args.config, overrides_from_argv(args.overrides))
+    pairs = overrides_from_argv(args.overrides)
+    check_config_keys(args.config, pairs)  # "did you mean" before any work
+    config = TrainConfig.from_yaml(args.config, pairs)
     config.check_data()
+    summary_file = Path(config.out_dir) / "summary.json"
     dist = init_distributed(config.device)
     try:
+        if dist.is_main:
+            claim_outputs([summary_file], what="run summary")  # a user's file there is refused before training
         if dist.is_main and config.progress:  # reading files and training a BPE tokenizer can take a while
             files = [config.pairs] if config.pairs else [config.src] if config.src else config.data
             print(f"preparing the data: {config.tokenizer} tokenizer and token cache from {len(files)} file(s) ...",
@@ -69,7 +159,18 @@ def run(args: argparse.Namespace) -> int:
     if dist.is_main:
         shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
                  for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
-        print(json.dumps(shown))
+        full = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
+                for k, v in result.items() if k != "history"}
+        atomic_write(summary_file, json.dumps(full, indent=1) + "\n", what="run summary")
         kept = [str(Path(config.out_dir) / name) for name in ("last", "best") if (Path(config.out_dir) / name).exists()]
-        print(f"checkpoints in {' and '.join(kept)}" if kept else "no checkpoint was written")
+        if args.json:  # the JSON line, then where the checkpoints are (what scripts read)
+            print(json.dumps(shown))
+            print(f"checkpoints in {' and '.join(kept)}" if kept else "no checkpoint was written")
+        else:
+            print("\n".join(summary_lines(result, config.max_steps)))
+            print(f"checkpoints in {' and '.join(kept)}; summary in {summary_file}" if kept
+                  else f"no checkpoint was written; summary in {summary_file}")
+        if result["stopped"] == "interrupted":
+            print(f"interrupted at step {result['step']} of {config.max_steps}; resume with: {resume_command(args)}"
+                  + (" (under the same torchrun)" if dist.distributed else ""), file=sys.stderr, flush=True)
     return 128 + int(trainer.stop_signal or 2) if result["stopped"] == "interrupted" else 0

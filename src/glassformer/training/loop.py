@@ -41,6 +41,7 @@ from .distributed import (
 from .metrics import METRICS, metrics_line, read_metrics  # noqa: F401 (read_metrics: loop.read_metrics, as before)
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
+from .report import describe_model, resume_line, schedule_warnings
 from .resume import restore, start_run, train_state
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
@@ -101,6 +102,7 @@ class Trainer:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model = model.to(self.dist.device)
+        self.n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before FSDP shards it
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
         self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
@@ -130,6 +132,9 @@ class Trainer:
         # config.log's trackers, opened by train() on rank 0; anything may log to it: tracker.log(step, {...})
         self.tracker: Tracker = Tracker()
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
+        self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
+        # set by resume(): {"step", "checkpoint" (its folder), "training" (the config it was written under)}
+        self.resumed_from: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -203,6 +208,8 @@ class Trainer:
             self.tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
             if self._lines:
                 print(console_line(record, self.config.max_steps), file=sys.stderr, flush=True)
+            elif self._bar is not None and not self._bar.disable and "val_loss" in record:
+                self._bar.write(console_line(record, self.config.max_steps), file=sys.stderr)  # above the bar
 
     # ------------------------------------------------------------------ one step
     def _micro_batches(self, on_device: bool = True) -> list[dict[str, torch.Tensor]]:
@@ -236,11 +243,13 @@ class Trainer:
         self._stop_agreed = bool(counts[1] > 0)  # every process stops after this same step
         count = max(float(counts[0]), 1.0)
         scale = self.dist.world_size / count  # DDP and FSDP average gradients over processes
+        lr = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
+                   config.lr_decay_steps or config.max_steps, config.min_lr)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
-                                config.lr_decay_steps or config.max_steps, config.min_lr)
+            group["lr"] = lr
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.dist.device)
-        self.train_model.train()
+        if not (self.train_model.training and self.model.training):  # evaluation restores the mode: set once,
+            self.train_model.train()  # not a walk over every module at every step
         for i, mb in enumerate(micro):
             sync = i == len(micro) - 1 or not self.dist.distributed
             with grad_sync(self.train_model, sync), \
@@ -321,8 +330,9 @@ class Trainer:
         weights that are no longer finite, raise :class:`TrainingDiverged` without writing anything.
         Returns:
             {"step", "stopped" ("done" or "interrupted"), "precision" (what ran: float32, bfloat16 or
-            float16) and "precision_reason", "train_loss" (the last logged one),
-            "best_val_loss", "tokens_per_s", "wall_s", **the last evaluation's metrics, "history"}:
+            float16) and "precision_reason", "train_loss" (the last logged one), "best_val_loss" and
+            "best_step" (its step), "tokens_per_s" (this call's tokens over this call's time: a resumed
+            run's earlier steps are not counted), "wall_s", **the last evaluation's metrics, "history"}:
             ``history`` is a copy of :attr:`history`, one dict per log line ({"step", "train_loss",
             "lr", "tokens_per_s"}) and per evaluation ({"step", "val_loss", ...}), resumed runs included.
         """
@@ -336,6 +346,15 @@ class Trainer:
         """:meth:`train`'s body, run while ``out_dir`` is locked."""
         config = self.config
         self._start()
+        if self.dist.is_main and config.progress:  # what is trained, and from where (nanoGPT prints the count first)
+            print(describe_model(self.model, config.block_size, self.n_params), file=sys.stderr, flush=True)
+            if self.resumed_from is not None:
+                print(resume_line(config.out_dir, self.step, config.max_steps, self.resumed_from["checkpoint"]),
+                      file=sys.stderr, flush=True)
+        if self.dist.is_main:
+            before = self.resumed_from["training"] if self.resumed_from is not None else None
+            for warning in schedule_warnings(config, self.step, before):
+                print(warning, file=sys.stderr, flush=True)
         if self.dist.is_main and self.config.precision != "float32":  # the default goes without saying
             print(self.precision.describe(), file=sys.stderr, flush=True)
         if self.dist.is_main:
@@ -348,7 +367,9 @@ class Trainer:
         bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True, desc="train",
                    dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
         self._lines = show and bar.disable  # no bar (output to a file or a pipe): a line per record instead
+        self._bar = bar
         stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
+        tokens_at_start = self.tokens_seen  # a resumed run's rate counts this run's tokens only
         window_start, window_tokens = time.perf_counter(), self.tokens_seen
         threads = LoadFollower(on=not config.num_threads)  # threads follow the load (runtime/threads.py)
         try:
@@ -387,6 +408,7 @@ class Trainer:
                 eval_metrics = self.history[-1] if self.history and "val_loss" in self.history[-1] else {}
         finally:
             bar.close()
+            self._bar = None
             self._close_tracker()
             for sig, handler in previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
@@ -394,5 +416,6 @@ class Trainer:
         return {"step": self.step, "stopped": stopped, "precision": self.precision.name,
                 "precision_reason": self.precision.reason, "train_loss": last_loss,
                 "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
-                "tokens_per_s": self.tokens_seen / wall if wall > 0 else 0.0, "wall_s": wall,
+                "best_step": self.best_step if math.isfinite(self.best_val) else None,
+                "tokens_per_s": (self.tokens_seen - tokens_at_start) / wall if wall > 0 else 0.0, "wall_s": wall,
                 **{k: v for k, v in eval_metrics.items() if k != "step"}, "history": list(self.history)}

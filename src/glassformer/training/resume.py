@@ -75,6 +75,7 @@ def restore(trainer: Trainer, path: str | Path | None = None) -> bool:
     trainer.best_step = int(state.get("best_step", -1))
     trainer.history = [h for h in read_metrics(trainer.out / METRICS) if h["step"] <= trainer.step]
     trainer.last_checkpoint = path
+    trainer.resumed_from = {"step": trainer.step, "checkpoint": str(path), "training": dict(checkpoint.training or {})}
     return True
 
 
