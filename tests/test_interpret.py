@@ -329,6 +329,115 @@ def test_chosen_layers_alone_leave_the_fused_kernel(monkeypatch):
     torch.testing.assert_close(weights[1], attn[1][:, [0, 3]], rtol=0, atol=1e-6)
 
 
+PER_HEAD_POINTS = ["result", "attn_in", "q_input", "k_input", "v_input", "mlp_in"]
+
+
+def test_per_head_points_cost_nothing_until_hooked(monkeypatch):
+    from glassformer.nn.attention import MultiHeadAttention
+
+    model, x = lm(pos="rope", n_kv_heads=2), ids()
+    calls = []
+    for name in ("per_head_output", "project_per_head"):
+        original = getattr(MultiHeadAttention, name)
+        monkeypatch.setattr(MultiHeadAttention, name,
+                            lambda self, *a, _o=original, _n=name: calls.append((_n, self)) or _o(self, *a))
+    plain = model(x)
+    _, cache = run_with_cache(model, x)  # names=None: every point but the per-head forms
+    assert calls == [] and not any(name.endswith(("hook_result", "_input", "hook_attn_in")) for name in cache)
+    hooked, cache = run_with_cache(model, x, names=["blocks.1.attn.hook_result", "blocks.1.hook_q_input"])
+    assert calls == [("project_per_head", model.blocks[1].self_attn), ("per_head_output", model.blocks[1].self_attn)]
+    torch.testing.assert_close(hooked, plain, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["causal-rope-gqa", "llama-style", "bidirectional-post-norm", "causal-alibi-mqa"])
+def test_per_head_points_decompose_exactly(case):
+    model = lm(**LM_CASES[case])
+    x = ids()
+    with torch.no_grad():
+        plain = model(x, **lm_kwargs(model))
+        out, cache = run_with_cache(model, x, names=PER_HEAD_POINTS + ["resid_pre", "resid_mid", "attn_out"],
+                                    **lm_kwargs(model))
+    torch.testing.assert_close(out, plain, rtol=0, atol=1e-5)
+    for layer, block in enumerate(model.blocks):
+        attn = block.self_attn
+        bias = attn.o_proj.bias if attn.o_proj.bias is not None else 0.0
+        torch.testing.assert_close(cache["result", layer].sum(2) + bias, cache["attn_out", layer], rtol=0, atol=1e-5)
+        stream = cache["resid_pre", layer][:, :, None]
+        assert cache["q_input", layer].shape == (2, 9, attn.n_heads, 32)
+        assert cache["k_input", layer].shape == (2, 9, attn.n_kv_heads, 32)
+        for name in ("attn_in", "q_input", "k_input", "v_input"):
+            assert torch.equal(cache[name, layer], stream.expand_as(cache[name, layer]))
+        assert torch.equal(cache["mlp_in", layer], cache["resid_mid", layer])
+
+
+def test_one_heads_input_moves_that_head_alone():
+    model, x = lm(pos="rope"), ids()
+
+    def shift_head_2(t, hook):
+        t[:, :, 2] += torch.linspace(-1.0, 1.0, t.shape[-1])  # not constant: a LayerNorm would remove that
+
+    with torch.no_grad():
+        _, plain = run_with_cache(model, x, names="blocks.1.attn.hook_z")
+        with hooks(model, [("blocks.1.hook_q_input", shift_head_2)]):
+            _, moved = run_with_cache(model, x, names="blocks.1.attn.hook_z")
+    change = (moved["z", 1] - plain["z", 1]).abs().amax((0, 1, 3))  # per head
+    assert change[2] > 1e-2 and change[[0, 1, 3]].max() < 1e-5  # the others: per-head matmuls' rounding only
+
+
+def test_encoder_decoder_and_generation_with_per_head_points():
+    model = encdec()
+    src, tgt = ids(), ids(T=5, seed=2)
+    with torch.no_grad():
+        plain = model(src, tgt)
+        out, cache = run_with_cache(model, src, tgt, names=["result", "cross_result", "q_input"])
+    torch.testing.assert_close(out, plain, rtol=0, atol=1e-5)
+    assert cache["decoder_blocks.0.cross_attn.hook_result"].shape == (2, 5, 4, 32)
+    assert cache["decoder_blocks.1.hook_q_input"].shape == (2, 5, 4, 32)
+    lm_model, prompt = lm(pos="rope", n_kv_heads=2), ids(T=5)
+    with torch.no_grad():
+        expected = generate(lm_model, prompt, 6)
+        with hooks(lm_model, [(["q_input", "k_input", "result"], lambda t, hook: None)]):
+            assert torch.equal(generate(lm_model, prompt, 6), expected)  # per head, step by step, same tokens
+
+
+def test_backward_hooks_and_gradients():
+    model, x = lm(), ids()
+
+    def loss(logits):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+
+    _, cache = run_with_cache(model, x, names=["resid_pre", "ln_final"], incl_bwd=True, metric=loss)
+    resid = []
+    with hooks(model, [("blocks.1.hook_resid_pre", lambda t, hook: resid.append(t) or t.retain_grad())]):
+        logits = model(x)
+    loss(logits).backward()
+    torch.testing.assert_close(cache["blocks.1.hook_resid_pre_grad"], resid[0].grad, rtol=0, atol=1e-7)
+    assert cache["ln_final.hook_normalized_grad"].shape == (2, 9, 32)
+    model.zero_grad()
+    seen = []
+    run_with_hooks(model, x, bwd_hooks=[("resid_pre", lambda g, hook: seen.append(hook.layer()) or g * 0)],
+                   metric=loss)
+    assert seen == [1, 0]  # backward order; zeroed at block 1's input, nothing reaches block 0
+    assert model.blocks[0].self_attn.qkv.weight.grad.abs().max() == 0
+    assert model.blocks[1].self_attn.qkv.weight.grad.abs().max() > 0
+    assert no_taps(model)
+    with pytest.raises(ValueError, match="needs a scalar: pass metric="):
+        run_with_cache(model, x, incl_bwd=True)
+    with torch.no_grad(), pytest.raises(ValueError, match="does not require grad"):
+        run_with_hooks(model, x, bwd_hooks=[("resid_pre", lambda g, hook: None)], metric=loss)
+    with pytest.raises(ValueError, match="returned"):
+        run_with_hooks(model, x, bwd_hooks=[("resid_pre", lambda g, hook: g[0])], metric=loss)
+    with pytest.raises(TypeError, match="not both"):
+        run_with_cache(model, x, names="z", names_filter="z")
+    assert no_taps(model)
+
+
+def test_hook_layer_is_an_int_and_a_method():
+    point = hook_points(lm())["blocks.1.attn.hook_z"]
+    assert point.layer == 1 and point.layer() == 1 and isinstance(point.layer, int)
+    assert hook_points(lm())["hook_embed"].layer is None
+
+
 # ---------------------------------------------------------------------------------------------- generation
 @pytest.mark.parametrize("case", ["causal-rope-gqa", "causal-learned-gelu_tanh", "prefix-learned"])
 @torch.no_grad()
