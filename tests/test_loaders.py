@@ -149,3 +149,28 @@ def test_hf_weights_that_are_not_floating_point_are_refused(tmp_path, dtype):
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(GlassformerError, match=f"{name}.*not floating point"):
         load_hf_dir(folder)
+
+
+@pytest.mark.parametrize(("name", "content"), [("microscope.json", "[1, 2]"), ("microscope.json", "{bad"),
+                                               ("attribution.json", '{"x": ' + "7" * 5000 + "}")])
+def test_a_crafted_json_file_in_a_run_folder_is_one_line(tmp_path, capsys, name, content):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
+    from glassformer.interpret.attribution import ATTRIBUTION
+
+    (run / (ATTRIBUTION if name == "attribution.json" else name)).write_text(content)
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "glassformer: error:" in err, err
+
+
+def test_json_text_and_pairs_lines_with_a_5000_digit_number_are_one_error(tmp_path):
+    from glassformer.data.seq2seq import read_pairs
+
+    with pytest.raises(BadFileError, match="digits"):
+        ModelConfig.from_json('{"d_model": ' + "9" * 5000 + "}")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"src": "a", "tgt": "b"}\n{"src": ' + "1" * 5000 + ', "tgt": "c"}\n', encoding="utf-8")
+    with pytest.raises(BadFileError, match="pairs.jsonl:2.*digits"):
+        read_pairs(pairs=pairs)

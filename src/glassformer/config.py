@@ -15,7 +15,6 @@ from typing import Any
 
 from .errors import (
     ArgumentTypeError,
-    BadFileError,
     GlassformerError,
     check_int,
     check_known_keys,
@@ -24,7 +23,7 @@ from .errors import (
     is_number,
     shown,
 )
-from .loaders import load_json
+from .loaders import load_json, parse_json
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.
@@ -168,14 +167,7 @@ class ModelConfig:
                 return cls.from_dict(data)
             except GlassformerError as error:
                 raise type(error)(f"{text}: {error}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise BadFileError(f"config is not valid JSON ({error.msg} at line {error.lineno} column "
-                               f"{error.colno})") from None
-        except RecursionError:
-            raise BadFileError("config JSON is nested too deeply to read") from None
-        return cls.from_dict(data)
+        return cls.from_dict(parse_json(text, "config"))
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with some fields changed (an unknown field is an error naming it)."""

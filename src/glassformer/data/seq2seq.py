@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, check_int
+from ..loaders import parse_json
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
 from .padding import pad_rows
@@ -54,10 +54,7 @@ def _read_pair_file(path: Path) -> list[tuple[str, str]]:
                                        f"found {len(fields)} field(s)")
             out.append((fields[0], fields[1]))
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise GlassformerError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        record = parse_json(line, f"{path}:{number}")  # bad JSON, too deep, too many digits: one line
         if not isinstance(record, dict) or not isinstance(record.get("src"), str) or not isinstance(
                 record.get("tgt"), str):
             raise GlassformerError(f'{path}:{number}: expected an object {{"src": "...", "tgt": "..."}}')

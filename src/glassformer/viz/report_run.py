@@ -26,12 +26,11 @@ scrolls sideways).
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import GlassformerError, MissingFileError
+from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
 from .i18n import MESSAGES, resolve_lang
@@ -106,6 +105,16 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
 
 
 
+def _object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object of ``path`` (:func:`glassformer.loaders.load_json`); anything else is one BadFileError."""
+    from ..loaders import load_json
+
+    value = load_json(path, what)
+    if not isinstance(value, dict):
+        raise BadFileError(f"{what} {str(path)!r} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
 def gather_run(out_dir: str | Path) -> dict[str, Any]:
     """What the page shows, read from the run folder ``out_dir``.
 
@@ -120,14 +129,13 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
 
     metrics = read_metrics(out / METRICS)
     records = read_records(out / RECORDS)
-    meta = json.loads((out / META).read_text(encoding="utf-8")) if (out / META).is_file() else {}
+    meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
     config: dict[str, Any] = {}
     for place in (out / "last" / "config.json", out / "model" / "config.json"):
         if place.is_file():
-            config = json.loads(place.read_text(encoding="utf-8"))
+            config = _object(place, "config file")
             break
-    attribution = (json.loads((out / ATTRIBUTION).read_text(encoding="utf-8"))
-                   if (out / ATTRIBUTION).is_file() else None)
+    attribution = _object(out / ATTRIBUTION, "attribution file") if (out / ATTRIBUTION).is_file() else None
     return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
             "attribution": attribution}
 
