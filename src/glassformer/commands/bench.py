@@ -76,6 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="print the kernel choices measured on this machine (and where they are kept), then stop")
     parser.add_argument("--reset_kernel_choices", action="store_true",
                         help="forget this machine's kernel choices (measured again when next needed), then stop")
+    parser.add_argument("--defaults", action="store_true",
+                        help="time each default choice (Newton-Schulz precision, precision auto, the decode route, "
+                             "threads, compile) against its plain alternative here; exit 1 when one loses "
+                             "(with --quick: under a minute, no compile; --only picks checks: newton_schulz, "
+                             "precision, decode_route, threads, compile)")
+    parser.add_argument("--tolerance", type=float, default=0.10,
+                        help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
     parser.set_defaults(func=run)
 
 
@@ -99,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         if not kernel_choice.choices():
             print("  none yet (each is measured the first time it is needed)")
         return 0
+    if args.defaults:
+        return _defaults(args)
     if args.rounds is not None:
         check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
@@ -118,3 +127,26 @@ def run(args: argparse.Namespace) -> int:
     atomic_write(args.out, json.dumps(results, indent=2) + "\n", what="--out")
     print(f"results written to {args.out}")
     return 0
+
+
+def _defaults(args: argparse.Namespace) -> int:
+    """``--defaults``: time each default against its alternative, print the table, write the JSON to
+    ``args.out`` (default bench-output/defaults.json); 1 when a default loses by more than the tolerance."""
+    import torch
+
+    from ..bench.defaults import CHECKS, check_defaults, format_defaults
+    from ..errors import check_int, check_number
+    from ..fileio import atomic_write, claim_outputs
+
+    check_number("--tolerance", args.tolerance, 0.0)
+    if args.threads is not None:
+        torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
+    out = args.out if args.out != Path("bench-output/bench.json") else Path("bench-output/defaults.json")
+    claim_outputs([out], what="--out")
+    results = check_defaults(quick=args.quick, tolerance=args.tolerance, only=args.only or CHECKS,
+                             progress=lambda name: print(f"bench: {name} done", file=sys.stderr, flush=True))
+    print(format_defaults(results))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(results, indent=2) + "\n", what="--out")
+    print(f"results written to {out}")
+    return 0 if results["ok"] else 1

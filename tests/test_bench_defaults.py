@@ -1,0 +1,71 @@
+"""``glassformer bench --defaults``: every default speed choice against its plain alternative.
+
+The first test is the CI check: on the machine running the suite, no default may be more than 10%
+slower than its alternative. It compares ratios only (medians of alternated pairs, see
+glassformer.bench.defaults), never wall times. The others check the plumbing with stand-in timings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from glassformer.bench import defaults
+from glassformer.cli import main
+from glassformer.errors import GlassformerError
+
+
+def test_no_default_is_slower_than_its_alternative_here(tmp_path, capsys):
+    out = tmp_path / "defaults.json"
+    code = main(["bench", "--defaults", "--quick", "--out", str(out)])
+    table = capsys.readouterr().out
+    results = json.loads(out.read_text(encoding="utf-8"))
+    assert set(results["checks"]) == set(defaults.CHECKS) and results["quick"] and results["tolerance"] == 0.10
+    assert results["ok"] and not results["losers"] and code == 0, table  # the table says which default lost
+    timed = [c for c in results["checks"].values() if c["timed"]]
+    assert all(c["ratio"] > 0 and len(c["ratios"]) == 5 for c in timed)
+    assert results["checks"]["newton_schulz"]["timed"]  # always timed: float32 against bfloat16
+    assert "| newton_schulz |" in table and "no default is more than 10% slower" in table
+
+
+def _slow(seconds: float):
+    return lambda: time.sleep(seconds)
+
+
+def test_a_default_that_loses_is_named_and_fails_the_command(monkeypatch, tmp_path, capsys):
+    # the "chosen" precision made 5 ms slower than the other: the check must say so, and the command exit 1
+    monkeypatch.setattr(defaults, "resolve_ns_precision", lambda *a, **k: ("bfloat16", "stand-in"))
+    monkeypatch.setattr("glassformer.training.muon.ns_ways", lambda shapes: (_slow(0.0), _slow(0.005)))
+    out = tmp_path / "d.json"
+    assert main(["bench", "--defaults", "--only", "newton_schulz", "--out", str(out)]) == 1
+    results = json.loads(out.read_text(encoding="utf-8"))
+    check = results["checks"]["newton_schulz"]
+    assert check["default"] == "bfloat16" and check["other"] == "float32" and check["loses"] and check["ratio"] > 1.1
+    assert results["losers"] == ["newton_schulz"] and not results["ok"] and list(results["checks"]) == ["newton_schulz"]
+    assert "more than 10% slower than its alternative: newton_schulz" in capsys.readouterr().out
+
+
+def test_a_faster_default_passes(monkeypatch):
+    monkeypatch.setattr(defaults, "resolve_ns_precision", lambda *a, **k: ("float32", "stand-in"))
+    monkeypatch.setattr("glassformer.training.muon.ns_ways", lambda shapes: (_slow(0.002), _slow(0.004)))
+    results = defaults.check_defaults(only=("newton_schulz",), tolerance=0.1)
+    check = results["checks"]["newton_schulz"]
+    assert check["default"] == "float32" and check["ratio"] < 0.9 and not check["loses"] and results["ok"]
+    assert "no default is more than 10% slower" in defaults.format_defaults(results)
+
+
+def test_threads_fixed_by_the_user_are_not_timed(monkeypatch):
+    monkeypatch.setenv("GLASSFORMER_THREADS", "fixed")
+    check = defaults.check_threads(rounds=1, calls=1, batch=2)
+    assert check == {"default": f"{torch.get_num_threads()} threads", "other": f"{torch.get_num_threads()} threads",
+                     "why": "set by GLASSFORMER_THREADS", "ratio": 1.0, "timed": False}
+
+
+def test_bad_options_are_one_line():
+    with pytest.raises(GlassformerError, match=r"^tolerance must be"):
+        defaults.check_defaults(tolerance=-0.5, only=())
+    with pytest.raises(GlassformerError, match=r"^unknown default check\(s\) \['speed'\]; available: \['newton"):
+        defaults.check_defaults(only=("speed",))
