@@ -13,6 +13,7 @@ import torch
 
 from glassformer.cli import main as cli_main
 from glassformer.recipes import SequenceTask, load_recipe
+from glassformer.recipes.summary import verdict
 from glassformer.training import TrainConfig
 
 
@@ -78,7 +79,14 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
     results = json.loads((tmp_path / "out/results.json").read_text(encoding="utf-8"))
     assert results["config"]["max_steps"] == 2 and results["wall_s"] > 0
     task = results["task"]
+    printed = capsys.readouterr().out  # a short summary, not the JSON (that is in results.json)
+    lines = printed.splitlines()
+    assert lines[0].startswith(f"recipe {task}") and lines[-1] == f"everything in {tmp_path / 'out'}/results.json"
+    assert len(lines) < 60 and not printed.lstrip().startswith("{")
+    for sample in results.get("samples", []):
+        assert "\n".join("    " + line for line in sample["text"].splitlines()) in printed  # as text, not escaped
     if task == "prefix-vs-causal":
+        assert lines[-2] == verdict(results["models"])
         for model, folder in (("prefix-LM", "prefix"), ("causal LM", "clm")):
             assert 0.0 <= results["models"][model]["exact_match"] <= 1.0
             assert results["models"][model]["training"]["step"] == 2
@@ -107,7 +115,27 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
         assert scores["sentences"] == 12 and set(scores) >= {"greedy", "beam2"}
         assert 0 <= scores["greedy"]["bleu"] <= 100
         assert (tmp_path / "out/val.greedy.en").read_text(encoding="utf-8").count("\n") == 12
-    assert json.loads(capsys.readouterr().out)["task"] == task
+    assert f"training: done: step 2 of 2 in {results['training']['wall_s']:.1f} s" in printed
+
+
+def test_recipe_json_and_did_you_mean(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["prefix_reverse", "--max_step", "2", "--out_dir", str(out)]) == 2
+    assert "unknown option --max_step (did you mean --max_steps?)" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["prefix_reverse", "--json", *TINY, *SHORTEN["prefix_reverse.yaml"], "--out_dir", str(out)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["task"] == "prefix-vs-causal" and "config" not in shown and set(shown["models"]) == {
+        "prefix-LM", "causal LM"}
+
+
+def test_the_verdict_follows_the_numbers():
+    low, high = {"exact_match": 0.623, "symbol_accuracy": 0.9}, {"exact_match": 1.0, "symbol_accuracy": 1.0}
+    assert verdict({"prefix-LM": low, "causal LM": high}) == "causal LM wins: 1.000 vs 0.623 exact match (prefix-LM)"
+    assert verdict({"prefix-LM": high, "causal LM": low}) == "prefix-LM wins: 1.000 vs 0.623 exact match (causal LM)"
+    assert verdict({"prefix-LM": {**low, "symbol_accuracy": 0.95}, "causal LM": low}).startswith(
+        "prefix-LM wins on symbols: both 0.623 exact match, 0.950 vs 0.900")
+    assert verdict({"prefix-LM": high, "causal LM": high}) == "a tie: both 1.000 exact match and 1.000 symbol accuracy"
 
 
 def test_recipes_hold_valid_training_configs(data_dir):

@@ -28,9 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``recipe`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""
     parser = sub.add_parser(
         "recipe", help="train and evaluate a shipped recipe (corpus, training, evaluation) by NAME or YAML",
-        description="Train and evaluate a recipe; writes out_dir/results.json and prints it.\n"
+        description="Train and evaluate a recipe; writes out_dir/results.json and prints a short summary.\n"
                     "Any training key can be overridden as --key value, model fields as --model.KEY value,\n"
-                    "recipe options as --recipe.KEY value.",
+                    "recipe options as --recipe.KEY value (glassformer train --help lists the keys).",
         epilog="examples:\n  glassformer recipe shakespeare_char_fast --max_steps 200\n"
                "  glassformer recipe configs/multi30k_de_en.yaml --data_dir ../shared/data\n\n"
                "shipped recipes: " + ", ".join(_shipped()),
@@ -40,16 +40,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--data_dir", default=None,
                         help="corpus folder (default: $GLASSFORMER_DATA or ./data); see docs/results.md")
     parser.add_argument("--download", action="store_true", help="fetch a missing corpus from its public URL")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON (without config and recipe) instead of the readable lines")
     parser.set_defaults(func=run, overrides=[])
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the recipe with its overrides, run it and print its results (without config and recipe); 0."""
+    """Load the recipe with its overrides, run it and print a short summary of its results (with
+    ``--json``: the results without config and recipe, as JSON); 0."""
     from ..recipes import find_recipe, load_recipe, run_recipe
-    from .overrides import overrides_from_argv
+    from ..recipes.summary import recipe_summary
+    from .overrides import check_keys, overrides_from_argv
+    from .train import known_keys
 
-    recipe = load_recipe(find_recipe(args.config), overrides_from_argv(args.overrides), args.data_dir, args.download)
+    pairs = overrides_from_argv(args.overrides)
+    check_keys([key for key, _ in pairs], known_keys())  # "did you mean" before any work (keys: train --help)
+    recipe = load_recipe(find_recipe(args.config), pairs, args.data_dir, args.download)
     results = run_recipe(recipe, args.data_dir, args.download)
-    shown = {k: v for k, v in results.items() if k not in ("config", "recipe")}
-    print(json.dumps(shown, indent=2, ensure_ascii=False))
+    if args.json:
+        shown = {k: v for k, v in results.items() if k not in ("config", "recipe")}
+        print(json.dumps(shown, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(recipe_summary(results, recipe.train.out_dir)))
     return 0
