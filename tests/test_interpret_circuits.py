@@ -194,6 +194,8 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
     step = run["phase_change_step"]
     assert f'class="gf-event" data-step="{step}"' in page and f"Phase change at step {step}" in page
     assert "lowest over the probe lengths 20, 15, 10" in page
+    assert 'id="gf-chart-position"' in page and 'id="gf-chart-icl"' in page  # per-token loss, ICL score
+    assert f"step {step}</span>" in page  # the loss-by-position curve of the phase change's record
     # the microscope's circuit measurement, as a record holds it: drawn once per snapshot, the last shown
     low, bos = tokenizer.bos_id + 1, tokenizer.bos_id
     rows = repeated_tokens(model.config.vocab_size, N, 16, low=low, bos=bos)

@@ -180,6 +180,9 @@ EN: dict[str, str] = {
                          "fewest top edges recovering the metric); arrows sender -> receiver (q, k, v: which input of "
                          "the head it writes into), width by score. Move the step slider to watch it form.",
     "run.circuit.caption": "step {step}: {edges} of {total} edges, faithfulness {faithfulness}",
+    "run.chart.by_position": "Loss by position in the context (probe text)",
+    "run.axis.position": "position of the predicted token",
+    "run.series.at_step": "step {step}",
     "run.footer": "Written by glassformer (glassformer inspect); self-contained, works offline.",
     "run.js.step_of": "step {step} ({n} of {total})",
     "run.js.block": "block {block}",

@@ -167,6 +167,9 @@ ZH: dict[str, str] = {
     "run.circuit.intro": "度量“{name}”在每个记录的步数上找到的电路（边归因，取能恢复度量的最少的高分边）；"
                          "箭头从发送者指向接收者（q、k、v：写进头的哪个输入），粗细表示分数。拖动步数滑块，看它如何形成。",
     "run.circuit.caption": "第 {step} 步：{total} 条边中的 {edges} 条，忠实度 {faithfulness}",
+    "run.chart.by_position": "按上下文位置的损失（探针文本）",
+    "run.axis.position": "被预测 token 的位置",
+    "run.series.at_step": "第 {step} 步",
     "run.footer": "由 glassformer（glassformer inspect）生成；单个文件，离线可用。",
     "run.js.step_of": "第 {step} 步（第 {n} 个记录，共 {total} 个）",
     "run.js.block": "第 {block} 块",
