@@ -117,11 +117,6 @@ def _share_kv_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
 
-def _head_ranges(n_heads: int, n_kv_heads: int) -> tuple[slice, slice, slice]:
-    """The rows of the fused ``qkv`` weight, counted in heads, that make q, k and v."""
-    return slice(0, n_heads), slice(n_heads, n_heads + n_kv_heads), slice(n_heads + n_kv_heads, None)
-
-
 def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int, n_keys: int,
                   device: torch.device) -> torch.Tensor | None:
     """``mask`` and, when causal, "no future key" (bottom-right aligned: query i is position Tk - Tq + i)."""
@@ -176,9 +171,8 @@ class MultiHeadAttention(Tapped):
     Hook points (``self.tap``, see :mod:`glassformer.interpret`): "q", "k", "v" (B, T, heads, hd) as
     projected; "rot_q", "rot_k" (B, heads, T, hd) after RoPE; "attn_scores", "pattern" (B, h, Tq, Tk);
     "z" (B, Tq, h, hd) each head's output before ``o_proj``; "result" (B, Tq, h, d) each head's write
-    into the stream (``o_proj`` split per head, its bias left out). A function on "attn_scores" or
-    "pattern" moves this layer, and only this one, to the explicit path; one on "result" computes
-    ``o_proj`` per head (h times the memory of its output) for this layer only.
+    (without the bias). A function on "attn_scores" or "pattern" moves this layer, and only this one, to
+    the explicit path; one on "result" computes ``o_proj`` per head for this layer only.
 
     Args:
         d_model: width d; must be divisible by ``n_heads``.
@@ -215,20 +209,11 @@ class MultiHeadAttention(Tapped):
         k, v = F.linear(memory, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
         return self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")
 
-    def project_per_head(self, q_in: torch.Tensor, k_in: torch.Tensor,
-                         v_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``qkv`` applied to a separate input per head: q_in (B, T, h, d), k_in and v_in (B, T, kv, d)
-        -> q (B, T, h * hd), k and v (B, T, kv * hd), as ``qkv(x).split(...)`` gives when every head's
-        input is ``x`` (TransformerLens's split q/k/v inputs)."""
-        n, d = self.n_heads + 2 * self.n_kv_heads, self.qkv.in_features
-        weight = self.qkv.weight.view(n, self.head_dim, d)  # one (hd, d) matrix per head
-        bias = None if self.qkv.bias is None else self.qkv.bias.view(n, self.head_dim)
-        out = []
-        for x, heads in zip((q_in, k_in, v_in), _head_ranges(self.n_heads, self.n_kv_heads)):
-            y = torch.einsum("bthd,hed->bthe", x, weight[heads])  # (B, T, heads, hd)
-            y = y if bias is None else y + bias[heads]
-            out.append(y.flatten(2))  # (B, T, heads * hd)
-        return out[0], out[1], out[2]
+    def project_per_head(self, x: torch.Tensor) -> torch.Tensor:
+        """``qkv`` with an input per head: x (B, T, h + 2 kv, d), the queries' heads, then the keys', then
+        the values' -> (B, T, (h + 2 kv) hd), what ``qkv`` gives when all of them are the same."""
+        y = torch.einsum("bthd,hed->bthe", x, self.qkv.weight.view(x.shape[2], self.head_dim, -1))
+        return (y if self.qkv.bias is None else y + self.qkv.bias.view(-1, self.head_dim)).flatten(2)
 
     def per_head_output(self, z: torch.Tensor) -> torch.Tensor:
         """``o_proj`` head by head: z (B, T, h, hd) -> (B, T, h, d), each head's write into the stream;
@@ -238,8 +223,7 @@ class MultiHeadAttention(Tapped):
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
                 inputs: AttentionInputs | None = None, cache: KVCache | None = None,
-                head_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                head_inputs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` to itself (``kv=None``) or to the memory ``kv`` (cross-attention).
 
         Args:
@@ -251,8 +235,7 @@ class MultiHeadAttention(Tapped):
                 alone, weights returned (as in the lessons).
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it, and
                 cross-attention fills it once and reuses it.
-            head_inputs: self-attention only: (q_in, k_in, v_in), a separate input per head ((B, Tq, h, d),
-                (B, Tq, kv, d), (B, Tq, kv, d)) used instead of ``x`` (see :meth:`project_per_head`).
+            head_inputs: self-attention: an input per head, instead of ``x`` (:meth:`project_per_head`).
         Returns:
             (out, weights): out (B, Tq, d); weights (B, h, Tq, Tk) or None.
         """
@@ -262,10 +245,8 @@ class MultiHeadAttention(Tapped):
         cross = memory is not None or (cache is not None and cache.static)
         inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
-            if head_inputs is None:
-                q, k, v = self.qkv(x).split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
-            else:
-                q, k, v = self.project_per_head(*head_inputs)
+            qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
+            q, k, v = qkv.split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
             q = self._heads(q, self.n_heads, "q")  # (B, h, Tq, hd)
             k, v = self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")  # (B, kv, Tq, hd)
             if inputs.rope is not None:
@@ -291,9 +272,8 @@ class MultiHeadAttention(Tapped):
             dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap)  # (B, h, Tq, hd)
         out = self.tap("z", out.transpose(1, 2))  # (B, Tq, h, hd)
         weights = weights if inputs.need_weights else None
-        if self.tapped("result"):  # each head's write, then their sum: the same output, per head
+        if self.tapped("result"):  # o_proj head by head: each head's write, then their sum
             result = self.tap("result", self.per_head_output(out))  # (B, Tq, h, d)
-            bias = self.o_proj.bias
-            return (result.sum(2) if bias is None else result.sum(2) + bias), weights
+            return result.sum(2) + (0.0 if self.o_proj.bias is None else self.o_proj.bias), weights
         out = out.reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
         return self.o_proj(out), weights

@@ -37,11 +37,9 @@ class TransformerBlock(Tapped):
 
     Hook points (``self.tap``, (B, T, d) each): "resid_pre", then per sub-layer its norm's output
     ("attn_norm", "cross_norm", "ffn_norm") and its output ("attn_out", "cross_attn_out", "mlp_out"),
-    and the residual stream after it ("resid_mid", "resid_mid2", "resid_post"); "mlp_in", a copy of the
-    stream the feed-forward sub-layer reads (editing it leaves the residual alone). Per head (B, T, heads,
-    d), only computed while hooked: "attn_in", the stream copied once per head, then "q_input",
-    "k_input", "v_input" (kv heads for k and v), each head's own copy; self-attention reads them (after
-    the norm, pre-norm) instead of the shared stream, so a hook can change one head's input.
+    and the residual stream after it ("resid_mid", "resid_mid2", "resid_post"); "mlp_in", a copy of what
+    the feed-forward reads. While hooked only, per head (B, T, heads, d): "attn_in", then "q_input",
+    "k_input", "v_input", the stream copied per head for self-attention to read (see :meth:`_head_inputs`).
     """
 
     HEAD_INPUT_TAPS = ("attn_in", "q_input", "k_input", "v_input")  # self-attention's inputs per head
@@ -118,22 +116,16 @@ class TransformerBlock(Tapped):
                 x = self.tap("ffn_norm", self.ffn_norm(x + self._dropped(self.tap("mlp_out", self.ffn(mlp_in)))))
         return self.tap("resid_post", x), weights
 
-    def _head_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """None (self-attention reads the shared stream), or while "attn_in", "q_input", "k_input" or
-        "v_input" is hooked, self-attention's inputs per head: the stream x (B, T, d) copied per head
-        and tapped, then normed (pre-norm) -> (B, T, h, d), (B, T, kv, d), (B, T, kv, d)."""
+    def _head_inputs(self, x: torch.Tensor) -> torch.Tensor | None:
+        """None, or while a per-head input is hooked, self-attention's input per head (so a hook can change
+        one head's): x (B, T, d) copied per head, tapped, normed (pre-norm) -> (B, T, h + 2 kv, d)."""
         if not self.tapped(*self.HEAD_INPUT_TAPS):
             return None
-        attn = self.self_attn
-        h, kv = attn.n_heads, attn.n_kv_heads
+        h, kv = self.self_attn.n_heads, self.self_attn.n_kv_heads
         shared = self.tap("attn_in", x.unsqueeze(2).repeat(1, 1, h, 1))  # (B, T, h, d)
-        kv_shared = shared[:, :, :kv]  # kv head j reads head j's copy (TransformerLens's GQA rule): (B, T, kv, d)
-        inputs = (self.tap("q_input", shared.clone() if self.tapped("q_input") else shared),
-                  self.tap("k_input", kv_shared.clone()), self.tap("v_input", kv_shared.clone()))
-        if not self.norm_first:
-            return inputs
-        norm = self.attn_norm
-        return norm.plain(inputs[0]), norm.plain(inputs[1]), norm.plain(inputs[2])
+        q, k, v = shared.clone(), shared[:, :, :kv].clone(), shared[:, :, :kv].clone()  # kv head j: head j's copy
+        heads = torch.cat([self.tap("q_input", q), self.tap("k_input", k), self.tap("v_input", v)], dim=2)
+        return self.attn_norm.plain(heads) if self.norm_first else heads
 
     def _dropped(self, y: torch.Tensor) -> torch.Tensor:
         """Dropout on a sub-layer's output while training; in eval mode ``y`` itself, without a module call."""
