@@ -174,3 +174,40 @@ def test_json_text_and_pairs_lines_with_a_5000_digit_number_are_one_error(tmp_pa
     pairs.write_text('{"src": "a", "tgt": "b"}\n{"src": ' + "1" * 5000 + ', "tgt": "c"}\n', encoding="utf-8")
     with pytest.raises(BadFileError, match="pairs.jsonl:2.*digits"):
         read_pairs(pairs=pairs)
+
+
+@pytest.fixture(scope="module")
+def watched_run(tmp_path_factory):
+    """A real run folder with microscope records (1 layer, 2 heads, 3 records)."""
+    from training_helpers import config, train
+
+    root = tmp_path_factory.mktemp("watched")
+    watch = {"every": 2, "probe_length": 3, "probe_batch": 2, "text_rows": 2, "snapshot_tokens": 6}
+    train(config(root, max_steps=4, watch=watch))
+    return root / "run"
+
+
+def _set(key, value):
+    return lambda record: record.update({key: value})
+
+
+@pytest.mark.parametrize("change", [
+    _set("loss_first", "abc"), _set("induction", [[0.1]]), _set("induction", [[0.1, "x"]]), _set("lens_loss", []),
+    _set("attention", {"0.0": [[1.0]]}), lambda r: r.pop("entropy"), _set("extra", 1.0), _set("entropy", [[1.0], 2.0]),
+], ids=["string", "fewer-heads", "string-in-list", "empty", "smaller-map", "missing", "extra-key", "ragged"])
+def test_a_crafted_microscope_record_is_one_line_and_a_real_one_draws(watched_run, tmp_path, capsys, change):
+    """Issue 31: 38 crafted run folders were tracebacks from the run page."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(watched_run, run, symlinks=True)
+    assert main(["inspect", str(run)]) == 0 and (run / "run.html").is_file()
+    capsys.readouterr()
+    lines = (run / "microscope.jsonl").read_text().splitlines()
+    record = json.loads(lines[-2])
+    change(record)
+    lines[-2] = json.dumps(record)
+    (run / "microscope.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "microscope.jsonl" in err and f"line {len(lines) - 1}" in err, err

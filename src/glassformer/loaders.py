@@ -91,12 +91,35 @@ def _is_number(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
-def read_records(file: str | Path, numbers: bool = False) -> list[dict[str, Any]]:
+UNIFORM_EXEMPT = frozenset({"step", "measurements"})
+"""Record keys ``read_records(uniform=True)`` does not compare: the step, and the user's own measurements
+(a circuit's edge list grows and shrinks over training)."""
+
+
+def _shape(value: Any, where: str) -> Any:
+    """What a record's value is made of: "n" for a number or null, (length, element) for a non-empty
+    list whose elements are all alike, {key: ...} for a mapping; anything else is a BadFileError."""
+    if _is_number(value):
+        return "n"
+    if isinstance(value, list) and value:
+        inner = [_shape(v, where) for v in value]
+        if any(s != inner[0] for s in inner):
+            raise BadFileError(f"{where}: a list whose items differ in kind or length")
+        return (len(value), inner[0])
+    if isinstance(value, dict):
+        return {k: _shape(v, where) for k, v in value.items()}
+    raise BadFileError(f"{where}: {shown(value)} where a number, a list of numbers or a mapping of them belongs")
+
+
+def read_records(file: str | Path, numbers: bool = False, uniform: bool = False) -> list[dict[str, Any]]:
     """The records of a JSON-lines file with an integer ``step`` >= 0 in each ([] when there is no file);
     a torn last line (a process killed while writing it) is dropped.
 
     Args:
         numbers: every other value must be a number or null (``metrics.jsonl``).
+        uniform: every record holds the keys of the first, each made the same way (numbers, non-empty
+            lists of one length, mappings of them: ``microscope.jsonl``, which the run page draws); the
+            keys of :data:`UNIFORM_EXEMPT` are not compared.
     Raises:
         BadFileError naming the file and the line, for any bad line but a torn last one.
     """
@@ -104,7 +127,8 @@ def read_records(file: str | Path, numbers: bool = False) -> list[dict[str, Any]
     if not file.is_file():
         return []
     lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
+    records: list[dict[str, Any]] = []
+    first: Any = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -122,6 +146,14 @@ def read_records(file: str | Path, numbers: bool = False) -> list[dict[str, Any]
             bad = next((k for k, v in record.items() if not _is_number(v)), None)
             if bad is not None:
                 raise BadFileError(f"{where}: {bad!r} is {shown(record[bad])}, expected a number or null")
+        if uniform:
+            try:
+                shape = _shape({k: v for k, v in record.items() if k not in UNIFORM_EXEMPT}, where)
+            except RecursionError:
+                raise BadFileError(f"{where} is nested too deeply to read") from None
+            if records and shape != first:
+                raise BadFileError(f"{where}: its keys or the sizes of its values differ from the first record's")
+            first = shape if not records else first
         records.append(record)
     return records
 
