@@ -53,9 +53,10 @@ def is_run_dir(path: str | Path) -> bool:
 
 def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str, y_label: str,
                 chart_id: str, width: int = 560, height: int = 240, x_label: str = "step",
-                events: list[tuple[float, str]] | None = None) -> str:
+                events: list[tuple[float, str]] | None = None, static: bool = False) -> str:
     """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves and
-    ``events`` (step, label) drawn as fixed, labelled vertical lines (e.g. the phase change)."""
+    ``events`` (step, label) drawn as fixed, labelled vertical lines (e.g. the phase change); ``static``:
+    an x axis that is not steps (no marker moves)."""
     points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
     if not points:
         return ""
@@ -71,7 +72,8 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
     def sy(y: float) -> float:
         return top + (1 - (y - y0) / (y1 - y0)) * ph
 
-    parts = [f'<svg class="gf-chart" id="{chart_id}" viewBox="0 0 {width} {height}" width="{width}" '
+    kind = "gf-chart gf-static" if static else "gf-chart"
+    parts = [f'<svg class="{kind}" id="{chart_id}" viewBox="0 0 {width} {height}" width="{width}" '
              f'height="{height}" data-x0="{x0}" data-x1="{x1}" data-left="{left}" data-width="{pw}" '
              f'role="img" aria-label="{html.escape(title)}">',
              f'<text x="{left}" y="14" class="gf-chart-title">{html.escape(title)}</text>']
@@ -182,6 +184,14 @@ def _charts(run: dict[str, Any], lang: str = "en") -> str:
         icl = [(r["step"], r["icl_score"]) for r in records if r.get("icl_score") is not None]
         if icl:
             charts.append(chart([(tr("run.series.icl", lang), icl)], "run.chart.icl", "run.axis.icl", "gf-chart-icl"))
+        shown = [r for r in records if r.get("loss_by_position")]
+        if shown:  # the per-token loss curve: the first record, the phase change's, the last
+            picked = [shown[0], *(r for r in shown if found and r["step"] == found["step"]), shown[-1]]
+            picked = list({r["step"]: r for r in picked}.values())
+            curves = [(tr("run.series.at_step", lang, step=r["step"]),
+                       [(i + 1, v) for i, v in enumerate(r["loss_by_position"])]) for r in picked]
+            charts.append(_line_chart(curves, tr("run.chart.by_position", lang), tr("run.axis.nats", lang),
+                                      "gf-chart-position", x_label=tr("run.axis.position", lang), static=True))
     return "".join(c for c in charts if c)
 
 
@@ -279,7 +289,7 @@ SCRIPT = r"""
         T.after_last}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
         ""}</td><td>${r.lens_loss[i].toFixed(3)}</td></tr>`).join("");
     }
-    document.querySelectorAll("svg.gf-chart").forEach((svg) => {
+    document.querySelectorAll("svg.gf-chart:not(.gf-static)").forEach((svg) => {
       const x0 = +svg.dataset.x0, x1 = +svg.dataset.x1, left = +svg.dataset.left, w = +svg.dataset.width;
       const x = left + (r.step - x0) / ((x1 - x0) || 1) * w;
       const m = svg.querySelector(".gf-marker"); m.setAttribute("x1", x); m.setAttribute("x2", x);
