@@ -140,3 +140,23 @@ def test_an_input_is_never_an_output(verb, case, file, inputs, tmp_path, capsys)
             before = read.read_bytes()
             _one_line_failure(capsys, argv)
             assert read.read_bytes() == before
+
+
+def test_written_files_have_the_ordinary_mode_of_a_new_file(inputs, tmp_path):
+    """Checkpoint files were 0600 (safetensors writes them private); now every file glassformer writes
+    has the mode any new file gets: 0644 under umask 022, 0640 under 027."""
+    from glassformer.fileio import atomic_write
+    from glassformer.interpret.sae import identity_sae, save_sae
+    from glassformer.training import load
+
+    model, tok = load(inputs["ck"])
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        previous = os.umask(umask)
+        try:
+            folder = tmp_path / f"umask-{umask:o}"
+            written = [*save_checkpoint(folder / "ck", model, tok).iterdir(),
+                       *save_sae(identity_sae(16), folder / "sae").iterdir(),
+                       atomic_write(folder / "page.json", "{}")]
+        finally:
+            os.umask(previous)
+        assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in written} == {p.name: oct(mode) for p in written}
