@@ -12,6 +12,10 @@ V = 97
 SMALL = dict(vocab_size=V, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 CONFIGS = {
     "GPT2LMHeadModel": lambda: transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, **SMALL),
+    "GPTNeoXForCausalLM": lambda: transformers.GPTNeoXConfig(  # sequential residual, whole-head rotary
+        hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64,
+        use_parallel_residual=False, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                                                      "partial_rotary_factor": 1.0}, **SMALL),
     "LlamaForCausalLM": lambda: transformers.LlamaConfig(
         hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, intermediate_size=48,
         max_position_embeddings=64, rope_theta=500.0, rms_norm_eps=1e-6, **SMALL),
@@ -26,7 +30,7 @@ CONFIGS = {
         encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64, scale_embedding=True,
         decoder_start_token_id=2, forced_eos_token_id=None, **SMALL),
 }
-CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
+CAUSAL = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "LlamaForCausalLM")
 
 
 def tiny_hf(name: str, seed: int = 0, attn: str = "sdpa"):
@@ -160,6 +164,9 @@ def test_unsupported_architecture_is_named():
     ("LlamaForCausalLM", "rope_parameters", {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
      "rope type='linear' cannot"),
     ("LlamaForCausalLM", "mlp_bias", True, "mlp_bias=True cannot"),
+    ("GPTNeoXForCausalLM", "use_parallel_residual", True, "use_parallel_residual=True cannot.*parallel residual"),
+    ("GPTNeoXForCausalLM", "rope_parameters",
+     {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}, "partial_rotary_factor=0.25 cannot"),
     ("BertModel", "position_embedding_type", "relative_key", "position_embedding_type='relative_key' cannot"),
     ("BartForConditionalGeneration", "decoder_ffn_dim", 64, "decoder_ffn_dim=64 cannot"),
 ])

@@ -1,8 +1,11 @@
-"""The Hugging Face families glassformer converts: GPT-2, Llama, BERT and BART.
+"""The Hugging Face families glassformer converts: GPT-2, GPT-NeoX, Llama, BERT and BART.
 
 Each family says, in plain data, how a Hugging Face ``config.json`` maps to a :class:`ModelConfig`
 (and back) and how tensor names map (:class:`~glassformer.interop.mapping.Rule`). Nothing here
 imports ``transformers``: :func:`load_hf_dir` works from the files alone.
+
+A glassformer model may lack tensors the family always has (no biases, no feed-forward sub-layers, no
+position table): the export writes those as zeros (``Family.fill``), which computes the same numbers.
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
                "silu": "silu", "swish": "silu"}
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
+# The context an exported RoPE or position-free model declares: such a model has no position table, so
+# transformers may run it (and ``generate``) past the training block; 2048 is GPT-NeoX's own default.
+OPEN_CONTEXT = 2048
+
+Fill = dict[str, tuple[tuple[int, ...], float]]  # their tensor name -> (shape, the value of every element)
+
+
+def _no_fill(config: ModelConfig) -> Fill:
+    """Nothing to write as constants: the model has every tensor of the family."""
+    return {}
+
 
 @dataclass(frozen=True)
 class Family:
@@ -37,6 +51,8 @@ class Family:
         rules: (ModelConfig, has_head) -> weight rules with ``head_class`` names.
         has_head: ModelConfig -> whether it exports as ``head_class`` (else ``base_class``).
         ignore: regexes of their tensors dropped on import (buffers, BERT's pooler).
+        fill: ModelConfig -> {their name: (shape, value)}: tensors the family has and the model lacks,
+            written as constants on export (zero biases, a zero feed-forward sub-layer).
     """
 
     name: str
@@ -50,12 +66,10 @@ class Family:
     rules: Callable[[ModelConfig, bool], list[Rule]]
     has_head: Callable[[ModelConfig], bool]
     ignore: tuple[str, ...] = ()
+    fill: Callable[[ModelConfig], Fill] = _no_fill
 
     def check_exportable(self, config: ModelConfig) -> None:
         """Raise ValueError naming the first field this family cannot represent."""
-        if config.attn_only:
-            raise GlassformerError(f"cannot export as {self.head_class}: ModelConfig.attn_only=True, but every "
-                                   "Hugging Face family has feed-forward sub-layers")
         for name, allowed in self.required(config).items():
             value = getattr(config, name)
             if value not in allowed:
@@ -92,9 +106,10 @@ def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:
     return ACT_FROM_HF[name]
 
 
-def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same") -> list[Rule]:
-    out = [rule(f"{ours}.weight", f"{theirs}.weight", layout=layout)]
-    return out + [rule(f"{ours}.bias", f"{theirs}.bias")] if bias else out
+def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same", heads: int = 0) -> list[Rule]:
+    out = [rule(f"{ours}.weight", f"{theirs}.weight", layout=layout, heads=heads)]
+    bias_layout = "heads_qkv" if layout == "heads_qkv" else "same"
+    return out + [rule(f"{ours}.bias", f"{theirs}.bias", layout=bias_layout, heads=heads)] if bias else out
 
 
 def _qkv(ours: str, q: str, k: str, v: str, sizes: tuple[int, int, int], bias: bool = True) -> list[Rule]:
@@ -124,38 +139,147 @@ def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
     ).validate()
 
 
+def _context(c: ModelConfig) -> int:
+    """The positions an export declares: the learned table's rows, else at least :data:`OPEN_CONTEXT`."""
+    return c.max_len if c.pos == "learned" else max(c.max_len, OPEN_CONTEXT)
+
+
+def _d_ff(c: ModelConfig) -> int:
+    """The exported feed-forward width: 1 (all zeros) for an attention-only model."""
+    return 1 if c.attn_only else c.d_ff
+
+
 def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:
     return dict(model_type="gpt2", vocab_size=c.vocab_size, n_embd=c.d_model, n_head=c.n_heads, n_layer=c.n_layers,
-                n_inner=c.d_ff, n_positions=c.max_len, activation_function=ACT_TO_HF[c.activation],
+                n_inner=_d_ff(c), n_positions=_context(c), activation_function=ACT_TO_HF[c.activation],
                 layer_norm_epsilon=c.norm_eps, resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
                 initializer_range=c.init_std or 0.02, tie_word_embeddings=True)
 
 
 def _gpt2_required(c: ModelConfig) -> dict[str, tuple]:
-    return dict(arch=("lm",), attn=("causal",), pos=("learned",), norm=("layernorm",), norm_first=(True,),
-                bias=(True,), tie=(True,), head_bias=(False,), n_kv_heads=(None, c.n_heads),
+    return dict(arch=("lm",), attn=("causal",), pos=("learned", "none"), norm=("layernorm",), norm_first=(True,),
+                tie=(True,), head_bias=(False,), n_kv_heads=(None, c.n_heads),
                 scale_embeddings=(False,), n_token_types=(0,), embed_norm=(False,), pos_offset=(0,),
                 head_transform=(False,), activation=tuple(ACT_TO_HF))
 
 
 def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     t = "transformer."
-    out = [rule("embeddings.tok.weight", f"{t}wte.weight", aliases=["lm_head.weight"]),
-           rule("embeddings.pos.weight", f"{t}wpe.weight")]
+    out = [rule("embeddings.tok.weight", f"{t}wte.weight", aliases=["lm_head.weight"])]
+    if c.pos == "learned":
+        out.append(rule("embeddings.pos.weight", f"{t}wpe.weight"))
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{t}h.{i}."
-        out += _linear(f"{ours}attn_norm", f"{theirs}ln_1")
-        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attn.c_attn", layout="transposed")
-        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attn.c_proj", layout="transposed")
-        out += _linear(f"{ours}ffn_norm", f"{theirs}ln_2")
-        out += _linear(f"{ours}ffn.up", f"{theirs}mlp.c_fc", layout="transposed")
-        out += _linear(f"{ours}ffn.down", f"{theirs}mlp.c_proj", layout="transposed")
-    return out + _linear("norm_f", f"{t}ln_f")
+        out += _linear(f"{ours}attn_norm", f"{theirs}ln_1", c.bias)
+        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attn.c_attn", c.bias, layout="transposed")
+        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attn.c_proj", c.bias, layout="transposed")
+        if not c.attn_only:
+            out += _linear(f"{ours}ffn_norm", f"{theirs}ln_2", c.bias)
+            out += _linear(f"{ours}ffn.up", f"{theirs}mlp.c_fc", c.bias, layout="transposed")
+            out += _linear(f"{ours}ffn.down", f"{theirs}mlp.c_proj", c.bias, layout="transposed")
+    return out + _linear("norm_f", f"{t}ln_f", c.bias)
+
+
+def _gpt2_fill(c: ModelConfig) -> Fill:
+    """Zero biases (bias=False), a zero MLP (attn_only: it adds exactly 0) and a zero position table (pos="none")."""
+    d, t, out = c.d_model, "transformer.", {}
+    if c.pos == "none":
+        out[f"{t}wpe.weight"] = ((_context(c), d), 0.0)
+    for i in range(c.n_layers):
+        h = f"{t}h.{i}."
+        if c.attn_only:
+            out.update({f"{h}ln_2.weight": ((d,), 1.0), f"{h}mlp.c_fc.weight": ((d, 1), 0.0),
+                        f"{h}mlp.c_proj.weight": ((1, d), 0.0)})
+        if c.attn_only or not c.bias:
+            out.update({f"{h}ln_2.bias": ((d,), 0.0), f"{h}mlp.c_fc.bias": ((_d_ff(c),), 0.0),
+                        f"{h}mlp.c_proj.bias": ((d,), 0.0)})
+        if not c.bias:
+            out.update({f"{h}ln_1.bias": ((d,), 0.0), f"{h}attn.c_attn.bias": ((3 * d,), 0.0),
+                        f"{h}attn.c_proj.bias": ((d,), 0.0)})
+    return out | ({f"{t}ln_f.bias": ((d,), 0.0)} if not c.bias else {})
 
 
 GPT2 = Family("gpt2", "gpt2", "GPT2LMHeadModel", "GPT2Model", "transformer.", _gpt2_config, _gpt2_to_hf,
               _gpt2_required, _gpt2_rules, has_head=lambda c: True,
-              ignore=(r"transformer\.h\.\d+\.attn\.(masked_)?bias",))
+              ignore=(r"transformer\.h\.\d+\.attn\.(masked_)?bias",), fill=_gpt2_fill)
+
+
+# ---------------------------------------------------------------------------------------------- GPT-NeoX
+def _neox_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
+    req = partial(_int, "gpt_neox", hf)  # a required int field, named in errors
+    _need("gpt_neox", hf, "use_parallel_residual", True, (False,), "glassformer's blocks add attention, then the "
+          "feed-forward sub-layer (sequential residual); Pythia's parallel residual is not implemented")
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise GlassformerError(f"gpt_neox config field rope_parameters must be a mapping, got {shown(rope)}")
+    _need("gpt_neox", rope, "rope_type", rope.get("type", "default"), ("default",), "only plain RoPE is implemented")
+    _need("gpt_neox", rope, "partial_rotary_factor", hf.get("rotary_pct", 0.25), (1, 1.0),
+          "glassformer rotates the whole head (rotary_pct 1.0)")
+    _need("gpt_neox", hf, "attention_bias", True, (True,), "glassformer has one `bias` flag and GPT-NeoX's "
+          "feed-forward layers always have biases")
+    theta = rope.get("rope_theta", hf.get("rotary_emb_base", 10000.0))
+    return ModelConfig(
+        vocab_size=req("vocab_size"), d_model=req("hidden_size"), n_heads=req("num_attention_heads"),
+        n_layers=req("num_hidden_layers"), d_ff=req("intermediate_size"), max_len=req("max_position_embeddings", 2048),
+        pos="rope", rope_theta=_float("gpt_neox", {"rope_theta": theta}, "rope_theta", 10000.0),
+        activation=_act("gpt_neox", hf, "hidden_act", "gelu"), norm_eps=hf.get("layer_norm_eps", 1e-5),
+        tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
+        dropout=hf.get("hidden_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
+    ).validate()
+
+
+def _neox_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return dict(model_type="gpt_neox", vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                num_hidden_layers=c.n_layers, intermediate_size=_d_ff(c), max_position_embeddings=_context(c),
+                hidden_act=ACT_TO_HF[c.activation], layer_norm_eps=c.norm_eps, use_parallel_residual=False,
+                rotary_pct=1.0, rotary_emb_base=c.rope_theta,  # transformers 4.x names; 5.x reads rope_parameters
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta, "partial_rotary_factor": 1.0},
+                attention_bias=True, tie_word_embeddings=c.tie, hidden_dropout=c.dropout, attention_dropout=c.dropout,
+                initializer_range=c.init_std or 0.02)
+
+
+def _neox_required(c: ModelConfig) -> dict[str, tuple]:
+    return dict(arch=("lm",), attn=("causal",), pos=("rope",), norm=("layernorm",), norm_first=(True,),
+                head_bias=(False,), n_kv_heads=(None, c.n_heads), scale_embeddings=(False,), n_token_types=(0,),
+                embed_norm=(False,), head_transform=(False,), activation=tuple(ACT_TO_HF))
+
+
+def _neox_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
+    m = "gpt_neox."
+    out = [rule("embeddings.tok.weight", f"{m}embed_in.weight", aliases=["lm_head.weight"] if c.tie else [])]
+    for i in range(c.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{m}layers.{i}."
+        out += _linear(f"{ours}attn_norm", f"{theirs}input_layernorm", c.bias)
+        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attention.query_key_value", c.bias, "heads_qkv", c.n_heads)
+        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attention.dense", c.bias)
+        if not c.attn_only:
+            out += _linear(f"{ours}ffn_norm", f"{theirs}post_attention_layernorm", c.bias)
+            out += _linear(f"{ours}ffn.up", f"{theirs}mlp.dense_h_to_4h", c.bias)
+            out += _linear(f"{ours}ffn.down", f"{theirs}mlp.dense_4h_to_h", c.bias)
+    out += _linear("norm_f", f"{m}final_layer_norm", c.bias)
+    return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
+
+
+def _neox_fill(c: ModelConfig) -> Fill:
+    """Zero biases (bias=False) and a zero feed-forward sub-layer (attn_only: it adds exactly 0)."""
+    d, m, out = c.d_model, "gpt_neox.", {}
+    for i in range(c.n_layers):
+        h = f"{m}layers.{i}."
+        if c.attn_only:
+            out.update({f"{h}post_attention_layernorm.weight": ((d,), 1.0),
+                        f"{h}mlp.dense_h_to_4h.weight": ((1, d), 0.0), f"{h}mlp.dense_4h_to_h.weight": ((d, 1), 0.0)})
+        if c.attn_only or not c.bias:
+            out.update({f"{h}post_attention_layernorm.bias": ((d,), 0.0),
+                        f"{h}mlp.dense_h_to_4h.bias": ((_d_ff(c),), 0.0), f"{h}mlp.dense_4h_to_h.bias": ((d,), 0.0)})
+        if not c.bias:
+            out.update({f"{h}input_layernorm.bias": ((d,), 0.0), f"{h}attention.query_key_value.bias": ((3 * d,), 0.0),
+                        f"{h}attention.dense.bias": ((d,), 0.0)})
+    return out | ({f"{m}final_layer_norm.bias": ((d,), 0.0)} if not c.bias else {})
+
+
+NEOX = Family("gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox.", _neox_config, _neox_to_hf,
+              _neox_required, _neox_rules, has_head=lambda c: True,
+              ignore=(r"gpt_neox\.layers\.\d+\.attention\.(masked_)?bias", r".*rotary_emb\.inv_freq"), fill=_neox_fill)
 
 
 # ---------------------------------------------------------------------------------------------- Llama
@@ -190,7 +314,7 @@ def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
 def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
     return dict(model_type="llama", vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                 num_key_value_heads=c.kv_heads, num_hidden_layers=c.n_layers, intermediate_size=c.d_ff,
-                max_position_embeddings=c.max_len, hidden_act="silu" if c.activation == "swiglu" else "gelu",
+                max_position_embeddings=_context(c), hidden_act="silu" if c.activation == "swiglu" else "gelu",
                 rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
                 rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, attention_bias=c.bias,
                 mlp_bias=c.bias, tie_word_embeddings=c.tie, attention_dropout=c.dropout,
@@ -199,8 +323,8 @@ def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def _llama_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("causal",), pos=("rope",), norm=("rmsnorm",), norm_first=(True,),
-                activation=("swiglu", "geglu"), head_bias=(False,), scale_embeddings=(False,), n_token_types=(0,),
-                embed_norm=(False,), head_transform=(False,))
+                attn_only=(False,), activation=("swiglu", "geglu"), head_bias=(False,), scale_embeddings=(False,),
+                n_token_types=(0,), embed_norm=(False,), head_transform=(False,))
 
 
 def _llama_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -270,9 +394,9 @@ def _block_rules(c: ModelConfig, ours: str, attentions: list[tuple[str, ...]],
 
 def _bert_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("bidirectional",), pos=("learned",), norm=("layernorm",), norm_first=(False,),
-                bias=(True,), tie=(True,), head_bias=(c.head_transform,), n_kv_heads=(None, c.n_heads),
-                scale_embeddings=(False,), embed_norm=(True,), pos_offset=(0,), activation=tuple(ACT_TO_HF),
-                n_token_types=(c.n_token_types,) if c.n_token_types >= 1 else (2,))
+                bias=(True,), attn_only=(False,), tie=(True,), head_bias=(c.head_transform,),
+                n_kv_heads=(None, c.n_heads), scale_embeddings=(False,), embed_norm=(True,), pos_offset=(0,),
+                activation=tuple(ACT_TO_HF), n_token_types=(c.n_token_types,) if c.n_token_types >= 1 else (2,))
 
 
 def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -332,7 +456,7 @@ def _bart_to_hf(c: ModelConfig) -> dict[str, Any]:
 def _bart_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("encoder-decoder",), pos=("learned",), pos_offset=(2,), split_positions=(True,),
                 embed_norm=(True,), norm=("layernorm",), norm_first=(False,), bias=(True,), norm_eps=(1e-5,),
-                n_kv_heads=(None, c.n_heads), n_token_types=(0,), activation=tuple(ACT_TO_HF))
+                attn_only=(False,), n_kv_heads=(None, c.n_heads), n_token_types=(0,), activation=tuple(ACT_TO_HF))
 
 
 def _bart_layer(c: ModelConfig, ours: str, theirs: str, cross: bool) -> list[Rule]:
@@ -366,7 +490,7 @@ def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
 BART = Family("bart", "bart", "BartForConditionalGeneration", "BartModel", "model.", _bart_config, _bart_to_hf,
               _bart_required, _bart_rules, has_head=lambda c: c.head_bias)
 
-FAMILIES = (GPT2, LLAMA, BERT, BART)
+FAMILIES = (GPT2, NEOX, LLAMA, BERT, BART)
 
 
 def family_of_class(class_name: str) -> tuple[Family, bool]:
@@ -387,5 +511,20 @@ def family_of_config(config: ModelConfig) -> Family:
             return family
         except ValueError as error:
             reasons.append(str(error))
-    raise GlassformerError("no Hugging Face architecture matches this ModelConfig: " + "; ".join(reasons)
-                           + " (a causal LM trained without a preset has GPT-2's shape and converts; docs/training.md)")
+    raise GlassformerError(f"no Hugging Face architecture matches this ModelConfig{_why_none(config)}: "
+                           + "; ".join(reasons)
+                           + " (a causal LM trained without a preset has GPT-2's shape and converts; docs/interop.md)")
+
+
+def _why_none(config: ModelConfig) -> str:
+    """The structural reason, in one clause, for the shapes glassformer's recipes train that no family has."""
+    if config.arch == "lm" and config.attn == "prefix":
+        return (" (no transformers causal-LM class lets a prefix attend both ways, so a prefix-LM has no exact "
+                "Hugging Face form)")
+    if config.arch == "lm" and config.attn == "bidirectional" and config.norm_first:
+        return (" (the encoder family, BERT, is post-norm with an embedding LayerNorm; a pre-norm encoder "
+                "computes other numbers, so it has no exact Hugging Face form)")
+    if config.arch == "encoder-decoder" and (config.norm_first or config.pos != "learned"):
+        return (" (the encoder-decoder family, BART, is post-norm with learned positions and embedding norms; "
+                "this encoder-decoder computes other numbers, so it has no exact Hugging Face form)")
+    return ""

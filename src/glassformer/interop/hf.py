@@ -78,7 +78,9 @@ def check_hf_state(class_name: str, hf_config: dict[str, Any], header: Header,
 def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str, torch.Tensor]]:
     """(transformers class name, hf config dict, hf state dict) for a glassformer model.
 
-    Tied tensors appear once (under the name transformers saves); ValueError when no family fits.
+    Tied tensors appear once (under the name transformers saves); tensors the family has and the model lacks
+    are constants that compute the same (zero biases, a zero MLP: ``Family.fill``); ValueError when no family
+    fits.
     """
     if not isinstance(model, (TransformerLM, EncoderDecoder)):
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
@@ -88,6 +90,8 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
     has_head = family.has_head(config)
     class_name = family.head_class if has_head else family.base_class
     state = export_state(family.rules(config, has_head), model.state_dict())
+    dtype = next(iter(state.values())).dtype
+    state.update({name: torch.full(shape, value, dtype=dtype) for name, (shape, value) in family.fill(config).items()})
     if not has_head:
         state = {name.removeprefix(family.prefix): tensor for name, tensor in state.items()}
     hf_config = {**family.config_to_hf(config), "architectures": [class_name]}
@@ -97,7 +101,8 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
 def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
     """A float32 glassformer model with the weights of a ``transformers`` model (in eval mode).
 
-    Supported: GPT2LMHeadModel/GPT2Model, LlamaForCausalLM/LlamaModel, BertForMaskedLM/BertModel,
+    Supported: GPT2LMHeadModel/GPT2Model, GPTNeoXForCausalLM/GPTNeoXModel (sequential residual, full
+    rotary), LlamaForCausalLM/LlamaModel, BertForMaskedLM/BertModel,
     BartForConditionalGeneration/BartModel. Base models (no output head) become a model whose
     output layer is the tied embedding; use ``model.hidden_states`` for their outputs.
     """
@@ -110,12 +115,14 @@ def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
 def to_hf(model: nn.Module) -> Any:
     """The ``transformers`` model with this glassformer model's weights (in eval mode).
 
-    The class is chosen from the config (GPT-2, Llama, BERT, BART); ValueError names the field that
+    The class is chosen from the config (GPT-2, GPT-NeoX, Llama, BERT, BART); ValueError names the field that
     keeps a config from every family.
     """
     import transformers
 
     class_name, hf_config, state = hf_state_from_model(model)
+    for role in ("pad", "bos", "eos"):  # not the class's defaults (GPT-2's 50256), which may be outside the vocabulary
+        hf_config.setdefault(f"{role}_token_id", None)
     config_class = transformers.AutoConfig.for_model(hf_config.pop("model_type"), **hf_config)
     kwargs = {"add_pooling_layer": False} if class_name == "BertModel" else {}
     hf_model = getattr(transformers, class_name)(config_class, **kwargs)
