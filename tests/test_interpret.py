@@ -432,6 +432,26 @@ def test_backward_hooks_and_gradients():
     assert no_taps(model)
 
 
+def test_cache_algebra_adds_up_and_knows_its_limits():
+    model, x = lm(pos="learned"), ids()
+    with torch.no_grad():
+        logits, cache = run_with_cache(model, x)
+    parts, labels = cache.decompose_resid(layer=1, mlp_input=True, return_labels=True)
+    assert labels == ["embed", "pos_embed", "0_attn_out", "0_mlp_out", "1_attn_out"]
+    torch.testing.assert_close(parts.sum(0), cache["resid_mid", 1], rtol=0, atol=1e-5)
+    lens = cache.accumulated_resid(apply_ln=True)  # at the end: ln_final itself, so the last row gives the logits
+    torch.testing.assert_close(model.logits(lens[-1]), logits, rtol=0, atol=1e-5)
+    post_norm = lm(**LM_CASES["bidirectional-post-norm"])
+    with torch.no_grad():
+        _, post_cache = run_with_cache(post_norm, x)
+    stack = post_cache.decompose_resid()
+    assert torch.equal(post_cache.apply_ln_to_stack(stack), stack)  # no norm reads the final stream there
+    with torch.no_grad():
+        _, ed_cache = run_with_cache(encdec(), x, ids(T=5))
+    with pytest.raises(ValueError, match="needs the TransformerLM"):
+        ed_cache.decompose_resid()
+
+
 def test_hook_layer_is_an_int_and_a_method():
     point = hook_points(lm())["blocks.1.attn.hook_z"]
     assert point.layer == 1 and point.layer() == 1 and isinstance(point.layer, int)

@@ -233,6 +233,20 @@ def test_stack_head_results(caches, kw):
     _same(cache.stack_head_results(**kw), theirs.stack_head_results(**kw))
 
 
+def test_compute_head_results(pair):
+    _, ours, theirs = pair
+    _flags(theirs)
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(_ids(6))
+        _, cache = run_with_cache(ours, _ids(6), names="z")
+    their_cache.compute_head_results()
+    cache.compute_head_results()
+    assert sorted(cache) == ["blocks.0.attn.hook_result", "blocks.0.attn.hook_z", "blocks.1.attn.hook_result",
+                             "blocks.1.attn.hook_z"]
+    for name in ("blocks.0.attn.hook_result", "blocks.1.attn.hook_result"):
+        _close(cache[name], their_cache[name], name)
+
+
 @pytest.mark.parametrize("kw", [{}, dict(layer=1), dict(layer=1, mlp_input=True), dict(pos_slice=(0, 4)),
                                 dict(batch_slice=1), dict(layer=0, batch_slice=[1], pos_slice=[2, 3])])
 def test_apply_ln_to_stack(caches, kw):

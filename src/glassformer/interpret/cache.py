@@ -211,6 +211,12 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                 self.tensors[name] = self._lm().blocks[layer].self_attn.per_head_output(self["z", layer])
         return self.tensors[name]
 
+    def compute_head_results(self) -> None:
+        """Add every layer's ``attn.hook_result`` computed from ``hook_z`` (TransformerLens's method; the
+        stacking methods do this themselves when they need it)."""
+        for layer in range(len(self._lm().blocks)):
+            self.head_results(layer)
+
     def stack_head_results(self, layer: int | None = -1, return_labels: bool = False, incl_remainder: bool = False,
                            pos_slice: SliceInput = None,
                            apply_ln: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
