@@ -217,3 +217,31 @@ def test_a_fixed_distance_head_is_not_called_induction():
     assert probe_lengths(n) == [12, 9, 6]
     assert by_length[0] == pytest.approx(1.0) and float(by_length[1:].max()) < 0.05  # one length only
     assert float(scores["induction"][0, 0]) < 0.05
+
+
+def test_bad_measurements_and_series_are_errors_naming_them(tmp_path):
+    from glassformer.interpret.microscope import replay
+    from glassformer.training import Trainer
+    from glassformer.training.replay import checkpoint_steps
+
+    with pytest.raises(GlassformerError, match=r"watch.probe_lengths\[\]"):
+        WatchConfig.from_dict({"probe_lengths": [1]})
+    cfg = config(tmp_path, max_steps=2, watch=WATCH)
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    trainer.microscope.add("huge", lambda model, probe: torch.zeros(20_000))
+    with pytest.raises(GlassformerError, match="measurement 'huge' returned 20,000 numbers"):
+        trainer.microscope.measure(trainer.model, 0)
+    trainer.microscope.measurements.clear()
+    trainer.microscope.add("words", lambda model, probe: object())
+    with pytest.raises(GlassformerError, match="measurement 'words' returned a object"):
+        trainer.microscope.measure(trainer.model, 0)
+    with pytest.raises(GlassformerError, match="must be a function"):
+        trainer.microscope.add("not_callable", 3)
+    with pytest.raises(GlassformerError, match="at least one"):
+        replay([])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GlassformerError, match="no checkpoint folders"):
+        checkpoint_steps(tmp_path / "empty")
+    with pytest.raises(GlassformerError, match="not a checkpoint folder"):
+        checkpoint_steps([tmp_path / "ckpt-000010"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError, MissingFileError, check_int
 from ..interpret.microscope import Measurement, replay
 from .checkpoint import load
 
@@ -38,6 +38,10 @@ def checkpoint_steps(checkpoints: Checkpoints) -> list[tuple[int, Path]]:
             pairs.append((int(numbers[-1]) if numbers else place, path))
     if not pairs:
         raise GlassformerError(f"no checkpoint folders in {str(checkpoints)!r:.80}")
+    missing = [str(path) for _, path in pairs if not (path / "config.json").is_file()]
+    if missing:
+        raise MissingFileError(f"not a checkpoint folder (no config.json): {missing[0]!r}"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     return sorted(pairs, key=lambda pair: pair[0])
 
 
