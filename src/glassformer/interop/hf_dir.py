@@ -131,7 +131,7 @@ def _as_hf_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
         rust = _char_as_hf(tokenizer)
     if rust is None:
         raise ArgumentTypeError(f"tokenizer of kind {tokenizer.kind!r} has no Hugging Face form; pass tokenizer=None "
-                                "(only BPE and Hugging Face tokenizers can be exported)")
+                                "(char, BPE and Hugging Face tokenizers can be exported)")
     return HFTokenizer(rust, {role: rust.id_to_token(i) for role, i in tokenizer.special_tokens.items()})
 
 
@@ -157,8 +157,8 @@ def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path)
     tokenizer_config.json and special_tokens_map.json.
 
     Args:
-        model: a glassformer model whose config fits GPT-2, Llama, BERT or BART (ValueError otherwise).
-        tokenizer: an HFTokenizer or BPE tokenizer, or None for weights only. Its special ids become
+        model: a glassformer model whose config fits GPT-2, GPT-NeoX, Llama, BERT or BART (ValueError otherwise).
+        tokenizer: an HFTokenizer, BPE or char tokenizer, or None for weights only. Its special ids become
             the config's pad/bos/eos ids.
     Returns:
         The folder path.
