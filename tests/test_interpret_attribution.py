@@ -9,13 +9,13 @@ import torch
 from glassformer import TransformerLM
 from glassformer.errors import GlassformerError
 from glassformer.interpret import hook_points, hooks, run_with_cache, run_with_patch
-from glassformer.interpret.points import ON_DEMAND
 from glassformer.interpret.attribution import (
     attribution_patching,
     correlation,
     exact_head_patching,
     top_heads,
 )
+from glassformer.interpret.points import ON_DEMAND
 
 V = 40
 
