@@ -215,8 +215,8 @@ def test_token_cache_never_overwrites_and_verifies_what_it_maps(tmp_path):
 def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
     from glassformer.errors import GlassformerError
 
-    target = tmp_path / "f.txt"
-    target.write_text("old\n")
+    target = tmp_path / "f.json"
+    target.write_text("{}\n")  # a file glassformer may replace (JSON); a user's .txt would be refused first
 
     def chunks():
         yield b"new"
@@ -224,7 +224,7 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
 
     with pytest.raises(GlassformerError, match="disk is full"):
         atomic_write(target, chunks())
-    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+    assert target.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 # ---------------------------------------------------------------------- the rule as a property
