@@ -6,6 +6,7 @@ import html
 from typing import Any
 
 from ..errors import GlassformerError, check_int
+from ..textwidth import clip, display_width, pad
 from .api import PromptLike, _eval_mode, iter_steps, setup_generation
 from .protocol import Generative
 
@@ -81,16 +82,24 @@ def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 1
     return records
 
 
-def format_trace(records: list[dict[str, Any]]) -> str:
-    """A plain-text table of a :func:`trace_generation` result, one line per step: step, context,
-    choice (probability) and candidates (uses the ``*_text`` fields when present)."""
-    lines = []
+def format_trace(records: list[dict[str, Any]], context_width: int = 30) -> str:
+    """A plain-text table of a :func:`trace_generation` result, one line per step: step, context (its
+    end, at most ``context_width`` columns), choice (probability) and candidates (uses the ``*_text``
+    fields when present). Columns are padded in display columns (:mod:`glassformer.textwidth`), so the
+    arrows and candidates line up under Chinese text too."""
+    check_int("context_width", context_width, 4)
+    rows = []
     for r in records:
-        chosen = r.get("chosen_text", r["chosen"])
-        top = r.get("top_k_text", r["top_k"])
-        candidates = "  ".join(f"{piece!r}:{p:.3f}" for piece, p in top)
-        context = r.get("context_text", r["context"])
-        chosen_p = r["chosen_probability"]
-        lines.append(f"{r['step']:>3}  {context!r:>30.30}  -> {chosen!r} ({chosen_p:.3f})   {candidates}")
-    return "\n".join(lines)
-
+        context = repr(r.get("context_text", r["context"]))
+        if display_width(context) > context_width:  # the end of the context is what the model just read
+            context = "…" + clip(context, context_width - 1, keep="end")
+        chosen = f"{r.get('chosen_text', r['chosen'])!r} ({r['chosen_probability']:.3f})"
+        candidates = [f"{piece!r}:{p:.3f}" for piece, p in r.get("top_k_text", r["top_k"])]
+        rows.append((r["step"], context, chosen, candidates))
+    context_w = max((display_width(c) for _, c, _, _ in rows), default=0)
+    chosen_w = max((display_width(c) for _, _, c, _ in rows), default=0)
+    candidate_w = max((display_width(c) for *_, cs in rows for c in cs), default=0)
+    return "\n".join(
+        f"{step:>3}  {pad(context, context_w, '>')}  -> {pad(chosen, chosen_w)}   "
+        + "  ".join(pad(c, candidate_w) for c in candidates).rstrip()
+        for step, context, chosen, candidates in rows)

@@ -17,6 +17,7 @@ import string
 from collections.abc import Mapping
 
 from ..errors import GlassformerError, shown
+from ..textwidth import format_columns
 from .messages_en import EN
 from .messages_zh import ZH
 
@@ -52,8 +53,9 @@ def resolve_lang(lang: str | None, name: str = "lang", environ: Mapping[str, str
 
 
 def text(key: str, lang: str = "en", **fields: object) -> str:
-    """The message ``key`` in ``lang``, its ``{fields}`` filled in (``str.format``)."""
-    return MESSAGES[resolve_lang(lang)][key].format(**fields)
+    """The message ``key`` in ``lang``, its ``{fields}`` filled in (``str.format``, string widths such as
+    ``{context:<24}`` counted in display columns: :func:`glassformer.textwidth.format_columns`)."""
+    return format_columns(MESSAGES[resolve_lang(lang)][key], **fields)
 
 
 def fields(message: str) -> set[str]:
