@@ -160,3 +160,19 @@ def test_written_files_have_the_ordinary_mode_of_a_new_file(inputs, tmp_path):
         finally:
             os.umask(previous)
         assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in written} == {p.name: oct(mode) for p in written}
+
+
+READ = [(verb, case, file) for verb, case in declared() for file in case.files
+        if file not in case.argv and "{text}" in case.argv]
+
+
+@pytest.mark.parametrize(("verb", "case", "file"), READ, ids=[f"{v}:{f}" for v, _, f in READ])
+def test_a_declared_output_that_is_the_text_read_survives(verb, case, file, inputs, tmp_path, capsys):
+    """The text a command reads placed at one of its outputs (``sae --data mywork/metrics.json
+    --out_dir mywork``): refused in one line, the text unchanged."""
+    places = {**inputs, "out": tmp_path / "out"}
+    target = Path(_fill(file, places))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(TEXT * 4, encoding="utf-8")
+    _one_line_failure(capsys, [str(target) if word == "{text}" else _fill(word, places) for word in case.argv])
+    assert target.read_text(encoding="utf-8") == TEXT * 4
