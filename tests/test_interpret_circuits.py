@@ -210,6 +210,10 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
     assert page.count('class="gf-circuit-snap"') == 2 and page.count('class="gf-circuit"') == 2
     assert f'data-index="{len(records) - 1}" data-step="300">' in page  # the last one is not hidden
     assert f"{len(circuit['edges'])} of {circuit['total_edges']} edges" in page
+    records[-2]["measurements"]["circuit"] = {**circuit, "edges": [["L0H0<script>", "logits", 1.0]]}  # crafted
+    (folder / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = write_run_page(folder).read_text(encoding="utf-8")
+    assert page.count('class="gf-circuit-snap"') == 1 and "L0H0<script>" not in page
 
 
 def test_a_run_without_a_phase_change_says_so(induction, tmp_path):

@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
 from ..interpret.circuits import Circuit
 from .report import page_start
+
+SENDER = re.compile(r"embed|L\d{1,4}H\d{1,4}|MLP\d{1,4}")
+RECEIVER = re.compile(r"L\d{1,4}H\d{1,4}\.[qkv]|MLP\d{1,4}|logits")
+MAX_DRAWN_EDGES = 2_000  # a graph with more is not readable (and a crafted file stays bounded)
+
+
+def is_circuit(value: Any) -> bool:
+    """Whether ``value`` is a circuit as :meth:`Circuit.to_dict` writes it (what the run page may draw):
+    edges [sender, receiver, number] with the graph's names, at most ``MAX_DRAWN_EDGES`` of them."""
+    if not isinstance(value, dict) or not isinstance(value.get("edges"), list) or "faithfulness" not in value:
+        return False
+    edges = value["edges"]
+    return len(edges) <= MAX_DRAWN_EDGES and all(
+        isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) and isinstance(e[1], str)
+        and SENDER.fullmatch(e[0]) is not None and RECEIVER.fullmatch(e[1]) is not None
+        and isinstance(e[2], (int, float)) and not isinstance(e[2], bool) and math.isfinite(e[2]) for e in edges)
 
 
 def circuit_svg(circuit: Circuit | dict[str, Any], width: int = 640) -> str:

@@ -36,7 +36,7 @@ from ..interpret.microscope import META, RECORDS, detect_phase_change, read_reco
 from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
 from .report import _script_json, _shown, page_start
-from .report_circuit import circuit_svg
+from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
@@ -347,7 +347,7 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
 def _circuit_measurement(records: list[dict[str, Any]]) -> str | None:
     """The name of a user measurement that recorded a circuit (a dict with "edges" and "faithfulness")."""
     for name, value in (records[-1].get("measurements") or {}).items() if records else ():
-        if isinstance(value, dict) and "edges" in value and "faithfulness" in value:
+        if is_circuit(value):
             return name
     return None
 
@@ -357,7 +357,7 @@ def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -
     figures = []
     for index, record in enumerate(records):
         circuit = (record.get("measurements") or {}).get(name)
-        if not isinstance(circuit, dict) or "edges" not in circuit:
+        if not is_circuit(circuit):  # a record without it (or a crafted one) draws nothing
             continue
         value = circuit.get("faithfulness")  # null when clean and corrupted agree (nothing to recover)
         caption = tr("run.circuit.caption", lang, step=record["step"], edges=len(circuit["edges"]),
