@@ -176,7 +176,7 @@ def test_a_malformed_tokenizer_json_is_one_line(files, capsys, tmp_path):
 
     ck = Path(shutil.copytree(files["lm"], tmp_path / "ck"))
     for text, expected in [('{"kind": "char", "chars": 5}', "tokenizer field 'chars' must be a str, got 5"),
-                           ('{"kind": "bpe", "hf": {"model": 1}}', "the Hugging Face tokenizer data is malformed"),
+                           ('{"kind": "bpe", "hf": {"model": 1}}', "the 'hf' field is not a tokenizer"),
                            ('{"kind": "nope"}', "unknown tokenizer kind 'nope'"),
                            ("[1, 2", "is not valid JSON"),
                            ('{"kind": "char", "chars": "ab", "specials": [[1]]}', "specials must be a list of names")]:
@@ -184,7 +184,7 @@ def test_a_malformed_tokenizer_json_is_one_line(files, capsys, tmp_path):
         one_line(capsys, ["generate", ck, "--prompt", "a", "--max_new_tokens", "1"], "tokenizer.json", expected)
     hf = Path(shutil.copytree(files["hf"], tmp_path / "hf"))
     (hf / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": 5}}')
-    one_line(capsys, ["embed", "--model", hf, "hello"], "the tokenizer files of", "are malformed")
+    one_line(capsys, ["embed", "--model", hf, "hello"], "tokenizer.json' is not a tokenizer the Hugging Face library")
 
 
 def test_corrupt_hugging_face_weights_are_one_line(files, capsys, tmp_path):
