@@ -10,6 +10,7 @@ import torch
 from glassformer import TransformerLM
 from glassformer.data import mask_tokens
 from glassformer.generation import fill_mask
+from glassformer.textwidth import pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 
@@ -52,4 +53,4 @@ if __name__ == "__main__":
     for text in ("the _at sat on the mat.", "the _og sat on the log.", "the dog sat on the _og."):
         masked = [tokenizer.mask_id if c == "_" else tokenizer.encode(c)[0] for c in text]
         best = fill_mask(model, masked, tokenizer=tokenizer, top_k=3)[0]["tokens"]
-        print(f"  {text:<26} -> " + "  ".join(f"{piece!r}:{p:.2f}" for piece, p in best))
+        print(f"  {pad(text, 26)} -> " + "  ".join(f"{piece!r}:{p:.2f}" for piece, p in best))

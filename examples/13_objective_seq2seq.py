@@ -14,6 +14,7 @@ import torch
 from glassformer import EncoderDecoder
 from glassformer.data import collate_pairs, encode_pairs
 from glassformer.generation import translate
+from glassformer.textwidth import pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 
@@ -56,4 +57,4 @@ if __name__ == "__main__":
     outputs = translate(model, tokenizer, [s for s, _ in tests])
     print(f"\ngreedy translations ({sum(o == t for o, (_, t) in zip(outputs, tests))}/{len(tests)} exactly right):")
     for (source, target), output in zip(tests, outputs):
-        print(f"  {source:<24} -> {output:<24} ({'ok' if output == target else 'want ' + target})")
+        print(f"  {pad(source, 24)} -> {pad(output, 24)} ({'ok' if output == target else 'want ' + target})")

@@ -173,6 +173,42 @@ def icl_score(loss_by_position: Sequence[float] | torch.Tensor, early: int | Non
     return around(late) - around(early)
 
 
+def record_scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The numbers of one microscope record as tracker scalars, named ``microscope/...``.
+
+    Per head ``microscope/L{l}H{h}/{score}`` (previous_token, induction, duplicate, entropy); per read-out
+    place ``microscope/{lens_loss|resid_norm}/{i}`` (0: before block 0, L: after the last), per block
+    ``microscope/weight_norm/L{l}``; ``microscope/{loss_first|loss_repeat|icl_score}``; and each user
+    measurement that is a number (``microscope/measurements/{name}``) or a mapping of numbers
+    (``.../{name}/{key}``). Per-position losses, per-length scores and attention patterns stay in
+    ``microscope.jsonl`` (too many to chart). Values that are not finite numbers are left out.
+    """
+    out: dict[str, float] = {}
+
+    def put(name: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[f"microscope/{name}"] = float(value)
+
+    for score in ("previous_token", "induction", "duplicate", "entropy"):
+        for layer, row in enumerate(record.get(score) or []):
+            for head, value in enumerate(row):
+                put(f"L{layer}H{head}/{score}", value)
+    for series in ("lens_loss", "resid_norm"):
+        for place, value in enumerate(record.get(series) or []):
+            put(f"{series}/{place}", value)
+    for layer, value in enumerate(record.get("weight_norm") or []):
+        put(f"weight_norm/L{layer}", value)
+    for name in ("loss_first", "loss_repeat", "icl_score"):
+        put(name, record.get(name))
+    for name, value in (record.get("measurements") or {}).items():
+        if isinstance(value, dict):
+            for key, item in value.items():
+                put(f"measurements/{name}/{key}", item)
+        else:
+            put(f"measurements/{name}", value)
+    return out
+
+
 def _running_median(values: list[float], window: int) -> list[float]:
     """Each value replaced by the median of the ``window`` values around it (fewer at the ends)."""
     half = window // 2
@@ -328,6 +364,7 @@ class Microscope:
         self.measurements: dict[str, Measurement] = {
             name: _import_measurement(name, spec) for name, spec in watch.measurements.items()}
         self.file: Path | None = None
+        self.tracker: Any = None  # a training Tracker (attach): each record's scalars go to TensorBoard/W&B too
 
     def add(self, name: str, fn: Measurement) -> None:
         """Record ``fn(model, probe)`` under ``record["measurements"][name]`` at every recording step.
@@ -361,6 +398,16 @@ class Microscope:
         if step == 0:
             self.record(model, 0)
 
+    def attach(self, tracker: Any, fresh: bool) -> None:
+        """Send each record's scalars (:func:`record_scalars`) to ``tracker`` (``tracker.log(step, values)``,
+        :mod:`glassformer.training.trackers`) from now on; on a fresh run (``fresh``) also the records
+        written before the trackers opened (step 0). A resumed run's earlier records were logged by the
+        run that wrote them."""
+        self.tracker = tracker
+        if fresh and self.file is not None:
+            for record in read_records(self.file):
+                tracker.log(record["step"], record_scalars(record))
+
     def due(self, step: int) -> bool:
         """Whether ``step`` (just finished) is a recording step."""
         every = self.watch.every or self.eval_every
@@ -374,6 +421,8 @@ class Microscope:
                 handle.write(record_line(record, compact=True))
                 handle.flush()
                 os.fsync(handle.fileno())
+        if self.tracker is not None:
+            self.tracker.log(step, record_scalars(record))
         return record
 
     # ------------------------------------------------------------------ the probes

@@ -361,6 +361,8 @@ class Trainer:
             resumed_at = self.step if self.last_checkpoint is not None else None
             self.tracker = open_trackers(config.log, self.out, config.to_dict(), resumed_at)
             self.tracker.text("precision", self.precision.describe())
+            if self.microscope is not None:  # its scalars go to the trackers too (docs/training.md)
+                self.microscope.attach(self.tracker, fresh=resumed_at is None)
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
         show = config.progress and self.dist.is_main
