@@ -49,6 +49,8 @@ def test_the_model_line_names_the_shape_and_the_parameter_count(tmp_path, corpus
     assert err[1] == f"model: TransformerLM causal, 1 layer x 16 wide, 2 heads, vocab {model.config.vocab_size}, " \
                      f"block 8: {n:,} parameters"
     big = glassformer.TransformerLM(vocab_size=65, d_model=128, n_heads=4, n_layers=4, d_ff=512, max_len=64)
+    pair = glassformer.EncoderDecoder(vocab_size=100, d_model=32, n_heads=4, d_ff=64)
+    assert describe_model(pair, 24).startswith("model: EncoderDecoder, 2 encoder + 2 decoder layers x 32 wide, 4 heads")
     assert describe_model(big, 64) == ("model: TransformerLM causal, 4 layers x 128 wide, 4 heads, vocab 65, block 64: "
                                        f"{count_params(big) / 1e6:.2f} M parameters")
 

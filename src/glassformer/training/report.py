@@ -42,7 +42,7 @@ def describe_model(model: nn.Module, block_size: int, n_params: int | None = Non
     if config is None:
         return f"model: {type(model).__name__}, block {block_size}: {parameter_count(n)}"
     if getattr(config, "arch", "lm") == "encoder-decoder":
-        shape = f"{config.n_enc}+{config.n_dec} layers"  # encoder + decoder
+        shape = f"{config.n_enc} encoder + {config.n_dec} decoder layers"
         kind = type(model).__name__
     else:
         shape = _plural(config.n_layers, "layer")
