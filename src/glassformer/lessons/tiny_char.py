@@ -146,7 +146,7 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     for layer in range(config.n_layers):
         files[f"attention_layer{layer + 1}"] = str(plot_attention(
             attention, pieces, out / f"attention_layer{layer + 1}.png", layers=[layer],
-            title=f"attention on {LINES[0]!r}"))
+            title=f"layer {layer} (counted from 0, as the hooks do): attention on {LINES[0]!r}"))
 
     result = {
         "torch_version": torch.__version__, "device": "cpu", "lines": LINES, "corpus": corpus,
