@@ -176,3 +176,13 @@ def test_a_declared_output_that_is_the_text_read_survives(verb, case, file, inpu
     target.write_text(TEXT * 4, encoding="utf-8")
     _one_line_failure(capsys, [str(target) if word == "{text}" else _fill(word, places) for word in case.argv])
     assert target.read_text(encoding="utf-8") == TEXT * 4
+
+
+def test_nothing_is_written_into_a_checkpoint_folder_the_command_reads(inputs, tmp_path, capsys):
+    """``generate ck --json ck/new.json``: a new file in the checkpoint read would make it a folder
+    glassformer no longer recognises as its own; refused, the folder unchanged."""
+    before = sorted(p.name for p in inputs["ck"].iterdir())
+    for argv in (["generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "1", "--json", "{ck}/new.json"],
+                 ["inspect", "{ck}", "--text", "ab", "--out", "{ck}/sub/report.html"]):
+        _one_line_failure(capsys, [_fill(w, inputs) for w in argv])
+    assert sorted(p.name for p in inputs["ck"].iterdir()) == before

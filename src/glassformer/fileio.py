@@ -184,11 +184,19 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
     """The guard every write of glassformer passes: ``path`` as a Path when a file may be written there.
 
     Allowed: nothing there, or a regular file with one name (no other hard link) that is none of
-    ``inputs`` (a folder stands for every file under it) and that glassformer wrote (:func:`recognised`,
-    by content) or that already holds ``data``. A link, a folder, a FIFO or device, a hard-linked file,
+    ``inputs`` and that glassformer wrote (:func:`recognised`, by content) or that already holds ``data``;
+    never inside a folder among ``inputs`` (a checkpoint read: it would hold a file glassformer cannot
+    account for). A link, a folder, a FIFO or device, a hard-linked file,
     an input or a user's file is a :class:`NotOursError` naming the path, before anything is touched.
     """
     path = Path(path)
+    inputs = list(inputs)
+    where = path.parent.resolve()
+    for source in inputs:
+        folder = Path(source)
+        if folder.is_dir() and (where == folder.resolve() or folder.resolve() in where.parents):
+            raise NotOursError(f"{what} {str(path)!r} is inside {str(folder)!r}, a folder the command reads; "
+                               "glassformer writes nothing into its inputs: choose another path")
     info = _entry(path)
     if info is not None:
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
