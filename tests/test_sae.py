@@ -302,7 +302,7 @@ def test_command_logs_to_tensorboard_and_a_resumed_run_continues_its_series(tmp_
     assert main([*words, "--steps", "6", "--resume", "true"]) == 0
     capsys.readouterr()
     logged = scalars(out / "tensorboard")
-    assert [step for step, _ in logged["sae/mse"]] == [1, 2, 3, 4, 5, 6]  # each step once, across the resume
+    assert [step for step, _ in logged["sae/sq_err"]] == [1, 2, 3, 4, 5, 6]  # each step once, across the resume
     history = json.loads((out / "sae" / "sae.json").read_text())["info"]["steps"]
     assert history == 6 and [s for s, _ in logged["sae_eval/explained_variance"]][-1] == 6
     (out / "tensorboard" / "notes.txt").write_text("mine")
