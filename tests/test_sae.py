@@ -392,3 +392,25 @@ def test_a_state_moved_aside_by_a_crash_between_renames_is_resumed(tmp_path, cor
     os.replace(tmp_path / "state", tmp_path / ".state.old-12345")
     resumed = SAETrainer(_config(tmp_path, corpus), model, TOK)
     assert resumed.resume() and resumed.step == 3
+
+
+def test_a_run_tidies_only_its_own_leftovers_and_never_while_another_holds_the_out_dir(tmp_path, corpus):
+    """A kill mid-save leaves .state.tmp-*: the next run removes it (only when it holds glassformer's files);
+    a second run of a locked out_dir is refused before it removes anything (the state of the first stays)."""
+    from glassformer.fileio import run_lock
+    from glassformer.interpret.sae import run_sae
+
+    model, out = lm(), tmp_path / "run"
+    SAETrainer(_config(out, corpus), model, TOK).train(stop_at=3)
+    cut = out / ".state.tmp-999-abcd"
+    cut.mkdir()
+    (cut / "train_state.pt").write_bytes(b"PK\x03\x04 cut short")
+    foreign = out / ".state.tmp-998-ffff"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    short = {"steps": 2, "feature_windows": 0, "eval_batches": 1}
+    with run_lock(out), pytest.raises(GlassformerError, match="in use"):
+        run_sae(_config(out, corpus, **short), model, TOK)
+    assert (out / "state" / "train_state.pt").is_file() and cut.is_dir()
+    run_sae(_config(out, corpus, **short), model, TOK)
+    assert not cut.exists() and (foreign / "notes.txt").read_text() == "keep"

@@ -19,7 +19,16 @@ from typing import Any
 from torch import nn
 
 from ...errors import GlassformerError
-from ...fileio import LOCK_FILE, atomic_write_text, claim_outputs, remove_owned, run_lock
+from ...fileio import (
+    LOCK_FILE,
+    atomic_write_text,
+    claim_outputs,
+    owned_folder,
+    remove_owned,
+    remove_path,
+    restore_moved_aside,
+    run_lock,
+)
 from .activations import ActivationSource
 from .features import feature_summary
 from .metrics import evaluate_sae
@@ -30,9 +39,9 @@ OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json"
 """The files an SAE run writes into its out_dir beside the folders sae/ and state/."""
 
 
-def _prepare_out_dir(out: Path, resume: bool, inputs: list[Path]) -> None:
-    """Refuse an out_dir whose sae/ or state/ glassformer did not write, or whose :data:`OUTPUT_FILES`
-    are a user's file, a link, a FIFO or one of ``inputs``; start afresh unless resuming."""
+def _check_out_dir(out: Path, inputs: list[Path]) -> None:
+    """Refuse, touching nothing, an out_dir whose sae/ or state/ glassformer did not write, or whose
+    :data:`OUTPUT_FILES` are a user's file, a link, a FIFO or one of ``inputs``."""
     if out.exists() and not out.is_dir():
         raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
     for name in ("sae", STATE_DIR):
@@ -40,8 +49,19 @@ def _prepare_out_dir(out: Path, resume: bool, inputs: list[Path]) -> None:
             raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "
                                    "another out_dir (it was left untouched)")
     claim_outputs([out / name for name in OUTPUT_FILES], inputs, "SAE output")
+
+
+def _tidy_out_dir(out: Path, resume: bool) -> None:
+    """With out_dir locked: put back a folder a kill left moved aside, remove the temporary folders of
+    saves a kill cut short (only glassformer's own), and start afresh unless resuming."""
+    names = SAE_FILES | {STATE_FILE}
+    for name in ("sae", STATE_DIR):
+        restore_moved_aside(out / name, names)
+        for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
+            if owned_folder(leftover, names):
+                remove_path(leftover)
     if not resume:
-        remove_owned(out / STATE_DIR, SAE_FILES | {STATE_FILE}, what="SAE state folder")
+        remove_owned(out / STATE_DIR, names, what="SAE state folder")
 
 
 def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
@@ -65,9 +85,10 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
         config.out_dir = str(default_out_dir(checkpoint, config.hook))
     out = Path(config.out_dir)
-    _prepare_out_dir(out, config.resume, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
+    _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
     out.mkdir(parents=True, exist_ok=True)
-    with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused
+    with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused, before it removes anything
+        _tidy_out_dir(out, config.resume)
         return _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record)
 
 
