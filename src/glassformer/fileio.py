@@ -5,13 +5,15 @@ Every writer builds under a temporary name next to its target, flushes the data 
 only then renames into place (a rename within a folder is atomic on POSIX filesystems), and fsyncs
 the parent folder so that the rename itself survives a power cut.
 
-Ownership: the one rule every writer follows before it removes or replaces anything. A folder may be
-replaced only when it is empty or holds nothing but regular files with the names glassformer writes
-there (:func:`owned_folder`); a link only when it is one glassformer makes (a plain name matching a
-pattern, :func:`owned_link`); a regular file only where a file goes, never where a folder goes, and
-never when it is one of the command's inputs (:func:`check_output_file`); never a source or a
-folder above one (:func:`check_not_source`). Everything else is refused with one line naming the
-path, before anything is touched.
+Ownership: the one rule every writer follows before it removes or replaces anything (the way out). A
+folder may be replaced only when it is empty or holds nothing but single-linked regular files with the
+names glassformer writes there and the content it writes (:func:`owned_folder`); a link only when it is
+one glassformer makes (a plain name matching a pattern, :func:`owned_link`); a file only when it is a
+single-linked regular file that glassformer wrote (:func:`recognised`, by content), none of the command's
+inputs and not inside a folder it reads (:func:`check_output_file`, which every writer asks; each verb
+declares its files in ``WRITES``, :class:`Writes`); never a source or a folder above one
+(:func:`check_not_source`). Everything else is refused with one line naming the path, before anything
+is touched. Files get the ordinary mode of a new file (0644 under umask 022).
 """
 
 from __future__ import annotations
