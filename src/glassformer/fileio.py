@@ -70,9 +70,11 @@ def _entry(path: Path) -> os.stat_result | None:
         return None
 
 
-def owned_folder(path: str | Path, names: Collection[str] = MODEL_FILES) -> bool:
-    """Whether ``path`` is a real folder (not a link) that is empty or holds only regular files whose
-    names are among ``names``: a folder glassformer wrote (or an empty one, which holds nothing to lose)."""
+def owned_folder(path: str | Path, names: Collection[str] = MODEL_FILES, content: bool = True) -> bool:
+    """Whether ``path`` is a real folder (not a link) that is empty or holds only single-linked regular
+    files whose names are among ``names`` and (with ``content``) whose content glassformer writes
+    (:func:`recognised`): a folder glassformer wrote (or an empty one, which holds nothing to lose).
+    ``content=False`` is for the temporary folder of a save a crash cut short, whose files may be cut too."""
     path = Path(path)
     info = _entry(path)
     if info is None or not stat.S_ISDIR(info.st_mode):
@@ -82,7 +84,7 @@ def owned_folder(path: str | Path, names: Collection[str] = MODEL_FILES) -> bool
     except OSError:
         return False
     return all(e.name in names and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_nlink == 1
-               and recognised(e.path) for e in entries)
+               and (not content or recognised(e.path)) for e in entries)
 
 
 def owned_link(path: str | Path, target: re.Pattern[str]) -> bool:
@@ -95,7 +97,7 @@ def owned_link(path: str | Path, target: re.Pattern[str]) -> bool:
     return "/" not in name and os.sep not in name and target.fullmatch(name) is not None
 
 
-def foreign(path: str | Path, names: Collection[str] = MODEL_FILES) -> str:
+def foreign(path: str | Path, names: Collection[str] = MODEL_FILES, content: bool = True) -> str:
     """What in ``path`` glassformer did not write, for a message ("the file 'notes.txt', which ...")."""
     path = Path(path)
     info = _entry(path)
@@ -113,35 +115,37 @@ def foreign(path: str | Path, names: Collection[str] = MODEL_FILES) -> str:
             return f"the {kind} {entry.name!r}, which glassformer does not write there"
         if entry.stat(follow_symlinks=False).st_nlink > 1:
             return f"the file {entry.name!r}, which has another hard link"
-        if not recognised(entry.path):
+        if content and not recognised(entry.path):
             return f"the file {entry.name!r}, whose content glassformer did not write"
     return "nothing foreign"
 
 
-def check_replaceable(path: str | Path, names: Collection[str] = MODEL_FILES, what: str = "folder") -> None:
+def check_replaceable(path: str | Path, names: Collection[str] = MODEL_FILES, what: str = "folder",
+                      content: bool = True) -> None:
     """Refuse (:class:`NotOursError`) to replace ``path`` unless it is absent or :func:`owned_folder`.
 
     Args:
         path: the folder a writer is about to replace.
         names: the file names glassformer writes into it.
         what: how the message calls it ("destination", "checkpoint folder").
+        content: judge the files' content too (:func:`owned_folder`).
     """
     path = Path(path)
-    if _entry(path) is None or owned_folder(path, names):
+    if _entry(path) is None or owned_folder(path, names, content):
         return
-    raise NotOursError(f"{what} {str(path)!r} holds {foreign(path, names)}: glassformer replaces only folders it "
-                       "wrote (or empty ones); move it away or choose another path")
+    raise NotOursError(f"{what} {str(path)!r} holds {foreign(path, names, content)}: glassformer replaces only "
+                       "folders it wrote (or empty ones); move it away or choose another path")
 
 
 def remove_owned(path: str | Path, names: Collection[str] = MODEL_FILES, link: re.Pattern[str] | None = None,
-                 what: str = "folder") -> None:
-    """Remove ``path`` when it is absent, :func:`owned_folder` or (with ``link``) :func:`owned_link`;
-    else a :class:`NotOursError` and nothing is removed."""
+                 what: str = "folder", content: bool = True) -> None:
+    """Remove ``path`` when it is absent, :func:`owned_folder` (``content``: judged by content too) or
+    (with ``link``) :func:`owned_link`; else a :class:`NotOursError` and nothing is removed."""
     path = Path(path)
     if link is not None and owned_link(path, link):
         path.unlink()
         return
-    check_replaceable(path, names, what)
+    check_replaceable(path, names, what, content)
     remove_path(path)
 
 

@@ -168,18 +168,20 @@ def _remove_ours(entry: Path) -> None:
     if entry.name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
         entry.unlink()  # a metrics file under construction
         return
-    remove_owned(entry, CHECKPOINT_FILES, _POINTS_TO_STEP, "checkpoint folder")
+    cut = _LEFTOVER.fullmatch(entry.name) is not None  # a save a crash cut short: its files may be cut too
+    remove_owned(entry, CHECKPOINT_FILES, _POINTS_TO_STEP, "checkpoint folder", content=not cut)
 
 
 def _not_ours(entry: Path) -> str | None:
     """Why ``entry`` of an out_dir, under a name a run writes, is not the run's own (None when it is)."""
     name = entry.name
     if _STEP_FOLDER.fullmatch(name) or name in (LAST, BEST) or _LEFTOVER.fullmatch(name):
-        if owned_link(entry, _POINTS_TO_STEP) or owned_folder(entry, CHECKPOINT_FILES):
+        if owned_link(entry, _POINTS_TO_STEP) or owned_folder(entry, CHECKPOINT_FILES,
+                                                              content=not _LEFTOVER.fullmatch(name)):
             return None
         if name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
             return None
-        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES)}"
+        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES, content=not _LEFTOVER.fullmatch(name))}"
     if name in RUN_FILES:
         try:
             check_output_file(entry, (), "run file")

@@ -58,7 +58,7 @@ def _tidy_out_dir(out: Path, resume: bool) -> None:
     for name in ("sae", STATE_DIR):
         restore_moved_aside(out / name, names)
         for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
-            if owned_folder(leftover, names):
+            if owned_folder(leftover, names, content=False):  # a save cut short: its files may be cut too
                 remove_path(leftover)
     if not resume:
         remove_owned(out / STATE_DIR, names, what="SAE state folder")
