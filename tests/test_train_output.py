@@ -203,3 +203,11 @@ def test_a_misspelled_key_in_the_config_file_gets_did_you_mean(tmp_path, corpus,
     config.write_text(f"data: {corpus}\nmodel:\n  n_head: 2\n", encoding="utf-8")
     assert main(["train", "--config", str(config)]) == 2
     assert f"unknown key model.n_head in {config} (did you mean model.n_heads?)" in capsys.readouterr().err
+
+
+def test_the_keys_read_from_the_source_are_the_dataclass_fields():
+    from glassformer.commands.train import known_keys
+
+    known = known_keys()
+    assert known[""] == {f.name for f in fields(TrainConfig)} | {"dtype"}
+    assert known["model"] == {f.name for f in fields(ModelConfig)} | {"preset"}

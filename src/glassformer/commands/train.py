@@ -69,25 +69,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def known_keys() -> dict[str, set[str] | None]:
-    """The keys a training config takes ("") and those of its sections (None: checked where it is read)."""
-    from dataclasses import fields
+    """The keys a training config takes ("") and those of its sections (None: checked where it is read),
+    read from the dataclasses' source like :func:`keys_help` (a misspelled key is refused without torch)."""
+    from .overrides import dataclass_keys
 
-    from ..config import ModelConfig
-    from ..training import TrainConfig
-
-    return {"": {f.name for f in fields(TrainConfig)} | {"dtype"},  # dtype: precision's old name
-            "model": {f.name for f in fields(ModelConfig)} | {"preset"}, "watch": None, "recipe": None}
+    package = Path(__file__).resolve().parents[1]
+    train = {name for name, _, _ in dataclass_keys(package / "training" / "config.py", "TrainConfig")}
+    model = {name for name, _, _ in dataclass_keys(package / "config.py", "ModelConfig")}
+    return {"": train | {"dtype"},  # dtype: precision's old name
+            "model": model | {"vocab_size", "preset"}, "watch": None, "recipe": None}
 
 
 def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> None:
     """Refuse an unknown key of the YAML file or of the command line, naming the closest known one
     (``--max_step`` -> did you mean --max_steps?), before any work."""
-    from ..training.config import read_yaml
+    from ..loaders import load_yaml
     from .overrides import check_keys
 
     known = known_keys()
     if config_file is not None:
-        data = read_yaml(config_file, "config file")
+        data = load_yaml(config_file, "config file")
         if isinstance(data, dict):  # anything else: TrainConfig.from_yaml says what a config file must hold
             model = data.get("model")
             nested = [f"model.{key}" for key in model] if isinstance(model, dict) else []
@@ -124,16 +125,18 @@ def run(args: argparse.Namespace) -> int:
     Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM (143) stopped the run after
     saving a checkpoint (then the command that resumes is printed).
     """
+    from .overrides import overrides_from_argv
+
+    pairs = overrides_from_argv(args.overrides)
+    check_config_keys(args.config, pairs)  # "did you mean" before any work (and before torch loads)
+
     from ..fileio import atomic_write, claim_outputs
     from ..training import TrainConfig, Trainer, prepare_run
     from ..training.checkpoint import find_resumable
     from ..training.distributed import init_distributed, shutdown
     from ..training.report import summary_lines
     from ..viz.plots import plot_losses
-    from .overrides import overrides_from_argv
 
-    pairs = overrides_from_argv(args.overrides)
-    check_config_keys(args.config, pairs)  # "did you mean" before any work
     config = TrainConfig.from_yaml(args.config, pairs)
     config.check_data()
     summary_file = Path(config.out_dir) / "summary.json"
