@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import MISSING, fields
 
 import pytest
@@ -183,7 +184,7 @@ def test_an_interrupted_command_line_run_prints_the_resume_command(tmp_path, cor
                 break
             if process.poll() is not None:
                 break
-            subprocess.run(["sleep", "0.05"], check=False)
+            time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
     finally:
