@@ -93,3 +93,34 @@ def test_shipped_config_without_a_hugging_face_form_says_why(name, tmp_path):
 def test_prefix_lm_of_the_prefix_recipes_says_why(tmp_path):
     with pytest.raises(ValueError, match="a prefix-LM has no exact Hugging Face form"):
         save_hf_dir(shipped_model("prefix_reverse", attn="prefix"), None, tmp_path / "hf")
+
+
+def test_a_trained_rope_run_converts_with_its_char_tokenizer(tmp_path, capsys):
+    """`glassformer train` on the shakespeare_char_fast shape (RoPE, no biases, Muon), then `glassformer
+    convert`: transformers reads a GPT-NeoX model and the character tokenizer, and computes the same logits."""
+    import yaml
+
+    from glassformer import load
+    from glassformer.cli import main
+
+    data = read_yaml(SHIPPED / "shakespeare_char_fast.yaml")
+    data.pop("recipe", None)
+    data["model"] = {**data["model"], **NARROW, "max_len": 32}
+    (tmp_path / "fast.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20, encoding="utf-8")
+    run, hf = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "--config", str(tmp_path / "fast.yaml"), "--data", str(corpus), "--out_dir", str(run),
+                 "--max_steps", "2", "--eval_every", "0", "--progress", "false", "--block_size", "32"]) == 0
+    assert main(["convert", str(run / "best"), str(hf)]) == 0
+    ours, tokenizer = load(run / "best")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf).eval()
+    assert type(theirs).__name__ == "GPTNeoXForCausalLM"
+    text = "Citizen: hear me."
+    ids = tokenizer.encode(text)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf)
+    assert hf_tokenizer(text)["input_ids"] == ids and hf_tokenizer.decode(ids) == text
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(torch.tensor([ids])).logits, ours.eval()(torch.tensor([ids])),
+                                   rtol=1e-5, atol=1e-5)
+    capsys.readouterr()
