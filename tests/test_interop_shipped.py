@@ -10,7 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from glassformer.interop import save_hf_dir  # noqa: E402
+from glassformer.interop import load_hf_dir, save_hf_dir  # noqa: E402
 from glassformer.interop.families import OPEN_CONTEXT  # noqa: E402
 from glassformer.models import build_model  # noqa: E402
 from glassformer.recipes.run import SHIPPED  # noqa: E402
@@ -55,8 +55,10 @@ def test_shipped_config_exports_with_equal_logits(name, tmp_path):
     assert type(theirs).__name__ == EXPORTS[name]
     c = ours.config
     ids = torch.randint(0, V, (2, c.max_len))  # the whole training block
+    back, _ = load_hf_dir(tmp_path / "hf")  # and glassformer reads the folder back (without transformers)
     with torch.no_grad():
         torch.testing.assert_close(theirs(ids).logits, ours(ids), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(back(ids), ours(ids), rtol=1e-5, atol=1e-5)
     # the context the export declares: the learned table's rows, or (RoPE) more than the training block
     limit = theirs.config.max_position_embeddings
     assert limit == (c.max_len if c.pos == "learned" else max(c.max_len, OPEN_CONTEXT))
