@@ -62,15 +62,15 @@ def recipe_summary(results: Mapping[str, Any], out_dir: str) -> list[str]:
     for name, run in results.get("runs", {}).items():
         final = run.get("final", {})
         change = run.get("phase_change_step")
-        heads = "; ".join(f"{kind} head L{h['layer']}H{h['head']} {h['score']:.2f}"
+        heads = "; ".join(f"{kind.replace('_', '-')} head L{h['layer']}H{h['head']} {h['score']:.2f}"
                           for kind, h in run.get("best_heads", {}).items())
         lines.append(f"{name}: phase change {'at step ' + str(change) if change is not None else 'not seen'}; "
                      f"{heads}; loss on the repeat {final.get('loss_repeat', float('nan')):.3f} "
                      f"(first half {final.get('loss_first', float('nan')):.3f})")
     if "sae" in results:
         metrics = results["sae"]["metrics"]
-        shown = ", ".join(f"{key} {metrics[key]:.3f}" if isinstance(metrics[key], float) else f"{key} {metrics[key]}"
-                          for key in ("explained_variance", "mse", "l0", "dead", "ce_recovered") if key in metrics)
+        formats = {"explained_variance": ".3f", "mse": ".4g", "l0": ".1f", "dead": "", "ce_recovered": ".3f"}
+        shown = ", ".join(f"{key} {metrics[key]:{spec}}" for key, spec in formats.items() if key in metrics)
         lines.append(f"SAE: {shown}")
         if results["sae"].get("features_html"):
             lines.append(f"  feature pages: {results['sae']['features_html']}")
