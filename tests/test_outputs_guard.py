@@ -1,8 +1,9 @@
 """One way out: every file a command declares (``WRITES`` in ``glassformer/commands/<verb>.py``) is
-guarded. At each declared output this test puts, in turn, a user's file, a symbolic link to one, a hard
-link to one, a FIFO and (for an output named on the command line) each of the command's inputs; the
-command must fail with one line and everything must survive byte for byte. A new verb, or a new file
-of an old one, is covered by declaring it: no new test code.
+guarded. At each declared output this test puts, in turn, a user's file (and, under a JSON name whose
+keys glassformer knows, a user's JSON), a symbolic link to one, a hard link to one, a FIFO and (for an
+output named on the command line) each of the command's inputs; the command must fail with one line
+and everything must survive byte for byte. A new verb, or a new file of an old one, is covered by
+declaring it: no new test code.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import torch
 
 from glassformer import ModelConfig, build_model
 from glassformer.cli import VERBS, main
-from glassformer.fileio import Writes
+from glassformer.fileio import JSON_KEYS, Writes
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 
 TEXT = "hello world, a small text\nabcabc\n"
 USER = b"a user's own notes: glassformer must never touch them\n"
 FORTUNES = Path(__file__).parent / "fixtures" / "fortunes" / "tang300"
-HAZARDS = ("user file", "symlink", "hardlink", "fifo")
+USER_JSON = b'{"my": "own notes", "in": ["json", "too"]}\n'
+HAZARDS = ("user file", "symlink", "hardlink", "fifo")  # and a user's JSON where glassformer knows its keys
 
 
 def declared() -> list[tuple[str, Writes]]:
@@ -81,6 +83,8 @@ def _place(hazard: str, path: Path, user: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if hazard == "user file":
         path.write_bytes(USER)
+    elif hazard == "user json":
+        path.write_bytes(USER_JSON)
     elif hazard == "symlink":
         path.symlink_to(user)
     elif hazard == "hardlink":
@@ -107,7 +111,7 @@ CASES = [(verb, case, file) for verb, case in declared() for file in case.files]
 @pytest.mark.parametrize(("verb", "case", "file"), CASES, ids=[f"{v}:{f}" for v, _, f in CASES])
 def test_declared_output_is_guarded(verb, case, file, inputs, tmp_path, capsys):
     """Each hazard at ``file``: the command fails in one line and nothing anywhere changes."""
-    for hazard in HAZARDS:
+    for hazard in HAZARDS + (("user json",) if Path(file).name in JSON_KEYS else ()):
         work = tmp_path / hazard.replace(" ", "_")
         places = {**inputs, "out": work / "out"}
         if "{run}" in file:  # the run folder is an input too: each hazard gets its own copy

@@ -301,7 +301,7 @@ def test_atomic_directory_replaces_only_its_own_folders(tmp_path_factory, tree):
     ours = not target.exists() and not target.is_symlink() or owned_folder(target)
     try:
         with atomic_directory(target) as temp:
-            (temp / "config.json").write_text("{}")
+            (temp / "config.json").write_text('{"vocab_size": 8}')  # what a checkpoint's config holds
     except NotOursError:
         assert not ours
         assert snapshot(root) == before

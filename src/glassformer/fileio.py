@@ -238,14 +238,32 @@ def _head(path: Path, size: int = 4096) -> bytes:
         return handle.read(size)
 
 
+JSON_KEYS: dict[str, frozenset[str]] = {
+    "results.json": frozenset({"task", "generation"}),  # a recipe's results, the demo's
+    "metrics.json": frozenset({"tokens"}),  # an SAE's held-out metrics
+    "features.json": frozenset({"features"}),
+    "lesson2.json": frozenset({"attention_vs_torch"}),
+    "tracker.json": frozenset({"run_id"}),
+    "microscope.json": frozenset({"watch"}),
+    "config.json": frozenset({"vocab_size", "model_type"}),  # a checkpoint's ModelConfig, a Hugging Face config
+    "sae.json": frozenset({"format"}),
+}
+"""JSON files glassformer writes under these names always hold one of these keys: a user's own JSON under
+such a name (notes in ``mywork/metrics.json``) is not recognised as glassformer's."""
+
+
 def _is_json_file(path: Path) -> bool:
-    """A JSON document (an object or a list), at most :data:`RECOGNISED_JSON_BYTES` long."""
+    """A JSON document (an object or a list), at most :data:`RECOGNISED_JSON_BYTES` long; under a name
+    of :data:`JSON_KEYS`, an object with one of its keys."""
     if os.lstat(path).st_size > RECOGNISED_JSON_BYTES:
         return False
     try:
         value = json.loads(path.read_bytes())
     except (ValueError, RecursionError):
         return False
+    keys = JSON_KEYS.get(path.name)
+    if keys is not None:
+        return isinstance(value, dict) and not keys.isdisjoint(value)
     return isinstance(value, (dict, list))
 
 
