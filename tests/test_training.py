@@ -247,7 +247,7 @@ def test_resume_with_nothing_resumable(tmp_path):
     assert result["step"] == 2 and not (out / ".ckpt-000002.tmp-abc").exists()
 
     (out / "ckpt-000004").mkdir()  # newer than the newest complete one, and incomplete
-    (out / "ckpt-000004" / "config.json").write_text("{}")
+    (out / "ckpt-000004" / "config.json").write_text('{"vocab_size": 8}')  # what a checkpoint's config holds
     with pytest.raises(ValueError, match=r"ckpt-000004' is incomplete \(no tokenizer.json, model.safetensors, "
                                          r"train_state.pt\).*remove it to resume from ckpt-000002"):
         train(cfg)

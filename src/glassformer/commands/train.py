@@ -89,7 +89,8 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
     known = known_keys()
     if config_file is not None:
         data = load_yaml(config_file, "config file")
-        if isinstance(data, dict):  # anything else: TrainConfig.from_yaml says what a config file must hold
+        # anything else (not a mapping, a key that is no text): TrainConfig.from_yaml says what is wrong
+        if isinstance(data, dict) and all(isinstance(key, str) for key in data):
             model = data.get("model")
             nested = [f"model.{key}" for key in model] if isinstance(model, dict) else []
             check_keys([str(key) for key in data if key != "model"] + nested, known, "key", "",
