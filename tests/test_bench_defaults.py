@@ -60,7 +60,8 @@ def test_a_faster_default_passes(monkeypatch):
 def test_threads_fixed_by_the_user_are_not_timed(monkeypatch):
     monkeypatch.setenv("GLASSFORMER_THREADS", "fixed")
     check = defaults.check_threads(rounds=1, calls=1, batch=2)
-    assert check == {"default": f"{torch.get_num_threads()} threads", "other": f"{torch.get_num_threads()} threads",
+    n = f"{torch.get_num_threads()} thread{'s' * (torch.get_num_threads() != 1)}"
+    assert check == {"default": n, "other": n,
                      "why": "set by GLASSFORMER_THREADS", "ratio": 1.0, "timed": False}
 
 

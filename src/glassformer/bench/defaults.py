@@ -128,7 +128,7 @@ def check_threads(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     default_count = getattr(threads, "_default", None) or torch.get_num_threads()  # torch's, before any plan
     planned = plan.threads or default_count
     if planned == default_count:
-        return _same(f"{planned} threads", plan.reason)
+        return _same(_count(planned), plan.reason)
     model = recipe_model()
     ids = torch.randint(0, 65, (batch, 64), generator=torch.Generator().manual_seed(0))
     step = train_step(model, _optimizer(model), ids, ids.roll(-1, dims=1))
@@ -144,8 +144,13 @@ def check_threads(rounds: int, calls: int, batch: int) -> dict[str, Any]:
         return run
 
     timed = _compare(with_threads(planned), with_threads(default_count), rounds, calls)
-    return {"default": f"{planned} threads", "other": f"{default_count} threads (torch's, {cpus} CPUs)",
+    return {"default": _count(planned), "other": f"{_count(default_count)} (torch's, {cpus} CPUs)",
             "why": plan.reason, "timed": True, **timed}
+
+
+def _count(n: int) -> str:
+    """``1 thread``, ``2 threads``."""
+    return f"{n} thread{'s' * (n != 1)}"
 
 
 def check_compile(rounds: int, calls: int, batch: int) -> dict[str, Any]:
