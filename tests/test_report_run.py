@@ -57,6 +57,30 @@ def test_inspect_of_a_folder_that_is_not_a_run(tmp_path):
     assert main(["inspect", str(tmp_path)]) != 0  # no metrics.jsonl, no --text: a usage error, not a traceback
 
 
+def test_a_crafted_record_key_cannot_reach_the_page(tmp_path):
+    """A microscope.jsonl whose attention key is markup is refused in one line (it reached data-head
+    unescaped), and the page's policy runs its own script only (no 'unsafe-inline')."""
+    import base64
+    import hashlib
+    import re
+
+    from glassformer.errors import BadFileError
+
+    run = fake_run(tmp_path / "run", layers=1, heads=1)
+    records = run / RECORDS
+    evil = '0.0"><img src=x onerror=alert(1)>'
+    records.write_text(records.read_text().replace('"0.0"', json.dumps(evil)))
+    with pytest.raises(BadFileError, match="attention key"):
+        gather_run(run)
+    assert main(["inspect", str(run)]) == 2 and not (run / "run.html").exists()
+    page = write_run_page(fake_run(tmp_path / "good", layers=1, heads=1)).read_text(encoding="utf-8")
+    policy = re.search(r'Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    code = page.rsplit("<script>", 1)[1].split("</script>")[0]
+    digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+
+
 def test_attribution_beside_exact_patching(tmp_path):
     torch.manual_seed(0)
     from glassformer import TransformerLM

@@ -19,6 +19,8 @@ about 0.002 precision), base64-encoded, one byte per weight.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Sequence
@@ -42,16 +44,21 @@ __all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_
 
 # ---------------------------------------------------------------------------------------------- render
 
-def page_start(title: str, lang: str, *styles: str) -> str:
+def page_start(title: str, lang: str, *styles: str, script: str | None = None) -> str:
     """The start of every offline page glassformer writes, up to and including ``<body>``: the
-    language, the content-security policy (no network), report.css and then ``styles`` (CSS text)."""
+    language, the content-security policy (no network), report.css and then ``styles`` (CSS text).
+
+    ``script`` is the page's one script (the code :func:`script_element` puts at the end): the policy
+    lets that exact text run (its SHA-256) and nothing else, so text that reaches the page from a file
+    (a token, a record's key) can never run, even if it got past the escaping. None: no script may run.
+    """
     css = "\n".join([_asset("report.css"), *styles])
     return f"""<!DOCTYPE html>
 <html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
 <meta name="generator" content="glassformer">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta http-equiv="Content-Security-Policy" content="{content_security_policy(script)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{html.escape(title)}</title>
@@ -104,8 +111,26 @@ def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "font-src 'none'; connect-src 'none'")
+
+
+def content_security_policy(script: str | None) -> str:
+    """:data:`CSP` with ``script-src`` allowing exactly ``script`` (by its SHA-256 hash), or nothing."""
+    if script is None:
+        return CSP
+    digest = base64.b64encode(hashlib.sha256(script_text(script).encode("utf-8")).digest()).decode("ascii")
+    return CSP.replace("script-src 'none'", f"script-src 'sha256-{digest}'")
+
+
+def script_text(script: str) -> str:
+    """The text inside the ``<script>`` element for ``script`` (what the policy's hash covers)."""
+    return f"\n{script}\n"
+
+
+def script_element(script: str) -> str:
+    """``<script>`` with ``script`` as :func:`page_start`'s policy allows it to run."""
+    return f"<script>{script_text(script)}</script>"
 
 
 def render_html(data: ReportData) -> str:
@@ -128,7 +153,7 @@ def render_html(data: ReportData) -> str:
         generation = (f'<section id="gf-generation"><h2>{label("section.generation")}</h2>'
                       f'<p>{label("generation.intro", steps=len(gen["steps"]), top_k=gen["top_k"])}</p>'
                       f"{_generation_html(gen, lang)}</section>")
-    return f"""{page_start(data.title, lang)}
+    return f"""{page_start(data.title, lang, script=_asset("report.js"))}
 <header>
 <h1>{html.escape(data.title)}</h1>
 <p class="gf-summary">{html.escape(data.summary)}</p>
@@ -151,9 +176,7 @@ def render_html(data: ReportData) -> str:
 {_table(config_rows, "gf-config-table", (tr("model.field", lang), tr("model.value", lang)))}</section>
 <footer>{label("footer")}</footer>
 <script type="application/json" id="gf-data">{_script_json(data.to_json())}</script>
-<script>
-{_asset("report.js")}
-</script>
+{script_element(_asset("report.js"))}
 </body>
 </html>
 """

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
 from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
-from .report import _script_json, _shown, page_start
+from .report import _script_json, _shown, page_start, script_element
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import _head_table
 
@@ -131,6 +132,10 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
 
     metrics = read_metrics(out / METRICS)
     records = read_records(out / RECORDS, uniform=True)  # the page draws every record alike
+    bad = next((k for k in (records[0].get("attention") or {} if records else {})
+                if not re.fullmatch(r"\d{1,4}\.\d{1,4}", str(k))), None)
+    if bad is not None:
+        raise BadFileError(f"{str(out / RECORDS)!r}: attention key {bad[:40]!r} is not 'layer.head' (e.g. '1.0')")
     meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
     config: dict[str, Any] = {}
     for place in (out / "last" / "config.json", out / "model" / "config.json"):
@@ -405,7 +410,8 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
         lengths = ", ".join(str(n) for n in watch.get("probe_lengths") or [watch.get("probe_length", "?")])
         snaps = "".join(f'<figure class="gf-snap"><figcaption>'
                         f'{label("run.snapshot", layer=k.split(".")[0], head=k.split(".")[1])}'
-                        f'</figcaption><canvas data-head="{k}"></canvas></figure>' for k in records[0]["attention"])
+                        f'</figcaption><canvas data-head="{html.escape(k)}"></canvas></figure>'
+                        for k in records[0]["attention"])
         body.append(f"""<div class="gf-slider"><label for="gf-step">{label("run.slider")}</label>
 <input type="range" id="gf-step" min="0" max="{len(records) - 1}" value="{len(records) - 1}">
 <span id="gf-step-label"></span></div>
@@ -428,14 +434,12 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     labels: dict[str, Any] = {key: MESSAGES[lang][f"run.js.{key}"] for key in JS_LABELS}  # the script fills them
     labels["kinds"] = {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}
     data = {"records": records, "meta": meta, "labels": labels}
-    return f"""{page_start(title, lang, STYLE)}
+    return f"""{page_start(title, lang, STYLE, script=SCRIPT)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
 <footer>{label("run.footer")}</footer>
 <script type="application/json" id="gf-run-data">{_script_json(data)}</script>
-<script>
-{SCRIPT}
-</script>
+{script_element(SCRIPT)}
 </body>
 </html>
 """

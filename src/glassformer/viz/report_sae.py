@@ -19,7 +19,7 @@ from typing import Any
 from ..fileio import atomic_write_text
 from .i18n import MESSAGES, resolve_lang
 from .i18n import text as tr
-from .report import _asset, _script_json, page_start
+from .report import _asset, _script_json, page_start, script_element
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
 METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"), ("dense", "d"),
@@ -61,7 +61,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
                features=f"{summary['d_sae']:,}", live=f"{live:,}", tokens=f"{summary['tokens']:,}",
                dead=f"{len(summary['dead']):,}")
     note = summary.get("logit_note")
-    return f"""{page_start(title, lang, _asset("sae.css"))}
+    return f"""{page_start(title, lang, _asset("sae.css"), script=_asset("sae.js"))}
 <header>
 <h1>{html.escape(title)}</h1>
 <p class="gf-summary">{html.escape(facts)}</p>
@@ -83,9 +83,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 </section>
 <footer>{label("footer")}</footer>
 <script type="application/json" id="gf-sae-data">{_script_json({**summary, "labels": _script_labels(lang)})}</script>
-<script>
-{_asset("sae.js")}
-</script>
+{script_element(_asset("sae.js"))}
 </body>
 </html>
 """
