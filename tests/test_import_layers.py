@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 LAYERS: dict[str, int] = {
     "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0,
     "config": 1, "tokenizers": 1, "safetensors_header": 1,
-    "nn": 2, "data": 2, "budget": 2,
+    "nn": 2, "data": 2, "budget": 2, "state_check": 2,
     "models": 3,
     "training": 4, "generation": 4, "runtime": 4,
     "checks": 4, "interpret": 4,

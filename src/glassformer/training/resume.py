@@ -14,7 +14,7 @@ from .checkpoint import STATE, load_checkpoint
 from .distributed import full_optimizer_state, load_full_state
 from .metrics import METRICS, metrics_line, read_metrics
 from .run_dir import clear_run, find_resumable, recover_run
-from .state_check import check_resume_matches, check_train_state
+from ..state_check import check_resume_matches, check_train_state
 
 if TYPE_CHECKING:
     from .loop import Trainer

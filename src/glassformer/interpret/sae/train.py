@@ -374,8 +374,8 @@ class SAETrainer:
         Raises BadFileError when the state was written by a run whose config differs in a key that
         decides what it means (hook, sizes, seed, data...), naming the keys.
         """
-        from ...training.checkpoint import load_state_file
-        from ...training.state_check import _count, check_optimizer_state
+        from ...loaders import load_state_file
+        from ...state_check import _count, check_optimizer_state
 
         folder = self.out / STATE_DIR
         file = folder / STATE_FILE
