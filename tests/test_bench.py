@@ -129,7 +129,22 @@ def test_bench_generate_cases():
         for case in by_precision.values():
             assert set(case["tokens_per_s"]) == {"glassformer", "glassformer-flinear", "hf"}
             assert case["ratio"] > 0 and case["route_gain"] > 0
+            for name, rate in case["tokens_per_s"].items():  # the distance to the bandwidth bound
+                assert case["of_bound"][name] == pytest.approx(rate / case["bound_tokens_per_s"])
     assert result["size"]["block"] >= 257  # room for a 1-token prompt and 256 new tokens
+    assert result["bandwidth_gb_s"] > 0 and result["weight_mb"] > 0
+    B1, B2 = result["cases"]["B1-P3-N4"]["float32"], result["cases"]["B2-P1-N2"]["float32"]
+    assert B2["bound_tokens_per_s"] == pytest.approx(2 * B1["bound_tokens_per_s"])  # one weight read per step, all rows
+
+
+def test_memory_bandwidth_and_weight_bytes():
+    from glassformer.bench.generate import memory_bandwidth, weight_bytes
+
+    assert 1e8 < memory_bandwidth(megabytes=8, repeats=2) < 1e13  # bytes/s: between 0.1 GB/s and 10 TB/s
+    from glassformer import TransformerLM, count_params
+
+    model = TransformerLM(vocab_size=10, d_model=8, n_heads=2, n_layers=1, d_ff=16, tie=True)
+    assert weight_bytes(model) == 4 * count_params(model)  # float32, the tied matrix once
 
 
 def test_run_suite_json_and_table(tiny_size):

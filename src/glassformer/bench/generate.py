@@ -4,10 +4,16 @@ Each case is (batch, prompt length, new tokens); both sides produce exactly that
 end-of-sequence token is set, so nobody stops early). Time per call includes the prompt's forward.
 Every contender runs in every precision asked: float32, or the whole call under ``torch.autocast``
 (float32 weights), all in the same paired rounds.
+
+The bound: a decoding step reads every weight once, so no step is faster than weight bytes /
+memory bandwidth. :func:`memory_bandwidth` measures the bandwidth with a large tensor copy (bytes read
++ written per second, as STREAM's copy counts them), and each case reports its tokens/s as a
+fraction of ``batch / (weight bytes / bandwidth)``: the distance to the limit.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +34,26 @@ def generation_size(size: Size) -> Size:
     """``size`` with room for the longest case (a 1-token prompt + 256 new tokens)."""
     longest = max(prompt + new for _, prompt, new in CASES)
     return replace(size, block=max(size.block, 2 ** (longest - 1).bit_length()))
+
+
+def memory_bandwidth(device: torch.device | str = "cpu", megabytes: int = 128, repeats: int = 5) -> float:
+    """Bytes per second a large tensor copy moves (read + written), the median of ``repeats`` copies of
+    ``megabytes`` (far larger than any cache, so it measures memory, not cache)."""
+    source = torch.ones(megabytes * 2**20 // 4, device=device)  # written once: real pages, not the zero page
+    target = torch.zeros_like(source)
+    seconds = []
+    for _ in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        target.copy_(source)
+        sync(device)
+        seconds.append(time.perf_counter() - start)
+    return 2 * source.numel() * source.element_size() / statistics.median(seconds[1:])
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the parameters a decoding step reads (each tensor once: a tied matrix counts once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def without_batched_matvec(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -51,15 +77,19 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
 
     With ``plain`` a third contender, "glassformer-flinear", runs glassformer with the few-row
     route of :mod:`glassformer.runtime.linear` turned off, so the table shows what that route buys.
-    Returns a dict with the model size used and, per case "B{batch}-P{prompt}-N{new}" and precision:
-    tokens_per_s per contender, ratio (HF seconds / glassformer seconds), route_gain
-    (glassformer-flinear seconds / glassformer seconds) and seconds per round.
+    Returns a dict with the model size used, the measured ``bandwidth_gb_s`` (:func:`memory_bandwidth`)
+    and ``weight_mb`` (float32 weights), and per case "B{batch}-P{prompt}-N{new}" and precision:
+    tokens_per_s per contender, ``bound_tokens_per_s`` (batch x bandwidth / weight bytes) and
+    ``of_bound`` per contender (tokens_per_s / bound), ratio (HF seconds / glassformer seconds),
+    route_gain (glassformer-flinear seconds / glassformer seconds) and seconds per round.
     """
     size = generation_size(size)
     glass = glass_model(size, device).eval()
     reference = hf_model(size, device).eval() if hf else None
     g = torch.Generator().manual_seed(0)
-    results: dict[str, Any] = {"size": size.__dict__, "cases": {}}
+    bandwidth, weights = memory_bandwidth(device), weight_bytes(glass)
+    results: dict[str, Any] = {"size": size.__dict__, "bandwidth_gb_s": bandwidth / 1e9, "weight_mb": weights / 1e6,
+                               "cases": {}}
     for batch, prompt, new in cases:
         ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=g).to(device)
         contenders = {"glassformer": lambda ids=ids, new=new: generate(glass, ids, new)}
@@ -72,8 +102,11 @@ def bench_generate(size: Size, *, cases: tuple[tuple[int, int, int], ...] = CASE
         results["cases"][f"B{batch}-P{prompt}-N{new}"] = by_precision = {}
         for p in precisions:
             timings = {name: timed[f"{name} {p}"] for name in contenders}
+            rates = {n: batch * new / t.median for n, t in timings.items()}
+            bound = batch * bandwidth / weights  # every weight read once per step, for all rows
             case: dict[str, Any] = {
-                "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
+                "tokens_per_s": rates, "bound_tokens_per_s": bound,
+                "of_bound": {n: rate / bound for n, rate in rates.items()},
                 "seconds": {n: t.rounds for n, t in timings.items()},
             }
             if reference is not None:

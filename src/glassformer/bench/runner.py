@@ -188,14 +188,16 @@ def format_table(results: dict[str, Any]) -> str:
         lines += _table(["size", "precision", "model", "tokens/s", *(f"vs {a}" for a in anchors), "MFU", "peak MB",
                          "spread"], rows)
     if "gen" in results:
-        lines.append(f"greedy generation with KV cache ({results['gen']['size']['name']}, "
-                     f"max_len {results['gen']['size']['block']}), new tokens/s, medians")
+        gen = results["gen"]
+        lines.append(f"greedy generation with KV cache ({gen['size']['name']}, max_len {gen['size']['block']}), "
+                     f"new tokens/s, medians; bound = batch x {gen['bandwidth_gb_s']:.1f} GB/s (copy) / "
+                     f"{gen['weight_mb']:.1f} MB of weights")
         rows = [[case, precision, _rate(r, "glassformer"), f"{r['ratio']:.2f}x" if "ratio" in r else "-",
                  _rate(r, "glassformer-flinear"), f"{r['route_gain']:.2f}x" if "route_gain" in r else "-",
-                 _rate(r, "hf")]
-                for case, by_precision in results["gen"]["cases"].items() for precision, r in by_precision.items()]
+                 _rate(r, "hf"), f"{r['bound_tokens_per_s']:,.0f}", f"{r['of_bound']['glassformer']:.0%}"]
+                for case, by_precision in gen["cases"].items() for precision, r in by_precision.items()]
         lines += _table(["batch-prompt-new", "precision", "glassformer", "vs hf", "F.linear only",
-                         "few-row route gain", "hf"], rows)
+                         "few-row route gain", "hf", "bound", "of bound"], rows)
     if "attn" in results:
         lines.append("cost of transparency: inference forward, return_attn=True vs fused; time ratios to fused of "
                      "the last layer's weights alone (interpret.attention_weights) and of caching every hook point")
