@@ -403,13 +403,14 @@ def test_from_forward_to_the_softmax_is_five_functions_in_three_files(monkeypatc
 
 
 def test_the_core_holds_the_math_alone():
-    """nn/ and models/ stay short (at most 1,600 lines) and hold no speed policy: no timing, no CPU
-    detection, no cache files, no runtime/ imports."""
+    """nn/ and models/ stay short (at most 1,750 lines: 1,600 until TransformerLens's per-head hooks and the
+    preallocated KV cache came in) and hold no speed policy: no timing, no CPU detection, no cache files,
+    no runtime/ imports."""
     from pathlib import Path
 
     root = Path(glassformer.__file__).parent
     files = [p for room in ("nn", "models") for p in (root / room).glob("*.py")]
-    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files) <= 1600
+    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files) <= 1750
     for path in files:
         text = path.read_text(encoding="utf-8")
         for policy in ("/proc/cpuinfo", "perf_counter", "kernel_choice", "runtime", "json.dump"):
