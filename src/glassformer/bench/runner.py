@@ -164,7 +164,8 @@ def _header(results: dict[str, Any]) -> list[str]:
             f"cpu features: {', '.join(m.get('cpu_features') or []) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
             f"few-row route chosen for {sum(routes.values())} of {len(routes)} measured shapes "
             f"(glassformer.runtime.kernel_choice)",
-            f"matmul peak ({n}x{n} torch.mm, best paired round): {peaks}",
+            f"matmul peak ({n}x{n} torch.mm, a quarter of that side for an emulated 16-bit type; best paired "
+            f"round): {peaks}",
             f"precisions: {', '.join(s['precisions'])} (float32 weights and AdamW; 16-bit rows run the forward "
             f"pass under torch.autocast; MFU is against the matmul peak of the row's precision)", ""]
 

@@ -96,6 +96,17 @@ def matmul_round(n: int, device: torch.device | str = "cpu",
     return lambda: torch.mm(a, b)
 
 
+def peak_matmul_n(n: int, precision: str, device: torch.device | str = "cpu") -> int:
+    """The side of the square matmul that stands for ``precision``'s peak: ``n``, or ``n // 4`` (64x fewer
+    FLOPs) for a 16-bit precision on a CPU without bfloat16 instructions. There torch emulates it at a
+    small fraction of float32's rate, and a full-size product took minutes on an AMD EPYC Zen 3 (the
+    peak it stands for is a slow path's anyway)."""
+    from ..runtime.precision import bf16_hardware
+
+    emulated = precision != "float32" and torch.device(device).type == "cpu" and not bf16_hardware(device)[0]
+    return max(64, n // 4) if emulated else n
+
+
 def best_flops(matmul: Timing, n: int) -> float:
     """The best round's FLOP/s of an n x n matmul (2 n³ FLOPs a call)."""
     return 2 * n ** 3 / min(matmul.rounds)
@@ -105,9 +116,10 @@ def matmul_peaks(precisions: tuple[str, ...], *, n: int = 2048, rounds: int = 5,
                  device: torch.device | str = "cpu") -> dict[str, float]:
     """precision -> FLOP/s of the best of ``rounds`` paired rounds of an n x n matmul in that dtype
     (what the bench header shows when no training part ran alongside to time it)."""
-    timings = paired({p: matmul_round(n, device, PRECISIONS[p]) for p in precisions},
+    sides = {p: peak_matmul_n(n, p, device) for p in precisions}
+    timings = paired({p: matmul_round(sides[p], device, PRECISIONS[p]) for p in precisions},
                      rounds=rounds, calls=calls, device=device)
-    return {p: best_flops(t, n) for p, t in timings.items()}
+    return {p: best_flops(t, sides[p]) for p, t in timings.items()}
 
 
 def mfu_against(result: dict[str, Any], peak_flops: float) -> None:
@@ -155,14 +167,15 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
             step()  # creates the optimiser state, so it is counted below
             held = tensor_bytes(list(model.parameters())) + tensor_bytes(list(optimizer.state.values()))
             memory[name, precision] = (held + peak_memory(step, device)) / 2 ** 20
-    matmuls = {("matmul", p): matmul_round(matmul_n, device, PRECISIONS[p]) for p in precisions}
+    sides = {p: peak_matmul_n(matmul_n, p, device) for p in precisions}
+    matmuls = {("matmul", p): matmul_round(sides[p], device, PRECISIONS[p]) for p in precisions}
     timed = paired({f"{name} {p}": fn for (name, p), fn in {**steps, **matmuls}.items()},
                    rounds=rounds, calls=calls, device=device)
     tokens = size.batch * size.block
     results: dict[str, dict[str, Any]] = {}
     for p in precisions:
         timings = {name: timed[f"{name} {p}"] for name in contenders}
-        peak = best_flops(timed[f"matmul {p}"], matmul_n)
+        peak = best_flops(timed[f"matmul {p}"], sides[p])
         result: dict[str, Any] = {
             "size": size.__dict__, "precision": p, "tokens_per_step": tokens, "flops_per_token": dict(flops),
             "matmul_flops": peak,

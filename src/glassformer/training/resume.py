@@ -10,11 +10,11 @@ import torch
 
 from ..errors import GlassformerError
 from ..fileio import atomic_write_text
+from ..state_check import check_resume_matches, check_train_state
 from .checkpoint import STATE, load_checkpoint
 from .distributed import full_optimizer_state, load_full_state
 from .metrics import METRICS, metrics_line, read_metrics
 from .run_dir import clear_run, find_resumable, recover_run
-from ..state_check import check_resume_matches, check_train_state
 
 if TYPE_CHECKING:
     from .loop import Trainer
