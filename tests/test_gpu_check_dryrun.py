@@ -70,7 +70,7 @@ def test_dry_run_on_the_cpu_writes_the_summaries(tmp_path):
 def test_a_stage_over_its_budget_is_stopped_and_the_summary_written(tmp_path):
     out = tmp_path / "short"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--out",
-                           str(out), "--stages", "speedrun,decode", "--total-s", "6", "--compile-backend", "hang"],
+                           str(out), "--stages", "speedrun,decode", "--total-s", "12", "--compile-backend", "hang"],
                           cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

@@ -9,6 +9,7 @@ prints the commands it would run) against a scratch virtual-environment folder, 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 def dry_run(target: str, venv: Path, *variables: str) -> list[str]:
     """The commands ``make TARGET`` would run with ``VENV=venv`` (and ``variables``), one per line."""
-    done = subprocess.run(["make", "-n", target, f"VENV={venv}", f"TORCH={PIN}", *variables], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    # a clean make: the suite itself runs under `make test`, whose MAKEFLAGS/MAKELEVEL would add lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}", f"TORCH={PIN}", *variables],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
