@@ -5,9 +5,11 @@ Every resource option (``n_layers``, ``d_model``, ``d_ff``, ``max_len``, ``vocab
 overflow, no allocation), before anything is built. The estimates are lower bounds: weights and what
 must sit beside them (gradients, an optimizer moment, the activations a backward pass keeps, the
 logits, a KV cache), leaving out what a smarter kernel can avoid; so what they refuse cannot fit, and
-what fits is never refused. The budget is the machine's available memory (``/proc/meminfo``'s
-MemAvailable, else ``os.sysconf``; the larger of it and a GPU's memory) or ``max_memory`` when the
-user gives one. A refusal is one line naming the options, their values and the estimate.
+what fits is never refused. The budget is the memory this process may really use: the least of the
+machine's available memory (``/proc/meminfo``'s MemAvailable, else ``os.sysconf``), what is left under
+the container's memory limit (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``) and what is left
+under ``ulimit -v`` (RLIMIT_AS); a GPU's memory when larger; or ``max_memory`` when the user gives one.
+A refusal is one line naming the options, their values, the estimate and which limit bound it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .config import ModelConfig
@@ -52,33 +57,163 @@ def parse_size(value: Any, name: str = "--max_memory") -> int:
     return int(number * _UNITS[unit])
 
 
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: MemAvailable of ``/proc/meminfo`` (Linux), else free
-    physical pages from ``os.sysconf``; None when neither is known. A GPU's memory counts when it is
-    larger (the optimizer state and activations of a model there need not fit in RAM)."""
-    found = None
+UNLIMITED = 2**60  # a cgroup v1 limit at or above this (9223372036854771712 by default) means none
+
+
+def _getrlimit(kind: int) -> tuple[int, int]:
+    import resource  # Unix only: elsewhere there is no ulimit to read
+
+    return resource.getrlimit(kind)
+
+
+@dataclass(frozen=True)
+class MemorySources:
+    """Where the budget reads the memory the process may use (tests point these at fake files).
+
+    ``meminfo``: MemAvailable; ``self_cgroup``: the process's cgroups (``/proc/self/cgroup``), looked
+    up under ``cgroup_root``; ``statm``: the process's virtual size (first field, in pages);
+    ``getrlimit``: :func:`resource.getrlimit`, asked for RLIMIT_AS; ``gpu``: whether a GPU's memory counts.
+    """
+
+    meminfo: Path = Path("/proc/meminfo")
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    self_cgroup: Path = Path("/proc/self/cgroup")
+    statm: Path = Path("/proc/self/statm")
+    getrlimit: Callable[[int], tuple[int, int]] = _getrlimit
+    gpu: bool = True
+
+
+SOURCES = MemorySources()
+
+
+@dataclass(frozen=True)
+class Room:
+    """Bytes the process may still allocate (``bytes``) and the limit that bound them (``source``, for
+    a message: "available on this machine", "left under the container memory limit of 2 GB"...)."""
+
+    bytes: int
+    source: str
+
+
+def _read_number(path: Path) -> int | None:
+    """The int a one-number file holds; None when missing, unreadable, "max" or not a number."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
+        text = path.read_text(encoding="ascii")[:64].strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _stat_value(path: Path, key: str) -> int:
+    """``key``'s value in a cgroup ``memory.stat`` file, 0 when absent."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == key and value.strip().isdigit():
+                    return int(value)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return 0
+
+
+def _meminfo_room(sources: MemorySources) -> Room | None:
+    try:
+        with open(sources.meminfo, encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    found = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
+                    return Room(int(line.split()[1]) * 1024, "available on this machine")
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
         pass
-    if found is None:
-        try:
-            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            found = None
+    if sources.meminfo != SOURCES.meminfo:
+        return None  # a test's fake machine: no fallback to the real one
     try:
-        import torch
+        return Room(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "available on this machine")
+    except (ValueError, OSError, AttributeError):
+        return None
 
-        if torch.cuda.is_available():  # device properties: no CUDA context is made (mem_get_info would make one)
-            gpu = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
-            found = max(found or 0, int(gpu))
-    except Exception:  # noqa: BLE001 (no driver, a busy device: RAM alone decides)
-        pass
-    return found
+
+def _cgroup_room(sources: MemorySources) -> Room | None:
+    """What is left under the tightest memory limit of the process's cgroup and its parents: limit
+    minus usage, the inactive page cache (which the kernel reclaims before failing) counted as free."""
+    try:
+        lines = sources.self_cgroup.read_text(encoding="utf-8")[:1 << 16].splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if line.startswith("0::"):  # v2 (alone, or the unified half of a hybrid mount)
+            names, bases = ("memory.max", "memory.current", "inactive_file"), \
+                (sources.cgroup_root, sources.cgroup_root / "unified")
+        elif "memory" in controllers.split(","):  # v1
+            names, bases = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"), \
+                (sources.cgroup_root / "memory",)
+        else:
+            continue
+        for base in bases:
+            folder = base / path.strip("/")
+            if not folder.is_dir():
+                folder = base  # a container sees its own cgroup at the root, the host's path in /proc
+            while True:
+                limit = _read_number(folder / names[0])
+                if limit is not None and limit < UNLIMITED:
+                    used = (_read_number(folder / names[1]) or 0) - _stat_value(folder / "memory.stat", names[2])
+                    rooms.append(Room(max(limit - max(used, 0), 0),
+                                      f"left under the container memory limit of {human(limit)} "
+                                      f"(cgroup {folder / names[0]})"))
+                if folder == base or base not in folder.parents:
+                    break
+                folder = folder.parent
+    return min(rooms, key=lambda room: room.bytes, default=None)
+
+
+def _rlimit_room(sources: MemorySources) -> Room | None:
+    """What is left under ``ulimit -v``: the RLIMIT_AS soft limit minus the process's virtual size."""
+    try:
+        import resource
+
+        soft, _ = sources.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    try:
+        pages = int(sources.statm.read_text(encoding="ascii")[:256].split()[0])
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        pages = 0
+    size = pages * os.sysconf("SC_PAGE_SIZE")
+    return Room(max(soft - size, 0), f"left under ulimit -v (RLIMIT_AS {human(soft)}, {human(size)} already mapped)")
+
+
+def memory_room(sources: MemorySources | None = None) -> Room | None:
+    """The memory this process may still allocate and the limit that binds it: the least of
+    MemAvailable, the container limit left and the ``ulimit -v`` room; a GPU's memory when larger
+    (the optimizer state and activations of a model there need not fit in RAM). None when nothing is known.
+
+    Args:
+        sources: where to read (default :data:`SOURCES`, the real ``/proc`` and ``/sys/fs/cgroup``).
+    """
+    sources = sources or SOURCES
+    found = [room for room in (_meminfo_room(sources), _cgroup_room(sources), _rlimit_room(sources)) if room]
+    room = min(found, key=lambda r: r.bytes, default=None)
+    if sources.gpu:
+        try:
+            import torch
+
+            if torch.cuda.is_available():  # device properties: no CUDA context is made (mem_get_info would make one)
+                gpu = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+                if room is None or gpu > room.bytes:
+                    room = Room(int(gpu), "of GPU memory")
+        except Exception:  # noqa: BLE001 (no driver, a busy device: RAM alone decides)
+            pass
+    return room
+
+
+def available_memory(sources: MemorySources | None = None) -> int | None:
+    """Bytes this process can still allocate (:func:`memory_room`), None when unknown."""
+    room = memory_room(sources)
+    return None if room is None else room.bytes
 
 
 def memory_limit(max_memory: Any = None) -> int | None:
@@ -103,12 +238,12 @@ def check_fits(need: int, what: str, max_memory: Any = None) -> None:
         what: the options and values that make it ("n_layers=1000000, d_model=512 (training)").
         max_memory: the user's limit (``--max_memory``), or None for the machine's available memory.
     """
-    limit = memory_limit(max_memory)
-    if limit is not None and need > limit:
-        source = f"--max_memory {human(limit)}" if max_memory is not None else \
-            f"{human(limit)} available on this machine"
+    room = Room(parse_size(max_memory), "") if max_memory is not None else memory_room()
+    if room is not None and need > room.bytes:
+        source = f"--max_memory {human(room.bytes)}" if max_memory is not None else \
+            f"{human(room.bytes)} {room.source}"
         raise OutOfMemoryError(f"{what} needs at least {human(need)}, more than the {source}; refused before "
-                               "allocating: make it smaller (or raise --max_memory)")
+                               f"allocating: make it smaller{' (or raise --max_memory)' if max_memory else ''}")
 
 
 # ---------------------------------------------------------------------- models
@@ -205,6 +340,19 @@ def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, g
     check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded),
                f"training {describe(config)} with batch_size={shown(batch_size)}, block_size={shown(block_size)}"
                f"{f', grad_accum={grad_accum}' if grad_accum > 1 else ''}", max_memory)
+
+
+def check_evaluation_fits(config: ModelConfig, eval_batch_size: int, rows: int, block_size: int,
+                          max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
+    """Refuse a training run whose evaluation cannot fit: a forward pass without gradients over the
+    ``rows`` x ``block_size`` positions of one validation batch (``rows``: ``eval_batch_size``, or the
+    fewer windows/pairs the validation split holds), beside the weights, gradients and optimizer
+    moment that training keeps (see :func:`training_bytes`)."""
+    check_int64("eval_batch_size", eval_batch_size)
+    state = 2 * model_bytes(config) // (processes if sharded else 1)
+    check_fits(forward_bytes(config, rows, block_size) + state,
+               f"evaluating {describe(config)} with --eval_batch_size {shown(eval_batch_size)} "
+               f"({rows:,} validation rows of block_size={shown(block_size)})", max_memory)
 
 
 def check_similarity_fits(count: int, max_memory: Any = None) -> None:

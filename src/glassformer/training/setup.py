@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..budget import check_training_fits
+from ..budget import check_evaluation_fits, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
@@ -38,12 +38,19 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 
-def _check_fits(config: TrainConfig, vocab_size: int) -> None:
-    """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit."""
+def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2SeqBatches | None = None) -> None:
+    """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit,
+    or (given ``batches``) whose evaluation batch cannot fit beside them."""
     world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
     processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
                         config.max_memory, processes, sharded=config.parallel == "fsdp")
+    if batches is not None and batches.val is not None and len(batches.val):
+        # an evaluation batch holds eval_batch_size rows, or the fewer windows (pairs) the split has
+        held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else -(-len(batches.val) // config.block_size)
+        check_evaluation_fits(config.model_config(vocab_size), config.eval_batch_size,
+                              min(config.eval_batch_size, held), config.block_size, config.max_memory, processes,
+                              sharded=config.parallel == "fsdp")
 
 
 def prepare_run(config: TrainConfig) -> Run:
@@ -77,7 +84,7 @@ def prepare_run(config: TrainConfig) -> Run:
         batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
                             config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
                             special_ids=specials, mask_prob=config.mask_prob)
-    _check_fits(config, tokenizer.vocab_size)
+    _check_fits(config, tokenizer.vocab_size, batches)
     torch.manual_seed(config.seed)
     model = build_model(config.model_config(tokenizer.vocab_size))
     return Run(model, tokenizer, batches)

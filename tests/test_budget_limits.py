@@ -1,0 +1,162 @@
+"""The budget is the memory the process may really use (issue 31): a container's cgroup limit and
+``ulimit -v`` bind it as well as MemAvailable; and the allocation paths the first budget missed
+(evaluation batches, the microscope's probe, an SAE's width, seq2seq pairs files) are estimated
+before anything is allocated. The machine's limits are read from fake files (``MemorySources``).
+"""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+
+from allocation_helpers import allocations
+from glassformer import budget
+from glassformer.budget import MemorySources, OutOfMemoryError, check_fits, memory_room
+from glassformer.cli import main
+
+GB = 10**9
+
+
+def _machine(tmp_path, available=64 * GB, cgroup="0::/\n", rlimit=None, mapped_pages=0) -> MemorySources:
+    """Fake /proc and /sys/fs/cgroup under ``tmp_path``: ``available`` bytes of MemAvailable, the
+    process in ``cgroup`` (the text of /proc/self/cgroup), ``rlimit`` as RLIMIT_AS's soft limit."""
+    (tmp_path / "meminfo").write_text(f"MemTotal: 99999999 kB\nMemAvailable: {available // 1024} kB\n")
+    (tmp_path / "cgroup").write_text(cgroup)
+    (tmp_path / "statm").write_text(f"{mapped_pages} 10 5 1 0 3 0\n")
+    (tmp_path / "sys").mkdir(exist_ok=True)
+
+    def getrlimit(kind: int) -> tuple[int, int]:
+        assert kind == resource.RLIMIT_AS
+        return (resource.RLIM_INFINITY if rlimit is None else rlimit), resource.RLIM_INFINITY
+
+    return MemorySources(meminfo=tmp_path / "meminfo", cgroup_root=tmp_path / "sys", self_cgroup=tmp_path / "cgroup",
+                         statm=tmp_path / "statm", getrlimit=getrlimit, gpu=False)
+
+
+def _files(folder, **numbers) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in numbers.items():
+        (folder / name.replace("_", ".", 1)).write_text(f"{value}\n")
+
+
+def test_meminfo_alone_when_no_limit_is_set(tmp_path):
+    sources = _machine(tmp_path, available=8 * GB)
+    _files(tmp_path / "sys", memory_max="max", memory_current=GB)  # v2 "max": no limit
+    room = memory_room(sources)
+    assert room.bytes == 8 * GB // 1024 * 1024 and room.source == "available on this machine"
+
+
+def test_cgroup_v2_limit_minus_usage_binds(tmp_path):
+    sources = _machine(tmp_path, cgroup="0::/user.slice/job\n")
+    job = tmp_path / "sys" / "user.slice" / "job"
+    _files(job, memory_max=2 * GB, memory_current=GB + GB // 2)
+    (job / "memory.stat").write_text(f"anon 1000\ninactive_file {GB // 4}\n")  # reclaimable page cache counts as free
+    _files(tmp_path / "sys" / "user.slice", memory_max=100 * GB, memory_current=3 * GB)
+    room = memory_room(sources)
+    assert room.bytes == 2 * GB - (GB + GB // 2 - GB // 4)
+    assert "container memory limit of 2 GB" in room.source and "memory.max" in room.source
+
+
+def test_a_parent_cgroup_limit_binds_too(tmp_path):
+    sources = _machine(tmp_path, cgroup="0::/a/b\n")
+    _files(tmp_path / "sys" / "a" / "b", memory_max="max", memory_current=GB)
+    _files(tmp_path / "sys" / "a", memory_max=3 * GB, memory_current=2 * GB)
+    assert memory_room(sources).bytes == GB
+
+
+def test_cgroup_v1_limit_binds_and_its_unlimited_value_does_not(tmp_path):
+    sources = _machine(tmp_path, cgroup="9:name=systemd:/\n4:memory:/docker/abc\n0::/\n")
+    memory = tmp_path / "sys" / "memory"
+    _files(memory, memory_limit_in_bytes=9223372036854771712, memory_usage_in_bytes=5 * GB)
+    assert memory_room(sources).source == "available on this machine"
+    _files(memory / "docker" / "abc", memory_limit_in_bytes=4 * GB, memory_usage_in_bytes=3 * GB)
+    room = memory_room(sources)
+    assert room.bytes == GB and "container memory limit of 4 GB" in room.source
+
+
+def test_a_container_sees_its_own_cgroup_at_the_root(tmp_path):
+    """/proc/self/cgroup names the host's path; inside the container that folder is the mount's root."""
+    sources = _machine(tmp_path, cgroup="4:memory:/docker/0123abcd\n")
+    _files(tmp_path / "sys" / "memory", memory_limit_in_bytes=GB, memory_usage_in_bytes=GB // 2)
+    assert memory_room(sources).bytes == GB // 2
+
+
+def test_ulimit_v_binds_minus_what_is_already_mapped(tmp_path):
+    page = resource.getpagesize()
+    sources = _machine(tmp_path, rlimit=3 * GB, mapped_pages=GB // page)
+    room = memory_room(sources)
+    assert room.bytes == 3 * GB - GB // page * page
+    assert room.source.startswith("left under ulimit -v (RLIMIT_AS 3 GB")
+
+
+def test_the_least_of_the_three_binds(tmp_path):
+    sources = _machine(tmp_path, available=5 * GB, cgroup="0::/\n", rlimit=4 * GB)
+    _files(tmp_path / "sys", memory_max=6 * GB, memory_current=0)
+    assert "ulimit -v" in memory_room(sources).source
+    _files(tmp_path / "sys", memory_max=6 * GB, memory_current=3 * GB)
+    assert "container memory limit" in memory_room(sources).source
+
+
+def test_the_refusal_names_the_limit_that_bound_it(tmp_path, monkeypatch):
+    sources = _machine(tmp_path, cgroup="0::/\n")
+    _files(tmp_path / "sys", memory_max=GB, memory_current=GB // 2)
+    monkeypatch.setattr(budget, "SOURCES", sources)
+    check_fits(GB // 4, "x=1")
+    with pytest.raises(OutOfMemoryError, match=r"x=2 needs at least 800 MB, more than the 500 MB left under the "
+                                               r"container memory limit of 1 GB"):
+        check_fits(8 * 10**8, "x=2")
+    (tmp_path / "u").mkdir()
+    monkeypatch.setattr(budget, "SOURCES", _machine(tmp_path / "u", rlimit=GB))
+    with pytest.raises(OutOfMemoryError, match=r"more than the 1 GB left under ulimit -v"):
+        check_fits(2 * GB, "x=3")
+
+
+def test_train_under_a_container_limit_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
+    """What fits in MemAvailable but not in the container: one line naming the limit, no traceback."""
+    sources = _machine(tmp_path, cgroup="0::/\n")
+    _files(tmp_path / "sys", memory_max=200 * 10**6, memory_current=150 * 10**6)
+    monkeypatch.setattr(budget, "SOURCES", sources)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world, a small text\n" * 20)
+    argv = ["train", "--data", str(corpus), "--out_dir", str(tmp_path / "out"), "--max_steps", "1",
+            "--progress", "false", "--device", "cpu", "--model.d_model", "512", "--model.n_heads", "2",
+            "--model.d_ff", "2048", "--model.n_layers", "4", "--block_size", "8", "--batch_size", "2"]
+    with allocations() as seen:
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "n_layers=4, d_model=512" in err and "left under the container memory limit of 200 MB" in err, err
+    assert seen.total() < 16 * 2**20, seen
+
+
+def _corpus(tmp_path, chars: int = 200_000):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(("hello world, a small text\n" * (chars // 26 + 1))[:chars])
+    return corpus
+
+
+def _train(tmp_path, *extra: str) -> list[str]:
+    return ["train", "--data", str(_corpus(tmp_path)), "--out_dir", str(tmp_path / "out"), "--max_steps", "1",
+            "--progress", "false", "--device", "cpu", "--model.d_model", "16", "--model.n_heads", "2",
+            "--model.d_ff", "32", "--model.n_layers", "1", "--block_size", "8", "--batch_size", "2", *extra]
+
+
+def test_an_evaluation_batch_that_cannot_fit_is_refused_before_training(tmp_path, capsys):
+    """--eval_batch_size 1e6: the validation split's 2,500 windows in one forward pass (about 9 MB of
+    activations for this tiny model) do not fit in --max_memory 5MB, though training does."""
+    with allocations() as seen:
+        code = main(_train(tmp_path, "--eval_batch_size", "1000000", "--val_fraction", "0.1", "--max_memory", "5MB"))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--eval_batch_size 1000000 (2,500 validation rows of block_size=8) needs at least" in err, err
+    assert "more than the --max_memory 5 MB" in err, err
+    assert seen.tensor_bytes < 16 * 2**20, seen
+    assert not (tmp_path / "out" / "last").exists()
+
+
+def test_an_evaluation_batch_is_bounded_by_the_split_so_what_fits_runs(tmp_path, capsys):
+    """The same 1e6 over a split of 13 windows holds 13 rows: accepted (what fits is never refused)."""
+    (tmp_path / "small").mkdir()
+    argv = _train(tmp_path / "small", "--eval_batch_size", "1000000", "--val_fraction", "0.0005", "--max_memory", "5MB")
+    assert main(argv) == 0, capsys.readouterr().err
