@@ -160,3 +160,64 @@ def test_an_evaluation_batch_is_bounded_by_the_split_so_what_fits_runs(tmp_path,
     (tmp_path / "small").mkdir()
     argv = _train(tmp_path / "small", "--eval_batch_size", "1000000", "--val_fraction", "0.0005", "--max_memory", "5MB")
     assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_a_probe_batch_that_cannot_fit_is_refused_before_any_probe():
+    """watch.probe_batch 1e8: every layer's (B, h, T, T) pattern of the repeated-tokens probe."""
+    import torch
+
+    from glassformer import ModelConfig, build_model
+    from glassformer.interpret.microscope import Microscope, WatchConfig
+
+    model = build_model(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=64))
+    watch = WatchConfig.from_dict({"probe_batch": 10**8})
+    with allocations() as seen, pytest.raises(OutOfMemoryError) as refused:
+        Microscope(watch, model, torch.zeros(4, 16, dtype=torch.long), ["a"] * 16, 0, 10)
+    assert "watch.probe_batch=100000000 rows of 40 tokens" in str(refused.value)
+    # 2.56 TB of patterns (2 layers x 1e8 rows x 2 heads x 40 x 40 x 4 bytes) + 2.34 TB of activations and logits
+    assert "needs at least 4.9 TB beside what is loaded" in str(refused.value)
+    assert seen.total() < 2**20, seen
+    text = WatchConfig.from_dict({"text_rows": 10**6})  # rows come from the split: a tensor this large is asked for
+    with pytest.raises(OutOfMemoryError, match=r"text probe \(watch.text_rows=1000000: 1,000,000 rows of 64 tokens"):
+        Microscope(text, model, torch.zeros(10**6, 64, dtype=torch.long), ["a"] * 16, 0, 10, max_memory="1GB")
+
+
+def test_train_refuses_a_probe_batch_beyond_max_memory(tmp_path, capsys):
+    with allocations() as seen:
+        code = main(_train(tmp_path, "--watch.probe_batch", "5000", "--model.max_len", "64", "--max_memory", "30MB"))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "watch.probe_batch=5000 rows of 40 tokens" in err and "more than the --max_memory 30 MB" in err, err
+    assert seen.tensor_bytes < 16 * 2**20, seen
+
+
+def test_an_sae_too_wide_for_the_memory_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
+    """glassformer sae --d_sae 1048576: 4 copies of 2 x 16 x 2^20 weights (537 MB) and a step's
+    (64, 2^20) pre-activations and features (537 MB) cannot fit in a machine with 512 MB free."""
+    from glassformer import ModelConfig, build_model
+    from glassformer.tokenizers import CharTokenizer
+    from glassformer.training import save_checkpoint
+
+    tok = CharTokenizer.from_text("hello world, a small text\n", specials=["pad", "bos", "eos"])
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16))
+    save_checkpoint(tmp_path / "run" / "best", model, tok)
+    monkeypatch.setattr(budget, "SOURCES", _machine(tmp_path, available=2**29))
+    argv = ["sae", str(tmp_path / "run" / "best"), "--hook", "blocks.0.hook_resid_post", "--data",
+            str(_corpus(tmp_path, 4000)), "--d_sae", "1048576", "--steps", "2", "--batch_size", "64",
+            "--buffer_size", "128", "--progress", "false"]
+    with allocations() as seen:
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "an SAE with d_sae=1048576 on d_in=16 (batch_size=64, buffer_size=128) needs at least 1.1 GB" in err, err
+    assert "more than the 537 MB available on this machine" in err, err
+    assert seen.largest < 2**20, seen  # the model's weights were loaded; nothing of the SAE's size
+    assert not (tmp_path / "run" / "sae-blocks.0.hook_resid_post" / "sae").exists()
+
+
+def test_the_sae_estimate_counts_weights_adam_the_step_and_the_buffer():
+    from glassformer.budget import sae_bytes
+
+    assert sae_bytes(512, 2**20, 1024, 32768) >= 4 * (2 * 512 * 2**20) * 4 + 2 * 1024 * 2**20 * 4 + 32768 * 512 * 4
+    assert sae_bytes(512, 2**20 + 1, 1024, 32768) > sae_bytes(512, 2**20, 1024, 32768)
+    assert sae_bytes(512, 2**20, 1024, 32769) > sae_bytes(512, 2**20, 1024, 32768)

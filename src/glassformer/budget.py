@@ -230,20 +230,25 @@ def human(n: int) -> str:
     return f"{n} bytes"
 
 
-def check_fits(need: int, what: str, max_memory: Any = None) -> None:
+def check_fits(need: int, what: str, max_memory: Any = None, held: int = 0) -> None:
     """An :class:`OutOfMemoryError` when ``need`` bytes exceed the budget.
 
     Args:
         need: the estimate, in bytes.
         what: the options and values that make it ("n_layers=1000000, d_model=512 (training)").
-        max_memory: the user's limit (``--max_memory``), or None for the machine's available memory.
+        max_memory: the user's limit (``--max_memory``), or None for the memory the process may use.
+        held: the part of ``need`` already allocated (a loaded model): it counts against ``max_memory``,
+            but is already missing from the process's room, so it is left out of that comparison.
     """
     room = Room(parse_size(max_memory), "") if max_memory is not None else memory_room()
-    if room is not None and need > room.bytes:
+    if room is not None and (need if max_memory is not None else need - held) > room.bytes:
         source = f"--max_memory {human(room.bytes)}" if max_memory is not None else \
             f"{human(room.bytes)} {room.source}"
-        raise OutOfMemoryError(f"{what} needs at least {human(need)}, more than the {source}; refused before "
-                               f"allocating: make it smaller{' (or raise --max_memory)' if max_memory else ''}")
+        shown_need = need if max_memory is not None or not held else need - held
+        raise OutOfMemoryError(f"{what} needs at least {human(shown_need)}"
+                               f"{'' if max_memory is not None or not held else ' beside what is loaded'}, "
+                               f"more than the {source}; refused before allocating: make it smaller"
+                               f"{' (or raise --max_memory)' if max_memory else ''}")
 
 
 # ---------------------------------------------------------------------- models
@@ -353,6 +358,24 @@ def check_evaluation_fits(config: ModelConfig, eval_batch_size: int, rows: int, 
     check_fits(forward_bytes(config, rows, block_size) + state,
                f"evaluating {describe(config)} with --eval_batch_size {shown(eval_batch_size)} "
                f"({rows:,} validation rows of block_size={shown(block_size)})", max_memory)
+
+
+def probe_bytes(config: ModelConfig, rows: int, length: int, residuals: bool = False) -> int:
+    """At least what a forward pass that keeps every layer's attention pattern takes (the microscope's
+    probes, ``run_with_cache``): :func:`forward_bytes`, plus L x rows x h x length^2 pattern values, plus
+    (``residuals``) the L + 1 residual streams of rows x length x d."""
+    layers = _blocks(config)
+    kept = layers * config.n_heads * length * length + (layers + 1) * length * config.d_model * residuals
+    return forward_bytes(config, rows, length) + rows * kept * FLOAT
+
+
+def sae_bytes(d_in: int, d_sae: int, batch_size: int, buffer_size: int) -> int:
+    """At least what training a sparse autoencoder takes: its weights (W_enc, W_dec: 2 d_in d_sae, and
+    the biases) with their gradients and Adam's two moments (4 copies), a step's (batch_size, d_sae)
+    pre-activations and features, the shuffling buffer's buffer_size x d_in rows, and the int64 step
+    at which each feature last fired."""
+    weights = 2 * d_in * d_sae + d_sae + d_in
+    return (4 * weights + 2 * batch_size * d_sae + buffer_size * d_in) * FLOAT + 8 * d_sae
 
 
 def check_similarity_fits(count: int, max_memory: Any = None) -> None:

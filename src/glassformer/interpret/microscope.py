@@ -53,7 +53,8 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..budget import check_fits, describe, model_bytes, probe_bytes
+from ..errors import ArgumentTypeError, GlassformerError, check_int, shown
 from ..fileio import atomic_write_text
 from ..loaders import read_records
 from ..models import TransformerLM
@@ -336,12 +337,14 @@ class Microscope:
         model: a causal :class:`~glassformer.models.TransformerLM`.
         probe_text: (R, T) token ids of the probe text; ``tokens``: their strings (row 0), for the page.
         eval_every, max_steps: the run's cadence (``every`` = 0 records at its evaluations).
+        max_memory: the run's ``max_memory`` (None: the memory the process may use, :mod:`glassformer.budget`).
     Raises:
-        GlassformerError for a model that is not a causal TransformerLM, or a head out of range.
+        GlassformerError for a model that is not a causal TransformerLM, or a head out of range;
+        OutOfMemoryError for probes (``probe_batch``, ``text_rows``) whose forward passes cannot fit.
     """
 
     def __init__(self, watch: WatchConfig, model: nn.Module, probe_text: torch.Tensor, tokens: list[str],
-                 eval_every: int, max_steps: int, bos: int | None = None, low: int = 0):
+                 eval_every: int, max_steps: int, bos: int | None = None, low: int = 0, max_memory: Any = None):
         if not isinstance(model, TransformerLM) or model.config.attn != "causal":
             raise GlassformerError("watch: the microscope reads causal TransformerLMs (objective clm); "
                                    f"this run trains a {type(model).__name__} with attn={model.config.attn!r}")
@@ -361,6 +364,14 @@ class Microscope:
         if 2 * self.lengths[0] + extra > c.max_len:
             raise GlassformerError(f"watch.probe_length(s) up to {self.lengths[0]} need max_len >= "
                                    f"{2 * self.lengths[0] + extra}, the model has {c.max_len}")
+        # every probe's forward keeps all layers' attention patterns: estimated before the first record
+        longest, (rows, length), held = 2 * self.lengths[0] + extra, probe_text.shape, model_bytes(c)
+        check_fits(probe_bytes(c, watch.probe_batch, longest),
+                   f"the microscope's repeated-tokens probe (watch.probe_batch={shown(watch.probe_batch)} rows of "
+                   f"{longest} tokens, {describe(c)})", max_memory, held)
+        check_fits(probe_bytes(c, rows, length, residuals=True),
+                   f"the microscope's text probe (watch.text_rows={shown(watch.text_rows)}: {rows:,} rows of "
+                   f"{length} tokens, {describe(c)})", max_memory, held)
         self.measurements: dict[str, Measurement] = {
             name: _import_measurement(name, spec) for name, spec in watch.measurements.items()}
         self.file: Path | None = None
@@ -511,9 +522,10 @@ class Microscope:
 
 
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,
-                       max_steps: int, block_size: int) -> Microscope:
+                       max_steps: int, block_size: int, max_memory: Any = None) -> Microscope:
     """The :class:`Microscope` of a training run: its probe text is the first rows of the validation
-    split (of the step-0 training batch when there is none), cut to ``block_size``."""
+    split (of the step-0 training batch when there is none), cut to ``block_size``; its probes must
+    fit in ``max_memory`` (None: the memory the process may use)."""
     config = WatchConfig.from_dict(watch)
     rows = next(iter(batches.eval_batches(config.text_rows, 1)), None) or batches.global_batch(0, config.text_rows)
     text = rows["ids"][:config.text_rows, :block_size].cpu()
@@ -521,7 +533,7 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     bos = tokenizer.bos_id  # the repeated-tokens probe starts with it, as the model's rows do
     low = max(tokenizer.special_tokens.values(), default=-1) + 1  # random probe tokens leave specials out
     low = low if low < tokenizer.vocab_size // 2 else 0
-    return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low)
+    return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low, max_memory=max_memory)
 
 
 def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | None = None, *,

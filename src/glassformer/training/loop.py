@@ -118,7 +118,7 @@ class Trainer:
         if config.watch and self.dist.is_main and not self.sharded:
             from ..interpret.microscope import microscope_for_run
             self.microscope = microscope_for_run(config.watch, self.model, tokenizer, batches, config.eval_every,
-                                                 config.max_steps, config.block_size)
+                                                 config.max_steps, config.block_size, config.max_memory)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),
                                         config.eps, config.fused_adamw, kind=config.optimizer)
         if config.compile:

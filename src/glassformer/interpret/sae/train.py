@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ...budget import check_fits, forward_bytes, model_bytes, sae_bytes
+from ...config import ModelConfig
 from ...errors import (
     ArgumentTypeError,
     BadFileError,
@@ -165,6 +167,18 @@ def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
     return Path(checkpoint).parent / f"sae-{hook}"
 
 
+def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
+    """Refuse (one line, before allocating) an SAE whose weights, Adam state, step and buffer cannot fit
+    beside the model's forward passes (:func:`glassformer.budget.sae_bytes`)."""
+    need, held = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0
+    if isinstance(getattr(model, "config", None), ModelConfig):
+        context = config.context or model.config.max_len
+        need, held = need + forward_bytes(model.config, config.model_batch, context), model_bytes(model.config)
+    width = f"d_sae={d_sae}" if config.d_sae else f"d_sae={d_sae} (expansion={config.expansion} x d_in)"
+    check_fits(need, f"an SAE with {width} on d_in={d_in} (batch_size={config.batch_size}, "
+                     f"buffer_size={config.buffer_size})", held=held)
+
+
 class SAETrainer:
     """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
 
@@ -195,8 +209,9 @@ class SAETrainer:
         if d_in is None:
             raise GlassformerError("d_in is needed with a source of rows")
         self.source = source
-        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
         d_sae = config.d_sae or config.expansion * d_in
+        _check_sae_fits(config, model, d_in, d_sae)
+        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
         if config.kind == "topk":
             check_int("k", config.k, 1, d_sae)
         with torch.random.fork_rng(devices=[]):
