@@ -111,7 +111,7 @@ def test_bad_corpus(tmp_path, capsys, content, message):
     (["--batch_size", "0"], "batch_size must be an int >= 1, got 0"),
     (["--lr", "-1"], "lr must be a finite number > 0.0, got -1.0"),
     (["--lr", "nan"], "lr must be a finite number > 0.0, got nan"),
-    (["--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
+    (["--beta2", "1"], "beta2 must be a finite number >= 0.0 and < 1.0, got 1.0"),
     (["--weight_decay", "inf"], "weight_decay must be a finite number >= 0.0, got inf"),
     (["--block_size", "many"], "block_size must be a number (int), got 'many'"),
     (["--model.n_heads", "3"], "d_model=16 must be divisible by n_heads=3"),

@@ -132,7 +132,7 @@ def test_empty_text_to_embed(files, capsys):
     ("grad_clip: .nan\n", "grad_clip must be a finite number >= 0.0, got nan"),
     ("label_smoothing: .nan\n", "label_smoothing must be a finite number"),
     ("model: {norm_eps: .nan}\n", "model: norm_eps must be a finite number > 0.0, got nan"),
-    ("model: {dropout: .inf}\n", "model: dropout must be a finite number >= 0.0, got inf"),
+    ("model: {dropout: .inf}\n", "model: dropout must be a finite number >= 0.0 and < 1.0, got inf"),
     ("model: {rope_theta: -.inf, pos: rope}\n", "model: rope_theta must be a finite number > 0.0"),
     ("lr: 1" + "0" * 400 + "\n", "lr must be a finite number, got an int of about 401 digits"),
     ("seed: -1\n", "seed must be an int in [0, 9223372036854775807], got -1"),

@@ -2,28 +2,21 @@
 
 A config round-trips through JSON (``to_json`` / ``from_json``), is stored in every checkpoint as
 ``config.json``, and has named presets (``ModelConfig.preset("gpt2-small")``). Each field's comment
-says what it changes and where it comes from; ``validate`` rejects impossible combinations with a
-message naming the field.
+says what it changes and where it comes from and declares its range or choices
+(:mod:`glassformer.validate`); a config is checked when made, so an impossible field or combination is
+refused at once with a message naming the field, and the models trust it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import (
-    ArgumentTypeError,
-    GlassformerError,
-    check_int,
-    check_known_keys,
-    check_number,
-    is_int,
-    is_number,
-    shown,
-)
+from .errors import ArgumentTypeError, GlassformerError, check_int, is_int, shown
 from .loaders import load_json, parse_json
+from .validate import check_fields, from_mapping, option
 
 # The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
 # and tests/test_models.py checks that nn/ builds every choice.
@@ -34,72 +27,55 @@ NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`.
+    """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`: checked when made, immutable.
 
     Defaults are the lesson-2 model (pre-norm, GELU, sinusoidal positions, tied output, embeddings
-    scaled by √d). Call :meth:`validate` (done by the models) to check the combination.
+    scaled by √d). Change fields with :meth:`replace` (a checked copy).
     """
 
-    vocab_size: int
-    arch: str = "lm"  # "lm": TransformerLM; "encoder-decoder": EncoderDecoder (Vaswani 2017, T5)
-    d_model: int = 64  # width d of every position's vector
-    n_heads: int = 4  # attention heads h; d_model must be divisible by it
-    n_layers: int = 2  # blocks of a TransformerLM
-    n_enc: int = 2  # encoder blocks of an EncoderDecoder
-    n_dec: int = 2  # decoder blocks of an EncoderDecoder
-    d_ff: int = 256  # feed-forward hidden width (4d in the 2017 paper)
-    max_len: int = 512  # longest sequence; a hard limit only for pos="learned"
-    attn: str = "causal"  # "causal" (GPT), "bidirectional" (BERT), "prefix" (prefix-LM / T5's non-causal decoder)
-    pos: str = "sinusoidal"  # "sinusoidal" (2017), "learned" (GPT-2/BERT), "rope" (Llama), "alibi" (BLOOM), "none"
+    vocab_size: int = option(ge=1)
+    arch: str = option("lm", choices=ARCHS)  # "lm": TransformerLM; "encoder-decoder": EncoderDecoder (Vaswani 2017, T5)
+    d_model: int = option(64, ge=1)  # width d of every position's vector
+    n_heads: int = option(4, ge=1)  # attention heads h; d_model must be divisible by it
+    n_layers: int = option(2, ge=0)  # blocks of a TransformerLM
+    n_enc: int = option(2, ge=0)  # encoder blocks of an EncoderDecoder
+    n_dec: int = option(2, ge=0)  # decoder blocks of an EncoderDecoder
+    d_ff: int = option(256, ge=1)  # feed-forward hidden width (4d in the 2017 paper)
+    max_len: int = option(512, ge=1)  # longest sequence; a hard limit only for pos="learned"
+    # "causal" (GPT), "bidirectional" (BERT), "prefix" (prefix-LM / T5's non-causal decoder)
+    attn: str = option("causal", choices=ATTN_TYPES)
+    # "sinusoidal" (2017), "learned" (GPT-2/BERT), "rope" (Llama), "alibi" (BLOOM), "none"
+    pos: str = option("sinusoidal", choices=POS_TYPES)
     tie: bool = True  # output projection shares the token embedding matrix (Press & Wolf 2017)
     norm_first: bool = True  # pre-norm (GPT-2 on) or post-norm (2017, BERT)
-    activation: str = "gelu"  # "relu" (2017), "gelu" (BERT), "gelu_tanh" (GPT-2), "silu", "swiglu" (Llama), "geglu"
-    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (Llama)
-    norm_eps: float = 1e-5  # epsilon of every norm (BERT: 1e-12, Llama: 1e-6)
-    n_kv_heads: int | None = None  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)
+    # "relu" (2017), "gelu" (BERT), "gelu_tanh" (GPT-2), "silu", "swiglu" (Llama), "geglu"
+    activation: str = option("gelu", choices=ACTIVATIONS)
+    norm: str = option("layernorm", choices=NORMS)  # "layernorm" or "rmsnorm" (Llama)
+    norm_eps: float = option(1e-5, gt=0.0)  # epsilon of every norm (BERT: 1e-12, Llama: 1e-6)
+    n_kv_heads: int | None = option(None, ge=1)  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)
     bias: bool = True  # biases in linear layers and LayerNorms (Llama and nanoGPT-style: False)
     head_bias: bool = False  # a bias on the output logits (BERT's MLM decoder, the tiny char LM lesson)
-    dropout: float = 0.0  # on embeddings, attention weights and each sub-layer's output
+    dropout: float = option(0.0, ge=0.0, lt=1.0)  # on embeddings, attention weights and each sub-layer's output
     scale_embeddings: bool = True  # multiply token embeddings by √d (2017 paper, the lessons)
-    rope_theta: float = 10000.0  # RoPE frequency base
-    n_token_types: int = 0  # BERT's segment (token type) embeddings; 0 = none
+    rope_theta: float = option(10000.0, gt=0.0)  # RoPE frequency base
+    n_token_types: int = option(0, ge=0)  # BERT's segment (token type) embeddings; 0 = none
     embed_norm: bool = False  # a norm right after the embeddings (BERT)
     pos_offset: int = 0  # learned position p reads row p + pos_offset of its table (BART: 2, fairseq legacy)
     split_positions: bool = False  # encoder-decoder: decoder's own position table and embedding norm (BART)
     head_transform: bool = False  # dense + activation + norm before the output layer (BERT's MLM head)
-    init_std: float | None = None  # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
+    # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
+    init_std: float | None = option(None, gt=0.0)
     attn_only: bool = False  # no feed-forward sub-layers (Elhage et al. 2021; configs/induction_heads.yaml)
 
-    # ------------------------------------------------------------------ validation
-    def validate(self) -> ModelConfig:
-        """Check every field and their combination; return self. Raises ValueError/TypeError."""
-        for f in fields(self):  # annotations are strings like "int" or "float | None"
-            value, kind = getattr(self, f.name), f.type.split(" | ")[0]
-            if value is None and f.type.endswith("| None"):
-                continue
-            if not _has_type(value, kind):
-                raise ArgumentTypeError(f"{f.name} must be {'a' if kind != 'int' else 'an'} {kind}, got {shown(value)}")
-        self._choose("arch", ARCHS)
-        self._choose("attn", ATTN_TYPES)
-        self._choose("pos", POS_TYPES)
-        self._choose("activation", ACTIVATIONS)
-        self._choose("norm", NORMS)
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            check_int(name, getattr(self, name), low=1)
-        for name in ("n_layers", "n_enc", "n_dec", "n_token_types"):
-            check_int(name, getattr(self, name), low=0)
+    def __post_init__(self) -> None:
+        check_fields(self)  # each field's type and range; NaN and inf are refused
         check_head_counts(self.n_heads, self.kv_heads, self.d_model)
         if self.pos == "sinusoidal":
             check_even_width("d_model", self.d_model, "pos='sinusoidal'")
         if self.pos == "rope":
             check_even_width("head_dim", self.head_dim, "pos='rope'")
-        if check_number("dropout", self.dropout, 0.0) >= 1.0:  # NaN and inf are refused by check_number
-            raise GlassformerError(f"dropout must be in [0, 1), got {self.dropout}")
-        check_number("norm_eps", self.norm_eps, 0.0, low_open=True)
-        check_number("rope_theta", self.rope_theta, 0.0, low_open=True)
-        check_number("init_std", self.init_std, 0.0, low_open=True, allow_none=True)
         if self.arch == "encoder-decoder" and self.attn != "causal":
             raise GlassformerError(
                 f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
@@ -115,10 +91,10 @@ class ModelConfig:
                                    f"got arch={self.arch!r}, activation={self.activation!r}")
         if self.arch == "lm" and self.n_layers < 1:
             raise GlassformerError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
-        return self
 
-    def _choose(self, name: str, choices: tuple[str, ...]) -> None:
-        check_choice(name, getattr(self, name), choices)
+    def validate(self) -> ModelConfig:
+        """Self: a config is checked when made and cannot change (kept for code that calls it)."""
+        return self
 
     @property
     def head_dim(self) -> int:
@@ -137,13 +113,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Build and validate a config from a dict; unknown keys are an error naming them."""
-        if not isinstance(data, dict):
-            raise ArgumentTypeError(f"config must be a dict, got {type(data).__name__}")
-        check_known_keys(data, {f.name for f in fields(cls)})
-        if "vocab_size" not in data:
-            raise GlassformerError("config is missing vocab_size")
-        return cls(**data).validate()
+        """A config from a dict of its fields; an unknown key or a missing vocab_size is an error naming it."""
+        return from_mapping(cls, data)
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The config as JSON text; also written to ``path`` when given."""
@@ -187,22 +158,8 @@ class ModelConfig:
         return sorted(PRESETS)
 
 
-def _has_type(value: Any, kind: str) -> bool:
-    """Whether ``value`` is of the field type ``kind`` ("int", "float", "str", "bool"; a bool is no number)."""
-    if kind in ("int", "float"):
-        return is_int(value) or (kind == "float" and is_number(value))
-    return isinstance(value, {"str": str, "bool": bool}[kind])
-
-
 # The architectural rules that nn/ also meets when its parts are built directly: owned here, called
-# by ModelConfig.validate and by nn/ alike (nn/ imports config, never the other way).
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """``value`` when it is one of ``choices``, else an error naming ``name``, the value and the choices."""
-    if not isinstance(value, str) or value not in choices:
-        raise GlassformerError(f"{name} must be one of {choices}, got {shown(value)}")
-    return value
-
-
+# by ModelConfig and by nn/ alike (nn/ imports config, never the other way).
 def check_head_counts(n_heads: int, n_kv_heads: int, d_model: int | None = None) -> None:
     """Heads must split the width (``d_model % n_heads == 0``) and share key/value heads evenly
     (``n_heads % n_kv_heads == 0``: grouped-query attention); each count a positive int."""
@@ -265,7 +222,7 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
         if args or kwargs:
             raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
                                     "(use config.replace(...) to change fields)")
-        config = first.validate()
+        config = first
     elif is_int(first):
         if len(args) > len(names):
             raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "

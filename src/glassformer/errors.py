@@ -108,11 +108,11 @@ def shown(value: Any) -> str:
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
-                 low_open: bool = False, allow_none: bool = False) -> float | None:
+                 low_open: bool = False, high_open: bool = False, allow_none: bool = False) -> float | None:
     """``value`` as a float if it is a finite real number in range, else a ValueError naming ``name``.
 
-    NaN and infinity are always refused. ``low_open`` makes the lower bound exclusive (``> low``).
-    Returns ``float(value)`` (or None when ``allow_none`` and ``value`` is None).
+    NaN and infinity are always refused. ``low_open``/``high_open`` make a bound exclusive (``> low``,
+    ``< high``). Returns ``float(value)`` (or None when ``allow_none`` and ``value`` is None).
     """
     if value is None and allow_none:
         return None
@@ -121,13 +121,13 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         number = None
     if number is not None and math.isfinite(number):
         above = low is None or (number > low if low_open else number >= low)
-        if above and (high is None or number <= high):
+        if above and (high is None or (number < high if high_open else number <= high)):
             return float(number)
     bounds = []
     if low is not None:
         bounds.append(f"{'>' if low_open else '>='} {low}")
     if high is not None:
-        bounds.append(f"<= {high}")
+        bounds.append(f"{'<' if high_open else '<='} {high}")
     expected = "a finite number" + (f" {' and '.join(bounds)}" if bounds else "")
     if allow_none:
         expected += " or None"
@@ -277,47 +277,6 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
         raise GlassformerError(f"prefix_len={shown} is out of range: "
                                f"expected 0 <= prefix_len <= sequence length {limit}")
     return prefix_len
-
-def coerce_value(name: str, kind: str, value: Any) -> Any:
-    """``value`` converted to the annotated type ``kind`` (a dataclass field's type as text: "int",
-    "float | None", "list[str]", ...) where that is unambiguous ("3e-4" -> 3e-4, as the command line gives
-    it), else an ArgumentTypeError naming ``name``: the one rule of a config key's type (training, SAEs)."""
-    options = [k.strip() for k in kind.split("|")]
-    if value is None:
-        if "None" in options:
-            return None
-        raise ArgumentTypeError(f"{name} must not be empty (null)")
-    base = options[0]
-    if base == "list[str]":
-        value = [value] if isinstance(value, str) else value
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ArgumentTypeError(f"{name} must be a string or a list of strings, got {shown(value)}")
-        return value
-    if base == "dict":
-        if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{name} must be a mapping, got {shown(value)}")
-        return value
-    if base == "bool":
-        if isinstance(value, bool):
-            return value
-        raise ArgumentTypeError(f"{name} must be true or false, got {shown(value)}")
-    if base in ("int", "float") and not isinstance(value, bool):
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str):
-            try:
-                value = int(value) if base == "int" else float(value)
-            except ValueError:
-                raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(value)}") from None
-        if base == "int" and is_int(value) or base == "float" and is_number(value):
-            try:
-                return float(value) if base == "float" else value
-            except OverflowError:
-                raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
-        raise ArgumentTypeError(f"{name} must be {'an' if base == 'int' else 'a'} {base}, got {shown(value)}")
-    if base == "str" and isinstance(value, str):
-        return value
-    raise ArgumentTypeError(f"{name} must be a {base}, got {shown(value)}")
 
 
 def check_known_keys(data: dict[str, Any], known: set[str], what: str = "config") -> None:

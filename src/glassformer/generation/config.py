@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_seed, check_token_id, is_int
+from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_int, check_token_id, is_int
+from ..validate import check_fields, option
 from .processors import LogitsProcessorList, make_processors
 
 MAX_NEW_TOKENS = 1_000_000
@@ -43,12 +44,6 @@ def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_to
     return value
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{name} must be True or False, got {value!r:.60}")
-    return value
-
-
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to choose tokens (Hugging Face's option names); valid from construction, immutable.
@@ -72,29 +67,26 @@ class GenerationConfig:
 
     max_new_tokens: int = 20
     do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    no_repeat_ngram_size: int | None = None
-    num_beams: int = 1
-    length_penalty: float = 1.0
+    temperature: float = option(1.0, gt=0)
+    top_k: int | None = option(None, ge=0)
+    top_p: float | None = option(None, gt=0, le=1)
+    min_p: float | None = option(None, ge=0, le=1)
+    repetition_penalty: float | None = option(None, gt=0)
+    no_repeat_ngram_size: int | None = option(None, ge=0)
+    num_beams: int = option(1, ge=1, le=MAX_ROWS)
+    length_penalty: float = option(1.0, ge=-MAX_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
     early_stopping: bool | str = False
     eos_token_id: int | Sequence[int] | None = ()
-    pad_token_id: int | None = None
-    num_return_sequences: int = 1
-    seed: int | None = None
-    decoder_start_token_id: int | None = None
+    pad_token_id: int | None = option(None, ge=0)
+    num_return_sequences: int = option(1, ge=1, le=MAX_ROWS)
+    seed: int | None = option(None, ge=0, le=MAX_SEED)
+    decoder_start_token_id: int | None = option(None, ge=0)
     use_cache: bool = True
     stop_strings: Sequence[str] | None = ()
 
     def __post_init__(self) -> None:
-        check_max_new_tokens(self.max_new_tokens)
-        _check_bool("do_sample", self.do_sample)
-        _check_bool("use_cache", self.use_cache)
-        check_int("num_beams", self.num_beams, 1, MAX_ROWS)
-        check_int("num_return_sequences", self.num_return_sequences, 1, MAX_ROWS)
+        check_max_new_tokens(self.max_new_tokens)  # its own message for a too large count
+        check_fields(self)  # types and ranges, temperature to seed
         beams, copies = self.num_beams, self.num_return_sequences
         if beams == 1 and not self.do_sample and copies != 1:
             raise GlassformerError(f"greedy decoding gives one sequence per prompt; num_return_sequences="
@@ -103,8 +95,7 @@ class GenerationConfig:
             raise GlassformerError(f"num_return_sequences={copies} must be <= num_beams={beams}")
         if not any(self.early_stopping is choice for choice in (True, False)) and self.early_stopping != "never":
             raise GlassformerError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r:.60}")
-        self._set("length_penalty", check_number("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY,
-                                                 MAX_LENGTH_PENALTY))
+        self._set("length_penalty", float(self.length_penalty))
         eos = self.eos_token_id
         if eos is not None and not is_int(eos) and not isinstance(eos, (list, tuple)):
             raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos).__name__}")
@@ -112,15 +103,11 @@ class GenerationConfig:
         for value in eos:
             check_int("eos_token_id", value, 0)
         self._set("eos_token_id", eos)
-        for name in ("pad_token_id", "decoder_start_token_id"):
-            check_int(name, getattr(self, name), 0, allow_none=True)
-        check_seed("seed", self.seed, allow_none=True)
         stops = self.stop_strings
         if isinstance(stops, str) or not isinstance(stops, (list, tuple, type(None))) or \
                 not all(isinstance(s, str) and s for s in stops or ()):
             raise GlassformerError(f"stop_strings must be a list of non-empty strings, got {stops!r:.80}")
         self._set("stop_strings", tuple(stops or ()))
-        self.processors()  # temperature, top_k, top_p, min_p, penalties: checked here, once
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalising a field of a frozen instance while it is made

@@ -44,7 +44,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from ..fileio import atomic_write_text
 from ..loaders import read_records
 from ..models import TransformerLM
 from ..records import record_line
+from ..validate import check_fields, from_mapping, option
 from .detectors import (
     duplicate_token_scores,
     induction_scores,
@@ -93,42 +94,32 @@ class WatchConfig:
             (see the module's text).
     """
 
-    every: int = 0
-    probe_length: int | None = None
-    probe_batch: int = 16
-    text_rows: int = 4
-    snapshot_tokens: int = 24
-    heads: list[list[int]] = field(default_factory=list)
-    probe_lengths: list[int] = field(default_factory=list)
-    measurements: dict[str, str] = field(default_factory=dict)
+    every: int = option(0, ge=0)
+    probe_length: int | None = option(None, ge=2)
+    probe_batch: int = option(16, ge=1)
+    text_rows: int = option(4, ge=1)
+    snapshot_tokens: int = option(24, ge=1)
+    heads: list[list[int]] = option(factory=list)
+    probe_lengths: list[int] = option(factory=list)
+    measurements: dict[str, str] = option(factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "watch.")
+        if not all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(i, int) for i in p)
+                   for p in self.heads):
+            raise ArgumentTypeError(f"watch.heads must be a list of [layer, head] pairs, got {self.heads!r:.80}")
+        for n in self.probe_lengths:
+            check_int("watch.probe_lengths[]", n, 2)
+        if not all(isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in self.measurements.items()):
+            raise ArgumentTypeError("watch.measurements must map names to 'package.module:function' strings, "
+                                    f"got {self.measurements!r:.80}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
-        """Build and check a ``watch:`` mapping; an unknown key or a bad value is an error naming it."""
-        if not isinstance(data, dict):
-            raise ArgumentTypeError(f"watch must be a mapping of its keys to values, got {data!r:.60}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(k) for k in data if k not in known)
-        if unknown:
-            raise GlassformerError(f"unknown watch key(s) {unknown}; known keys: {known}")
-        config = cls(**{k: _parsed(v) for k, v in data.items()})
-        check_int("watch.every", config.every, 0)
-        check_int("watch.probe_length", config.probe_length, 2, allow_none=True)
-        for name in ("probe_batch", "text_rows", "snapshot_tokens"):
-            check_int(f"watch.{name}", getattr(config, name), 1)
-        if not isinstance(config.heads, list) or not all(
-                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(i, int) for i in p)
-                for p in config.heads):
-            raise ArgumentTypeError(f"watch.heads must be a list of [layer, head] pairs, got {config.heads!r:.80}")
-        if not isinstance(config.probe_lengths, list):
-            raise ArgumentTypeError(f"watch.probe_lengths must be a list of ints, got {config.probe_lengths!r:.80}")
-        for n in config.probe_lengths:
-            check_int("watch.probe_lengths[]", n, 2)
-        if not isinstance(config.measurements, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in config.measurements.items()):
-            raise ArgumentTypeError("watch.measurements must map names to 'package.module:function' strings, "
-                                    f"got {config.measurements!r:.80}")
-        return config
+        """Build and check a ``watch:`` mapping (a command line's strings read as YAML); an unknown key or a
+        bad value is an error naming it."""
+        return from_mapping(cls, {k: _parsed(v) for k, v in data.items()} if isinstance(data, dict) else data,
+                            "watch")
 
 
 def _parsed(value: Any) -> Any:

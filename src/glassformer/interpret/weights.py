@@ -21,7 +21,7 @@ from functools import cached_property
 import torch
 from torch import nn
 
-from ..config import check_choice
+from ..validate import check_choice
 from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.norms import LayerNorm, RMSNorm
 

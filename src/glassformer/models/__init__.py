@@ -13,7 +13,6 @@ from .lm import HiddenStates, LMOutput, TransformerLM
 def build_model(config: ModelConfig) -> TransformerLM | EncoderDecoder:
     """The model class ``config.arch`` names, built from ``config``: a :class:`TransformerLM`
     ("lm") or an :class:`EncoderDecoder` ("encoder-decoder")."""
-    config.validate()
     return EncoderDecoder(config) if config.arch == "encoder-decoder" else TransformerLM(config)
 
 

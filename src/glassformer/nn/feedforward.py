@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ACTIVATIONS, check_choice
-from ..errors import check_int
+from ..config import ACTIVATIONS
+from ..validate import check_choice
 from .taps import Tapped
 
 
@@ -46,8 +46,6 @@ class FeedForward(Tapped):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True):
         super().__init__()
-        check_int("d_model", d_model, low=1)
-        check_int("d_ff", d_ff, low=1)
         self.activation = check_choice("activation", activation, ACTIVATIONS)
         self.gated = activation in ("swiglu", "geglu")
         self.up = nn.Linear(d_model, d_ff, bias=bias)

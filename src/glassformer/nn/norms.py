@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import NORMS, check_choice
-from ..errors import check_int
+from ..config import NORMS
+from ..validate import check_choice
 from .taps import Tapped
 
 
@@ -73,7 +73,6 @@ class RMSNorm(Tapped):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        check_int("d_model", d_model, low=1)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
 

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import (
-    ArgumentTypeError,
-    GlassformerError,
-    check_device_name,
-    check_int,
-    check_known_keys,
-    check_number,
-    check_seed,
-    coerce_value,
-    shown,
-)
+from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, shown
 from ..loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
+from ..validate import check_fields, coerce_value, from_mapping, option
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
 from .trackers import parse_log
@@ -39,93 +30,76 @@ PATH_FIELDS = ("data", "val_data", "src", "tgt", "pairs", "val_src", "val_tgt", 
 
 @dataclass
 class TrainConfig:
-    """A training run. Paths are relative to the working directory.
+    """A training run, checked when made (:meth:`validate` checks again after a field was changed). Paths
+    are relative to the working directory.
 
     ``model`` holds ModelConfig fields, optionally with ``preset``: a preset's name whose fields the
     others override. ``vocab_size`` comes from the tokenizer; ``max_len`` defaults to ``block_size``;
     ``attn`` (and ``arch`` for seq2seq) follow from the objective.
     """
 
-    objective: str = "clm"  # "clm" (GPT), "mlm" (BERT), "prefix" (prefix-LM), "seq2seq" (encoder-decoder)
-    data: list[str] = field(default_factory=list)  # text files for clm/mlm/prefix
-    val_data: list[str] = field(default_factory=list)  # validation text; empty: the last val_fraction of data
-    val_fraction: float = 0.1  # nanoGPT: first 90% train, last 10% val
+    # "clm" (GPT), "mlm" (BERT), "prefix" (prefix-LM), "seq2seq" (encoder-decoder)
+    objective: str = option("clm", choices=OBJECTIVES)
+    data: list[str] = option(factory=list)  # text files for clm/mlm/prefix
+    val_data: list[str] = option(factory=list)  # validation text; empty: the last val_fraction of data
+    val_fraction: float = option(0.1, ge=0.0, lt=1.0)  # nanoGPT: first 90% train, last 10% val
     src: str | None = None  # seq2seq: source file (one sentence a line; plain or .gz)
     tgt: str | None = None  # seq2seq: target file, parallel to src
     pairs: str | None = None  # seq2seq: a .tsv or .jsonl file of pairs instead of src/tgt
     val_src: str | None = None
     val_tgt: str | None = None
     val_pairs: str | None = None
-    tokenizer: str = "char"  # "char", "byte" or "bpe"
-    tokenizer_vocab_size: int | None = None  # bpe's vocabulary size
+    tokenizer: str = option("char", choices=KINDS)  # "char", "byte" or "bpe"
+    tokenizer_vocab_size: int | None = option(None, ge=1)  # bpe's vocabulary size
     specials: list[str] | None = None  # special tokens; None: those the objective needs
-    model: dict = field(default_factory=dict)  # ModelConfig fields (and "preset")
-    block_size: int = 64  # tokens per training window (seq2seq: longest source/target)
-    batch_size: int = 12  # sequences per optimiser step, over all processes and accumulation steps
-    grad_accum: int = 1  # micro-batches per optimiser step (per process)
-    max_steps: int = 2000
-    lr: float = 1e-3  # peak learning rate
-    min_lr: float = 1e-4  # cosine schedule's floor
-    warmup_steps: int = 100
-    lr_schedule: str = "cosine"  # "cosine", "noam" or "constant"
-    lr_decay_steps: int | None = None  # end of the cosine decay; None: max_steps
-    optimizer: str = "adamw"  # "adamw", or "muon" (torch.optim.Muon on hidden weight matrices, AdamW on the rest)
-    weight_decay: float = 0.1  # on weight matrices only
-    beta1: float = 0.9
-    beta2: float = 0.99
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # max global gradient norm; 0 = off
-    label_smoothing: float = 0.0
-    mask_prob: float = 0.15  # mlm: fraction of tokens chosen
-    eval_every: int = 250  # steps between evaluations (and checkpoints); 0 = only at the end
-    eval_batches: int | None = None  # None: the whole validation split
-    eval_batch_size: int = 64
-    log_every: int = 10
-    seed: int = 1337
+    model: dict = option(factory=dict)  # ModelConfig fields (and "preset")
+    block_size: int = option(64, ge=1)  # tokens per training window (seq2seq: longest source/target)
+    batch_size: int = option(12, ge=1)  # sequences per optimiser step, over all processes and accumulation steps
+    grad_accum: int = option(1, ge=1)  # micro-batches per optimiser step (per process)
+    max_steps: int = option(2000, ge=1)
+    lr: float = option(1e-3, gt=0.0)  # peak learning rate
+    min_lr: float = option(1e-4, ge=0.0)  # cosine schedule's floor
+    warmup_steps: int = option(100, ge=0)
+    lr_schedule: str = option("cosine", choices=SCHEDULES)  # "cosine", "noam" or "constant"
+    lr_decay_steps: int | None = option(None, ge=0)  # end of the cosine decay; None: max_steps
+    # "adamw", or "muon" (torch.optim.Muon on hidden weight matrices, AdamW on the rest)
+    optimizer: str = option("adamw", choices=OPTIMIZERS)
+    weight_decay: float = option(0.1, ge=0.0)  # on weight matrices only
+    beta1: float = option(0.9, ge=0.0, lt=1.0)
+    beta2: float = option(0.99, ge=0.0, lt=1.0)
+    eps: float = option(1e-8, gt=0.0)
+    grad_clip: float = option(1.0, ge=0.0)  # max global gradient norm; 0 = off
+    label_smoothing: float = option(0.0, ge=0.0, lt=1.0)
+    mask_prob: float = option(0.15, gt=0.0, le=1.0)  # mlm: fraction of tokens chosen
+    eval_every: int = option(250, ge=0)  # steps between evaluations (and checkpoints); 0 = only at the end
+    eval_batches: int | None = option(None, ge=0)  # None: the whole validation split
+    eval_batch_size: int = option(64, ge=1)
+    log_every: int = option(10, ge=1)
+    seed: int = option(1337, ge=0, le=MAX_SEED)
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
-    precision: str = "float32"  # "auto", "float32", "bfloat16" or "float16" (autocast; old name: dtype)
+    # "auto", "float32", "bfloat16" or "float16" (autocast; old name: dtype)
+    precision: str = option("float32", choices=PRECISIONS)
     compile: bool = False  # torch.compile the model
-    parallel: str = "ddp"  # under torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's fully_shard)
+    # under torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's fully_shard)
+    parallel: str = option("ddp", choices=PARALLEL)
     fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
-    num_threads: int | None = None  # torch CPU threads; None: torch's default
+    num_threads: int | None = option(None, ge=0, le=4096)  # torch CPU threads; None: torch's default
     out_dir: str = "out"
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
-    watch: dict = field(default_factory=dict)  # the training microscope (interpret/microscope.py); {}: off
+    watch: dict = option(factory=dict)  # the training microscope (interpret/microscope.py); {}: off
 
-    def validate(self) -> TrainConfig:
-        """Check each field's type and range; return self. Raises TypeError/ValueError naming the key."""
+    def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
-        for f in fields(self):
-            setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
+        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
         for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
             setattr(self, name, expand_home(getattr(self, name)))
         if self.max_memory is not None:
             parse_size(self.max_memory, "max_memory")
-        for name, choices in (("objective", OBJECTIVES), ("tokenizer", KINDS), ("lr_schedule", SCHEDULES),
-                              ("precision", PRECISIONS), ("parallel", PARALLEL), ("optimizer", OPTIMIZERS)):
-            if getattr(self, name) not in choices:
-                raise GlassformerError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
-        for name in ("block_size", "batch_size", "grad_accum", "max_steps", "log_every", "eval_batch_size"):
-            check_int(name, getattr(self, name), 1)
-        for name in ("warmup_steps", "eval_every"):
-            check_int(name, getattr(self, name), 0)
-        check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1, allow_none=True)
-        for name in ("eval_batches", "lr_decay_steps"):  # 0 is accepted, as it always was
-            check_int(name, getattr(self, name), 0, allow_none=True)
-        check_int("num_threads", self.num_threads, 0, 4096, allow_none=True)
-        check_number("lr", self.lr, 0.0, low_open=True)
-        check_number("eps", self.eps, 0.0, low_open=True)
-        for name in ("weight_decay", "grad_clip", "min_lr"):
-            check_number(name, getattr(self, name), 0.0)
-        for name in ("beta1", "beta2", "val_fraction", "label_smoothing"):
-            if check_number(name, getattr(self, name), 0.0) >= 1.0:
-                raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        check_number("mask_prob", self.mask_prob, 0.0, 1.0, low_open=True)
         if self.batch_size % self.grad_accum:
             raise GlassformerError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
@@ -145,7 +119,6 @@ class TrainConfig:
             self.model_config(vocab_size=1)
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
-        check_seed("seed", self.seed)
         if self.watch:
             from ..interpret.microscope import WatchConfig
 
@@ -155,6 +128,10 @@ class TrainConfig:
         parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)
         if self.cache_dir is not None:
             _check_folder("cache_dir", self.cache_dir)
+
+    def validate(self) -> TrainConfig:
+        """Check every field again (after one was changed); return self. Errors name the key."""
+        self.__post_init__()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,21 +140,18 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Build and validate; an unknown key is a ValueError naming it."""
-        if not isinstance(data, dict):
-            raise ArgumentTypeError(f"a training config must be a mapping of keys to values, got {type(data).__name__}")
-        if "recipe" in data:
+        """Build and check; an unknown key is a ValueError naming it."""
+        if isinstance(data, dict) and "recipe" in data:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
                                    "`glassformer recipe FILE`")
-        if "dtype" in data:  # the old name of precision
+        if isinstance(data, dict) and "dtype" in data:  # the old name of precision
             data = dict(data)
             old = data.pop("dtype")
             if "precision" in data and data["precision"] != old:
                 raise GlassformerError(f"dtype is the old name of precision; got both (dtype={old!r}, "
                                        f"precision={data['precision']!r}): keep precision")
             data["precision"] = old
-        check_known_keys(data, {f.name for f in fields(cls)})
-        return cls(**data).validate()
+        return from_mapping(cls, data)
 
     @classmethod
     def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> TrainConfig:

@@ -29,9 +29,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int, check_number
+from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
 from ...fileio import atomic_directory
 from ...loaders import load_json
+from ...validate import check_fields, option
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
@@ -54,23 +55,20 @@ class SAEConfig:
         input_scale: the fixed factor applied to activations before encoding (1.0: none).
     """
 
-    d_in: int
-    d_sae: int
-    kind: str = "topk"
-    k: int = 32
+    d_in: int = option(ge=1, le=MAX_WIDTH)
+    d_sae: int = option(ge=1, le=MAX_WIDTH)
+    kind: str = option("topk", choices=KINDS)
+    k: int = option(32, ge=1)
     hook: str = ""
-    input_scale: float = 1.0
+    input_scale: float = option(1.0, gt=0.0)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check_int("k", self.k, 1, self.d_sae)
 
     def validate(self) -> SAEConfig:
-        """Check each field; return self. Raises GlassformerError naming the field."""
-        check_int("d_in", self.d_in, 1, MAX_WIDTH)
-        check_int("d_sae", self.d_sae, 1, MAX_WIDTH)
-        if self.kind not in KINDS:
-            raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
-        check_int("k", self.k, 1, self.d_sae)
-        check_number("input_scale", self.input_scale, 0.0, low_open=True)
-        if not isinstance(self.hook, str):
-            raise GlassformerError(f"hook must be a hook point's name, got {self.hook!r}")
+        """Check every field again (after one was changed); return self."""
+        self.__post_init__()
         return self
 
 
@@ -86,7 +84,7 @@ class SparseAutoencoder(nn.Module):
 
     def __init__(self, config: SAEConfig | None = None, **fields_: Any):
         super().__init__()
-        self.config = (config or SAEConfig(**fields_)).validate()
+        self.config = config or SAEConfig(**fields_)
         d_in, d_sae = self.config.d_in, self.config.d_sae
         W_dec = torch.randn(d_sae, d_in)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
@@ -232,7 +230,7 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
     meta = _read_meta(path)
     known = {f.name for f in fields(SAEConfig)}
     try:
-        config = SAEConfig(**{k: v for k, v in meta.items() if k in known}).validate()
+        config = SAEConfig(**{k: v for k, v in meta.items() if k in known})
     except (GlassformerError, TypeError) as error:
         raise BadFileError(f"{path / CONFIG}: {error}") from None
     weights_file = check_inside(path, WEIGHTS)

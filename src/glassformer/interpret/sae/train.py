@@ -24,7 +24,7 @@ import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +34,10 @@ from tqdm.auto import tqdm
 
 from ...budget import check_fits, forward_bytes, model_bytes, sae_bytes
 from ...config import ModelConfig
-from ...errors import (
-    ArgumentTypeError,
-    BadFileError,
-    GlassformerError,
-    check_device_name,
-    check_int,
-    check_known_keys,
-    check_number,
-    check_seed,
-    coerce_value,
-)
+from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
 from ...fileio import atomic_directory, restore_moved_aside
 from ...loaders import expand_home
+from ...validate import check_fields, from_mapping, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
@@ -58,73 +49,57 @@ SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buff
 
 @dataclass
 class SAETrainConfig:
-    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides)."""
+    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides); checked
+    when made, and again by :meth:`validate` after a field was changed."""
 
     hook: str = ""  # the hook point, e.g. "blocks.2.hook_resid_post" (required)
-    data: list[str] = field(default_factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
+    data: list[str] = option(factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
     out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../sae-HOOK
-    kind: str = "topk"  # "topk" (Gao et al. 2024) or "relu" (L1, Towards Monosemanticity)
-    d_sae: int | None = None  # features; None: expansion x d_in
-    expansion: int = 8
-    k: int = 32  # topk: features per token
-    l1_coefficient: float = 2.0  # relu: λ
-    l1_warmup_steps: int = 0  # relu: λ ramps from 0 over these steps
-    aux_coefficient: float = 1 / 32  # topk: α of AuxK
-    aux_k: int | None = None  # topk: dead features AuxK uses; None: d_in // 2 (Gao et al.)
-    dead_window: int = 250  # steps without firing after which a feature counts as dead
-    resample_every: int = 500  # relu: resample dead features this often (0: never)
-    lr: float = 1e-3
-    lr_warmup_steps: int = 0
-    lr_decay_steps: int = 0  # linear decay to 0 over the last steps (0: constant)
-    beta1: float = 0.9
-    beta2: float = 0.999
-    batch_size: int = 1024  # activation rows per step
-    steps: int = 2000
+    kind: str = option("topk", choices=KINDS)  # "topk" (Gao et al. 2024) or "relu" (L1, Towards Monosemanticity)
+    d_sae: int | None = option(None, ge=1)  # features; None: expansion x d_in
+    expansion: int = option(8, ge=1)
+    k: int = option(32, ge=1)  # topk: features per token
+    l1_coefficient: float = option(2.0, ge=0.0)  # relu: λ
+    l1_warmup_steps: int = option(0, ge=0)  # relu: λ ramps from 0 over these steps
+    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
+    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_in // 2 (Gao et al.)
+    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
+    resample_every: int = option(500, ge=0)  # relu: resample dead features this often (0: never)
+    lr: float = option(1e-3, gt=0.0)
+    lr_warmup_steps: int = option(0, ge=0)
+    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
+    beta1: float = option(0.9, ge=0.0, lt=1.0)
+    beta2: float = option(0.999, ge=0.0, lt=1.0)
+    batch_size: int = option(1024, ge=1)  # activation rows per step
+    steps: int = option(2000, ge=1)
     buffer_size: int = 32768  # rows mixed in the shuffling buffer
-    context: int | None = None  # tokens per window; None: the model's max_len
-    model_batch: int = 32  # windows per forward of the model
-    prefix_len: int | None = None  # prefix-LM: prefix of each window; None: context // 2
+    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
+    model_batch: int = option(32, ge=1)  # windows per forward of the model
+    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
     normalize: bool = True  # scale activations so that their norm averages √d_in
-    val_fraction: float = 0.1  # the last fraction of each file: metrics and feature pages read it only
-    eval_batches: int = 8  # model batches for the final metrics
-    feature_windows: int = 128  # windows read for the feature pages (0: no pages)
-    save_every: int = 500  # steps between saved states (0: only at the end)
-    log_every: int = 100
-    seed: int = 0
+    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
+    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
+    feature_windows: int = option(128, ge=0)  # windows read for the feature pages (0: no pages)
+    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
+    log_every: int = option(100, ge=1)
+    seed: int = option(0, ge=0, le=MAX_SEED)
     device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
-    num_threads: int | None = None
+    num_threads: int | None = option(None, ge=1, le=4096)
     resume: bool = False
     progress: bool = True
     log: str = "none"  # trackers (the glassformer sae command): "tensorboard", "wandb", both joined by a comma
 
-    def validate(self) -> SAETrainConfig:
-        """Check every key; return self. Errors name the key, the value and what was expected."""
-        for f in fields(self):
-            setattr(self, f.name, coerce_value(f.name, f.type, getattr(self, f.name)))
+    def __post_init__(self) -> None:
+        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
         if not self.hook:
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
         self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
-        if self.kind not in KINDS:
-            raise GlassformerError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
-        for name in ("expansion", "k", "batch_size", "steps", "model_batch", "log_every", "dead_window",
-                     "eval_batches"):
-            check_int(name, getattr(self, name), 1)
-        for name in ("l1_warmup_steps", "resample_every", "lr_warmup_steps", "lr_decay_steps", "save_every",
-                     "feature_windows"):
-            check_int(name, getattr(self, name), 0)
-        for name in ("d_sae", "aux_k", "context", "prefix_len"):
-            check_int(name, getattr(self, name), 1, allow_none=True)
         check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
-        check_int("num_threads", self.num_threads, 1, 4096, allow_none=True)
-        check_number("lr", self.lr, 0.0, low_open=True)
-        for name in ("l1_coefficient", "aux_coefficient"):
-            check_number(name, getattr(self, name), 0.0)
-        for name in ("beta1", "beta2"):
-            if check_number(name, getattr(self, name), 0.0) >= 1.0:
-                raise GlassformerError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        check_number("val_fraction", self.val_fraction, 0.0, 0.5, low_open=True)
-        check_seed("seed", self.seed)
         check_device_name(self.device)
+
+    def validate(self) -> SAETrainConfig:
+        """Check every key again (after one was changed); return self."""
+        self.__post_init__()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,13 +108,8 @@ class SAETrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SAETrainConfig:
-        """Build and validate; an unknown key is an error naming it and the known ones."""
-        if not isinstance(data, dict):
-            raise ArgumentTypeError(f"an SAE config must be a mapping of keys to values, got {type(data).__name__}")
-        check_known_keys(data, {f.name for f in fields(cls)}, "SAE config")
-        return cls(**data).validate()
-
-
+        """Build and check; an unknown key is an error naming it and the known ones."""
+        return from_mapping(cls, data, "SAE config")
 
 
 @contextlib.contextmanager
