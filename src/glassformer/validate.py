@@ -62,6 +62,7 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
             object.__setattr__(config, f.name, value)
         if value is None and "None" in kinds:
             continue
+        kinds = [k for k in kinds if k != "None"]
         known = [_TYPES[k.split("[")[0]] for k in kinds if k.split("[")[0] in _TYPES]
         if len(known) == len(kinds) and not any(is_type(value) for is_type in known):
             raise ArgumentTypeError(f"{name} must be {_expected_type(kinds[0])}, got {shown(value)}")
