@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # import higher ones. Above the library: the package's face (__init__.py), the verbs, the CLI that
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
-    "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0, "validate": 0,
+    "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0, "validate": 0, "progress": 0,
     "config": 1, "tokenizers": 1, "safetensors_header": 1,
     "nn": 2, "data": 2, "budget": 2, "state_check": 2,
     "models": 3,
@@ -34,6 +34,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
     ("textwidth", "errors"),  # a bad alignment is a GlassformerError
     ("validate", "errors"),  # the config validator builds on the argument checks
+    ("progress", "errors"),  # a heartbeat checks its interval
     ("loaders", "errors"),   # every way a file can be unusable is a BadFileError
     ("recipes", "viz"),      # a recipe draws its loss curve and samples
     ("lessons", "viz"),      # a lesson draws its attention maps

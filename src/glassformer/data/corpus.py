@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import BadFileError, GlassformerError
 from ..fileio import atomic_write
+from ..progress import Heartbeat
 from ..tokenizers import Tokenizer
 from .text import check_file, iter_text
 
@@ -37,7 +38,8 @@ def _cache_key(paths: Sequence[Path], tokenizer: Tokenizer) -> str:
 
 def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
                  cache_dir: str | Path | None = None) -> np.ndarray:
-    """Token ids of the files' texts, one after the other.
+    """Token ids of the files' texts, one after the other. A long encoding prints a line to stderr
+    every ~10 s (:mod:`glassformer.progress`): MB done of the total, and tokens so far.
 
     Args:
         paths: UTF-8 text files (plain or .gz).
@@ -53,17 +55,29 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
         raise GlassformerError("no corpus files given")
     dtype = token_dtype(tokenizer.vocab_size)
     if cache_dir is None:
-        pieces = [tokenizer.encode_to_array(text).astype(dtype) for path in paths
-                  for text in iter_text(path, ENCODE_CHARS)]
-        return np.concatenate(pieces)
+        return np.concatenate(list(_encoded(paths, tokenizer, dtype, "encoding the corpus")))
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"tokens-{_cache_key(paths, tokenizer)}.{np.dtype(dtype).name}.bin"
     if not target.exists() and not target.is_symlink():
-        chunks = (tokenizer.encode_to_array(text).astype(dtype).tobytes() for path in paths
-                  for text in iter_text(path, ENCODE_CHARS))
+        chunks = (ids.tobytes() for ids in _encoded(paths, tokenizer, dtype, "building the token cache"))
         atomic_write(target, chunks, what="token cache")  # fsynced before its rename
     return map_tokens(target, dtype, tokenizer.vocab_size)
+
+
+def _encoded(paths: Sequence[Path], tokenizer: Tokenizer, dtype: type[np.unsignedinteger],
+             what: str) -> Iterator[np.ndarray]:
+    """The files' texts as ids, piece by piece (:data:`ENCODE_CHARS` characters each), with a heartbeat
+    counting the bytes read (of the files' total, unknown for .gz) and the tokens made."""
+    total = None if any(path.suffix == ".gz" for path in paths) else sum(path.stat().st_size for path in paths)
+    tokens = 0
+    with Heartbeat(what, total=total, unit="bytes") as heartbeat:
+        for path in paths:
+            for text in iter_text(path, ENCODE_CHARS):
+                ids = tokenizer.encode_to_array(text).astype(dtype)
+                tokens += len(ids)
+                heartbeat.update(advance=len(text.encode("utf-8")), note=f"{tokens:,} tokens")
+                yield ids
 
 
 def map_tokens(path: Path, dtype: type[np.unsignedinteger], vocab_size: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ..errors import GlassformerError, check_int
 from ..loaders import rust_tokenizer
+from ..progress import Heartbeat
 from .base import Tokenizer, check_specials, check_text, field
 
 MAX_VOCAB = 1 << 22  # 4,194,304 ids: 16x the largest vocabularies in use (Gemma: 256k)
@@ -43,6 +44,9 @@ class BPETokenizer(Tokenizer):
               min_frequency: int = 2) -> BPETokenizer:
         """Learn merges from ``texts`` (an iterable of strings, e.g. lines or chunks of a corpus).
 
+        A long training prints a line to stderr every ~10 s (:mod:`glassformer.progress`): the characters
+        read so far, then, once all are read, that pairs are being merged (the Rust trainer's long part).
+
         Args:
             vocab_size: the target vocabulary, at least 256 + len(specials) (the byte alphabet).
             specials: special token names among pad/bos/eos/mask/unk.
@@ -59,7 +63,8 @@ class BPETokenizer(Tokenizer):
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
                                       special_tokens=[f"<{name}>" for name in specials],
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        hf.train_from_iterator(texts, trainer=trainer)
+        with Heartbeat("training the BPE tokenizer", unit="characters read") as heartbeat, heartbeat.beating():
+            hf.train_from_iterator(_counted(texts, heartbeat, vocab_size), trainer=trainer)
         return cls(hf, specials)
 
     @property
@@ -97,3 +102,11 @@ class BPETokenizer(Tokenizer):
     def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
         return cls(rust_tokenizer(field(data, "hf", dict), "the 'hf' field"), field(data, "specials", list, ()))
+
+
+def _counted(texts: Iterable[str], heartbeat: Heartbeat, vocab_size: int) -> Iterator[str]:
+    """``texts`` unchanged, their characters counted on ``heartbeat`` (which prints when ~10 s have passed)."""
+    for text in texts:
+        heartbeat.update(advance=len(text) if isinstance(text, str) else 0)
+        yield text
+    heartbeat.update(note=f"all read; merging pairs up to {vocab_size:,} tokens")

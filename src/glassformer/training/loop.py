@@ -276,7 +276,8 @@ class Trainer:
         if not self.dist.is_main and not self.sharded:
             return {}
         metrics = evaluate(self.model, self.batches, self.config.eval_batch_size, self.config.eval_batches,
-                           self.dist.device, self.tokenizer.kind == "char", self.precision)
+                           self.dist.device, self.tokenizer.kind == "char", self.precision,
+                           progress=self.config.progress and self.dist.is_main)  # a line every ~10 s
         return metrics if self.dist.is_main else {}
 
     def _evaluate_and_save(self) -> None:

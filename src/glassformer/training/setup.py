@@ -13,6 +13,7 @@ from torch import nn
 from ..budget import check_evaluation_fits, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
 from ..models import build_model
+from ..progress import quiet
 from ..tokenizers import Tokenizer, make_tokenizer
 from .checkpoint import TOKENIZER, check_run_dir, find_resumable
 from .config import TrainConfig
@@ -57,8 +58,15 @@ def prepare_run(config: TrainConfig) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
 
     The model is initialised from ``torch.manual_seed(config.seed)``, so every process of a
-    distributed run starts from the same weights.
+    distributed run starts from the same weights. A long tokenizer training or token cache prints a
+    line every ~10 s (glassformer.progress) unless ``config.progress`` is false.
     """
+    with quiet(not config.progress):
+        return _prepare(config)
+
+
+def _prepare(config: TrainConfig) -> Run:
+    """:func:`prepare_run`'s body."""
     config.check_data()
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..data import LMBatches, Seq2SeqBatches
+from ..progress import Heartbeat
 from ..runtime.precision import Precision
 from ..runtime.threads import LoadFollower
 from .objectives import batch_loss
@@ -17,9 +18,11 @@ from .objectives import batch_loss
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
              max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
-             precision: Precision | None = None) -> dict[str, float]:
+             precision: Precision | None = None, progress: bool = True) -> dict[str, float]:
     """Loss, perplexity and token accuracy on the validation split (the whole split by default),
     the forward passes under ``precision``'s autocast (default float32); the loss is summed in float32.
+    A long evaluation prints "evaluating: <done> of <total> batches" to stderr every ~10 s
+    (:mod:`glassformer.progress`) unless ``progress`` is False.
 
     Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
     "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
@@ -28,15 +31,19 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
     threads = LoadFollower()  # a long evaluation follows the machine's load too (runtime/threads.py)
+    heartbeat = Heartbeat("evaluating", eval_batch_count(batches, batch_size, max_batches),
+                          enabled=None if progress else False)
     try:
         for batch in batches.eval_batches(batch_size, max_batches):
             threads.tick()
+            heartbeat.update(advance=1)  # one clock read; a line every ~10 s
             batch = {k: v.to(device) for k, v in batch.items()}
             with precision.autocast(device) if precision is not None else contextlib.nullcontext():
                 parts = batch_loss(model, batch)
             total += torch.stack([parts.loss_sum.double(), parts.count.double(), parts.correct.double()]).cpu()
     finally:
         model.train(was_training)
+    heartbeat.close()
     loss_sum, count, correct = total.tolist()
     if count == 0:
         return {}
@@ -46,3 +53,23 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     if char_level:
         out["val_bits_per_char"] = loss / math.log(2)
     return out
+
+
+def eval_batch_count(batches: LMBatches | Seq2SeqBatches, batch_size: int,
+                     max_batches: int | None = None) -> int | None:
+    """How many batches ``batches.eval_batches(batch_size, max_batches)`` yields (None for an unknown source).
+
+    Language-model windows: the full ``block_size`` windows in batches of ``batch_size``, then the
+    shorter tail alone (data/windows.py's consecutive_windows); a prefix-LM skips a tail of one token,
+    so this may count it one too many. Pairs: ``ceil(pairs / batch_size)``.
+    """
+    if isinstance(batches, Seq2SeqBatches):
+        count = -(-len(batches.val) // batch_size)
+    elif isinstance(batches, LMBatches):
+        if batches.val is None:
+            return 0
+        full = (len(batches.val) - 1) // batches.block_size
+        count = -(-full // batch_size) + int(len(batches.val) - full * batches.block_size > 1)
+    else:
+        return None
+    return count if max_batches is None else min(count, max_batches)
