@@ -39,8 +39,12 @@ def option(default: Any = MISSING, *, factory: Any = MISSING, ge: float | None =
     return field(default=default, default_factory=factory, metadata=spec)
 
 
-_TYPES = {"int": is_int, "float": is_number, "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
-          "list": lambda v: isinstance(v, list), "dict": lambda v: isinstance(v, dict)}
+_TYPES = {  # a field's annotated type -> (does a value have it, how a message names it)
+    "int": (is_int, "an int"), "float": (is_number, "a float"), "str": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "True or False"), "dict": (lambda v: isinstance(v, dict), "a mapping"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
+}
 
 
 def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None:
@@ -49,23 +53,24 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
     Args:
         config: a dataclass instance (frozen or not).
         prefix: put before each field's name in messages ("watch." names ``watch.every``).
-        coerce: first convert each value to its annotated type where that is unambiguous (the command
-            line's "3e-4" -> 3e-4; see :func:`coerce_value`) and store it back.
+        coerce: first convert text to the field's type where that is unambiguous (the command line's
+            "3e-4" -> 3e-4, "12" -> 12, a lone string -> [string]), an int to a float field's float, and
+            store it back.
     Raises:
         ArgumentTypeError for a value of the wrong type; GlassformerError for one out of range or not
-        among the choices. Types outside int/float/bool/str/list/dict (``Sequence[int]``) are the class's.
+        among the choices. Types outside the table above (``Sequence[int]``) are the class's to check.
     """
     for f in fields(config):
         name, value, kinds = prefix + f.name, getattr(config, f.name), [k.strip() for k in f.type.split("|")]
-        if coerce:
-            value = coerce_value(name, f.type, value)
-            object.__setattr__(config, f.name, value)
         if value is None and "None" in kinds:
             continue
         kinds = [k for k in kinds if k != "None"]
-        known = [_TYPES[k.split("[")[0]] for k in kinds if k.split("[")[0] in _TYPES]
-        if len(known) == len(kinds) and not any(is_type(value) for is_type in known):
-            raise ArgumentTypeError(f"{name} must be {_expected_type(kinds[0])}, got {shown(value)}")
+        if coerce:
+            value = coerced(name, kinds[0], value)
+            object.__setattr__(config, f.name, value)
+        known = [_TYPES.get(k, _TYPES.get(k.split("[")[0])) for k in kinds]
+        if None not in known and not any(has_type(value) for has_type, _ in known):
+            raise ArgumentTypeError(f"{name} must be {known[0][1]}, got {shown(value)}")
         spec = f.metadata
         if kinds[0] == "int" and is_int(value):
             low = spec["ge"] if "ge" in spec else spec["gt"] + 1 if "gt" in spec else None
@@ -78,10 +83,25 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
             check_choice(name, value, spec["choices"])
 
 
-def _expected_type(kind: str) -> str:
-    names = {"int": "an int", "float": "a float", "bool": "True or False", "str": "a string", "list": "a list",
-             "dict": "a mapping"}
-    return names.get(kind.split("[")[0], f"a {kind}")
+def coerced(name: str, kind: str, value: Any) -> Any:
+    """``value`` as the annotated type ``kind`` ("float", "int | None", ...) where that is unambiguous (see
+    :func:`check_fields`); else unchanged, for the type check to name. ``name`` names it in an error."""
+    kind = kind.split("|")[0].strip()
+    if kind == "list[str]" and isinstance(value, str):
+        return [value]
+    if kind in ("int", "float") and isinstance(value, str):
+        try:
+            return int(value) if kind == "int" else float(value)
+        except ValueError:
+            raise ArgumentTypeError(f"{name} must be a number ({kind}), got {shown(value)}") from None
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind == "float" and is_int(value):
+        try:
+            return float(value)
+        except OverflowError:
+            raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
+    return value
 
 
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
@@ -102,44 +122,3 @@ def from_mapping(cls: type, data: Any, what: str = "config") -> Any:
     if missing:
         raise GlassformerError(f"{what} is missing {', '.join(missing)}")
     return cls(**data)
-
-
-def coerce_value(name: str, kind: str, value: Any) -> Any:
-    """``value`` converted to the annotated type ``kind`` (a dataclass field's type as text: "int",
-    "float | None", "list[str]", ...) where that is unambiguous ("3e-4" -> 3e-4, as the command line gives
-    it), else an ArgumentTypeError naming ``name``."""
-    options = [k.strip() for k in kind.split("|")]
-    if value is None:
-        if "None" in options:
-            return None
-        raise ArgumentTypeError(f"{name} must not be empty (null)")
-    base = options[0]
-    if base == "list[str]":
-        value = [value] if isinstance(value, str) else value
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ArgumentTypeError(f"{name} must be a string or a list of strings, got {shown(value)}")
-        return value
-    if base == "dict":
-        if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{name} must be a mapping, got {shown(value)}")
-        return value
-    if base == "bool":
-        if isinstance(value, bool):
-            return value
-        raise ArgumentTypeError(f"{name} must be true or false, got {shown(value)}")
-    if base in ("int", "float") and not isinstance(value, bool):
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str):
-            try:
-                value = int(value) if base == "int" else float(value)
-            except ValueError:
-                raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(value)}") from None
-        if base == "int" and is_int(value) or base == "float" and is_number(value):
-            try:
-                return float(value) if base == "float" else value
-            except OverflowError:
-                raise GlassformerError(f"{name} must be a finite number, got {shown(value)}") from None
-    if base == "str" and isinstance(value, str):
-        return value
-    raise ArgumentTypeError(f"{name} must be {_expected_type(base)}, got {shown(value)}")

@@ -11,11 +11,11 @@ from typing import Any
 from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, shown
+from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
 from ..loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
-from ..validate import check_fields, coerce_value, from_mapping, option
+from ..validate import check_fields, coerced, from_mapping, option
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
 from .trackers import parse_log
@@ -108,13 +108,9 @@ class TrainConfig:
             check_specials(self.specials)
         if "vocab_size" in self.model:
             raise GlassformerError("model.vocab_size is set by the tokenizer; remove it from the config")
-        known = {f.name for f in fields(ModelConfig)} | {"preset"}
-        unknown = sorted((k for k in self.model if k not in known), key=str)
-        if unknown:
-            raise GlassformerError(f"unknown model config key(s) {unknown}; "
-                                   f"known model keys: {sorted(known - {'vocab_size'})}")
-        types = {f.name: f.type for f in fields(ModelConfig)}  # "--model.norm_eps 1e-6" arrives as a string
-        self.model = {k: v if k == "preset" else coerce_value(f"model.{k}", types[k], v) for k, v in self.model.items()}
+        types = {f.name: f.type for f in fields(ModelConfig) if f.name != "vocab_size"}
+        check_known_keys(self.model, {*types, "preset"}, "model config")  # "--model.norm_eps 1e-6": a string
+        self.model = {k: v if k == "preset" else coerced(f"model.{k}", types[k], v) for k, v in self.model.items()}
         try:  # every model field now, not after the data is read and the tokenizer trained
             self.model_config(vocab_size=1)
         except GlassformerError as error:
