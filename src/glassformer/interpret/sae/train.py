@@ -182,8 +182,6 @@ class SAETrainer:
         d_sae = config.d_sae or config.expansion * d_in
         _check_sae_fits(config, model, d_in, d_sae)
         self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
-        if config.kind == "topk":
-            check_int("k", config.k, 1, d_sae)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.sae = SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind, k=config.k, hook=config.hook)
