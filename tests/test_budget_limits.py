@@ -221,3 +221,43 @@ def test_the_sae_estimate_counts_weights_adam_the_step_and_the_buffer():
     assert sae_bytes(512, 2**20, 1024, 32768) >= 4 * (2 * 512 * 2**20) * 4 + 2 * 1024 * 2**20 * 4 + 32768 * 512 * 4
     assert sae_bytes(512, 2**20 + 1, 1024, 32768) > sae_bytes(512, 2**20, 1024, 32768)
     assert sae_bytes(512, 2**20, 1024, 32769) > sae_bytes(512, 2**20, 1024, 32768)
+
+
+def _pairs_file(path, size: int) -> int:
+    """A TSV of short sentence pairs (Multi30k's shape: a few words a side, umlauts) of about ``size``
+    bytes; returns its size."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyzäöü", k=rng.randint(2, 9))) for _ in range(3000)]
+
+    def sentence() -> str:
+        return " ".join(rng.choices(words, k=rng.randint(2, 6)))
+    lines, total = [], 0
+    while total < size:
+        line = f"{sentence()}\t{sentence()}\n"
+        lines.append(line)
+        total += len(line.encode())
+    path.write_text("".join(lines), encoding="utf-8")
+    return path.stat().st_size
+
+
+def test_a_seq2seq_pairs_file_costs_a_small_multiple_of_its_size(tmp_path):
+    """A 3 MB pairs file (about 2.9M character tokens, 53k pairs) read, fitted and encoded as train
+    does it: the peak of Python memory and tensors stays under 12x the file (it was 48x: one Python
+    set per sentence to fit the characters, then a Python list of Python ints per sentence)."""
+    from glassformer.training import prepare_run
+    from glassformer.training.config import TrainConfig
+
+    size = _pairs_file(tmp_path / "pairs.tsv", 3 * 10**6)
+    config = TrainConfig.from_dict(dict(
+        objective="seq2seq", pairs=str(tmp_path / "pairs.tsv"), block_size=32, batch_size=4, max_steps=1, device="cpu",
+        progress=False, out_dir=str(tmp_path / "out"),
+        model={"d_model": 16, "n_heads": 2, "n_enc": 1, "n_dec": 1, "d_ff": 32}))
+    with allocations() as seen:
+        run = prepare_run(config)
+    tokens = sum(len(side) for side in (run.batches.train.src, run.batches.train.tgt))
+    assert len(run.batches.train) > 50_000 and tokens > 2 * 10**6
+    assert run.batches.train[0][0] == (run.tokenizer.encode(
+        (tmp_path / "pairs.tsv").read_text(encoding="utf-8").split("\t")[0]) + [run.tokenizer.eos_id])[:32]
+    assert seen.total() < 12 * size, (seen, size)

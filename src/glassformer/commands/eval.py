@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..budget import check_fits, describe, forward_bytes, parse_size
-    from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, read_pairs
+    from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
     from ..errors import GlassformerError, UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
     from ..training.objectives import OBJECTIVE_ATTN, batch_loss
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                f"--batch_size {args.batch_size} x --block_size {block_size} ({describe(model.config)})",
                args.max_memory)
     if objective == "seq2seq":
-        pairs = encode_pairs(read_pairs(args.src, args.tgt, args.pairs), tokenizer, block_size)
+        pairs = encode_pairs(iter_pairs(args.src, args.tgt, args.pairs), tokenizer, block_size)
         batches = Seq2SeqBatches(pairs, pairs, tokenizer.pad_id, 0)
     else:
         if args.data is None:

@@ -15,7 +15,7 @@ import torch
 from ..errors import GlassformerError
 from .mlm import mask_tokens
 from .prefix import prefix_lm_labels
-from .seq2seq import collate_pairs, length_batches
+from .seq2seq import EncodedPairs, collate_pairs, length_batches
 from .windows import check_length, consecutive_windows, random_windows, step_generator
 
 OBJECTIVES = ("clm", "mlm", "prefix", "seq2seq")
@@ -77,7 +77,8 @@ class Seq2SeqBatches:
     """Length-bucketed batches of encoded (source, target) pairs for "seq2seq".
 
     Epoch e's batches come from a generator seeded by (seed, e), so step s maps to a fixed batch.
-    Batches: {"src", "src_pad", "tgt_in", "tgt_pad", "labels"}.
+    Batches: {"src", "src_pad", "tgt_in", "tgt_pad", "labels"}. The pairs are held as
+    :class:`~glassformer.data.seq2seq.EncodedPairs` (int32, 4 bytes a token).
     """
 
     def __init__(self, train: Sequence[tuple[list[int], list[int]]],
@@ -85,12 +86,13 @@ class Seq2SeqBatches:
         if not train:
             raise GlassformerError("no training pairs")
         self.objective = "seq2seq"
-        self.train, self.val, self.pad_id, self.seed = list(train), list(val or []), pad_id, seed
+        self.train, self.val = EncodedPairs.of(train), EncodedPairs.of(val or [])
+        self.pad_id, self.seed = pad_id, seed
         self._epoch: tuple[int, int, list[list[int]]] | None = None
 
     def _batches(self, epoch: int, batch_size: int) -> list[list[int]]:
         if self._epoch is None or self._epoch[:2] != (epoch, batch_size):
-            lengths = [(len(t), len(s)) for s, t in self.train]  # target first: see length_batches
+            lengths = self.train.lengths()  # (target, source) lengths: see length_batches
             full = [b for b in length_batches(lengths, batch_size, step_generator(self.seed, -1 - epoch))
                     if len(b) == batch_size]
             if not full:
@@ -106,7 +108,8 @@ class Seq2SeqBatches:
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[Batch]:
         """Every validation pair once, in batches of similar length."""
-        order = sorted(range(len(self.val)), key=lambda i: len(self.val[i][0]) + len(self.val[i][1]))
+        sums = [t + s for t, s in self.val.lengths()]
+        order = sorted(range(len(self.val)), key=sums.__getitem__)
         for n, start in enumerate(range(0, len(order), batch_size)):
             if max_batches is not None and n >= max_batches:
                 return

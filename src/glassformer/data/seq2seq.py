@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,38 +14,69 @@ from ..loaders import parse_json
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
 from .padding import pad_rows
-from .text import read_lines
+from .text import iter_text
 
 
 def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
                pairs: str | Path | None = None) -> list[tuple[str, str]]:
-    """Parallel text as (source, target) strings.
+    """Parallel text as (source, target) strings: ``list(iter_pairs(src, tgt, pairs))``.
 
     Either ``src`` and ``tgt``: two files (plain or .gz) with one sentence per line, line i of one
     translating line i of the other; or ``pairs``: a ``.tsv`` file (source TAB target per line) or a
     ``.jsonl`` file (one ``{"src": ..., "tgt": ...}`` object per line). Blank lines are skipped.
     Returns the (source, target) pairs in file order.
     """
+    return list(iter_pairs(src, tgt, pairs))
+
+
+def iter_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
+               pairs: str | Path | None = None) -> Iterator[tuple[str, str]]:
+    """The pairs of :func:`read_pairs` one at a time, the files read in chunks (memory stays one chunk
+    whatever the file's size). Errors (a bad line, parallel files of different lengths) are raised
+    when the reading reaches them."""
     if pairs is not None:
         if src is not None or tgt is not None:
             raise GlassformerError("give either pairs= (a TSV/JSONL file) or src= and tgt= (two files), not both")
-        return _read_pair_file(Path(pairs))
+        yield from _iter_pair_file(Path(pairs))
+        return
     if src is None or tgt is None:
         raise GlassformerError("seq2seq data needs src and tgt files (or one pairs file)")
-    sources, targets = read_lines(src, "source file"), read_lines(tgt, "target file")
-    if len(sources) != len(targets):
-        raise GlassformerError(f"parallel files differ in length: {str(src)!r} has {len(sources)} lines, "
-                               f"{str(tgt)!r} has {len(targets)}")
-    return [(s, t) for s, t in zip(sources, targets, strict=True) if s.strip() and t.strip()]
+    sources, targets = _iter_lines(src, "source file"), _iter_lines(tgt, "target file")
+    count = 0
+    for s in sources:
+        t = next(targets, None)
+        if t is None:
+            _differ(src, tgt, count + 1 + sum(1 for _ in sources), count)
+        count += 1
+        if s.strip() and t.strip():
+            yield s, t
+    rest = sum(1 for _ in targets)
+    if rest:
+        _differ(src, tgt, count, count + rest)
 
 
-def _read_pair_file(path: Path) -> list[tuple[str, str]]:
+def _differ(src: str | Path, tgt: str | Path, sources: int, targets: int) -> None:
+    raise GlassformerError(f"parallel files differ in length: {str(src)!r} has {sources} lines, "
+                           f"{str(tgt)!r} has {targets}")
+
+
+def _iter_lines(path: str | Path, what: str) -> Iterator[str]:
+    """The lines of a text file as ``read_text(path).splitlines()`` gives them, read in chunks."""
+    held = ""
+    for piece in iter_text(path, what=what):
+        held += piece
+        if held.endswith("\n"):  # a chunk ends after a newline unless a line is longer than a chunk
+            yield from held.splitlines()
+            held = ""
+    yield from held.splitlines()
+
+
+def _iter_pair_file(path: Path) -> Iterator[tuple[str, str]]:
     suffixes = [s for s in path.suffixes if s != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     if kind not in (".tsv", ".jsonl"):
         raise GlassformerError(f"pairs file {str(path)!r} must end in .tsv or .jsonl (optionally .gz)")
-    out = []
-    for number, line in enumerate(read_lines(path, "pairs file"), 1):
+    for number, line in enumerate(_iter_lines(path, "pairs file"), 1):
         if not line.strip():
             continue
         if kind == ".tsv":
@@ -52,29 +84,89 @@ def _read_pair_file(path: Path) -> list[tuple[str, str]]:
             if len(fields) != 2:
                 raise GlassformerError(f"{path}:{number}: expected 'source<TAB>target', "
                                        f"found {len(fields)} field(s)")
-            out.append((fields[0], fields[1]))
+            yield fields[0], fields[1]
             continue
         record = parse_json(line, f"{path}:{number}")  # bad JSON, too deep, too many digits: one line
         if not isinstance(record, dict) or not isinstance(record.get("src"), str) or not isinstance(
                 record.get("tgt"), str):
             raise GlassformerError(f'{path}:{number}: expected an object {{"src": "...", "tgt": "..."}}')
-        out.append((record["src"], record["tgt"]))
-    return out
+        yield record["src"], record["tgt"]
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer,
-                 max_len: int) -> list[tuple[list[int], list[int]]]:
+class EncodedPairs(Sequence):
+    """Encoded (source ids, target ids) pairs held flat: every side's ids in one int32 tensor with the
+    offsets where each pair's ids start (4 bytes a token and 8 a pair, not a Python list of Python ints
+    per sentence: about 40 bytes a token). ``pairs[i]`` is (source ids, target ids) as lists.
+
+    Args:
+        src, tgt: (total tokens,) int32 ids of every source (target) one after the other.
+        src_starts, tgt_starts: (N + 1,) int64 offsets: pair i's source is ``src[src_starts[i]:src_starts[i + 1]]``.
+    """
+
+    def __init__(self, src: torch.Tensor, src_starts: torch.Tensor, tgt: torch.Tensor, tgt_starts: torch.Tensor):
+        self.src, self.src_starts, self.tgt, self.tgt_starts = src, src_starts, tgt, tgt_starts
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[Sequence[int], Sequence[int]]]) -> EncodedPairs:
+        """``pairs`` as EncodedPairs (returned as it is when it already is one)."""
+        if isinstance(pairs, EncodedPairs):
+            return pairs
+        packed = _Packer()
+        for source, target in pairs:
+            packed.add(source, target)
+        return packed.done()
+
+    def __len__(self) -> int:
+        return len(self.src_starts) - 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = range(len(self))[index]  # an IndexError for an index out of range, negatives counted from the end
+        return (self.src[int(self.src_starts[i]):int(self.src_starts[i + 1])].tolist(),
+                self.tgt[int(self.tgt_starts[i]):int(self.tgt_starts[i + 1])].tolist())
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """(target length, source length) of every pair, the key :func:`length_batches` sorts by."""
+        return list(zip(self.tgt_starts.diff().tolist(), self.src_starts.diff().tolist(), strict=True))
+
+
+class _Packer:
+    """Appends pairs of id lists to growing int32 arrays (Python's ``array``: 4 bytes an id)."""
+
+    def __init__(self) -> None:
+        self.src, self.tgt = array("i"), array("i")
+        self.src_starts, self.tgt_starts = array("q", [0]), array("q", [0])
+
+    def add(self, source: Sequence[int], target: Sequence[int]) -> None:
+        self.src.extend(source)
+        self.tgt.extend(target)
+        self.src_starts.append(len(self.src))
+        self.tgt_starts.append(len(self.tgt))
+
+    def done(self) -> EncodedPairs:
+        def tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
+            return torch.frombuffer(values, dtype=dtype) if len(values) else torch.zeros(0, dtype=dtype)
+        return EncodedPairs(tensor(self.src, torch.int32), tensor(self.src_starts, torch.int64),
+                            tensor(self.tgt, torch.int32), tensor(self.tgt_starts, torch.int64))
+
+
+def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer, max_len: int) -> EncodedPairs:
     """Source ids + [eos], and target ids wrapped as [bos] + target + [eos], cut to ``max_len`` and
     ``max_len + 1`` (the decoder reads all but the last, predicts all but the first).
 
-    Returns one (source ids, target ids) pair of lists per input pair, in order.
+    ``pairs`` may be a generator (:func:`iter_pairs`): it is read one pair at a time and the ids are
+    stored as int32 (:class:`EncodedPairs`), so memory follows the token count, not the sentence count.
+    Returns the encoded pairs, in order (``result[i]`` is (source ids, target ids) as lists).
     """
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     if bos is None or eos is None:
         raise GlassformerError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
-    return [((tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len],
-             ([bos] + tokenizer.encode(t, add_special_tokens=False) + [eos])[:max_len + 1])
-            for s, t in pairs]
+    packed = _Packer()
+    for s, t in pairs:
+        packed.add((tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len],
+                   ([bos] + tokenizer.encode(t, add_special_tokens=False) + [eos])[:max_len + 1])
+    return packed.done()
 
 
 def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -23,7 +23,10 @@ def make_tokenizer(kind: str, texts: Iterable[str], specials: Sequence[str] = ()
         vocab_size: BPE's target vocabulary (required for "bpe", ignored otherwise).
     """
     if kind == "char":
-        return CharTokenizer(sorted(set().union(*(set(t) for t in texts))), specials)
+        seen: set[str] = set()
+        for text in texts:  # one set, not one per text (a pairs file gives millions of sentences)
+            seen.update(text)
+        return CharTokenizer(sorted(seen), specials)
     if kind == "byte":
         return ByteTokenizer(specials)
     if kind == "bpe":

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..budget import check_evaluation_fits, check_training_fits
-from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_text, read_pairs, split_ids
+from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs, iter_text, split_ids
 from ..models import build_model
 from ..progress import quiet
 from ..tokenizers import Tokenizer, make_tokenizer
@@ -72,13 +72,17 @@ def _prepare(config: TrainConfig) -> Run:
     # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.objective == "seq2seq":
-        train = read_pairs(config.src, config.tgt, config.pairs)
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
-        val = read_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else []
-        tokenizer = _tokenizer(config, itertools.chain((s for s, _ in train + val), (t for _, t in train + val)))
-        batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(
-            encode_pairs(train, tokenizer, config.block_size), encode_pairs(val, tokenizer, config.block_size),
-            tokenizer.pad_id, config.seed)
+
+        def pairs() -> itertools.chain:  # streamed from the files each time (no list of every sentence)
+            val = iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else ()
+            return itertools.chain(iter_pairs(config.src, config.tgt, config.pairs), val)
+        # the tokenizer sees every source, then every target (train, then val), as it always did
+        tokenizer = _tokenizer(config, itertools.chain((s for s, _ in pairs()), (t for _, t in pairs())))
+        train = encode_pairs(iter_pairs(config.src, config.tgt, config.pairs), tokenizer, config.block_size)
+        val = encode_pairs(iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else (),
+                           tokenizer, config.block_size)
+        batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(train, val, tokenizer.pad_id, config.seed)
     else:
         files = config.data + config.val_data
         tokenizer = _tokenizer(config, itertools.chain.from_iterable(iter_text(f) for f in files))
