@@ -168,7 +168,7 @@ def test_bpe_heartbeat_while_merging_and_errors_propagate(fake_clock, monkeypatc
     monkeypatch.setattr(progress, "POLL_S", 0.001)
     with pytest.raises(type(error)):
         BPETokenizer.train(TEXTS, vocab_size=300)
-    assert any("all read; merging pairs up to 300 tokens" in line for line in lines)
+    assert any("characters read, all read, merging pairs up to 300 tokens, " in line for line in lines)
     assert not any("done" in line for line in lines)
     assert not [t for t in threading.enumerate() if t.name.startswith("heartbeat:")]
 

@@ -109,4 +109,4 @@ def _counted(texts: Iterable[str], heartbeat: Heartbeat, vocab_size: int) -> Ite
     for text in texts:
         heartbeat.update(advance=len(text) if isinstance(text, str) else 0)
         yield text
-    heartbeat.update(note=f"all read; merging pairs up to {vocab_size:,} tokens")
+    heartbeat.update(note=f"all read, merging pairs up to {vocab_size:,} tokens")
