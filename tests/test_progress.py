@@ -3,6 +3,8 @@ nothing for a short step, quiet where the console is. Time comes from a fake clo
 
 from __future__ import annotations
 
+import io
+import sys
 import threading
 
 import numpy as np
@@ -90,6 +92,21 @@ def test_lines_go_to_stderr_off_a_terminal(fake_clock, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert heartbeat_lines(captured.err, "scoring") == ["scoring: 3 batches, 12 s"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_lines_come_on_a_terminal_too(fake_clock, monkeypatch):
+    """On a terminal the line goes through tqdm.write (an open bar is redrawn below it), not nowhere."""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    heartbeat = Heartbeat("scoring")
+    for _ in range(3):
+        heartbeat.update(advance=1)
+    assert terminal.getvalue().splitlines() == ["scoring: 3 batches, 12 s"]
 
 
 def test_quiet_and_other_ranks_print_nothing(fake_clock, capsys, monkeypatch):
