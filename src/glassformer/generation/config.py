@@ -95,7 +95,6 @@ class GenerationConfig:
             raise GlassformerError(f"num_return_sequences={copies} must be <= num_beams={beams}")
         if not any(self.early_stopping is choice for choice in (True, False)) and self.early_stopping != "never":
             raise GlassformerError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r:.60}")
-        self._set("length_penalty", float(self.length_penalty))
         eos = self.eos_token_id
         if eos is not None and not is_int(eos) and not isinstance(eos, (list, tuple)):
             raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos).__name__}")
