@@ -147,11 +147,14 @@ def test_what_fits_is_never_refused():
 @given(n_layers=st.integers(1, 2**40), d_model=st.integers(1, 2**40), d_ff=st.integers(1, 2**40),
        vocab=st.integers(1, 2**40), batch=st.integers(1, 2**40), block=st.integers(1, 2**40))
 def test_the_estimate_is_arithmetic_only_and_grows_with_every_option(n_layers, d_model, d_ff, vocab, batch, block):
-    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=1, n_layers=n_layers, d_ff=d_ff, max_len=8)
+    # learned positions: any d_model is valid (sinusoidal ones need an even width)
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=1, n_layers=n_layers, d_ff=d_ff, max_len=8,
+                         pos="learned")
     need = training_bytes(config, batch, block)
     assert need >= 12 * (vocab * d_model + n_layers * 2 * d_model * (d_model + d_ff))
     assert need >= batch * block * 4 * (n_layers * (6 * d_model + 2 * d_ff) + 2 * vocab)
-    bigger = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=1, n_layers=n_layers + 1, d_ff=d_ff, max_len=8)
+    bigger = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=1, n_layers=n_layers + 1, d_ff=d_ff, max_len=8,
+                         pos="learned")
     assert training_bytes(bigger, batch, block) > need and training_bytes(config, batch + 1, block) > need
 
 
