@@ -143,13 +143,13 @@ def _train(tmp_path, *extra: str) -> list[str]:
 
 
 def test_an_evaluation_batch_that_cannot_fit_is_refused_before_training(tmp_path, capsys):
-    """--eval_batch_size 1e6: the validation split's 2,500 windows in one forward pass (about 9 MB of
+    """--eval_batch_size 1e6: the validation split's 2,499 windows in one forward pass (about 9 MB of
     activations for this tiny model) do not fit in --max_memory 5MB, though training does."""
     with allocations() as seen:
         code = main(_train(tmp_path, "--eval_batch_size", "1000000", "--val_fraction", "0.1", "--max_memory", "5MB"))
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert "--eval_batch_size 1000000 (2,500 validation rows of block_size=8) needs at least" in err, err
+    assert "--eval_batch_size 1000000 (2,499 validation rows of block_size=8) needs at least" in err, err
     assert "more than the --max_memory 5 MB" in err, err
     assert seen.tensor_bytes < 16 * 2**20, seen
     assert not (tmp_path / "out" / "last").exists()

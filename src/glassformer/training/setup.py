@@ -48,7 +48,8 @@ def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2S
                         config.max_memory, processes, sharded=config.parallel == "fsdp")
     if batches is not None and batches.val is not None and len(batches.val):
         # an evaluation batch holds eval_batch_size rows, or the fewer windows (pairs) the split has
-        held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else -(-len(batches.val) // config.block_size)
+        held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else \
+            max((len(batches.val) - 1) // config.block_size, 1)  # full windows (the tail comes alone)
         check_evaluation_fits(config.model_config(vocab_size), config.eval_batch_size,
                               min(config.eval_batch_size, held), config.block_size, config.max_memory, processes,
                               sharded=config.parallel == "fsdp")
