@@ -6,6 +6,7 @@ Only argv is read here; applying the pairs to a config is
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -93,7 +94,6 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
 
 
 _FIELD = re.compile(r"^    (\w+): ([^=]+?) = (.+?)(?:  # (.*))?$")
-_FACTORY = re.compile(r"field\(default_factory=(list|dict)\)")
 
 
 def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, str]]:
@@ -109,6 +109,21 @@ def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, 
         match = _FIELD.match(line)
         if match:
             name, _type, default, comment = match.groups()
-            factory = _FACTORY.fullmatch(default)
-            found.append((name, ("[]" if factory.group(1) == "list" else "{}") if factory else default, comment or ""))
+            found.append((name, _written_default(default), comment or ""))
     return found
+
+
+def _written_default(default: str) -> str:
+    """The default of a field as written: ``option("clm", choices=...)`` -> ``"clm"``, a list or dict
+    factory -> ``[]`` / ``{}``, anything else as it stands."""
+    call = ast.parse(default, mode="eval").body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("option", "field")):
+        return default
+    if call.args:
+        return ast.get_source_segment(default, call.args[0]) or default
+    for keyword in call.keywords:
+        if keyword.arg in ("default", "factory", "default_factory"):
+            if isinstance(keyword.value, ast.Name) and keyword.arg != "default":
+                return {"list": "[]", "dict": "{}"}.get(keyword.value.id, default)
+            return ast.get_source_segment(default, keyword.value) or default
+    return default
