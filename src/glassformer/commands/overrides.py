@@ -102,14 +102,15 @@ def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, 
     importing torch (the config module does); tests check the list against the dataclass itself."""
     lines = Path(source).read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"class {class_name}"))
-    found = []
+    found, above = [], ""  # above: a comment on the line before a field (used when the field has none)
     for line in lines[start + 1:]:
         if line.startswith("    def ") or line.startswith("class ") or line.startswith("@"):
             break
         match = _FIELD.match(line)
         if match:
             name, _type, default, comment = match.groups()
-            found.append((name, _written_default(default), comment or ""))
+            found.append((name, _written_default(default), comment or above))
+        above = line.strip()[2:] if line.startswith("    # ") else ""
     return found
 
 
