@@ -9,11 +9,14 @@ from __future__ import annotations
 import resource
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from allocation_helpers import allocations
 from glassformer import budget
 from glassformer.budget import MemorySources, OutOfMemoryError, check_fits, memory_room
 from glassformer.cli import main
+from glassformer.errors import GlassformerError
 
 GB = 10**9
 
@@ -262,3 +265,29 @@ def test_a_seq2seq_pairs_file_costs_a_small_multiple_of_its_size(tmp_path):
     assert run.batches.train[0][0] == (run.tokenizer.encode(
         (tmp_path / "pairs.tsv").read_text(encoding="utf-8").split("\t")[0]) + [run.tokenizer.eos_id])[:32]
     assert seen.total() < 12 * size, (seen, size)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(st.sampled_from("ab \t\n\r\u00e4\u2028"), min_size=1, max_size=60), chunk=st.integers(1, 8))
+def test_pair_lines_stream_as_the_whole_file_splits(tmp_path_factory, text, chunk):
+    """Lines read chunk by chunk (any chunk size, CRLF, lone CR, blank lines, a last line without a
+    newline) are the lines of the whole text."""
+    from glassformer.data.seq2seq import _iter_lines
+
+    if not text.strip():
+        return  # a whitespace-only file is refused (test_data)
+    path = tmp_path_factory.mktemp("lines") / "f.txt"
+    path.write_bytes(text.encode())
+    assert list(_iter_lines(path, "file", chunk)) == text.splitlines()
+
+
+def test_parallel_files_of_different_lengths_are_counted_whole(tmp_path):
+    from glassformer.data import iter_pairs, read_pairs
+
+    (tmp_path / "s").write_text("a\nb\nc\n")
+    (tmp_path / "t").write_text("x\ny\n")
+    for src, tgt, counts in (("s", "t", "has 3 lines, '.*t' has 2"), ("t", "s", "has 2 lines, '.*s' has 3")):
+        with pytest.raises(GlassformerError, match=f"parallel files differ in length: '.*{src}' {counts}"):
+            read_pairs(tmp_path / src, tmp_path / tgt)
+    (tmp_path / "t").write_text("x\n\nz\n")
+    assert list(iter_pairs(tmp_path / "s", tmp_path / "t")) == [("a", "x"), ("c", "z")]  # a blank side: skipped

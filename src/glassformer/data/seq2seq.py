@@ -14,7 +14,7 @@ from ..loaders import parse_json
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
 from .padding import pad_rows
-from .text import iter_text
+from .text import CHUNK_CHARS, iter_text
 
 
 def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
@@ -60,10 +60,10 @@ def _differ(src: str | Path, tgt: str | Path, sources: int, targets: int) -> Non
                            f"{str(tgt)!r} has {targets}")
 
 
-def _iter_lines(path: str | Path, what: str) -> Iterator[str]:
+def _iter_lines(path: str | Path, what: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
     """The lines of a text file as ``read_text(path).splitlines()`` gives them, read in chunks."""
     held = ""
-    for piece in iter_text(path, what=what):
+    for piece in iter_text(path, chunk_chars, what=what):
         held += piece
         if held.endswith("\n"):  # a chunk ends after a newline unless a line is longer than a chunk
             yield from held.splitlines()
