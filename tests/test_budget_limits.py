@@ -291,3 +291,20 @@ def test_parallel_files_of_different_lengths_are_counted_whole(tmp_path):
             read_pairs(tmp_path / src, tmp_path / tgt)
     (tmp_path / "t").write_text("x\n\nz\n")
     assert list(iter_pairs(tmp_path / "s", tmp_path / "t")) == [("a", "x"), ("c", "z")]  # a blank side: skipped
+
+
+@settings(max_examples=60, deadline=None)
+@given(available=st.integers(1, 2**50), limit=st.none() | st.integers(1, 2**50), used=st.integers(0, 2**50),
+       cache=st.integers(0, 2**50), rlimit=st.none() | st.integers(1, 2**50), pages=st.integers(0, 2**30))
+def test_the_room_is_the_least_of_what_each_limit_leaves(tmp_path_factory, available, limit, used, cache, rlimit,
+                                                         pages):
+    root = tmp_path_factory.mktemp("machine")
+    sources = _machine(root, available=available, cgroup="0::/job\n", rlimit=rlimit, mapped_pages=pages)
+    _files(root / "sys" / "job", memory_max="max" if limit is None else limit, memory_current=used)
+    (root / "sys" / "job" / "memory.stat").write_text(f"inactive_file {cache}\n")
+    expected = [available // 1024 * 1024]
+    if limit is not None:
+        expected.append(max(limit - max(used - cache, 0), 0))
+    if rlimit is not None:
+        expected.append(max(rlimit - pages * resource.getpagesize(), 0))
+    assert memory_room(sources).bytes == min(expected)
