@@ -42,7 +42,7 @@ from .metrics import METRICS, metrics_line, read_metrics  # noqa: F401 (read_met
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .report import describe_model, resume_line, schedule_warnings
-from .resume import restore, start_run, train_state
+from .resume import TrainState, restore, state_to_dict, tidy_run_dir
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
 from .validation import evaluate
@@ -79,8 +79,10 @@ class Trainer:
         dist: the process's place in a distributed run (default: read from torchrun's environment).
 
     Attributes:
-        step: optimiser updates done; history: the records logged so far (as in ``metrics.jsonl``);
-        best_val: the lowest validation loss seen (inf before the first evaluation);
+        run_state: the run's counters (:class:`~glassformer.training.resume.TrainState`: step,
+        best_val, best_step, tokens_seen), saved in every checkpoint and restored by :meth:`resume`;
+        step, best_val, best_step, tokens_seen: read-only views of them;
+        history: the records logged so far (as in ``metrics.jsonl``);
         last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
         stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None;
         sharded: whether FSDP shards :attr:`model` (``parallel: fsdp`` under torchrun; see
@@ -105,7 +107,7 @@ class Trainer:
         self.n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before FSDP shards it
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
-        self.step, self.best_val, self.tokens_seen = 0, math.inf, 0
+        self.run_state = TrainState()  # step, best_val, best_step, tokens_seen: what a checkpoint carries
         micro = self._micro_batches()[0] if config.precision == "auto" and self.dist.is_main else None
         self.precision = choose_precision(config.precision, self.model, self.dist, micro)
         # float16's narrow range needs the loss scaled up before backward (and the gradients back down)
@@ -123,7 +125,6 @@ class Trainer:
                                         config.eps, config.fused_adamw, kind=config.optimizer)
         if config.compile:
             self.train_model = torch.compile(self.train_model)
-        self.best_step = -1  # the step of best_val's checkpoint
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None
         self.stop_signal: int | None = None
@@ -137,9 +138,30 @@ class Trainer:
         self.resumed_from: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ state
+    @property
+    def step(self) -> int:
+        """Optimiser updates done (``run_state.step``)."""
+        return self.run_state.step
+
+    @property
+    def best_val(self) -> float:
+        """The lowest validation loss seen, inf before the first evaluation (``run_state.best_val``)."""
+        return self.run_state.best_val
+
+    @property
+    def best_step(self) -> int:
+        """The step of :attr:`best_val`'s checkpoint, -1 before the first (``run_state.best_step``)."""
+        return self.run_state.best_step
+
+    @property
+    def tokens_seen(self) -> int:
+        """Training tokens of the steps done, over all processes (``run_state.tokens_seen``)."""
+        return self.run_state.tokens_seen
+
     def state(self) -> dict[str, Any]:
-        """What resuming needs besides the weights: :func:`~glassformer.training.resume.train_state`."""
-        return train_state(self)
+        """What resuming needs besides the weights: :func:`~glassformer.training.resume.state_to_dict`."""
+        return state_to_dict(self.run_state, self.model, self.optimizer, self.scaler, self.precision.name,
+                             self.dist.device)
 
     def save(self, best: bool = False) -> Path | None:
         """Commit the current step's checkpoint as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and,
@@ -148,7 +170,7 @@ class Trainer:
         loop calls :meth:`_checked_save`. Returns the step folder (None on other ranks)."""
         folder = None
         if best:
-            self.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+            self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
         # Under FSDP every rank takes part in gathering the shards; rank 0 gets the full tensors.
         weights = full_model_state(self.model) if self.sharded else None  # None: self.model's own
         train_state = self.state() if self.sharded or self.dist.is_main else None
@@ -198,7 +220,12 @@ class Trainer:
         """Restore weights, optimizer, RNG and step from ``path`` (default: the newest complete
         checkpoint of ``out_dir``); False when there is nothing to resume from. See
         :func:`~glassformer.training.resume.restore`."""
-        return restore(self, path)
+        resumed = restore(path, self.out, self.config, self.model, self.optimizer, self.scaler, self.dist.device)
+        if resumed is None:
+            return False
+        self.run_state, self.history, self.last_checkpoint = resumed.state, resumed.history, resumed.checkpoint
+        self.resumed_from = {"step": self.step, "checkpoint": str(resumed.checkpoint), "training": resumed.training}
+        return True
 
     def _log(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -264,8 +291,8 @@ class Trainer:
         self.scaler.step(self.optimizer)  # (float16) skipped when a gradient overflowed
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.tokens_seen += sum(int(mb["labels"].numel()) for mb in micro) * self.dist.world_size
+        self.run_state.step += 1
+        self.run_state.tokens_seen += sum(int(mb["labels"].numel()) for mb in micro) * self.dist.world_size
         return all_reduce_sum(loss_sum, self.dist) / count
 
     # ------------------------------------------------------------------ the loop
@@ -288,7 +315,7 @@ class Trainer:
             val_loss = metrics["val_loss"]
             best = val_loss < self.best_val  # False for NaN, which _checked_save refuses
             if best:
-                self.best_val = val_loss
+                self.run_state.best_val = val_loss
         self._checked_save(val_loss, best)
 
     def _announce_eval(self, bar: Any) -> None:
@@ -318,8 +345,15 @@ class Trainer:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
 
     def _start(self) -> None:
-        """Resume (when asked) and put ``out_dir`` in order: :func:`~glassformer.training.resume.start_run`."""
-        start_run(self)
+        """Resume (when asked) and, on rank 0, put ``out_dir`` in order
+        (:func:`~glassformer.training.resume.tidy_run_dir`) and start the microscope's records."""
+        resumed = self.resume() if self.config.resume else False
+        if not self.dist.is_main:
+            return
+        self.last_checkpoint = tidy_run_dir(self.out, self.last_checkpoint if resumed else None, self.best_step,
+                                            self.history)
+        if self.microscope is not None:  # the same rules for microscope.jsonl
+            self.microscope.start(self.out, self.step, self.model)
 
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming from the newest complete checkpoint when ``config.resume``;
