@@ -10,11 +10,12 @@ refused at once with a message naming the field, and the models trust it.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, GlassformerError, check_int, is_int, shown
+from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, is_int, shown
 from .loaders import load_json, parse_json
 from .validate import check_fields, from_mapping, option
 
@@ -132,13 +133,20 @@ class ModelConfig:
         naming it (prefixed with the file's name).
         """
         text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
+        inline = isinstance(text_or_path, str) and text.lstrip().startswith("{")  # a Path is always a file
+        if inline and os.path.isfile(text):  # a file named "{...}" is a file
+            inline = False
+        if not inline:
             data = load_json(text_or_path, "config file")
             try:
                 return cls.from_dict(data)
             except GlassformerError as error:
                 raise type(error)(f"{text}: {error}") from None
-        return cls.from_dict(parse_json(text, "config"))
+        try:
+            data = parse_json(text, "config")
+        except BadFileError as error:  # "config is not valid JSON (...)": say it is no file either
+            raise BadFileError(f"{error}; nor is {text!r:.120} an existing file") from None
+        return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with some fields changed (an unknown field is an error naming it)."""

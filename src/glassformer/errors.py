@@ -166,7 +166,7 @@ def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
     allowed = [root]
     if root.parent.name == "snapshots":  # Hugging Face cache: snapshots/REV/FILE -> ../../blobs/HASH
         allowed.append(root.parent.parent / "blobs")
-    target = path.resolve()
+    target = (root / name).resolve()  # the folder resolved once: a link it passes through may move meanwhile
     if not any(target == base or base in target.parents for base in allowed):
         raise BadFileError(f"{str(path)!r} leads outside the model folder (to {str(target)!r}); "
                            "glassformer reads only files inside it")

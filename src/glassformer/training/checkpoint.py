@@ -60,6 +60,7 @@ from .run_dir import (  # noqa: F401
     check_run_dir,
     clear_run,
     find_resumable,
+    read_pointed,
     recover_run,
     step_folder,
     tidy_run,
@@ -165,8 +166,15 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         not fit config.json: found from the safetensors header, before any weight is allocated), a
         file that links outside the folder, and a refused pickle. A tokenizer smaller than the
         model's vocabulary is accepted (a padded vocabulary); a larger one is an error.
+
+    A run's pointer (``out/last``) is read once, so every file comes from one step folder, and a read
+    the trainer cut short by saving a newer step is done again on it (:func:`~.run_dir.read_pointed`).
     """
-    path = Path(path)
+    return read_pointed(path, lambda folder: _load_folder(folder, map_location, with_state))
+
+
+def _load_folder(path: Path, map_location: str | torch.device, with_state: bool) -> Checkpoint:
+    """:func:`load_checkpoint` of one folder (not a pointer that may move)."""
     if not path.is_dir():
         raise MissingFileError(f"checkpoint folder {str(path)!r} does not exist")
     try:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from ..errors import BadFileError
+from ..errors import BadFileError, GlassformerError
 from ..fileio import (
     LOCK_FILE,
     NotOursError,
@@ -71,6 +73,44 @@ def _pointer(out: Path, name: str) -> Path | None:
     """The folder ``out/name`` points to (None when it is not a symbolic link)."""
     link = out / name
     return out / os.readlink(link) if link.is_symlink() else None
+
+
+Read = TypeVar("Read")
+
+
+def resolve_pointer(path: str | Path) -> Path:
+    """The step folder a run's pointer ``out/last`` (or ``out/best``) names now, read once (the trainer
+    may move it at any moment); any other path as it is."""
+    path = Path(path)
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link (or gone): not a pointer
+        return path
+    return path.parent / target if path.name in (LAST, BEST) and _POINTS_TO_STEP.fullmatch(target) else path
+
+
+def read_pointed(path: str | Path, read: Callable[[Path], Read], attempts: int = 20) -> Read:
+    """``read(folder)`` on the one folder ``path`` names, while a trainer may be moving it.
+
+    ``path`` may be a run's pointer (``out/last``): it is resolved once, so every file comes from the same
+    step folder. When reading fails and the pointer has moved meanwhile (the trainer saved a newer step
+    and removed the folder read), the new folder is read; a failure with the pointer unmoved is raised.
+
+    Args:
+        path: a checkpoint folder, or a run's ``last``/``best`` pointer.
+        read: reads one folder (it names the files it reads in its errors).
+        attempts: how many moves to follow before giving up (the last failure is raised).
+    Returns:
+        What ``read`` returned.
+    """
+    for _ in range(attempts - 1):
+        folder = resolve_pointer(path)
+        try:
+            return read(folder)
+        except (GlassformerError, OSError):
+            if folder == Path(path) or resolve_pointer(path) == folder:
+                raise
+    return read(resolve_pointer(path))
 
 
 def find_resumable(out_dir: str | Path) -> Path | None:
