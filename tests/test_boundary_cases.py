@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -31,7 +33,7 @@ def tiny() -> tuple[torch.nn.Module, CharTokenizer]:
     torch.manual_seed(0)
     tok = CharTokenizer.from_text(TEXT, specials=["pad", "bos", "eos"])
     config = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=32,
-                         pos="learned")
+                         pos="learned", activation="gelu_tanh", scale_embeddings=False)  # GPT-2's shape
     return build_model(config), tok
 
 
@@ -118,3 +120,114 @@ def test_model_config_from_json_reads_a_brace_named_file_and_says_what_a_missing
     assert ModelConfig.from_json('{"vocab_size": 5, "d_model": 8, "n_heads": 2, "d_ff": 8}').vocab_size == 5
     with pytest.raises(GlassformerError, match=r"not valid JSON .*; nor is .*{nope}.* an existing file"):
         ModelConfig.from_json("{nope}/config.json")
+
+
+# ---------------------------------------------------------------------- a full disk: sae and export to HF
+RUST_FULL = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+
+
+def _half_written(file, error: BaseException):
+    """What a full disk does to a writer: some bytes land in ``file``, then ``error``."""
+    Path(file).write_bytes(b"\x00" * 100)
+    raise error
+
+
+def _fsync_fails_for(name: str):
+    """An ``os.fsync`` that meets a full disk when it flushes a temporary file of ``name`` (Linux: the
+    file behind the descriptor is read from /proc/self/fd)."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if name in os.path.basename(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    return fsync
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _no_leftovers(folder: Path) -> None:
+    hidden = [str(p.relative_to(folder)) for p in folder.rglob(".*")]
+    assert hidden == [], hidden
+
+
+SAE_ORDER = ["state", "sae", "metrics.json", "features.html"]  # what an SAE run writes, in order
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("where", SAE_ORDER)
+def test_a_full_disk_in_sae_is_one_line_and_leaves_no_partial_file(tmp_path, capsys, monkeypatch, where):
+    from safetensors import SafetensorError
+
+    import glassformer.fileio as fileio
+    import glassformer.interpret.sae.model as sae_model
+    import glassformer.interpret.sae.train as sae_train
+
+    model, tok = tiny()
+    save_checkpoint(tmp_path / "ck", model, tok)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 40, encoding="utf-8")
+    out = tmp_path / "sae"
+    words = ["sae", tmp_path / "ck", "--hook", "blocks.0.hook_resid_post", "--data", corpus, "--out_dir", out,
+             "--d_sae", "32", "--k", "4", "--steps", "4", "--batch_size", "32", "--buffer_size", "64",
+             "--context", "16", "--model_batch", "4", "--progress", "false", "--feature_windows", "4",
+             "--eval_batches", "1", "--save_every", "2"]
+    status, _, err = run_cli(capsys, words)
+    assert status == 0, err
+    before = _tree(out)
+    if where == "state":
+        monkeypatch.setattr(sae_train.torch, "save", lambda obj, file: _half_written(
+            file, RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing "
+                               "file data/0: file write failed")))
+    elif where == "sae":
+        monkeypatch.setattr(sae_model, "save_file", lambda tensors, file, metadata=None: _half_written(
+            file, SafetensorError(RUST_FULL)))
+    else:
+        monkeypatch.setattr(fileio.os, "fsync", _fsync_fails_for(where))
+    status, _, err = run_cli(capsys, [*words, "--seed", "1"])
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith("glassformer: error: No space left on device: '"), err
+    _no_leftovers(out)
+    after = _tree(out)
+    later = SAE_ORDER[SAE_ORDER.index(where):]  # not yet replaced when the disk filled: as they were
+    for name, data in before.items():
+        if name.split("/")[0] in later and name.split("/")[0] != "state":
+            assert after.get(name) == data, name
+    assert {n for n in after if not n.startswith("state/")} == {n for n in before if not n.startswith("state/")}
+
+
+@pytest.mark.parametrize("where", ["config", "weights", "tokenizer"])
+def test_a_full_disk_in_export_to_hf_is_one_line_and_keeps_the_previous_folder(tmp_path, capsys, monkeypatch, where):
+    from safetensors import SafetensorError
+
+    import glassformer.interop.hf_dir as hf_dir
+
+    model, tok = tiny()
+    save_checkpoint(tmp_path / "ck", model, tok)
+    dst = tmp_path / "hf"
+    status, _, err = run_cli(capsys, ["convert", tmp_path / "ck", dst])
+    assert status == 0, err
+    before = _tree(tmp_path)
+    if where == "weights":
+        monkeypatch.setattr(hf_dir, "save_file", lambda tensors, file, metadata=None: _half_written(
+            file, SafetensorError(RUST_FULL)))
+    elif where == "tokenizer":
+        monkeypatch.setattr(hf_dir.HFTokenizer, "save_hf", lambda self, folder: _half_written(
+            Path(folder) / "tokenizer.json", Exception("No space left on device (os error 28)")))
+    else:
+        real = Path.write_text
+
+        def write_text(self, data, *args, **kwargs):
+            if self.name == "config.json":
+                _half_written(self, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            return real(self, data, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", write_text)
+    status, _, err = run_cli(capsys, ["convert", tmp_path / "ck", dst])
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"glassformer: error: No space left on device: {str(dst)!r}"), err
+    _no_leftovers(tmp_path)
+    assert _tree(tmp_path) == before  # the previous export byte for byte, nothing else

@@ -389,15 +389,31 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, input
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise GlassformerError(f"could not write {what} {str(path)!r}: the disk is full ({error.strerror}); "
-                                   "nothing was changed") from None
+        if is_disk_full(error):
+            raise disk_full_error(path) from None
         raise
     finally:
         if _entry(temp) is not None:
             temp.unlink()
     fsync_dir(path.parent)
     return path
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk (or a quota) is full: an OSError ENOSPC/EDQUOT, or what the writers
+    underneath say instead (safetensors' Rust ``IoError(... StorageFull ...)``, torch.save's "file write
+    failed", tokenizers' "No space left on device (os error 28)")."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(error)
+    return any(words in text for words in ("No space left", "StorageFull", "file write failed", "Disk quota",
+                                           "os error 28", "os error 122"))
+
+
+def disk_full_error(path: str | Path) -> GlassformerError:
+    """The one line a full disk gives while ``path`` is written: ``No space left on device: 'PATH'``."""
+    return GlassformerError(f"No space left on device: {str(path)!r} (the disk is full; nothing was replaced "
+                            "and no partial file is left)")
 
 
 @contextmanager
@@ -428,8 +444,13 @@ def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
     restore_moved_aside(path, names)
     temp = _temp_dir_next_to(path)
     try:
-        yield temp
-        fsync_tree(temp)
+        try:
+            yield temp
+            fsync_tree(temp)
+        except Exception as error:
+            if is_disk_full(error):
+                raise disk_full_error(path) from None
+            raise
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old-{os.getpid()}"
@@ -480,8 +501,13 @@ def new_directory(path: str | Path) -> Iterator[Path]:
         raise FileExistsError(f"{str(path)!r} already exists")
     temp = _temp_dir_next_to(path)
     try:
-        yield temp
-        fsync_tree(temp)
+        try:
+            yield temp
+            fsync_tree(temp)
+        except Exception as error:
+            if is_disk_full(error):
+                raise disk_full_error(path) from None
+            raise
         os.rename(temp, path)
         fsync_dir(path.parent)
     finally:
