@@ -231,3 +231,47 @@ def test_a_full_disk_in_export_to_hf_is_one_line_and_keeps_the_previous_folder(t
     assert err.startswith(f"glassformer: error: No space left on device: {str(dst)!r}"), err
     _no_leftovers(tmp_path)
     assert _tree(tmp_path) == before  # the previous export byte for byte, nothing else
+
+
+# ---------------------------------------------------------------------- HF weights that are not float
+def _quantized_hf_dir(tmp_path: Path, dtype: torch.dtype) -> tuple[Path, str]:
+    """A Hugging Face GPT-2 folder whose first MLP weight is stored as ``dtype``; (folder, tensor name)."""
+    from safetensors.torch import load_file, save_file
+
+    from glassformer.interop.hf_dir import save_hf_dir
+
+    model, tok = tiny()
+    folder = save_hf_dir(model, tok, tmp_path / "hf")
+    weights = load_file(str(folder / "model.safetensors"))
+    name = next(n for n in weights if n.endswith("mlp.c_fc.weight"))
+    weights[name] = weights[name].to(dtype)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder, name
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
+@pytest.mark.parametrize("verb", ["convert", "embed", "inspect"])
+def test_hf_int8_and_bool_weights_are_refused_by_every_command(tmp_path, capsys, dtype, verb):
+    folder, name = _quantized_hf_dir(tmp_path, dtype)
+    argv = {"convert": ["convert", folder, tmp_path / "ck"],
+            "embed": ["embed", "--model", folder, "hello"],
+            "inspect": ["inspect", folder, "--text", "hello"]}[verb]
+    status, _, err = run_cli(capsys, argv)
+    assert status == 2 and err.count("\n") == 1, err
+    assert name in err and "not floating point" in err, err
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
+def test_from_hf_refuses_a_transformers_model_with_int8_or_bool_weights(dtype):
+    transformers = pytest.importorskip("transformers")
+    from glassformer.errors import GlassformerError
+    from glassformer.interop import from_hf
+
+    config = transformers.GPT2Config(vocab_size=40, n_embd=16, n_head=2, n_layer=1, n_positions=16)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    mlp = hf.transformer.h[0].mlp.c_fc
+    mlp.weight = torch.nn.Parameter(mlp.weight.detach().to(dtype), requires_grad=False)
+    with pytest.raises(GlassformerError, match=r"transformer\.h\.0\.mlp\.c_fc\.weight.*not floating point"):
+        from_hf(hf)
+    from_hf(transformers.GPT2LMHeadModel(config).eval())  # the float model converts

@@ -108,7 +108,9 @@ def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
     """
     if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
         raise ArgumentTypeError(f"hf_model must be a transformers PreTrainedModel, got {type(hf_model).__name__}")
-    state = {name: t.detach().to("cpu", torch.float32) for name, t in hf_model.state_dict().items()}
+    # Float tensors become float32; any other (an int8 or bool weight) stays as it is, for import_state to refuse.
+    state = {name: t.detach().to("cpu", torch.float32 if t.is_floating_point() else t.dtype)
+             for name, t in hf_model.state_dict().items()}
     return model_from_hf_state(type(hf_model).__name__, hf_model.config.to_dict(), state, "transformers model")
 
 
