@@ -275,3 +275,52 @@ def test_from_hf_refuses_a_transformers_model_with_int8_or_bool_weights(dtype):
     with pytest.raises(GlassformerError, match=r"transformer\.h\.0\.mlp\.c_fc\.weight.*not floating point"):
         from_hf(hf)
     from_hf(transformers.GPT2LMHeadModel(config).eval())  # the float model converts
+
+
+# ---------------------------------------------------------------------- path names that are not UTF-8
+def _latin1_name(stem: bytes) -> str:
+    """A file name holding the byte 0xE9 (é in Latin-1), which is not UTF-8: how Python spells it
+    (os.fsdecode: a lone surrogate), or a skip where the file system refuses such names."""
+    name = os.fsdecode(stem + b"\xe9")
+    if name.encode("utf-8", "surrogateescape") == stem + b"\xe9" and "\udce9" not in name:
+        pytest.skip("the file system encoding is not UTF-8")
+    return name
+
+
+@pytest.fixture
+def latin1(tmp_path) -> Path:
+    folder = tmp_path / _latin1_name(b"caf")
+    try:
+        folder.mkdir()
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system refuses names that are not UTF-8")
+    return folder
+
+
+def test_a_checkpoint_folder_whose_name_is_not_utf8_generates_and_inspects(latin1, capsys):
+    model, tok = tiny()
+    ck = save_checkpoint(latin1 / _latin1_name(b"ck"), model, tok)
+    status, out, err = run_cli(capsys, ["generate", ck, "--prompt", "he", "--max_new_tokens", "2",
+                                        "--json", latin1 / _latin1_name(b"g")])
+    assert status == 0, err
+    assert out.startswith("he")
+    status, out, err = run_cli(capsys, ["inspect", ck, "--text", "hello"])
+    assert status == 0, err
+    status, out, err = run_cli(capsys, ["convert", ck, latin1 / _latin1_name(b"hf")])
+    assert status == 0, err
+    assert "caf\\udce9" in out  # the path shown as Python spells it, never a UnicodeEncodeError
+    status, out, err = run_cli(capsys, ["generate", latin1 / _latin1_name(b"nope"), "--prompt", "he"])
+    assert status == 2 and err.count("\n") == 1 and "does not exist" in err, err
+
+
+def test_training_on_a_file_whose_name_is_not_utf8_into_such_a_folder(latin1, capsys):
+    data = latin1 / _latin1_name(b"text")
+    data.write_text(TEXT * 50, encoding="utf-8")
+    out = latin1 / _latin1_name(b"run")
+    argv = ["train", "--data", data, "--out_dir", out, "--max_steps", "2", "--eval_every", "2",
+            "--model.preset", "tiny-char", "--batch_size", "2", "--block_size", "16", "--progress", "false"]
+    status, printed, err = run_cli(capsys, argv)
+    assert status == 0, err
+    load_checkpoint(out / "last")
+    status, printed, err = run_cli(capsys, ["inspect", out])
+    assert status == 0, err

@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args.verb, extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    for stream in (sys.stdout, sys.stderr):  # a path name that is not UTF-8 prints as \udcXX, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         start_runtime()  # inside the try: Ctrl-C while torch loads is one line too
         return int(args.func(args) or 0)
@@ -129,7 +132,7 @@ def one_line(error: BaseException) -> str:
         text = f"{error.strerror}: {' -> '.join(names)}" if names else error.strerror
     else:
         text = str(error)
-    text = " ".join(text.split())
+    text = " ".join(text.split()).encode("utf-8", "backslashreplace").decode("utf-8")  # a path name not UTF-8
     return text or type(error).__name__
 
 

@@ -378,8 +378,8 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, input
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         with open(temp, "xb") as handle:
-            if isinstance(data, str):
-                handle.write(data.encode("utf-8"))
+            if isinstance(data, str):  # a path name that is not UTF-8 is written as \\udcXX (valid in JSON)
+                handle.write(data.encode("utf-8", "backslashreplace"))
             elif isinstance(data, (bytes, bytearray, memoryview)):
                 handle.write(data)
             else:
@@ -397,6 +397,53 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, input
             temp.unlink()
     fsync_dir(path.parent)
     return path
+
+
+@contextmanager
+def rust_path(path: str | Path, write: bool = False) -> Iterator[str]:
+    """``path`` as a string that a library written in Rust (safetensors, tokenizers) can open.
+
+    Rust takes UTF-8 paths only, while Linux allows any bytes in a name (Python spells those with lone
+    surrogates, os.fsdecode). A UTF-8 path is passed as it is. Otherwise the file's folder is opened here
+    and the file named through it, ``/proc/self/fd/N/NAME`` (valid while the block runs; a writer may put
+    a temporary file beside NAME); a NAME that is itself not UTF-8 is opened for reading as
+    ``/proc/self/fd/N``.
+
+    Args:
+        path: the file.
+        write: the library will create ``path`` (its name must then be UTF-8; its folder need not be).
+    Raises:
+        GlassformerError naming the path where the system has no /proc/self/fd, or for a file to write
+        whose own name is not UTF-8.
+    """
+    path = Path(path)
+    if is_utf8(str(path)):
+        yield str(path)
+        return
+    if not os.path.isdir("/proc/self/fd") or (write and not is_utf8(path.name)):
+        raise GlassformerError(f"{shown_text(repr(str(path)))} is not a UTF-8 path name, which safetensors and "
+                               "tokenizers cannot open here; rename it")
+    folder_named = is_utf8(path.name)
+    fd = os.open(path.parent if folder_named else path, os.O_RDONLY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}" if folder_named else f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a path name with bytes that are not UTF-8 does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_text(text: str) -> str:
+    """``text`` with every lone surrogate (a byte of a path name that is not UTF-8, as os.fsdecode spells
+    it) written as a ``\\udcXX`` escape: the form any UTF-8 stream, JSON file or page can hold."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def is_disk_full(error: BaseException) -> bool:

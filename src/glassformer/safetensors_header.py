@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .errors import BadFileError
+from .fileio import rust_path
 
 Header = dict[str, tuple[tuple[int, ...], str]]
 """Tensor name -> (shape, safetensors dtype such as "F32"), over every file of a model."""
@@ -34,7 +35,7 @@ def read_header(files: Sequence[Path]) -> Header:
     header: Header = {}
     for file in files:
         try:
-            with safe_open(str(file), framework="pt") as handle:
+            with rust_path(file) as name_for_rust, safe_open(name_for_rust, framework="pt") as handle:
                 for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
                     view = handle.get_slice(name)
                     if name in header:

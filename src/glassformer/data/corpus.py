@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _cache_key(paths: Sequence[Path], tokenizer: Tokenizer) -> str:
     digest = hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True, ensure_ascii=False).encode())
     for path in paths:
         stat = path.stat()
-        digest.update(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+        digest.update(os.fsencode(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"))  # any path name
     return digest.hexdigest()[:20]
 
 

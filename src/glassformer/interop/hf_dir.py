@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, shown
-from ..fileio import atomic_directory
+from ..fileio import atomic_directory, rust_path
 from ..loaders import load_json
 from ..models import EncoderDecoder, TransformerLM
 from ..safetensors_header import read_header
@@ -178,7 +178,8 @@ def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path)
     with atomic_directory(path) as temp:
         (temp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
         weights = {name: t.detach().to("cpu").contiguous() for name, t in state.items()}
-        save_file(weights, str(temp / "model.safetensors"), metadata={"format": "pt"})
+        with rust_path(temp / "model.safetensors", write=True) as name_for_rust:
+            save_file(weights, name_for_rust, metadata={"format": "pt"})
         if hf_tokenizer is not None:
             hf_tokenizer.save_hf(temp)
     return path

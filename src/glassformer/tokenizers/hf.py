@@ -12,6 +12,7 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside
+from ..fileio import rust_path
 from ..loaders import load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
@@ -145,7 +146,8 @@ class HFTokenizer(Tokenizer):
         folder ``path``, as ``transformers.AutoTokenizer.from_pretrained`` reads them."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.hf.save(str(path / "tokenizer.json"))
+        with rust_path(path / "tokenizer.json", write=True) as name_for_rust:
+            self.hf.save(name_for_rust)
         names = {"pad": "pad_token", "bos": "bos_token", "eos": "eos_token", "mask": "mask_token",
                  "unk": "unk_token"}
         tokens = {names[role]: token for role, token in self.special_strings.items()}
@@ -160,7 +162,8 @@ class HFTokenizer(Tokenizer):
 def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:
     """BERT's tokenizer from its ``vocab.txt``: normalise, split on spaces and punctuation, WordPiece,
     then ``[CLS] text [SEP]`` (the same pipeline as transformers' ``BertTokenizerFast``)."""
-    tokenizer = RustTokenizer(models.WordPiece.from_file(str(vocab_file), unk_token="[UNK]"))
+    with rust_path(vocab_file) as vocab:
+        tokenizer = RustTokenizer(models.WordPiece.from_file(vocab, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
@@ -174,7 +177,8 @@ def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:
 
 def byte_level_bpe(vocab_file: str | Path, merges_file: str | Path) -> RustTokenizer:
     """GPT-2's tokenizer from ``vocab.json`` and ``merges.txt`` (byte-level BPE, no added specials)."""
-    tokenizer = RustTokenizer(models.BPE.from_file(str(vocab_file), str(merges_file)))
+    with rust_path(vocab_file) as vocab, rust_path(merges_file) as merges:
+        tokenizer = RustTokenizer(models.BPE.from_file(vocab, merges))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer

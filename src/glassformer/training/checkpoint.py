@@ -36,7 +36,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ..fileio import atomic_directory, new_directory, remove_owned, replace_symlink
+from ..fileio import atomic_directory, new_directory, remove_owned, replace_symlink, rust_path, shown_text
 from ..loaders import load_json, load_state_file
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
@@ -133,11 +133,13 @@ def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training:
     model = unwrap(model)
     weights = model.state_dict() if weights is None else weights
     weights = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
-    save_file(weights, str(folder / WEIGHTS), metadata={"format": "pt"})
+    with rust_path(folder / WEIGHTS, write=True) as name_for_rust:
+        save_file(weights, name_for_rust, metadata={"format": "pt"})
     model.config.to_json(folder / CONFIG)
     tokenizer.save(folder / TOKENIZER)
     if training is not None:
-        (folder / TRAINING).write_text(json.dumps(training, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (folder / TRAINING).write_text(shown_text(json.dumps(training, indent=2, ensure_ascii=False)) + "\n",
+                                       encoding="utf-8")  # a data path that is not UTF-8: \udcXX
     if train_state is not None:
         torch.save(train_state, folder / STATE)
 

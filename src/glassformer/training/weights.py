@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 
 from ..config import ModelConfig
 from ..errors import BadFileError
+from ..fileio import rust_path
 from ..models import build_model
 from ..safetensors_header import Header, read_header, torch_dtype
 from ..safetensors_header import first_line as _first_line
@@ -149,7 +150,8 @@ def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for file in files:
         try:
-            tensors = load_file(str(file))
+            with rust_path(file) as name_for_rust:
+                tensors = load_file(name_for_rust)
         except SafetensorError as error:
             raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
         for name, tensor in tensors.items():

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
-from ...fileio import atomic_directory
+from ...fileio import atomic_directory, rust_path
 from ...loaders import load_json
 from ...validate import check_fields, option
 
@@ -166,7 +166,8 @@ def identity_sae(d_in: int, hook: str = "") -> SparseAutoencoder:
 def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) -> None:
     """sae.safetensors and sae.json into ``folder``."""
     weights = {name: p.detach().to("cpu").contiguous() for name, p in sae.named_parameters()}
-    save_file(weights, str(folder / WEIGHTS), metadata={"format": "pt"})
+    with rust_path(folder / WEIGHTS, write=True) as name_for_rust:
+        save_file(weights, name_for_rust, metadata={"format": "pt"})
     meta = {"format": FORMAT, **asdict(sae.config), "info": info or {}}
     (folder / CONFIG).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -243,7 +244,8 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
             shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
         if shapes != expected:
             raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
-        weights = load_file(str(weights_file))
+        with rust_path(weights_file) as name_for_rust:
+            weights = load_file(name_for_rust)
     except (SafetensorError, OSError) as error:
         raise BadFileError(f"{weights_file} is not a readable safetensors file ({error})") from None
     for name, tensor in weights.items():
