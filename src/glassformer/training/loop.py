@@ -261,20 +261,22 @@ class Trainer:
         """One optimiser update; returns the global mean training loss of the step (a 0-dim tensor)."""
         config = self.config
         host = self._micro_batches(on_device=False)
-        # Counted tokens of the whole global batch, and the stop flag, summed over processes in one call;
-        # counted on the host, so that a GPU step does not wait for the device here.
-        local = torch.stack([sum((mb["labels"] != IGNORE).sum() for mb in host).double(),
-                             torch.tensor(float(self._stop_requested), dtype=torch.float64)])
-        counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu() if self.dist.distributed else local
+        # Counted tokens of the whole global batch, counted on the host (a GPU step does not wait for the
+        # device here); under torchrun summed over processes with the stop flag, in one call.
+        counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), self._stop_requested
+        if self.dist.distributed:
+            local = torch.tensor([counted, float(stop)], dtype=torch.float64)
+            counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
+            counted, stop = float(counts[0]), bool(counts[1] > 0)
         micro = [self._to_device(mb) for mb in host]
-        self._stop_agreed = bool(counts[1] > 0)  # every process stops after this same step
-        count = max(float(counts[0]), 1.0)
+        self._stop_agreed = stop  # every process stops after this same step
+        count = max(counted, 1.0)
         scale = self.dist.world_size / count  # DDP and FSDP average gradients over processes
         lr = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
                    config.lr_decay_steps or config.max_steps, config.min_lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.dist.device)
+        loss_sum: torch.Tensor | None = None  # float64, summed over the micro-batches
         if not (self.train_model.training and self.model.training):  # evaluation restores the mode: set once,
             self.train_model.train()  # not a walk over every module at every step
         for i, mb in enumerate(micro):
@@ -284,7 +286,8 @@ class Trainer:
                 parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False,
                                    check_ids=False)  # ids its tokenizer made: no host sync
             self.scaler.scale(parts.loss_sum * scale).backward()
-            loss_sum += parts.loss_sum.detach().double()
+            part = parts.loss_sum.detach().double()
+            loss_sum = part if loss_sum is None else loss_sum + part
         self.scaler.unscale_(self.optimizer)  # (float16 only) the true gradients, for clipping
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
@@ -425,7 +428,8 @@ class Trainer:
                     window_start, window_tokens = now, self.tokens_seen
                     self._log({"step": self.step, "train_loss": last_loss, "lr": self.optimizer.param_groups[0]["lr"],
                                "tokens_per_s": rate})
-                    bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
+                    if not bar.disable:  # (no bar: a line per record from _log instead)
+                        bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
                 if at_eval and self.step < config.max_steps:
                     self._announce_eval(bar)
                     self._evaluate_and_save()

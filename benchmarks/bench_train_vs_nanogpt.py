@@ -1,0 +1,161 @@
+"""Per-step speed of the whole trainer: ``glassformer train`` against a real nanoGPT checkout's train.py.
+
+Issue 32, point 3: the trainer should cost no more than the model, i.e. ``glassformer train`` at least
+1.0x nanoGPT's ``train.py`` in float32 on the same configuration. Both programs run as whole processes,
+in alternation (order flipped every other pair), on the same threads:
+
+- nanoGPT: ``train.py config/train_shakespeare_char.py`` with its README's CPU arguments (4 layers, 4
+  heads, width 128, block 64, batch 12, dropout 0, no bias), ``--dtype=float32``, ``--max_iters=N``,
+  ``--log_interval=1`` and an evaluation interval beyond the run (it evaluates at iteration 0 only,
+  20 batches a split); run in a scratch folder whose data its own ``prepare.py`` makes from the
+  shipped tinyshakespeare (nothing is fetched, nothing is written into the checkout).
+- glassformer: ``glassformer train --config configs/shakespeare_char.yaml`` (nanoGPT's configuration)
+  with ``max_steps N``, ``log_every 1`` (a record and a line every step, as nanoGPT prints one) and one
+  evaluation of 20 batches of 12 at the end.
+
+A step's time is what each program reports per step: nanoGPT's ``iter N: ..., time X ms`` lines and
+glassformer's ``tokens_per_s`` in ``metrics.jsonl`` (batch x block tokens over the time since the
+previous record). Both cover the whole loop between two log points (data, forward, backward, clipping,
+AdamW, logging). The first ``--warmup`` steps of each run (nanoGPT's first includes its evaluation)
+are left out, then the median over the same number of steps. Each pair's ratio is nanoGPT's median
+over glassformer's (above 1: glassformer is faster); the table shows the median of the pairs.
+
+    python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT                 # 3 pairs, 200 steps
+    python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --pairs 5 --steps 300 --threads 2
+    python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --smoke         # seconds: wiring only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_nanogpt_quality import timed_run  # noqa: E402 (after the path is set)
+
+from glassformer.bench.nanogpt import nanogpt_checkout, nanogpt_command, prepare_nanogpt_workdir  # noqa: E402
+from glassformer.bench.timing import cpu_line  # noqa: E402
+from glassformer.runtime.threads import usable_cpus  # noqa: E402
+
+TEXT = ROOT / "data" / "tinyshakespeare" / "input.txt"
+CONFIG = ROOT / "configs" / "shakespeare_char.yaml"
+BATCH, BLOCK = 12, 64  # nanoGPT's README CPU settings, also those of configs/shakespeare_char.yaml
+EVAL_BATCHES = 20  # nanoGPT's --eval_iters of the README CPU command
+_ITER_LINE = re.compile(r"^iter (\d+): loss [-0-9.naif]+, time ([0-9.]+)ms")
+
+
+def nanogpt_step_ms(lines: list[tuple[float, str]]) -> list[float]:
+    """nanoGPT's per-iteration times (ms), in iteration order, from its ``iter N: ..., time X ms`` lines."""
+    found = [_ITER_LINE.match(line.strip()) for _, line in lines]
+    return [float(m[2]) for m in sorted((m for m in found if m), key=lambda m: int(m[1]))]
+
+
+def glassformer_step_ms(metrics: Path) -> list[float]:
+    """glassformer's per-step times (ms), in step order, from ``metrics.jsonl`` records logged every step."""
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    steps = sorted((r["step"], r["tokens_per_s"]) for r in records if r.get("tokens_per_s"))
+    return [1000.0 * BATCH * BLOCK / rate for _, rate in steps]
+
+
+def run_nanogpt(checkout: Path, workdir: Path, env: dict[str, str], steps: int) -> dict:
+    """One nanoGPT run of ``steps`` iterations after iteration 0: wall seconds and per-step times."""
+    extra = (f"--out_dir={workdir / 'out'}", "--dtype=float32", f"--max_iters={steps}", f"--lr_decay_iters={steps}",
+             "--log_interval=1", f"--eval_iters={EVAL_BATCHES}", f"--eval_interval={10 * steps + 1000}")
+    wall, lines = timed_run(nanogpt_command(checkout, extra=extra), workdir, env)
+    return {"wall_s": wall, "step_ms": nanogpt_step_ms(lines)}
+
+
+def run_glassformer(out: Path, env: dict[str, str], steps: int, threads: int) -> dict:
+    """One ``glassformer train`` run of ``steps`` steps: wall seconds and per-step times."""
+    overrides = {"max_steps": steps, "lr_decay_steps": steps, "log_every": 1, "eval_every": 0,
+                 "eval_batches": EVAL_BATCHES, "eval_batch_size": BATCH, "num_threads": threads,
+                 "out_dir": out, "cache_dir": out.parent / "glassformer-cache"}
+    command = [sys.executable, "-m", "glassformer", "train", "--config", str(CONFIG)]
+    for key, value in overrides.items():
+        command += [f"--{key}", str(value)]
+    wall, _ = timed_run(command, ROOT, env)
+    return {"wall_s": wall, "step_ms": glassformer_step_ms(out / "metrics.jsonl")}
+
+
+def steady(step_ms: list[float], warmup: int, count: int) -> float:
+    """The median of ``count`` step times after the first ``warmup``."""
+    kept = step_ms[warmup:warmup + count]
+    if not kept:
+        raise SystemExit(f"only {len(step_ms)} step times were reported; need more than --warmup {warmup}")
+    return statistics.median(kept)
+
+
+def main() -> None:
+    """Parse the options, run the pairs, print the table, write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nanogpt", type=Path, default=os.environ.get("NANOGPT_DIR"),
+                        help="a checkout of karpathy/nanoGPT (default: $NANOGPT_DIR)")
+    parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (order flipped every other pair)")
+    parser.add_argument("--steps", type=int, default=200, help="training steps a run")
+    parser.add_argument("--warmup", type=int, default=10, help="first steps of each run left out")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both (OMP_NUM_THREADS)")
+    parser.add_argument("--smoke", action="store_true", help="1 pair of 15 steps, 5 left out: wiring only")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-output" / "train_vs_nanogpt.json")
+    args = parser.parse_args()
+    if args.nanogpt is None:
+        parser.error("--nanogpt PATH (a checkout of karpathy/nanoGPT) is needed")
+    if args.smoke:
+        args.pairs, args.steps, args.warmup = 1, 15, 5
+    if min(args.pairs, args.steps, args.threads) < 1 or not 0 <= args.warmup < args.steps:
+        parser.error("--pairs, --steps and --threads must be at least 1, and --warmup below --steps")
+    checkout = nanogpt_checkout(args.nanogpt)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "KMP_BLOCKTIME")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    env["GLASSFORMER_THREADS"] = "fixed"  # the threads asked, no load following: the same as nanoGPT
+    env["OMP_NUM_THREADS"] = str(args.threads)
+    count = args.steps - args.warmup  # nanoGPT reports steps 0..N (N+1), glassformer 1..N: the same count kept
+    load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict]] = {"nanogpt": [], "glassformer": []}
+    with tempfile.TemporaryDirectory(prefix="train-vs-nanogpt-") as scratch:
+        workdir = prepare_nanogpt_workdir(checkout, Path(scratch) / "nanogpt", TEXT)
+        for pair in range(args.pairs):
+            for name in ("nanogpt", "glassformer") if pair % 2 == 0 else ("glassformer", "nanogpt"):
+                if name == "nanogpt":
+                    result = run_nanogpt(checkout, workdir, env, args.steps)
+                else:
+                    result = run_glassformer(Path(scratch) / f"glassformer-{pair}", env, args.steps, args.threads)
+                result["median_ms"] = steady(result["step_ms"], args.warmup, count)
+                runs[name].append(result)
+                print(f"bench_train_vs_nanogpt: pair {pair + 1} {name} {result['median_ms']:.2f} ms/step "
+                      f"({result['wall_s']:.1f} s whole process)", file=sys.stderr, flush=True)
+    ratios = [n["median_ms"] / g["median_ms"] for n, g in zip(runs["nanogpt"], runs["glassformer"])]
+    summary = {name: {"median_ms": statistics.median(r["median_ms"] for r in rs),
+                      "wall_s": statistics.median(r["wall_s"] for r in rs)} for name, rs in runs.items()}
+    summary["speed_ratio"] = statistics.median(ratios)
+    summary["pair_ratios"] = ratios
+    machine = {"cpu": cpu_line(), "cpus": usable_cpus(), "threads": args.threads, "load_before": load_before,
+               "load_after": os.getloadavg()[0], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "nanogpt": str(checkout), "steps": args.steps, "warmup": args.warmup, "pairs": args.pairs}
+    print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, {args.threads} thread(s) each; load "
+          f"{load_before:.1f} before, {machine['load_after']:.1f} after; {args.pairs} pair(s) of {args.steps} steps, "
+          f"first {args.warmup} left out\n")
+    print("| run | ms/step (median of runs) | whole process | speed vs nanoGPT (pairs) |")
+    print("| --- | --- | --- | --- |")
+    print(f"| nanoGPT train.py, float32, README CPU settings | {summary['nanogpt']['median_ms']:.2f} | "
+          f"{summary['nanogpt']['wall_s']:.1f} s | 1.00x |")
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"| glassformer train, configs/shakespeare_char.yaml, float32 | {summary['glassformer']['median_ms']:.2f} | "
+          f"{summary['glassformer']['wall_s']:.1f} s | **{summary['speed_ratio']:.2f}x** ({shown}) |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine, "summary": summary, "runs": runs}, indent=2) + "\n",
+                        encoding="utf-8")
+    print(f"\nresults written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
