@@ -23,6 +23,13 @@ over glassformer's (above 1: glassformer is faster); the table shows the median 
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT                 # 3 pairs, 200 steps
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --pairs 5 --steps 300 --threads 2
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --smoke         # seconds: wiring only
+
+``--loop`` measures instead what the loop adds, in one process (``--threads`` torch threads): the
+Trainer's ``train_step``, a bare step on the same model, optimizer and batches (``batch_loss``,
+backward, clipping, AdamW, ``zero_grad``) and a step of nanoGPT's own model with its own
+``configure_optimizers`` and random windows as its ``get_batch`` draws them; ``--pairs`` alternated
+rounds of 20 steps each, CPU time of the process (the other programs' share of the cores does not
+count), and the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -95,6 +103,73 @@ def steady(step_ms: list[float], warmup: int, count: int) -> float:
     return statistics.median(kept)
 
 
+def loop_cost(checkout: Path, rounds: int, threads: int, steps: int = 20) -> dict:
+    """CPU ms per step of the Trainer's step, a bare step and nanoGPT's model step, alternated in ``rounds``."""
+    import torch
+
+    from glassformer.bench.nanogpt import load_nanogpt
+    from glassformer.training import TrainConfig, Trainer, prepare_run
+    from glassformer.training.objectives import batch_loss
+
+    torch.set_num_threads(threads)
+    scratch = tempfile.mkdtemp(prefix="train-loop-")  # the run's token cache, kept while the steps read it
+    config = TrainConfig.from_yaml(CONFIG, {"max_steps": 10**6, "num_threads": threads, "out_dir": scratch,
+                                            "progress": False})
+    run = prepare_run(config)
+    trainer = Trainer(config, run.model, run.tokenizer, run.batches)
+    module = load_nanogpt(checkout)
+    torch.manual_seed(0)
+    nano = module.GPT(module.GPTConfig(block_size=BLOCK, vocab_size=run.tokenizer.vocab_size, n_layer=4, n_head=4,
+                                       n_embd=128, dropout=0.0, bias=False))
+    nano_optimizer = nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+    train_ids = torch.from_numpy(run.batches.train.astype("int64"))
+
+    def bare() -> None:
+        batch = run.batches.global_batch(trainer.run_state.step, BATCH)
+        parts = batch_loss(trainer.model, batch, 0.0, count_correct=False, check_ids=False)
+        (parts.loss_sum / batch["labels"].numel()).backward()
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.run_state.step += 1
+
+    def nanogpt() -> None:
+        starts = torch.randint(len(train_ids) - BLOCK, (BATCH,))
+        x = torch.stack([train_ids[i:i + BLOCK] for i in starts])
+        y = torch.stack([train_ids[i + 1:i + 1 + BLOCK] for i in starts])
+        nano(x, y)[1].backward()
+        torch.nn.utils.clip_grad_norm_(nano.parameters(), 1.0)
+        nano_optimizer.step()
+        nano_optimizer.zero_grad(set_to_none=True)
+
+    kinds = {"trainer": lambda: float(trainer.train_step()), "bare": bare, "nanogpt": nanogpt}
+    for step in kinds.values():  # warm-up
+        for _ in range(5):
+            step()
+    cpu_ms: dict[str, list[float]] = {name: [] for name in kinds}
+    for r in range(rounds):
+        for name in kinds if r % 2 == 0 else reversed(kinds):
+            start = time.process_time()
+            for _ in range(steps):
+                kinds[name]()
+            cpu_ms[name].append(1000 * (time.process_time() - start) / steps)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"cpu_ms": cpu_ms, **{f"trainer_vs_{other}": statistics.median(
+        t / o for t, o in zip(cpu_ms["trainer"], cpu_ms[other])) for other in ("bare", "nanogpt")}}
+
+
+def print_loop_cost(result: dict, machine: str) -> None:
+    """The table of :func:`loop_cost`'s result."""
+    print(f"{machine}\n")
+    print("| step | CPU ms/step (median of rounds) | trainer's time / this one's (median of rounds) |")
+    print("| --- | --- | --- |")
+    names = {"trainer": "glassformer Trainer.train_step", "bare": "bare step, same model and optimizer",
+             "nanogpt": "nanoGPT's model and configure_optimizers"}
+    for name, label in names.items():
+        ratio = "1.00" if name == "trainer" else f"{result[f'trainer_vs_{name}']:.3f}"
+        print(f"| {label} | {statistics.median(result['cpu_ms'][name]):.2f} | {ratio} |")
+
+
 def main() -> None:
     """Parse the options, run the pairs, print the table, write JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,6 +180,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="first steps of each run left out")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both (OMP_NUM_THREADS)")
     parser.add_argument("--smoke", action="store_true", help="1 pair of 15 steps, 5 left out: wiring only")
+    parser.add_argument("--loop", action="store_true", help="in one process: what the loop adds (see above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-output" / "train_vs_nanogpt.json")
     args = parser.parse_args()
     if args.nanogpt is None:
@@ -114,6 +190,16 @@ def main() -> None:
     if min(args.pairs, args.steps, args.threads) < 1 or not 0 <= args.warmup < args.steps:
         parser.error("--pairs, --steps and --threads must be at least 1, and --warmup below --steps")
     checkout = nanogpt_checkout(args.nanogpt)
+    if args.loop:
+        result = loop_cost(checkout, args.pairs, args.threads, steps=3 if args.smoke else 20)
+        result["machine"] = {"cpu": cpu_line(), "cpus": usable_cpus(), "threads": args.threads,
+                             "load": os.getloadavg()[0], "rounds": args.pairs}
+        print_loop_cost(result, f"machine: {cpu_line()}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}; "
+                                f"{args.pairs} alternated round(s), CPU time")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"\nresults written to {args.out}")
+        return
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "KMP_BLOCKTIME")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env["GLASSFORMER_THREADS"] = "fixed"  # the threads asked, no load following: the same as nanoGPT
