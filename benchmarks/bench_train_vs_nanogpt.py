@@ -22,6 +22,10 @@ over glassformer's (above 1: glassformer is faster); the table shows the median 
 
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT                 # 3 pairs, 200 steps
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --pairs 5 --steps 300 --threads 2
+    python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --threads 0    # each program's own threads
+
+``--threads 0`` runs both as a user would: nanoGPT with torch's thread count, glassformer with its thread
+policy (runtime/threads.py) and the config's ``num_threads``.
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --smoke         # seconds: wiring only
 
 ``--loop`` measures instead what the loop adds, in one process (``--threads`` torch threads): the
@@ -86,8 +90,10 @@ def run_nanogpt(checkout: Path, workdir: Path, env: dict[str, str], steps: int) 
 def run_glassformer(out: Path, env: dict[str, str], steps: int, threads: int) -> dict:
     """One ``glassformer train`` run of ``steps`` steps: wall seconds and per-step times."""
     overrides = {"max_steps": steps, "lr_decay_steps": steps, "log_every": 1, "eval_every": 0,
-                 "eval_batches": EVAL_BATCHES, "eval_batch_size": BATCH, "num_threads": threads,
-                 "out_dir": out, "cache_dir": out.parent / "glassformer-cache"}
+                 "eval_batches": EVAL_BATCHES, "eval_batch_size": BATCH, "out_dir": out,
+                 "cache_dir": out.parent / "glassformer-cache"}
+    if threads:
+        overrides["num_threads"] = threads
     command = [sys.executable, "-m", "glassformer", "train", "--config", str(CONFIG)]
     for key, value in overrides.items():
         command += [f"--{key}", str(value)]
@@ -178,7 +184,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (order flipped every other pair)")
     parser.add_argument("--steps", type=int, default=200, help="training steps a run")
     parser.add_argument("--warmup", type=int, default=10, help="first steps of each run left out")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for both (OMP_NUM_THREADS)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for both (OMP_NUM_THREADS); 0: each program's own choice")
     parser.add_argument("--smoke", action="store_true", help="1 pair of 15 steps, 5 left out: wiring only")
     parser.add_argument("--loop", action="store_true", help="in one process: what the loop adds (see above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-output" / "train_vs_nanogpt.json")
@@ -187,8 +194,9 @@ def main() -> None:
         parser.error("--nanogpt PATH (a checkout of karpathy/nanoGPT) is needed")
     if args.smoke:
         args.pairs, args.steps, args.warmup = 1, 15, 5
-    if min(args.pairs, args.steps, args.threads) < 1 or not 0 <= args.warmup < args.steps:
-        parser.error("--pairs, --steps and --threads must be at least 1, and --warmup below --steps")
+    if min(args.pairs, args.steps) < 1 or args.threads < int(args.loop) or not 0 <= args.warmup < args.steps:
+        parser.error("--pairs and --steps must be at least 1, --threads at least 0 (1 with --loop), "
+                     "and --warmup below --steps")
     checkout = nanogpt_checkout(args.nanogpt)
     if args.loop:
         result = loop_cost(checkout, args.pairs, args.threads, steps=3 if args.smoke else 20)
@@ -200,10 +208,12 @@ def main() -> None:
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.out}")
         return
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "KMP_BLOCKTIME")}
+    unset = ("OMP_WAIT_POLICY", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GLASSFORMER_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    env["GLASSFORMER_THREADS"] = "fixed"  # the threads asked, no load following: the same as nanoGPT
-    env["OMP_NUM_THREADS"] = str(args.threads)
+    if args.threads:
+        env["GLASSFORMER_THREADS"] = "fixed"  # the threads asked, no load following: the same as nanoGPT
+        env["OMP_NUM_THREADS"] = str(args.threads)
     count = args.steps - args.warmup  # nanoGPT reports steps 0..N (N+1), glassformer 1..N: the same count kept
     load_before = os.getloadavg()[0]
     runs: dict[str, list[dict]] = {"nanogpt": [], "glassformer": []}
@@ -227,7 +237,8 @@ def main() -> None:
     machine = {"cpu": cpu_line(), "cpus": usable_cpus(), "threads": args.threads, "load_before": load_before,
                "load_after": os.getloadavg()[0], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "nanogpt": str(checkout), "steps": args.steps, "warmup": args.warmup, "pairs": args.pairs}
-    print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, {args.threads} thread(s) each; load "
+    shown_threads = f"{args.threads} thread(s) each" if args.threads else "each program's own threads"
+    print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, {shown_threads}; load "
           f"{load_before:.1f} before, {machine['load_after']:.1f} after; {args.pairs} pair(s) of {args.steps} steps, "
           f"first {args.warmup} left out\n")
     print("| run | ms/step (median of runs) | whole process | speed vs nanoGPT (pairs) |")
