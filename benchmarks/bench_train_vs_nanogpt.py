@@ -226,6 +226,7 @@ def main() -> None:
                 else:
                     result = run_glassformer(Path(scratch) / f"glassformer-{pair}", env, args.steps, args.threads)
                 result["median_ms"] = steady(result["step_ms"], args.warmup, count)
+                result["load_after"] = os.getloadavg()[0]  # the 1-minute load average as the run ended
                 runs[name].append(result)
                 print(f"bench_train_vs_nanogpt: pair {pair + 1} {name} {result['median_ms']:.2f} ms/step "
                       f"({result['wall_s']:.1f} s whole process)", file=sys.stderr, flush=True)
