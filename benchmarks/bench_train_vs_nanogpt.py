@@ -23,10 +23,14 @@ over glassformer's (above 1: glassformer is faster); the table shows the median 
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT                 # 3 pairs, 200 steps
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --pairs 5 --steps 300 --threads 2
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --threads 0    # each program's own threads
-
-``--threads 0`` runs both as a user would: nanoGPT with torch's thread count, glassformer with its thread
-policy (runtime/threads.py) and the config's ``num_threads``.
+    python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --passive --threads 2 --pairs 10
     python benchmarks/bench_train_vs_nanogpt.py --nanogpt ~/nanoGPT --smoke         # seconds: wiring only
+
+``--threads 0`` runs both as a user would: nanoGPT with torch's thread count, glassformer with its
+thread policy (runtime/threads.py) and the config's ``num_threads``. ``--passive`` runs ``glassformer
+train`` against itself with ``OMP_WAIT_POLICY=PASSIVE`` in nanoGPT's place (what glassformer's thread
+policy sets in a busy moment), at ``--threads``: the cost of threads that sleep between the step's
+parallel regions (the ratio is then passive time over default time).
 
 ``--loop`` measures instead what the loop adds, in one process (``--threads`` torch threads): the
 Trainer's ``train_step``, a bare step on the same model, optimizer and batches (``batch_loss``,
@@ -188,14 +192,17 @@ def main() -> None:
                         help="torch threads for both (OMP_NUM_THREADS); 0: each program's own choice")
     parser.add_argument("--smoke", action="store_true", help="1 pair of 15 steps, 5 left out: wiring only")
     parser.add_argument("--loop", action="store_true", help="in one process: what the loop adds (see above)")
+    parser.add_argument("--passive", action="store_true",
+                        help="glassformer with OMP_WAIT_POLICY=PASSIVE in nanoGPT's place (see above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-output" / "train_vs_nanogpt.json")
     args = parser.parse_args()
     if args.nanogpt is None:
         parser.error("--nanogpt PATH (a checkout of karpathy/nanoGPT) is needed")
     if args.smoke:
         args.pairs, args.steps, args.warmup = 1, 15, 5
-    if min(args.pairs, args.steps) < 1 or args.threads < int(args.loop) or not 0 <= args.warmup < args.steps:
-        parser.error("--pairs and --steps must be at least 1, --threads at least 0 (1 with --loop), "
+    least = int(args.loop or args.passive)  # threads: 0 (each program's own) only for the two programs
+    if min(args.pairs, args.steps) < 1 or args.threads < least or not 0 <= args.warmup < args.steps:
+        parser.error("--pairs and --steps must be at least 1, --threads at least 0 (1 with --loop or --passive), "
                      "and --warmup below --steps")
     checkout = nanogpt_checkout(args.nanogpt)
     if args.loop:
@@ -221,7 +228,10 @@ def main() -> None:
         workdir = prepare_nanogpt_workdir(checkout, Path(scratch) / "nanogpt", TEXT)
         for pair in range(args.pairs):
             for name in ("nanogpt", "glassformer") if pair % 2 == 0 else ("glassformer", "nanogpt"):
-                if name == "nanogpt":
+                if name == "nanogpt" and args.passive:
+                    result = run_glassformer(Path(scratch) / f"passive-{pair}", {**env, "OMP_WAIT_POLICY": "PASSIVE"},
+                                             args.steps, args.threads)
+                elif name == "nanogpt":
                     result = run_nanogpt(checkout, workdir, env, args.steps)
                 else:
                     result = run_glassformer(Path(scratch) / f"glassformer-{pair}", env, args.steps, args.threads)
@@ -237,14 +247,17 @@ def main() -> None:
     summary["pair_ratios"] = ratios
     machine = {"cpu": cpu_line(), "cpus": usable_cpus(), "threads": args.threads, "load_before": load_before,
                "load_after": os.getloadavg()[0], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "nanogpt": str(checkout), "steps": args.steps, "warmup": args.warmup, "pairs": args.pairs}
+               "nanogpt": str(checkout), "passive": args.passive, "steps": args.steps, "warmup": args.warmup,
+               "pairs": args.pairs}
     shown_threads = f"{args.threads} thread(s) each" if args.threads else "each program's own threads"
     print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, {shown_threads}; load "
           f"{load_before:.1f} before, {machine['load_after']:.1f} after; {args.pairs} pair(s) of {args.steps} steps, "
           f"first {args.warmup} left out\n")
-    print("| run | ms/step (median of runs) | whole process | speed vs nanoGPT (pairs) |")
+    print("| run | ms/step (median of runs) | whole process | speed vs the first row (pairs) |")
     print("| --- | --- | --- | --- |")
-    print(f"| nanoGPT train.py, float32, README CPU settings | {summary['nanogpt']['median_ms']:.2f} | "
+    rival = "glassformer train, OMP_WAIT_POLICY=PASSIVE" if args.passive else \
+        "nanoGPT train.py, float32, README CPU settings"
+    print(f"| {rival} | {summary['nanogpt']['median_ms']:.2f} | "
           f"{summary['nanogpt']['wall_s']:.1f} s | 1.00x |")
     shown = ", ".join(f"{r:.2f}" for r in ratios)
     print(f"| glassformer train, configs/shakespeare_char.yaml, float32 | {summary['glassformer']['median_ms']:.2f} | "
