@@ -102,6 +102,23 @@ def test_a_hook_sends_every_step_through_the_model(monkeypatch):
     assert len(calls) == 2
 
 
+def test_set_lean_step_off_sends_every_step_through_the_model(monkeypatch):
+    """The switch ``glassformer bench --defaults`` times the lean step against: same tokens, no lean call."""
+    from glassformer.runtime.decode import set_lean_step
+
+    model = lm(**CASES["llama"])
+    lean = generate(model, [[3, 5, 7], [2]], 8)
+    calls = count_lean_calls(monkeypatch)
+    previous = set_lean_step(False)
+    try:
+        plain = generate(model, [[3, 5, 7], [2]], 8)
+    finally:
+        assert set_lean_step(previous) is False
+    assert previous is True and calls == [] and torch.equal(lean, plain)
+    generate(model, [1, 2], 3)
+    assert len(calls) == 2  # back on
+
+
 def test_unknown_parts_keep_the_model_path():
     model = lm()
     model.blocks[0].ffn.up = torch.nn.Sequential(model.blocks[0].ffn.up)  # e.g. a wrapped projection

@@ -2,13 +2,13 @@
 plain alternative on the machine at hand (``glassformer bench --defaults``).
 
 A default is a bet that one way is faster here: Muon's Newton-Schulz precision (float32 or bfloat16),
-``precision: auto`` (float32 or bfloat16 autocast), the few-row decoding route (or plain
-``F.linear``), the thread count (glassformer's plan or torch's), and no ``torch.compile`` (or
-compiling). Each check runs the default's way and the other way in alternation (paired rounds, the
-order flipped every round: a slow moment slows both sides of a pair) and reports the median of the
-per-round time ratios, default / alternative. A default *loses* when that ratio exceeds
-``1 + tolerance``. Where the default *is* the alternative (``precision: auto`` chose float32 and
-float32 is the plain way), nothing is timed: the ratio is 1 by construction. Only ratios are
+``precision: auto`` (float32 or bfloat16 autocast), the few-row decoding route (or plain ``F.linear``),
+the lean decoding step (or the model's own forward at every token), the thread count (glassformer's plan
+or torch's), and no ``torch.compile`` (or compiling). Each check runs the default's way and the other
+way in alternation (paired rounds, the order flipped every round: a slow moment slows both sides of a
+pair) and reports the median of the per-round time ratios, default / alternative. A default *loses* when
+that ratio exceeds ``1 + tolerance``. Where the default *is* the alternative (``precision: auto`` chose
+float32 and float32 is the plain way), nothing is timed: the ratio is 1 by construction. Only ratios are
 compared, never wall times, so a busy machine shifts both sides alike.
 """
 
@@ -31,7 +31,7 @@ from .timing import cpu_line, paired, paired_ratio
 from .train import ADAMW, train_step
 
 TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
-CHECKS = ("newton_schulz", "precision", "decode_route", "threads", "compile")
+CHECKS = ("newton_schulz", "precision", "decode_route", "decode_step", "threads", "compile")
 
 
 def recipe_model(n_layers: int = 2) -> TransformerLM:
@@ -121,6 +121,29 @@ def check_decode_route(rounds: int, calls: int, new_tokens: int) -> dict[str, An
             "timed": True, **timed}
 
 
+def check_decode_step(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
+    """Batch-1 greedy decoding through :class:`~glassformer.runtime.decode.LeanStep` (the default) against
+    the model's own forward at every token (the same numbers, more Python per token)."""
+    from ..generation import generate
+    from ..runtime.decode import set_lean_step
+
+    model = decode_model().eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+
+    def decode(lean: bool) -> Callable[[], object]:
+        def run() -> object:
+            previous = set_lean_step(lean)
+            try:
+                return generate(model, prompt, new_tokens, do_sample=False)
+            finally:
+                set_lean_step(previous)
+        return run
+
+    timed = _compare(decode(True), decode(False), rounds, calls)
+    return {"default": "lean step", "other": "model forward", "why": "a decoder-only model of plain blocks, no hooks",
+            "timed": True, **timed}
+
+
 def check_threads(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """glassformer's thread plan for the load now against torch's default count, on the recipe's step."""
     cpus = threads.usable_cpus()
@@ -189,6 +212,7 @@ def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tupl
         "newton_schulz": lambda: check_newton_schulz(rounds, calls),
         "precision": lambda: check_precision(rounds, 1, batch),
         "decode_route": lambda: check_decode_route(rounds, 1, 8 if quick else 64),
+        "decode_step": lambda: check_decode_step(rounds, 1, 8 if quick else 64),
         "threads": lambda: check_threads(rounds, calls, batch),
         "compile": lambda: check_compile(rounds, calls, batch),
     }

@@ -23,7 +23,7 @@ from .transparency import bench_transparency
 
 PARTS = ("train", "gen", "attn", "compile", "scaling")
 DEFAULT_PARTS = PARTS[:4]  # "scaling" only when asked for
-DEFAULT_PRECISIONS = ("float32", "bfloat16")
+DEFAULT_PRECISIONS = ("auto",)  # float32, and bfloat16 only where the CPU/GPU has bfloat16 instructions
 ROUTE_CASE = "linear few-row route"  # the kernel choices the header counts (glassformer.runtime.linear's)
 
 
@@ -60,7 +60,8 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
         quick: fewer rounds, batch-1 generation only: a smoke run of a minute or two.
         rounds: override the number of paired rounds of every part.
         device: "cpu" or "cuda".
-        precisions: any of "float32", "bfloat16", "float16" (a tuple or "float32,bfloat16"): train,
+        precisions: any of "auto", "float32", "bfloat16", "float16" (a tuple or "float32,bfloat16"; default
+            "auto": float32, plus bfloat16 where the device has bfloat16 instructions, not emulated): train,
             gen and attn run every row in each (16-bit ones under ``torch.autocast``, float32 weights
             and AdamW); compile and scaling run in the first.
         hf: include the Hugging Face contenders (needs ``transformers``).

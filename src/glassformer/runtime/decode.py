@@ -113,6 +113,21 @@ def decoding_attention(device: torch.device | str) -> contextlib.AbstractContext
 
 
 # ---------------------------------------------------------------------- the lean decoding step
+_LEAN_STEP = [True]  # switched by set_lean_step (the defaults check times the model's own forward)
+
+
+def set_lean_step(on: bool) -> bool:
+    """Let decoders use :class:`LeanStep` (the default) or always call the model's own forward.
+
+    Args:
+        on: True to allow the lean step where it is supported and usable.
+    Returns:
+        the previous setting, to restore it.
+    """
+    previous, _LEAN_STEP[0] = _LEAN_STEP[0], bool(on)
+    return previous
+
+
 class LeanStep:
     """One cached decoding step of a :class:`~glassformer.models.lm.TransformerLM`, with little Python.
 
@@ -172,10 +187,13 @@ class LeanStep:
         return type(model.norm_f) in (*norms, nn.Identity)
 
     def usable(self) -> bool:
-        """Whether the step may run now: eval mode, and no hook point, module hook or global hook set."""
+        """Whether the step may run now: allowed (:func:`set_lean_step`), eval mode, and no hook point,
+        module hook or global hook set."""
         from torch.nn.modules import module as torch_module
 
-        if self.model.training or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        if not _LEAN_STEP[0] or self.model.training:
+            return False
+        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
             return False
         return not (any(m.taps for m in self.tapped) or any(m._forward_hooks or m._forward_pre_hooks
                                                              for m in self.watched))
