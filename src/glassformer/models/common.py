@@ -73,7 +73,8 @@ class Embeddings(Tapped):
         return self.tap("embed", x)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, *, pos: nn.Module | None = None,
+                norm: nn.Module | None = None) -> torch.Tensor:
         """The input vectors of a block stack.
 
         Args:
@@ -81,21 +82,25 @@ class Embeddings(Tapped):
             positions: (T,) or (B, T) position of each token.
             end: one more than the largest position (learned positions must have ``end <= max_len``).
             token_type_ids: (B, T) segment ids (default all 0) for models with ``types``.
+            pos: a learned position table used instead of ``self.pos`` (BART's decoder passes its own).
+            norm: an embedding norm used instead of ``self.norm`` (likewise).
         Returns:
             (B, T, d).
         """
+        pos = self.pos if pos is None else pos
+        norm = self.norm if norm is None else norm
         x = self.tokens(ids)  # (B, T, d)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
             x = x + self._tap_positions(sinusoid[positions].to(x.dtype), x)  # + (T, d) or (B, T, d)
         elif self.scheme == "learned":
-            self.pos.check_length(end)
-            x = x + self._tap_positions(self.pos(positions), x)  # + (T, d) or (B, T, d)
+            pos.check_length(end)
+            x = x + self._tap_positions(pos(positions), x)  # + (T, d) or (B, T, d)
         if self.types is not None:
             types = self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # (B, T, d)
             x = x + self.tap("token_type_embed", types)
-        if self.norm is not None:
-            x = self.tap("embed_norm", self.norm(x))
+        if norm is not None:
+            x = self.tap("embed_norm", norm(x))
         return self.dropout(x) if self.training else x
 
     def _tap_positions(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -75,13 +75,8 @@ class BartDecoderEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Embeddings) -> torch.Tensor:
         """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embeddings
-        (its token table, taps and dropout) -> (B, T, d)."""
-        self.pos.check_length(end)
-        x = shared.tokens(ids)  # (B, T, d)
-        x = x + shared._tap_positions(self.pos(positions), x)  # hooks see (B, T, d)
-        if self.norm is not None:
-            x = shared.tap("embed_norm", self.norm(x))
-        return shared.dropout(x) if shared.training else x
+        (its token table, taps and dropout), given this position table and norm -> (B, T, d)."""
+        return shared(ids, positions, end, pos=self.pos, norm=self.norm)
 
 
 def learned_positions(config: ModelConfig) -> LearnedPositions:
