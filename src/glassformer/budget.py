@@ -23,15 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import ModelConfig
-from .errors import GlassformerError, shown
+from .errors import GlassformerError, OutOfMemoryError, shown
 
 FLOAT = 4  # bytes of a float32
 INT64_MAX = 2**63 - 1
 MAX_SIMILARITY_TEXTS = 4096  # --similarity prints an N x N matrix: 16.7M numbers at most
-
-
-class OutOfMemoryError(GlassformerError):
-    """What was asked cannot fit in the memory available (or in ``max_memory``); refused before allocating."""
 
 
 # ---------------------------------------------------------------------- the budget

@@ -41,6 +41,15 @@ class BadFileError(GlassformerError):
     """A file that exists but cannot be used: malformed, corrupt, truncated, unsafe or inconsistent."""
 
 
+class NotOursError(GlassformerError):
+    """A path where glassformer would write holds something it did not write (or an input): refused
+    before anything is touched."""
+
+
+class OutOfMemoryError(GlassformerError):
+    """What was asked cannot fit in the memory available (or in ``max_memory``); refused before allocating."""
+
+
 def is_int(value: Any) -> bool:
     """Whether ``value`` is a plain int: the one test of "an int" in glassformer (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool)

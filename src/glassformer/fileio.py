@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GlassformerError
+from .errors import GlassformerError, NotOursError
 
 MODEL_FILES = frozenset({"model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt",
                          "tokenizer_config.json", "special_tokens_map.json"})
@@ -55,11 +55,6 @@ class Writes:
 
     argv: tuple[str, ...]
     files: tuple[str, ...]
-
-
-class NotOursError(GlassformerError):
-    """A path where glassformer would write holds something it did not write (or an input): refused
-    before anything is touched."""
 
 
 # ---------------------------------------------------------------------- ownership
