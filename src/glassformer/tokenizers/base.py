@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, shown, token_id_error
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, check_token_id, shown
 from ..loaders import load_json
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
@@ -141,9 +141,7 @@ class Tokenizer(ABC):
             token_id = operator.index(token_id)
         except TypeError:
             raise ArgumentTypeError(f"token id must be an int, got {shown(token_id)}") from None
-        if not 0 <= token_id < self.vocab_size:
-            raise GlassformerError(token_id_error(token_id, self.vocab_size))
-        return token_id
+        return check_token_id("", token_id, self.vocab_size)
 
     def encode_to_array(self, text: str) -> np.ndarray:
         """Ids of ``text`` (no specials) as an int64 array; subclasses vectorise it for big corpora."""
