@@ -18,6 +18,7 @@ one line and exits with status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     for stream in (sys.stdout, sys.stderr):  # a path name that is not UTF-8 prints as \udcXX, not a traceback
-        if hasattr(stream, "reconfigure"):
+        # best effort: not a TextIOWrapper, or one over a stream that cannot say where it stands ("Illegal seek")
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.reconfigure(errors="backslashreplace")
     try:
         start_runtime()  # inside the try: Ctrl-C while torch loads is one line too
