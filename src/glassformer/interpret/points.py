@@ -170,37 +170,13 @@ def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: in
 
 
 def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -> list[HookPoint]:
-    """The hook points of one block, in the order its forward reaches them."""
-    def point(short: str, module: Tapped, tap: str) -> HookPoint:
-        return HookPoint(act_name(short, i, stack), short, LayerIndex(i), stack, module, tap)
-
-    def attention(module: Tapped, cross: bool) -> list[HookPoint]:
-        rope = model_pos == "rope" and not cross  # cross-attention keys are not rotated
-        return [point(("cross_" if cross else "") + t, module, t) for t in ATTENTION_TAPS
-                if rope or t not in ("rot_q", "rot_k")]
-
-    def norm(short: str, module: nn.Module, tap: str) -> list[HookPoint]:
-        return _norm_points(short, module, (block, tap), i, stack)
-
-    points = [point("resid_pre", block, "resid_pre")]
-    if block.norm_first:
-        points += norm("ln1", block.attn_norm, "attn_norm")
-    points += [point(t, block, t) for t in HEAD_INPUT_TAPS]
-    points += attention(block.self_attn, cross=False)
-    points.append(point("attn_out", block, "attn_out"))
-    if not block.norm_first:  # post-norm: the norm after the residual sum
-        points += norm("ln1", block.attn_norm, "attn_norm")
-    points.append(point("resid_mid", block, "resid_mid"))
-    if block.cross_attn is not None:
-        points += norm("ln2", block.cross_norm, "cross_norm")
-        points += attention(block.cross_attn, cross=True)
-        points += [point("cross_attn_out", block, "cross_attn_out"), point("resid_mid2", block, "resid_mid2")]
-    if block.ffn is not None:
-        points.append(point("mlp_in", block, "mlp_in"))
-        points += norm("ln3" if block.cross_attn is not None else "ln2", block.ffn_norm, "ffn_norm")
-        points += [point(t, block.ffn, t) for t in MLP_TAPS if t != "pre_linear" or block.ffn.gated]
-        points.append(point("mlp_out", block, "mlp_out"))
-    points.append(point("resid_post", block, "resid_post"))
+    """The hook points of one block, named from what the block declares (:meth:`TransformerBlock.hook_points`)."""
+    points = []
+    for short, module, tap, norm in block.hook_points(rope=model_pos == "rope"):
+        if norm is not None:
+            points += _norm_points(short, norm, (module, tap), i, stack)
+        else:
+            points.append(HookPoint(act_name(short, i, stack), short, LayerIndex(i), stack, module, tap))
     return points
 
 

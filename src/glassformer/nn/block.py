@@ -116,6 +116,34 @@ class TransformerBlock(Tapped):
                 x = self.tap("ffn_norm", self.ffn_norm(x + self._dropped(self.tap("mlp_out", self.ffn(mlp_in)))))
         return self.tap("resid_post", x), weights
 
+    def hook_points(self, rope: bool) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
+        """This block's taps in the order :meth:`forward` reaches them, under TransformerLens's short names.
+
+        Args:
+            rope: whether self-attention rotates q and k (then it has "rot_q", "rot_k").
+        Returns:
+            (short name, the module that taps, its tap, the norm whose output the tap is or None) each;
+            a norm row stands for the norm's own points too (``interpret.points`` names them).
+        """
+        def attention(module: MultiHeadAttention, cross: bool) -> list:
+            return [(("cross_" if cross else "") + t, module, t, None) for t in module.TAPS
+                    if (rope and not cross) or t not in ("rot_q", "rot_k")]  # cross-attention keys are not rotated
+
+        ln1 = [("ln1", self, "attn_norm", self.attn_norm)]
+        points = [("resid_pre", self, "resid_pre", None), *(ln1 if self.norm_first else [])]
+        points += [(t, self, t, None) for t in self.HEAD_INPUT_TAPS] + attention(self.self_attn, cross=False)
+        points += [("attn_out", self, "attn_out", None), *([] if self.norm_first else ln1)]
+        points.append(("resid_mid", self, "resid_mid", None))
+        if self.cross_attn is not None:
+            points += [("ln2", self, "cross_norm", self.cross_norm), *attention(self.cross_attn, cross=True),
+                       ("cross_attn_out", self, "cross_attn_out", None), ("resid_mid2", self, "resid_mid2", None)]
+        if self.ffn is not None:
+            points += [("mlp_in", self, "mlp_in", None),
+                       ("ln3" if self.cross_attn is not None else "ln2", self, "ffn_norm", self.ffn_norm)]
+            points += [(t, self.ffn, t, None) for t in self.ffn.TAPS if t != "pre_linear" or self.ffn.gated]
+            points.append(("mlp_out", self, "mlp_out", None))
+        return points + [("resid_post", self, "resid_post", None)]
+
     def _head_inputs(self, x: torch.Tensor) -> torch.Tensor | None:
         """None, or while a per-head input is hooked, self-attention's input per head (so a hook can change
         one head's): x (B, T, d) copied per head, tapped, normed (pre-norm) -> (B, T, h + 2 kv, d)."""
