@@ -169,14 +169,17 @@ def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: in
     return points + [point("_out", *out)]
 
 
-def _block_points(block: TransformerBlock, stack: str, i: int, model_pos: str) -> list[HookPoint]:
-    """The hook points of one block, named from what the block declares (:meth:`TransformerBlock.hook_points`)."""
+def _named(declared: list[tuple[str, nn.Module, str, nn.Module | None]], layer: int | None,
+           stack: str | None) -> list[HookPoint]:
+    """Hook points from what a part declares (:meth:`TransformerBlock.hook_points`,
+    :meth:`Embeddings.hook_points`): (short, module, tap, the norm whose output it is or None) each."""
     points = []
-    for short, module, tap, norm in block.hook_points(rope=model_pos == "rope"):
+    for short, module, tap, norm in declared:
         if norm is not None:
-            points += _norm_points(short, norm, (module, tap), i, stack)
+            points += _norm_points(short, norm, (module, tap), layer, stack)
         else:
-            points.append(HookPoint(act_name(short, i, stack), short, LayerIndex(i), stack, module, tap))
+            index = None if layer is None else LayerIndex(layer)
+            points.append(HookPoint(act_name(short, layer, stack or "blocks"), short, index, stack, module, tap))
     return points
 
 
@@ -192,24 +195,17 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         model) are absent.
     """
     if isinstance(model, TransformerLM):
-        c, e = model.config, model.embeddings
-        points = [HookPoint("hook_embed", "embed", None, None, e, "embed")]
-        if c.pos in ("sinusoidal", "learned"):
-            points.append(HookPoint("hook_pos_embed", "pos_embed", None, None, e, "pos_embed"))
-        if c.n_token_types:
-            points.append(HookPoint("hook_token_type_embed", "token_type_embed", None, None, e, "token_type_embed"))
-        if e.norm is not None:
-            points += _norm_points("embed_ln", e.norm, (e, "embed_norm"), None, None)
+        points = _named(model.embeddings.hook_points(), None, None)
         for i, block in enumerate(model.blocks):
-            points += _block_points(block, "blocks", i, c.pos)
+            points += _named(block.hook_points(rope=model.config.pos == "rope"), i, "blocks")
         points += _norm_points("ln_final", model.norm_f, (model, "ln_final"), None, None)
     elif isinstance(model, EncoderDecoder):
         points = []
         for i, block in enumerate(model.enc):
-            points += _block_points(block, "encoder_blocks", i, model.config.pos)
+            points += _named(block.hook_points(rope=model.config.pos == "rope"), i, "encoder_blocks")
         points += _norm_points("encoder_ln_final", model.enc_norm, (model, "encoder_ln_final"), None, None)
         for i, block in enumerate(model.dec):
-            points += _block_points(block, "decoder_blocks", i, model.config.pos)
+            points += _named(block.hook_points(rope=model.config.pos == "rope"), i, "decoder_blocks")
         points += _norm_points("decoder_ln_final", model.dec_norm, (model, "decoder_ln_final"), None, None)
     else:
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got "

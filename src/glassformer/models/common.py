@@ -103,6 +103,14 @@ class Embeddings(Tapped):
             x = self.tap("embed_norm", norm(x))
         return self.dropout(x) if self.training else x
 
+    def hook_points(self) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
+        """The taps :meth:`forward` reaches, in order, under TransformerLens's short names: (short name,
+        module, tap, the norm whose output it is or None) each, as :meth:`TransformerBlock.hook_points`."""
+        points = [("embed", self, "embed", None)]
+        points += [("pos_embed", self, "pos_embed", None)] if self.scheme in ("sinusoidal", "learned") else []
+        points += [("token_type_embed", self, "token_type_embed", None)] if self.types is not None else []
+        return points + ([("embed_ln", self, "embed_norm", self.norm)] if self.norm is not None else [])
+
     def _tap_positions(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The "pos_embed" hook point: hooks see (B, T, d), one row per sequence, as in TransformerLens
         (untapped, the (T, d) table rows are added by broadcasting, with no copy)."""
