@@ -141,3 +141,28 @@ def test_error_types_live_in_errors():
     where = {f"{f}:{n.name}" for f, n in _nodes(ast.ClassDef) if f != "errors.py" and not n.name.startswith("_")
              and any(ast.unparse(b).endswith(("Error", "Exception")) for b in n.bases)}
     assert where <= {"training/loop.py:TrainingDiverged"}
+
+
+@pytest.mark.parametrize("kw", [{}, {"pos": "rope", "activation": "swiglu", "norm": "rmsnorm"},
+                                {"norm_first": False, "pos": "learned", "n_token_types": 2, "embed_norm": True},
+                                {"arch": "encoder-decoder"}, {"arch": "encoder-decoder", "norm_first": False}])
+def test_declared_hook_points_are_the_taps_forward_reaches_in_order(kw):
+    """The parts declare their hook points (``TransformerBlock.hook_points``, ``Embeddings.hook_points``)
+    and interpret/points.py only names them: with every point hooked, a forward reaches exactly the
+    declared points, in the declared order."""
+    import torch
+
+    from glassformer.config import ModelConfig
+    from glassformer.interpret import hook_points
+    from glassformer.models import EncoderDecoder, TransformerLM
+
+    config = ModelConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16, max_len=16, **kw)
+    model = (EncoderDecoder if config.arch == "encoder-decoder" else TransformerLM)(config).eval()
+    points, reached = hook_points(model), []
+    for name, point in points.items():
+        point.module.taps = dict(point.module.taps or {})
+        point.module.taps[point.tap] = lambda x, name=name: (reached.append(name), x)[1]
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        model(ids, ids) if config.arch == "encoder-decoder" else model(ids)
+    assert list(dict.fromkeys(reached)) == list(points)

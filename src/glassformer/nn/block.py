@@ -135,13 +135,15 @@ class TransformerBlock(Tapped):
         points += [("attn_out", self, "attn_out", None), *([] if self.norm_first else ln1)]
         points.append(("resid_mid", self, "resid_mid", None))
         if self.cross_attn is not None:
-            points += [("ln2", self, "cross_norm", self.cross_norm), *attention(self.cross_attn, cross=True),
-                       ("cross_attn_out", self, "cross_attn_out", None), ("resid_mid2", self, "resid_mid2", None)]
+            ln2 = [("ln2", self, "cross_norm", self.cross_norm)]
+            points += [*(ln2 if self.norm_first else []), *attention(self.cross_attn, cross=True),
+                       ("cross_attn_out", self, "cross_attn_out", None), *([] if self.norm_first else ln2),
+                       ("resid_mid2", self, "resid_mid2", None)]
         if self.ffn is not None:
-            points += [("mlp_in", self, "mlp_in", None),
-                       ("ln3" if self.cross_attn is not None else "ln2", self, "ffn_norm", self.ffn_norm)]
+            ln = [("ln3" if self.cross_attn is not None else "ln2", self, "ffn_norm", self.ffn_norm)]
+            points += [("mlp_in", self, "mlp_in", None), *(ln if self.norm_first else [])]
             points += [(t, self.ffn, t, None) for t in self.ffn.TAPS if t != "pre_linear" or self.ffn.gated]
-            points.append(("mlp_out", self, "mlp_out", None))
+            points += [("mlp_out", self, "mlp_out", None), *([] if self.norm_first else ln)]
         return points + [("resid_post", self, "resid_post", None)]
 
     def _head_inputs(self, x: torch.Tensor) -> torch.Tensor | None:
