@@ -1,168 +1,337 @@
-"""The "One owner per rule" table of docs/architecture.md, checked against the code (issue 31, point 5).
+"""glassformer removes or replaces only what it can prove it wrote (issue 22, "never destroy").
 
-The table stays written by hand, but it can no longer go wrong silently. For each row:
-- every owner in backticks exists: ``module.name`` (``a/b.name`` or ``a.b.name``: a def, class or
-  module-level name of src/glassformer/a/b.py), a bare ``name`` after it (same module), or ``file.py``;
-- every caller in backticks uses an owner: a def or class (``module.name`` or a bare name, looked up in
-  all of src/) whose body names an owner, directly or through a function of its own module that does; a
-  module or package (``generation/api``, ``nn/``) that names an owner somewhere; or a verb with a
-  ``commands/<verb>.py`` (``glassformer bench``, ``demo``). A name found nowhere fails.
-Then a few cheap scans show that the rule is not written a second time elsewhere (token id ranges, head
-counts, atomic renames, error types).
+Every place a command writes is tried with a user's file or folder in it: each is refused with one
+line before anything is touched, and survives byte for byte. The rule itself is then a property over
+random folder trees (hypothesis): whatever glassformer removes from an out_dir is its own.
 """
 
 from __future__ import annotations
 
-import ast
-import re
+import contextlib
+import hashlib
+import os
 from pathlib import Path
 
 import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src" / "glassformer"
-TREES = {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(SRC.rglob("*.py"))}
-Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+from glassformer import ModelConfig, build_model
+from glassformer.cli import main
+from glassformer.fileio import (
+    NotOursError,
+    atomic_directory,
+    atomic_write,
+    check_output_file,
+    owned_folder,
+    run_lock,
+)
+from glassformer.tokenizers import BPETokenizer, CharTokenizer
+from glassformer.training import save_checkpoint
+from glassformer.training.checkpoint import check_run_dir, clear_run, tidy_run
+from training_helpers import config, train
 
-
-def _table() -> list[tuple[str, str, str]]:
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text.split("### One owner per rule", 1)[1].split("\n###", 1)[0]
-    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
-    return [tuple(c.strip() for c in row) for row in rows[1:]]  # type: ignore[misc]
-
-
-def _module(dotted: str) -> Path | None:
-    base = SRC / dotted.replace(".", "/").strip("/")
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.exists():
-            return path
-    return None
-
-
-def _defined(path: Path, name: str) -> list[ast.AST]:
-    """Defs, classes and module-level assignments of ``name`` in ``path``."""
-    found: list[ast.AST] = [n for n in ast.walk(TREES[path]) if isinstance(n, Def) and n.name == name]
-    for n in TREES[path].body:
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
-        found += [n for t in targets if isinstance(t, ast.Name) and t.id == name]
-    return found
+TEXT = "hello world, a small text\n"
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
-            if isinstance(n, (ast.Name, ast.Attribute))}
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root`` with a digest of its content (files), its target (links) or 'dir'."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "link:" + os.readlink(path)
+            elif path.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
-def _users(path: Path, owners: set[str]) -> set[str]:
-    """Names of the defs of ``path`` that name an owner, directly or through another def of ``path``."""
-    defs = [n for n in ast.walk(TREES[path]) if isinstance(n, Def)]
-    users: set[str] = set()
-    while True:
-        more = {d.name for d in defs if d.name not in users and _names(d) & (owners | users)}
-        if not more:
-            return users
-        users |= more
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("own")
+    tok = BPETokenizer.train([TEXT] * 4, vocab_size=270)  # exportable to a Hugging Face folder
+    model = build_model(ModelConfig.preset("gpt2-small", vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1,
+                                           d_ff=32, max_len=32))  # GPT-2's layout: convertible
+    return save_checkpoint(root / "src", model, tok)
 
 
-def _owners(cell: str) -> tuple[set[str], list[str]]:
-    """(the owners' names, what was not found) of an owner cell."""
-    names, missing, module = set(), [], None
-    for token in re.findall(r"`([^`]+)`", cell):
-        if token.endswith(".py"):
-            module = SRC / token
-            if not module.exists():
-                missing.append(token)
+def user_files(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes.txt").write_text("my thesis, no backup\n")
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "data" / "corpus.txt").write_bytes(b"\x00\x01 precious")
+
+
+# ---------------------------------------------------------------------- convert
+def test_convert_onto_the_sources_parent_is_refused_and_nothing_changes(tmp_path, ckpt, capsys):
+    parent = tmp_path / "p"
+    user_files(parent)
+    src = parent / "src"
+    os.system(f"cp -r {ckpt} {src}")  # noqa: S605 (a test copying a folder)
+    before = snapshot(parent)
+    assert main(["convert", str(src), str(parent)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "contains the source" in err
+    assert snapshot(parent) == before
+
+
+@pytest.mark.parametrize("kind", ["file", "user_folder", "link", "same"])
+def test_convert_refuses_what_it_did_not_write(tmp_path, ckpt, capsys, kind):
+    dst = tmp_path / "dst"
+    if kind == "file":
+        dst.write_text("a regular file where the folder would go\n")
+    elif kind == "user_folder":
+        user_files(dst)
+    elif kind == "link":
+        os.symlink(ckpt, dst)
+    else:
+        dst = ckpt
+    before = snapshot(tmp_path), snapshot(ckpt)
+    assert main(["convert", str(ckpt), str(dst)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert (snapshot(tmp_path), snapshot(ckpt)) == before
+    if kind == "file":
+        assert dst.is_file()
+
+
+def test_convert_replaces_its_own_output_and_an_empty_folder(tmp_path, ckpt):
+    dst = tmp_path / "hf"
+    dst.mkdir()  # `mkdir out; glassformer convert src out` keeps working
+    assert main(["convert", str(ckpt), str(dst)]) == 0
+    assert owned_folder(dst)
+    assert main(["convert", str(ckpt), str(dst)]) == 0  # its own export: replaced
+    back = tmp_path / "back"
+    assert main(["convert", str(dst), str(back)]) == 0
+    assert main(["convert", str(dst), str(back)]) == 0
+
+
+def test_save_checkpoint_never_replaces_a_user_folder(tmp_path, ckpt):
+    from glassformer.training import load
+
+    model, tok = load(ckpt)
+    target = tmp_path / "mine"
+    user_files(target)
+    before = snapshot(target)
+    with pytest.raises(NotOursError, match="notes.txt|data"):
+        save_checkpoint(target, model, tok)
+    assert snapshot(target) == before
+
+
+# ---------------------------------------------------------------------- train
+@pytest.mark.parametrize("name,make", [
+    ("best", lambda p: user_files(p)),
+    ("last", lambda p: p.write_text("a user's file called last\n")),
+    ("ckpt-5", lambda p: user_files(p)),
+    ("ckpt-000003", lambda p: (p.mkdir(), (p / "config.json").write_text("{}"), (p / "thesis.tex").write_text("x"))),
+    ("metrics.jsonl", lambda p: p.write_text("not a metrics file\n")),
+    ("loss.png", lambda p: p.write_text("not a picture\n")),
+    (".last.tmp-77", lambda p: user_files(p)),
+])
+def test_fresh_train_refuses_user_paths_in_out_dir(tmp_path, name, make):
+    out = tmp_path / "run"
+    out.mkdir()
+    make(out / name)
+    (out / "unrelated.txt").write_text("kept\n")
+    before = snapshot(out)
+    with pytest.raises(NotOursError, match=name.replace(".", r"\.")):
+        train(config(tmp_path, "run", max_steps=2, eval_every=0))
+    after = {k: v for k, v in snapshot(out).items() if not k.startswith("cache")}  # new token cache files only
+    assert after == before
+
+
+def test_a_fresh_run_still_replaces_an_earlier_run(tmp_path):
+    train(config(tmp_path, "run", max_steps=2, eval_every=1))
+    _, result = train(config(tmp_path, "run", max_steps=2, eval_every=1))
+    assert result["step"] == 2 and os.readlink(tmp_path / "run" / "last") == "ckpt-000002"
+
+
+def test_a_second_trainer_of_the_same_out_dir_is_refused(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with run_lock(out), pytest.raises(NotOursError, match="in use by another glassformer process"):
+        train(config(tmp_path, "run", max_steps=1, eval_every=0))
+    _, result = train(config(tmp_path, "run", max_steps=1, eval_every=0))  # released: runs
+    assert result["step"] == 1
+    assert not (out / ".glassformer.lock").exists()
+
+
+# ---------------------------------------------------------------------- translate, report, token cache
+def test_translate_output_may_not_be_its_input(tmp_path, capsys):
+    tok = CharTokenizer.from_text("abc de\n", specials=["pad", "bos", "eos"])
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, arch="encoder-decoder", d_model=16, n_heads=2,
+                                    n_enc=1, n_dec=1, d_ff=32, max_len=16))
+    ck = save_checkpoint(tmp_path / "mt", model, tok)
+    source = tmp_path / "in.txt"
+    source.write_text("abc\nde\n")
+    before = source.read_bytes()
+    assert main(["translate", str(ck), str(source), "--output", str(source)]) == 2
+    assert "also an input" in capsys.readouterr().err
+    assert source.read_bytes() == before
+    link = tmp_path / "link.txt"
+    os.symlink(source, link)
+    assert main(["translate", str(ck), str(source), "--output", str(link)]) == 2
+    assert main(["translate", str(ck), str(source), "--output", str(tmp_path)]) == 2  # a folder
+    assert source.read_bytes() == before
+    assert main(["translate", str(ck), str(source), "--output", str(tmp_path / "out.txt")]) == 0
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+
+def test_report_output_is_never_a_folder_or_a_device(tmp_path, ckpt, capsys):
+    folder = tmp_path / "report.html"
+    user_files(folder)
+    before = snapshot(folder)
+    assert main(["inspect", str(ckpt), "--text", "hello", "--out", str(folder)]) == 2
+    assert snapshot(folder) == before
+    with pytest.raises(NotOursError):
+        check_output_file("/dev/null", (), "report")
+
+
+def test_token_cache_never_overwrites_and_verifies_what_it_maps(tmp_path):
+    import numpy as np
+
+    from glassformer.data.corpus import encode_files
+    from glassformer.errors import BadFileError
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 4)
+    tok = CharTokenizer.from_text(TEXT)
+    ids = encode_files([corpus], tok, tmp_path / "cache")
+    (cache,) = (tmp_path / "cache").iterdir()
+    assert np.array_equal(np.asarray(ids), tok.encode_to_array(TEXT * 4))
+    cache.write_bytes(cache.read_bytes()[:-1])  # truncated: not a whole number of ids
+    with pytest.raises(BadFileError, match="whole number"):
+        encode_files([corpus], tok, tmp_path / "cache")
+    cache.write_bytes(np.full(8, 60000, dtype=np.uint16).tobytes())  # ids beyond the vocabulary
+    with pytest.raises(BadFileError, match="ids >="):
+        encode_files([corpus], tok, tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]  # no temporary file left
+
+
+def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
+    from glassformer.errors import GlassformerError
+
+    target = tmp_path / "f.json"
+    target.write_text("{}\n")  # a file glassformer may replace (JSON); a user's .txt would be refused first
+
+    def chunks():
+        yield b"new"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(GlassformerError, match="disk is full"):
+        atomic_write(target, chunks())
+    assert target.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+# ---------------------------------------------------------------------- the rule as a property
+NAMES = ["ckpt-000001", "ckpt-000002", "ckpt-7", "last", "best", ".ckpt-000003.tmp-1-ab", ".last.tmp-9",
+         ".last.old-4", "metrics.jsonl", "loss.png", "notes.txt", "cache"]
+OURS = ["model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt"]
+ENTRY = st.one_of(
+    st.tuples(st.just("ours_folder"), st.lists(st.sampled_from(OURS), max_size=3, unique=True)),
+    st.tuples(st.just("user_folder"), st.lists(st.sampled_from(OURS + ["a.txt", "sub"]), min_size=1, max_size=3,
+                                               unique=True)),
+    st.tuples(st.just("link"), st.sampled_from(["ckpt-000001", "ckpt-000002", "../elsewhere", "notes.txt"])),
+    st.tuples(st.just("file"), st.binary(max_size=16)),
+)
+
+
+def build(out: Path, tree: dict[str, tuple]) -> None:
+    out.mkdir()
+    for name, (kind, content) in tree.items():
+        path = out / name
+        if kind in ("ours_folder", "user_folder"):
+            path.mkdir()
+            for file in content:
+                if file == "sub":
+                    (path / file).mkdir()
+                else:
+                    (path / file).write_bytes(b"x")
+        elif kind == "link":
+            os.symlink(content, path)
+        else:
+            path.write_bytes(content)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=st.dictionaries(st.sampled_from(NAMES), ENTRY, max_size=6))
+def test_only_glassformers_own_paths_are_ever_removed(tmp_path_factory, tree):
+    out = tmp_path_factory.mktemp("tree") / "out"
+    build(out, tree)
+    before = snapshot(out)
+    try:
+        check_run_dir(out)
+        accepted = True
+    except NotOursError:
+        accepted = False
+    if not accepted:  # refused: clearing and tidying refuse too, and nothing changed
+        for act in (lambda: clear_run(out), lambda: tidy_run(out, keep=[])):
+            with contextlib.suppress(NotOursError):
+                act()
+        # tidy_run may remove its own entries before meeting a user's; every removed one must be ours
+    else:
+        clear_run(out)
+    after = snapshot(out)
+    for rel, digest in before.items():
+        if rel in after:
+            assert after[rel] == digest, rel
             continue
-        dotted, _, name = token.rpartition(".")
-        module = _module(dotted) if dotted else module
-        if module is None or (not _defined(module, name) and _module(token) is None):
-            missing.append(token)
-        names.add(name)
-    return names, missing
+        top = (out / rel.split("/")[0])
+        kind, content = tree[rel.split("/")[0]]
+        # removed: it must have been glassformer's own (a checkpoint folder of its files, or a pointer it makes)
+        ours = (kind.endswith("folder") and set(content) <= set(OURS)) or (
+            kind == "link" and content.startswith("ckpt-"))
+        assert ours, (rel, kind, content, accepted)
+        assert not top.exists() or top.is_dir()
+    if not accepted:
+        assert tree, "an empty out_dir is always accepted"
 
 
-def _caller_ok(token: str, owners: set[str]) -> bool:
-    verb = token.removeprefix("glassformer ")
-    if (SRC / "commands" / f"{verb}.py").exists():
-        return True
-    package = _module(token)
-    if package is not None or (SRC / token.strip("/")).is_dir():
-        paths = [package] if package else sorted((SRC / token.strip("/")).rglob("*.py"))
-        return any(_names(TREES[p]) & owners for p in paths)
-    dotted, _, name = token.rpartition(".")
-    paths = [_module(dotted)] if dotted else list(TREES)
-    found = [p for p in paths if p is not None and _defined(p, name)]
-    return bool(found) and any(name in _users(p, owners) for p in found)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=st.dictionaries(st.sampled_from(["m", "m/x", "notes"]), ENTRY, max_size=3))
+def test_atomic_directory_replaces_only_its_own_folders(tmp_path_factory, tree):
+    root = tmp_path_factory.mktemp("dst")
+    build(root / "d", {k: v for k, v in tree.items() if "/" not in k})
+    target = root / "d" / "m"
+    before = snapshot(root)
+    ours = not target.exists() and not target.is_symlink() or owned_folder(target)
+    try:
+        with atomic_directory(target) as temp:
+            (temp / "config.json").write_text('{"vocab_size": 8}')  # what a checkpoint's config holds
+    except NotOursError:
+        assert not ours
+        assert snapshot(root) == before
+        return
+    assert ours and owned_folder(target)
+    assert {k: v for k, v in snapshot(root).items() if not k.startswith("d/m")} == \
+        {k: v for k, v in before.items() if not k.startswith("d/m")}
 
 
-@pytest.mark.parametrize("rule, owner, callers", _table(), ids=[row[0][:40] for row in _table()])
-def test_each_owner_exists_and_each_caller_uses_it(rule, owner, callers):
-    owners, missing = _owners(owner)
-    assert missing == [], f"{rule}: owners not found where the table says: {missing}"
-    wrong = [t for t in re.findall(r"`([^`]+)`", callers) if not _caller_ok(t, owners)]
-    assert wrong == [], f"{rule}: callers that do not use {sorted(owners)}: {wrong}"
+def test_user_files_survive_every_writer_byte_for_byte(tmp_path, ckpt):
+    """One tree with user files where each writer writes; each refuses and every byte is kept."""
+    from glassformer.interop.hf_dir import save_hf_dir
+    from glassformer.training import load
 
-
-def test_the_check_catches_a_wrong_row():
-    assert _owners("`errors.no_such_check`")[1] == ["errors.no_such_check"]
-    assert not _caller_ok("make_norm", {"check_token_id"})
-    assert _caller_ok("make_norm", {"check_choice"})
-
-
-def _nodes(kind: type) -> list[tuple[str, ast.AST]]:
-    return [(str(p.relative_to(SRC)), n) for p, t in TREES.items() for n in ast.walk(t) if isinstance(n, kind)]
-
-
-def test_token_id_ranges_are_checked_only_in_errors():
-    """``low <= id < vocab_size`` is written once (errors.check_token_id/check_token_ids)."""
-    where = {f for f, n in _nodes(ast.Compare) if len(n.ops) == 2 and "vocab_size" in _names(n.comparators[-1])}
-    assert where <= {"errors.py"}
-
-
-def test_head_counts_are_divided_only_in_config():
-    """``x % n_heads`` / ``x % n_kv_heads`` belongs to config.check_head_counts."""
-    where = {f for f, n in _nodes(ast.BinOp) if isinstance(n.op, ast.Mod)
-             and isinstance(n.right, (ast.Name, ast.Attribute)) and _names(n.right) & {"n_heads", "n_kv_heads"}}
-    assert where <= {"config.py"}
-
-
-def test_atomic_renames_only_in_fileio():
-    """``os.replace`` (the last step of an atomic write) belongs to fileio.py. training/trackers.py
-    renames ``tracker.json`` itself, without fsync, at every log step: a known exception."""
-    where = {f for f, n in _nodes(ast.Call) if ast.unparse(n.func) in ("os.replace", "os.rename")}
-    assert where <= {"fileio.py", "training/trackers.py"}
-
-
-def test_error_types_live_in_errors():
-    """Every public error class of glassformer is defined in errors.py (other modules import it from
-    there; a private class used for control flow, like sae's ``_Captured``, is not an error type).
-    ``TrainingDiverged`` still lives in training/loop.py: a known exception, to move with the trainer."""
-    where = {f"{f}:{n.name}" for f, n in _nodes(ast.ClassDef) if f != "errors.py" and not n.name.startswith("_")
-             and any(ast.unparse(b).endswith(("Error", "Exception")) for b in n.bases)}
-    assert where <= {"training/loop.py:TrainingDiverged"}
-
-
-@pytest.mark.parametrize("kw", [{}, {"pos": "rope", "activation": "swiglu", "norm": "rmsnorm"},
-                                {"norm_first": False, "pos": "learned", "n_token_types": 2, "embed_norm": True},
-                                {"arch": "encoder-decoder"}, {"arch": "encoder-decoder", "norm_first": False}])
-def test_declared_hook_points_are_the_taps_forward_reaches_in_order(kw):
-    """The parts declare their hook points (``TransformerBlock.hook_points``, ``Embeddings.hook_points``)
-    and interpret/points.py only names them: with every point hooked, a forward reaches exactly the
-    declared points, in the declared order."""
-    import torch
-
-    from glassformer.config import ModelConfig
-    from glassformer.interpret import hook_points
-    from glassformer.models import EncoderDecoder, TransformerLM
-
-    config = ModelConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16, max_len=16, **kw)
-    model = (EncoderDecoder if config.arch == "encoder-decoder" else TransformerLM)(config).eval()
-    points, reached = hook_points(model), []
-    for name, point in points.items():
-        point.module.taps = dict(point.module.taps or {})
-        point.module.taps[point.tap] = lambda x, name=name: (reached.append(name), x)[1]
-    ids = torch.tensor([[1, 2, 3]])
-    with torch.no_grad():
-        model(ids, ids) if config.arch == "encoder-decoder" else model(ids)
-    assert list(dict.fromkeys(reached)) == list(points)
+    model, tok = load(ckpt)
+    root = tmp_path / "tree"
+    user_files(root / "run" / "best")
+    (root / "run" / "last").write_text("mine\n")
+    user_files(root / "run" / "ckpt-5")
+    user_files(root / "export")
+    (root / "file").write_text("a file where a folder goes\n")
+    before = snapshot(root)
+    with pytest.raises(NotOursError):
+        clear_run(root / "run")
+    for target in (root / "export", root / "file", root / "run" / "best"):
+        with pytest.raises(NotOursError):
+            save_checkpoint(target, model, tok)
+        with pytest.raises(NotOursError):
+            save_hf_dir(model, tok, target)
+    with pytest.raises(NotOursError):
+        atomic_write(root / "export", "text")
+    assert snapshot(root) == before
+    torch.manual_seed(0)
