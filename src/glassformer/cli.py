@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.reconfigure(errors="backslashreplace")
     try:
+        precheck = getattr(args, "precheck", None)
+        if precheck is not None:  # argument errors (a key typo) are answered before torch loads
+            precheck(args)
         start_runtime()  # inside the try: Ctrl-C while torch loads is one line too
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -42,7 +42,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--download", action="store_true", help="fetch a missing corpus from its public URL")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON (without config and recipe) instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(func=run, overrides=[], precheck=precheck)
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """The torch-free check ``cli.main`` runs before torch loads: every override key is a known one
+    (else UsageError with "did you mean"; the keys are those of ``train --help``)."""
+    from .overrides import check_keys, overrides_from_argv
+    from .train import known_keys
+
+    check_keys([key for key, _ in overrides_from_argv(args.overrides)], known_keys())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.add_argument("--json", action="store_true",
                         help="print the run's summary as one JSON line instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(func=run, overrides=[], precheck=precheck)
 
 
 def known_keys() -> dict[str, set[str] | None]:
@@ -96,6 +96,14 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
             check_keys([str(key) for key in data if key != "model"] + nested, known, "key", "",
                        source=str(config_file))
     check_keys([key for key, _ in pairs], known)
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """The torch-free checks ``cli.main`` runs before torch loads: the overrides parse and every key of
+    the command line and of ``--config`` is a known one (else UsageError with "did you mean")."""
+    from .overrides import overrides_from_argv
+
+    check_config_keys(args.config, overrides_from_argv(args.overrides))
 
 
 def resume_command(args: argparse.Namespace) -> str:
