@@ -23,12 +23,15 @@ import difflib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 from ._version import __version__
+from .cli_zh import argparse_zh, cli_lang, cli_text, move_lang
 from .errors import GlassformerError
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
+VERBS_WITH_LANG = ("demo", "inspect")  # verbs with their own --lang option (it is handed on to them)
 VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae", "bench")
 
 
@@ -36,19 +39,20 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (``glassformer VERB: error: ... (see --help)``)
     with exit status 2, like every other error of the command line."""
 
+    lang = "en"  # "zh" while main parses a Chinese command line (cli_zh.py)
+
     def error(self, message: str) -> NoReturn:
         """Print ``message`` as one line on standard error and exit with status 2."""
-        message = " ".join(str(message).split())
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        message = " ".join(str(message).split()) + cli_text("see_help", self.lang, prog=self.prog)
+        self.exit(2, cli_text("error", self.lang, prog=self.prog, message=message) + "\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS`."""
+def build_parser(lang: str = "en") -> argparse.ArgumentParser:
+    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS` (``lang``: "en" or "zh",
+    the language of its own description and epilog)."""
     parser = OneLineParser(
-        prog="glassformer", description="Transformers you can see through: train, generate, inspect.",
-        allow_abbrev=False,
-        epilog="Options are spelled as the Python keywords they set (--max_new_tokens, --top_k); "
-               "the dashed spelling (--max-new-tokens) is accepted too.")
+        prog="glassformer", description=cli_text("description", lang), allow_abbrev=False,
+        epilog=cli_text("epilog", lang))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
@@ -78,14 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     Verbs that declare ``overrides`` (train, recipe) receive the words argparse did not know, the
     ``--key value`` pairs, in ``args.overrides``; any other verb rejects them.
     """
-    parser = build_parser()
     words = sys.argv[1:] if argv is None else list(argv)
-    glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
-    if glued is not None:  # argparse drops a value "--" and passes [] on as the option's value
-        parser.error(f"{glued}: '--' is not a value; give the option a real one")
-    args, extra = parser.parse_known_args(words)
-    if extra and not hasattr(args, "overrides"):  # only verbs that declare `overrides` take --key value pairs
-        parser.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args.verb, extra)}")
+    lang = cli_lang(words)  # --lang anywhere on the line, else the locale
+    words = move_lang(words, VERBS_WITH_LANG)
+    with _frame_lang(lang):
+        parser = build_parser()
+        if lang != "en":  # the top-level texts in lang (the verbs' own help strings stay English for now)
+            parser.description, parser.epilog = cli_text("description", lang), cli_text("epilog", lang)
+        glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
+        if glued is not None:  # argparse drops a value "--" and passes [] on as the option's value
+            parser.error(f"{glued}: '--' is not a value; give the option a real one")
+        args, extra = parser.parse_known_args(words)
+        if extra and not hasattr(args, "overrides"):  # only verbs that declare `overrides` take --key value pairs
+            unknown = argparse._("unrecognized arguments: %s") % " ".join(extra)
+            parser.error(unknown + _did_you_mean(parser, args.verb, extra, lang))
     if extra:
         args.overrides = [*args.overrides, *extra]
     for stream in (sys.stdout, sys.stderr):  # a path name that is not UTF-8 prints as \udcXX, not a traceback
@@ -119,14 +129,30 @@ def start_runtime() -> None:
     threads.apply()
 
 
-def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str]) -> str:
+@contextlib.contextmanager
+def _frame_lang(lang: str) -> Iterator[None]:
+    """While parsing: argparse's own strings and the one-line error frame in ``lang`` (restored after)."""
+    if lang != "zh":
+        yield
+        return
+    saved = argparse._
+    argparse._ = argparse_zh
+    OneLineParser.lang = "zh"
+    try:
+        yield
+    finally:
+        argparse._ = saved
+        OneLineParser.lang = "en"
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str], lang: str = "en") -> str:
     """`` (options are never abbreviated: did you mean --x?)`` for the first unknown option close to a known one."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
     known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
     for word in extra:
         close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
         if word.startswith("--") and close:
-            return f" (options are never abbreviated: did you mean {close[0]}?)"
+            return cli_text("did_you_mean", lang, option=close[0])
     return ""
 
 
