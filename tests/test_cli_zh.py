@@ -44,6 +44,16 @@ def test_help_frame_in_chinese_without_torch(argv: list[str], lang_env: str | No
     assert "torch loaded: False" in done.stdout
 
 
+def test_every_verb_summary_in_chinese() -> None:
+    """A new verb without a Chinese one-line summary fails here; the summaries show under zh."""
+    from glassformer.cli import VERBS
+    from glassformer.cli_zh import VERB_HELP_ZH
+
+    assert set(VERB_HELP_ZH) == set(VERBS)
+    done = _run(["--help"], "zh_CN.UTF-8")
+    assert VERB_HELP_ZH["train"][:10] in done.stdout and "train on your own" not in done.stdout
+
+
 def test_help_english_by_default() -> None:
     done = _run(["--help"], "C")
     assert "usage: glassformer" in done.stdout and "看得见" not in done.stdout

@@ -28,6 +28,21 @@ ARGPARSE_ZH = {
     "show program's version number and exit": "显示版本号并退出",
 }
 
+# Each verb's one-line summary in ``glassformer --help`` (tests: every verb of cli.VERBS has one).
+VERB_HELP_ZH = {
+    "demo": "训练课程里的小型字符级语言模型，并展示每一步",
+    "train": "用 YAML 配置在你自己的文本文件上训练（clm、mlm、prefix-LM 或 seq2seq）",
+    "recipe": "按名称或 YAML 训练并评估一个自带的配方（语料、训练、评估）",
+    "eval": "在一个文本文件（或平行文件）上评估检查点",
+    "generate": "续写（或翻译）--prompt 文本：贪心、采样、束搜索、流式输出、逐步轨迹",
+    "translate": "逐行批量翻译一个文件或标准输入（给出 --ref 时计算 sacreBLEU）",
+    "inspect": "写出一个离线 HTML 报告：注意力、形状、生成过程",
+    "convert": "把 Hugging Face 模型文件夹转换为 glassformer 检查点，或反向转换",
+    "embed": "打印句子嵌入或它们之间的余弦相似度",
+    "sae": "在检查点的一个钩子点上训练稀疏自编码器；指标与特征页面",
+    "bench": "与 Hugging Face GPT-2 和 nanoGPT 比较训练与生成速度",
+}
+
 # The CLI's own frame texts, by key: English and Chinese, with the same {fields}.
 CLI_TEXT = {
     "description": {"en": "Transformers you can see through: train, generate, inspect.",
