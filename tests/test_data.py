@@ -45,6 +45,26 @@ def test_encode_files_memmap_cache(tmp_path):
     np.testing.assert_array_equal(encode_files([a, b], tok), ids)  # no cache: in memory
 
 
+def test_encode_files_another_process_writes_the_cache_first(tmp_path, monkeypatch):
+    """torchrun: every rank finds no cache, all encode, one renames its file in first; the others map
+    that file instead of refusing it as 'a file glassformer did not write'."""
+    import glassformer.data.corpus as corpus
+
+    a = tmp_path / "a.txt"
+    a.write_text(TEXT, encoding="utf-8")
+    tok = CharTokenizer.from_text(TEXT)
+    real = corpus.atomic_write
+
+    def raced(target, chunks, **kwargs):
+        data = b"".join(chunks)
+        target.write_bytes(data)  # the other rank's file, landed after our exists() check
+        return real(target, iter([data]), **kwargs)
+
+    monkeypatch.setattr(corpus, "atomic_write", raced)
+    ids = encode_files([a], tok, cache_dir=tmp_path / "cache")
+    assert ids.tolist() == tok.encode(TEXT)
+
+
 def test_iter_text_cuts_after_newlines(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text(TEXT, encoding="utf-8")

@@ -57,6 +57,7 @@ UNLIMITED = 2**60  # a cgroup v1 limit at or above this (9223372036854771712 by 
 
 
 def _getrlimit(kind: int) -> tuple[int, int]:
+    """The (soft, hard) limit ``kind`` of :func:`resource.getrlimit`."""
     import resource  # Unix only: elsewhere there is no ulimit to read
 
     return resource.getrlimit(kind)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadFileError, GlassformerError
+from ..errors import BadFileError, GlassformerError, NotOursError
 from ..fileio import atomic_write
 from ..progress import Heartbeat
 from ..tokenizers import Tokenizer
@@ -62,7 +62,11 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
     target = cache_dir / f"tokens-{_cache_key(paths, tokenizer)}.{np.dtype(dtype).name}.bin"
     if not target.exists() and not target.is_symlink():
         chunks = (ids.tobytes() for ids in _encoded(paths, tokenizer, dtype, "building the token cache"))
-        atomic_write(target, chunks, what="token cache")  # fsynced before its rename
+        try:
+            atomic_write(target, chunks, what="token cache")  # fsynced before its rename
+        except NotOursError:  # absent a moment ago: another process of this run (torchrun) wrote it first
+            if not target.is_file() or target.is_symlink():
+                raise
     return map_tokens(target, dtype, tokenizer.vocab_size)
 
 
