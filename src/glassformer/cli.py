@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(unknown + _did_you_mean(parser, args.verb, extra, lang))
     if extra:
         args.overrides = [*args.overrides, *extra]
+    args.ui_lang = lang  # the language of what the verb prints for a person (training/report.use_language)
     for stream in (sys.stdout, sys.stderr):  # a path name that is not UTF-8 prints as \udcXX, not a traceback
         # best effort: not a TextIOWrapper, or one over a stream that cannot say where it stands ("Illegal seek")
         with contextlib.suppress(AttributeError, OSError, ValueError):

@@ -59,11 +59,13 @@ def run(args: argparse.Namespace) -> int:
     ``--json``: the results without config and recipe, as JSON); 0."""
     from ..recipes import find_recipe, load_recipe, run_recipe
     from ..recipes.summary import recipe_summary
+    from ..training.report import use_language
     from .overrides import check_keys, overrides_from_argv
     from .train import known_keys
 
     pairs = overrides_from_argv(args.overrides)
     check_keys([key for key, _ in pairs], known_keys())  # "did you mean" before any work (keys: train --help)
+    use_language(getattr(args, "ui_lang", "en"))  # the trainer's lines in the command line's language
     recipe = load_recipe(find_recipe(args.config), pairs, args.data_dir, args.download)
     results = run_recipe(recipe, args.data_dir, args.download)
     if args.json:

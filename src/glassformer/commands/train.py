@@ -143,9 +143,10 @@ def run(args: argparse.Namespace) -> int:
     from ..training import TrainConfig, Trainer, prepare_run
     from ..training.checkpoint import find_resumable
     from ..training.distributed import init_distributed, shutdown
-    from ..training.report import summary_lines
+    from ..training.report import say, summary_lines, use_language
     from ..viz.plots import plot_losses
 
+    use_language(getattr(args, "ui_lang", "en"))  # the command line's language (--lang zh, a zh locale)
     config = TrainConfig.from_yaml(args.config, pairs)
     config.check_data()
     summary_file = Path(config.out_dir) / "summary.json"
@@ -155,11 +156,10 @@ def run(args: argparse.Namespace) -> int:
             claim_outputs([summary_file], what="run summary")  # a user's file there is refused before training
         if dist.is_main and config.progress:  # reading files and training a BPE tokenizer can take a while
             files = [config.pairs] if config.pairs else [config.src] if config.src else config.data
-            print(f"preparing the data: {config.tokenizer} tokenizer and token cache from {len(files)} file(s) ...",
-                  file=sys.stderr, flush=True)
+            print(say("preparing", tokenizer=config.tokenizer, n=len(files)), file=sys.stderr, flush=True)
         run_ = prepare_run(config)
         if config.resume and dist.is_main and find_resumable(config.out_dir) is None:
-            print(f"resume: {config.out_dir} holds no checkpoint to resume from; starting at step 0", file=sys.stderr)
+            print(say("nothing_to_resume", out=config.out_dir), file=sys.stderr)
         trainer = Trainer(config, run_.model, run_.tokenizer, run_.batches, dist=dist)
         try:
             result = trainer.train()
@@ -180,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"checkpoints in {' and '.join(kept)}" if kept else "no checkpoint was written")
         else:
             print("\n".join(summary_lines(result, config.max_steps)))
-            print(f"checkpoints in {' and '.join(kept)}; summary in {summary_file}" if kept
-                  else f"no checkpoint was written; summary in {summary_file}")
+            print(say("kept", kept=say("and").join(kept), summary=summary_file) if kept
+                  else say("none_kept", summary=summary_file))
         if result["stopped"] == "interrupted":
-            print(f"interrupted at step {result['step']} of {config.max_steps}; resume with: {resume_command(args)}"
-                  + (" (under the same torchrun)" if dist.distributed else ""), file=sys.stderr, flush=True)
+            print(say("resume_with", step=result["step"], max_steps=config.max_steps, command=resume_command(args))
+                  + (say("same_torchrun") if dist.distributed else ""), file=sys.stderr, flush=True)
     return 128 + int(trainer.stop_signal or 2) if result["stopped"] == "interrupted" else 0

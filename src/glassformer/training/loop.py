@@ -41,7 +41,7 @@ from .distributed import (
 from .metrics import METRICS, metrics_line, read_metrics  # noqa: F401 (read_metrics: loop.read_metrics, as before)
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
-from .report import describe_model, resume_line, schedule_warnings
+from .report import describe_model, resume_line, say, schedule_warnings
 from .resume import TrainState, restore, state_to_dict, tidy_run_dir
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
@@ -325,8 +325,7 @@ class Trainer:
         """Say that an evaluation runs (the bar's label, or a line where there is no bar): it can take a while."""
         bar.set_description_str("evaluating")
         if self._lines and self.dist.is_main:
-            print(f"step {self.step}/{self.config.max_steps} | evaluating on the validation split ...",
-                  file=sys.stderr, flush=True)
+            print(say("evaluating", step=self.step, max_steps=self.config.max_steps), file=sys.stderr, flush=True)
 
     def _close_tracker(self) -> None:
         """Give the trackers the kernel choices this run made, and close them."""

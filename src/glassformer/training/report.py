@@ -17,14 +17,72 @@ from torch import nn
 from ..models.common import count_params
 from .optim import lr_at
 
+# The lines a person reads, in English and Chinese (``glassformer --lang zh`` or a zh locale: the command
+# calls use_language). Metric names (train_loss, val_loss, lr) stay as they are written in metrics.jsonl;
+# warnings, like errors, stay English (they name options and are searched for).
+TEXT: dict[str, dict[str, str]] = {
+    "en": {
+        "params_m": "{m:.2f} M parameters", "params": "{n:,} parameters",
+        "model_other": "model: {kind}, block {block}: {params}",
+        "model": "model: {kind}, {shape} x {d} wide, {heads} heads, vocab {vocab}, block {block}: {params}",
+        "encdec": "{enc} encoder + {dec} decoder layers", "layers": "{n} layers", "layer": "{n} layer",
+        "resume_at": "at step {step} of {max_steps}",
+        "resume_end": "at step {step}: max_steps {max_steps} reached, nothing left to train",
+        "resuming": "resuming {out}/ {left} (from {checkpoint})",
+        "done": "done", "interrupted": "interrupted",
+        "summary": "{verb}: step {step} of {max_steps} in {wall:.1f} s, {rate:,.0f} tok/s ({precision})",
+        "best": " (best {value} at step {step})",
+        "preparing": "preparing the data: {tokenizer} tokenizer and token cache from {n} file(s) ...",
+        "nothing_to_resume": "resume: {out} holds no checkpoint to resume from; starting at step 0",
+        "kept": "checkpoints in {kept}; summary in {summary}",
+        "none_kept": "no checkpoint was written; summary in {summary}",
+        "and": " and ",
+        "resume_with": "interrupted at step {step} of {max_steps}; resume with: {command}",
+        "same_torchrun": " (under the same torchrun)",
+        "evaluating": "step {step}/{max_steps} | evaluating on the validation split ...",
+    },
+    "zh": {
+        "params_m": "{m:.2f} M 个参数", "params": "{n:,} 个参数",
+        "model_other": "模型：{kind}，窗口 {block}：{params}",
+        "model": "模型：{kind}，{shape} × {d} 宽，{heads} 个头，词表 {vocab}，窗口 {block}：{params}",
+        "encdec": "编码器 {enc} 层 + 解码器 {dec} 层", "layers": "{n} 层", "layer": "{n} 层",
+        "resume_at": "从第 {step} 步继续（共 {max_steps} 步）",
+        "resume_end": "已在第 {step} 步：max_steps {max_steps} 已达到，没有要训练的了",
+        "resuming": "继续训练 {out}/：{left}（来自 {checkpoint}）",
+        "done": "完成", "interrupted": "已中断",
+        "summary": "{verb}：第 {step} 步（共 {max_steps} 步），用时 {wall:.1f} 秒，"
+                   "每秒 {rate:,.0f} 个 token（{precision}）",
+        "best": "（最佳 {value}，在第 {step} 步）",
+        "preparing": "准备数据：{tokenizer} 分词器和 token 缓存，来自 {n} 个文件 ……",
+        "nothing_to_resume": "resume：{out} 里没有可以继续的检查点；从第 0 步开始",
+        "kept": "检查点在 {kept}；摘要在 {summary}",
+        "none_kept": "没有写出检查点；摘要在 {summary}",
+        "and": " 和 ",
+        "resume_with": "在第 {step} 步（共 {max_steps} 步）中断；继续训练请运行：{command}",
+        "same_torchrun": "（在同样的 torchrun 下）",
+        "evaluating": "第 {step}/{max_steps} 步 | 正在验证集上评估 ……",
+    },
+}
+_language = "en"
+
+
+def use_language(lang: str) -> None:
+    """Print the lines of this module in ``lang`` ("en" or "zh") from now on; the command line calls it
+    with its language (``--lang``, or the locale). Anything else is refused."""
+    global _language
+    if lang not in TEXT:
+        raise ValueError(f"lang must be one of {', '.join(TEXT)}, got {lang!r}")
+    _language = lang
+
+
+def say(key: str, **fields: Any) -> str:
+    """The line ``key`` of :data:`TEXT` in the current language, its ``{fields}`` filled in."""
+    return TEXT[_language][key].format(**fields)
+
 
 def parameter_count(n: int) -> str:
     """``0.80 M parameters`` (``6,304 parameters`` under ten thousand, where millions would read 0.01)."""
-    return f"{n / 1e6:.2f} M parameters" if n >= 10_000 else f"{n:,} parameters"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return say("params_m", m=n / 1e6) if n >= 10_000 else say("params", n=n)
 
 
 def describe_model(model: nn.Module, block_size: int, n_params: int | None = None) -> str:
@@ -40,22 +98,21 @@ def describe_model(model: nn.Module, block_size: int, n_params: int | None = Non
     n = count_params(model) if n_params is None else n_params
     config = getattr(model, "config", None)
     if config is None:
-        return f"model: {type(model).__name__}, block {block_size}: {parameter_count(n)}"
+        return say("model_other", kind=type(model).__name__, block=block_size, params=parameter_count(n))
     if getattr(config, "arch", "lm") == "encoder-decoder":
-        shape = f"{config.n_enc} encoder + {config.n_dec} decoder layers"
+        shape = say("encdec", enc=config.n_enc, dec=config.n_dec)
         kind = type(model).__name__
     else:
-        shape = _plural(config.n_layers, "layer")
+        shape = say("layer" if config.n_layers == 1 else "layers", n=config.n_layers)
         kind = f"{type(model).__name__} {config.attn}"
-    return (f"model: {kind}, {shape} x {config.d_model} wide, {config.n_heads} heads, vocab {config.vocab_size}, "
-            f"block {block_size}: {parameter_count(n)}")
+    return say("model", kind=kind, shape=shape, d=config.d_model, heads=config.n_heads, vocab=config.vocab_size,
+               block=block_size, params=parameter_count(n))
 
 
 def resume_line(out_dir: str, step: int, max_steps: int, checkpoint: str) -> str:
     """``resuming out/ at step 120 of 200 (from out/ckpt-000120)``, or that nothing is left to train."""
-    left = (f"at step {step} of {max_steps}" if step < max_steps
-            else f"at step {step}: max_steps {max_steps} reached, nothing left to train")
-    return f"resuming {out_dir.rstrip('/')}/ {left} (from {checkpoint})"
+    left = say("resume_at" if step < max_steps else "resume_end", step=step, max_steps=max_steps)
+    return say("resuming", out=out_dir.rstrip("/"), left=left, checkpoint=checkpoint)
 
 
 def schedule_warnings(config: Any, step: int, before: Mapping[str, Any] | None = None) -> list[str]:
@@ -103,9 +160,8 @@ def summary_lines(result: Mapping[str, Any], max_steps: int) -> list[str]:
         done: step 200 of 200 in 170.3 s, 1,178 tok/s (float32)
         train_loss 1.9321 | val_loss 2.0012 (best 1.9987 at step 150) | val_ppl 7.3900 | ...
     """
-    verb = "done" if result["stopped"] == "done" else "interrupted"
-    head = (f"{verb}: step {result['step']} of {max_steps} in {result['wall_s']:.1f} s, "
-            f"{result['tokens_per_s']:,.0f} tok/s ({result['precision']})")
+    head = say("summary", verb=say("done" if result["stopped"] == "done" else "interrupted"), step=result["step"],
+               max_steps=max_steps, wall=result["wall_s"], rate=result["tokens_per_s"], precision=result["precision"])
     parts = []
     train_loss = result.get("train_loss")
     if isinstance(train_loss, float) and math.isfinite(train_loss):
@@ -116,6 +172,6 @@ def summary_lines(result: Mapping[str, Any], max_steps: int) -> list[str]:
         text = f"{key} {_number(float(value))}"
         best = result.get("best_val_loss")
         if key == "val_loss" and best is not None and best != value:
-            text += f" (best {_number(best)} at step {result.get('best_step', '?')})"
+            text += say("best", value=_number(best), step=result.get("best_step", "?"))
         parts.append(text)
     return [head, " | ".join(parts)] if parts else [head]
