@@ -72,3 +72,17 @@ def test_the_resume_command_after_ctrl_c_in_chinese():
         "在第 5 步（共 10 步）中断；继续训练请运行：glassformer train --resume true"
     with pytest.raises(ValueError, match="lang must be one of en, zh, got 'fr'"):
         report.use_language("fr")
+
+
+def test_the_recipe_verdict_and_summary_in_chinese():
+    from glassformer.recipes.summary import recipe_summary, verdict
+
+    models = {"prefix-LM": {"exact_match": 1.0, "symbol_accuracy": 1.0},
+              "causal-LM": {"exact_match": 0.623, "symbol_accuracy": 0.9}}
+    assert verdict(models) == "prefix-LM wins: 1.000 vs 0.623 exact match (causal-LM)"
+    report.use_language("zh")
+    assert verdict(models) == "prefix-LM 胜：完全匹配 1.000 对 0.623（causal-LM）"
+    lines = recipe_summary({"task": "lm", "corpus": "tinyshakespeare", "wall_s": 12.0,
+                            "samples": [{"prompt": "ROMEO:", "text": "O, she doth"}]}, "out/x/")
+    assert lines == ["配方 lm（语料 tinyshakespeare）：12.0 秒", "样例 1（提示 'ROMEO:'）：", "    O, she doth",
+                     "全部结果在 out/x/results.json"]
