@@ -86,3 +86,15 @@ def test_the_recipe_verdict_and_summary_in_chinese():
                             "samples": [{"prompt": "ROMEO:", "text": "O, she doth"}]}, "out/x/")
     assert lines == ["配方 lm（语料 tinyshakespeare）：12.0 秒", "样例 1（提示 'ROMEO:'）：", "    O, she doth",
                      "全部结果在 out/x/results.json"]
+
+
+def test_other_verbs_say_where_their_output_went_in_chinese(corpus, monkeypatch, capsys):
+    status, _, _ = _train(monkeypatch, capsys, "--max_steps", "2")
+    assert status == 0
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert cli.main(["generate", "out/last", "--prompt", "hello", "--max_new_tokens", "3", "--json", "g.json"]) == 0
+    assert "已写入 g.json" in capsys.readouterr().err
+    assert cli.main(["eval", "out/last", "--data", "a.txt", "--max_batches", "1"]) == 0
+    assert "正在评分：a.txt 的 " in capsys.readouterr().err
+    assert cli.main(["inspect", "out/last", "--text", "hello", "--out", "r.html"]) == 0
+    assert capsys.readouterr().out.startswith("报告已写入 r.html（")

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import GlassformerError, UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
     from ..training.objectives import OBJECTIVE_ATTN, batch_loss
+    from ..viz.i18n import text as ui_text
     from .precision import choose_precision
 
     if args.max_memory is not None:
@@ -86,9 +87,11 @@ def run(args: argparse.Namespace) -> int:
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
     # labelled by the file scored, not as a validation split: {"data": FILE, "loss", "ppl", "accuracy", ...}
     scored = str(args.pairs or f"{args.src} -> {args.tgt}") if objective == "seq2seq" else str(args.data)
-    amount = f"{len(pairs):,} pairs" if objective == "seq2seq" else f"{len(ids):,} tokens"
-    print(f"scoring {amount} of {scored} ({objective}, batches of {args.batch_size} x {block_size}) ...",
-          file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
+    lang = getattr(args, "ui_lang", "en")
+    amount = (ui_text("cli.pairs", lang, n=len(pairs)) if objective == "seq2seq"
+              else ui_text("cli.tokens", lang, n=len(ids)))
+    print(ui_text("cli.scoring", lang, amount=amount, scored=scored, objective=objective, batch=args.batch_size,
+               block=block_size), file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
     clean = {k.removeprefix("val_"): v if not isinstance(v, float) or math.isfinite(v) else None

@@ -134,6 +134,7 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
     """The generation of :func:`run`, once the model is loaded and the precision chosen."""
     from ..fileio import atomic_write
     from ..generation import format_trace, generate_text, stream_text, trace_text
+    from ..viz.i18n import text as ui_text
 
     continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
     if args.trace:
@@ -167,5 +168,5 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
     if args.json is not None:
         atomic_write(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n", inputs=[args.checkpoint],
                      what="--json")
-        print(f"written to {args.json}", file=sys.stderr)
+        print(ui_text("cli.written", getattr(args, "ui_lang", "en"), path=args.json), file=sys.stderr)
     return 0

@@ -118,16 +118,18 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import UsageError, check_seed
     from ..viz.i18n import resolve_lang
+    from ..viz.i18n import text as ui_text
     from ..viz.report_run import is_run_dir, write_run_page
 
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
         path = write_run_page(args.checkpoint, args.out, lang=resolve_lang(args.lang, "--lang"))
-        print(f"run page written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
+        print(ui_text("cli.run_page", resolve_lang(args.lang, "--lang"), path=path, kib=path.stat().st_size / 1024))
         return 0
     if args.text is None:
         raise UsageError("--text is required (but for a run folder, which has metrics.jsonl)")
     args.out = args.out or Path("report.html")
     from ..fileio import claim_outputs
+    from ..viz.i18n import text as ui_text
     from ..viz.report import check_report_options, write_report
 
     claim_outputs([args.out], [args.checkpoint] if args.checkpoint is not None else [], "--out")  # before loading
@@ -146,5 +148,5 @@ def run(args: argparse.Namespace) -> int:
                             max_tokens=args.max_tokens, add_special_tokens=args.add_special_tokens,
                             logit_lens=args.logit_lens, head_scores=args.head_scores, ablation=args.ablation,
                             lang=lang)
-    print(f"report written to {path} ({path.stat().st_size / 1024:.0f} KiB); open it in any browser, offline")
+    print(ui_text("cli.report", lang, path=path, kib=path.stat().st_size / 1024))
     return 0

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         for tracker in trackers:
             tracker.close()
     from ..viz.i18n import resolve_lang
+    from ..viz.i18n import text as ui_text
 
     pages = None
     if result["features"] is not None:
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
              for k, v in result["metrics"].items()}
     print(json.dumps({"metrics": shown, "steps": result["training"]["steps"],
                       "wall_s": result["training"]["wall_s"]}))
-    print(f"SAE in {Path(result['out_dir']) / 'sae'}"
-          + (f"; feature pages: {pages}" if pages else ""))
+    lang = getattr(args, "ui_lang", "en")
+    print(ui_text("cli.sae_in", lang, path=Path(result["out_dir"]) / "sae")
+          + (ui_text("cli.feature_pages", lang, pages=pages) if pages else ""))
     return 0

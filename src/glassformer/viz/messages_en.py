@@ -251,4 +251,12 @@ EN: dict[str, str] = {
     "sae.js.down": "Output tokens pushed down",
     "sae.js.activation": "activation {value}",
     "sae.js.none": "No feature fired on the held-out text.",
+    "cli.run_page": "run page written to {path} ({kib:.0f} KiB); open it in any browser, offline",
+    "cli.report": "report written to {path} ({kib:.0f} KiB); open it in any browser, offline",
+    "cli.written": "written to {path}",
+    "cli.scoring": "scoring {amount} of {scored} ({objective}, batches of {batch} x {block}) ...",
+    "cli.pairs": "{n:,} pairs",
+    "cli.tokens": "{n:,} tokens",
+    "cli.sae_in": "SAE in {path}",
+    "cli.feature_pages": "; feature pages: {pages}",
 }

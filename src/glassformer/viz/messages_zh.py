@@ -233,4 +233,12 @@ ZH: dict[str, str] = {
     "sae.js.down": "被压低的输出 token",
     "sae.js.activation": "激活值 {value}",
     "sae.js.none": "留出文本上没有任何特征被激活。",
+    "cli.run_page": "运行页面已写入 {path}（{kib:.0f} KiB）；用任何浏览器离线打开",
+    "cli.report": "报告已写入 {path}（{kib:.0f} KiB）；用任何浏览器离线打开",
+    "cli.written": "已写入 {path}",
+    "cli.scoring": "正在评分：{scored} 的 {amount}（{objective}，每批 {batch} × {block}）……",
+    "cli.pairs": "{n:,} 个句对",
+    "cli.tokens": "{n:,} 个 token",
+    "cli.sae_in": "SAE 在 {path}",
+    "cli.feature_pages": "；特征页面：{pages}",
 }
