@@ -21,9 +21,9 @@ from functools import cached_property
 import torch
 from torch import nn
 
-from ..validate import check_choice
 from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.norms import LayerNorm, RMSNorm
+from ..validate import check_choice
 
 
 class FactoredMatrix:
