@@ -452,6 +452,18 @@ def is_disk_full(error: BaseException) -> bool:
                                            "os error 28", "os error 122"))
 
 
+@contextmanager
+def disk_full_names(path: str | Path) -> Iterator[None]:
+    """Inside the block, any error that says the disk is full (:func:`is_disk_full`) becomes the one line
+    of :func:`disk_full_error` naming ``path``; every other error passes unchanged."""
+    try:
+        yield
+    except Exception as error:
+        if is_disk_full(error):
+            raise disk_full_error(path) from None
+        raise
+
+
 def disk_full_error(path: str | Path) -> GlassformerError:
     """The one line a full disk gives while ``path`` is written: ``No space left on device: 'PATH'``."""
     return GlassformerError(f"No space left on device: {str(path)!r} (the disk is full; nothing was replaced "
@@ -486,13 +498,9 @@ def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
     restore_moved_aside(path, names)
     temp = _temp_dir_next_to(path)
     try:
-        try:
+        with disk_full_names(path):
             yield temp
             fsync_tree(temp)
-        except Exception as error:
-            if is_disk_full(error):
-                raise disk_full_error(path) from None
-            raise
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old-{os.getpid()}"
@@ -543,13 +551,9 @@ def new_directory(path: str | Path) -> Iterator[Path]:
         raise FileExistsError(f"{str(path)!r} already exists")
     temp = _temp_dir_next_to(path)
     try:
-        try:
+        with disk_full_names(path):
             yield temp
             fsync_tree(temp)
-        except Exception as error:
-            if is_disk_full(error):
-                raise disk_full_error(path) from None
-            raise
         os.rename(temp, path)
         fsync_dir(path.parent)
     finally:
