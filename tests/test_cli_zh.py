@@ -1,5 +1,6 @@
-"""The command line's frame in Chinese under ``--lang zh`` (anywhere on the line) or a Chinese locale;
-English by default; no torch imported to answer (issue 34 point 4, partial: verbs' help stays English)."""
+"""The command line's help and frame in Chinese under ``--lang zh`` (anywhere on the line) or a Chinese
+locale; English by default; no torch imported to answer (issue 34 point 4). Every verb's description,
+option help, group title and epilog has its Chinese text: a new or edited English one fails here."""
 
 from __future__ import annotations
 
@@ -94,3 +95,111 @@ def test_translations_keep_placeholders() -> None:
         assert sorted(re.findall(r"%\(\w+\)\w|%\w", english)) == sorted(re.findall(r"%\(\w+\)\w|%\w", chinese))
     for key, both in CLI_TEXT.items():
         assert set(re.findall(r"{(\w+)}", both["en"])) == set(re.findall(r"{(\w+)}", both["zh"])), key
+
+
+def _verb_parsers() -> dict:
+    import argparse
+
+    from glassformer.cli import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_every_option_help_has_chinese_and_none_is_stale() -> None:
+    import argparse
+
+    from glassformer.cli_help_zh import HELP_ZH
+
+    used = set()
+    for verb, parser in _verb_parsers().items():
+        for action in parser._actions:
+            if action.dest == "help" or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"{verb} {action.option_strings or action.dest}: no help string"
+            assert action.help in HELP_ZH, f"{verb} {action.option_strings or action.dest}: {action.help!r}"
+            used.add(action.help)
+    assert set(HELP_ZH) == used, f"stale: {sorted(set(HELP_ZH) - used)}"
+    for english, chinese in HELP_ZH.items():
+        assert sorted(re.findall(r"%\(\w+\)\w", english)) == sorted(re.findall(r"%\(\w+\)\w", chinese)), english
+
+
+def test_every_description_group_and_epilog_has_chinese() -> None:
+    from glassformer.cli import VERBS
+    from glassformer.cli_help_zh import DESCRIPTION_ZH, EPILOG_ZH, GROUP_ZH, translate_epilog
+
+    assert set(DESCRIPTION_ZH) == set(VERBS)
+    parsers = _verb_parsers()
+    titles = {group.title for parser in parsers.values() for group in parser._action_groups}
+    assert set(GROUP_ZH) == titles - {"positional arguments", "options"}
+    assert set(EPILOG_ZH) <= {verb for verb, parser in parsers.items() if parser.epilog}
+
+    def commands(text: str) -> list[str]:  # the example command lines, without their comments
+        lines = re.findall(r"^(?: *|example: |示例：)(glassformer [a-z]+ .*)$", text, re.M)
+        return [re.split(r"\s{2,}|[#(（]", line)[0].strip() for line in lines]
+
+    for verb, parser in parsers.items():
+        if parser.epilog:
+            chinese = translate_epilog(verb, parser.epilog)
+            assert commands(chinese) == commands(parser.epilog), verb
+            assert not re.search(r"^(examples?|shipped recipes|config keys|model keys):", chinese, re.M), verb
+
+
+def test_train_key_comments_have_chinese() -> None:
+    """train --help lists the config keys with defaults and comments: each comment has its Chinese one."""
+    from pathlib import Path
+
+    import glassformer
+    from glassformer.cli_help_zh import TRAIN_KEY_ZH, translate_epilog
+    from glassformer.commands.overrides import dataclass_keys
+
+    config = Path(glassformer.__file__).parent / "training" / "config.py"
+    commented = {name for name, _, comment in dataclass_keys(config, "TrainConfig") if comment}
+    assert set(TRAIN_KEY_ZH) == commented
+    chinese = translate_epilog("train", _verb_parsers()["train"].epilog)
+    for name in commented:
+        line = next(line for line in chinese.split("\n") if line.startswith(f"  --{name} "))
+        assert line.endswith(TRAIN_KEY_ZH[name]), line
+
+
+@pytest.mark.parametrize("verb", ["demo", "train", "recipe", "eval", "generate", "translate", "inspect",
+                                  "convert", "embed", "sae", "bench"])
+def test_verb_help_in_chinese_fits_the_terminal(verb: str, capsys: pytest.CaptureFixture,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each verb's --help under zh: its description and every option's help in Chinese, no line wider than
+    the terminal's 80 columns (Chinese characters count two) but for example commands and key lists."""
+    from glassformer.cli import main
+    from glassformer.cli_help_zh import DESCRIPTION_ZH, HELP_ZH
+    from glassformer.textwidth import display_width
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as stop:
+        main(["--lang", "zh", verb, "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert DESCRIPTION_ZH[verb][:12] in out.replace("\n", "")
+    for english in HELP_ZH:
+        assert english not in out.replace("\n", " ")
+    wide = [line for line in out.split("\n") if display_width(line) > 80 and not line.isascii()
+            and not line.startswith("  --")]  # train's key list: one key a line, as in English
+    assert wide == []
+
+
+def test_generate_help_in_chinese_without_torch() -> None:
+    done = _run(["--lang", "zh", "generate", "--help"], None)
+    assert done.returncode == 0, done.stderr
+    assert "打印每一步的最佳候选和所选的词元" in done.stdout and "print each step" not in done.stdout
+    assert "torch loaded: False" in done.stdout
+
+
+def test_wrap_columns_counts_columns_and_keeps_punctuation() -> None:
+    from glassformer.cli_help_zh import wrap_columns
+    from glassformer.textwidth import display_width
+
+    text = "在整个文件上为检查点打分：损失、困惑度（字符级模型还有每字符比特数）。目标 training.json，除非另行给出。"
+    for width in range(16, 60):  # from the longest word (training.json，) up
+        lines = wrap_columns(text, width)
+        assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+        assert all(display_width(line) <= width for line in lines), width
+        assert not any(line[0] in "，。；：）、" or line[-1] == "（" for line in lines), lines
+    assert wrap_columns("one two three", 7) == ["one two", "three"]

@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
     "checks": 4, "interpret": 4,
     "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
     "__init__": 6,
-    "commands": 7, "cli_zh": 7, "cli": 8, "__main__": 9,
+    "commands": 7, "cli_zh": 7, "cli_help_zh": 7, "cli": 8, "__main__": 9,
 }
 # Rooms on the same layer that may use each other, one way only (the other way is then an error).
 SIDEWAYS: set[tuple[str, str]] = {

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from ._version import __version__
+from .cli_help_zh import translate_help
 from .cli_zh import VERB_HELP_ZH, argparse_zh, cli_lang, cli_text, move_lang
 from .errors import GlassformerError
 
@@ -87,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     words = move_lang(words, VERBS_WITH_LANG)
     with _frame_lang(lang):
         parser = build_parser()
-        if lang != "en":  # the top-level texts in lang (the verbs' own help strings stay English for now)
+        if lang != "en":  # every text of --help in lang: the frame, the verbs' summaries and their own help
             parser.description, parser.epilog = cli_text("description", lang), cli_text("epilog", lang)
             verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
             for choice in verbs._choices_actions:  # the verbs' one-line summaries
                 choice.help = VERB_HELP_ZH.get(choice.dest, choice.help)
+            translate_help(verbs)
         glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
         if glued is not None:  # argparse drops a value "--" and passes [] on as the option's value
             parser.error(f"{glued}: '--' is not a value; give the option a real one")

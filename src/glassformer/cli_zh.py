@@ -1,8 +1,8 @@
 """Chinese text of the command line's own frame (``--lang zh`` anywhere on the line, or a Chinese locale).
 
-Partial (issue 34 point 4): argparse's frame (usage, option groups, "the following arguments are
-required", "unrecognized arguments", "invalid choice"), the top-level description and epilog and the
-"did you mean" hint. The verbs' own help strings are still English. Torch-free: the CLI reads this
+argparse's frame (usage, option groups, "the following arguments are required", "unrecognized
+arguments", "invalid choice"), the top-level description and epilog, the verbs' one-line summaries and
+the "did you mean" hint; each verb's own help is in cli_help_zh.py. Torch-free: the CLI reads this
 before any verb runs. The vocabulary follows viz/messages_zh.py.
 """
 

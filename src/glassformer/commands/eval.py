@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--src", type=Path, help="source file (seq2seq)")
     parser.add_argument("--tgt", type=Path, help="target file (seq2seq)")
     parser.add_argument("--pairs", type=Path, help=".tsv or .jsonl pairs file (seq2seq)")
-    parser.add_argument("--objective", choices=("clm", "mlm", "prefix", "seq2seq"))
+    parser.add_argument("--objective", choices=("clm", "mlm", "prefix", "seq2seq"),
+                        help="what to score (default: the training one)")
     parser.add_argument("--block_size", type=int, help="window length (default: the training one)")
-    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--batch_size", type=int, default=64, help="windows (or sentence pairs) per batch (default 64)")
     parser.add_argument("--max_batches", type=int, help="stop after this many batches (default: the whole file)")
     parser.add_argument("--max_memory", default=None,
                         help="memory evaluation may use (8GB, 512MiB; default: what the machine has free)")

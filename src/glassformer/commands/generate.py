@@ -36,20 +36,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("checkpoint", type=Path, help="checkpoint folder (model.safetensors, config.json, ...)")
     parser.add_argument("--prompt", action="append", required=True,
                         help="text to continue (an encoder-decoder translates it); repeat for a batch")
-    parser.add_argument("--max_new_tokens", type=int, default=100)
+    parser.add_argument("--max_new_tokens", type=int, default=100, help="tokens to add (default 100)")
     parser.add_argument("--sample", "--do_sample", dest="do_sample", action="store_true",
                         help="sample instead of taking the most likely token")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (> 0; default 1)")
     parser.add_argument("--top_k", type=int, default=None, help="sample among the k most likely")
     parser.add_argument("--top_p", type=float, default=None, help="nucleus threshold in (0, 1]")
     parser.add_argument("--min_p", type=float, default=None, help="drop tokens below min_p x top")
-    parser.add_argument("--repetition_penalty", type=float, default=None)
-    parser.add_argument("--no_repeat_ngram_size", type=int, default=None)
-    parser.add_argument("--num_beams", type=int, default=1)
-    parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--repetition_penalty", type=float, default=None,
+                        help="penalise the tokens already present (> 1 repeats less; CTRL's rule, as in HF)")
+    parser.add_argument("--no_repeat_ngram_size", type=int, default=None,
+                        help="never repeat an n-gram of this many tokens")
+    parser.add_argument("--num_beams", type=int, default=1, help="beam width (1 = no beam search, the default)")
+    parser.add_argument("--length_penalty", type=float, default=1.0,
+                        help="beam search: score / length**penalty (> 1 favours longer outputs)")
     parser.add_argument("--early_stopping", type=_early_stopping, default=False,
                         help="beam search stop rule: true, false or never")
-    parser.add_argument("--num_return_sequences", type=int, default=1)
+    parser.add_argument("--num_return_sequences", type=int, default=1,
+                        help="outputs per prompt (at most --num_beams with beam search)")
     parser.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     parser.add_argument("--ignore_eos", action="store_true",
@@ -57,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no_cache", action="store_true", help="recompute instead of KV caching")
     parser.add_argument("--stream", action="store_true", help="print the text as it is generated")
     parser.add_argument("--trace", action="store_true", help="print each step's top candidates and choice")
-    parser.add_argument("--trace_top_k", type=int, default=4)
+    parser.add_argument("--trace_top_k", type=int, default=4, help="candidates shown per traced step (default 4)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
     add_precision(parser)
     parser.set_defaults(func=run)

@@ -21,7 +21,7 @@ EPILOG = """examples:
   glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
   glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad_to 10
   glassformer inspect path/to/all-MiniLM-L6-v2 --text "The cat sat."
-  glassformer inspect out/induction_heads/attn_only/model --text "abcdefgabcdefg" --add_special_tokens \
+  glassformer inspect out/induction_heads/attn_only/model --text "abcdefgabcdefg" --add_special_tokens \\
       --logit_lens --head_scores --ablation
 
 CHECKPOINT is a training run's folder (its out_dir, with metrics.jsonl: the run page, no --text), or
