@@ -62,11 +62,18 @@ socket.socket.connect = _refuse_remote  # type: ignore[method-assign]
 SHARED_DATA = Path(os.environ["GLASSFORMER_SHARED_DATA"]) if os.environ.get("GLASSFORMER_SHARED_DATA") else None
 
 
+STARTED_IN = Path.cwd()  # where pytest runs (the repository): no test leaves a file here
+TOOL_CACHES = {".hypothesis", ".pytest_cache", "__pycache__", ".ruff_cache"}  # the tools' own, made on first use
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     torch.manual_seed(0)
     torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps runs comparable
+    before = set(os.listdir(STARTED_IN))
     yield
+    left = sorted(set(os.listdir(STARTED_IN)) - before - TOOL_CACHES)
+    assert not left, f"the test left {left} in {STARTED_IN} (write into tmp_path, or pass --out)"
 
 
 @pytest.fixture

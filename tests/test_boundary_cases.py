@@ -304,7 +304,7 @@ def test_a_checkpoint_folder_whose_name_is_not_utf8_generates_and_inspects(latin
                                         "--json", latin1 / _latin1_name(b"g")])
     assert status == 0, err
     assert out.startswith("he")
-    status, out, err = run_cli(capsys, ["inspect", ck, "--text", "hello"])
+    status, out, err = run_cli(capsys, ["inspect", ck, "--text", "hello", "--out", latin1 / "r.html"])
     assert status == 0, err
     status, out, err = run_cli(capsys, ["convert", ck, latin1 / _latin1_name(b"hf")])
     assert status == 0, err

@@ -216,7 +216,7 @@ def test_an_sae_too_wide_for_the_memory_is_refused_before_allocating(tmp_path, m
     assert "an SAE with d_sae=1048576 on d_in=16 (batch_size=64, buffer_size=128) needs at least 1.1 GB" in err, err
     assert "more than the 537 MB available on this machine" in err, err
     assert seen.largest < 2**20, seen  # the model's weights were loaded; nothing of the SAE's size
-    assert not (tmp_path / "run" / "sae-blocks.0.hook_resid_post" / "sae").exists()
+    assert not (tmp_path / "run" / "sae-blocks.0.hook_resid_post").exists()  # no empty out_dir left behind
 
 
 def test_the_sae_estimate_counts_weights_adam_the_step_and_the_buffer():

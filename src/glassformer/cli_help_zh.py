@@ -211,54 +211,34 @@ GROUP_ZH = {
     "model without a checkpoint": "不用检查点的模型",
 }
 
-# The epilogs written once (their example lines are kept as they are; tests check they match the English).
-EPILOG_ZH = {
-    "translate": "示例：glassformer translate out/multi30k_de_en/best test.de --beams 4 --ref test.en",
-    "sae": "示例：glassformer sae out/sc/best --hook blocks.2.hook_resid_post --data input.txt --steps 1000",
-    "inspect": """示例：
-  glassformer inspect out/induction_heads/attn_only          （运行文件夹：写出它的 run.html）
-  glassformer inspect runs/char-lm/last --text "ROMEO:" --out report.html
-  glassformer inspect runs/translate --text "ein Hund läuft" --target "a dog runs"
-  glassformer inspect --preset lesson2 --attn prefix --text "question? " --target "answer"
-  glassformer inspect --preset lesson2 --attn bidirectional --text "short" --pad_to 10
-  glassformer inspect path/to/all-MiniLM-L6-v2 --text "The cat sat."
-  glassformer inspect out/induction_heads/attn_only/model --text "abcdefgabcdefg" --add_special_tokens \\
-      --logit_lens --head_scores --ablation
-
-CHECKPOINT 是一次训练运行的文件夹（它的 out_dir，含 metrics.jsonl：运行页面，不需要 --text），或者 \
-glassformer 检查点文件夹，或者 Hugging Face 模型文件夹（GPT-2、Llama、BERT、BART；由 glassformer.interop \
-读取，不需要 transformers）。不给时，--preset 构建一个随机权重、字节级分词器的模型：它的注意力没有意义，\
-但它的掩码（因果、前缀、填充）与训练好的模型完全一样地显示出来。""",
-    "convert": """示例：
-  glassformer convert path/to/all-MiniLM-L6-v2 runs/minilm        # Hugging Face -> glassformer
-  glassformer convert runs/char-lm exported/char-lm-hf           # glassformer -> Hugging Face
-
-方向由 SRC 决定：config.json 中有 "model_type" 的文件夹是 Hugging Face 文件夹；否则是 glassformer 检查点。\
-支持的模型家族：GPT-2、Llama、BERT、BART（docs/interop.md）。""",
-    "embed": """示例：
-  glassformer embed --model path/to/all-MiniLM-L6-v2 "A cat sits." "A kitten is sitting."
-  glassformer embed --model path/to/all-MiniLM-L6-v2 --similarity "A cat sits." "Stocks fell." "Ein Hund."
-
---model 是 Hugging Face 文件夹（不经 transformers 读取）或编码器（attn="bidirectional"）的 glassformer \
-检查点。不加 --similarity 时，每个文本打印为一行 JSON。""",
-    "bench": """精度：
-  每个训练、生成和 return_attn 行都在 --precision 的每种精度下运行：float32，或者在 torch.autocast 下\
-以 bfloat16/float16 做前向计算，权重和 AdamW 保持 float32（混合精度，人们训练的方式）。表格的 precision \
-列写明是哪种；训练行的 MFU 以标题中该精度的矩阵乘法峰值为准。compile 和 scaling 使用第一种。\
-auto 表示 precision: auto 在本机可能选的（float32，CPU 或 GPU 有 bfloat16 指令时再加 bfloat16）。
-
-nanoGPT：
-  glassformer 不附带它：把 --nanogpt 指向一个 checkout 的 model.py；它的 GPT 在每个规模上构建（偏置与 \
-glassformer 的相同，dropout 0），在相同的轮次中用相同的步骤和 AdamW 训练，训练表格多出一列 'vs nanogpt'。
-
-示例：
-  glassformer bench --quick
-  glassformer bench --only train --nanogpt ~/nanoGPT/model.py
-  glassformer bench --only train,gen --precision float32 --no_hf
-  glassformer bench --device cuda --precision bfloat16
-
-见 docs/benchmarks.md。""",
+# The epilogs' paragraphs, by their English opening (the example blocks keep their lines: only the
+# header and the notes of PHRASE_ZH change).
+PARAGRAPH_ZH = {
+    "CHECKPOINT is a training run's folder":
+        "CHECKPOINT 是一次训练运行的文件夹（它的 out_dir，含 metrics.jsonl：运行页面，不需要 --text），或者 "
+        "glassformer 检查点文件夹，或者 Hugging Face 模型文件夹（GPT-2、Llama、BERT、BART；由 glassformer.interop "
+        "读取，不需要 transformers）。不给时，--preset 构建一个随机权重、字节级分词器的模型：它的注意力没有意义，"
+        "但它的掩码（因果、前缀、填充）与训练好的模型完全一样地显示出来。",
+    "The direction follows SRC":
+        '方向由 SRC 决定：config.json 中有 "model_type" 的文件夹是 Hugging Face 文件夹；否则是 glassformer 检查点。'
+        "支持的模型家族：GPT-2、Llama、BERT、BART（docs/interop.md）。",
+    "--model is a Hugging Face folder":
+        '--model 是 Hugging Face 文件夹（不经 transformers 读取）或编码器（attn="bidirectional"）的 glassformer '
+        "检查点。不加 --similarity 时，每个文本打印为一行 JSON。",
+    "precision:\n":
+        "精度：\n  每个训练、生成和 return_attn 行都在 --precision 的每种精度下运行：float32，或者在 torch.autocast "
+        "下以 bfloat16/float16 做前向计算，权重和 AdamW 保持 float32（混合精度，人们训练的方式）。表格的 precision "
+        "列写明是哪种；训练行的 MFU 以标题中该精度的矩阵乘法峰值为准。compile 和 scaling 使用第一种。"
+        "auto 表示 precision: auto 在本机可能选的（float32，CPU 或 GPU 有 bfloat16 指令时再加 bfloat16）。",
+    "nanoGPT:\n":
+        "nanoGPT：\n  glassformer 不附带它：把 --nanogpt 指向一个 checkout 的 model.py；它的 GPT 在每个规模上构建"
+        "（偏置与 glassformer 的相同，dropout 0），在相同的轮次中用相同的步骤和 AdamW 训练，训练表格多出一列 "
+        "'vs nanogpt'。",
+    "See docs/benchmarks.md.": "见 docs/benchmarks.md。",
 }
+
+# Notes inside example lines.
+PHRASE_ZH = {"(a run folder: writes its run.html)": "（运行文件夹：写出它的 run.html）"}
 
 # Lines of the generated epilogs (train's key list, recipe's shipped list), by their English start.
 EPILOG_LINE_ZH = {
@@ -361,24 +341,28 @@ class ColumnsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return super()._format_usage(usage, actions, groups, mask).replace(mask, prefix, 1)
 
 
-def translate_epilog(verb: str, epilog: str | None) -> str | None:
-    """``verb``'s epilog in Chinese: the one written above, else the English one line by line
-    (headers from :data:`EPILOG_LINE_ZH`, ``train``'s key comments from :data:`TRAIN_KEY_ZH`)."""
-    if verb in EPILOG_ZH or epilog is None:
-        return EPILOG_ZH.get(verb, epilog)
-    lines = []
-    for line in epilog.split("\n"):
-        match = _KEY_LINE.fullmatch(line)
-        if match and match[2] in TRAIN_KEY_ZH:
-            line = match[1] + TRAIN_KEY_ZH[match[2]]
-        for english, chinese in EPILOG_LINE_ZH.items():
-            if line.startswith(english):
-                line = chinese + line[len(english):]
-                if chinese.endswith("：") and line.endswith(")"):
-                    line = line[:-1] + "）"
-                break
-        lines.append(line)
-    return "\n".join(lines)
+def translate_epilog(epilog: str) -> str:
+    """An epilog in Chinese: each paragraph of :data:`PARAGRAPH_ZH` whole; the other blocks line by line
+    (headers from :data:`EPILOG_LINE_ZH`, notes from :data:`PHRASE_ZH`, ``train``'s key comments from
+    :data:`TRAIN_KEY_ZH`), their example commands unchanged."""
+    blocks = []
+    for block in epilog.split("\n\n"):
+        opening = next((key for key in PARAGRAPH_ZH if block.startswith(key)), None)
+        blocks.append(PARAGRAPH_ZH[opening] if opening else "\n".join(map(_translate_line, block.split("\n"))))
+    return "\n\n".join(blocks)
+
+
+def _translate_line(line: str) -> str:
+    match = _KEY_LINE.fullmatch(line)
+    if match and match[2] in TRAIN_KEY_ZH:
+        return match[1] + TRAIN_KEY_ZH[match[2]]
+    for english, chinese in PHRASE_ZH.items():
+        line = line.replace(english, chinese)
+    for english, chinese in EPILOG_LINE_ZH.items():
+        if line.startswith(english):
+            line = chinese + line[len(english):]
+            return line[:-1] + "）" if chinese.startswith("  （") else line
+    return line
 
 
 def translate_help(verbs: argparse._SubParsersAction) -> None:
@@ -388,9 +372,8 @@ def translate_help(verbs: argparse._SubParsersAction) -> None:
     for verb, parser in verbs.choices.items():
         if verb in DESCRIPTION_ZH:
             parser.description = "\n".join(wrap_columns(DESCRIPTION_ZH[verb], width))
-        epilog = translate_epilog(verb, parser.epilog)
-        parser.epilog = None if epilog is None else "\n".join(
-            _wrap_line(line, width) for line in epilog.split("\n"))
+        if parser.epilog:
+            parser.epilog = "\n".join(_wrap_line(line, width) for line in translate_epilog(parser.epilog).split("\n"))
         parser.formatter_class = ColumnsHelpFormatter
         for action in parser._actions:
             if isinstance(action.help, str):

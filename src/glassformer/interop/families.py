@@ -136,7 +136,7 @@ def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         d_ff=req("n_inner") if hf.get("n_inner") is not None else 4 * d, max_len=req("n_positions"), pos="learned",
         activation=_act("gpt2", hf, "activation_function", "gelu_new"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
         scale_embeddings=False, dropout=hf.get("resid_pdrop", 0.1), init_std=hf.get("initializer_range", 0.02),
-    ).validate()
+    )
 
 
 def _context(c: ModelConfig) -> int:
@@ -225,7 +225,7 @@ def _neox_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         activation=_act("gpt_neox", hf, "hidden_act", "gelu"), norm_eps=hf.get("layer_norm_eps", 1e-5),
         tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
         dropout=hf.get("hidden_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
-    ).validate()
+    )
 
 
 def _neox_to_hf(c: ModelConfig) -> dict[str, Any]:
@@ -308,7 +308,7 @@ def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         norm_eps=hf.get("rms_norm_eps", 1e-6), activation="swiglu" if act == "silu" else "geglu", bias=bias,
         tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
         dropout=hf.get("attention_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
-    ).validate()
+    )
 
 
 def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
@@ -361,7 +361,7 @@ def _bert_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         norm_eps=hf.get("layer_norm_eps", 1e-12), head_bias=has_head, head_transform=has_head,
         scale_embeddings=False, n_token_types=hf.get("type_vocab_size", 2), embed_norm=True,
         dropout=hf.get("hidden_dropout_prob", 0.1), init_std=hf.get("initializer_range", 0.02),
-    ).validate()
+    )
 
 
 def _bert_to_hf(c: ModelConfig) -> dict[str, Any]:
@@ -441,7 +441,7 @@ def _bart_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         tie=hf.get("tie_word_embeddings", True) or not has_head, head_bias=has_head,
         scale_embeddings=bool(hf.get("scale_embedding", False)), dropout=hf.get("dropout", 0.1),
         init_std=hf.get("init_std", 0.02),
-    ).validate()
+    )
 
 
 def _bart_to_hf(c: ModelConfig) -> dict[str, Any]:

@@ -86,10 +86,19 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         config.out_dir = str(default_out_dir(checkpoint, config.hook))
     out = Path(config.out_dir)
     _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
-    with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused, before it removes anything
-        _tidy_out_dir(out, config.resume)
-        return _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record)
+    try:
+        with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused, before it removes anything
+            _tidy_out_dir(out, config.resume)
+            return _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record)
+    except BaseException:  # a refusal (d_sae past the budget, a bad hook) leaves no empty folder behind
+        for folder in made:
+            try:
+                folder.rmdir()  # only when empty: a state an interrupted run saved stays
+            except OSError:
+                break
+        raise
 
 
 def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
