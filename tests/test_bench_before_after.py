@@ -1,0 +1,43 @@
+"""benchmarks/bench_before_after.py pairs every throughput figure both bench runs report (the runs
+themselves are made up here: each is a bench JSON)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_before_after.py"
+spec = importlib.util.spec_from_file_location("bench_before_after", SCRIPT)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_every_tokens_per_s_is_found_by_its_path():
+    results = {"machine": {"load_1min": 1.5, "tokens_per_s": "n/a"},
+               "train": {"baby": {"float32": {"glassformer": {"tokens_per_s": 900.0, "peak_mb": 30},
+                                              "ok": True}}},
+               "gen": [{"case": [1, 1, 8], "cached_tokens_per_s": 150, "hf_tokens_per_s": None}]}
+    assert bench.throughputs(results) == {"train/baby/float32/glassformer/tokens_per_s": 900.0,
+                                          "gen[0]/cached_tokens_per_s": 150.0}
+
+
+def test_pairs_alternate_and_the_ratio_is_the_median_of_the_pairs(tmp_path, monkeypatch, capsys):
+    rates = {"before": iter([100.0, 100.0, 100.0]), "after": iter([110.0, 90.0, 130.0])}
+    order = []
+
+    def fake_run(src, bench_args, out):
+        side = "before" if src.name == "old" else "after"
+        order.append(side)
+        return {"train/tokens_per_s": next(rates[side])}
+
+    monkeypatch.setattr(bench, "run_bench", fake_run)
+    out = tmp_path / "ba.json"
+    assert bench.main(["--before", str(tmp_path / "old"), "--after", str(tmp_path / "new"), "--pairs", "3",
+                       "--out", str(out)]) == 0
+    assert order == ["before", "after", "after", "before", "before", "after"]
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["figure"] == "train/tokens_per_s" and row["ratio"] == pytest.approx(1.1)
+    assert "| train/tokens_per_s | 100 | 110 | 1.10x (1.10, 0.90, 1.30) |" in capsys.readouterr().out
