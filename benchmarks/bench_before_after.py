@@ -44,7 +44,9 @@ def cpu() -> str:
 
 
 def throughputs(results: Any, path: str = "") -> dict[str, float]:
-    """Every ``...tokens_per_s`` number in a bench JSON, by its path (``train/baby/float32/glassformer/...``)."""
+    """Every throughput in a bench JSON, by its path: a number under a key ending in ``tokens_per_s``
+    (``train/baby/float32/tokens_per_s/glassformer``), but the bound (``bound_tokens_per_s``, the machine's
+    bandwidth, not the code's speed)."""
     found: dict[str, float] = {}
     if isinstance(results, dict):
         for key, value in results.items():
@@ -52,8 +54,10 @@ def throughputs(results: Any, path: str = "") -> dict[str, float]:
     elif isinstance(results, list):
         for i, value in enumerate(results):
             found.update(throughputs(value, f"{path}[{i}]"))
-    elif isinstance(results, (int, float)) and not isinstance(results, bool) and path.endswith("tokens_per_s"):
-        found[path] = float(results)
+    elif isinstance(results, (int, float)) and not isinstance(results, bool):
+        keys = [key.split("[")[0] for key in path.split("/")]
+        if any(k.endswith("tokens_per_s") for k in keys) and "bound_tokens_per_s" not in keys:
+            found[path] = float(results)
     return found
 
 

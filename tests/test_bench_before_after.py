@@ -17,11 +17,14 @@ spec.loader.exec_module(bench)
 
 def test_every_tokens_per_s_is_found_by_its_path():
     results = {"machine": {"load_1min": 1.5, "tokens_per_s": "n/a"},
-               "train": {"baby": {"float32": {"glassformer": {"tokens_per_s": 900.0, "peak_mb": 30},
-                                              "ok": True}}},
-               "gen": [{"case": [1, 1, 8], "cached_tokens_per_s": 150, "hf_tokens_per_s": None}]}
-    assert bench.throughputs(results) == {"train/baby/float32/glassformer/tokens_per_s": 900.0,
-                                          "gen[0]/cached_tokens_per_s": 150.0}
+               "train": {"baby": {"float32": {"tokens_per_s": {"glassformer": 900.0, "hf": 700},
+                                              "peak_mb": {"glassformer": 30}, "ok": True}}},
+               "gen": {"cases": {"B1": {"bound_tokens_per_s": 400.0, "tokens_per_s": {"glassformer": 150}}}},
+               "rows": [{"case": [1, 1, 8], "cached_tokens_per_s": 120, "hf_tokens_per_s": None}]}
+    assert bench.throughputs(results) == {"train/baby/float32/tokens_per_s/glassformer": 900.0,
+                                          "train/baby/float32/tokens_per_s/hf": 700.0,
+                                          "gen/cases/B1/tokens_per_s/glassformer": 150.0,
+                                          "rows[0]/cached_tokens_per_s": 120.0}
 
 
 def test_pairs_alternate_and_the_ratio_is_the_median_of_the_pairs(tmp_path, monkeypatch, capsys):
