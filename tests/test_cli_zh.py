@@ -209,3 +209,6 @@ def test_wrap_columns_counts_columns_and_keeps_punctuation() -> None:
         assert all(display_width(line) <= width for line in lines), width
         assert not any(line[0] in "，。；：）、" or line[-1] == "（" for line in lines), lines
     assert wrap_columns("one two three", 7) == ["one two", "three"]
+    for width in range(1, 6):  # narrower than the punctuation rules can honour: no line is lost or empty
+        lines = wrap_columns("数）。（一）二", width)
+        assert "".join(lines) == "数）。（一）二" and all(lines), (width, lines)

@@ -314,6 +314,7 @@ def wrap_columns(text: str, width: int) -> list[str]:
                     keep -= 1
             while keep > 1 and line[keep - 1] in _OPENING:  # nor does an opening bracket end one
                 keep -= 1
+            keep = keep if "".join(line[:keep]).strip() else len(line)  # a line too narrow for the rules
             lines.append("".join(line[:keep]).rstrip())
             line = line[keep:]
             while line and line[0] == " ":
