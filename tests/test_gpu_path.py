@@ -248,3 +248,55 @@ def test_a_training_step_does_not_wait_for_the_gpu(tmp_path):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert trainer.step == 3
+
+
+HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
+
+
+def _decoding_steps(model: TransformerLM, device: str, steps: int = 32):
+    """A greedy generation set up on ``device`` (no end-of-sequence token: nothing can finish a row), its
+    first step (the prompt's forward) taken; returns the iterator of the next ``steps`` steps."""
+    from glassformer.generation.api import iter_steps, setup_generation
+
+    prompt = torch.tensor([[1, 2, 3, 4]], device=device)
+    setup = setup_generation(model, prompt, max_new_tokens=steps + 1)
+    stepping = iter_steps(setup)
+    next(stepping)
+    return stepping
+
+
+def test_decoding_steps_read_nothing_back_to_the_host(monkeypatch):
+    """Runs everywhere (the CUDA test below is the real check): once the prompt is in, 32 greedy steps
+    call none of the tensor methods that copy a value to the host (item, tolist, bool(), int(), cpu(),
+    ...), each of which would wait for a GPU."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=64).eval()
+    with torch.inference_mode():
+        stepping = _decoding_steps(model, "cpu")
+        reads = []
+        for name in HOST_READS:
+            real = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, _r=real, **k: (reads.append(_n),
+                                                                                             _r(self, *a, **k))[1])
+        steps = sum(1 for _ in stepping)
+        monkeypatch.undo()
+    assert steps == 32 and reads == []
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="CUDA's sync debug mode")
+def test_decoding_steps_do_not_wait_for_the_gpu():
+    """32 greedy decoding steps queue their work without one host-device synchronisation
+    (torch.cuda.set_sync_debug_mode("error") raises on any)."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=64).to(DEVICE).eval()
+    with torch.inference_mode():
+        stepping = _decoding_steps(model, DEVICE)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            steps = sum(1 for _ in stepping)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert steps == 32
