@@ -237,3 +237,74 @@ def test_training_and_decoding_steps_never_wait_for_the_gpu(tmp_path):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert trainer.step == 2 and decoder.length == 3 + 32
+
+
+# ---------------------------------------------------------------------- fixed-shape steps (CUDA graphs)
+@pytest.fixture
+def static_steps():
+    from glassformer.runtime.decode import set_static_steps
+
+    previous = set_static_steps("static")
+    yield
+    set_static_steps(previous)
+
+
+@pytest.mark.parametrize("case", sorted(set(CASES) - {"alibi-mqa"}))
+def test_fixed_shape_steps_give_the_lean_steps_logits(case, static_steps):
+    """set_static_steps("static"): every step writes its keys at a slot given as a tensor and attends over
+    the whole preallocated cache under a mask (the shapes a CUDA graph replays); the logits equal the
+    model's from scratch, and the tokens the ordinary steps'."""
+    from glassformer.runtime.decode import set_static_steps
+
+    model = lm(**CASES[case])
+    prefix = {"prefix_len": 4} if case == "prefix" else {}
+    decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), None, 10,
+                                 prefix_len=torch.tensor([4, 4]) if prefix else None)
+    with torch.inference_mode():
+        logits = decoder.start()
+        for _ in range(10):
+            decoder.append(logits.argmax(-1))
+            logits = decoder.next_logits()
+            full = model(decoder.sequences(), **prefix)[:, -1]
+            torch.testing.assert_close(logits, full, rtol=0, atol=1e-5)
+    assert decoder.static is not None and decoder.static.steps == 10 and decoder.static.graphs is False
+    fixed = generate(model, [[3, 5, 7], [9, 11, 13]], 60)  # max_len 48: the window slides, a new cache
+    set_static_steps("off")
+    assert torch.equal(fixed, generate(model, [[3, 5, 7], [9, 11, 13]], 60))
+
+
+def test_fixed_shape_steps_only_where_the_shapes_can_be_fixed(static_steps, monkeypatch):
+    """Padding (per-row masks), ALiBi (a bias that follows the slot), a hook, or the mode off: the
+    ordinary lean step or the model, never the fixed-shape step."""
+    from glassformer.runtime.decode import StaticSteps, set_static_steps
+
+    taken = []
+    real = StaticSteps.__call__
+    monkeypatch.setattr(StaticSteps, "__call__", lambda self, *a: taken.append(1) or real(self, *a))
+    generate(lm(), [[1, 2, 3], [4, 5]], 5)  # left padding
+    generate(lm(**CASES["alibi-mqa"]), [1, 2, 3], 5)
+    model = lm()
+    model.blocks[0].ffn.taps = {"post": lambda x: x}
+    generate(model, [1, 2, 3], 5)
+    model.blocks[0].ffn.taps = None
+    assert taken == []
+    set_static_steps("graphs")  # no CUDA here: the same fixed-shape step, without a graph
+    generate(model, [1, 2, 3], 5)
+    assert len(taken) == 4
+    set_static_steps("off")
+    generate(model, [1, 2, 3], 5)
+    assert len(taken) == 4
+    with pytest.raises(GlassformerError, match="mode must be 'off', 'static' or 'graphs', got 'on'"):
+        set_static_steps("on")
+
+
+def test_fixed_shape_steps_under_bfloat16_autocast(static_steps):
+    """Under autocast the projections give bfloat16 keys, written into the float32 cache as the ordinary
+    step writes them: the same tokens."""
+    from glassformer.runtime.decode import set_static_steps
+
+    model = lm(**CASES["llama"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fixed = generate(model, [3, 5, 7, 9], 16)
+        set_static_steps("off")
+        assert torch.equal(fixed, generate(model, [3, 5, 7, 9], 16))

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import GlassformerError, check_token_ids
 from ..nn.masks import padding_mask
-from ..runtime.decode import LeanStep
+from ..runtime.decode import LeanStep, StaticSteps, static_mode
 from .protocol import Generative
 
 STATIC_POSITIONS = 4096
@@ -80,6 +80,7 @@ class IncrementalDecoder:
         self.lean = LeanStep(model) if use_cache and not self.seq2seq and LeanStep.supports(model) else None
         self.slots = torch.arange(self.capacity, device=ids.device)  # position p of an unpadded row: slots[p:p + 1]
         self.cache = None
+        self.static: StaticSteps | None = None  # fixed-shape steps (runtime.decode.set_static_steps)
         self.window_start = 0  # first column the model sees
 
     # ------------------------------------------------------------------ public
@@ -156,6 +157,10 @@ class IncrementalDecoder:
         if self.seq2seq:
             memory = self.memory if cache is None or cache[0].cross_attn.length == 0 else None
             return self.model.decode(new, memory, self.src_pad, cache=cache, check_ids=False)[:, -1].float()
+        if cache is not None and new.shape[1] == 1 and StaticSteps.applies(self.lean, cache, pad):
+            if self.static is None or self.static.cache is not cache:  # one per cache (a window rerun makes a new one)
+                self.static = StaticSteps(self.lean, cache, new.shape[0], graphs=static_mode() == "graphs")
+            return self.static(new, first - self.window_start)
         if cache is not None and new.shape[1] == 1 and self.lean is not None and self.lean.usable():
             return self._lean_step(new, first, pad)
         positions = None

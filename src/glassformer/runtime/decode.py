@@ -199,7 +199,7 @@ class LeanStep:
                                                              for m in self.watched))
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, end: int, cache: list,
-                 mask: torch.Tensor | None) -> torch.Tensor:
+                 mask: torch.Tensor | None, slot: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's normalised states for one new token per row.
 
         Args:
@@ -208,6 +208,10 @@ class LeanStep:
             cache: the model's per-layer :class:`KVCache` list, ``length`` positions filled; each
                 gets this token's keys and values.
             mask: (B, 1, 1, length + 1) bool, True = may attend (left padding), or None.
+            slot: None, or fixed shapes (:class:`StaticSteps`): a (1,) tensor, the cache slot of this
+                token; its keys and values are written there (the cache's ``length`` is left to the
+                caller) and attention reads every slot of the preallocated buffers under ``mask``
+                (B or 1, 1, 1, capacity), so no shape depends on the step.
         Returns:
             (B, 1, d), as ``model.hidden_states(ids, ..., cache=cache)`` gives.
         """
@@ -221,16 +225,21 @@ class LeanStep:
             for layer in self.layers:
                 layer.choose(B)
             self.rows = B
-        start = cache[0].length
+        n_keys = cache[0].length + 1 if slot is None else cache[0].capacity
         x = self.embeddings(ids, positions, end)  # (B, 1, d)
-        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=1, n_keys=start + 1, end=end)
+        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=1, n_keys=n_keys, end=end)
         for p, layer_cache in zip(self.layers, cache):
             y = p.attn_norm(x) if p.norm_first else x
             qkv = p.qkv(y).view(B, h + 2 * kv, 1, hd)  # T = 1: heads first, no transpose
             q, k, v = qkv[:, :h], qkv[:, h:h + kv], qkv[:, h + kv:]  # (B, h, 1, hd), (B, kv, 1, hd) x 2
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-            k, v = layer_cache.update(k, v)  # (B, kv, start + 1, hd)
+            if slot is None:
+                k, v = layer_cache.update(k, v)  # (B, kv, length + 1, hd)
+            else:  # fixed shapes: write at the slot, read the whole buffers (the mask hides unfilled slots)
+                layer_cache.k.index_copy_(2, slot, k.to(layer_cache.k.dtype))  # autocast: bfloat16 -> the cache's
+                layer_cache.v.index_copy_(2, slot, v.to(layer_cache.v.dtype))
+                k, v = layer_cache.k, layer_cache.v  # (B, kv, capacity, hd)
             if kv != h:
                 k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
             out = fused_attention(q, k, v, mask, is_causal=False, score_bias=score_bias, dropout_p=0.0,
@@ -247,6 +256,110 @@ class LeanStep:
             out = p.down(hidden)  # (B, 1, d)
             x = x + out if p.norm_first else p.ffn_norm(x + out)
         return x if type(self.norm_f) is nn.Identity else self.norm_f.plain(x)
+
+
+_STATIC_STEPS = ["off"]  # "off", "static" (fixed shapes) or "graphs" (fixed shapes, replayed as a CUDA graph)
+
+
+def set_static_steps(mode: str) -> str:
+    """How decoders run a one-token step of an unpadded batch: "off" (the default: :class:`LeanStep`
+    over the filled part of the cache), "static" (:class:`StaticSteps` without a graph: the same
+    fixed-shape step, on any device; what the CPU tests and the GPU script's dry run take) or "graphs"
+    (on a CUDA device the fixed-shape step is captured once as a CUDA graph and replayed: one launch a
+    token instead of a few hundred; elsewhere as "static").
+
+    Args:
+        mode: "off", "static" or "graphs".
+    Returns:
+        the previous mode, to restore it.
+    """
+    from ..errors import GlassformerError
+
+    if mode not in ("off", "static", "graphs"):
+        raise GlassformerError(f"mode must be 'off', 'static' or 'graphs', got {mode!r}")
+    previous, _STATIC_STEPS[0] = _STATIC_STEPS[0], mode
+    return previous
+
+
+def static_mode() -> str:
+    """The mode :func:`set_static_steps` set: "off", "static" or "graphs"."""
+    return _STATIC_STEPS[0]
+
+
+class StaticSteps:
+    """One-token decoding steps whose shapes never change, so a CUDA graph can replay them.
+
+    The step of :class:`LeanStep` with ``slot`` given: token ids, the slot and the key mask live in
+    buffers of fixed address, the keys and values are written into the preallocated cache at the
+    slot (a device tensor, not a Python number), and attention reads all ``capacity`` slots, the
+    unfilled ones masked. Under "graphs" on a CUDA device the step is captured once (after warm-up
+    runs on a side stream) and each later step is a copy of the ids, a fill of the slot and one
+    ``replay``; nothing is read back to the host. Results equal :class:`LeanStep`'s up to float
+    rounding (the masked slots add exact zeros; tests/test_decode_step.py).
+
+    Args:
+        lean: the model's :class:`LeanStep`.
+        cache: the decoder's preallocated per-layer KVCache list (capacity fixed: ``preallocate``).
+        batch: rows B.
+        graphs: capture a CUDA graph (needs a CUDA device).
+    """
+
+    captured = 0  # CUDA graphs captured in this process (the GPU script reports it)
+
+    def __init__(self, lean: LeanStep, cache: list, batch: int, *, graphs: bool) -> None:
+        self.lean, self.cache = lean, cache
+        device = cache[0].k.device
+        self.capacity = cache[0].capacity
+        self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)  # (B, 1)
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)  # (1,)
+        self.key_slots = torch.arange(self.capacity, device=device)  # (capacity,)
+        self.graphs = graphs and device.type == "cuda"
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.out: torch.Tensor | None = None
+        self.steps = 0  # steps taken (tests count them)
+
+    @staticmethod
+    def applies(lean: LeanStep | None, cache: list | None, pad: torch.Tensor | None) -> bool:
+        """Whether a decoder's step may take fixed shapes now: the mode is on, the lean step usable,
+        no padding, a cache allocated once at its full size, and no ALiBi (its bias follows the slot)."""
+        if _STATIC_STEPS[0] == "off" or lean is None or cache is None or pad is not None:
+            return False
+        full = all(layer.capacity == layer.max_len for layer in cache)  # allocated once: fixed addresses
+        return full and lean.embeddings.scheme != "alibi" and lean.usable()
+
+    def _run(self) -> torch.Tensor:
+        mask = (self.key_slots <= self.slot).view(1, 1, 1, self.capacity)  # slots filled so far, this one included
+        hidden = self.lean(self.ids, self.slot, self.capacity, self.cache, mask, slot=self.slot)  # (B, 1, d)
+        return self.lean.model.logits(hidden)[:, 0].float()  # (B, V)
+
+    def __call__(self, ids: torch.Tensor, slot: int) -> torch.Tensor:
+        """Logits (B, V) after feeding ``ids`` (B, 1) at cache slot ``slot`` (the cache's ``length``)."""
+        self.ids.copy_(ids)
+        self.slot.fill_(slot)
+        if not self.graphs:
+            out = self._run()
+        else:
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
+            out = self.out
+        for layer in self.cache:
+            layer.length = slot + 1
+        self.steps += 1
+        return out.clone()  # the graph's output buffer is overwritten by the next replay
+
+    def _capture(self) -> None:
+        """Warm up on a side stream (kernels chosen, workspaces allocated), then record one step."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # each run writes this slot's keys and values again: the same numbers
+                self._run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = self._run()
+        StaticSteps.captured += 1
 
 
 class _LeanLayer:
