@@ -29,18 +29,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+sys.path.insert(0, str(ROOT / "src"))
 
-
-def cpu() -> str:
-    """The CPU's model name and which of the kernel-deciding flags it has (from /proc/cpuinfo)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return f"{name}, {os.cpu_count()} CPUs; " + " ".join(f if f in flags else f"no-{f}" for f in FLAGS)
+from glassformer.bench.timing import cpu_line  # noqa: E402 (after the path is set): the CPU as every figure names it
 
 
 def throughputs(results: Any, path: str = "") -> dict[str, float]:
@@ -97,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios = [a / b for a, b in zip(after, before) if b > 0]
         rows.append({"figure": key, "before": statistics.median(before), "after": statistics.median(after),
                      "ratio": statistics.median(ratios) if ratios else None, "pair_ratios": ratios})
-    header = (f"CPU: {cpu()}; load {load_before:.1f} -> {os.getloadavg()[0]:.1f}; {args.pairs} alternated pairs; "
+    load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    header = (f"CPU: {cpu_line()}, {os.cpu_count()} CPUs; {load}; {args.pairs} alternated pairs; "
               f"bench {' '.join(bench_args)}")
     print(header)
     print("| figure | before | after | after / before, median (each pair) |")
@@ -107,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         print(f"| {row['figure']} | {row['before']:,.0f} | {row['after']:,.0f} | {ratio} ({pairs}) |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"cpu": cpu(), "header": header, "rows": rows, "runs": runs}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"cpu": cpu_line(), "header": header, "rows": rows, "runs": runs}, indent=2) + "\n")
     return 0
 
 
