@@ -1,6 +1,6 @@
 """The words a learner reads, in English and Chinese: the demo's printed steps and the HTML report's labels.
 
-One table per language (messages_en.py, messages_zh.py), the same keys in each (a test checks that,
+One catalogue per language (locale/report.en.json, locale/report.zh.json), the same keys in each (a test checks that,
 and that each Chinese message uses the same ``{fields}`` as its English one). :func:`text` looks a
 message up and fills its fields;
 :func:`resolve_lang` turns ``--lang`` (or, when it is not given, the locale: ``LC_ALL``,
@@ -17,14 +17,15 @@ import string
 from collections.abc import Mapping
 
 from ..errors import GlassformerError, shown
+from ..locale import catalogue
 from ..textwidth import format_columns
-from .messages_en import EN
-from .messages_zh import ZH
 
 LANGS = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>: picks the CJK glyph variants
 
 
+EN: dict[str, str] = catalogue("report.en")
+ZH: dict[str, str] = catalogue("report.zh")
 MESSAGES: dict[str, Mapping[str, str]] = {"en": EN, "zh": ZH}
 # What the demo's and the report's English wording gives each language (same keys; checked by the tests).
 
