@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
     "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0, "validate": 0, "progress": 0,
+    "locale": 0,  # the message catalogues (JSON data and their reader)
     "config": 1, "tokenizers": 1, "safetensors_header": 1,
     "nn": 2, "data": 2, "budget": 2, "state_check": 2,
     "models": 3,
