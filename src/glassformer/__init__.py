@@ -1,13 +1,5 @@
-"""glassformer: every Transformer of the lessons, from its parts, that you can see through.
-
-The names of the course's lesson 2 are kept: ``scaled_dot_product_attention``, ``causal_mask``,
-``prefix_mask``, ``padding_mask``, ``MultiHeadAttention``, ``FeedForward``, ``TransformerBlock``,
-``sinusoidal_positions``, ``TransformerLM``, ``EncoderDecoder`` and ``count_params``.
-
-Importing the package is light and changes nothing: no torch until a name that needs it is first used
-(PEP 562 ``__getattr__`` below), no environment variable, thread count or signal handler. The
-``glassformer`` command and the trainer apply the thread policy themselves (runtime/threads.py).
-"""
+"""glassformer: every Transformer of the lessons, from its parts, that you can see through. Importing it is
+light and changes nothing: no torch until a name that needs it is first used (PEP 562)."""
 
 from __future__ import annotations
 
@@ -41,11 +33,10 @@ if TYPE_CHECKING:
 _PUBLIC = {  # public name -> the module that defines it, imported on first use
     "CausalityReport": ".checks", "check_causality": ".checks", "PRESETS": ".config", "ModelConfig": ".config",
     "EncoderDecoder": ".models", "TransformerLM": ".models", "build_model": ".models", "count_params": ".models",
-    "FeedForward": ".nn", "KVCache": ".nn", "MultiHeadAttention": ".nn", "RMSNorm": ".nn",
-    "TransformerBlock": ".nn", "causal_mask": ".nn", "padding_mask": ".nn", "prefix_mask": ".nn",
-    "scaled_dot_product_attention": ".nn", "sinusoidal_positions": ".nn",
-    "BPETokenizer": ".tokenizers", "ByteTokenizer": ".tokenizers", "CharTokenizer": ".tokenizers",
-    "Tokenizer": ".tokenizers", "shape_trace": ".viz.shapes",
+    "FeedForward": ".nn", "KVCache": ".nn", "MultiHeadAttention": ".nn", "RMSNorm": ".nn", "TransformerBlock": ".nn",
+    "causal_mask": ".nn", "padding_mask": ".nn", "prefix_mask": ".nn", "scaled_dot_product_attention": ".nn",
+    "sinusoidal_positions": ".nn", "BPETokenizer": ".tokenizers", "ByteTokenizer": ".tokenizers",
+    "CharTokenizer": ".tokenizers", "Tokenizer": ".tokenizers", "shape_trace": ".viz.shapes",
 }
 
 
@@ -72,9 +63,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[to
 
 
 __all__ = [
-    "CausalityReport", "check_causality", "ModelConfig", "PRESETS", "EncoderDecoder", "TransformerLM",
-    "build_model", "count_params", "FeedForward", "KVCache", "MultiHeadAttention", "RMSNorm",
-    "TransformerBlock", "causal_mask", "padding_mask", "prefix_mask", "scaled_dot_product_attention",
-    "sinusoidal_positions", "shape_trace", "__version__",
-    "load", "Tokenizer", "CharTokenizer", "ByteTokenizer", "BPETokenizer",
+    "CausalityReport", "check_causality", "ModelConfig", "PRESETS", "EncoderDecoder", "TransformerLM", "build_model",
+    "count_params", "FeedForward", "KVCache", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "causal_mask",
+    "padding_mask", "prefix_mask", "scaled_dot_product_attention", "sinusoidal_positions", "shape_trace", "__version__",
+    "load", "Tokenizer", "CharTokenizer", "ByteTokenizer", "BPETokenizer"
 ]

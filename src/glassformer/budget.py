@@ -1,19 +1,12 @@
-"""Estimates before allocations: what a model, a batch, a beam search or a similarity matrix will need.
-
-Every resource option (``n_layers``, ``d_model``, ``d_ff``, ``max_len``, ``vocab_size``, ``batch_size``,
-``block_size``, beams x rows, the number of texts) is multiplied out here, in Python integers (no
-overflow, no allocation), before anything is built. The estimates are lower bounds: weights and what
-must sit beside them (gradients, an optimizer moment, the activations a backward pass keeps, the
-logits, a KV cache), leaving out what a smarter kernel can avoid; so what they refuse cannot fit, and
-what fits is never refused. The budget is the memory this process may really use: the least of the
-machine's available memory (``/proc/meminfo``'s MemAvailable, else ``os.sysconf``), what is left under
-the container's memory limit (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``) and what is left
-under ``ulimit -v`` (RLIMIT_AS); a GPU's memory when larger; or ``max_memory`` when the user gives one.
-A refusal is one line naming the options, their values, the estimate and which limit bound it.
+"""Estimates before allocations, in Python ints: lower bounds of what a model, a training step, a beam
+search or a similarity matrix needs, so what they refuse cannot fit. The budget is the least of
+MemAvailable, the cgroup limit left and the ``ulimit -v`` room (a GPU's memory when larger), or
+``max_memory``; a refusal is one line naming the options, the estimate and the limit that bound it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -23,30 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from .config import ModelConfig
-from .errors import GlassformerError, OutOfMemoryError, shown
+from .errors import GlassformerError, OutOfMemoryError, is_int, is_number, shown
 
 FLOAT = 4  # bytes of a float32
 INT64_MAX = 2**63 - 1
 MAX_SIMILARITY_TEXTS = 4096  # --similarity prints an N x N matrix: 16.7M numbers at most
 
-
-# ---------------------------------------------------------------------- the budget
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def parse_size(value: Any, name: str = "--max_memory") -> int:
     """Bytes from ``8GB``, ``512MiB``, ``1.5e9`` or an int; an error naming ``name`` otherwise."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number, unit = value, ""
-    elif isinstance(value, str) and (match := re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*",
-                                                           value[:64])) and len(value) <= 64:
-        try:
+    number, unit = math.nan, ""
+    if is_number(value):
+        number = value
+    elif isinstance(value, str) and len(value) <= 64 and \
+            (match := re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)):
+        with contextlib.suppress(ValueError):  # "1.2.3"
             number, unit = float(match.group(1)), match.group(2).lower()
-        except ValueError:
-            number, unit = math.nan, ""
-    else:
-        number, unit = math.nan, ""
     if unit not in _UNITS or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0 \
             or number * _UNITS[unit] > 2**62:
         raise GlassformerError(f"{name} must be a size such as 8GB, 512MiB or 2e9 (bytes), got {shown(value)}")
@@ -65,12 +53,7 @@ def _getrlimit(kind: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class MemorySources:
-    """Where the budget reads the memory the process may use (tests point these at fake files).
-
-    ``meminfo``: MemAvailable; ``self_cgroup``: the process's cgroups (``/proc/self/cgroup``), looked
-    up under ``cgroup_root``; ``statm``: the process's virtual size (first field, in pages);
-    ``getrlimit``: :func:`resource.getrlimit`, asked for RLIMIT_AS; ``gpu``: whether a GPU's memory counts.
-    """
+    """Where the budget reads the memory the process may use (tests point these at fake files)."""
 
     meminfo: Path = Path("/proc/meminfo")
     cgroup_root: Path = Path("/sys/fs/cgroup")
@@ -85,15 +68,13 @@ SOURCES = MemorySources()
 
 @dataclass(frozen=True)
 class Room:
-    """Bytes the process may still allocate (``bytes``) and the limit that bound them (``source``, for
-    a message: "available on this machine", "left under the container memory limit of 2 GB"...)."""
+    """Bytes the process may still allocate and the limit that bound them (``source``, for a message)."""
 
     bytes: int
     source: str
 
 
 def _read_number(path: Path) -> int | None:
-    """The int a one-number file holds; None when missing, unreadable, "max" or not a number."""
     try:
         text = path.read_text(encoding="ascii")[:64].strip()
     except (OSError, UnicodeDecodeError):
@@ -102,26 +83,20 @@ def _read_number(path: Path) -> int | None:
 
 
 def _stat_value(path: Path, key: str) -> int:
-    """``key``'s value in a cgroup ``memory.stat`` file, 0 when absent."""
-    try:
-        with open(path, encoding="ascii") as handle:
-            for line in handle:
-                name, _, value = line.partition(" ")
-                if name == key and value.strip().isdigit():
-                    return int(value)
-    except (OSError, UnicodeDecodeError):
-        pass
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="ascii") as handle:
+        for line in handle:
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return int(value)
     return 0
 
 
 def _meminfo_room(sources: MemorySources) -> Room | None:
-    try:
-        with open(sources.meminfo, encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return Room(int(line.split()[1]) * 1024, "available on this machine")
-    except (OSError, ValueError, IndexError, UnicodeDecodeError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError, UnicodeDecodeError), \
+            open(sources.meminfo, encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return Room(int(line.split()[1]) * 1024, "available on this machine")
     if sources.meminfo != SOURCES.meminfo:
         return None  # a test's fake machine: no fallback to the real one
     try:
@@ -131,8 +106,7 @@ def _meminfo_room(sources: MemorySources) -> Room | None:
 
 
 def _cgroup_room(sources: MemorySources) -> Room | None:
-    """What is left under the tightest memory limit of the process's cgroup and its parents: limit
-    minus usage, the inactive page cache (which the kernel reclaims before failing) counted as free."""
+    """The least room under the memory limits of the process's cgroup and its parents (inactive page cache free)."""
     try:
         lines = sources.self_cgroup.read_text(encoding="utf-8")[:1 << 16].splitlines()
     except (OSError, UnicodeDecodeError):
@@ -166,7 +140,6 @@ def _cgroup_room(sources: MemorySources) -> Room | None:
 
 
 def _rlimit_room(sources: MemorySources) -> Room | None:
-    """What is left under ``ulimit -v``: the RLIMIT_AS soft limit minus the process's virtual size."""
     try:
         import resource
 
@@ -184,13 +157,7 @@ def _rlimit_room(sources: MemorySources) -> Room | None:
 
 
 def memory_room(sources: MemorySources | None = None) -> Room | None:
-    """The memory this process may still allocate and the limit that binds it: the least of
-    MemAvailable, the container limit left and the ``ulimit -v`` room; a GPU's memory when larger
-    (the optimizer state and activations of a model there need not fit in RAM). None when nothing is known.
-
-    Args:
-        sources: where to read (default :data:`SOURCES`, the real ``/proc`` and ``/sys/fs/cgroup``).
-    """
+    """The memory this process may still allocate and the limit that binds it; None when nothing is known."""
     sources = sources or SOURCES
     found = [room for room in (_meminfo_room(sources), _cgroup_room(sources), _rlimit_room(sources)) if room]
     room = min(found, key=lambda r: r.bytes, default=None)
@@ -207,17 +174,6 @@ def memory_room(sources: MemorySources | None = None) -> Room | None:
     return room
 
 
-def available_memory(sources: MemorySources | None = None) -> int | None:
-    """Bytes this process can still allocate (:func:`memory_room`), None when unknown."""
-    room = memory_room(sources)
-    return None if room is None else room.bytes
-
-
-def memory_limit(max_memory: Any = None) -> int | None:
-    """The budget in bytes: ``max_memory`` (parsed by :func:`parse_size`) when given, else :func:`available_memory`."""
-    return parse_size(max_memory) if max_memory is not None else available_memory()
-
-
 def human(n: int) -> str:
     """Bytes for a message: ``3.6 GB``, ``128 TB``, ``1.2e+21 bytes``."""
     for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
@@ -228,33 +184,22 @@ def human(n: int) -> str:
 
 
 def check_fits(need: int, what: str, max_memory: Any = None, held: int = 0) -> None:
-    """An :class:`OutOfMemoryError` when ``need`` bytes exceed the budget.
-
-    Args:
-        need: the estimate, in bytes.
-        what: the options and values that make it ("n_layers=1000000, d_model=512 (training)").
-        max_memory: the user's limit (``--max_memory``), or None for the memory the process may use.
-        held: the part of ``need`` already allocated (a loaded model): it counts against ``max_memory``,
-            but is already missing from the process's room, so it is left out of that comparison.
-    """
-    room = Room(parse_size(max_memory), "") if max_memory is not None else memory_room()
-    if room is not None and (need if max_memory is not None else need - held) > room.bytes:
-        source = f"--max_memory {human(room.bytes)}" if max_memory is not None else \
-            f"{human(room.bytes)} {room.source}"
-        shown_need = need if max_memory is not None or not held else need - held
-        raise OutOfMemoryError(f"{what} needs at least {human(shown_need)}"
-                               f"{'' if max_memory is not None or not held else ' beside what is loaded'}, "
-                               f"more than the {source}; refused before allocating: make it smaller"
-                               f"{' (or raise --max_memory)' if max_memory else ''}")
+    """An :class:`OutOfMemoryError` when ``need`` bytes (made by ``what``, the options and values) exceed
+    ``max_memory`` or else the process's room; ``held``, the part already allocated, is left out of the latter."""
+    given = max_memory is not None
+    room = Room(parse_size(max_memory), "") if given else memory_room()
+    needed = need if given else need - held
+    if room is not None and needed > room.bytes:
+        source = f"--max_memory {human(room.bytes)}" if given else f"{human(room.bytes)} {room.source}"
+        beside = " beside what is loaded" if not given and held else ""
+        raise OutOfMemoryError(f"{what} needs at least {human(needed)}{beside}, more than the {source}; refused "
+                               f"before allocating: make it smaller{' (or raise --max_memory)' if max_memory else ''}")
 
 
-# ---------------------------------------------------------------------- models
 def param_count(config: ModelConfig) -> int:
     """Weights of the model ``config`` builds (norms and biases left out: a slight underestimate)."""
-    c = config
-    d, heads = c.d_model, c.n_heads
-    kv = (c.n_kv_heads or heads) * (d // max(heads, 1))
-    attention = 2 * d * d + 2 * d * kv
+    c, d = config, config.d_model
+    attention = 2 * d * d + 2 * d * c.kv_heads * c.head_dim
     ffn = 0 if c.attn_only else (3 if c.activation in ("swiglu", "geglu") else 2) * d * c.d_ff
     embed = c.vocab_size * d * (1 if c.tie else 2) + c.n_token_types * d
     if c.pos == "learned":
@@ -277,24 +222,16 @@ def describe(config: ModelConfig) -> str:
             f"vocab_size={shown(c.vocab_size)}")
 
 
-def position_table_bytes(config: ModelConfig) -> int:
-    """Bytes of the position tables computed at build time (sinusoidal, RoPE)."""
-    per = {"sinusoidal": config.max_len * config.d_model, "rope": config.max_len * config.d_model}.get(config.pos, 0)
-    return per * FLOAT * (2 if config.arch == "encoder-decoder" else 1)
-
-
 def model_bytes(config: ModelConfig) -> int:
-    """Bytes of the weights and position tables of ``config``'s model in float32."""
-    return param_count(config) * FLOAT + position_table_bytes(config)
+    """Bytes of the weights and the position tables built with them (sinusoidal, RoPE) in float32."""
+    table = config.max_len * config.d_model if config.pos in ("sinusoidal", "rope") else 0
+    return (param_count(config) + table * (2 if config.arch == "encoder-decoder" else 1)) * FLOAT
 
 
 def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
                    processes: int = 1, sharded: bool = False) -> int:
-    """At least what one process of training ``config`` takes: weights, gradients and at least one
-    optimizer moment (12 bytes a weight: AdamW keeps two moments, Muon one on its matrices; gradients
-    and moments split over ``processes`` when ``sharded`` by FSDP), and per micro-batch row (the batch
-    is split over processes and ``grad_accum``) and position the activations a backward pass keeps
-    (about 6 d + 2 d_ff values a block) and the logits with their gradient."""
+    """At least what one process of training takes: weights, gradients and one optimizer moment (split over
+    ``processes`` when ``sharded``), and per micro-batch position the kept activations and logits."""
     processes = max(processes, 1)
     rows = max(batch_size // (max(grad_accum, 1) * processes), 1)
     tokens = rows * block_size
@@ -304,39 +241,27 @@ def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_a
 
 
 def forward_bytes(config: ModelConfig, rows: int, length: int) -> int:
-    """At least what one forward pass without gradients takes: the weights, and one block's and the
-    logits' activations for ``rows`` x ``length`` positions."""
+    """At least what a forward pass without gradients over ``rows`` x ``length`` positions takes."""
     per_token = 4 * config.d_model + config.d_ff + config.vocab_size
     return model_bytes(config) + rows * length * per_token * FLOAT
 
 
 def generation_bytes(config: ModelConfig, rows: int, length: int) -> int:
-    """At least what generating ``length`` positions for ``rows`` sequences (beams x batch) takes: the
-    weights, a key and a value per position, block and row (the KV cache), and a row of logits each."""
-    heads = config.n_heads
-    kv = (config.n_kv_heads or heads) * (config.d_model // max(heads, 1))
+    """At least what generating ``length`` positions for ``rows`` sequences takes: weights, KV cache, logits."""
     blocks = config.n_dec if config.arch == "encoder-decoder" else config.n_layers
-    cache = rows * blocks * 2 * length * kv
+    cache = rows * blocks * 2 * length * config.kv_heads * config.head_dim
     return model_bytes(config) + (cache + rows * config.vocab_size) * FLOAT
 
 
 def check_int64(name: str, value: Any) -> None:
     """A one-line error for an int beyond int64 (torch and numpy cannot hold it)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+    if is_int(value) and abs(value) > INT64_MAX:
         raise GlassformerError(f"{name} must fit in 64 bits (at most {INT64_MAX}), got {shown(value)}")
-
-
-def check_model_fits(config: ModelConfig, max_memory: Any = None, what: str = "the model") -> None:
-    """Refuse a ModelConfig whose weights alone cannot fit (before ``build_model`` allocates them)."""
-    for name, value in vars(config).items():
-        check_int64(f"model.{name}", value)
-    check_fits(model_bytes(config), f"{what} ({describe(config)}: {param_count(config):,} weights)", max_memory)
 
 
 def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
                         max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
-    """Refuse a training run (model, optimizer state, one micro-batch's activations) that cannot fit
-    in one process's budget (``processes`` under torchrun; ``sharded``: FSDP)."""
+    """Refuse a training run (:func:`training_bytes`) that cannot fit in one process's budget."""
     for name, value in (("batch_size", batch_size), ("block_size", block_size), *vars(config).items()):
         check_int64(name, value)
     check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded),
@@ -346,10 +271,7 @@ def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, g
 
 def check_evaluation_fits(config: ModelConfig, eval_batch_size: int, rows: int, block_size: int,
                           max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
-    """Refuse a training run whose evaluation cannot fit: a forward pass without gradients over the
-    ``rows`` x ``block_size`` positions of one validation batch (``rows``: ``eval_batch_size``, or the
-    fewer windows/pairs the validation split holds), beside the weights, gradients and optimizer
-    moment that training keeps (see :func:`training_bytes`)."""
+    """Refuse a training run whose evaluation (a forward pass beside the training state) cannot fit."""
     check_int64("eval_batch_size", eval_batch_size)
     state = 2 * model_bytes(config) // (processes if sharded else 1)
     check_fits(forward_bytes(config, rows, block_size) + state,
@@ -358,19 +280,14 @@ def check_evaluation_fits(config: ModelConfig, eval_batch_size: int, rows: int, 
 
 
 def probe_bytes(config: ModelConfig, rows: int, length: int, residuals: bool = False) -> int:
-    """At least what a forward pass that keeps every layer's attention pattern takes (the microscope's
-    probes, ``run_with_cache``): :func:`forward_bytes`, plus L x rows x h x length^2 pattern values, plus
-    (``residuals``) the L + 1 residual streams of rows x length x d."""
+    """:func:`forward_bytes` plus every layer's attention patterns and (``residuals``) residual streams."""
     layers = _blocks(config)
     kept = layers * config.n_heads * length * length + (layers + 1) * length * config.d_model * residuals
     return forward_bytes(config, rows, length) + rows * kept * FLOAT
 
 
 def sae_bytes(d_in: int, d_sae: int, batch_size: int, buffer_size: int) -> int:
-    """At least what training a sparse autoencoder takes: its weights (W_enc, W_dec: 2 d_in d_sae, and
-    the biases) with their gradients and Adam's two moments (4 copies), a step's (batch_size, d_sae)
-    pre-activations and features, the shuffling buffer's buffer_size x d_in rows, and the int64 step
-    at which each feature last fired."""
+    """At least what training a sparse autoencoder takes (weights, Adam state, activations, buffer)."""
     weights = 2 * d_in * d_sae + d_sae + d_in
     return (4 * weights + 2 * batch_size * d_sae + buffer_size * d_in) * FLOAT + 8 * d_sae
 

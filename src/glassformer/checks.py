@@ -12,15 +12,9 @@ from .errors import GlassformerError
 
 @dataclass
 class CausalityReport:
-    """What :func:`check_causality` found.
-
-    Attributes:
-        max_leak: the largest absolute logit change seen at a position that must not see the
-            perturbed token; 0.0 means no leak at all.
-        max_visible_change: the largest change at positions that may see it (shows the probe bites).
-        checks: number of (perturbed position, observing position, row) triples examined.
-        worst: (row, perturbed position, observing position) of ``max_leak``, or None.
-    """
+    """What :func:`check_causality` found: ``max_leak``, the largest logit change where the perturbed token
+    must not be seen (0.0: none); ``max_visible_change``, where it may; ``checks``, the (perturbed,
+    observing, row) triples examined; ``worst``, (row, perturbed, observing) of the leak or None."""
 
     max_leak: float
     max_visible_change: float
@@ -35,44 +29,20 @@ class CausalityReport:
 
 def _influence(attn: str, T: int, t: int, prefix: torch.Tensor) -> torch.Tensor:
     """(B, T) bool: which positions may be influenced by the token at position t (any depth)."""
-    i = torch.arange(T)[None, :]  # (1, T) observing positions
     if attn == "bidirectional":
         return torch.ones(prefix.shape[0], T, dtype=torch.bool)
-    later = (i >= t).expand(prefix.shape[0], T)
-    if attn == "prefix":
-        return later | (t < prefix)[:, None]
-    return later
+    later = (torch.arange(T)[None, :] >= t).expand(prefix.shape[0], T)  # observing positions i >= t
+    return later | (t < prefix)[:, None] if attn == "prefix" else later
 
 
 @torch.no_grad()
-def check_causality(
-    model: nn.Module,
-    ids: torch.Tensor,
-    *,
-    prefix_len: int | torch.Tensor | None = None,
-    pad: torch.Tensor | None = None,
-    src: torch.Tensor | None = None,
-    src_pad: torch.Tensor | None = None,
-    return_attn: bool = False,
-) -> CausalityReport:
-    """Perturb each token in turn and measure the change at positions that must not see it.
-
-    The rule of who may see whom is written here from the architecture's definition, not read
-    from the model's masks, so a wrong mask shows up as a leak:
-    causal: position i sees t <= i; prefix: also every t < prefix_len; bidirectional: all;
-    a padded token is seen by nobody (padded positions' own outputs are not examined).
-    For an :class:`EncoderDecoder` pass the source as ``src`` (and ``src_pad``): ``ids`` are the
-    decoder's input; padded source tokens are perturbed too and must change nothing.
-
-    Args:
-        model: a TransformerLM or EncoderDecoder.
-        ids: (B, T) token ids (the decoder input for an EncoderDecoder).
-        prefix_len, pad: as for the model's forward.
-        src, src_pad: the encoder input of an EncoderDecoder.
-        return_attn: run the explicit-softmax path instead of the fused one.
-    Returns:
-        A :class:`CausalityReport`.
-    """
+def check_causality(model: nn.Module, ids: torch.Tensor, *, prefix_len: int | torch.Tensor | None = None,
+                    pad: torch.Tensor | None = None, src: torch.Tensor | None = None,
+                    src_pad: torch.Tensor | None = None, return_attn: bool = False) -> CausalityReport:
+    """Perturb each token of ``ids`` (B, T) in turn and measure the change at positions that must not see it,
+    by the architecture's rule, not the model's masks: causal sees t <= i, prefix also t < prefix_len,
+    bidirectional all; a padded token nobody. An EncoderDecoder needs ``src`` (padded source tokens must
+    change nothing). ``return_attn``: the explicit-softmax path. Returns a :class:`CausalityReport`."""
     config = model.config
     encdec = config.arch == "encoder-decoder"
     if encdec and src is None:
@@ -110,7 +80,7 @@ def check_causality(
             checks += int(hidden.sum())
             if hidden.any() and float(diff[hidden].max()) > leak:
                 leak = float(diff[hidden].max())
-                row, pos = (diff * hidden).flatten().argmax().item() // T, (diff * hidden).flatten().argmax().item() % T
+                row, pos = divmod(int((diff * hidden).flatten().argmax()), T)
                 worst = (row, t, pos)
             if (may_see & observed).any():
                 visible_change = max(visible_change, float(diff[may_see & observed].max()))

@@ -1,19 +1,5 @@
-"""The ``glassformer`` command line: ``glassformer VERB [options]``; ``--help`` on every verb.
-
-Each verb lives in ``glassformer/commands/<verb>.py`` with ``register(subparsers)``, which adds its
-parser and sets ``func(args) -> int``. Expected failures print one line ``glassformer: error: ...`` and
-exit with status 2, without a traceback: a :class:`~glassformer.errors.GlassformerError` (bad input, a
-bad file, a bad config: the user can fix it) and an ``OSError`` (permission denied, a folder where a file
-belongs, a full disk: the environment, naming the file). Every other exception is a bug in glassformer
-(or in a library under it) and keeps its traceback. Usage mistakes argparse finds are one line too.
-The commands never import this module; they raise glassformer's own errors.
-
-Answering ``--help``, ``--version`` or a usage mistake imports no torch (each verb's module registers its
-parser with the standard library only and imports the rest when it runs). Before a verb runs, :func:`main`
-applies the thread policy (runtime/threads.py: the wait policy before torch loads, then the thread
-count); ``import glassformer`` does neither. Ctrl-C at any point of a verb, its imports included, prints
-one line and exits with status 130.
-"""
+"""The ``glassformer VERB [options]`` command line (a verb: ``commands/<verb>.py``). A GlassformerError or an
+OSError prints one line (status 2); any other exception is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -37,8 +23,7 @@ VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", 
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (``glassformer VERB: error: ... (see --help)``)
-    with exit status 2, like every other error of the command line."""
+    """An ArgumentParser whose usage errors are one line (``glassformer VERB: error: ... (see --help)``), status 2."""
 
     lang = "en"  # "zh" while main parses a Chinese command line (cli_zh.py)
 
@@ -49,11 +34,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(lang: str = "en") -> argparse.ArgumentParser:
-    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS` (``lang``: "en" or "zh",
-    the language of its own description and epilog)."""
-    parser = OneLineParser(
-        prog="glassformer", description=cli_text("description", lang), allow_abbrev=False,
-        epilog=cli_text("epilog", lang))
+    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS` (``lang``: its own texts')."""
+    parser = OneLineParser(prog="glassformer", description=cli_text("description", lang), allow_abbrev=False,
+                           epilog=cli_text("epilog", lang))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
@@ -65,11 +48,7 @@ def build_parser(lang: str = "en") -> argparse.ArgumentParser:
 
 
 def accept_dashes(parser: argparse.ArgumentParser) -> None:
-    """Let every ``--snake_case`` option of ``parser`` also be spelled ``--kebab-case``.
-
-    The underscore spelling is the one ``--help`` shows (it is the keyword or config key it sets);
-    the dashed one is an alias, as Hugging Face's argument parser accepts both.
-    """
+    """Let every ``--snake_case`` option of ``parser`` also be spelled ``--kebab-case`` (a hidden alias)."""
     for action in parser._actions:
         for option in action.option_strings:
             alias = option.replace("_", "-")
@@ -78,11 +57,8 @@ def accept_dashes(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``glassformer VERB ...`` (``argv`` defaults to ``sys.argv[1:]``); returns the exit status.
-
-    Verbs that declare ``overrides`` (train, recipe) receive the words argparse did not know, the
-    ``--key value`` pairs, in ``args.overrides``; any other verb rejects them.
-    """
+    """Run ``glassformer VERB ...`` (default ``sys.argv[1:]``); returns the exit status. Verbs that declare
+    ``overrides`` (train, recipe) receive the unknown ``--key value`` words there; others reject them."""
     words = sys.argv[1:] if argv is None else list(argv)
     lang = cli_lang(words)  # --lang anywhere on the line, else the locale
     words = move_lang(words, VERBS_WITH_LANG)
@@ -112,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        start_runtime()  # inside the try: Ctrl-C while torch loads is one line too
+        from .runtime import threads  # the thread policy, applied by the command (never by the import)
+
+        threads.prepare()  # inside the try: Ctrl-C while torch loads is one line too
+        threads.apply()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -124,15 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
         print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
-
-
-def start_runtime() -> None:
-    """Apply the thread policy of runtime/threads.py before a verb runs: the OpenMP wait policy, set
-    before torch loads, then torch's thread count. The command applies it; ``import glassformer`` never does."""
-    from .runtime import threads
-
-    threads.prepare()
-    threads.apply()
 
 
 @contextlib.contextmanager

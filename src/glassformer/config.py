@@ -1,11 +1,5 @@
-"""ModelConfig: every architectural choice of a glassformer model in one validated dataclass.
-
-A config round-trips through JSON (``to_json`` / ``from_json``), is stored in every checkpoint as
-``config.json``, and has named presets (``ModelConfig.preset("gpt2-small")``). Each field's comment
-says what it changes and where it comes from and declares its range or choices
-(:mod:`glassformer.validate`); a config is checked when made, so an impossible field or combination is
-refused at once with a message naming the field, and the models trust it.
-"""
+"""ModelConfig: every architectural choice of a model in one dataclass, checked when made (the models
+trust it), round-tripped through JSON (a checkpoint's ``config.json``), with named presets."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int
 from .loaders import load_json, parse_json
 from .validate import check_fields, from_mapping, option
 
-# The choices of the string fields, owned here: nn/ (one layer up) reads ACTIVATIONS from this list,
-# and tests/test_models.py checks that nn/ builds every choice.
+# The choices of the string fields (nn/ reads ACTIVATIONS and NORMS from here).
 ARCHS = ("lm", "encoder-decoder")
 ATTN_TYPES = ("causal", "bidirectional", "prefix")
 POS_TYPES = ("sinusoidal", "learned", "rope", "alibi", "none")
@@ -30,11 +23,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`: checked when made, immutable.
-
-    Defaults are the lesson-2 model (pre-norm, GELU, sinusoidal positions, tied output, embeddings
-    scaled by √d). Change fields with :meth:`replace` (a checked copy).
-    """
+    """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`, immutable; defaults are the
+    lesson-2 model. Change fields with :meth:`replace` (a checked copy)."""
 
     vocab_size: int = option(ge=1)
     arch: str = option("lm", choices=ARCHS)  # "lm": TransformerLM; "encoder-decoder": EncoderDecoder (Vaswani 2017, T5)
@@ -45,14 +35,11 @@ class ModelConfig:
     n_dec: int = option(2, ge=0)  # decoder blocks of an EncoderDecoder
     d_ff: int = option(256, ge=1)  # feed-forward hidden width (4d in the 2017 paper)
     max_len: int = option(512, ge=1)  # longest sequence; a hard limit only for pos="learned"
-    # "causal" (GPT), "bidirectional" (BERT), "prefix" (prefix-LM / T5's non-causal decoder)
-    attn: str = option("causal", choices=ATTN_TYPES)
-    # "sinusoidal" (2017), "learned" (GPT-2/BERT), "rope" (Llama), "alibi" (BLOOM), "none"
-    pos: str = option("sinusoidal", choices=POS_TYPES)
+    attn: str = option("causal", choices=ATTN_TYPES)  # causal (GPT), bidirectional (BERT), prefix (prefix-LM, T5)
+    pos: str = option("sinusoidal", choices=POS_TYPES)  # sinusoidal 2017, learned GPT-2/BERT, rope Llama, alibi BLOOM
     tie: bool = True  # output projection shares the token embedding matrix (Press & Wolf 2017)
     norm_first: bool = True  # pre-norm (GPT-2 on) or post-norm (2017, BERT)
-    # "relu" (2017), "gelu" (BERT), "gelu_tanh" (GPT-2), "silu", "swiglu" (Llama), "geglu"
-    activation: str = option("gelu", choices=ACTIVATIONS)
+    activation: str = option("gelu", choices=ACTIVATIONS)  # relu 2017, gelu BERT, gelu_tanh GPT-2, swiglu Llama
     norm: str = option("layernorm", choices=NORMS)  # "layernorm" or "rmsnorm" (Llama)
     norm_eps: float = option(1e-5, gt=0.0)  # epsilon of every norm (BERT: 1e-12, Llama: 1e-6)
     n_kv_heads: int | None = option(None, ge=1)  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)
@@ -66,8 +53,7 @@ class ModelConfig:
     pos_offset: int = 0  # learned position p reads row p + pos_offset of its table (BART: 2, fairseq legacy)
     split_positions: bool = False  # encoder-decoder: decoder's own position table and embedding norm (BART)
     head_transform: bool = False  # dense + activation + norm before the output layer (BERT's MLM head)
-    # None: the lessons' init; a float: GPT-2 init N(0, std), residual outputs / √(2L)
-    init_std: float | None = option(None, gt=0.0)
+    init_std: float | None = option(None, gt=0.0)  # None: the lessons' init; std: GPT-2's N(0, std), residuals / √(2L)
     attn_only: bool = False  # no feed-forward sub-layers (Elhage et al. 2021; configs/induction_heads.yaml)
 
     def __post_init__(self) -> None:
@@ -78,9 +64,8 @@ class ModelConfig:
         if self.pos == "rope":
             check_even_width("head_dim", self.head_dim, "pos='rope'")
         if self.arch == "encoder-decoder" and self.attn != "causal":
-            raise GlassformerError(
-                f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional "
-                "and its decoder causal); leave attn='causal'")
+            raise GlassformerError(f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is "
+                                   "bidirectional and its decoder causal); leave attn='causal'")
         if self.pos_offset < 0 or (self.pos_offset and self.pos != "learned"):
             raise GlassformerError(f"pos_offset={self.pos_offset} must be >= 0 and needs pos='learned', "
                                    f"got pos={self.pos!r}")
@@ -107,7 +92,6 @@ class ModelConfig:
         """Key/value heads actually used: ``n_kv_heads``, or ``n_heads`` when it is None."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
-    # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """The config as a plain dict of its fields (JSON-serialisable)."""
         return asdict(self)
@@ -126,17 +110,10 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> ModelConfig:
-        """Read a config from JSON text or from a JSON file path.
-
-        Invalid JSON, a file that is not UTF-8 and a value that is not a mapping are a
-        :class:`~glassformer.errors.BadFileError` naming the file; a bad field is a GlassformerError
-        naming it (prefixed with the file's name).
-        """
+        """A config from JSON text or a JSON file; a bad file is a BadFileError, a bad field an error naming it."""
         text = str(text_or_path)
-        inline = isinstance(text_or_path, str) and text.lstrip().startswith("{")  # a Path is always a file
-        if inline and os.path.isfile(text):  # a file named "{...}" is a file
-            inline = False
-        if not inline:
+        # JSON text starts with "{" (a Path, or a file named "{...}", is a file)
+        if not isinstance(text_or_path, str) or not text.lstrip().startswith("{") or os.path.isfile(text):
             data = load_json(text_or_path, "config file")
             try:
                 return cls.from_dict(data)
@@ -152,7 +129,6 @@ class ModelConfig:
         """A validated copy with some fields changed (an unknown field is an error naming it)."""
         return type(self).from_dict({**self.to_dict(), **changes})
 
-    # ------------------------------------------------------------------ presets
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named configuration (see ``PRESETS``), optionally with fields overridden."""
@@ -166,11 +142,9 @@ class ModelConfig:
         return sorted(PRESETS)
 
 
-# The architectural rules that nn/ also meets when its parts are built directly: owned here, called
-# by ModelConfig and by nn/ alike (nn/ imports config, never the other way).
+# Architectural rules that nn/ also checks when its parts are built directly.
 def check_head_counts(n_heads: int, n_kv_heads: int, d_model: int | None = None) -> None:
-    """Heads must split the width (``d_model % n_heads == 0``) and share key/value heads evenly
-    (``n_heads % n_kv_heads == 0``: grouped-query attention); each count a positive int."""
+    """Refuse head counts that do not divide ``d_model`` (heads) or ``n_heads`` (kv heads, GQA)."""
     check_int("n_heads", n_heads, low=1)
     check_int("n_kv_heads", n_kv_heads, low=1)
     if d_model is not None:
@@ -216,16 +190,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tuple[str, ...],
                      arch: str) -> ModelConfig:
-    """Accept both ``Model(config)`` and the lessons' ``Model(vocab_size, d_model=..., ...)``.
-
-    Args:
-        first: a :class:`ModelConfig`, or vocab_size.
-        args, kwargs: the remaining constructor arguments; ``args`` are taken in the order ``names``.
-        names: the lesson's positional argument order after vocab_size.
-        arch: the model's architecture ("lm" or "encoder-decoder").
-    Returns:
-        The validated config.
-    """
+    """The config of ``Model(config)`` or of the lessons' ``Model(vocab_size, *args, **kwargs)`` (``args`` in
+    the order ``names``), checked to be of ``arch``."""
     if isinstance(first, ModelConfig):
         if args or kwargs:
             raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "

@@ -1,9 +1,5 @@
-"""glassformer's own error types and the one place that checks plain arguments.
-
-A :class:`GlassformerError` is a mistake the user can fix (a bad option, a bad file); the command line
-prints it as one line. It subclasses ``ValueError`` so that ``except ValueError`` keeps working.
-Genuine bugs are never turned into one of these: they keep their traceback.
-"""
+"""glassformer's error types (a :class:`GlassformerError`, a ``ValueError``, is a mistake the user can fix,
+printed as one line; bugs keep their traceback) and the one place that checks plain arguments."""
 
 from __future__ import annotations
 
@@ -42,8 +38,7 @@ class BadFileError(GlassformerError):
 
 
 class NotOursError(GlassformerError):
-    """A path where glassformer would write holds something it did not write (or an input): refused
-    before anything is touched."""
+    """A path where glassformer would write holds something it did not write (or an input)."""
 
 
 class OutOfMemoryError(GlassformerError):
@@ -61,8 +56,7 @@ def is_number(value: Any) -> bool:
 
 
 def check_token_id(name: str, value: Any, vocab_size: int) -> int:
-    """``value`` if it is a token id of a ``vocab_size`` vocabulary (an int in [0, vocab_size)), else an
-    error naming ``name``: the one rule of a token id's range (a tensor of ids: :func:`check_token_ids`)."""
+    """``value`` if it is an int token id in [0, vocab_size), else an error naming ``name``."""
     if not is_int(value):
         raise ArgumentTypeError(f"{name} must be an int token id, got {shown(value)}")
     if not 0 <= value < vocab_size:
@@ -71,43 +65,27 @@ def check_token_id(name: str, value: Any, vocab_size: int) -> int:
 
 
 def token_id_error(bad: int, vocab_size: int, name: str | None = None) -> str:
-    """The message of an id out of range (naming where it came from, when known), shared by every check."""
+    """The message of a token id out of range (``name``: where it came from, when known)."""
     where = f" in {name}" if name else ""
     return f"token id {bad}{where} is out of range: expected 0 <= id < vocab_size={vocab_size}"
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None, *,
               allow_none: bool = False) -> int | None:
-    """``value`` if it is an int (not a bool) in [low, high], else a ValueError naming ``name``.
-
-    Args:
-        name: the argument's name, as the user spelled it.
-        value: what was given.
-        low, high: inclusive bounds; None means unbounded on that side.
-        allow_none: accept None (an option left unset) and return it.
-    Returns:
-        ``value`` unchanged.
-    """
+    """``value`` if it is an int (not a bool) in [low, high] (None: unbounded), else an error naming ``name``."""
     if value is None and allow_none:
         return None
     if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
         return value
     if low is not None and high is not None:
         expected = f"an int in [{low}, {high}]"
-    elif low is not None:
-        expected = f"an int >= {low}"
-    elif high is not None:
-        expected = f"an int <= {high}"
     else:
-        expected = "an int"
-    if allow_none:
-        expected += " or None"
-    raise GlassformerError(f"{name} must be {expected}, got {shown(value)}")
+        expected = "an int" + (f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+    raise GlassformerError(f"{name} must be {expected}{' or None' if allow_none else ''}, got {shown(value)}")
 
 
 def shown(value: Any) -> str:
-    """``repr(value)`` for an error message, cut to 80 characters (a huge int or a long string stays
-    one short line)."""
+    """``repr(value)`` for an error message, on one line of at most 80 characters."""
     if is_int(value) and abs(value) >= 10**30:
         return f"a{' negative' if value < 0 else 'n'} int of about {int(value.bit_length() * 0.30103) + 1} digits"
     if "torch" in sys.modules and sys.modules["torch"].is_tensor(value):  # without torch loaded, no tensor
@@ -116,13 +94,15 @@ def shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, high_open: bool = False, allow_none: bool = False) -> float | None:
-    """``value`` as a float if it is a finite real number in range, else a ValueError naming ``name``.
-
-    NaN and infinity are always refused. ``low_open``/``high_open`` make a bound exclusive (``> low``,
-    ``< high``). Returns ``float(value)`` (or None when ``allow_none`` and ``value`` is None).
-    """
+    """``float(value)`` if it is a finite number in range (``*_open``: exclusive), else an error naming ``name``."""
     if value is None and allow_none:
         return None
     number = value if is_number(value) else None
@@ -132,15 +112,10 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         above = low is None or (number > low if low_open else number >= low)
         if above and (high is None or (number < high if high_open else number <= high)):
             return float(number)
-    bounds = []
-    if low is not None:
-        bounds.append(f"{'>' if low_open else '>='} {low}")
-    if high is not None:
-        bounds.append(f"{'<' if high_open else '<='} {high}")
-    expected = "a finite number" + (f" {' and '.join(bounds)}" if bounds else "")
-    if allow_none:
-        expected += " or None"
-    raise GlassformerError(f"{name} must be {expected}, got {shown(value)}")
+    limits = ((">" if low_open else ">=", low), ("<" if high_open else "<=", high))
+    bounds = " and ".join(f"{sign} {bound}" for sign, bound in limits if bound is not None)
+    expected = f"a finite number {bounds}" if bounds else "a finite number"
+    raise GlassformerError(f"{name} must be {expected}{' or None' if allow_none else ''}, got {shown(value)}")
 
 
 def check_seed(name: str, value: Any, *, allow_none: bool = False) -> int | None:
@@ -149,32 +124,18 @@ def check_seed(name: str, value: Any, *, allow_none: bool = False) -> int | None
 
 
 def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
-    """The path of ``name`` inside ``folder``, refusing any name that would leave it.
-
-    A model folder names its own files (the shards of ``model.safetensors.index.json``, say); such a
-    name must be a plain relative path: not absolute, no ``..``, and (after following symbolic links)
-    still inside ``folder``. One exception keeps the Hugging Face cache working: a folder
-    ``.../snapshots/REV`` may link into the ``.../blobs`` folder next to ``snapshots``.
-
-    Args:
-        folder: the model folder.
-        name: the file's name as the folder's own files spell it (anything else is refused).
-        what: how to call the file in the error message ("shard", "file").
-    Returns:
-        ``folder / name``. Raises :class:`BadFileError` naming the file otherwise.
-    """
+    """``folder / name`` for a file a model folder names (a shard), when ``name`` is a plain relative path
+    that stays inside ``folder`` after links (a Hugging Face ``snapshots/REV`` may reach ``blobs``);
+    else a :class:`BadFileError` naming it (``what``: "shard", "file")."""
     folder = Path(folder)
     if not isinstance(name, str) or not name or "\x00" in name:
         raise BadFileError(f"{str(folder)!r} names a {what} {name!r:.80}, which is not a file name")
-    parts = Path(name).parts
-    if Path(name).is_absolute() or os.path.isabs(name) or ".." in parts or name.startswith("~"):
+    if Path(name).is_absolute() or os.path.isabs(name) or ".." in Path(name).parts or name.startswith("~"):
         raise BadFileError(f"{str(folder)!r} names the {what} {name!r}, outside the folder (only plain "
                            "names inside the model folder are read)")
     path = folder / name
-    root = folder.resolve()
-    allowed = [root]
-    if root.parent.name == "snapshots":  # Hugging Face cache: snapshots/REV/FILE -> ../../blobs/HASH
-        allowed.append(root.parent.parent / "blobs")
+    root = folder.resolve()  # Hugging Face cache: snapshots/REV/FILE -> ../../blobs/HASH
+    allowed = [root, root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [root]
     target = (root / name).resolve()  # the folder resolved once: a link it passes through may move meanwhile
     if not any(target == base or base in target.parents for base in allowed):
         raise BadFileError(f"{str(path)!r} leads outside the model folder (to {str(target)!r}); "
@@ -183,11 +144,7 @@ def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
 
 
 def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
-    """Token ids must be a (B, T) integer tensor with values in [0, vocab_size).
-
-    Raises TypeError (not a tensor, not integers) or ValueError (wrong shape, an id out of range),
-    naming ``name``.
-    """
+    """Refuse ``ids`` unless a (B, T) long/int32 tensor of ids in [0, vocab_size), naming ``name``."""
     import torch
 
     if not isinstance(ids, torch.Tensor):
@@ -246,19 +203,8 @@ def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None
 
 def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
                      batch: int | None = None) -> int | torch.Tensor:
-    """The one check of a prefix-LM's ``prefix_len``, used wherever one is passed in.
-
-    Args:
-        prefix_len: an int, or a (B,) integer tensor with one prefix length per row.
-        length: the sequence length (an int, or a (B,) tensor of per-row lengths) the prefix must fit
-            in; None checks only ``>= 0``.
-        batch: the batch size B a tensor must match; None accepts any (B,).
-    Returns:
-        ``prefix_len`` itself: an int, or the tensor as ``torch.long``.
-    Raises:
-        TypeError for anything but an int or a 1-D integer tensor; ValueError for a wrong batch size or
-        a length outside ``0 <= prefix_len <= length``, naming the value.
-    """
+    """``prefix_len`` (an int, or a (B,) integer tensor returned as long) when ``0 <= prefix_len <= length``
+    (an int or per-row tensor; None: only ``>= 0``) and, for a tensor, B == ``batch`` (None: any)."""
     import torch
 
     if isinstance(prefix_len, torch.Tensor):
@@ -273,7 +219,7 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
         shown: Any = prefix_len.tolist()
         low_ok = bool((prefix_len >= 0).all())
         high_ok = length is None or bool((prefix_len <= torch.as_tensor(length, device=prefix_len.device)).all())
-    elif isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
+    elif is_int(prefix_len):
         shown = prefix_len
         low_ok = prefix_len >= 0
         high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
@@ -289,8 +235,7 @@ def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
 
 
 def check_known_keys(data: dict[str, Any], known: set[str], what: str = "config") -> None:
-    """Every key of ``data`` is one of ``known``; else one error naming the unknown ones and the known
-    ones: the one rule of a config mapping's keys (model, training and SAE configs)."""
+    """Refuse a key of ``data`` not among ``known``, naming the unknown ones and the known ones."""
     unknown = sorted((k for k in data if k not in known), key=str)
     if unknown:
         raise GlassformerError(f"unknown {what} key(s) {unknown}; known keys: {sorted(known)}")
@@ -300,9 +245,7 @@ DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # what a config's ``devic
 
 
 def check_device_name(device: Any) -> str:
-    """``device`` is a name a config may hold ("auto", "cpu", "cuda", "cuda:N"), else one error naming it;
-    whether that device is there is :func:`glassformer.runtime.device.pick_device`'s question, asked when a
-    run starts."""
+    """``device`` when a name a config may hold ("auto", "cpu", "cuda", "cuda:N"), else an error naming it."""
     if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
         raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {shown(device)}")
     return device

@@ -1,14 +1,5 @@
-"""Heartbeat lines for long steps (tokenizer training, the token cache, evaluation).
-
-A progress bar needs a terminal; written to a file or a pipe (a job log, ``nohup``, ``2> log``) it
-shows nothing, or one line per item. A :class:`Heartbeat` prints one line to stderr at most every
-``every`` seconds while a step runs, on a terminal or not: what runs, how far when known, and the
-seconds since it began. A step shorter than ``every`` prints nothing. Reading the clock is the whole
-cost of :meth:`Heartbeat.update`, so a loop may call it every batch.
-
-Quiet where the rest of the console is: under :func:`quiet` (a run with ``progress: false``) and in
-the processes of ``torchrun`` other than rank 0.
-"""
+"""Heartbeat lines for long steps: one line to stderr at most every ``every`` seconds, on a terminal or in a
+log (unlike a progress bar); quiet under :func:`quiet` and on torchrun ranks other than 0."""
 
 from __future__ import annotations
 
@@ -59,19 +50,9 @@ def _write(line: str) -> None:
 
 
 class Heartbeat:
-    """Prints ``"<what>: <done> of <total> <unit> (<pct>%)[, <note>], <elapsed> s"`` to stderr whenever
-    ``every`` seconds have passed since the start or the last line, and a closing line when the step
-    ends after having printed any. Use it as a context manager.
-
-    Args:
-        what: the step, as the line starts ("evaluating", "training the BPE tokenizer").
-        total: the amount of work in ``unit`` when known, else None (the line then says what is done).
-        unit: "bytes" (shown in MB) or a count's name ("batches", "characters").
-        every: seconds between lines (> 0).
-        clock: seconds as a float (default :func:`seconds`, looked up when the heartbeat is made).
-        enabled: print at all (default :func:`showing`).
-        write: where a line goes (default stderr).
-    """
+    """A context manager that prints ``"<what>: <done> of <total> <unit> (<pct>%)[, <note>], <elapsed> s"``
+    every ``every`` seconds, and a closing line if it printed any. ``total``: None when unknown; ``unit``:
+    "bytes" (shown in MB) or a count's name; ``clock``, ``enabled``, ``write``: defaults for tests to replace."""
 
     def __init__(self, what: str, total: int | None = None, unit: str = "batches", every: float = EVERY_S,
                  clock: Callable[[], float] | None = None, enabled: bool | None = None,
@@ -115,14 +96,11 @@ class Heartbeat:
 
     @contextlib.contextmanager
     def beating(self, poll: float | None = None) -> Iterator[Heartbeat]:
-        """While inside, a daemon thread calls :meth:`update` every ``poll`` real seconds (default
-        :data:`POLL_S`), so lines keep coming while the caller blocks (a call into Rust or C). The thread
-        stops when the block exits, also by an exception (KeyboardInterrupt, a Rust panic), which propagates."""
+        """While inside, a thread calls :meth:`update` every ``poll`` seconds (lines while a Rust call blocks)."""
         stop = threading.Event()
-        wait = POLL_S if poll is None else poll
 
         def beat() -> None:
-            while not stop.wait(wait):
+            while not stop.wait(POLL_S if poll is None else poll):
                 self.update()
 
         thread = threading.Thread(target=beat, name=f"heartbeat: {self.what}", daemon=True)

@@ -1,5 +1,4 @@
-"""JSON-lines records (``metrics.jsonl``, ``microscope.jsonl``): one strict-JSON line per record (read
-back by :func:`glassformer.loaders.read_records`, a torn last line dropped)."""
+"""JSON-lines records (``metrics.jsonl``, ``microscope.jsonl``), read back by ``loaders.read_records``."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from typing import Any
 
 
 def record_line(record: dict[str, Any], compact: bool = False) -> str:
-    """``record`` as one line of strict JSON: a NaN or infinite number, which JSON cannot hold, anywhere
-    in it (nested lists and dicts too) is written as null. ``compact`` leaves out the spaces."""
+    """``record`` as one line of strict JSON, any NaN or infinity (nested too) as null; ``compact``: no spaces."""
     def clean(value: Any) -> Any:
         if isinstance(value, float):
             return value if math.isfinite(value) else None

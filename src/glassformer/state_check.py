@@ -1,13 +1,5 @@
-"""A resume state checked against the run it goes into, before any kernel sees a tensor.
-
-``train_state.pt`` is read with ``torch.load(weights_only=True)``, which runs no code but trusts
-every shape: an AdamW ``exp_avg`` of the wrong shape loads fine and then writes out of bounds inside
-the fused optimizer. So every value of the state is compared with the model and optimizer of the
-resumed run first: the keys and their types, each optimizer moment's shape and dtype against its
-parameter (and that it is finite), the step counts, the RNG states' sizes, the hyperparameters'
-types. And the checkpoint's recorded model config, tokenizer and objective must be this run's.
-Anything else is one line naming the file, the key, what it holds and what was expected.
-"""
+"""A resume state checked against the run it goes into before any kernel sees a tensor (``torch.load`` trusts
+every shape); a mismatch is one line naming the file, the key, what it holds and what was expected."""
 
 from __future__ import annotations
 
@@ -18,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import BadFileError, GlassformerError, shown
+from .errors import BadFileError, GlassformerError, is_number, shown
 
 MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
 MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
@@ -31,7 +23,6 @@ def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
 
 
 def _count(file: str, key: str, value: Any, low: int = 0) -> int:
-    """An int (not a bool) in [low, MAX_STEP]."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_STEP:
         raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
     return value
@@ -39,28 +30,19 @@ def _count(file: str, key: str, value: Any, low: int = 0) -> int:
 
 def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None,
             finite: bool = True) -> torch.Tensor:
-    """A CPU-loaded tensor of ``shape`` and ``dtype`` (None: any), finite when it is floating point."""
     wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
-    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided:
-        raise _bad(file, key, value, wanted)
-    if (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
+    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
+            or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
         raise _bad(file, key, value, wanted)
     if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
         raise BadFileError(f"{file}: {key} holds NaN or infinity")
     return value
 
 
-def _optimizer_parts(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
-    """The plain torch optimizers behind ``optimizer`` ({"": it} for one; AdamW and Muon for muon)."""
-    parts = getattr(optimizer, "parts", None)
-    return dict(parts) if isinstance(parts, dict) else {"": optimizer}
-
-
 OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
 
 
 def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
-    """A saved hyperparameter of the same kind as this run's (a finite number for a number...)."""
     if fresh is None or (isinstance(fresh, bool) and key.rsplit(".", 1)[-1] in OPTIONAL_FLAGS):
         if not (value is None or isinstance(value, bool)):
             raise _bad(file, key, value, "true, false or None")
@@ -73,32 +55,25 @@ def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
             raise _bad(file, key, value, "an int in [-10000, 10000]")
     elif isinstance(fresh, (tuple, list)):
-        ok = isinstance(value, (tuple, list)) and len(value) == len(fresh) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-        if not ok:
+        if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
+                and all(is_number(v) and math.isfinite(v) for v in value)):
             raise _bad(file, key, value, f"{len(fresh)} finite numbers")
     elif isinstance(fresh, str) and value != fresh:
         raise _bad(file, key, value, repr(fresh))
 
 
 def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "optimizer") -> None:
-    """Refuse a saved optimizer state that is not exactly the shape of ``optimizer``'s: the same parts
-    and parameter groups, and per parameter only known entries whose tensors have the parameter's shape
-    and dtype (step counts: one finite non-negative number).
-
-    Args:
-        saved: what ``train_state.pt`` holds under ``optimizer``.
-        optimizer: the resumed run's optimizer (a torch optimizer, or glassformer's AdamW + Muon pair).
-        file: the state file, for the message.
-    """
-    parts = _optimizer_parts(optimizer)
-    if list(parts) != [""]:
+    """Refuse a saved optimizer state (``saved``, from ``file``) not shaped exactly as ``optimizer``'s (a torch
+    optimizer or glassformer's AdamW + Muon pair): the same parts and parameter groups, and per parameter
+    only known entries, tensors with the parameter's shape and dtype, step counts in range."""
+    parts = getattr(optimizer, "parts", None)
+    if isinstance(parts, dict):  # glassformer's AdamW + Muon pair: a state per part
         if not isinstance(saved, dict) or set(saved) != set(parts):
             raise _bad(file, key, saved, f"a dict with the parts {sorted(parts)}")
         for name, part in parts.items():
             check_optimizer_state(saved[name], part, file, f"{key}.{name}")
         return
-    part = parts[""]
+    part = optimizer
     if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
         raise _bad(file, key, saved, "a dict with 'state' and 'param_groups'")
     fresh = part.state_dict()["param_groups"]
@@ -144,10 +119,8 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
 
 def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module, optimizer: Any,
                       state_format: int, scaler_enabled: bool = False) -> None:
-    """Refuse (:class:`BadFileError` naming ``file`` and the key) a resume state that does not fit
-    the run: a missing key, a value of the wrong type, an optimizer state of another shape
-    (:func:`check_optimizer_state`), an RNG state of the wrong size or dtype, a scaler state that is
-    not finite numbers. Nothing is loaded into the model, the optimizer or the RNG before this passes."""
+    """Refuse (:class:`BadFileError` naming ``file`` and the key) a resume state that does not fit the run: a
+    missing key, a wrong type, an optimizer state of another shape, a wrong RNG state, a bad scaler state."""
     file = str(file)
     if state.get("format") != state_format:
         raise BadFileError(f"{file} has format {shown(state.get('format'))}, expected {state_format}")
@@ -171,9 +144,8 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
         raise _bad(file, "precision", state["precision"], "a string")
     if "scaler" in state and scaler_enabled:
         scaler = state["scaler"]
-        if not isinstance(scaler, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                for v in scaler.values()):
+        if not isinstance(scaler, dict) or not all(is_number(v) and math.isfinite(v) and v >= 0
+                                                   for v in scaler.values()):
             raise _bad(file, "scaler", scaler, "a dict of finite non-negative numbers")
     check_optimizer_state(state["optimizer"], optimizer, file)
 
@@ -183,15 +155,8 @@ RECORDED = ("objective", "tokenizer", "tokenizer_vocab_size")
 
 def check_resume_matches(path: str | Path, model_config: Any, checkpoint_config: Any, tokenizer_kind: str,
                          recorded: dict[str, Any] | None, run: dict[str, Any]) -> None:
-    """Refuse to resume from ``path`` when it is not this run's: a model config that differs (the
-    fields named, both values), or a recorded objective or tokenizer other than the run's.
-
-    Args:
-        model_config: the resumed run's ModelConfig; checkpoint_config: the checkpoint's.
-        tokenizer_kind: the checkpoint tokenizer's kind ("char", "byte", "bpe").
-        recorded: the checkpoint's ``training.json`` (None when it has none).
-        run: the resumed run's training config as a dict.
-    """
+    """Refuse to resume from ``path`` when its model config (``checkpoint_config``), tokenizer kind or
+    recorded objective/tokenizer (``recorded``: its ``training.json``, or None) differ from this ``run``'s."""
     path = str(path)
     if tokenizer_kind != run.get("tokenizer"):
         raise GlassformerError(f"cannot resume from {path!r}: its tokenizer is {tokenizer_kind!r}, this run asks "

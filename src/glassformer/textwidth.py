@@ -1,13 +1,9 @@
-"""Text columns on a terminal: widths in display columns, not characters.
-
-A Chinese, Japanese or Korean character (Unicode East Asian Wide or Fullwidth: 春, ，, Ａ) takes two
-columns of a terminal and a combining mark none, so padding by ``len`` makes every column after such
-text drift right. Every trace and table of glassformer pads with :func:`pad` (or formats with
-:func:`format_columns`, which gives ``str.format``'s ``{x:<24}`` the same meaning in columns).
-"""
+"""Text widths in terminal display columns, not characters (a CJK character takes two, a combining mark
+none): every trace and table pads with :func:`pad` or :func:`format_columns`."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 import unicodedata
@@ -19,8 +15,7 @@ ALIGNS = ("<", ">", "^")
 
 
 def char_width(char: str) -> int:
-    """Columns one character takes: 2 for East Asian Wide/Fullwidth, 0 for combining marks and
-    zero-width controls, else 1 (East Asian Ambiguous characters count 1, as in Western terminals)."""
+    """Columns one character takes: 2 for East Asian Wide/Fullwidth, 0 for combining and zero-width, else 1."""
     if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
         return 0
     return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
@@ -32,34 +27,21 @@ def display_width(text: str) -> int:
 
 
 def clip(text: str, width: int, keep: str = "start") -> str:
-    """``text`` cut to at most ``width`` columns, keeping its start (``keep="start"``) or its end
-    (``"end"``); a wide character that would straddle the edge is left out."""
+    """``text`` cut to at most ``width`` columns, keeping its start or (``keep="end"``) its end."""
     if keep not in ("start", "end"):
         raise GlassformerError(f"keep must be 'start' or 'end', got {keep!r}")
-    if display_width(text) <= width:
-        return text
-    chars = text if keep == "start" else reversed(text)
-    out, used = [], 0
-    for c in chars:
-        w = char_width(c)
-        if used + w > width:
-            break
-        out.append(c)
-        used += w
-    return "".join(out if keep == "start" else reversed(out))
+    chars = text if keep == "start" else text[::-1]
+    kept = "".join(c for c, used in zip(chars, itertools.accumulate(map(char_width, chars))) if used <= width)
+    return kept if keep == "start" else kept[::-1]
 
 
 def pad(text: str, width: int, align: str = "<", fill: str = " ") -> str:
-    """``text`` padded with ``fill`` to ``width`` display columns: ``"<"`` left, ``">"`` right, ``"^"``
-    centred (as ``str.format``). Text already as wide or wider is returned unchanged (never cut)."""
+    """``text`` padded with ``fill`` to ``width`` display columns, aligned as ``str.format`` (never cut)."""
     if align not in ALIGNS:
         raise GlassformerError(f"align must be one of {ALIGNS}, got {align!r}")
     missing = max(0, width - display_width(text))
-    if align == "<":
-        return text + fill * missing
-    if align == ">":
-        return fill * missing + text
-    return fill * (missing // 2) + text + fill * (missing - missing // 2)
+    left = {"<": 0, ">": missing, "^": missing // 2}[align]
+    return fill * left + text + fill * (missing - left)
 
 
 # [[fill]align][width][.precision][s]: the string format specs padded in columns; others go to format().
@@ -67,8 +49,7 @@ _SPEC = re.compile(r"(?:(?P<fill>.)?(?P<align>[<>^]))?(?P<width>\d+)?(?:\.(?P<pr
 
 
 class ColumnFormatter(string.Formatter):
-    """``str.format`` in display columns: a string field's width and precision (``{x:<24}``, ``{x:>30.30}``)
-    count columns, so CJK text lines up; numbers and other fields format as usual."""
+    """``str.format`` with a string field's width and precision (``{x:<24}``) counted in display columns."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
         """One replacement field (after ``!r``/``!s`` conversion)."""

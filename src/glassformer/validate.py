@@ -1,11 +1,5 @@
-"""One validator for every config dataclass: each field declares its constraint, :func:`check_fields` checks them.
-
-A field's type comes from its annotation ("int", "float | None", "str", "bool", "list[str]", ...); its
-range or choices from :func:`option`. Every config class (model, training, SAE, microscope,
-generation) calls :func:`check_fields` from ``__post_init__``, so a config is valid from construction;
-only checks across fields stay in the class. NaN and infinity are refused for every float and a bool
-for every int; each error names the field, the value and what was expected.
-"""
+"""One validator for every config dataclass: a field's type comes from its annotation, its range or
+choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_fields`."""
 
 from __future__ import annotations
 
@@ -27,14 +21,8 @@ from .errors import (
 
 def option(default: Any = MISSING, *, factory: Any = MISSING, ge: float | None = None, gt: float | None = None,
            le: float | None = None, lt: float | None = None, choices: Sequence[str] | None = None) -> Any:
-    """A dataclass field with its constraint, checked by :func:`check_fields`.
-
-    Args:
-        default, factory: the field's default value or default factory (neither: a required field).
-        ge, gt: lower bound, inclusive or exclusive; le, lt: upper bound, likewise (numbers only; a bound
-            is shown as written, so ``gt=0.0`` reads "> 0.0").
-        choices: the values a string field may take.
-    """
+    """A dataclass field (``default`` or ``factory``; neither: required) with its bounds (``ge``, ``gt``,
+    ``le``, ``lt``, shown as written) or ``choices``, checked by :func:`check_fields`."""
     spec = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices).items() if v is not None}
     return field(default=default, default_factory=factory, metadata=spec)
 
@@ -48,18 +36,9 @@ _TYPES = {  # a field's annotated type -> (does a value have it, how a message n
 
 
 def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None:
-    """Check every field of the dataclass instance ``config`` against its annotation and :func:`option`.
-
-    Args:
-        config: a dataclass instance (frozen or not).
-        prefix: put before each field's name in messages ("watch." names ``watch.every``).
-        coerce: first convert text to the field's type where that is unambiguous (the command line's
-            "3e-4" -> 3e-4, "12" -> 12, a lone string -> [string]), an int to a float field's float, and
-            store it back.
-    Raises:
-        ArgumentTypeError for a value of the wrong type; GlassformerError for one out of range or not
-        among the choices. Types outside the table above (``Sequence[int]``) are the class's to check.
-    """
+    """Check every field of the dataclass ``config`` against its annotation and :func:`option`: an
+    ArgumentTypeError for a wrong type, a GlassformerError out of range or choices (NaN, inf and bools for
+    ints refused). ``prefix`` goes before each name; ``coerce`` first stores :func:`coerced` values back."""
     for f in fields(config):
         name, value, kinds = prefix + f.name, getattr(config, f.name), [k.strip() for k in f.type.split("|")]
         if value is None and "None" in kinds:
@@ -84,8 +63,8 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
 
 
 def coerced(name: str, kind: str, value: Any) -> Any:
-    """``value`` as the annotated type ``kind`` ("float", "int | None", ...) where that is unambiguous (see
-    :func:`check_fields`); else unchanged, for the type check to name. ``name`` names it in an error."""
+    """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" -> 12, a string ->
+    [string], an int -> float); else unchanged, for the type check to name."""
     kind = kind.split("|")[0].strip()
     if kind == "list[str]" and isinstance(value, str):
         return [value]
@@ -112,8 +91,7 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
 
 
 def from_mapping(cls: type, data: Any, what: str = "config") -> Any:
-    """``cls(**data)`` for a mapping ``data`` of ``cls``'s fields; an error names a value that is no mapping,
-    an unknown key (with the known ones) or a missing required field. ``what`` names the mapping."""
+    """``cls(**data)`` for a mapping of ``cls``'s fields; else an error naming ``what`` and the key."""
     if not isinstance(data, dict):
         raise ArgumentTypeError(f"{what} must be a mapping of keys to values, got {type(data).__name__}")
     check_known_keys(data, {f.name for f in fields(cls)}, what)
