@@ -1,8 +1,4 @@
-"""Interop: Hugging Face and torch.nn models <-> glassformer models, and pretrained model folders.
-
-``transformers`` is imported only by :func:`from_hf` and :func:`to_hf`; reading and writing Hugging
-Face folders (:func:`load_hf_dir`, :func:`save_hf_dir`) needs only ``safetensors`` and ``tokenizers``.
-"""
+"""Hugging Face and torch.nn models <-> glassformer models, and Hugging Face folders (no ``transformers`` needed)."""
 
 from .families import FAMILIES, Family
 from .hf import from_hf, hf_state_from_model, model_from_hf_state, to_hf

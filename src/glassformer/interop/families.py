@@ -1,11 +1,8 @@
 """The Hugging Face families glassformer converts: GPT-2, GPT-NeoX, Llama, BERT and BART.
 
-Each family says, in plain data, how a Hugging Face ``config.json`` maps to a :class:`ModelConfig`
-(and back) and how tensor names map (:class:`~glassformer.interop.mapping.Rule`). Nothing here
-imports ``transformers``: :func:`load_hf_dir` works from the files alone.
-
-A glassformer model may lack tensors the family always has (no biases, no feed-forward sub-layers, no
-position table): the export writes those as zeros (``Family.fill``), which computes the same numbers.
+Each family maps a ``config.json`` to a :class:`ModelConfig` (and back) and tensor names by
+:class:`~glassformer.interop.mapping.Rule`, without ``transformers``. Tensors the family always has and a
+glassformer model lacks (biases, feed-forward sub-layers, position table) are exported as zeros (``Family.fill``).
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
                "silu": "silu", "swish": "silu"}
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
-# The context an exported RoPE or position-free model declares: such a model has no position table, so
-# transformers may run it (and ``generate``) past the training block; 2048 is GPT-NeoX's own default.
+# The context an exported RoPE or position-free model declares (no position table limits it); GPT-NeoX's default.
 OPEN_CONTEXT = 2048
 
 Fill = dict[str, tuple[tuple[int, ...], float]]  # their tensor name -> (shape, the value of every element)
@@ -38,21 +34,12 @@ def _no_fill(config: ModelConfig) -> Fill:
 
 @dataclass(frozen=True)
 class Family:
-    """One Hugging Face architecture family.
+    """One Hugging Face architecture family: our ``name``, their ``model_type`` and classes with and without head.
 
-    Attributes:
-        name: our short name ("gpt2").
-        model_type: Hugging Face's ``model_type``.
-        head_class, base_class: the transformers classes with and without the output head.
-        prefix: the base model's prefix inside ``head_class`` ("transformer.").
-        config_from_hf: (hf config dict, has_head) -> ModelConfig.
-        config_to_hf: ModelConfig -> hf config dict (architecture fields only).
-        required: ModelConfig -> {field: allowed values}: what a glassformer model must be to export.
-        rules: (ModelConfig, has_head) -> weight rules with ``head_class`` names.
-        has_head: ModelConfig -> whether it exports as ``head_class`` (else ``base_class``).
-        ignore: regexes of their tensors dropped on import (buffers, BERT's pooler).
-        fill: ModelConfig -> {their name: (shape, value)}: tensors the family has and the model lacks,
-            written as constants on export (zero biases, a zero feed-forward sub-layer).
+    ``prefix``: the base model's prefix inside ``head_class``; ``config_from_hf``/``config_to_hf``: the configs;
+    ``required``: {ModelConfig field: allowed values} to export; ``rules``: weight rules with ``head_class`` names;
+    ``has_head``: whether a config exports as ``head_class``; ``ignore``: regexes of their tensors dropped on
+    import; ``fill``: {their name: (shape, value)}, constants exported for tensors the model lacks.
     """
 
     name: str
@@ -86,7 +73,7 @@ def _need(family: str, hf: dict[str, Any], key: str, default: Any, allowed: tupl
 
 
 def _int(family: str, hf: dict[str, Any], key: str, default: Any = None) -> int:
-    """hf[key] (or ``default`` when absent and not None), which must be an int >= 1; else an error naming the key."""
+    """hf[key] (or a non-None ``default``) as an int >= 1; else an error naming the key."""
     value = hf.get(key, default)
     if value is None:
         raise GlassformerError(f"{family} config.json has no {key!r} (it is required)")
@@ -94,16 +81,20 @@ def _int(family: str, hf: dict[str, Any], key: str, default: Any = None) -> int:
 
 
 def _float(family: str, hf: dict[str, Any], key: str, default: Any) -> float:
-    """hf[key] (or ``default``) as a finite float; else an error naming the key."""
     return check_number(f"{family} config field {key}", hf.get(key, default))
 
 
 def _act(family: str, hf: dict[str, Any], key: str, default: str) -> str:
-    name = hf.get(key, default)
-    if not isinstance(name, str) or name not in ACT_FROM_HF:
-        raise GlassformerError(f"{family} config field {key}={shown(name)} cannot be honoured by glassformer: "
-                               f"supported activations are {sorted(ACT_FROM_HF)}")
-    return ACT_FROM_HF[name]
+    return ACT_FROM_HF[_need(family, hf, key, default, tuple(ACT_FROM_HF),
+                             f"supported activations are {sorted(ACT_FROM_HF)}")]
+
+
+def _rope(family: str, hf: dict[str, Any]) -> dict[str, Any]:
+    """The RoPE settings: ``rope_parameters`` (transformers 5) or ``rope_scaling``, {} when neither."""
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise GlassformerError(f"{family} config field rope_parameters must be a mapping, got {shown(rope)}")
+    return rope
 
 
 def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same", heads: int = 0) -> list[Rule]:
@@ -123,9 +114,62 @@ def _sizes(c: ModelConfig) -> tuple[int, int, int]:
     return (c.n_heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim)
 
 
-# ---------------------------------------------------------------------------------------------- GPT-2
+def _context(c: ModelConfig) -> int:
+    """The positions an export declares: the learned table's rows, else at least :data:`OPEN_CONTEXT`."""
+    return c.max_len if c.pos == "learned" else max(c.max_len, OPEN_CONTEXT)
+
+
+def _d_ff(c: ModelConfig) -> int:
+    """The exported feed-forward width: 1 (all zeros) for an attention-only model."""
+    return 1 if c.attn_only else c.d_ff
+
+
+# The sub-layers of a GPT-2-shaped pre-norm block, in their names:
+# (attention norm, fused qkv, attention output, feed-forward norm, up, down).
+_GPT2_NAMES = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj")
+_NEOX_NAMES = ("input_layernorm", "attention.query_key_value", "attention.dense", "post_attention_layernorm",
+              "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")
+
+
+def _fused_block_rules(c: ModelConfig, layers: str, names: tuple[str, ...], layout: str,
+                       qkv_layout: str) -> list[Rule]:
+    """Rules for every pre-norm block with a fused qkv (GPT-2, GPT-NeoX); ``layers``: their prefix ("...h.")."""
+    attn_norm, qkv, o_proj, ffn_norm, up, down = names
+    heads, out = c.n_heads if qkv_layout == "heads_qkv" else 0, []
+    for i in range(c.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{layers}{i}."
+        out += _linear(f"{ours}attn_norm", f"{theirs}{attn_norm}", c.bias)
+        out += _linear(f"{ours}self_attn.qkv", f"{theirs}{qkv}", c.bias, qkv_layout, heads)
+        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}{o_proj}", c.bias, layout)
+        if not c.attn_only:
+            out += _linear(f"{ours}ffn_norm", f"{theirs}{ffn_norm}", c.bias)
+            out += _linear(f"{ours}ffn.up", f"{theirs}{up}", c.bias, layout)
+            out += _linear(f"{ours}ffn.down", f"{theirs}{down}", c.bias, layout)
+    return out
+
+
+def _fused_block_fill(c: ModelConfig, layers: str, names: tuple[str, ...], final_norm: str,
+                      transposed: bool) -> Fill:
+    """Zero biases (bias=False) and a zero feed-forward sub-layer (attn_only: it adds exactly 0)."""
+    attn_norm, qkv, o_proj, ffn_norm, up, down = names
+    d, out = c.d_model, {}
+    up_shape, down_shape = ((d, 1), (1, d)) if transposed else ((1, d), (d, 1))
+    for i in range(c.n_layers):
+        h = f"{layers}{i}."
+        if c.attn_only:
+            out.update({f"{h}{ffn_norm}.weight": ((d,), 1.0), f"{h}{up}.weight": (up_shape, 0.0),
+                        f"{h}{down}.weight": (down_shape, 0.0)})
+        if c.attn_only or not c.bias:
+            out.update({f"{h}{ffn_norm}.bias": ((d,), 0.0), f"{h}{up}.bias": ((_d_ff(c),), 0.0),
+                        f"{h}{down}.bias": ((d,), 0.0)})
+        if not c.bias:
+            out.update({f"{h}{attn_norm}.bias": ((d,), 0.0), f"{h}{qkv}.bias": ((3 * d,), 0.0),
+                        f"{h}{o_proj}.bias": ((d,), 0.0)})
+    return out | ({f"{final_norm}.bias": ((d,), 0.0)} if not c.bias else {})
+
+
 def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    req = partial(_int, "gpt2", hf)  # a required int field, named in errors
+    req = partial(_int, "gpt2", hf)
     why = "glassformer's attention is plain scaled dot-product"
     _need("gpt2", hf, "scale_attn_weights", True, (True,), why)
     _need("gpt2", hf, "scale_attn_by_inverse_layer_idx", False, (False,), why)
@@ -137,16 +181,6 @@ def _gpt2_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
         activation=_act("gpt2", hf, "activation_function", "gelu_new"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
         scale_embeddings=False, dropout=hf.get("resid_pdrop", 0.1), init_std=hf.get("initializer_range", 0.02),
     )
-
-
-def _context(c: ModelConfig) -> int:
-    """The positions an export declares: the learned table's rows, else at least :data:`OPEN_CONTEXT`."""
-    return c.max_len if c.pos == "learned" else max(c.max_len, OPEN_CONTEXT)
-
-
-def _d_ff(c: ModelConfig) -> int:
-    """The exported feed-forward width: 1 (all zeros) for an attention-only model."""
-    return 1 if c.attn_only else c.d_ff
 
 
 def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:
@@ -168,35 +202,14 @@ def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     out = [rule("embeddings.tok.weight", f"{t}wte.weight", aliases=["lm_head.weight"])]
     if c.pos == "learned":
         out.append(rule("embeddings.pos.weight", f"{t}wpe.weight"))
-    for i in range(c.n_layers):
-        ours, theirs = f"blocks.{i}.", f"{t}h.{i}."
-        out += _linear(f"{ours}attn_norm", f"{theirs}ln_1", c.bias)
-        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attn.c_attn", c.bias, layout="transposed")
-        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attn.c_proj", c.bias, layout="transposed")
-        if not c.attn_only:
-            out += _linear(f"{ours}ffn_norm", f"{theirs}ln_2", c.bias)
-            out += _linear(f"{ours}ffn.up", f"{theirs}mlp.c_fc", c.bias, layout="transposed")
-            out += _linear(f"{ours}ffn.down", f"{theirs}mlp.c_proj", c.bias, layout="transposed")
+    out += _fused_block_rules(c, f"{t}h.", _GPT2_NAMES, "transposed", "transposed")
     return out + _linear("norm_f", f"{t}ln_f", c.bias)
 
 
 def _gpt2_fill(c: ModelConfig) -> Fill:
-    """Zero biases (bias=False), a zero MLP (attn_only: it adds exactly 0) and a zero position table (pos="none")."""
-    d, t, out = c.d_model, "transformer.", {}
-    if c.pos == "none":
-        out[f"{t}wpe.weight"] = ((_context(c), d), 0.0)
-    for i in range(c.n_layers):
-        h = f"{t}h.{i}."
-        if c.attn_only:
-            out.update({f"{h}ln_2.weight": ((d,), 1.0), f"{h}mlp.c_fc.weight": ((d, 1), 0.0),
-                        f"{h}mlp.c_proj.weight": ((1, d), 0.0)})
-        if c.attn_only or not c.bias:
-            out.update({f"{h}ln_2.bias": ((d,), 0.0), f"{h}mlp.c_fc.bias": ((_d_ff(c),), 0.0),
-                        f"{h}mlp.c_proj.bias": ((d,), 0.0)})
-        if not c.bias:
-            out.update({f"{h}ln_1.bias": ((d,), 0.0), f"{h}attn.c_attn.bias": ((3 * d,), 0.0),
-                        f"{h}attn.c_proj.bias": ((d,), 0.0)})
-    return out | ({f"{t}ln_f.bias": ((d,), 0.0)} if not c.bias else {})
+    """As :func:`_fused_block_fill`, and a zero position table (pos="none")."""
+    table = {"transformer.wpe.weight": ((_context(c), c.d_model), 0.0)} if c.pos == "none" else {}
+    return table | _fused_block_fill(c, "transformer.h.", _GPT2_NAMES, "transformer.ln_f", transposed=True)
 
 
 GPT2 = Family("gpt2", "gpt2", "GPT2LMHeadModel", "GPT2Model", "transformer.", _gpt2_config, _gpt2_to_hf,
@@ -204,24 +217,20 @@ GPT2 = Family("gpt2", "gpt2", "GPT2LMHeadModel", "GPT2Model", "transformer.", _g
               ignore=(r"transformer\.h\.\d+\.attn\.(masked_)?bias",), fill=_gpt2_fill)
 
 
-# ---------------------------------------------------------------------------------------------- GPT-NeoX
 def _neox_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    req = partial(_int, "gpt_neox", hf)  # a required int field, named in errors
+    req = partial(_int, "gpt_neox", hf)
     _need("gpt_neox", hf, "use_parallel_residual", True, (False,), "glassformer's blocks add attention, then the "
           "feed-forward sub-layer (sequential residual); Pythia's parallel residual is not implemented")
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if not isinstance(rope, dict):
-        raise GlassformerError(f"gpt_neox config field rope_parameters must be a mapping, got {shown(rope)}")
+    rope = _rope("gpt_neox", hf)
     _need("gpt_neox", rope, "rope_type", rope.get("type", "default"), ("default",), "only plain RoPE is implemented")
     _need("gpt_neox", rope, "partial_rotary_factor", hf.get("rotary_pct", 0.25), (1, 1.0),
           "glassformer rotates the whole head (rotary_pct 1.0)")
     _need("gpt_neox", hf, "attention_bias", True, (True,), "glassformer has one `bias` flag and GPT-NeoX's "
           "feed-forward layers always have biases")
-    theta = rope.get("rope_theta", hf.get("rotary_emb_base", 10000.0))
     return ModelConfig(
         vocab_size=req("vocab_size"), d_model=req("hidden_size"), n_heads=req("num_attention_heads"),
         n_layers=req("num_hidden_layers"), d_ff=req("intermediate_size"), max_len=req("max_position_embeddings", 2048),
-        pos="rope", rope_theta=_float("gpt_neox", {"rope_theta": theta}, "rope_theta", 10000.0),
+        pos="rope", rope_theta=_float("gpt_neox", rope, "rope_theta", hf.get("rotary_emb_base", 10000.0)),
         activation=_act("gpt_neox", hf, "hidden_act", "gelu"), norm_eps=hf.get("layer_norm_eps", 1e-5),
         tie=hf.get("tie_word_embeddings", False) or not has_head, scale_embeddings=False,
         dropout=hf.get("hidden_dropout", 0.0), init_std=hf.get("initializer_range", 0.02),
@@ -247,34 +256,13 @@ def _neox_required(c: ModelConfig) -> dict[str, tuple]:
 def _neox_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     m = "gpt_neox."
     out = [rule("embeddings.tok.weight", f"{m}embed_in.weight", aliases=["lm_head.weight"] if c.tie else [])]
-    for i in range(c.n_layers):
-        ours, theirs = f"blocks.{i}.", f"{m}layers.{i}."
-        out += _linear(f"{ours}attn_norm", f"{theirs}input_layernorm", c.bias)
-        out += _linear(f"{ours}self_attn.qkv", f"{theirs}attention.query_key_value", c.bias, "heads_qkv", c.n_heads)
-        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}attention.dense", c.bias)
-        if not c.attn_only:
-            out += _linear(f"{ours}ffn_norm", f"{theirs}post_attention_layernorm", c.bias)
-            out += _linear(f"{ours}ffn.up", f"{theirs}mlp.dense_h_to_4h", c.bias)
-            out += _linear(f"{ours}ffn.down", f"{theirs}mlp.dense_4h_to_h", c.bias)
+    out += _fused_block_rules(c, f"{m}layers.", _NEOX_NAMES, "same", "heads_qkv")
     out += _linear("norm_f", f"{m}final_layer_norm", c.bias)
     return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
 
 
 def _neox_fill(c: ModelConfig) -> Fill:
-    """Zero biases (bias=False) and a zero feed-forward sub-layer (attn_only: it adds exactly 0)."""
-    d, m, out = c.d_model, "gpt_neox.", {}
-    for i in range(c.n_layers):
-        h = f"{m}layers.{i}."
-        if c.attn_only:
-            out.update({f"{h}post_attention_layernorm.weight": ((d,), 1.0),
-                        f"{h}mlp.dense_h_to_4h.weight": ((1, d), 0.0), f"{h}mlp.dense_4h_to_h.weight": ((d, 1), 0.0)})
-        if c.attn_only or not c.bias:
-            out.update({f"{h}post_attention_layernorm.bias": ((d,), 0.0),
-                        f"{h}mlp.dense_h_to_4h.bias": ((_d_ff(c),), 0.0), f"{h}mlp.dense_4h_to_h.bias": ((d,), 0.0)})
-        if not c.bias:
-            out.update({f"{h}input_layernorm.bias": ((d,), 0.0), f"{h}attention.query_key_value.bias": ((3 * d,), 0.0),
-                        f"{h}attention.dense.bias": ((d,), 0.0)})
-    return out | ({f"{m}final_layer_norm.bias": ((d,), 0.0)} if not c.bias else {})
+    return _fused_block_fill(c, "gpt_neox.layers.", _NEOX_NAMES, "gpt_neox.final_layer_norm", transposed=False)
 
 
 NEOX = Family("gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox.", _neox_config, _neox_to_hf,
@@ -282,13 +270,10 @@ NEOX = Family("gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXModel", "gpt
               ignore=(r"gpt_neox\.layers\.\d+\.attention\.(masked_)?bias", r".*rotary_emb\.inv_freq"), fill=_neox_fill)
 
 
-# ---------------------------------------------------------------------------------------------- Llama
 def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    req = partial(_int, "llama", hf)  # a required int field, named in errors
+    req = partial(_int, "llama", hf)
     d, heads = req("hidden_size"), req("num_attention_heads")
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if not isinstance(rope, dict):
-        raise GlassformerError(f"llama config field rope_parameters must be a mapping, got {shown(rope)}")
+    rope = _rope("llama", hf)
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
         raise GlassformerError(f"llama config field rope type={shown(kind)} cannot be honoured by glassformer: "
@@ -297,10 +282,8 @@ def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
     bias = _need("llama", hf, "attention_bias", False, (True, False), "")
     _need("llama", hf, "mlp_bias", False, (bias,), "glassformer has one `bias` flag, so mlp_bias must equal "
           f"attention_bias={bias}")
-    act = hf.get("hidden_act", "silu")
-    if not isinstance(act, str) or act not in ("silu", "gelu"):
-        raise GlassformerError(f"llama config field hidden_act={shown(act)} cannot be honoured by glassformer: "
-                               "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
+    act = _need("llama", hf, "hidden_act", "silu", ("silu", "gelu"),
+                "supported gated activations are silu (SwiGLU) and gelu (GEGLU)")
     return ModelConfig(
         vocab_size=req("vocab_size"), d_model=d, n_heads=heads, n_kv_heads=req("num_key_value_heads", heads),
         n_layers=req("num_hidden_layers"), d_ff=req("intermediate_size"), max_len=req("max_position_embeddings"),
@@ -347,9 +330,8 @@ LLAMA = Family("llama", "llama", "LlamaForCausalLM", "LlamaModel", "model.", _ll
                _llama_required, _llama_rules, has_head=lambda c: True, ignore=(r".*rotary_emb\.inv_freq",))
 
 
-# ---------------------------------------------------------------------------------------------- BERT
 def _bert_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    req = partial(_int, "bert", hf)  # a required int field, named in errors
+    req = partial(_int, "bert", hf)
     _need("bert", hf, "position_embedding_type", "absolute", ("absolute",),
           "only absolute (learned) positions are implemented for BERT")
     _need("bert", hf, "is_decoder", False, (False,), "a causal BERT decoder is not supported")
@@ -374,13 +356,9 @@ def _bert_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def _block_rules(c: ModelConfig, ours: str, attentions: list[tuple[str, ...]],
                  ffn: tuple[str, str, str]) -> list[Rule]:
-    """Rules for one post-norm block with separate q/k/v matrices (BERT, BART).
-
-    Args:
-        ours: our block's prefix, e.g. ``"blocks.0."``.
-        attentions: per attention sub-layer (our attention, our norm, their q, k, v, output, norm).
-        ffn: their (up, down, norm) names of the feed-forward sub-layer.
-    """
+    """Rules for one post-norm block with separate q/k/v (BERT, BART): ``ours`` its prefix ("blocks.0."),
+    ``attentions`` (our attention, our norm, their q, k, v, output, norm) per attention sub-layer, ``ffn``
+    their (up, down, norm)."""
     out = []
     for mine, norm, q, k, v, o, their_norm in attentions:
         out += _qkv(f"{ours}{mine}.qkv", q, k, v, _sizes(c))
@@ -425,9 +403,8 @@ BERT = Family("bert", "bert", "BertForMaskedLM", "BertModel", "bert.", _bert_con
               ignore=(r"bert\.embeddings\.position_ids", r"bert\.pooler\..*"))
 
 
-# ---------------------------------------------------------------------------------------------- BART
 def _bart_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
-    req = partial(_int, "bart", hf)  # a required int field, named in errors
+    req = partial(_int, "bart", hf)
     heads, ffn = req("encoder_attention_heads"), req("encoder_ffn_dim")
     _need("bart", hf, "decoder_attention_heads", heads, (heads,), "encoder and decoder must have the same heads")
     _need("bart", hf, "decoder_ffn_dim", ffn, (ffn,), "encoder and decoder must have the same d_ff")
@@ -517,7 +494,7 @@ def family_of_config(config: ModelConfig) -> Family:
 
 
 def _why_none(config: ModelConfig) -> str:
-    """The structural reason, in one clause, for the shapes glassformer's recipes train that no family has."""
+    """Why a shape glassformer's recipes train has no family, in one clause (or "")."""
     if config.arch == "lm" and config.attn == "prefix":
         return (" (no transformers causal-LM class lets a prefix attend both ways, so a prefix-LM has no exact "
                 "Hugging Face form)")

@@ -1,8 +1,6 @@
-"""Hugging Face models <-> glassformer models: ``from_hf`` and ``to_hf``.
+"""Hugging Face models <-> glassformer models: ``from_hf`` and ``to_hf`` (which import ``transformers`` lazily).
 
-The conversion itself works on plain data (a config dict and a state dict), so
-:func:`glassformer.interop.load_hf_dir` needs no ``transformers``; only :func:`from_hf` (which receives
-a transformers model) and :func:`to_hf` (which builds one) touch it, and import it lazily.
+The conversion works on plain data (a config dict and a state dict), so :func:`load_hf_dir` needs no transformers.
 """
 
 from __future__ import annotations
@@ -23,10 +21,7 @@ from .mapping import export_state, import_state
 
 
 def _with_prefix(family: Family, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Their state with the base model's prefix ("bert.") on base tensors, as in the head class.
-
-    A base class (``BertModel``) and many checkpoints on disk store base tensors without it.
-    """
+    """Their state with the base model's prefix ("bert.") on base tensors, as in the head class."""
     if any(name.startswith(family.prefix) for name in state):
         return dict(state)
     return {family.prefix + name: tensor for name, tensor in state.items()}
@@ -34,11 +29,10 @@ def _with_prefix(family: Family, state: Mapping[str, torch.Tensor]) -> dict[str,
 
 def model_from_hf_state(class_name: str, hf_config: dict[str, Any], state: Mapping[str, torch.Tensor],
                         source: str = "Hugging Face checkpoint") -> TransformerLM | EncoderDecoder:
-    """A glassformer model from a transformers class name, its config dict and its state dict.
+    """A glassformer model (eval mode) from a transformers class name, its config dict and its state dict.
 
-    Raises:
-        ValueError for an unsupported architecture, a config field glassformer cannot honour, and
-        missing, unexpected, untied or wrongly shaped tensors (each named).
+    ValueError for an unsupported architecture or config field, and for missing, unexpected, untied or wrongly
+    shaped tensors (each named).
     """
     family, has_head = family_of_class(class_name)
     config = family.config_from_hf(hf_config, has_head)
@@ -52,17 +46,10 @@ def model_from_hf_state(class_name: str, hf_config: dict[str, Any], state: Mappi
 
 def check_hf_state(class_name: str, hf_config: dict[str, Any], header: Header,
                    source: str = "Hugging Face checkpoint") -> ModelConfig:
-    """Check a Hugging Face config against the tensors' names and shapes, before any weight exists.
+    """The ModelConfig, checked against the safetensors ``header`` (names, shapes) before any weight exists.
 
-    Args:
-        class_name, hf_config: as for :func:`model_from_hf_state`.
-        header: the weights' names, shapes and dtypes (:func:`glassformer.safetensors_header.read_header`).
-        source: the folder, for messages.
-    Returns:
-        The ModelConfig. Raises a GlassformerError for a config that asks for more weights than the files
-        hold (absurd sizes are refused here, in well under a second) or that does not match them
-        (missing, unexpected or wrongly shaped tensors, each named): the same errors as loading, found
-        on shapes alone (``meta`` tensors).
+    The same errors as loading, found on shapes alone; a config asking for more weights than the files hold
+    is refused at once. ``source``: the folder, for messages.
     """
     family, has_head = family_of_class(class_name)
     try:
@@ -78,9 +65,8 @@ def check_hf_state(class_name: str, hf_config: dict[str, Any], header: Header,
 def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str, torch.Tensor]]:
     """(transformers class name, hf config dict, hf state dict) for a glassformer model.
 
-    Tied tensors appear once (under the name transformers saves); tensors the family has and the model lacks
-    are constants that compute the same (zero biases, a zero MLP: ``Family.fill``); ValueError when no family
-    fits.
+    Tied tensors appear once; tensors the family has and the model lacks are constants (``Family.fill``).
+    ValueError when no family fits.
     """
     if not isinstance(model, (TransformerLM, EncoderDecoder)):
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
@@ -101,10 +87,8 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
 def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
     """A float32 glassformer model with the weights of a ``transformers`` model (in eval mode).
 
-    Supported: GPT2LMHeadModel/GPT2Model, GPTNeoXForCausalLM/GPTNeoXModel (sequential residual, full
-    rotary), LlamaForCausalLM/LlamaModel, BertForMaskedLM/BertModel,
-    BartForConditionalGeneration/BartModel. Base models (no output head) become a model whose
-    output layer is the tied embedding; use ``model.hidden_states`` for their outputs.
+    GPT-2, GPT-NeoX (sequential residual, full rotary), Llama, BERT and BART, with or without head; a base
+    model's output layer is the tied embedding (use ``model.hidden_states``).
     """
     if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
         raise ArgumentTypeError(f"hf_model must be a transformers PreTrainedModel, got {type(hf_model).__name__}")
@@ -115,11 +99,8 @@ def from_hf(hf_model: Any) -> TransformerLM | EncoderDecoder:
 
 
 def to_hf(model: nn.Module) -> Any:
-    """The ``transformers`` model with this glassformer model's weights (in eval mode).
-
-    The class is chosen from the config (GPT-2, GPT-NeoX, Llama, BERT, BART); ValueError names the field that
-    keeps a config from every family.
-    """
+    """The ``transformers`` model (eval mode) with this model's weights; the class follows the config
+    (ValueError names the field that keeps it from every family)."""
     import transformers
 
     class_name, hf_config, state = hf_state_from_model(model)

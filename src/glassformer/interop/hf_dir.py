@@ -1,7 +1,6 @@
 """Hugging Face model folders (config.json + model.safetensors + tokenizer files), without transformers.
 
-``load_hf_dir`` reads what ``save_pretrained`` writes (or what the Hub serves); ``save_hf_dir``
-writes a folder that ``transformers.AutoModel...from_pretrained`` and ``AutoTokenizer`` load.
+``load_hf_dir`` reads what ``save_pretrained`` writes; ``save_hf_dir`` writes what ``from_pretrained`` loads.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 
 def weight_files(path: Path) -> list[Path]:
-    """The safetensors files of a Hugging Face folder: model.safetensors, or the shards that
-    model.safetensors.index.json names (each must be a plain file name inside the folder)."""
+    """model.safetensors, or the shards model.safetensors.index.json names (plain file names in the folder)."""
     single = check_inside(path, "model.safetensors")
     if single.is_file():
         return [single]
@@ -75,33 +73,27 @@ def _class_name(hf_config: dict[str, Any], state: Mapping[str, Any], path: Path)
 
 
 def is_hf_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a Hugging Face model folder (its config.json has "model_type"), as opposed to
-    a glassformer checkpoint (whose config.json is a ModelConfig)."""
+    """Whether ``path`` is a Hugging Face model folder (its config.json has "model_type"), not a checkpoint."""
     config = Path(path) / "config.json"
     if not config.is_file():
         return False
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError, OSError):  # not JSON, not UTF-8: not a Hugging Face folder either
+    except (ValueError, RecursionError, OSError):
         return False
     return isinstance(data, dict) and "model_type" in data
 
 
 def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[TransformerLM | EncoderDecoder,
                                                                              HFTokenizer | None]:
-    """Read a Hugging Face model folder into ``(model, tokenizer)``; ``transformers`` is not needed.
+    """Read a Hugging Face model folder into ``(model in eval mode, tokenizer or None)``.
 
     Args:
-        path: a folder with config.json, model.safetensors (or its shards) and tokenizer.json, or
-            vocab.txt (BERT), or vocab.json + merges.txt (GPT-2).
+        path: config.json, model.safetensors (or shards) and tokenizer.json, vocab.txt (BERT) or
+            vocab.json + merges.txt (GPT-2).
         dtype: cast the model to this dtype (default: float32).
-    Returns:
-        (model in eval mode, tokenizer or None when the folder has no tokenizer files).
-    Raises:
-        MissingFileError (a FileNotFoundError) for a missing folder or file; GlassformerError (a
-        ValueError) for an unsupported architecture, a config field glassformer cannot honour, a
-        corrupt file, a shard outside the folder, or weights that do not match (named). Sizes are
-        checked against the safetensors headers before any weight is allocated.
+    Raises MissingFileError for a missing folder or file, GlassformerError for an unsupported architecture
+    or config field, a corrupt file, or weights that do not match (named), before any weight is allocated.
     """
     path = Path(path)
     if not path.is_dir():
@@ -112,7 +104,7 @@ def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Tra
     if not isinstance(hf_config, dict):
         raise BadFileError(f"{str(path / 'config.json')!r} must hold a JSON object, got {type(hf_config).__name__}")
     files = weight_files(path)
-    header = read_header(files)  # names and shapes only: sizes are checked before any weight is allocated
+    header = read_header(files)
     class_name = _class_name(hf_config, header, path)
     check_hf_state(class_name, hf_config, header, source=str(path))
     state = load_tensors(files)
@@ -126,7 +118,7 @@ def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Tra
 def _as_hf_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
     if isinstance(tokenizer, HFTokenizer):
         return tokenizer
-    rust = getattr(tokenizer, "hf", None)  # glassformer's BPE tokenizer is a Hugging Face one inside
+    rust = getattr(tokenizer, "hf", None)  # the BPE tokenizer is a Hugging Face one inside
     if rust is None and tokenizer.kind == "char":
         rust = _char_as_hf(tokenizer)
     if rust is None:
@@ -136,8 +128,7 @@ def _as_hf_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
 
 
 def _char_as_hf(tokenizer: Tokenizer) -> Any:
-    """A character tokenizer as a ``tokenizers.Tokenizer``: one token per character (the same ids), joined
-    back without spaces; its specials (``<pad>``, ...) are special tokens."""
+    """A character tokenizer as a ``tokenizers.Tokenizer``: one token per character, same ids and specials."""
     from tokenizers import Regex, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as RustTokenizer
 
@@ -150,18 +141,11 @@ def _char_as_hf(tokenizer: Tokenizer) -> Any:
 
 
 def save_hf_dir(model: nn.Module, tokenizer: Tokenizer | None, path: str | Path) -> Path:
-    """Write a Hugging Face model folder (atomically: temp folder + rename; an existing one is replaced).
-
-    Writes config.json (with "architectures", so ``AutoModel``/``AutoModelFor...`` pick the class),
-    model.safetensors under transformers' tensor names, and the tokenizer's tokenizer.json,
-    tokenizer_config.json and special_tokens_map.json.
+    """Write a Hugging Face model folder atomically (replacing one there); returns its path.
 
     Args:
-        model: a glassformer model whose config fits GPT-2, GPT-NeoX, Llama, BERT or BART (ValueError otherwise).
-        tokenizer: an HFTokenizer, BPE or char tokenizer, or None for weights only. Its special ids become
-            the config's pad/bos/eos ids.
-    Returns:
-        The folder path.
+        model: a model whose config fits GPT-2, GPT-NeoX, Llama, BERT or BART (ValueError otherwise).
+        tokenizer: an HFTokenizer, BPE or char tokenizer (its specials become pad/bos/eos ids), or None.
     """
     class_name, hf_config, state = hf_state_from_model(model)
     hf_tokenizer = _as_hf_tokenizer(tokenizer) if tokenizer is not None else None

@@ -1,7 +1,6 @@
 """Weight renaming between glassformer and another library, with errors that name the tensors.
 
-A converter is a list of :class:`Rule`: one glassformer tensor <- one or more foreign tensors. Both
-directions use the same list, so import and export cannot drift apart.
+A converter is a list of :class:`Rule` (one of our tensors <- one or more of theirs), used both ways.
 """
 
 from __future__ import annotations
@@ -22,15 +21,10 @@ class Rule:
     """glassformer tensor ``ours`` <-> foreign tensor(s) ``theirs``.
 
     Attributes:
-        ours: our state-dict name.
-        theirs: their name; several names (q, k, v) are concatenated along dim 0 into ours and split
-            back with ``sizes``.
-        sizes: rows of each of ``theirs`` when there are several.
-        layout: "same"; "transposed" (GPT-2's Conv1D stores (in, out)); "row" (a (1, n) row, BART's
-            ``final_logits_bias``); "heads_qkv": our fused (q; k; v) rows stored head by head, each head's
-            (q; k; v) together (GPT-NeoX's ``query_key_value``), ``heads`` heads.
-        aliases: their names of tensors tied to ``theirs[0]`` (e.g. ``lm_head.weight``): checked to be
-            equal on import, not written on export (the library re-ties them).
+        theirs: their names; several (q, k, v) are concatenated along dim 0, split back by ``sizes`` (rows each).
+        layout: "same"; "transposed" (GPT-2's Conv1D); "row" (a (1, n) row); "heads_qkv": (q; k; v) stored
+            head by head for ``heads`` heads (GPT-NeoX's ``query_key_value``).
+        aliases: their names of tensors tied to ``theirs[0]``: checked equal on import, not written on export.
     """
 
     ours: str
@@ -50,7 +44,7 @@ def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "sa
 
 
 def _regroup(t: torch.Tensor, groups: tuple[int, int]) -> torch.Tensor:
-    """Rows (a*b*n, ...) seen as (a, b, n, ...) -> (b, a, n, ...), flattened back: (q; k; v) by part <-> by head."""
+    """Rows (a*b*n, ...) as (a, b, n, ...) -> (b, a, n, ...), flattened back: (q; k; v) by part <-> by head."""
     return t.reshape(*groups, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
 
 
@@ -73,19 +67,10 @@ def _names(names: list[str], limit: int = 6) -> str:
 
 def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size],
                  ignore: Iterable[str] = (), source: str = "checkpoint") -> dict[str, torch.Tensor]:
-    """Build our state dict from a foreign one.
+    """Our state dict {name: tensor} from a foreign one ``theirs``.
 
-    Args:
-        rules: the converter.
-        theirs: their state dict.
-        expected: our state dict's shapes ({name: shape}); every name must be produced by a rule.
-        ignore: regular expressions of their tensors we knowingly drop (buffers, unused heads).
-        source: how to call their side in error messages.
-    Returns:
-        {our name: tensor}.
-    Raises:
-        ValueError naming missing tensors, tensors we have no place for, untied "tied" tensors and
-        shape mismatches.
+    ``expected``: our shapes, each produced by a rule; ``ignore``: regexes of their tensors dropped; ``source``:
+    their side, in messages. ValueError names missing, unplaced, untied and wrongly shaped tensors.
     """
     missing = sorted({n for r in rules for n in r.theirs if n not in theirs})
     if missing:
@@ -100,13 +85,11 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
         parts = [_to_ours(theirs[n], r) for n in r.theirs]
         tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         used.update(r.theirs)
-        for alias in r.aliases:
-            if alias in theirs:
-                used.add(alias)
-                if theirs[alias].is_meta or theirs[r.theirs[0]].is_meta:  # a check of shapes only
-                    continue
-                if not torch.equal(theirs[alias], theirs[r.theirs[0]]):
-                    problems.append(f"{alias} differs from {r.theirs[0]} but glassformer ties them")
+        first = theirs[r.theirs[0]]
+        for alias in [a for a in r.aliases if a in theirs]:
+            used.add(alias)
+            if not (first.is_meta or theirs[alias].is_meta) and not torch.equal(theirs[alias], first):  # meta: shapes
+                problems.append(f"{alias} differs from {r.theirs[0]} but glassformer ties them")
         want = expected.get(r.ours)
         if want is None:
             raise AssertionError(f"converter rule for unknown glassformer tensor {r.ours}")

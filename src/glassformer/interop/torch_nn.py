@@ -1,12 +1,8 @@
 """torch.nn's Transformer modules -> glassformer modules with the same weights: ``from_torch``.
 
-torch.nn.MultiheadAttention already stores q, k and v as one ``in_proj_weight`` laid out
-[q rows; k rows; v rows], which is exactly glassformer's fused ``qkv``, so weights copy unchanged.
-Two conventions differ, at the boundary only:
-
-- masks: torch's boolean masks say True = *hidden*; glassformer's say True = *may attend*
-  (pass ``~torch_mask``, and ``~key_padding_mask[:, None, None, :]`` for padding);
-- layout: glassformer is always batch first, (B, T, d), whatever ``batch_first`` the torch module had.
+Weights copy unchanged (MultiheadAttention's ``in_proj_weight`` is glassformer's fused ``qkv``). At the
+boundary: torch's boolean masks mean True = *hidden*, glassformer's True = *may attend* (pass ``~mask``), and
+glassformer is always batch first, (B, T, d).
 """
 
 from __future__ import annotations
@@ -24,12 +20,7 @@ TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
 
 
 class BlockStack(nn.Module):
-    """Blocks applied in order, then an optional final norm: glassformer's nn.TransformerEncoder/Decoder.
-
-    Args:
-        blocks: the :class:`TransformerBlock` layers.
-        norm: the final norm, or None.
-    """
+    """Blocks applied in order, then an optional final ``norm``: glassformer's nn.TransformerEncoder/Decoder."""
 
     def __init__(self, blocks: list[TransformerBlock], norm: nn.Module | None = None):
         super().__init__()
@@ -41,8 +32,7 @@ class BlockStack(nn.Module):
                 ) -> torch.Tensor | tuple[torch.Tensor, list[dict[str, torch.Tensor | None]]]:
         """x (B, T, d) -> (B, T, d); with ``need_weights`` also each block's weights dict.
 
-        Masks are boolean, True = may attend: ``mask`` broadcastable to (B, h, T, T), ``memory_mask``
-        to (B, h, T, S). ``memory`` (B, S, d) is required by blocks with cross-attention.
+        Masks: True = may attend, ``mask`` to (B, h, T, T), ``memory_mask`` to (B, h, T, S); ``memory`` (B, S, d).
         """
         inputs = AttentionInputs(mask=mask, memory_mask=memory_mask, is_causal=is_causal, need_weights=need_weights)
         weights = []
@@ -98,7 +88,8 @@ def _mha_rules(ours: str, theirs: str, bias: bool) -> list[Rule]:
                   rule(f"{ours}o_proj.bias", f"{theirs}out_proj.bias")] if bias else out
 
 
-def _layer_rules(ours: str, theirs: str, cross: bool, bias: bool) -> list[Rule]:
+def _layer_rules(layer: TorchLayer, ours: str, theirs: str) -> list[Rule]:
+    cross, bias = isinstance(layer, nn.TransformerDecoderLayer), layer.linear1.bias is not None
     out = _mha_rules(f"{ours}self_attn.", f"{theirs}self_attn.", bias)
     pairs = [("attn_norm", "norm1"), ("ffn.up", "linear1"), ("ffn.down", "linear2")]
     if cross:
@@ -122,37 +113,25 @@ def _block(layer: TorchLayer) -> TransformerBlock:
                             dropout=layer.dropout.p, norm_eps=layer.norm1.eps)
 
 
-def _stack(stack: nn.TransformerEncoder | nn.TransformerDecoder) -> tuple[BlockStack, list[Rule]]:
-    cross = isinstance(stack, nn.TransformerDecoder)
+def _stack(stack: nn.TransformerEncoder | nn.TransformerDecoder, prefix: str = "") -> tuple[BlockStack, list[Rule]]:
+    """The BlockStack and its rules, each name under ``prefix`` (both sides)."""
     blocks, rules = [], []
     for i, layer in enumerate(stack.layers):
         blocks.append(_block(layer))
-        rules += _layer_rules(f"blocks.{i}.", f"layers.{i}.", cross, layer.linear1.bias is not None)
+        rules += _layer_rules(layer, f"{prefix}blocks.{i}.", f"{prefix}layers.{i}.")
     norm = None
     if stack.norm is not None:
         norm = nn.LayerNorm(stack.norm.normalized_shape, eps=stack.norm.eps, bias=stack.norm.bias is not None)
-        rules += [rule(f"norm.{n}", f"norm.{n}") for n, _ in stack.norm.named_parameters()]
+        rules += [rule(f"{prefix}norm.{n}", f"{prefix}norm.{n}") for n, _ in stack.norm.named_parameters()]
     return BlockStack(blocks, norm), rules
-
-
-def _prefixed(prefix: str, rules: list[Rule]) -> list[Rule]:
-    return [Rule(prefix + r.ours, tuple(prefix + t for t in r.theirs), r.sizes, r.layout) for r in rules]
 
 
 def from_torch(module: nn.Module) -> nn.Module:
     """The glassformer module with the weights of a torch.nn Transformer module (same training mode).
 
-    ========================================  =============================================
-    torch.nn                                  glassformer
-    ========================================  =============================================
-    MultiheadAttention                        :class:`MultiHeadAttention`
-    TransformerEncoderLayer / DecoderLayer    :class:`TransformerBlock` (decoder: ``cross=True``)
-    TransformerEncoder / TransformerDecoder   :class:`BlockStack`
-    Transformer                               :class:`EncoderDecoderStack`
-    ========================================  =============================================
-
-    Outputs agree to float32 rounding when fed batch-first inputs and inverted masks (see the module
-    docstring). Raises TypeError for other modules, ValueError for options with no equivalent.
+    MultiheadAttention -> :class:`MultiHeadAttention`; an encoder/decoder layer -> :class:`TransformerBlock`;
+    TransformerEncoder/Decoder -> :class:`BlockStack`; Transformer -> :class:`EncoderDecoderStack`.
+    TypeError for other modules, ValueError for options with no equivalent.
     """
     if isinstance(module, nn.MultiheadAttention):
         _check_mha(module)
@@ -160,14 +139,13 @@ def from_torch(module: nn.Module) -> nn.Module:
         ours = MultiHeadAttention(module.embed_dim, module.num_heads, bias, dropout=module.dropout)
         rules = _mha_rules("", "", bias)
     elif isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
-        ours = _block(module)
-        rules = _layer_rules("", "", isinstance(module, nn.TransformerDecoderLayer), module.linear1.bias is not None)
+        ours, rules = _block(module), _layer_rules(module, "", "")
     elif isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)):
         ours, rules = _stack(module)
     elif isinstance(module, nn.Transformer):
-        (encoder, enc_rules), (decoder, dec_rules) = _stack(module.encoder), _stack(module.decoder)
-        ours = EncoderDecoderStack(encoder, decoder)
-        rules = _prefixed("encoder.", enc_rules) + _prefixed("decoder.", dec_rules)
+        encoder, rules = _stack(module.encoder, "encoder.")
+        decoder, dec_rules = _stack(module.decoder, "decoder.")
+        ours, rules = EncoderDecoderStack(encoder, decoder), rules + dec_rules
     else:
         raise ArgumentTypeError(f"from_torch converts nn.MultiheadAttention, nn.Transformer and its encoder/decoder "
                                 f"(layers); got {type(module).__name__}")

@@ -1,16 +1,8 @@
-"""Speed policy while a model generates, applied from outside: the few-row route, and on a GPU the attention kernels.
+"""Speed policy applied from outside while a model generates.
 
-A decoding step multiplies one row per sequence by every weight matrix; :func:`.linear.linear` may
-do that faster on this CPU (measured, see :mod:`.linear`). :func:`few_row_route` makes a model's
-projections use it for the length of a ``with`` block, by giving each ``nn.Linear`` (and the output
-layer) an instance ``forward`` that computes the same product; on leaving, the classes' own
-``forward`` is back. Parameters, state dict and hook points are untouched, and so are the results
-(up to float32 rounding, and only on the rows the route takes).
-
-On a GPU, :func:`decoding_attention` keeps ``F.scaled_dot_product_attention`` off cuDNN's backend while
-generating: cuDNN builds an execution plan for every new key length, so each decoding step of a first
-generation paid tens of milliseconds (an H200, torch 2.11: 128 new tokens of GPT-2 small took 7.5 s
-instead of 0.8 s); flash and memory-efficient attention take any length as it comes.
+:func:`few_row_route` sends a model's projections through :func:`.linear.linear` for a ``with`` block;
+:func:`decoding_attention` keeps fused attention off cuDNN on a GPU (which plans anew for every key length);
+:class:`LeanStep` and :class:`StaticSteps` run one decoding step with little Python, or with fixed shapes.
 """
 
 from __future__ import annotations
@@ -28,26 +20,16 @@ from ..nn.taps import Tapped
 from .linear import MIN_WEIGHT, linear, route_pays
 
 
-def _is_step(x: torch.Tensor) -> bool:
-    """Whether ``x`` (B, T, d) is a decoding step's input: one new position per row."""
-    return x.dim() == 3 and x.shape[1] == 1
+def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None) -> torch.Tensor:
+    """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) through :func:`.linear.linear`.
 
-
-def _routed_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``module(x)`` through :func:`.linear.linear`; at a decoding step the route does not take (too many
-    rows, or measured slower here), the module gets its class's own ``forward`` back for the rest of the
-    generation (every step has the same rows), so it pays no per-call check."""
-    if _is_step(x) and not route_pays(x, module.weight):
+    At a decoding step the route does not take, the module gets its class's ``forward`` back for the rest
+    of the generation (every step has the same rows), so it pays no per-call check.
+    """
+    weight = embedding if module.weight is None else module.weight
+    if x.dim() == 3 and x.shape[1] == 1 and not route_pays(x, weight):
         del module.forward
-    return linear(x, module.weight, module.bias)
-
-
-def _routed_head(head: OutputHead, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-    """``head(hidden, embedding)`` through :func:`.linear.linear` (unwrapped like :func:`_routed_linear`)."""
-    weight = embedding if head.weight is None else head.weight
-    if _is_step(hidden) and not route_pays(hidden, weight):
-        del head.forward
-    return linear(hidden, weight, head.bias)
+    return linear(x, weight, module.bias)
 
 
 def _may_route(weight: torch.Tensor | None) -> bool:
@@ -56,23 +38,14 @@ def _may_route(weight: torch.Tensor | None) -> bool:
             and weight.dtype == torch.float32 and weight.numel() >= MIN_WEIGHT)
 
 
-def _has_compiled_methods(model: nn.Module) -> bool:
-    """Whether a method of ``model`` was replaced by its ``torch.compile``'d self (``model.hidden_states =
-    torch.compile(model.hidden_states)``): compiled code guards on the modules' attributes, so the
-    route's instance ``forward``s would make it recompile at every generation."""
-    return any(hasattr(value, "_torchdynamo_orig_callable") for value in vars(model).values())
-
-
 @contextlib.contextmanager
 def few_row_route(model: nn.Module) -> Iterator[None]:
-    """Within the block, ``model``'s projections and output layer take the few-row route where it pays.
+    """Within the block, ``model``'s ``nn.Linear`` and plain :class:`OutputHead` take the few-row route where it pays.
 
-    Args:
-        model: any module; its ``nn.Linear`` sub-modules and plain :class:`OutputHead` are routed
-            (a module that already has its own instance ``forward`` is left alone; a model with a
-            compiled method is not routed at all: the compiler makes its own kernels).
+    Results equal the model's up to float32 rounding. Modules with their own instance ``forward`` are left
+    alone; a model with a ``torch.compile``'d method is not routed at all (it would recompile each time).
     """
-    if _has_compiled_methods(model):
+    if any(hasattr(value, "_torchdynamo_orig_callable") for value in vars(model).values()):
         yield
         return
     routed = []
@@ -80,14 +53,15 @@ def few_row_route(model: nn.Module) -> Iterator[None]:
     for module in model.modules():
         if "forward" in module.__dict__:
             continue
-        if isinstance(module, nn.Linear) and _may_route(module.weight):
-            module.forward = partial(_routed_linear, module)
-        elif type(module) is OutputHead and _may_route(module.weight if module.weight is not None
-                                                        else getattr(embedding, "weight", None)):
-            module.forward = partial(_routed_head, module)
+        if isinstance(module, nn.Linear):
+            weight = module.weight
+        elif type(module) is OutputHead:
+            weight = module.weight if module.weight is not None else getattr(embedding, "weight", None)
         else:
             continue
-        routed.append(module)
+        if _may_route(weight):
+            module.forward = partial(_routed, module)
+            routed.append(module)
     try:
         yield
     finally:
@@ -97,14 +71,8 @@ def few_row_route(model: nn.Module) -> Iterator[None]:
 
 
 def decoding_attention(device: torch.device | str) -> contextlib.AbstractContextManager[object]:
-    """A ``with`` block in which fused attention on ``device`` avoids cuDNN's backend (CUDA only).
-
-    Args:
-        device: where the model generates; on anything but CUDA nothing changes.
-    Returns:
-        ``torch.nn.attention.sdpa_kernel`` with flash, memory-efficient and math attention (the
-        previous choice is back on leaving), or a context that does nothing.
-    """
+    """A ``with`` block in which fused attention on a CUDA ``device`` uses flash, memory-efficient or math
+    attention, not cuDNN; elsewhere a context that does nothing."""
     if torch.device(device).type != "cuda":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -112,39 +80,22 @@ def decoding_attention(device: torch.device | str) -> contextlib.AbstractContext
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
-# ---------------------------------------------------------------------- the lean decoding step
 _LEAN_STEP = [True]  # switched by set_lean_step (the defaults check times the model's own forward)
 
 
 def set_lean_step(on: bool) -> bool:
-    """Let decoders use :class:`LeanStep` (the default) or always call the model's own forward.
-
-    Args:
-        on: True to allow the lean step where it is supported and usable.
-    Returns:
-        the previous setting, to restore it.
-    """
+    """Let decoders use :class:`LeanStep` (on, the default) or always call the model's own forward;
+    returns the previous setting."""
     previous, _LEAN_STEP[0] = _LEAN_STEP[0], bool(on)
     return previous
 
 
 class LeanStep:
-    """One cached decoding step of a :class:`~glassformer.models.lm.TransformerLM`, with little Python.
+    """One cached decoding step of a TransformerLM (``LeanStep.supports(model)``) with little Python.
 
-    A step feeds one token per row through every block. Batch-1 decoding of a small model is bound by
-    reading the weights once (a few ms), but the model's own forward adds ~0.3 ms of Python per layer
-    (module calls, hook points, input checks, mask building): a third of the step on a 2-core CPU
-    (docs/generation.md has the profile). This step calls the same kernels in the same order on the
-    model's own parameters (``F.linear`` on each projection, the norms' ``plain``, the feed-forward's
-    activation, ``fused_attention``) and writes keys/values into the model's :class:`KVCache`\\ s, so
-    its numbers equal the model's (tests/test_decode_step.py); nothing is copied.
-
-    It serves only what it was checked for (:meth:`supports`: a decoder-only model of plain blocks),
-    and only while nobody watches (:meth:`usable`: eval mode, no hook point or module hook set);
-    otherwise the decoder calls the model itself, so hooks fire at every step as documented.
-
-    Args:
-        model: the model; ``LeanStep.supports(model)`` must be True.
+    The same kernels in the same order on the model's own parameters and :class:`KVCache`\\ s, so the same
+    numbers, without the ~0.3 ms of Python per layer of the model's forward (docs/generation.md). Used only
+    while :meth:`usable` (nobody watches); otherwise the decoder calls the model, so hooks fire.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -160,8 +111,7 @@ class LeanStep:
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
-        """Whether ``model`` is a decoder-only TransformerLM made only of the parts this step knows
-        (plain blocks without cross-attention, plain ``nn.Linear`` projections, glassformer norms)."""
+        """Whether ``model`` is a decoder-only TransformerLM of plain blocks, Linears and glassformer norms."""
         from ..models.lm import TransformerLM
         from ..nn.attention import MultiHeadAttention
         from ..nn.block import TransformerBlock
@@ -187,8 +137,7 @@ class LeanStep:
         return type(model.norm_f) in (*norms, nn.Identity)
 
     def usable(self) -> bool:
-        """Whether the step may run now: allowed (:func:`set_lean_step`), eval mode, and no hook point,
-        module hook or global hook set."""
+        """Whether the step may run now: allowed (:func:`set_lean_step`), eval mode, no hook point or hook set."""
         from torch.nn.modules import module as torch_module
 
         if not _LEAN_STEP[0] or self.model.training:
@@ -200,20 +149,14 @@ class LeanStep:
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, end: int, cache: list,
                  mask: torch.Tensor | None, slot: torch.Tensor | None = None) -> torch.Tensor:
-        """The last layer's normalised states for one new token per row.
+        """The last layer's normalised states (B, 1, d) for one new token per row, as ``model.hidden_states``.
 
         Args:
-            ids: (B, 1) token ids (not checked: the decoder's own).
-            positions: (1,) or (B, 1) position of each new token; end: one more than the largest.
-            cache: the model's per-layer :class:`KVCache` list, ``length`` positions filled; each
-                gets this token's keys and values.
+            ids: (B, 1) token ids. positions: (1,) or (B, 1); end: one more than the largest.
+            cache: the model's per-layer :class:`KVCache` list; each gets this token's keys and values.
             mask: (B, 1, 1, length + 1) bool, True = may attend (left padding), or None.
-            slot: None, or fixed shapes (:class:`StaticSteps`): a (1,) tensor, the cache slot of this
-                token; its keys and values are written there (the cache's ``length`` is left to the
-                caller) and attention reads every slot of the preallocated buffers under ``mask``
-                (B or 1, 1, 1, capacity), so no shape depends on the step.
-        Returns:
-            (B, 1, d), as ``model.hidden_states(ids, ..., cache=cache)`` gives.
+            slot: for fixed shapes (:class:`StaticSteps`), a (1,) tensor: the cache slot written (``length``
+                is left to the caller); attention then reads every slot under ``mask`` (B or 1, 1, 1, capacity).
         """
         from ..nn.attention import fused_attention
         from ..nn.feedforward import activate
@@ -258,20 +201,14 @@ class LeanStep:
         return x if type(self.norm_f) is nn.Identity else self.norm_f.plain(x)
 
 
-_STATIC_STEPS = ["off"]  # "off", "static" (fixed shapes) or "graphs" (fixed shapes, replayed as a CUDA graph)
+_STATIC_STEPS = ["off"]
 
 
 def set_static_steps(mode: str) -> str:
-    """How decoders run a one-token step of an unpadded batch: "off" (the default: :class:`LeanStep`
-    over the filled part of the cache), "static" (:class:`StaticSteps` without a graph: the same
-    fixed-shape step, on any device; what the CPU tests and the GPU script's dry run take) or "graphs"
-    (on a CUDA device the fixed-shape step is captured once as a CUDA graph and replayed: one launch a
-    token instead of a few hundred; elsewhere as "static").
+    """How decoders run a one-token step of an unpadded batch; returns the previous mode.
 
-    Args:
-        mode: "off", "static" or "graphs".
-    Returns:
-        the previous mode, to restore it.
+    "off" (the default): :class:`LeanStep` over the filled cache; "static": :class:`StaticSteps`, fixed
+    shapes on any device; "graphs": on CUDA, the fixed-shape step captured once as a CUDA graph and replayed.
     """
     from ..errors import GlassformerError
 
@@ -289,22 +226,12 @@ def static_mode() -> str:
 class StaticSteps:
     """One-token decoding steps whose shapes never change, so a CUDA graph can replay them.
 
-    The step of :class:`LeanStep` with ``slot`` given: token ids, the slot and the key mask live in
-    buffers of fixed address, the keys and values are written into the preallocated cache at the
-    slot (a device tensor, not a Python number), and attention reads all ``capacity`` slots, the
-    unfilled ones masked. Under "graphs" on a CUDA device the step is captured once (after warm-up
-    runs on a side stream) and each later step is a copy of the ids, a fill of the slot and one
-    ``replay``; nothing is read back to the host. Results equal :class:`LeanStep`'s up to float
-    rounding (the masked slots add exact zeros; tests/test_decode_step.py).
-
-    Args:
-        lean: the model's :class:`LeanStep`.
-        cache: the decoder's preallocated per-layer KVCache list (capacity fixed: ``preallocate``).
-        batch: rows B.
-        graphs: capture a CUDA graph (needs a CUDA device).
+    :class:`LeanStep` with ``slot``: ids, slot and key mask live in fixed buffers, keys and values go into
+    the preallocated ``cache`` at the slot, and attention reads all ``capacity`` slots, unfilled ones masked
+    (the same numbers). ``graphs`` (CUDA only): capture the step once, then each step is one ``replay``.
     """
 
-    captured = 0  # CUDA graphs captured in this process (the GPU script reports it)
+    captured = 0  # CUDA graphs captured in this process
 
     def __init__(self, lean: LeanStep, cache: list, batch: int, *, graphs: bool) -> None:
         self.lean, self.cache = lean, cache
@@ -320,11 +247,11 @@ class StaticSteps:
 
     @staticmethod
     def applies(lean: LeanStep | None, cache: list | None, pad: torch.Tensor | None) -> bool:
-        """Whether a decoder's step may take fixed shapes now: the mode is on, the lean step usable,
-        no padding, a cache allocated once at its full size, and no ALiBi (its bias follows the slot)."""
+        """Whether a decoder's step may take fixed shapes now: mode on, lean step usable, no padding, a cache
+        allocated at full size, no ALiBi."""
         if _STATIC_STEPS[0] == "off" or lean is None or cache is None or pad is not None:
             return False
-        full = all(layer.capacity == layer.max_len for layer in cache)  # allocated once: fixed addresses
+        full = all(layer.capacity == layer.max_len for layer in cache)
         return full and lean.embeddings.scheme != "alibi" and lean.usable()
 
     def _run(self) -> torch.Tensor:
@@ -336,13 +263,11 @@ class StaticSteps:
         """Logits (B, V) after feeding ``ids`` (B, 1) at cache slot ``slot`` (the cache's ``length``)."""
         self.ids.copy_(ids)
         self.slot.fill_(slot)
-        if not self.graphs:
-            out = self._run()
-        else:
-            if self.graph is None:
-                self._capture()
+        if self.graphs and self.graph is None:
+            self._capture()
+        if self.graphs:
             self.graph.replay()
-            out = self.out
+        out = self.out if self.graphs else self._run()
         for layer in self.cache:
             layer.length = slot + 1
         self.steps += 1
@@ -363,11 +288,7 @@ class StaticSteps:
 
 
 class _LeanLayer:
-    """One block as :class:`LeanStep` reads it: its norms' ``plain`` methods and its projections as
-    functions of the block's own parameters (looked up once per generation, not through ``nn.Module``
-    attribute access at every step)."""
-
-    NAMES = ("qkv", "o_proj", "up", "gate", "down")
+    """One block as :class:`LeanStep` reads it: norms' ``plain`` and projections as functions of its parameters."""
 
     def __init__(self, block: nn.Module) -> None:
         attn, ffn = block.self_attn, block.ffn
@@ -377,12 +298,10 @@ class _LeanLayer:
         self.activation = ffn.activation if ffn is not None else None
         self.modules = {"qkv": attn.qkv, "o_proj": attn.o_proj, "up": ffn and ffn.up, "gate": ffn and ffn.gate,
                         "down": ffn and ffn.down}
-        for name in self.NAMES:
-            setattr(self, name, None)
+        self.qkv = self.o_proj = self.up = self.gate = self.down = None  # set by choose()
 
     def choose(self, rows: int) -> None:
-        """Make each projection ``F.linear`` on the module's weight and bias, or the few-row route
-        (:func:`.linear.linear`) where :func:`.linear.route_pays` measured it faster for ``rows`` rows."""
+        """Make each projection ``F.linear``, or :func:`.linear.linear` where the route pays for ``rows`` rows."""
         for name, module in self.modules.items():
             if module is None:
                 continue

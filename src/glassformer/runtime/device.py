@@ -8,14 +8,10 @@ from ..errors import GlassformerError
 
 
 def pick_device(device: str, local_rank: int = 0) -> torch.device:
-    """The device named by ``device``, checked against what torch sees.
+    """The ``torch.device`` named by ``device``, checked against what torch sees (an error names it).
 
-    Args:
-        device: "auto" (this process's GPU when there is one, else the CPU), "cpu", "cuda" (this
-            process's GPU, ``cuda:<local_rank>``) or "cuda:N".
-        local_rank: this process's index on the machine (one GPU per torchrun process).
-    Returns:
-        The ``torch.device``; an error naming ``device`` when it is malformed or not there.
+    ``device``: "auto" (this process's GPU if any, else the CPU), "cpu", "cuda" (``cuda:<local_rank>``,
+    one GPU per torchrun process) or "cuda:N".
     """
     if device == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")

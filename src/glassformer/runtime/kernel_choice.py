@@ -1,26 +1,10 @@
-"""Speed choices made by measurement on the machine at hand, robust to a busy moment, and remembered.
+"""Speed choices measured on the machine at hand, robust to a busy moment, and remembered.
 
-A kernel trick that wins on one CPU can lose on another (the few-row route of :mod:`.linear` reads
-weights ~1.5x faster than ``F.linear`` on an AMD Zen 3, and at half the speed on an Intel Xeon with
-AMX). So such a choice is never assumed: the first time a case is met, both ways are timed, and the
-special way is taken only when it is clearly faster; in doubt, the plain way stays. A timing taken
-while other programs compete for the cores can say anything (issue 27: a cache written on a busy
-machine had the route off for 3 of 4 decoding shapes, 1.26x Hugging Face instead of 1.5x idle), so:
-
-- **rounds with a margin**: ``ROUNDS`` independent rounds, each the median of ``PAIRS`` interleaved
-  (plain, special) ratios; the special way wins only if *every* round has it at most ``MARGIN`` of
-  the plain way's time, the plain way only if every round has it above; rounds that disagree are
-  **no decision**: the plain way, measured again by the next process;
-- **the load is measured** before and after (other programs' runnable threads,
-  :func:`glassformer.runtime.threads.others_running`): a choice taken while torch's threads and
-  the other programs' wanted more CPUs than there are is used as the plain way in this process and
-  kept as *provisional*: the next process measures it again;
-- **choices age**: one older than ``MAX_AGE_DAYS`` is measured again.
-
-Choices are kept per machine (CPU model, torch version, threads) in a small JSON file under
-``$GLASSFORMER_CACHE_DIR`` (default ``~/.cache/glassformer``), each with when and how it was measured
-(its rounds' ratios, the load); ``glassformer bench --kernel_choices`` lists them. ``choices()`` gives
-the effective answers, ``records()`` the details, ``reset_choices()`` forgets them (memory and file).
+A kernel trick that wins on one CPU can lose on another, so the special way is taken only when every
+one of ``ROUNDS`` rounds (each the median of ``PAIRS`` interleaved ratios) has it at most ``MARGIN`` of
+the plain way's time; rounds that disagree, a measurement under load (:mod:`.threads`) and choices older
+than ``MAX_AGE_DAYS`` are measured again by the next process. Choices are kept per machine (CPU, torch,
+threads) in ``$GLASSFORMER_CACHE_DIR/kernel-choices.json``; ``glassformer bench --kernel_choices`` lists them.
 """
 
 from __future__ import annotations
@@ -53,6 +37,7 @@ _choices: dict[str, Record | bool] | None = None  # loaded lazily from the file 
 _session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides CPU kernel speed
 
 
 def cache_file() -> Path:
@@ -61,27 +46,23 @@ def cache_file() -> Path:
     return Path(root) / "kernel-choices.json"
 
 
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux, else what ``platform`` knows)."""
-    cpu = platform.processor() or platform.machine()
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first ``key`` line of /proc/cpuinfo (None where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith(key)), None)
     except OSError:
-        pass
-    return cpu
+        return None
 
 
-SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides CPU kernel speed
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else what ``platform`` knows)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_features() -> list[str]:
     """Which of SPEED_FLAGS the CPU reports (/proc/cpuinfo; [] where that file does not exist)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
-    except OSError:
-        return []
+    flags = (_cpuinfo("flags") or "").split()
     return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
@@ -96,25 +77,32 @@ def _valid(record: object) -> bool:
             and isinstance(record.get("final"), bool) and isinstance(record.get("measured"), str))
 
 
-def _load() -> dict[str, Record | bool]:
-    """This machine's choices from the file ({} when missing or unreadable: they are re-measured)."""
+def _read_file() -> dict:
     try:
         data = json.loads(cache_file().read_text(encoding="utf-8"))
-        mine = data.get(machine(), {}) if isinstance(data, dict) else {}
-        return {k: v for k, v in mine.items() if _valid(v)} if isinstance(mine, dict) else {}
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _load() -> dict[str, Record | bool]:
+    """This machine's valid choices from the file (the rest are measured again)."""
+    mine = _read_file().get(machine(), {})
+    return {k: v for k, v in mine.items() if _valid(v)} if isinstance(mine, dict) else {}
+
+
+def _loaded() -> dict[str, Record | bool]:
+    global _choices
+    if _choices is None:
+        _choices = _load()
+    return _choices
 
 
 def _save(choices: dict[str, Record | bool]) -> None:
     """Write this machine's choices next to other machines' (atomically; silently skipped if read-only)."""
     path = cache_file()
     try:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            data = data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            data = {}
+        data = _read_file()
         data[machine()] = dict(sorted(choices.items()))
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(data, indent=1), what="kernel-choice cache")
@@ -123,7 +111,7 @@ def _save(choices: dict[str, Record | bool]) -> None:
 
 
 def _seconds_per_call(fn: Callable[[], object]) -> float:
-    """One timing sample of ``fn``: repeated until it lasts at least MIN_SAMPLE_S."""
+    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S."""
     calls, start = 0, time.perf_counter()
     while True:
         fn()
@@ -135,11 +123,9 @@ def _seconds_per_call(fn: Callable[[], object]) -> float:
 
 def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS,
            rounds: int = ROUNDS) -> bool | None:
-    """True when ``special`` takes at most MARGIN of ``plain``'s time in every one of ``rounds`` rounds
-    (each the median of ``pairs`` paired ratios), False when it takes more in every round, None (no
-    decision) when the rounds disagree. Each round's median is left in :data:`last_ratios`, and the
-    most other programs' threads seen wanting a CPU before and after (:func:`load_now`) in
-    :data:`last_others`."""
+    """True when ``special`` takes at most MARGIN of ``plain``'s time in every round (the median of ``pairs``
+    paired ratios), False when more in every round, None when rounds disagree. Leaves each round's median
+    in :data:`last_ratios` and the highest load seen before and after (:func:`load_now`) in :data:`last_others`."""
     global last_others
     before = load_now()
     plain(), special()  # warm up both
@@ -171,7 +157,6 @@ def _busy(others: float | None) -> bool:
 
 
 def _now() -> datetime.datetime:
-    """The current time in UTC (a function, so tests can move the clock)."""
     return datetime.datetime.now(datetime.timezone.utc)
 
 
@@ -188,9 +173,7 @@ def _age_days(record: Record) -> float:
 
 def _as_record(entry: Record | bool) -> Record:
     """A stored entry as a record (a bool set by hand counts as a final choice)."""
-    if isinstance(entry, bool):
-        return {"special": entry, "final": True, "measured": "", "how": "set by hand"}
-    return entry
+    return {"special": entry, "final": True, "measured": "", "how": "set by hand"} if isinstance(entry, bool) else entry
 
 
 def effective(entry: Record | bool) -> bool:
@@ -204,27 +187,20 @@ def _settled(case: str, entry: Record | bool | None) -> bool:
     if entry is None:
         return False
     record = _as_record(entry)
-    if case in _session or record.get("how") == "set by hand":
-        return True
-    return record["final"] and _age_days(record) <= MAX_AGE_DAYS
+    return (case in _session or record.get("how") == "set by hand"
+            or record["final"] and _age_days(record) <= MAX_AGE_DAYS)
 
 
 def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
            grad: bool = False) -> bool:
     """Whether to take the special way for ``case`` (a string naming the kernel and shape class).
 
-    ``ways()`` gives the (plain, special) callables to time; it is called only when ``case`` has no
-    settled answer on this machine (a settled case costs one dict lookup): never measured, measured
-    under load by another process, no decision, or older than MAX_AGE_DAYS. The measurement
-    (:func:`faster`, with the load read before and after) is then remembered, in this process and in
-    :func:`cache_file`. Never measures while ``torch.compile`` traces: an unknown case then takes the
-    plain way. The ways run under ``torch.inference_mode`` unless ``grad`` (a training step's backward
-    needs autograd); those, being long, are timed in fewer pairs.
+    ``ways()`` gives the (plain, special) callables; it is called only when ``case`` has no settled answer
+    here, and the measurement (:func:`faster`) is remembered. While ``torch.compile`` traces, an unknown
+    case takes the plain way. ``grad``: time with autograd (a training step), in fewer pairs.
     """
-    global _choices, last_others
-    if _choices is None:
-        _choices = _load()
-    entry = _choices.get(case)
+    global last_others
+    entry = _loaded().get(case)
     if _settled(case, entry):
         return effective(entry)
     if torch.compiler.is_compiling():
@@ -246,23 +222,16 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
 
 def choices() -> dict[str, bool]:
     """This machine's choices so far: {case: special way taken} (False for no decision or provisional)."""
-    global _choices
-    if _choices is None:
-        _choices = _load()
-    return {case: effective(entry) for case, entry in _choices.items()}
+    return {case: effective(entry) for case, entry in _loaded().items()}
 
 
 def records() -> dict[str, Record]:
     """This machine's choices with how they were made: {case: record} (see :func:`describe`)."""
-    global _choices
-    if _choices is None:
-        _choices = _load()
-    return {case: _as_record(entry) for case, entry in _choices.items()}
+    return {case: _as_record(entry) for case, entry in _loaded().items()}
 
 
 def describe(record: Record) -> str:
-    """When and how a choice was measured, in words: ``measured 2026-12-04T15:30:00+00:00, 3 rounds x 7
-    pairs, margin 0.9, special/plain time 0.62 0.64 0.61; 0 other busy threads``."""
+    """When and how a choice was measured, in words (``measured <time>, 3 rounds x 7 pairs, margin 0.9, ...``)."""
     if record.get("how") == "set by hand":
         return "set by hand"
     ratios = " ".join(f"{r:.2f}" for r in record.get("ratios") or []) or "-"

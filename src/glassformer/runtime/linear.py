@@ -1,19 +1,9 @@
-"""A route for the few rows of decoding on a CPU: ``linear(x, W, b)``, the same product as ``F.linear``.
+"""The few-row product of decoding on a CPU: ``linear(x, W, b)``, the same product as ``F.linear``.
 
-``linear(x, W, b)`` is ``F.linear``: x Wᵀ + b. One case may take another route. A decoding step feeds
-one row per sequence through every weight matrix, so its cost is *reading the weights* (the work is
-memory-bound, a few FLOPs per weight). On some CPUs the kernel ``F.linear`` sends a few-row product to
-reads the weights slowly (~12 GB/s on an AMD Zen 3), and computing the transpose instead, W xᵀ, with
-W's rows cut into four blocks multiplied as one batch (``torch.bmm``), reads them ~1.5x faster; on
-others (an Intel Xeon with AMX) the route is 2x *slower*. So it is never assumed: the first time a
-shape is met, :func:`.kernel_choice.choose` times both ways on this machine and remembers the winner
-(plain ``F.linear`` unless the route is clearly faster). Same numbers up to float32 rounding.
-
-The route is considered only for float32 on the CPU (not under autocast), no autograd, at most
-``FEW_ROWS`` rows, and a weight too big to stay in cache (``MIN_WEIGHT`` elements). Everything else,
-training included, is plain ``F.linear``. ``set_batched_matvec(False)`` turns it off everywhere (``glassformer bench``
-times both). The model never calls this: :func:`glassformer.runtime.decode.few_row_route` applies it
-to a model's projections from outside, for the length of a generation.
+A decoding step is memory-bound (reading the weights). On some CPUs computing W xᵀ with W's rows in four
+blocks (``torch.bmm``) reads them ~1.5x faster than ``F.linear``; on others it is 2x slower, so each shape
+is timed once (:func:`.kernel_choice.choose`). Only float32 on the CPU, no autograd or autocast, at most
+``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements; :func:`.decode.few_row_route` applies it to a model.
 """
 
 from __future__ import annotations
@@ -45,12 +35,10 @@ def set_batched_matvec(enabled: bool) -> bool:
 def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     """x's number of rows when the batched route applies to ``x Wᵀ``, else 0."""
     if not _batched_matvec or torch.is_grad_enabled() or weight.numel() < MIN_WEIGHT or weight.dim() != 2:
-        return 0  # training (autograd on) always leaves here, at the first two checks
+        return 0
     if x.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.dim() == 0:
         return 0
-    if torch.is_autocast_enabled("cpu"):
-        return 0  # autocast multiplies in 16 bits: the float32 weight-reading trick is beside the point
-    if x.shape[-1] != weight.shape[1] or not weight.is_contiguous():
+    if torch.is_autocast_enabled("cpu") or x.shape[-1] != weight.shape[1] or not weight.is_contiguous():
         return 0
     rows = x.numel() // weight.shape[1]
     return rows if 0 < rows <= FEW_ROWS else 0
@@ -68,8 +56,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def route_pays(x: torch.Tensor, weight: torch.Tensor) -> bool | None:
-    """Whether :func:`linear` takes the route for ``x`` and ``weight``: None when the product is not a
-    few-row one (the question does not arise), else the measured choice for its shape."""
+    """Whether :func:`linear` takes the route for ``x`` and ``weight`` (None: not a few-row product)."""
     rows = _few_rows(x, weight)
     return _route_pays(rows, weight) if rows else None
 
@@ -88,7 +75,7 @@ def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _route_pays(rows: int, weight: torch.Tensor) -> bool:
-    """Whether the route beats ``F.linear`` for this shape on this machine (measured once, then cached)."""
+    """Whether the route beats ``F.linear`` for this shape on this machine (measured once)."""
     n_out, n_in = weight.shape
 
     def ways() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:

@@ -1,20 +1,8 @@
-"""Numeric precision as a choice: float32, or bfloat16/float16 under autocast, or "auto".
+"""Numeric precision as a choice: float32, bfloat16/float16 under autocast (weights stay float32), or "auto".
 
-Reduced precision runs the matrix products in bfloat16 (or float16) while the weights, the optimizer
-and the loss stay float32 (``torch.autocast``): the way mixed-precision training is done. Whether it
-pays depends on the device and on the model. A CPU with bfloat16 instructions (``avx512_bf16``, AMX)
-multiplies bfloat16 matrices several times faster than float32 ones, yet a small model's step is
-dominated by element-wise work that autocast only adds casts to; a CPU without them emulates
-bfloat16 and is slower. So ``"auto"`` does not assume:
-
-- on a CUDA device it takes bfloat16 when the GPU supports it (Ampere and later), else float32;
-- on a CPU without bfloat16 instructions it keeps float32;
-- on a CPU with them it *measures* this model's step both ways (see
-  :func:`glassformer.runtime.kernel_choice.choose`: interleaved pairs, remembered per machine) and takes
-  bfloat16 only when it is clearly faster.
-
-float16 is never chosen by "auto" (its narrow range needs loss scaling; the trainer then uses a
-``GradScaler``), but can be asked for.
+"auto" takes bfloat16 on a CUDA GPU that supports it; on a CPU only when it has bfloat16 instructions and a
+measurement of this model's step finds it clearly faster (:func:`.kernel_choice.choose`); else float32.
+float16 (which needs loss scaling) is never chosen by "auto".
 """
 
 from __future__ import annotations
@@ -34,8 +22,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that make bfloat16 
 
 
 def autocast(name: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """The context a forward pass in precision ``name`` runs in: ``torch.autocast`` to bfloat16 or
-    float16 on ``device`` (weights stay float32, matrix products run in 16 bits); nothing for float32."""
+    """``torch.autocast`` to precision ``name`` on ``device``; a context that does nothing for float32."""
     if name == "float32":
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=DTYPES[name])
@@ -67,7 +54,7 @@ class Precision:
         return self.name != "float32"
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
-        """The context to run forward passes in: :func:`autocast` to this precision."""
+        """:func:`autocast` to this precision."""
         return autocast(self.name, device)
 
     def describe(self) -> str:
@@ -84,10 +71,8 @@ def bf16_hardware(device: torch.device | str) -> tuple[bool, str]:
     """Whether ``device`` multiplies bfloat16 matrices natively, and the evidence in words."""
     device = torch.device(device)
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        if torch.cuda.is_bf16_supported():
-            return True, f"{name} supports bfloat16"
-        return False, f"{name} has no native bfloat16"
+        name, native = torch.cuda.get_device_name(device), torch.cuda.is_bf16_supported()
+        return native, f"{name} supports bfloat16" if native else f"{name} has no native bfloat16"
     if device.type != "cpu":
         return False, f"reduced precision is not chosen automatically on {device.type}"
     flags = [f for f in BF16_FLAGS if f in kernel_choice.cpu_features()]
@@ -97,10 +82,9 @@ def bf16_hardware(device: torch.device | str) -> tuple[bool, str]:
 
 
 def model_case(config: object) -> str:
-    """A model config's shape in words (``lm 4 layers d128 ff512 V65``): part of the key a measured
-    choice is remembered under."""
+    """A model config's shape in words (``lm 4 layers d128 ff512 V65``), for a measured choice's key."""
     c = config
-    layers = f"{c.n_enc}+{c.n_dec}" if c.arch == "encoder-decoder" else str(c.n_layers)
+    layers = f"{c.n_enc}+{c.n_dec}" if c.arch == "encoder-decoder" else c.n_layers
     return f"{c.arch} {layers} layers d{c.d_model} ff{c.d_ff} V{c.vocab_size}"
 
 
@@ -110,15 +94,10 @@ def resolve_precision(asked: str, device: torch.device | str,
     """The precision to run with.
 
     Args:
-        asked: one of PRECISIONS.
-        device: where the model runs.
-        measure: for "auto" on a CPU with bfloat16 instructions: gives (float32 step, bfloat16 step)
-            callables of *this* model's work (a training step, a forward pass); both are timed in
-            interleaved pairs and bfloat16 is taken only when it needs at most
-            ``kernel_choice.MARGIN`` of float32's time. Called only when the answer for ``case`` is
-            not yet known on this machine. Without it, "auto" keeps float32 on CPUs.
-        case: names what was measured (model shape, batch shape, training or inference): the key
-            the choice is remembered under (``glassformer bench --kernel_choices`` lists it).
+        asked: one of PRECISIONS. device: where the model runs.
+        measure: for "auto" on a CPU with bfloat16 instructions, gives (float32 step, bfloat16 step) callables
+            of this model's work, timed by :func:`.kernel_choice.choose`; without it "auto" keeps float32 on CPUs.
+        case: what was measured (model, batch, training or inference): the key the choice is remembered under.
     """
     check_precision(asked)
     if asked in ("float32", "float16"):
@@ -132,6 +111,6 @@ def resolve_precision(asked: str, device: torch.device | str,
         return Precision("bfloat16", "auto", why)
     if measure is None:
         return Precision("float32", "auto", f"{why}, but nothing was measured")
-    if kernel_choice.choose(f"precision bfloat16 | {case}", measure, grad=True):
-        return Precision("bfloat16", "auto", f"{why}; bfloat16 autocast measured clearly faster for this model")
-    return Precision("float32", "auto", f"{why}; bfloat16 autocast measured not clearly faster for this model")
+    faster = kernel_choice.choose(f"precision bfloat16 | {case}", measure, grad=True)
+    return Precision("bfloat16" if faster else "float32", "auto",
+                     f"{why}; bfloat16 autocast measured {'' if faster else 'not '}clearly faster for this model")

@@ -1,39 +1,10 @@
 """How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP.
 
-torch runs each operation on one thread per core (OpenMP). When another program keeps one of the
-cores busy (a browser, another training), one of torch's threads gets only part of a core, and the
-others, having finished their share, *spin* at the end of every parallel region waiting for it: a
-tiny model's step then costs up to 30x its idle time instead of 2x (issue 27: 190 s instead of 5.7 s
-on 2 cores, one of them busy). Two levers fix that:
-
-- **the thread count**: as many threads as cores are free now (``torch.set_num_threads``), so no
-  thread waits for a core it does not get;
-- **the wait policy**: ``OMP_WAIT_POLICY=PASSIVE`` (and ``KMP_BLOCKTIME=0`` for Intel's OpenMP)
-  makes waiting threads sleep instead of spin. OpenMP reads it once, when torch loads it, so the
-  ``glassformer`` command sets it (:func:`prepare`) *before* torch is imported, and only when the
-  machine is busy at that moment: on an idle machine spinning is faster (a sleeping thread takes
-  microseconds to wake, which batch-1 decoding pays at every operation).
-
-Nothing happens at ``import glassformer``: the command (cli.main) calls :func:`prepare` then
-:func:`apply` before a verb runs, and the trainer and evaluation apply the thread count when they start
-(:class:`LoadFollower`). A script that wants the wait policy too calls :func:`prepare` before it
-imports torch.
-
-"Busy" is measured, not assumed: the kernel's count of runnable tasks (``/proc/loadavg``, averaged over ten
-reads in ~20 milliseconds, and when that says busy, again over ~50 ms: the smaller counts, so a
-passing spike does not decide the run's wait policy) minus this process's own running threads, against the CPUs this
-process may run on (``os.sched_getaffinity``). Where ``/proc`` does not exist (macOS, Windows) the
-machine counts as idle and nothing changes. Whatever the user set (``OMP_NUM_THREADS``,
-``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``, ``GLASSFORMER_THREADS=fixed``, an
-explicit ``num_threads`` or ``--threads``) wins. This module uses the standard library only: it runs
-before torch exists.
-
-A count measured in a busy moment must not stick: the trainer re-measures between steps, and
-evaluation between batches (2 s after they start, then every 10 s: :class:`LoadFollower`,
-:func:`follow_load`), and sets the count the machine gives now, torch's own count again once it is
-idle. (A recipe run whose import met a passing load trained on one thread of two: 26 s instead of
-17.) Threads only change results in the last bits of float sums; for bit-identical reruns fix them
-(``GLASSFORMER_THREADS=fixed``).
+When other programs keep cores busy, torch's threads spin waiting for the one that got only part of a core
+(a tiny model's step then costs up to 30x its idle time). So, measured from ``/proc`` (idle where it is
+missing): as many threads as cores are free, ``OMP_WAIT_POLICY=PASSIVE`` when busy (set by :func:`prepare`
+before torch loads), and re-measured during long loops (:class:`LoadFollower`). Whatever the user set
+(``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ..., ``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
 """
 
 from __future__ import annotations
@@ -48,14 +19,13 @@ WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user c
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
 SWITCH = "GLASSFORMER_THREADS"  # "fixed": leave threads and wait policy to torch's defaults
 SAMPLES, SAMPLE_GAP_S = 10, 0.002  # /proc/loadavg reads per measurement, and the pause between them
-CONFIRM_SAMPLES = 25  # a second look (~50 ms) before a busy reading counts: the wait policy is set only once
+CONFIRM_SAMPLES = 25  # a second look (~50 ms) before a busy reading counts
 
 
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus)
 
 
 def _runnable_total() -> int | None:
@@ -68,7 +38,7 @@ def _runnable_total() -> int | None:
 
 
 def _own_running() -> int:
-    """This process's threads that are running or runnable now (state R in /proc/self/task/*/stat)."""
+    """This process's threads that are running or runnable now (state R in /proc/self/task/*/stat), at least 1."""
     count = 0
     try:
         tasks = os.listdir("/proc/self/task")
@@ -81,13 +51,12 @@ def _own_running() -> int:
         except (OSError, IndexError):
             continue
         count += state == "R"
-    return max(1, count)  # the thread reading this runs
+    return max(1, count)
 
 
 def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float | None:
-    """How many other programs' threads want a CPU now: the mean over ``samples`` reads of runnable
-    tasks minus this process's running threads (a mean, so that a load present half of the time
-    counts half); None where /proc is missing (then nothing is known)."""
+    """Other programs' threads that want a CPU now: the mean over ``samples`` reads of runnable tasks minus
+    this process's running threads; None where /proc is missing."""
     counts = []
     for i in range(samples):
         total = _runnable_total()
@@ -100,10 +69,8 @@ def others_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float
 
 
 def spare_cpus(others: float | None, cpus: int | None = None) -> float:
-    """The CPUs of this process's ``cpus`` that ``others`` threads of other programs leave (may be
-    negative: more threads want them than there are). The other threads may run on CPUs outside this
-    process's affinity; they are counted against it in proportion (8 busy threads on a 64-CPU machine
-    take a quarter of a 2-CPU process's CPUs)."""
+    """The CPUs of this process's ``cpus`` that ``others`` busy threads leave (may be negative), counting
+    them in proportion of ``cpus`` to the machine's CPUs."""
     cpus = usable_cpus() if cpus is None else cpus
     if not others:
         return float(cpus)
@@ -112,16 +79,15 @@ def spare_cpus(others: float | None, cpus: int | None = None) -> float:
 
 
 def free_cpus(others: float | None, cpus: int | None = None) -> int:
-    """The threads to run when ``others`` threads of other programs want a CPU: the spare CPUs,
-    rounded, at least 1 and at most ``cpus``."""
+    """The threads to run beside ``others`` busy threads: the spare CPUs, rounded, in [1, cpus]."""
     cpus = usable_cpus() if cpus is None else cpus
     return max(1, min(cpus, round(spare_cpus(others, cpus) + 1e-9)))
 
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """What :func:`plan` decided: ``threads`` to use (None: leave torch's choice), ``wait`` policy
-    ("passive", "spin" or "user"), the ``cpus`` usable, ``others`` measured, and ``reason`` in words."""
+    """What :func:`plan` decided: ``threads`` (None: torch's choice), ``wait`` ("passive", "spin" or "user"),
+    the ``cpus`` usable, ``others`` measured, and the ``reason`` in words."""
 
     threads: int | None
     wait: str
@@ -139,7 +105,7 @@ _ours: dict[str, str] = {}  # the variables set_wait_policy wrote (not the user'
 
 
 def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
-    """The variables by which the user fixed threads or waiting (then glassformer changes neither)."""
+    """The variables by which the user fixed threads or waiting (glassformer then changes neither)."""
     if env.get(SWITCH, "").lower() == "fixed":
         return [SWITCH]
     return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
@@ -147,8 +113,7 @@ def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
 
 def plan(others: float | None = None, cpus: int | None = None,
          env: dict[str, str] | os._Environ = os.environ) -> ThreadPlan:
-    """Threads and wait policy for a machine where ``others`` threads of other programs want a CPU
-    (measured by :func:`others_running` when not given) out of ``cpus`` usable ones."""
+    """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs."""
     cpus = usable_cpus() if cpus is None else cpus
     fixed = user_fixed(env)
     if fixed:
@@ -168,8 +133,8 @@ def plan(others: float | None = None, cpus: int | None = None,
 
 
 def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.environ) -> bool:
-    """Set OpenMP's wait policy in ``env`` for a "passive" plan, when torch (and so OpenMP) has not
-    started yet; returns whether it was set. Never overrides a variable the user set."""
+    """Set OpenMP's wait policy in ``env`` for a "passive" plan before torch loads, unless the user set one;
+    returns whether it was set."""
     if chosen.wait != "passive" or "torch" in sys.modules or any(env.get(name) for name in WAIT_VARS):
         return False
     env["OMP_WAIT_POLICY"] = _ours["OMP_WAIT_POLICY"] = "PASSIVE"  # GNU libgomp (torch's wheels), Intel's libiomp
@@ -178,14 +143,13 @@ def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.e
 
 
 _at_start: ThreadPlan | None = None  # the plan made by prepare() or the first apply()
-_default: int | None = None  # torch's own thread count, before glassformer changed it
-_applied: int | None = None  # the count glassformer last left torch with (None: never, or the user fixed it)
+_default: int | None = None  # torch's own thread count
+_applied: int | None = None  # the count glassformer last set (None: never, or the user fixed it)
 
 
 def prepare() -> ThreadPlan:
-    """Measure the load and set the wait policy before torch loads: called by the ``glassformer``
-    command before a verb runs (or by a script, before it imports torch). The plan is kept
-    (:func:`at_start`) for :func:`apply` to set the thread count once torch is there."""
+    """Measure the load and set the wait policy; call before torch is imported. :func:`apply` then sets the
+    plan's thread count."""
     global _at_start
     _at_start = plan()
     set_wait_policy(_at_start)
@@ -193,13 +157,12 @@ def prepare() -> ThreadPlan:
 
 
 def at_start() -> ThreadPlan | None:
-    """The plan :func:`prepare` (or the first :func:`apply`) made (None before either ran)."""
+    """The plan :func:`prepare` or the first :func:`apply` made (None before)."""
     return _at_start
 
 
 def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
-    """Set torch's thread count to the plan's (``chosen``, else the one :func:`prepare` made, else a
-    new measurement); a plan without a count (the user fixed it) changes nothing. Returns the plan."""
+    """Set torch's thread count to the plan's (``chosen``, else :func:`prepare`'s, else a new one); returns it."""
     global _default, _applied, _at_start
     chosen = chosen or _at_start or plan()
     _at_start = _at_start or chosen
@@ -214,13 +177,10 @@ def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
 
 
 def follow_load() -> ThreadPlan | None:
-    """Measure the load *now* and set torch's thread count to what the machine can give (torch's own
-    count again when it is idle; the wait policy stays as OpenMP started with it): so that a count
-    chosen in a busy moment does not stick for a whole run. For long loops, between steps.
+    """Measure the load now and set torch's thread count to what the machine gives (torch's own when idle).
 
-    Returns the new plan, or None (nothing measured, nothing changed) when the user fixed the threads
-    (environment, ``GLASSFORMER_THREADS=fixed``) or torch's count is not the one glassformer left
-    (someone called ``torch.set_num_threads``: theirs wins).
+    Returns the new plan, or None (nothing changed) when the user fixed the threads or someone else called
+    ``torch.set_num_threads`` since glassformer did.
     """
     global _applied
     import torch
@@ -238,11 +198,10 @@ def follow_load() -> ThreadPlan | None:
 
 
 class LoadFollower:
-    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after
-    ``first_s``): ``tick()`` once per step costs a clock read. The trainer uses one, ``on`` unless the
-    run's config fixed the thread count; evaluation too. When ``on`` and no thread count was applied
-    yet in this process (a script that imported glassformer, not the command), it applies one first
-    (:func:`apply`): the policy starts with the loop, never at import."""
+    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``).
+
+    When ``on`` and nothing was applied yet in this process, it applies a plan first (:func:`apply`).
+    """
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
         self.every_s, self.on = every_s, on
@@ -251,7 +210,7 @@ class LoadFollower:
         self.next = time.monotonic() + first_s
 
     def tick(self) -> None:
-        """Follow the load when it is time (measuring takes ~20 ms)."""
+        """Follow the load when it is time (a clock read otherwise)."""
         if self.on and time.monotonic() >= self.next:
             follow_load()
             self.next = time.monotonic() + self.every_s
