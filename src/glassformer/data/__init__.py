@@ -14,6 +14,5 @@ __all__ = [
     "OBJECTIVES", "LMBatches", "Seq2SeqBatches", "take_rows", "encode_files", "split_ids", "token_dtype",
     "IGNORE", "mask_tokens", "pad_rows", "prefix_lm_labels", "collate_pairs", "encode_pairs", "length_batches",
     "read_pairs", "iter_pairs", "EncodedPairs", "check_file", "iter_text", "read_lines", "read_text", "check_length",
-    "consecutive_windows",
-    "random_windows", "step_generator",
+    "consecutive_windows", "random_windows", "step_generator",
 ]

@@ -1,13 +1,12 @@
 """Batch sources for the four objectives: ``global_batch(step)`` for training, ``eval_batches()`` for a split.
 
-A batch is a dict of tensors whose first dimension is the example, always with ``labels`` (-100 =
-no loss). The global batch of a step is drawn from a generator seeded by (seed, step), so it is the
-same whether one process takes it whole or N processes take a slice each, and after a resume.
-"""
+A batch is a dict of tensors, the example first, always with ``labels`` (-100 = no loss). A step's
+global batch comes from a generator seeded by (seed, step): the same for one process or N, and after a resume."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 import torch
@@ -24,10 +23,8 @@ EVAL_SEED = 1234  # masks and prefix lengths of evaluation batches are fixed, so
 
 
 class LMBatches:
-    """Windows of a token array for "clm" (next token), "mlm" (masked tokens) or "prefix" (prefix-LM).
-
-    Batches: clm {"ids", "labels"}; mlm {"ids" (masked), "labels"}; prefix {"ids", "prefix_len", "labels"}.
-    """
+    """Windows of a token array for "clm" {"ids", "labels"}, "mlm" {"ids" (masked), "labels"} or
+    "prefix" {"ids", "prefix_len", "labels"}."""
 
     def __init__(self, objective: str, train: np.ndarray, val: np.ndarray | None, block_size: int,
                  seed: int, *, mask_id: int | None = None, vocab_size: int | None = None,
@@ -39,10 +36,8 @@ class LMBatches:
         check_length(train, block_size, "the training split")
         if val is not None and len(val) < 2:
             raise GlassformerError(f"the validation split has {len(val)} tokens; it needs at least 2")
-        self.objective, self.train, self.val = objective, train, val
-        self.block_size, self.seed = block_size, seed
-        self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
-        self.special_ids = special_ids
+        self.objective, self.train, self.val, self.block_size, self.seed = objective, train, val, block_size, seed
+        self.mask_id, self.vocab_size, self.mask_prob, self.special_ids = mask_id, vocab_size, mask_prob, special_ids
 
     def _finish(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Batch:
         if self.objective == "clm":
@@ -65,21 +60,15 @@ class LMBatches:
         if self.val is None:
             return
         generator = torch.Generator().manual_seed(EVAL_SEED)
-        for n, (x, y) in enumerate(consecutive_windows(self.val, self.block_size, batch_size)):
-            if max_batches is not None and n >= max_batches:
-                return
+        for x, y in islice(consecutive_windows(self.val, self.block_size, batch_size), max_batches):
             if self.objective == "prefix" and x.shape[1] < 2:
                 continue
             yield self._finish(x, y, generator)
 
 
 class Seq2SeqBatches:
-    """Length-bucketed batches of encoded (source, target) pairs for "seq2seq".
-
-    Epoch e's batches come from a generator seeded by (seed, e), so step s maps to a fixed batch.
-    Batches: {"src", "src_pad", "tgt_in", "tgt_pad", "labels"}. The pairs are held as
-    :class:`~glassformer.data.seq2seq.EncodedPairs` (int32, 4 bytes a token).
-    """
+    """Length-bucketed batches {"src", "src_pad", "tgt_in", "tgt_pad", "labels"} of encoded (source, target)
+    pairs for "seq2seq"; epoch e's batches come from a generator seeded by (seed, e)."""
 
     def __init__(self, train: Sequence[tuple[list[int], list[int]]],
                  val: Sequence[tuple[list[int], list[int]]] | None, pad_id: int, seed: int):
@@ -110,9 +99,7 @@ class Seq2SeqBatches:
         """Every validation pair once, in batches of similar length."""
         sums = [t + s for t, s in self.val.lengths()]
         order = sorted(range(len(self.val)), key=sums.__getitem__)
-        for n, start in enumerate(range(0, len(order), batch_size)):
-            if max_batches is not None and n >= max_batches:
-                return
+        for start in islice(range(0, len(order), batch_size), max_batches):
             yield collate_pairs([self.val[i] for i in order[start:start + batch_size]], self.pad_id)
 
 

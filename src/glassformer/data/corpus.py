@@ -1,9 +1,5 @@
-"""Text files -> one array of token ids, cached on disk as a memory-mapped file.
-
-A 100 MB corpus is encoded piece by piece straight into the cache file (uint16 when the vocabulary
-fits, else uint32), and then read back with ``np.memmap``: the operating system pages it in as
-windows are sampled, so it never lives in RAM twice.
-"""
+"""Text files -> one array of token ids, encoded piece by piece into a cache file (uint16 or uint32) and
+read back with ``np.memmap``, so a large corpus never lives in RAM twice."""
 
 from __future__ import annotations
 
@@ -37,20 +33,13 @@ def _cache_key(paths: Sequence[Path], tokenizer: Tokenizer) -> str:
     return digest.hexdigest()[:20]
 
 
-def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
-                 cache_dir: str | Path | None = None) -> np.ndarray:
-    """Token ids of the files' texts, one after the other. A long encoding prints a line to stderr
-    every ~10 s (:mod:`glassformer.progress`): MB done of the total, and tokens so far.
+def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer, cache_dir: str | Path | None = None) -> np.ndarray:
+    """(N,) uint16/uint32 token ids (no special tokens) of UTF-8 files (plain or .gz), one after the other;
+    a long encoding prints its progress to stderr every ~10 s.
 
-    Args:
-        paths: UTF-8 text files (plain or .gz).
-        tokenizer: encodes each piece (no special tokens are added).
-        cache_dir: when given, the ids are written to ``cache_dir/tokens-<key>.bin`` (the key covers
-            the tokenizer and each file's path, size and modification time) and returned as a
-            read-only ``np.memmap``; a later call with the same inputs just maps the file.
-    Returns:
-        (N,) uint16/uint32 array.
-    """
+    With ``cache_dir`` the ids are written to ``cache_dir/tokens-<key>.bin`` (the key covers the tokenizer
+    and each file's path, size and modification time) and returned as a read-only ``np.memmap``; a later
+    call with the same inputs just maps the file."""
     paths = [check_file(p) for p in paths]
     if not paths:
         raise GlassformerError("no corpus files given")
@@ -72,8 +61,7 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer,
 
 def _encoded(paths: Sequence[Path], tokenizer: Tokenizer, dtype: type[np.unsignedinteger],
              what: str) -> Iterator[np.ndarray]:
-    """The files' texts as ids, piece by piece (:data:`ENCODE_CHARS` characters each), with a heartbeat
-    counting the bytes read (of the files' total, unknown for .gz) and the tokens made."""
+    """The files' texts as ids, piece by piece (:data:`ENCODE_CHARS` characters each), with a heartbeat."""
     total = None if any(path.suffix == ".gz" for path in paths) else sum(path.stat().st_size for path in paths)
     tokens = 0
     with Heartbeat(what, total=total, unit="bytes") as heartbeat:
@@ -86,12 +74,8 @@ def _encoded(paths: Sequence[Path], tokenizer: Tokenizer, dtype: type[np.unsigne
 
 
 def map_tokens(path: Path, dtype: type[np.unsignedinteger], vocab_size: int) -> np.ndarray:
-    """``path`` (a token cache) as a read-only memmap, verified first: a regular file, a whole number of
-    ``dtype`` values, at least one, and every id below ``vocab_size`` (read in chunks, never all at once).
-
-    Raises:
-        BadFileError naming the file (remove it and the next run encodes the corpus again).
-    """
+    """``path`` (a token cache) as a read-only memmap, verified first (a regular file, a whole number of
+    ``dtype`` values, at least one, every id below ``vocab_size``); a BadFileError naming the file if not."""
     size = np.dtype(dtype).itemsize
     if path.is_symlink() or not path.is_file():
         raise BadFileError(f"token cache {str(path)!r} is not a regular file; remove it to encode the corpus again")
@@ -100,19 +84,15 @@ def map_tokens(path: Path, dtype: type[np.unsignedinteger], vocab_size: int) -> 
         raise BadFileError(f"token cache {str(path)!r} holds {length:,} bytes, not a whole number of "
                            f"{np.dtype(dtype).name} ids; remove it to encode the corpus again")
     ids = np.memmap(path, dtype=dtype, mode="r")
-    step = 1 << 24
-    for start in range(0, len(ids), step):
-        if int(ids[start:start + step].max()) >= vocab_size:
-            raise BadFileError(f"token cache {str(path)!r} holds ids >= the vocabulary's {vocab_size}; remove it to "
-                               "encode the corpus again")
+    step = 1 << 24  # ids read in chunks, never all at once
+    if any(int(ids[start:start + step].max()) >= vocab_size for start in range(0, len(ids), step)):
+        raise BadFileError(f"token cache {str(path)!r} holds ids >= the vocabulary's {vocab_size}; remove it to "
+                           "encode the corpus again")
     return ids
 
 
 def split_ids(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val): the first ``1 - val_fraction`` of the ids and the rest (views, no copy).
-
-    This is nanoGPT's split (first 90% / last 10% for ``val_fraction=0.1``).
-    """
+    """(train, val): the first ``1 - val_fraction`` of the ids and the rest (views; nanoGPT's split)."""
     if not 0.0 <= val_fraction < 1.0:
         raise GlassformerError(f"val_fraction must be in [0, 1), got {val_fraction}")
     cut = int(len(ids) * (1.0 - val_fraction))

@@ -11,28 +11,13 @@ from ..errors import GlassformerError
 IGNORE = -100  # the label of a position that takes no part in the loss (F.cross_entropy's ignore_index)
 
 
-def mask_tokens(
-    ids: torch.Tensor,
-    *,
-    mask_id: int,
-    vocab_size: int,
-    generator: torch.Generator,
-    prob: float = 0.15,
-    special_ids: Sequence[int] = (),
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose each non-special position with probability ``prob``; of the chosen, 80% become [MASK],
-    10% a random (non-special) token and 10% stay as they are. Only chosen positions get a label.
+def mask_tokens(ids: torch.Tensor, *, mask_id: int, vocab_size: int, generator: torch.Generator,
+                prob: float = 0.15, special_ids: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose each non-special position of ids (B, T) with probability ``prob``; of the chosen, 80% become
+    [MASK], 10% a random non-special token and 10% stay (so the model cannot learn that only [MASK]
+    positions matter: fine-tuning inputs have none). ``special_ids`` are never chosen nor drawn.
 
-    Keeping and randomising some chosen tokens stops the model from learning that only [MASK]
-    positions matter, since fine-tuning inputs never contain [MASK].
-
-    Args:
-        ids: (B, T) token ids.
-        mask_id: the [MASK] token id; special_ids: ids never chosen nor drawn as random tokens.
-        generator: the source of randomness (the same generator state gives the same masks).
-    Returns:
-        inputs (B, T) and labels (B, T): the original id at chosen positions, -100 elsewhere.
-    """
+    Returns inputs (B, T) and labels (B, T): the original id at chosen positions, -100 elsewhere."""
     if not 0.0 < prob <= 1.0:
         raise GlassformerError(f"mask probability must be in (0, 1], got {prob}")
     specials = torch.tensor(sorted({*special_ids, mask_id}), dtype=ids.dtype)

@@ -13,20 +13,11 @@ SIDES = ("left", "right")
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
              device: torch.device | str | None = None, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad id lists to the longest one (or to ``length``).
+    """Pad B id lists (a row may be empty) with ``pad_id`` to the longest one, or to ``length`` columns.
 
     Right padding suits an encoder's input and training batches; left padding suits prompts to be
     continued (every row's last token then sits in the last column).
-
-    Args:
-        rows: B lists of token ids (a row may be empty).
-        pad_id: the id written into padded slots.
-        side: "right" or "left".
-        device: where to create the tensors.
-        length: pad to this many columns (at least the longest row's length; default: that length).
-    Returns:
-        (ids (B, L) long, pad (B, L) bool, True = padding), L = ``length`` or the longest row's length.
-    """
+    Returns (ids (B, L) long, pad (B, L) bool, True = padding)."""
     if side not in SIDES:
         raise GlassformerError(f"side must be one of {SIDES}, got {side!r}")
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)

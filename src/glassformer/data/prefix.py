@@ -10,18 +10,11 @@ from .mlm import IGNORE
 
 def prefix_lm_labels(y: torch.Tensor, generator: torch.Generator,
                      min_prefix: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw a prefix length per row and hide the targets that the prefix can already see.
+    """Draw a prefix length per row, uniform in [min_prefix, T - 1], and hide the targets the prefix sees.
 
-    With a prefix of P tokens, positions < P attend to the whole prefix, so the targets
-    y[:, :P - 1] (which are prefix tokens) would leak; the loss keeps only y[:, P - 1:], the
-    tokens after the prefix.
-
-    Args:
-        y: (B, T) next-token targets of windows x (``y[:, t] == x[:, t + 1]``).
-        min_prefix: the shortest prefix; lengths are uniform in [min_prefix, T - 1].
-    Returns:
-        prefix_len (B,) int64 and labels (B, T) with -100 on the hidden targets.
-    """
+    With a prefix of P tokens, positions < P attend to the whole prefix, so the targets y[:, :P - 1]
+    (prefix tokens) would leak; the loss keeps y[:, P - 1:]. ``y`` (B, T): next-token targets.
+    Returns prefix_len (B,) int64 and labels (B, T) with -100 on the hidden targets."""
     B, T = y.shape
     if not 1 <= min_prefix <= T - 1:
         raise GlassformerError(f"min_prefix must be in [1, block_size - 1 = {T - 1}], got {min_prefix}")

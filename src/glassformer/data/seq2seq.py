@@ -19,21 +19,18 @@ from .text import CHUNK_CHARS, iter_text
 
 def read_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
                pairs: str | Path | None = None) -> list[tuple[str, str]]:
-    """Parallel text as (source, target) strings: ``list(iter_pairs(src, tgt, pairs))``.
+    """Parallel text as (source, target) strings, in file order: ``list(iter_pairs(src, tgt, pairs))``.
 
-    Either ``src`` and ``tgt``: two files (plain or .gz) with one sentence per line, line i of one
-    translating line i of the other; or ``pairs``: a ``.tsv`` file (source TAB target per line) or a
-    ``.jsonl`` file (one ``{"src": ..., "tgt": ...}`` object per line). Blank lines are skipped.
-    Returns the (source, target) pairs in file order.
-    """
+    Either ``src`` and ``tgt``: two files (plain or .gz), line i of one translating line i of the other;
+    or ``pairs``: a ``.tsv`` (source TAB target) or ``.jsonl`` (``{"src": ..., "tgt": ...}``) file.
+    Blank lines are skipped."""
     return list(iter_pairs(src, tgt, pairs))
 
 
 def iter_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
                pairs: str | Path | None = None) -> Iterator[tuple[str, str]]:
-    """The pairs of :func:`read_pairs` one at a time, the files read in chunks (memory stays one chunk
-    whatever the file's size). Errors (a bad line, parallel files of different lengths) are raised
-    when the reading reaches them."""
+    """The pairs of :func:`read_pairs` one at a time, the files read in chunks; errors are raised when
+    the reading reaches them."""
     if pairs is not None:
         if src is not None or tgt is not None:
             raise GlassformerError("give either pairs= (a TSV/JSONL file) or src= and tgt= (two files), not both")
@@ -94,14 +91,10 @@ def _iter_pair_file(path: Path) -> Iterator[tuple[str, str]]:
 
 
 class EncodedPairs(Sequence):
-    """Encoded (source ids, target ids) pairs held flat: every side's ids in one int32 tensor with the
-    offsets where each pair's ids start (4 bytes a token and 8 a pair, not a Python list of Python ints
-    per sentence: about 40 bytes a token). ``pairs[i]`` is (source ids, target ids) as lists.
-
-    Args:
-        src, tgt: (total tokens,) int32 ids of every source (target) one after the other.
-        src_starts, tgt_starts: (N + 1,) int64 offsets: pair i's source is ``src[src_starts[i]:src_starts[i + 1]]``.
-    """
+    """Encoded (source ids, target ids) pairs held flat (4 bytes a token, not ~40 as Python lists):
+    ``src``, ``tgt`` (total tokens,) int32, one side's ids one after the other, and ``src_starts``,
+    ``tgt_starts`` (N + 1,) int64 offsets (pair i's source is ``src[src_starts[i]:src_starts[i + 1]]``).
+    ``pairs[i]`` is (source ids, target ids) as lists."""
 
     def __init__(self, src: torch.Tensor, src_starts: torch.Tensor, tgt: torch.Tensor, tgt_starts: torch.Tensor):
         self.src, self.src_starts, self.tgt, self.tgt_starts = src, src_starts, tgt, tgt_starts
@@ -111,10 +104,17 @@ class EncodedPairs(Sequence):
         """``pairs`` as EncodedPairs (returned as it is when it already is one)."""
         if isinstance(pairs, EncodedPairs):
             return pairs
-        packed = _Packer()
+        src, tgt, src_starts, tgt_starts = array("i"), array("i"), array("q", [0]), array("q", [0])  # growing
         for source, target in pairs:
-            packed.add(source, target)
-        return packed.done()
+            src.extend(source)
+            tgt.extend(target)
+            src_starts.append(len(src))
+            tgt_starts.append(len(tgt))
+
+        def tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
+            return torch.frombuffer(values, dtype=dtype) if len(values) else torch.zeros(0, dtype=dtype)
+        return cls(tensor(src, torch.int32), tensor(src_starts, torch.int64), tensor(tgt, torch.int32),
+                   tensor(tgt_starts, torch.int64))
 
     def __len__(self) -> int:
         return len(self.src_starts) - 1
@@ -131,51 +131,22 @@ class EncodedPairs(Sequence):
         return list(zip(self.tgt_starts.diff().tolist(), self.src_starts.diff().tolist(), strict=True))
 
 
-class _Packer:
-    """Appends pairs of id lists to growing int32 arrays (Python's ``array``: 4 bytes an id)."""
-
-    def __init__(self) -> None:
-        self.src, self.tgt = array("i"), array("i")
-        self.src_starts, self.tgt_starts = array("q", [0]), array("q", [0])
-
-    def add(self, source: Sequence[int], target: Sequence[int]) -> None:
-        self.src.extend(source)
-        self.tgt.extend(target)
-        self.src_starts.append(len(self.src))
-        self.tgt_starts.append(len(self.tgt))
-
-    def done(self) -> EncodedPairs:
-        def tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
-            return torch.frombuffer(values, dtype=dtype) if len(values) else torch.zeros(0, dtype=dtype)
-        return EncodedPairs(tensor(self.src, torch.int32), tensor(self.src_starts, torch.int64),
-                            tensor(self.tgt, torch.int32), tensor(self.tgt_starts, torch.int64))
-
-
 def encode_pairs(pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer, max_len: int) -> EncodedPairs:
-    """Source ids + [eos], and target ids wrapped as [bos] + target + [eos], cut to ``max_len`` and
-    ``max_len + 1`` (the decoder reads all but the last, predicts all but the first).
-
-    ``pairs`` may be a generator (:func:`iter_pairs`): it is read one pair at a time and the ids are
-    stored as int32 (:class:`EncodedPairs`), so memory follows the token count, not the sentence count.
-    Returns the encoded pairs, in order (``result[i]`` is (source ids, target ids) as lists).
-    """
+    """Source ids + [eos] and [bos] + target ids + [eos], cut to ``max_len`` and ``max_len + 1`` (the
+    decoder reads all but the last, predicts all but the first), in order. ``pairs`` may be a generator
+    (:func:`iter_pairs`), read one pair at a time."""
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     if bos is None or eos is None:
         raise GlassformerError("seq2seq needs a tokenizer with 'bos' and 'eos' special tokens")
-    packed = _Packer()
-    for s, t in pairs:
-        packed.add((tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len],
-                   ([bos] + tokenizer.encode(t, add_special_tokens=False) + [eos])[:max_len + 1])
-    return packed.done()
+    return EncodedPairs.of(((tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len],
+                            ([bos] + tokenizer.encode(t, add_special_tokens=False) + [eos])[:max_len + 1])
+                           for s, t in pairs)
 
 
 def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """A teacher-forcing batch from B encoded pairs (as :func:`encode_pairs` makes them), right-padded.
-
-    Returns a dict: ``src`` (B, S) and ``src_pad`` (B, S) bool (True = padding); ``tgt_in`` (B, T) =
-    target[:-1] and ``tgt_pad`` (B, T); ``labels`` (B, T) = target[1:], ``IGNORE`` (-100) on padding.
-    S and T + 1 are the longest source and target of the batch.
-    """
+    """A teacher-forcing batch from B encoded pairs, right-padded: ``src`` (B, S), ``src_pad`` (B, S) bool
+    (True = padding), ``tgt_in`` (B, T) = target[:-1], ``tgt_pad`` (B, T) and ``labels`` (B, T) =
+    target[1:], ``IGNORE`` on padding."""
     src, src_pad = pad_rows([s for s, _ in examples], pad_id)
     tgt, tgt_pad = pad_rows([t for _, t in examples], pad_id)
     labels = tgt[:, 1:].masked_fill(tgt_pad[:, 1:], IGNORE)
@@ -185,17 +156,10 @@ def collate_pairs(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) 
 
 def length_batches(lengths: Sequence[Any], batch_size: int, generator: torch.Generator,
                    pool_batches: int | None = None) -> list[list[int]]:
-    """Index batches of similar length, for little padding: shuffle, sort by ``lengths`` (ties stay
-    in shuffled order), cut into batches, shuffle the batches. Every index appears once; the last
-    batch may be smaller.
-
-    ``lengths`` may hold tuples, compared in order: Seq2SeqBatches passes (target length, source
-    length) per pair, so that both sides of a batch need little padding (Multi30k: 0.5% of target
-    and 10% of source positions are padding, against 17% and 19% when sorting by the sum).
-    ``pool_batches``: sort only within pools of that many batches (more variety between epochs,
-    more padding); None sorts the whole set.
-    Returns the batches: lists of indices into ``lengths``.
-    """
+    """Index batches of similar length, for little padding: shuffle, sort by ``lengths`` (tuples compare
+    in order: Seq2SeqBatches passes (target length, source length)), cut into batches, shuffle the
+    batches. Every index appears once; the last batch may be smaller. ``pool_batches``: sort only
+    within pools of that many batches (more variety, more padding); None sorts the whole set."""
     check_int("batch_size", batch_size, 1)
     check_int("pool_batches", pool_batches, 1, allow_none=True)
     order = torch.randperm(len(lengths), generator=generator).tolist()

@@ -6,7 +6,6 @@ import gzip
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from ..errors import BadFileError, GlassformerError, MissingFileError
 
@@ -26,34 +25,20 @@ def check_file(path: str | Path, what: str = "corpus file") -> Path:
     return path
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a UTF-8 text file, transparently gunzipping ``*.gz``."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
-def _not_utf8(path: Path, error: UnicodeDecodeError) -> BadFileError:
-    return BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
-                      f"cannot be decoded ({error.reason})")
-
-
 def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "corpus file") -> Iterator[str]:
-    """The text of ``path`` in pieces of about ``chunk_chars`` characters, each cut after a newline
-    (so no word is split between pieces), without ever holding the whole file. A line longer than
-    :data:`LONG_LINE_CHARS` is cut before its last space (or, with none, where it ends), so a file of
-    one long line streams the same way.
-
-    Raises FileNotFoundError/ValueError for a missing, empty, non-UTF-8 or whitespace-only file.
-    """
+    """The text of ``path`` in pieces of about ``chunk_chars`` characters, each cut after a newline (a
+    line longer than :data:`LONG_LINE_CHARS` before its last space), never holding the whole file.
+    A missing, empty, non-UTF-8 or whitespace-only file is a one-line error."""
     path = check_file(path, what)
     carry, seen_text = "", False
-    with open_text(path) as handle:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as handle:
         while True:
             try:
                 piece = handle.read(chunk_chars)
             except UnicodeDecodeError as error:
-                raise _not_utf8(path, error) from None
+                raise BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
+                                   f"cannot be decoded ({error.reason})") from None
             except (OSError, EOFError, zlib.error) as error:
                 reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
                 raise BadFileError(f"cannot read {what} {str(path)!r}: {reason} (a corrupt or truncated "
@@ -63,9 +48,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
             seen_text = seen_text or bool(piece.strip())
             piece = carry + piece
             cut = piece.rfind("\n") + 1
-            if cut == 0 and len(piece) >= max(chunk_chars, LONG_LINE_CHARS):
-                # No newline for a whole chunk (a file of one long line): cut at the last space instead,
-                # or anywhere, so memory stays one chunk whatever the file's shape.
+            if cut == 0 and len(piece) >= max(chunk_chars, LONG_LINE_CHARS):  # one long line: cut elsewhere
                 cut = max(piece.rfind(" "), piece.rfind("\t"))  # the space starts the next piece (BPE's " word")
                 cut = cut if cut > 0 else len(piece)
             if cut == 0:

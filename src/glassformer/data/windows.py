@@ -25,36 +25,25 @@ def check_length(ids: np.ndarray, block_size: int, what: str = "corpus") -> None
 
 def random_windows(ids: np.ndarray, block_size: int, batch_size: int,
                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` windows at uniformly random starts, and the same windows shifted by one.
-
-    Args:
-        ids: (N,) token ids, N >= block_size + 1.
-    Returns:
-        x (B, T) inputs and y (B, T) next-token targets (``y[:, t] == x[:, t + 1]``), int64.
-    """
+    """``batch_size`` windows of ids (N,) at uniformly random starts: x (B, T) inputs and y (B, T)
+    next-token targets (``y[:, t] == x[:, t + 1]``), int64."""
     check_length(ids, block_size)
     starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator).tolist()
-    rows = np.stack([ids[s:s + block_size + 1] for s in starts]).astype(np.int64)  # (B, T + 1)
-    rows = torch.from_numpy(rows)
+    rows = torch.from_numpy(np.stack([ids[s:s + block_size + 1] for s in starts]).astype(np.int64))  # (B, T + 1)
     return rows[:, :-1], rows[:, 1:]
 
 
 def consecutive_windows(ids: np.ndarray, block_size: int,
                         batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Windows that predict every token of ``ids`` after the first exactly once, in batches.
-
-    Window k covers ids[kT : kT + T + 1]; the last one may be shorter and comes in a batch of its own.
-    Yields (x, y) pairs of shape (B, T) (or (1, L) for the short tail).
-    """
+    """Windows that predict every token of ``ids`` after the first exactly once, in batches (x, y) of
+    shape (B, T): window k covers ids[kT : kT + T + 1]; a shorter last one comes alone, (1, L)."""
     check_length(ids, 1)
     T = block_size
     full = (len(ids) - 1) // T
     for first in range(0, full, batch_size):
         count = min(batch_size, full - first)
         rows = np.asarray(ids[first * T:(first + count) * T + 1]).astype(np.int64)
-        body = torch.from_numpy(rows[:-1].reshape(count, T))
-        shifted = torch.from_numpy(rows[1:].reshape(count, T))
-        yield body, shifted
+        yield torch.from_numpy(rows[:-1].reshape(count, T)), torch.from_numpy(rows[1:].reshape(count, T))
     tail = np.asarray(ids[full * T:]).astype(np.int64)
     if len(tail) > 1:
         tail = torch.from_numpy(tail)[None]

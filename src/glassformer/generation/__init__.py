@@ -1,28 +1,10 @@
-"""Generation: KV-cached decoding, logits processors, sampling, beam search, streaming, traces.
+"""Generation: KV-cached decoding, logits processors, sampling, beam search, streaming, traces,
+fill-mask, translation and sentence embeddings. What a model must offer is declared in
+:mod:`glassformer.generation.protocol`. See docs/generation.md."""
 
-    generate(model, ids, max_new_tokens, ...)        token ids in, token ids out (Hugging Face semantics)
-    GenerationConfig(do_sample=..., ...)             generate's options, checked once (frozen)
-    generate_text / stream_text(model, tokenizer, prompt, ...)   strings in, strings out
-    trace_generation(model, ids, ...) / trace_text   per-step top-k candidates and choices
-    fill_mask(model, ids, mask_token_id, ...)        encoder-only models' candidates per mask
-    translate(model, tokenizer, sources) / bleu      batched translation with an encoder-decoder, sacreBLEU
-    sentence_embeddings(model, tokenizer, texts)     pooled encoder states, one vector per text
-
-What a model must offer to be generated from is declared in :mod:`glassformer.generation.protocol`
-(``DecoderOnly``, ``EncoderDecoderModel``, ``Encoder``). See docs/generation.md.
-"""
-
-from .api import (
-    MAX_NEW_TOKENS,
-    GenerationSetup,
-    batch_prompts,
-    check_max_new_tokens,
-    generate,
-    iter_steps,
-    setup_generation,
-)
+from .api import GenerationSetup, batch_prompts, generate, iter_steps, setup_generation
 from .beam import beam_search
-from .config import GenerationConfig
+from .config import MAX_NEW_TOKENS, GenerationConfig, check_max_new_tokens
 from .embeddings import sentence_embeddings
 from .fill_mask import fill_mask
 from .incremental import IncrementalDecoder, left_pad_positions

@@ -1,11 +1,4 @@
-"""``generate``: token ids in, token ids out, for decoder-only and encoder-decoder models.
-
-The arguments and the result follow Hugging Face ``model.generate``: a decoder-only model returns
-prompt + new tokens (B * num_return_sequences, T + n); an encoder-decoder returns the decoder's
-sequence, starting with ``decoder_start_token_id``. Rows that end early are filled with
-``pad_token_id``. Prompts of different lengths may be given as a list of lists: they are left-padded
-(right-padded for an encoder's source), and each row's result equals generating it alone.
-"""
+"""``generate``: token ids in, token ids out, with Hugging Face ``model.generate``'s arguments and results."""
 
 from __future__ import annotations
 
@@ -21,14 +14,7 @@ from ..errors import ArgumentTypeError, GlassformerError, is_int, shown
 from ..nn.masks import check_prefix_len
 from ..runtime.decode import decoding_attention, few_row_route
 from .beam import beam_search
-from .config import (
-    MAX_LENGTH_PENALTY,
-    MAX_NEW_TOKENS,
-    MAX_ROWS,
-    GenerationConfig,
-    check_max_new_tokens,
-    generation_config,
-)
+from .config import MAX_LENGTH_PENALTY, GenerationConfig, generation_config
 from .incremental import IncrementalDecoder
 from .processors import LogitsProcessorList, VocabLimit
 from .protocol import Generative, Model, check_generative
@@ -37,62 +23,47 @@ from .search import Step, StoppingCriterion, decode_steps
 PromptLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
 """Prompts as :func:`generate` takes them: a (T,) or (B, T) id tensor, a list of ids, or a list of lists."""
 
-__all__ = ["MAX_LENGTH_PENALTY", "MAX_NEW_TOKENS", "MAX_ROWS", "GenerationConfig", "check_max_new_tokens",
-           "batch_prompts", "generate", "iter_steps", "setup_generation", "pad_id_for", "special_id"]
+__all__ = ["MAX_LENGTH_PENALTY", "GenerationConfig", "batch_prompts", "generate", "iter_steps", "setup_generation",
+           "pad_id_for", "special_id"]
 
 
 def special_id(tokenizer: Any, name: str) -> int | None:
     """A tokenizer's special id ``name`` ("pad", "eos", "bos"): glassformer's ``{name}_id`` or a Hugging
     Face tokenizer's ``{name}_token_id``; None without a tokenizer or without that token."""
-    value = getattr(tokenizer, f"{name}_id", None) if tokenizer is not None else None
-    if value is None and tokenizer is not None:
-        value = getattr(tokenizer, f"{name}_token_id", None)
-    return value
+    if tokenizer is None:
+        return None
+    value = getattr(tokenizer, f"{name}_id", None)
+    return value if value is not None else getattr(tokenizer, f"{name}_token_id", None)
 
 
 def pad_id_for(tokenizer: Any = None, eos_ids: Sequence[int] = ()) -> int:
-    """The one rule for the id that fills padding: the tokenizer's pad id, else the first end-of-sequence
-    id (Hugging Face's fallback), else 0. Padding is masked, so the id only has to be a valid one."""
+    """The id that fills padding: the tokenizer's pad id, else the first eos id (Hugging Face's
+    fallback), else 0. Padding is masked, so the id only has to be a valid one."""
     pad = special_id(tokenizer, "pad")
     return pad if pad is not None else (eos_ids[0] if eos_ids else 0)
-
-
-def _is_seq2seq(model: Model) -> bool:
-    return getattr(getattr(model, "config", None), "arch", None) == "encoder-decoder"
 
 
 def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
                   attention_mask: torch.Tensor | None = None, pad_token_id: int = 0, side: str = "left",
                   name: str = "ids",
                   device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Turn prompts into a (B, T) id tensor and a (B, T) padding mask (None when nothing is padded).
+    """Prompts (a (T,) or (B, T) tensor, a list of ids, or a list of lists, padded with ``pad_token_id``
+    on ``side``) -> (ids (B, T) long, pad (B, T) bool, True = padding, or None when nothing is padded).
 
-    Args:
-        ids: a (T,) or (B, T) integer tensor, a list of ids, or a list of lists (padded on ``side``).
-        pad: (B, T) bool, True = padding; or ``attention_mask`` (B, T), 1 = real token (Hugging Face).
-        pad_token_id: the id written into padded slots of a list of lists.
-        side: where padding goes: "left" (prompts to continue) or "right" (an encoder's source).
-        name: the argument's name in error messages.
-        device: where to put the tensors.
-    Returns:
-        (ids (B, T) long, pad (B, T) bool or None). Raises ValueError for an empty prompt or padding
-        on the wrong side.
-    """
+    A tensor's padding comes as ``pad`` or ``attention_mask`` (1 = real token). An empty prompt or
+    padding on the wrong side is an error naming ``name``."""
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() not in (1, 2):
             raise ArgumentTypeError(f"{name} must be a (T,) or (B, T) integer tensor, got dtype {ids.dtype} "
                                     f"and shape {tuple(ids.shape)}")
         ids = (ids[None] if ids.dim() == 1 else ids).long().to(device)
     else:
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-            raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
-                                    f"got {type(ids).__name__}")
-        rows = list(ids)
+        rows = list(ids) if isinstance(ids, Sequence) and not isinstance(ids, (str, bytes)) else None
         if rows and all(is_int(r) for r in rows):
             rows = [rows]
         if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
-            raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, "
-                                    f"got {ids!r:.80}")
+            got = type(ids).__name__ if rows is None else f"{ids!r:.80}"
+            raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, got {got}")
         if any(len(r) == 0 for r in rows):
             raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
         for value in (v for r in rows for v in r):
@@ -133,10 +104,8 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
 
 
 def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[object]:
-    """``torch.inference_mode`` (decoding 5-8% faster than under ``no_grad`` on a CPU), except under
-    ``torch.autocast`` for ``device``: there ``torch.no_grad``, the mode in which autocast keeps its 16-bit
-    copies of the weights from one step to the next (in inference mode every step cast every weight
-    again: bfloat16 decoding ran at half its speed)."""
+    """``torch.inference_mode`` (faster), except under autocast: there ``torch.no_grad``, in which
+    autocast keeps its 16-bit weight copies from one step to the next."""
     try:
         autocast_on = torch.is_autocast_enabled(device.type)
     except TypeError:  # an older torch takes no device type
@@ -146,9 +115,8 @@ def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[obje
 
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Dropout off and no autograd while generating, and the decoding speed policy on
-    (:mod:`glassformer.runtime.decode`: the few-row route, GPU attention kernels); the model's
-    train/eval state is restored afterwards."""
+    """Eval mode, no autograd and the decoding speed policy (:mod:`glassformer.runtime.decode`) while
+    generating; the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -161,18 +129,9 @@ def _eval_mode(model: Model) -> Iterator[None]:
 
 @dataclass
 class GenerationSetup:
-    """What :func:`setup_generation` built, shared by :func:`generate`, streaming and traces.
-
-    Attributes:
-        decoder: the :class:`IncrementalDecoder` holding the (B * copies, T) prompts, copies being
-            ``num_beams`` or ``num_return_sequences``.
-        config: the :class:`GenerationConfig` of the call.
-        processors: the logits processors it asks for (and the tokenizer's vocabulary limit).
-        pad_token_id: the filler id (resolved: see :func:`pad_id_for`).
-        stopping_criteria: callables (B, L) ids -> (B,) bool (the caller's, then stop_strings').
-        generator: the seeded generator for sampling, or None.
-        prompt_len: T, the prompt's width in columns (padding included); new tokens start there.
-    """
+    """What :func:`setup_generation` built: the decoder holding (B * copies, T) prompts (copies: num_beams
+    or num_return_sequences), the stopping criteria (the caller's, then stop_strings'), the seeded
+    generator or None, and ``prompt_len``, the column where new tokens start."""
 
     decoder: IncrementalDecoder
     config: GenerationConfig
@@ -187,30 +146,24 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
                      prefix_len: int | torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                      pad: torch.Tensor | None = None, stopping_criteria: Sequence[StoppingCriterion] | None = None,
                      tokenizer: Any = None, **options: Any) -> GenerationSetup:
-    """Check the call's inputs, encode the source (encoder-decoder) and build the decoder.
+    """Check the call's inputs, encode the source (encoder-decoder) and build the decoder, not run yet.
 
-    Arguments as :func:`generate` (``options``: :class:`GenerationConfig` fields, applied to ``config``).
-    Returns a :class:`GenerationSetup` whose decoder has not run yet; :func:`iter_steps`
-    (greedy/sampling) or :func:`glassformer.generation.beam_search` drives it. Call it without
-    autograd (``torch.inference_mode()``) with the model in eval mode (as :func:`generate` does).
-    """
+    Arguments as :func:`generate`. Call it without autograd, the model in eval mode (as :func:`generate` does)."""
     check_generative(model)
     gen = generation_config(config, options)
     model_config = model.config
-    seq2seq = _is_seq2seq(model)
+    seq2seq = getattr(model_config, "arch", None) == "encoder-decoder"
     if not seq2seq and model_config.attn == "bidirectional":
         raise GlassformerError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
                                "use glassformer.generation.fill_mask")
     gen.check_vocab(model_config.vocab_size)
-    eos = list(gen.eos_token_id)
-    pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else pad_id_for(tokenizer, eos)
+    pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else pad_id_for(tokenizer, gen.eos_token_id)
     processors = gen.processors()
     known = getattr(tokenizer, "vocab_size", None)
     if isinstance(known, int) and known < model_config.vocab_size:  # a padded model vocabulary: never the extra ids
         processors.append(VocabLimit(known))
     device = next(model.parameters()).device
     copies = gen.num_beams if gen.num_beams > 1 else gen.num_return_sequences  # rows per prompt
-    max_new_tokens = gen.max_new_tokens
 
     if seq2seq:
         if gen.decoder_start_token_id is None:
@@ -224,68 +177,48 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
         memory = model.encode(src, src_pad).repeat_interleave(copies, dim=0)  # (encode checks src's ids)
         src_pad = None if src_pad is None else src_pad.repeat_interleave(copies, dim=0)
         start = torch.full((memory.shape[0], 1), gen.decoder_start_token_id, dtype=torch.long, device=device)
-        decoder = IncrementalDecoder(model, start, None, max_new_tokens, use_cache=gen.use_cache,
+        decoder = IncrementalDecoder(model, start, None, gen.max_new_tokens, use_cache=gen.use_cache,
                                      memory=memory, src_pad=src_pad)
     else:
         ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
                                  device=device)
         _check_length(model_config, ids, pad, "prompt")
-        lengths = ids.shape[1] - (pad.sum(dim=1) if pad is not None else 0)
-        if model_config.attn == "prefix":
-            prefix_len = _prefix_lengths(prefix_len, ids.shape[0], lengths, device)
+        if model_config.attn == "prefix":  # counted in real tokens; by default the whole prompt
+            B, n_pad = ids.shape[0], (pad.sum(dim=1) if pad is not None else 0)
+            lengths = torch.as_tensor(ids.shape[1] - n_pad, device=device).expand(B)
+            prefix_len = lengths if prefix_len is None else check_prefix_len(prefix_len, lengths, B)
+            prefix_len = torch.as_tensor(prefix_len, device=device).expand(B).clone()
         elif prefix_len is not None:
             raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
                                    f"(this model has attn={model_config.attn!r})")
         ids = ids.repeat_interleave(copies, dim=0)
         pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
         prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
-        decoder = IncrementalDecoder(model, ids, pad, max_new_tokens, use_cache=gen.use_cache,
+        decoder = IncrementalDecoder(model, ids, pad, gen.max_new_tokens, use_cache=gen.use_cache,
                                      prefix_len=prefix_len)  # (checks the prompt's ids, once)
 
-    prompt_len = decoder.length
     criteria = list(stopping_criteria or [])
     if gen.stop_strings:
         if tokenizer is None:
             raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
-        criteria.append(StopOnStrings(tokenizer, gen.stop_strings, prompt_len))
-    generator = None
-    if gen.seed is not None:
-        generator = torch.Generator(device=device).manual_seed(gen.seed)
-    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, prompt_len)
+        criteria.append(StopOnStrings(tokenizer, gen.stop_strings, decoder.length))
+    generator = None if gen.seed is None else torch.Generator(device=device).manual_seed(gen.seed)
+    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, decoder.length)
 
 
 def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
-    """An error when the longest real row of ids (B, T) exceeds the model's context ``max_len``."""
+    """An error when the longest real row of ids (B, T) exceeds the model's ``max_len``."""
     longest = ids.shape[1] - (int(pad.sum(dim=1).min()) if pad is not None else 0)
     if longest > config.max_len:
         raise GlassformerError(f"{what} of {longest} tokens is longer than the model allows "
                                f"(max_len={config.max_len})")
 
 
-def _prefix_lengths(prefix_len: int | torch.Tensor | None, B: int, lengths: torch.Tensor | int,
-                    device: torch.device) -> torch.Tensor:
-    """(B,) prefix lengths for a prefix-LM, counted in real tokens; by default the whole prompt.
-
-    ``prefix_len`` (an int or a (B,) integer tensor) is checked by :func:`glassformer.nn.masks.check_prefix_len`
-    against each row's real length ``lengths`` (an int or (B,): left padding makes rows shorter).
-    """
-    lengths = torch.as_tensor(lengths, device=device).expand(B)
-    if prefix_len is None:
-        return lengths.clone()
-    prefix_len = check_prefix_len(prefix_len, lengths, B)
-    return torch.as_tensor(prefix_len, device=device).expand(B).clone()
-
-
 class StopOnStrings:
-    """Stop a row once its generated text contains one of ``stop_strings`` (decoded with ``tokenizer``).
-
-    Called with the sequences so far (B, L); returns (B,) bool, True = the text after the first
-    ``prompt_len`` columns contains a stop string.
-    """
+    """A stopping criterion: seq (B, L) -> (B,) bool, True once the text after the first ``prompt_len``
+    columns (decoded with ``tokenizer``) contains one of ``stop_strings``."""
 
     def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int) -> None:
-        if isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings):
-            raise GlassformerError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
         self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
 
     def __call__(self, seq: torch.Tensor) -> torch.Tensor:
@@ -298,27 +231,16 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int | None = No
     """Continue prompts (decoder-only) or translate sources (encoder-decoder); return token ids.
 
     Args:
-        model: a causal or prefix :class:`TransformerLM`, or an :class:`EncoderDecoder` (any model
-            offering :class:`glassformer.generation.protocol.DecoderOnly` or ``EncoderDecoderModel``).
-        ids: prompts (decoder-only) or sources (encoder-decoder): a (T,) or (B, T) tensor, a list of
-            ids or a list of lists (padded for you). With a tensor, mark padding with ``pad`` (B, T)
-            bool or ``attention_mask`` (B, T), 1 = real token.
-        max_new_tokens: most tokens to add per row (default: the config's, 20), at most
-            :data:`MAX_NEW_TOKENS` (past the model's ``max_len`` the context window slides).
-        config: a :class:`GenerationConfig`; the keyword options below build one (or change a copy of it).
-        options: the :class:`GenerationConfig` fields, with Hugging Face's names and meanings:
-            do_sample, temperature, top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size,
-            num_beams, length_penalty, early_stopping, num_return_sequences, eos_token_id,
-            pad_token_id (default: :func:`pad_id_for`), seed, decoder_start_token_id (encoder-decoder:
-            required), use_cache, stop_strings (with tokenizer). And the call's inputs:
-            pad / attention_mask (see ``ids``), prefix_len (prefix-LM: an int or (B,) tensor; default
-            the whole prompt), stopping_criteria (callables (B, L) ids -> (B,) bool), tokenizer (for
-            stop_strings; also keeps ids beyond its vocabulary, a model's padded vocabulary, from
-            being chosen).
+        ids: prompts or sources, as :func:`batch_prompts` takes them (lists of different lengths are
+            padded for you; each row's result equals generating it alone).
+        max_new_tokens: default 20; past the model's ``max_len`` the context window slides.
+        config: a :class:`GenerationConfig`; keyword options build one (or change a copy of it).
+        options: :class:`GenerationConfig` fields, and the call's inputs: pad / attention_mask,
+            prefix_len (prefix-LM: an int or (B,) tensor; default the whole prompt), stopping_criteria
+            (callables (B, L) ids -> (B,) bool), tokenizer (for stop_strings and its vocabulary size).
     Returns:
-        (B * num_return_sequences, T + n) long tensor: the prompt (as given, padding included) and
-        the n <= max_new_tokens new tokens; for an encoder-decoder (B * num_return_sequences, 1 + n).
-    """
+        (B * num_return_sequences, T + n) long: the prompt as given and n <= max_new_tokens new
+        tokens; for an encoder-decoder (B * num_return_sequences, 1 + n)."""
     if max_new_tokens is not None:
         options["max_new_tokens"] = max_new_tokens
     with _eval_mode(model):
@@ -341,8 +263,8 @@ def generate(model: Generative, ids: PromptLike, max_new_tokens: int | None = No
 
 
 def iter_steps(setup: GenerationSetup) -> Iterator[Step]:
-    """The greedy/sampling steps of a :func:`setup_generation` result: one :class:`Step` per new token
-    (tokens (B,), scores (B, V), finished (B,)); see :func:`decode_steps`. Not for beam search."""
+    """The greedy/sampling steps of a :func:`setup_generation` result, one :class:`Step` per new token
+    (see :func:`decode_steps`). Not for beam search."""
     gen = setup.config
     if gen.num_beams > 1:
         raise GlassformerError("step-by-step output (streaming, traces) is not available with beam search "

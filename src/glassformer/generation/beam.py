@@ -1,17 +1,9 @@
 """Beam search with the semantics of Hugging Face ``generate(num_beams=...)`` (transformers 4.50+/5.x).
 
-Each prompt keeps ``num_beams`` running hypotheses. A step scores every (beam, token) continuation by
-its total log-probability, keeps the best ``K = max(2, 1 + n_eos) * num_beams`` of them (so that
-enough continue even when the best ones end), sends the best ``num_beams`` that do not end to the
-next step, and offers those among the top ``num_beams`` that end (EOS, or the length limit) to the
-finished list, scored ``sum of log-probs / generated_length ** length_penalty``.
-
-The search stops when no running beam can beat the worst of ``num_beams`` finished ones (the same
-heuristic as Hugging Face, which depends on ``early_stopping``: True, False or "never"), when
-``early_stopping=True`` and ``num_beams`` hypotheses have finished, or at the length limit.
-Every tensor is shaped (B, beams, ...), as in Hugging Face's vectorised implementation, so the same
-weights give the same sequences.
-"""
+A step keeps the best ``K = max(2, 1 + n_eos) * num_beams`` (beam, token) continuations by total
+log-probability: the best ``num_beams`` that do not end run on; those among the top ``num_beams`` that
+end join the finished list, scored ``sum of log-probs / generated_length ** length_penalty``. Tensors
+are shaped (B, beams, ...) as in Hugging Face's vectorised code, so the same weights give the same sequences."""
 
 from __future__ import annotations
 
@@ -26,9 +18,7 @@ NEG = -1.0e9  # "impossible" score, as in Hugging Face (finite so sums stay orde
 
 def _gather(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """t (B, N, ...) -> (B, K, ...) picking entries ``index`` (B, K) along dimension 1."""
-    while index.dim() < t.dim():
-        index = index.unsqueeze(-1)
-    return torch.take_along_dim(t, index, dim=1)
+    return torch.take_along_dim(t, index.reshape(*index.shape, *[1] * (t.dim() - 2)), dim=1)
 
 
 def _widen(t: torch.Tensor, width: int, fill: int) -> torch.Tensor:
@@ -38,29 +28,17 @@ def _widen(t: torch.Tensor, width: int, fill: int) -> torch.Tensor:
     return out
 
 
-def beam_search(decoder: IncrementalDecoder, num_beams: int, max_new_tokens: int,
-                processors: LogitsProcessorList, *, eos_token_id: list[int] | None = None,
-                pad_token_id: int = 0, length_penalty: float = 1.0, early_stopping: bool | str = False,
-                num_return_sequences: int = 1, do_sample: bool = False,
+def beam_search(decoder: IncrementalDecoder, num_beams: int, max_new_tokens: int, processors: LogitsProcessorList, *,
+                eos_token_id: list[int] | None = None, pad_token_id: int = 0, length_penalty: float = 1.0,
+                early_stopping: bool | str = False, num_return_sequences: int = 1, do_sample: bool = False,
                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run beam search over a decoder whose batch holds ``num_beams`` copies of each prompt.
+    """Beam search over a decoder holding ``num_beams`` copies of each prompt, prompt-major.
 
-    Args:
-        decoder: rows ordered prompt-major (prompt 0's beams, then prompt 1's ...).
-        num_beams: beams per prompt; num_return_sequences: best finished hypotheses to return (<= num_beams).
-        processors: applied to the log-probabilities (as Hugging Face does in beam search).
-        eos_token_id: ids that end a hypothesis; pad_token_id: filler after a shorter hypothesis ends.
-        length_penalty: exponent on the generated length dividing the score (> 0 favours longer).
-        early_stopping: True, False or "never" (see the module docstring).
-        do_sample: beam sampling: draw the K continuations from the softmax of the scores instead
-            of taking the top K.
-    Returns:
-        (sequences, scores): (B * num_return_sequences, prompt_len + n) tokens, best first per
-        prompt, and their (B * num_return_sequences,) length-penalised scores.
-    """
+    ``processors`` apply to the log-probabilities; ``do_sample`` draws the K continuations from the
+    softmax instead of taking the top K. Returns (sequences (B * num_return_sequences, prompt_len + n),
+    best first per prompt, and their (B * num_return_sequences,) length-penalised scores)."""
     prompt_len = decoder.length
-    rows = decoder.tokens.shape[0]
-    B, nb = rows // num_beams, num_beams
+    B, nb = decoder.tokens.shape[0] // num_beams, num_beams
     max_length = prompt_len + max_new_tokens
     device = decoder.tokens.device
     eos = torch.tensor(eos_token_id or [], dtype=torch.long, device=device)

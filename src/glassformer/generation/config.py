@@ -1,11 +1,5 @@
-"""``GenerationConfig``: how :func:`glassformer.generation.generate` chooses tokens, checked once, when made.
-
-The options follow Hugging Face ``generate`` (same names, same meanings). ``generate(model, ids, 20,
-do_sample=True, top_p=0.9)`` builds one from its keywords; a config can also be made once and passed
-(``generate(model, ids, config=cfg)``), or changed with :meth:`GenerationConfig.replace`. What belongs
-to one call rather than to a way of generating (padding, prefix lengths, a tokenizer, stopping
-callables) stays an argument of ``generate``.
-"""
+"""``GenerationConfig``: how :func:`glassformer.generation.generate` chooses tokens, checked once, when made;
+what belongs to one call (padding, prefix lengths, a tokenizer, stopping callables) stays its argument."""
 
 from __future__ import annotations
 
@@ -18,18 +12,9 @@ from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_int, c
 from ..validate import check_fields, option
 from .processors import LogitsProcessorList, make_processors
 
-MAX_NEW_TOKENS = 1_000_000
-"""The most tokens one call generates per row. Past the model's context (``config.max_len``) the window
-slides (the oldest tokens are dropped), so the model itself sets no limit; this one keeps a mistyped
-``max_new_tokens`` (1e9) from running for days. Buffers grow with the tokens actually generated."""
-
-MAX_LENGTH_PENALTY = 10.0
-"""Beam search divides a score by length ** length_penalty; beyond +-10 that power overflows a float
-(usual values are 0.6 to 2)."""
-
-MAX_ROWS = 4096
-"""The most copies of each prompt (``num_beams``, ``num_return_sequences``): each copy is a row of every
-buffer and of the KV cache, so this bounds what one option can multiply memory by."""
+MAX_NEW_TOKENS = 1_000_000  # per row and call: the window slides past max_len, but a mistyped 1e9 would run for days
+MAX_LENGTH_PENALTY = 10.0  # beam search divides by length ** length_penalty; beyond +-10 that overflows a float
+MAX_ROWS = 4096  # the most copies of each prompt (num_beams, num_return_sequences): a bound on memory
 
 
 def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
@@ -46,24 +31,12 @@ def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_to
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """How to choose tokens (Hugging Face's option names); valid from construction, immutable.
+    """How to choose tokens, with Hugging Face's option names and meanings; valid from construction, immutable.
 
-    Attributes:
-        max_new_tokens: most tokens to add per row, in [1, :data:`MAX_NEW_TOKENS`].
-        do_sample: sample from the distribution (else greedy / beam search). temperature (> 0),
-            top_k (0/None: off), top_p (in (0, 1]), min_p shape that distribution (sampling only,
-            but checked always).
-        repetition_penalty, no_repeat_ngram_size: discourage repeats (all strategies).
-        num_beams: beam search when > 1; length_penalty (|.| <= 10), early_stopping (True, False,
-            "never") as in Hugging Face. num_return_sequences: rows returned per prompt.
-        eos_token_id: ids that end a row (an int or a sequence; kept as a tuple).
-        pad_token_id: filler after the end (None: the tokenizer's pad id, else the first eos id, else 0).
-        seed: seeds a private generator so sampling is reproducible.
-        decoder_start_token_id: encoder-decoder only (required there): the decoder's first token.
-        use_cache: use the KV cache (default) or recompute everything each step.
-        stop_strings: texts that end a row (they need a tokenizer; kept as a tuple).
-    Token ids are checked against a model's vocabulary by :meth:`check_vocab` (a config knows no model).
-    """
+    temperature, top_k (0/None: off), top_p and min_p apply only with ``do_sample`` (checked always);
+    ``num_beams`` > 1 is beam search. ``eos_token_id`` (an int or a sequence) and ``stop_strings`` are
+    kept as tuples. ``pad_token_id`` None: the tokenizer's pad id, else the first eos id, else 0.
+    ``seed`` seeds a private generator. Token ids are checked against a vocabulary by :meth:`check_vocab`."""
 
     max_new_tokens: int = 20
     do_sample: bool = False
@@ -101,15 +74,12 @@ class GenerationConfig:
         eos = (eos,) if is_int(eos) else tuple(eos or ())
         for value in eos:
             check_int("eos_token_id", value, 0)
-        self._set("eos_token_id", eos)
         stops = self.stop_strings
         if isinstance(stops, str) or not isinstance(stops, (list, tuple, type(None))) or \
                 not all(isinstance(s, str) and s for s in stops or ()):
             raise GlassformerError(f"stop_strings must be a list of non-empty strings, got {stops!r:.80}")
-        self._set("stop_strings", tuple(stops or ()))
-
-    def _set(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)  # normalising a field of a frozen instance while it is made
+        object.__setattr__(self, "eos_token_id", eos)  # normalising fields of a frozen instance while it is made
+        object.__setattr__(self, "stop_strings", tuple(stops or ()))
 
     def replace(self, **changes: Any) -> GenerationConfig:
         """A copy with ``changes`` (checked like a new config)."""
@@ -138,8 +108,7 @@ class GenerationConfig:
 
 
 def generation_config(config: GenerationConfig | None, options: dict[str, Any]) -> GenerationConfig:
-    """``config`` with ``options`` (keyword options of ``generate``) applied, or a new config from them;
-    an unknown option is an error listing the known ones."""
+    """``config`` with ``options`` (keyword options of ``generate``) applied, or a new config from them."""
     unknown = sorted(set(options) - set(GenerationConfig.option_names()))
     if unknown:
         raise ArgumentTypeError(f"unknown generation option(s) {', '.join(unknown)}; known: "

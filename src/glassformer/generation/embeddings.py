@@ -20,11 +20,8 @@ POOLINGS = ("mean", "cls")
 
 
 def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
-    """Encode ``texts`` with special tokens and cut each to ``max_len`` ids, keeping a final [SEP]/eos.
-
-    Returns N id lists of length <= ``max_len`` (not padded: see :func:`glassformer.data.pad_rows`); a
-    text that encodes to no ids at all is an error (its embedding would be an average of nothing).
-    """
+    """N id lists of ``texts`` with special tokens, each cut to ``max_len`` ids keeping a final [SEP]/eos
+    (not padded); a text that encodes to no ids is an error."""
     eos = tokenizer.eos_id
     rows = [tokenizer.encode(text, add_special_tokens=True) for text in texts]
     empty = [i for i, row in enumerate(rows) if not row]
@@ -36,23 +33,11 @@ def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> li
 
 def sentence_embeddings(model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], *, pooling: str = "mean",
                         normalize: bool = True, batch_size: int = 32) -> torch.Tensor:
-    """One vector per text from an encoder's last hidden states.
+    """(N, d): one vector per text from an encoder's last hidden states (e.g. all-MiniLM-L6-v2).
 
-    ``pooling="mean"`` averages the vectors of the real tokens (padding excluded; [CLS] and [SEP]
-    included, as sentence-transformers does); ``"cls"`` takes the first token's vector. Runs in eval
-    mode under ``torch.inference_mode`` (the model's train/eval state is restored afterwards).
-
-    Args:
-        model: a TransformerLM (usually attn="bidirectional", e.g. all-MiniLM-L6-v2 from load_hf_dir);
-            any model with ``config`` and ``hidden_states(ids, pad)`` (see
-            :class:`glassformer.generation.protocol.Encoder`).
-        tokenizer: its tokenizer.
-        texts: N sentences; each is cut to ``model.config.max_len`` tokens.
-        normalize: divide each vector by its L2 norm (then dot products are cosine similarities).
-        batch_size: texts per forward pass (right-padded to the longest in the batch).
-    Returns:
-        (N, d) float tensor.
-    """
+    ``pooling="mean"`` averages the real tokens' vectors ([CLS] and [SEP] included, as
+    sentence-transformers does); ``"cls"`` takes the first one. Texts are cut to ``max_len`` tokens.
+    ``normalize`` divides by the L2 norm (dot products are then cosine similarities)."""
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise ArgumentTypeError("texts must be a non-empty sequence of str")
     if pooling not in POOLINGS:

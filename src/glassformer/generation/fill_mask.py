@@ -14,20 +14,12 @@ from .protocol import Encoder
 def fill_mask(model: Encoder, ids: PromptLike, mask_token_id: int | None = None, top_k: int = 5, *,
               tokenizer: Any = None, pad: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None) -> list[dict[str, Any]]:
-    """Predict the tokens hidden behind ``mask_token_id`` in one forward pass.
+    """An encoder-only model's ``top_k`` candidates for each ``mask_token_id`` (default
+    ``tokenizer.mask_id``) in ``ids`` ((T,) or (B, T), or lists, right-padded), in one forward pass.
 
-    Args:
-        model: a TransformerLM with ``attn="bidirectional"`` (trained with masked-LM).
-        ids: (T,) or (B, T) token ids, or lists (right-padded), containing mask ids.
-        mask_token_id: the mask id; defaults to ``tokenizer.mask_id``.
-        top_k: candidates per masked position.
-        tokenizer: when given, candidates also carry their text (``tokens``).
-        pad / attention_mask: padding of a tensor batch (True = padding / 1 = real token).
-    Returns:
-        One dict per masked position, in reading order: ``row``, ``position``, ``candidates``
-        [(id, probability)] best first, and with a tokenizer ``tokens`` [(piece, probability)].
-        Raises ValueError when there is no mask id in ``ids``.
-    """
+    Returns one dict per masked position, in reading order: ``row``, ``position``, ``candidates``
+    [(id, probability)] best first, and with a tokenizer ``tokens`` [(piece, probability)].
+    No mask id in ``ids`` is an error."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "arch", None) != "lm" or config.attn != "bidirectional":
         raise GlassformerError("fill_mask needs an encoder-only TransformerLM (attn='bidirectional')")
@@ -49,11 +41,10 @@ def fill_mask(model: Encoder, ids: PromptLike, mask_token_id: int | None = None,
         rows, positions = where.nonzero(as_tuple=True)
         probs = logits[rows, positions].float().softmax(dim=-1)  # (M, V)
         top_p, top_ids = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    results = []
     found = zip(rows.tolist(), positions.tolist(), top_p.tolist(), top_ids.tolist(), strict=True)
-    for r, t, ps, cand in found:
-        item: dict[str, Any] = {"row": r, "position": t, "candidates": list(zip(cand, ps, strict=True))}
-        if tokenizer is not None:
-            item["tokens"] = [(tokenizer.id_to_token(i), p) for i, p in zip(cand, ps, strict=True)]
-        results.append(item)
+    results: list[dict[str, Any]] = [{"row": r, "position": t, "candidates": list(zip(cand, ps, strict=True))}
+                                     for r, t, ps, cand in found]
+    if tokenizer is not None:
+        for item in results:
+            item["tokens"] = [(tokenizer.id_to_token(i), p) for i, p in item["candidates"]]
     return results

@@ -1,29 +1,18 @@
-"""Logits processors: small functions that reshape the next-token scores before a token is chosen.
+"""Logits processors: ``processor(ids, scores) -> scores`` reshapes the next-token scores before a choice.
 
-Each processor is called as ``processor(ids, scores) -> scores`` with ``ids`` (B, L) the tokens so
-far and ``scores`` (B, V) float32. Padding in ``ids`` is marked with the id V (one past the
-vocabulary) so it never counts as a token. They compose with :class:`LogitsProcessorList`, in the
-order Hugging Face ``generate`` applies them: repetition penalty, no-repeat n-gram, then (only when
-sampling) temperature, top-k, top-p, min-p. Removed tokens get ``-inf``.
-"""
+``ids`` (B, L) are the tokens so far (padding marked with the id V, one past the vocabulary, so it never
+counts), ``scores`` (B, V) float32; removed tokens get ``-inf``. Hugging Face's order: repetition
+penalty, no-repeat n-gram, then (sampling only) temperature, top-k, top-p, min-p."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
 from ..errors import check_int, check_number
 
-LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(ids (B, L), scores (B, V)) -> scores (B, V)."""
-
 
 class LogitsProcessorList(list):
-    """Apply processors in order: ``LogitsProcessorList([a, b])(ids, scores) == b(ids, a(ids, scores))``.
-
-    Called with ids (B, L) and scores (B, V); returns scores (B, V).
-    """
+    """Apply processors in order: ``LogitsProcessorList([a, b])(ids, scores) == b(ids, a(ids, scores))``."""
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for processor in self:
@@ -32,16 +21,14 @@ class LogitsProcessorList(list):
 
 
 def _finite(scores: torch.Tensor, changed: torch.Tensor) -> torch.Tensor:
-    """``changed`` (scores after a division or product) kept finite: removed tokens (-inf in ``scores``)
-    stay removed, an overflow becomes the largest finite value of its sign, 0/0 becomes 0. Extreme
-    settings (temperature 1e-300, a penalty of 1e300) then shape a distribution instead of making NaN."""
+    """``changed`` kept finite: removed tokens (-inf in ``scores``) stay removed, an overflow becomes the
+    largest finite value of its sign, 0/0 becomes 0 (temperature 1e-300 shapes, never makes NaN)."""
     big = torch.finfo(scores.dtype).max
     return torch.where(torch.isneginf(scores), scores, changed.nan_to_num(nan=0.0, posinf=big, neginf=-big))
 
 
 class Temperature:
-    """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it (extreme
-    values stay finite: see ``_finite``)."""
+    """Divide the scores by ``temperature``: < 1 sharpens the distribution, > 1 flattens it."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = check_number("temperature", temperature, 0, low_open=True)
@@ -57,8 +44,7 @@ class TopK:
         self.top_k = max(check_int("top_k", top_k, 1), min_tokens_to_keep)
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        k = min(self.top_k, scores.shape[-1])
-        kth = scores.topk(k, dim=-1).values[..., -1:]  # (B, 1)
+        kth = scores.topk(min(self.top_k, scores.shape[-1]), dim=-1).values[..., -1:]  # (B, 1)
         return scores.masked_fill(scores < kth, float("-inf"))
 
 
@@ -89,15 +75,12 @@ class MinP:
         probs = scores.softmax(dim=-1)
         remove = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
         keep = probs.topk(min(self.min_tokens_to_keep, probs.shape[-1]), dim=-1).indices
-        remove.scatter_(-1, keep, False)
-        return scores.masked_fill(remove, float("-inf"))
+        return scores.masked_fill(remove.scatter(-1, keep, False), float("-inf"))
 
 
 class RepetitionPenalty:
-    """CTRL's repetition penalty (Keskar et al. 2019): make every token already in ``ids`` less likely.
-
-    A seen token's score s becomes s / penalty when positive and s * penalty when negative.
-    """
+    """CTRL's repetition penalty (Keskar et al. 2019): a token already in ``ids`` gets score s / penalty
+    when s > 0, s * penalty when s < 0."""
 
     def __init__(self, penalty: float) -> None:
         self.penalty = check_number("repetition_penalty", penalty, 0, low_open=True)
@@ -111,10 +94,8 @@ class RepetitionPenalty:
 
 
 class NoRepeatNGram:
-    """Forbid any token that would repeat an n-gram of ``ids`` (Paulus et al. 2017).
-
-    When the last n-1 tokens occurred before, the tokens that followed them then are removed.
-    """
+    """Forbid any token that would repeat an n-gram of ``ids`` (Paulus et al. 2017): when the last n-1
+    tokens occurred before, the tokens that followed them then are removed."""
 
     def __init__(self, ngram_size: int) -> None:
         self.n = check_int("no_repeat_ngram_size", ngram_size, 1)
@@ -133,8 +114,8 @@ class NoRepeatNGram:
 
 
 class VocabLimit:
-    """Remove every id >= ``size``: the ids a model's (padded) vocabulary has but its tokenizer lacks,
-    so they are never generated (a model may round its vocabulary up, e.g. 50257 -> 50304)."""
+    """Remove every id >= ``size``: the ids a model's padded vocabulary has but its tokenizer lacks
+    (a model may round its vocabulary up, e.g. 50257 -> 50304)."""
 
     def __init__(self, size: int) -> None:
         self.size = check_int("size", size, 1)
@@ -145,36 +126,27 @@ class VocabLimit:
         return out
 
 
-def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, min_p: float | None = None,
-                    repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
-                    min_tokens_to_keep: int = 1) -> LogitsProcessorList:
-    """The processors a ``generate`` call asks for, in Hugging Face's order.
+def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                    min_p: float | None = None, repetition_penalty: float | None = None,
+                    no_repeat_ngram_size: int | None = None, min_tokens_to_keep: int = 1) -> LogitsProcessorList:
+    """The processors a ``generate`` call asks for, in Hugging Face's order (empty when none applies).
 
-    Temperature, top-k, top-p and min-p shape a distribution to sample from, so (as in Hugging Face)
-    they apply only when ``do_sample``; greedy and beam search ignore them. ``min_tokens_to_keep``
-    (beam sampling keeps at least 2) protects the best tokens from the filters. ``top_k`` and
-    ``no_repeat_ngram_size`` of 0 (or None) are off. Returns the list, empty when nothing applies.
-    """
+    Temperature, top-k, top-p and min-p apply only when ``do_sample`` (as in Hugging Face), but are
+    checked always. ``min_tokens_to_keep`` protects the best tokens from the filters. ``top_k`` and
+    ``no_repeat_ngram_size`` of 0 (or None) are off."""
     processors = LogitsProcessorList()
     if repetition_penalty is not None and repetition_penalty != 1.0:
         processors.append(RepetitionPenalty(repetition_penalty))
     if check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0, allow_none=True):  # None or 0: off
         processors.append(NoRepeatNGram(no_repeat_ngram_size))
+    temperature_filter = Temperature(temperature)  # each filter checks its value, used or not
+    filters = [] if temperature_filter.temperature == 1.0 else [temperature_filter]
+    if check_int("top_k", top_k, 0, allow_none=True):  # None or 0: off
+        filters.append(TopK(top_k, min_tokens_to_keep))
+    if top_p is not None:
+        filters.append(TopP(top_p, min_tokens_to_keep))
+    if min_p is not None:
+        filters.append(MinP(min_p, min_tokens_to_keep))
     if do_sample:
-        if Temperature(temperature).temperature != 1.0:  # validates 1.0 too
-            processors.append(Temperature(temperature))
-        if check_int("top_k", top_k, 0, allow_none=True):  # None or 0: off
-            processors.append(TopK(top_k, min_tokens_to_keep))
-        if top_p is not None:
-            processors.append(TopP(top_p, min_tokens_to_keep))  # validates top_p == 1.0 too
-        if min_p is not None:
-            processors.append(MinP(min_p, min_tokens_to_keep))
-    else:  # unused by greedy and beam search, but a bad value (NaN, inf, 0) is still an error
-        Temperature(temperature)
-        check_int("top_k", top_k, 0, allow_none=True)
-        if top_p is not None:
-            TopP(top_p)
-        if min_p is not None:
-            MinP(min_p)
+        processors += filters
     return processors

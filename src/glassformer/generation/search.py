@@ -1,10 +1,5 @@
-"""Choosing tokens: greedy or sampled, one token per row per step (a generator, so callers can stream).
-
-``decode_steps`` drives an :class:`IncrementalDecoder`. Each step: process the logits (repetition
-penalty, temperature, top-k, ...), pick a token per row (argmax, or a draw from the softmax), append
-it and yield it. A row that has produced an end-of-sequence id or hit a stop criterion is finished:
-from then on it receives ``pad_token_id``, as in Hugging Face ``generate``.
-"""
+"""Greedy or sampled decoding, one token per row per step (a generator, so callers can stream). A row that
+produced an eos id or hit a stop criterion receives ``pad_token_id`` from then on, as in Hugging Face."""
 
 from __future__ import annotations
 
@@ -22,13 +17,8 @@ StoppingCriterion = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass
 class Step:
-    """One decoding step: the chosen token of each row and the scores it was chosen from.
-
-    Attributes:
-        tokens: (B,) the chosen ids (``pad_token_id`` for rows finished earlier).
-        scores: (B, V) processed logits the choice was made from (-inf for removed tokens).
-        finished: (B,) rows that are finished after this step.
-    """
+    """One decoding step: tokens (B,) chosen (``pad_token_id`` for rows finished earlier), scores (B, V)
+    they were chosen from (processed, -inf for removed tokens), finished (B,) after this step."""
 
     tokens: torch.Tensor
     scores: torch.Tensor
@@ -42,8 +32,8 @@ def history_for_processors(decoder: IncrementalDecoder, vocab_size: int) -> torc
 
 
 def sampling_probs(scores: torch.Tensor) -> torch.Tensor:
-    """softmax(scores) over the last dimension, where a row whose every token was removed (all -inf,
-    e.g. no_repeat_ngram_size=1 once each token has been seen) becomes uniform instead of NaN."""
+    """softmax(scores) over the last dimension; a row whose every token was removed (all -inf) becomes
+    uniform instead of NaN."""
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
     return scores.masked_fill(dead, 0.0).softmax(dim=-1)
 
@@ -52,19 +42,9 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
                  do_sample: bool = False, eos_token_id: list[int] | None = None, pad_token_id: int = 0,
                  stopping_criteria: list[StoppingCriterion] | None = None,
                  generator: torch.Generator | None = None) -> Iterator[Step]:
-    """Greedy or sampled decoding; yields a :class:`Step` per new token, at most ``max_new_tokens``.
-
-    Args:
-        decoder: B rows, not started yet (this calls ``start()``).
-        processors: shape the (B, V) scores before each choice (empty: the raw logits).
-        do_sample: draw from softmax(scores) with ``generator``; else argmax.
-        eos_token_id: ids that finish a row; pad_token_id: what finished rows receive.
-        stopping_criteria: callables (B, L) tokens -> (B,) bool, True = finished.
-    Yields:
-        :class:`Step` (tokens (B,), scores (B, V), finished (B,)). Stops early when every row is
-        finished (that check is the loop's only host synchronisation, made only when something can
-        finish a row: an eos id or a stopping criterion).
-    """
+    """Greedy (argmax) or sampled decoding of a decoder not started yet: a :class:`Step` per new token,
+    at most ``max_new_tokens``; stops early when every row is finished (the loop's only host
+    synchronisation, made only when an eos id or a stopping criterion can finish a row)."""
     logits = decoder.start()
     B, V = logits.shape
     eos = torch.tensor(eos_token_id or [], dtype=torch.long, device=logits.device)
@@ -73,8 +53,7 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
     for i in range(max_new_tokens):
         scores = processors(history_for_processors(decoder, V), logits) if processors else logits
         if do_sample:
-            probs = sampling_probs(scores)
-            tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            tokens = torch.multinomial(sampling_probs(scores), 1, generator=generator)[:, 0]
         else:
             tokens = scores.argmax(dim=-1)
         tokens = tokens.masked_fill(finished, pad_token_id)

@@ -15,7 +15,7 @@ class GenerationTrace(list):
     """The list of step records :func:`trace_generation` returns; in Jupyter it shows as a table."""
 
     def _repr_html_(self) -> str:
-        """Jupyter's hook: one row per step, the candidates with their probabilities, the choice in bold."""
+        """Jupyter's hook: one row per step, the choice in bold."""
         rows = []
         for r in self:
             top = r.get("top_k_text", r["top_k"])
@@ -35,25 +35,12 @@ class GenerationTrace(list):
 
 def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 12, top_k: int = 4,
                      tokenizer: Any = None, **options: Any) -> GenerationTrace:
-    """Generate from one prompt and record each step (the tiny char LM lesson's generation trace).
+    """Generate from one prompt and record each step (greedy by default; no beam search).
 
-    Greedy by default; every :func:`generate` option except beam search applies.
-
-    Args:
-        model: a causal or prefix TransformerLM, or an EncoderDecoder (``decoder_start_token_id``).
-        ids: one prompt: a (T,) or (1, T) tensor or a list of ids.
-        max_new_tokens: steps to run (fewer when an eos id is produced).
-        top_k: candidates recorded per step. (It is not a filter: to sample from the top k
-            tokens pass ``do_sample=True, sample_top_k=k``.)
-        tokenizer: when given, each record also has the text of the context, choice and candidates.
-    Returns:
-        A :class:`GenerationTrace` (a list that shows as a table in Jupyter), one dict per step:
-        ``step`` (1, 2, ...), ``context`` (the ids the model saw: the last ``max_len`` ones), ``chosen``
-        (id), ``chosen_probability``, ``top_k`` [(id, probability)] best first. Probabilities are those
-        of the distribution the choice was drawn from (after temperature, top-k... when sampling; the
-        plain softmax when greedy). With a tokenizer:
-        ``context_text``, ``chosen_text``, ``top_k_text`` [(piece, probability)].
-    """
+    ``top_k``: candidates recorded per step, not a filter (that is ``sample_top_k``). Returns a
+    :class:`GenerationTrace`, one dict per step: ``step``, ``context`` (the ids the model saw), ``chosen``,
+    ``chosen_probability``, ``top_k`` [(id, probability)] best first, from the distribution the choice
+    was drawn from; with a tokenizer also ``context_text``, ``chosen_text``, ``top_k_text``."""
     check_int("top_k", top_k, 1)
     if "sample_top_k" in options:
         options["top_k"] = options.pop("sample_top_k")
@@ -84,9 +71,7 @@ def trace_generation(model: Generative, ids: PromptLike, max_new_tokens: int = 1
 
 def format_trace(records: list[dict[str, Any]], context_width: int = 30) -> str:
     """A plain-text table of a :func:`trace_generation` result, one line per step: step, context (its
-    end, at most ``context_width`` columns), choice (probability) and candidates (uses the ``*_text``
-    fields when present). Columns are padded in display columns (:mod:`glassformer.textwidth`), so the
-    arrows and candidates line up under Chinese text too."""
+    end, at most ``context_width`` display columns), choice (probability) and candidates."""
     check_int("context_width", context_width, 4)
     rows = []
     for r in records:

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
-from .api import MAX_LENGTH_PENALTY, check_max_new_tokens, generate
+from .api import generate
+from .config import MAX_LENGTH_PENALTY, check_max_new_tokens
 from .protocol import EncoderDecoderModel
 
 if TYPE_CHECKING:
@@ -15,22 +16,9 @@ if TYPE_CHECKING:
 
 def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequence[str], *, batch_size: int = 64,
               num_beams: int = 1, length_penalty: float = 1.0, max_new_tokens: int | None = None) -> list[str]:
-    """Translate ``sources`` in batches of similar length; the results come back in input order.
-
-    Each source is encoded as in training (ids + eos, cut to the model's ``max_len``) and decoded
-    greedily (``num_beams=1``) or with beam search, starting from the tokenizer's bos token and
-    stopping at its eos. Batching does not change any result: each equals translating it alone.
-
-    Args:
-        model: an EncoderDecoder (``config.arch == "encoder-decoder"``).
-        tokenizer: the checkpoint's tokenizer, with bos, eos and pad tokens.
-        sources: N sentences (a list, not a single str).
-        batch_size: sentences decoded together (sorted by length, so batches need little padding).
-        num_beams, length_penalty: beam search as in :func:`glassformer.generation.generate`.
-        max_new_tokens: the longest output; default ``min(max_len, 2 x longest source in the batch + 10)``.
-    Returns:
-        N detokenized strings, one per source, in input order.
-    """
+    """Translate N ``sources`` with an EncoderDecoder, in batches of similar length; N strings come back
+    in input order, each equal to translating it alone (greedy, or beam search with ``num_beams``).
+    ``max_new_tokens`` defaults to ``min(max_len, 2 x longest source in the batch + 10)``."""
     if getattr(getattr(model, "config", None), "arch", None) != "encoder-decoder":
         raise GlassformerError("translate needs an encoder-decoder checkpoint "
                                "(a model trained with objective 'seq2seq')")
@@ -56,21 +44,13 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
         ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos, tokenizer=tokenizer,
                        pad_token_id=pad if pad is not None else eos, **options)  # (B, 1 + n)
         for i, row in zip(rows, ids[:, 1:].tolist(), strict=True):
-            if eos in row:
-                row = row[:row.index(eos)]
-            out[i] = tokenizer.decode(row).strip()
+            out[i] = tokenizer.decode(row[:row.index(eos)] if eos in row else row).strip()
     return out
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Any:
-    """sacreBLEU's corpus BLEU (cased, 13a tokenization of detokenized text: the standard WMT score).
-
-    Args:
-        hypotheses, references: N strings each, paired in order (one reference per hypothesis).
-    Returns:
-        The ``sacrebleu`` score object: ``.score`` is BLEU in [0, 100]; ``str()`` gives the full line
-        with n-gram precisions and the brevity penalty.
-    """
+    """sacreBLEU's corpus BLEU (the standard WMT score) of N hypotheses against N references, in
+    order; the score object's ``.score`` is in [0, 100], its ``str()`` the full line."""
     if len(hypotheses) != len(references):
         raise GlassformerError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
     try:

@@ -1,5 +1,4 @@
-"""What TransformerLM and EncoderDecoder share: config from arguments, input checks, embeddings,
-blocks, the output head and initialisation."""
+"""What TransformerLM and EncoderDecoder share: embeddings, blocks, the final norm and initialisation."""
 
 from __future__ import annotations
 
@@ -29,21 +28,16 @@ def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleLi
 
 def final_norm(config: ModelConfig) -> nn.Module:
     """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f);
-    post-norm blocks end normalised, so this is the identity. (B, T, d) -> (B, T, d)."""
+    after post-norm blocks this is the identity."""
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
 class Embeddings(Tapped):
     """Token ids -> vectors (:meth:`forward`), and the position inputs attention needs (:meth:`attention_inputs`).
 
-    Parts: ``tok`` (V, d) token table; ``pos`` learned position table (pos="learned"); ``types``
-    segment table (``n_token_types``); ``norm`` embedding norm (``embed_norm``).
-    Hook points (``self.tap``): "embed" (B, T, d) scaled token vectors; "pos_embed" (B, T, d);
-    "token_type_embed" (B, T, d); "embed_norm" (B, T, d) the embedding norm's output.
-
-    Args:
-        config: the model's config.
-    """
+    Parts: ``tok`` (V, d) token table; ``pos`` learned positions; ``types`` segment table; ``norm``
+    embedding norm. Hook points ((B, T, d) each): "embed" (scaled token vectors), "pos_embed",
+    "token_type_embed", "embed_norm"."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -72,21 +66,12 @@ class Embeddings(Tapped):
             x = x * self.scale
         return self.tap("embed", x)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int,
-                token_type_ids: torch.Tensor | None = None, *, pos: nn.Module | None = None,
-                norm: nn.Module | None = None) -> torch.Tensor:
-        """The input vectors of a block stack.
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, token_type_ids: torch.Tensor | None = None,
+                *, pos: nn.Module | None = None, norm: nn.Module | None = None) -> torch.Tensor:
+        """The input vectors (B, T, d) of a block stack for ids (B, T) at ``positions`` (T,) or (B, T).
 
-        Args:
-            ids: (B, T) token ids.
-            positions: (T,) or (B, T) position of each token.
-            end: one more than the largest position (learned positions must have ``end <= max_len``).
-            token_type_ids: (B, T) segment ids (default all 0) for models with ``types``.
-            pos: a learned position table used instead of ``self.pos`` (BART's decoder passes its own).
-            norm: an embedding norm used instead of ``self.norm`` (likewise).
-        Returns:
-            (B, T, d).
-        """
+        ``end``: the largest position + 1. ``token_type_ids`` (B, T) default to 0. ``pos`` and ``norm``
+        replace ``self.pos`` and ``self.norm`` (BART's decoder passes its own)."""
         pos = self.pos if pos is None else pos
         norm = self.norm if norm is None else norm
         x = self.tokens(ids)  # (B, T, d)
@@ -104,26 +89,23 @@ class Embeddings(Tapped):
         return self.dropout(x) if self.training else x
 
     def hook_points(self) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
-        """The taps :meth:`forward` reaches, in order, under TransformerLens's short names: (short name,
-        module, tap, the norm whose output it is or None) each, as :meth:`TransformerBlock.hook_points`."""
+        """The taps :meth:`forward` reaches, in order, as :meth:`TransformerBlock.hook_points` lists them."""
         points = [("embed", self, "embed", None)]
         points += [("pos_embed", self, "pos_embed", None)] if self.scheme in ("sinusoidal", "learned") else []
         points += [("token_type_embed", self, "token_type_embed", None)] if self.types is not None else []
         return points + ([("embed_ln", self, "embed_norm", self.norm)] if self.norm is not None else [])
 
     def _tap_positions(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The "pos_embed" hook point: hooks see (B, T, d), one row per sequence, as in TransformerLens
-        (untapped, the (T, d) table rows are added by broadcasting, with no copy)."""
+        """The "pos_embed" hook point: hooks see (B, T, d), as in TransformerLens (untapped, the (T, d)
+        rows are added by broadcasting)."""
         return self.tap("pos_embed", pos.expand_as(x).contiguous()) if self.tapped("pos_embed") else pos
 
     def attention_inputs(self, positions: torch.Tensor, *, n_queries: int, n_keys: int,
                          end: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
         """(rope, score_bias) for the last ``n_queries`` of ``n_keys`` slots; either may be None.
 
-        RoPE rotates by each token's ``positions`` (``end``: the last one + 1): rope = (cos, sin), each
-        (T, hd) or (B, T, hd). ALiBi needs only the distance between sequence slots (query slot
-        n_keys - n_queries + i, key slot j), so padding on the left does not move it: score_bias (h, Tq, Tk).
-        """
+        RoPE rotates by each token's ``positions``: (cos, sin), each (T, hd) or (B, T, hd). ALiBi needs
+        only the distance between slots, so left padding does not move it: score_bias (h, Tq, Tk)."""
         if self.scheme == "rope":
             if end <= self.max_len:
                 return (self.rope_cos[positions], self.rope_sin[positions]), None
@@ -135,26 +117,18 @@ class Embeddings(Tapped):
 
 
 def init_weights(model: nn.Module, config: ModelConfig, n_residual_layers: int) -> None:
-    """Initialise parameters.
+    """Initialise ``model``'s parameters in place.
 
-    ``init_std=None`` (the lessons): token embeddings N(0, 1/d) when scaled by √d (so they come out
-    near unit size) or tied to the output layer (so the first logits are near unit size), else N(0, 1);
-    learned positions N(0, 0.02²·d) when scaled else N(0, 1); linear layers keep torch's default.
+    ``init_std=None`` (the lessons): token embeddings N(0, 1/d) when scaled by √d or tied to the
+    output layer (so vectors, or the first logits, come out near unit size), else N(0, 1); learned
+    positions N(0, 0.02²·d) when scaled else N(0, 1); linear layers keep torch's default.
     ``init_std=s`` (GPT-2): every linear weight and embedding N(0, s²), biases 0, and the projections
-    that write into the residual stream N(0, s²/(2L)).
-
-    Args:
-        model: a TransformerLM or EncoderDecoder, initialised in place.
-        config: its config.
-        n_residual_layers: L, the number of blocks writing into the residual stream.
-    """
+    writing into the residual stream N(0, s²/(2L)), L = ``n_residual_layers``."""
     d = config.d_model
     if config.init_std is None:
         for module in model.modules():
             if isinstance(module, Embeddings):
-                # N(0, 1/d) whenever the vectors come out near unit size: scaled by √d on the way in,
-                # or (tied) used as the output layer, where N(0, 1) would start with logits √d too large
-                small = config.scale_embeddings or config.tie
+                small = config.scale_embeddings or config.tie  # tied: N(0, 1) would start with logits √d too large
                 nn.init.normal_(module.tok.weight, std=d ** -0.5 if small else 1.0)
             elif isinstance(module, LearnedPositions):
                 nn.init.normal_(module.weight, std=0.02 * d ** 0.5 if config.scale_embeddings else 1.0)

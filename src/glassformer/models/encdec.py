@@ -1,10 +1,8 @@
 """EncoderDecoder: the original Transformer (Vaswani et al. 2017) and T5's structure.
 
-The encoder is a stack of bidirectional blocks that turns the source into ``memory`` (B, S, d). Each
-decoder block adds cross-attention between its causal self-attention and its feed-forward: queries
-from the target, keys and values from ``memory``, so every generated token can look back at every
-source position (the descendant of Bahdanau attention, without the RNN's one-vector bottleneck).
-"""
+Bidirectional encoder blocks turn the source into ``memory`` (B, S, d); each decoder block adds
+cross-attention (queries from the target, keys and values from ``memory``) between its causal
+self-attention and its feed-forward, so every generated token can look back at every source position."""
 
 from __future__ import annotations
 
@@ -27,28 +25,18 @@ LESSON_ARGS = ("d_model", "n_heads", "n_enc", "n_dec", "d_ff", "activation")
 
 
 class EncoderDecoderOutput(NamedTuple):
-    """What ``EncoderDecoder(src, tgt_in, return_attn=True)`` returns; unpacks as ``logits, attn = ...``.
-
-    Attributes:
-        logits: (B, T, V) vocabulary scores.
-        attn: {"enc": [(B, h, S, S)], "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}, one tensor per layer.
-    """
+    """What ``EncoderDecoder(src, tgt_in, return_attn=True)`` returns: logits (B, T, V) and attn
+    {"enc": [(B, h, S, S)], "self": [(B, h, T, T)], "cross": [(B, h, T, S)]}, one tensor per layer."""
 
     logits: torch.Tensor
     attn: dict[str, list[torch.Tensor]]
 
 
 class EncoderDecoder(Tapped):
-    """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides.
-
-    Build it from a config (``arch="encoder-decoder"``) or, as in the lessons, from keyword
-    arguments: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
-
-    Parts: ``embeddings`` (shared :class:`~glassformer.models.common.Embeddings`), ``dec_embedding``
-    (BART's :class:`~glassformer.models.families.BartDecoderEmbedding`, only with ``split_positions``),
-    ``enc`` and ``dec`` (blocks), ``enc_norm`` and ``dec_norm`` (final norms), ``head`` (the output layer).
-    Hook points "encoder_ln_final", "decoder_ln_final": the final norms' outputs.
-    """
+    """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides, built from
+    a config or keywords: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
+    Parts: ``embeddings``, ``dec_embedding`` (BART's, or None), ``enc``, ``dec``, ``enc_norm`` and ``dec_norm``
+    (hook points "encoder_ln_final", "decoder_ln_final"), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -81,15 +69,10 @@ class EncoderDecoder(Tapped):
 
     def encode(self, src: torch.Tensor, src_pad: torch.Tensor | None = None,
                attn_log: dict[str, list] | None = None, *, check_ids: bool = True) -> torch.Tensor:
-        """Encode the source bidirectionally.
+        """Encode the source src (B, S) bidirectionally -> memory (B, S, d).
 
-        Args:
-            src: (B, S) token ids; src_pad: (B, S) bool, True = padding.
-            attn_log: when given, each layer's weights are appended to ``attn_log["enc"]``.
-            check_ids: check every id is in [0, vocab_size) (see :meth:`TransformerLM.hidden_states`).
-        Returns:
-            memory (B, S, d).
-        """
+        ``src_pad`` (B, S) bool, True = padding; ``attn_log["enc"]`` receives each layer's weights;
+        ``check_ids`` as in :meth:`TransformerLM.hidden_states`."""
         if check_ids:
             check_token_ids(src, self.config.vocab_size, "src")
         check_pad(src_pad, *src.shape, name="src_pad")
@@ -105,19 +88,10 @@ class EncoderDecoder(Tapped):
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None,
                tgt_pad: torch.Tensor | None = None, attn_log: dict[str, list] | None = None, *,
                cache: list[LayerCache] | None = None, check_ids: bool = True) -> torch.Tensor:
-        """Decode target tokens (teacher forcing) against the encoder's memory.
+        """Decode target ids tgt_in (B, T), shifted right, against ``memory`` (B, S, d) -> logits (B, T, V).
 
-        Args:
-            tgt_in: (B, T) target ids, shifted right (they start with the start token).
-            memory: (B, S, d) from :meth:`encode` (may be None once ``cache``'s cross part is filled).
-            src_pad: (B, S) bool, True = padded source position; tgt_pad: (B, T) (with a cache:
-                (B, cached + T)).
-            attn_log: when given, receives "self" and "cross" weights per layer.
-            cache: per decoder layer a :class:`LayerCache` (self- and cross-attention; see :meth:`new_cache`).
-            check_ids: check every id is in [0, vocab_size) (False for ids the caller made or checked).
-        Returns:
-            logits (B, T, V).
-        """
+        ``memory`` may be None once ``cache``'s (a :class:`LayerCache` per layer) cross part is filled;
+        ``tgt_pad`` (B, cached + T); ``attn_log`` receives "self" and "cross" weights per layer."""
         if check_ids:
             check_token_ids(tgt_in, self.config.vocab_size, "tgt_in")
         B, T = tgt_in.shape
@@ -145,9 +119,8 @@ class EncoderDecoder(Tapped):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
                 tgt_pad: torch.Tensor | None = None, return_attn: bool = False, *,
                 check_ids: bool = True) -> torch.Tensor | EncoderDecoderOutput:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V); with ``return_attn`` an
-        :class:`EncoderDecoderOutput` (logits and each layer's "enc", "self" and "cross" weights).
-        ``check_ids=False`` skips the id range checks (ids the caller made itself, e.g. the trainer's)."""
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`EncoderDecoderOutput`.
+        ``check_ids=False`` skips the id range checks (ids the caller made itself)."""
         log: dict[str, list] | None = {"enc": [], "self": [], "cross": []} if return_attn else None
         memory = self.encode(src, src_pad, log, check_ids=check_ids)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log, check_ids=check_ids)  # (B, T, V)
@@ -155,14 +128,12 @@ class EncoderDecoder(Tapped):
 
     def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
                   preallocate: bool = False) -> list[LayerCache]:
-        """Empty caches per decoder layer (a :class:`LayerCache`) for ``batch`` rows: self-attention up
-        to ``max_len`` target positions, cross-attention ``src_len`` source positions (both default
-        ``config.max_len``); ``preallocate`` allocates all ``max_len`` positions at once."""
-        c = self.config
+        """A :class:`LayerCache` per decoder layer for ``batch`` rows: ``max_len`` target and ``src_len``
+        source positions (default ``config.max_len``), all allocated at once with ``preallocate``."""
+        c, param = self.config, self.emb.weight
         check_int("batch", batch, low=1)
         max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
         src_len = check_int("src_len", src_len, low=0, allow_none=True) or c.max_len
-        param = self.emb.weight
         kw = dict(dtype=param.dtype, device=param.device)
         reserve = max_len if preallocate else None
         return [LayerCache(KVCache(batch, c.kv_heads, max_len, c.head_dim, reserve=reserve, **kw),

@@ -1,9 +1,5 @@
-"""Parts only one family uses, named after it: BERT's MLM head, BART's position tables.
-
-The shared :class:`~glassformer.models.common.Embeddings` and :class:`OutputHead` know nothing of
-them; :func:`output_head` and :func:`learned_positions` pick the family's part from the config
-fields that ask for it (``head_transform``, ``pos_offset``, ``split_positions``).
-"""
+"""Parts only one family uses, named after it: BERT's MLM head, BART's position tables. The shared parts
+know nothing of them; :func:`output_head` and :func:`learned_positions` pick them from the config."""
 
 from __future__ import annotations
 
@@ -49,8 +45,8 @@ class BertOutputHead(OutputHead):
 
 
 class BartPositions(LearnedPositions):
-    """BART's learned positions: fairseq keeps two reserved rows at the top of the table, so position
-    p reads row p + ``offset`` of a (max_len + offset, d) table."""
+    """BART's learned positions: position p reads row p + ``offset`` of a (max_len + offset, d) table
+    (fairseq keeps two reserved rows at the top)."""
 
     def __init__(self, max_len: int, d_model: int, offset: int):
         super().__init__(max_len + offset, d_model)
@@ -62,11 +58,7 @@ class BartPositions(LearnedPositions):
 
 
 class BartDecoderEmbedding(nn.Module):
-    """BART's decoder embeds with the shared token table but its own position table and norm.
-
-    Parts: ``pos`` (:class:`BartPositions` or :class:`LearnedPositions`); ``norm`` (when
-    ``config.embed_norm``, else None).
-    """
+    """BART's decoder embeds with the shared token table but its own position table ``pos`` and ``norm``."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -74,8 +66,8 @@ class BartDecoderEmbedding(nn.Module):
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Embeddings) -> torch.Tensor:
-        """ids (B, T), positions (T,), ``end`` the last position + 1, ``shared`` the model's Embeddings
-        (its token table, taps and dropout), given this position table and norm -> (B, T, d)."""
+        """ids (B, T), positions (T,) -> (B, T, d) through ``shared`` (the model's Embeddings) with this
+        position table and norm."""
         return shared(ids, positions, end, pos=self.pos, norm=self.norm)
 
 

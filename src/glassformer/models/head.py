@@ -12,14 +12,9 @@ from ..config import ModelConfig
 class OutputHead(nn.Module):
     """``logits = h Wᵀ + b``, for both models.
 
-    - W: the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) matrix of
-      its own (``weight``), initialised as ``torch.nn.Linear`` initialises itself;
-    - b: ``bias`` (V,) when ``config.head_bias`` (BERT's MLM decoder, BART's final_logits_bias),
-      zero at the start when tied.
-
-    Args:
-        config: the model's config.
-    """
+    W is the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) ``weight``
+    of its own (initialised as ``nn.Linear`` does); b is ``bias`` (V,) when ``config.head_bias``
+    (BERT's MLM decoder, BART's final_logits_bias), zero at the start when tied."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -33,13 +28,6 @@ class OutputHead(nn.Module):
         self.register_parameter("bias", bias)
 
     def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """Scores of every vocabulary entry.
-
-        Args:
-            hidden: (..., d) final hidden states.
-            embedding: (V, d) the token embedding matrix (the output weight when tied).
-        Returns:
-            (..., V) logits.
-        """
+        """hidden (..., d) -> logits (..., V); ``embedding`` (V, d) is the output weight when tied."""
         weight = embedding if self.weight is None else self.weight  # (V, d)
         return F.linear(hidden, weight, self.bias)  # (..., V)

@@ -1,8 +1,5 @@
-"""Old state-dict names -> today's, so checkpoints written by earlier versions still load.
-
-Every rename of a parameter's path is listed once in :data:`RENAMES`, old pattern first; ``head.weight``
-and ``head.bias`` of an untied output layer keep their names.
-"""
+"""Old state-dict names -> today's, so checkpoints written by earlier versions still load. Every rename
+of a parameter's path is listed once in :data:`RENAMES`, old pattern first."""
 
 from __future__ import annotations
 
@@ -31,11 +28,8 @@ def upgrade_key(name: str) -> str:
 
 
 def upgrade_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``state`` with every old key renamed (see the module docstring); values untouched.
-
-    A state dict that already uses today's names comes back equal. Raises ValueError when an old
-    and a new key would land on the same name (a file mixing both is not one model's weights).
-    """
+    """A copy of ``state`` with every old key renamed, values untouched; an error when an old and a new
+    key would land on the same name (a file mixing both is not one model's weights)."""
     out: dict[str, Any] = {}
     for name, value in state.items():
         new = upgrade_key(name)

@@ -1,11 +1,8 @@
-"""TransformerLM: one stack of blocks for the three single-stack architectures.
+"""TransformerLM: one stack of blocks for the three single-stack architectures; only the mask differs.
 
     attn="causal"         decoder-only (GPT): each position sees itself and the past -> next-token prediction
     attn="bidirectional"  encoder-only (BERT): each position sees the whole sequence -> masked-LM
-    attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal
-
-Only the mask differs; the blocks, embeddings and output layer are the same code.
-"""
+    attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal"""
 
 from __future__ import annotations
 
@@ -28,12 +25,8 @@ LESSON_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos
 
 
 class LMOutput(NamedTuple):
-    """What ``TransformerLM(ids, return_attn=True)`` returns; unpacks as ``logits, attn = ...``.
-
-    Attributes:
-        logits: (B, T, V) vocabulary scores.
-        attn: one (B, h, T, Tk) attention-weight tensor per layer (Tk = cached + T).
-    """
+    """What ``TransformerLM(ids, return_attn=True)`` returns: logits (B, T, V) and attn, one (B, h, T, Tk)
+    weight tensor per layer (Tk = cached + T)."""
 
     logits: torch.Tensor
     attn: list[torch.Tensor]
@@ -50,19 +43,9 @@ class HiddenStates(NamedTuple):
 class TransformerLM(Tapped):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
-    Build it from a config or, as in the lessons, from keyword arguments::
-
-        TransformerLM(ModelConfig.preset("gpt2-small"))
-        TransformerLM(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256, attn="causal")
-
-    Every :class:`ModelConfig` field is accepted as a keyword; ``model.config`` gives it back.
-    Attention runs the fused kernel unless ``return_attn=True`` asks for the weights.
-
-    Parts: ``embeddings`` (:class:`~glassformer.models.common.Embeddings`), ``blocks`` (n_layers
-    :class:`TransformerBlock`), ``norm_f`` (final norm), ``head``
-    (:class:`~glassformer.models.head.OutputHead`). Hook point "ln_final": the final norm's output;
-    every part has its own (see :mod:`glassformer.interpret` for their names).
-    """
+    Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
+    arguments: ``TransformerLM(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256)``.
+    Parts: ``embeddings``, ``blocks``, ``norm_f`` (hook point "ln_final"), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -78,7 +61,6 @@ class TransformerLM(Tapped):
         """The token embedding (V, d), shared with the output layer when ``tie``."""
         return self.embeddings.tok
 
-    # ------------------------------------------------------------------ inputs
     def make_mask(self, T: int, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
                   device: torch.device | str | None = None) -> torch.Tensor | None:
         """The full boolean self-attention mask this model uses, True = may attend: (T, T), (B, 1, T, T)
@@ -92,10 +74,8 @@ class TransformerLM(Tapped):
                         device: torch.device | str | None, start: int = 0,
                         batch: int | None = None) -> tuple[torch.Tensor | None, bool]:
         """(mask, is_causal) for T new positions after ``start`` cached ones, in a batch of ``batch`` rows.
-
-        Causality is passed as a flag rather than a tensor so the fused kernel can skip the mask.
-        A prefix-LM's prefix is processed in the first call; later (cached) steps are causal.
-        """
+        Causality is a flag, so the fused kernel can skip the mask; a prefix-LM's prefix is processed in
+        the first call, later (cached) steps are causal."""
         kind = self.config.attn
         mask, is_causal = None, kind == "causal"
         if kind == "prefix":
@@ -113,36 +93,19 @@ class TransformerLM(Tapped):
             mask = pad_keys if mask is None else mask & pad_keys
         return mask, is_causal
 
-    # ------------------------------------------------------------------ forward
-    def hidden_states(
-        self,
-        ids: torch.Tensor,
-        pad: torch.Tensor | None = None,
-        prefix_len: int | torch.Tensor | None = None,
-        return_attn: bool = False,
-        *,
-        positions: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        cache: list[KVCache] | None = None,
-        check_ids: bool = True,
-    ) -> torch.Tensor | HiddenStates:
-        """The last layer's (normalised) hidden states: contextual embeddings of each position.
+    def hidden_states(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
+                      prefix_len: int | torch.Tensor | None = None, return_attn: bool = False, *,
+                      positions: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                      cache: list[KVCache] | None = None, check_ids: bool = True) -> torch.Tensor | HiddenStates:
+        """The last layer's (normalised) hidden states (B, T, d) of ids (B, T): contextual embeddings.
 
         Args:
-            ids: (B, T) token ids.
             pad: (B, T) bool, True = padding (with a cache: (B, cached + T), covering every key).
             prefix_len: for attn="prefix": an int or a (B,) tensor.
-            return_attn: also return each layer's attention weights.
+            return_attn: return a :class:`HiddenStates` with each layer's attention weights too.
             positions: (T,) or (B, T) position of each token; default ``cached .. cached + T - 1``.
-            token_type_ids: (B, T) segment ids (models with ``n_token_types``).
             cache: one :class:`KVCache` per layer (see :meth:`new_cache`), filled as a side effect.
-            check_ids: check that every id is in [0, vocab_size) (a clear error instead of an
-                IndexError; on a GPU it waits for the device). Generation and the trainer pass False
-                for ids they made themselves or checked once where they entered.
-        Returns:
-            (B, T, d), or with ``return_attn`` a :class:`HiddenStates` (hidden (B, T, d),
-            attn [(B, h, T, Tk)] per layer).
-        """
+            check_ids: check ids are in [0, vocab_size) (on a GPU it waits); False for ids checked before."""
         if check_ids:
             check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
@@ -169,27 +132,20 @@ class TransformerLM(Tapped):
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
         return self.head(hidden, self.emb.weight)
 
-    def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
-                prefix_len: int | torch.Tensor | None = None, return_attn: bool = False,
-                **kwargs: Any) -> torch.Tensor | LMOutput:
-        """ids (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`LMOutput` (logits,
-        attn [(B, h, T, T)] per layer).
-
-        Keyword arguments (positions, token_type_ids, cache, check_ids) are those of :meth:`hidden_states`.
-        """
+    def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
+                return_attn: bool = False, **kwargs: Any) -> torch.Tensor | LMOutput:
+        """ids (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`LMOutput`. Keyword arguments
+        (positions, token_type_ids, cache, check_ids) as :meth:`hidden_states`."""
         if return_attn:
             hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
             return LMOutput(self.logits(hidden), attn)
         return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
 
     def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
-        """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions
-        (default ``config.max_len``); each holds (B, kv, max_len, hd) keys and values, in buffers that
-        grow as positions arrive, or allocated at once with ``preallocate`` (a static cache)."""
-        c = self.config
+        """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions (default
+        ``config.max_len``), growing as positions arrive or allocated at once with ``preallocate``."""
+        c, param = self.config, self.emb.weight
         check_int("batch", batch, low=1)
         max_len = check_int("max_len", max_len, low=0, allow_none=True) or c.max_len
-        param = self.emb.weight
-        reserve = max_len if preallocate else None
         return [KVCache(batch, c.kv_heads, max_len, c.head_dim, dtype=param.dtype, device=param.device,
-                        reserve=reserve) for _ in self.blocks]
+                        reserve=max_len if preallocate else None) for _ in self.blocks]

@@ -1,7 +1,5 @@
-"""Scaled dot-product attention, softmax(q kᵀ / √d_k + score_bias) v: written out step by step, and
-``fused_attention``, the same numbers from ``torch.nn.functional.scaled_dot_product_attention`` when
-nobody asks for the weights (tests/test_attention.py); and multi-head attention.
-"""
+"""Scaled dot-product attention, softmax(q kᵀ / √d_k + score_bias) v, written out step by step; the
+same numbers from ``F.scaled_dot_product_attention`` when nobody asks for the weights; multi-head attention."""
 
 from __future__ import annotations
 
@@ -21,19 +19,11 @@ from .positions import apply_rope
 from .taps import Tapped
 
 
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    *,
-    is_causal: bool = False,
-    score_bias: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    need_weights: bool = True,
-    tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                                 *, is_causal: bool = False, score_bias: torch.Tensor | None = None,
+                                 dropout_p: float = 0.0, scale: float | None = None, need_weights: bool = True,
+                                 tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
 
     Each query is compared with every key; the softmax of the scores weights an average of the
@@ -41,23 +31,15 @@ def scaled_dot_product_attention(
     not saturate (examples/02_why_scale.py measures it).
 
     Args:
-        q: (..., h, Tq, d_k) queries; k: (..., kv, Tk, d_k) keys; v: (..., kv, Tk, d_v) values.
-            ``kv`` may divide ``h`` (grouped-query attention): each key/value head serves h/kv
-            query heads.
+        q: (..., h, Tq, d_k) queries; k: (..., kv, Tk, d_k) keys; v: (..., kv, Tk, d_v) values
+            (grouped-query attention: each of kv key/value heads serves h/kv query heads).
         mask: bool, broadcastable to (..., h, Tq, Tk); True = query i may look at key j.
-        is_causal: also hide future keys. With Tq < Tk the queries are taken to be the *last* Tq
-            positions (as when decoding with a KV cache).
-        score_bias: optional float tensor added to the scores before the softmax, broadcastable to
-            (..., h, Tq, Tk) (ALiBi's distance penalty).
-        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
-        scale: score scale; default 1/√d_k.
-        need_weights: True: this explicit softmax, returning the weights; False: :func:`fused_attention`.
-        tap: called as ``tap("attn_scores", scores)`` (masked, before the softmax) and
-            ``tap("pattern", weights)``; what it returns is used (a hook point, see ``Tapped``).
+        is_causal: also hide future keys; with Tq < Tk the queries are the *last* Tq positions.
+        score_bias: float, broadcastable to (..., h, Tq, Tk), added to the scores (ALiBi).
+        need_weights: True: this explicit softmax; False: :func:`fused_attention`, no weights.
+        tap: ``tap("attn_scores", scores)`` (masked, before the softmax), ``tap("pattern", weights)``.
     Returns:
-        (out, weights): out (..., h, Tq, d_v); weights (..., h, Tq, Tk), rows summing to 1, or None.
-        A query row with no visible key gets zeros (never NaN) on both paths.
-    """
+        (out (..., h, Tq, d_v), weights (..., h, Tq, Tk) or None); a query with no visible key gets zeros."""
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
     check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -82,15 +64,12 @@ def scaled_dot_product_attention(
                            scale=scale), None
 
 
-def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
-                    is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float,
-                    scale: float) -> torch.Tensor:
-    """The fast equivalent of the explicit path: one ``F.scaled_dot_product_attention`` call.
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, is_causal: bool,
+                    score_bias: torch.Tensor | None, dropout_p: float, scale: float) -> torch.Tensor:
+    """The explicit path's numbers from one ``F.scaled_dot_product_attention`` call: out (..., h, Tq, d_v).
 
-    Same arguments as :func:`scaled_dot_product_attention` (k, v already with h heads); returns out
-    (..., h, Tq, d_v). The mask and the score bias travel together as one float mask; the training
-    case (causal, nothing else, Tq = Tk) passes ``is_causal`` so no (T, T) mask is built.
-    """
+    Arguments as :func:`scaled_dot_product_attention` (k, v with h heads). Mask and score bias travel
+    as one float mask; the training case (causal, nothing else, Tq = Tk) builds no (T, T) mask."""
     Tq, Tk = q.shape[-2], k.shape[-2]
     if is_causal and mask is None and score_bias is None and Tq == Tk:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
@@ -128,18 +107,10 @@ def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int,
 
 @dataclass(frozen=True)
 class AttentionInputs:
-    """What attention needs from the model besides the vectors: who may see whom, and where tokens are.
-
-    A model builds one per forward pass and hands the same object to every block.
-
-    Attributes:
-        mask: self-attention mask, bool, broadcastable to (B, h, T, Tk); True = may attend.
-        memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
-        is_causal: self-attention also hides future keys (a flag, so the fused kernel needs no mask).
-        rope: (cos, sin), each (T, hd) or (B, T, hd), rotating self-attention's queries and new keys.
-        score_bias: float, broadcastable to (B, h, T, Tk), added to self-attention's scores (ALiBi).
-        need_weights: return the attention weights (explicit softmax) instead of None (fused kernel).
-    """
+    """What attention needs besides the vectors, built once per forward pass for every block: the self-
+    and cross-attention masks (bool, True = may attend), causality (a flag: the fused kernel needs no
+    mask), RoPE's (cos, sin), each (T, hd) or (B, T, hd), ALiBi's score bias (B, h, T, Tk), and
+    whether to return the weights (explicit softmax) or None (fused kernel)."""
 
     mask: torch.Tensor | None = None
     memory_mask: torch.Tensor | None = None
@@ -162,25 +133,14 @@ class AttentionInputs:
 class MultiHeadAttention(Tapped):
     """Multi-head attention, for self-attention and cross-attention alike.
 
-    The width d is split into h heads of hd = d/h; each head attends on its own and the results are
-    concatenated and mixed by ``o_proj``. Queries, keys and values come from one fused projection
-    ``qkv`` (one matmul instead of three); for cross-attention the same weight is sliced: its query
-    rows are applied to ``x`` and its key/value rows to the memory. With ``n_kv_heads`` < ``n_heads``
-    keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
+    The width d is split into h heads of hd = d/h; each head attends on its own, and ``o_proj`` mixes
+    the concatenated results. Queries, keys and values come from one fused projection ``qkv``;
+    cross-attention applies its query rows to ``x`` and its key/value rows to the memory. With
+    ``n_kv_heads`` < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
 
-    Hook points (``self.tap``, see :mod:`glassformer.interpret`): "q", "k", "v" (B, T, heads, hd) as
-    projected; "rot_q", "rot_k" (B, heads, T, hd) after RoPE; "attn_scores", "pattern" (B, h, Tq, Tk);
-    "z" (B, Tq, h, hd) each head's output before ``o_proj``; "result" (B, Tq, h, d) each head's write
-    (without the bias). A function on "attn_scores" or "pattern" moves this layer, and only this one, to
-    the explicit path; one on "result" computes ``o_proj`` per head for this layer only.
-
-    Args:
-        d_model: width d; must be divisible by ``n_heads``.
-        n_heads: query heads h.
-        bias: biases on the projections.
-        n_kv_heads: key/value heads (default ``n_heads``); must divide ``n_heads``.
-        dropout: dropout on the attention weights during training.
-    """
+    Hook points: "q", "k", "v" (B, T, heads, hd); "rot_q", "rot_k" (B, heads, T, hd) after RoPE;
+    "attn_scores", "pattern" (B, h, Tq, Tk) (hooking them moves this layer to the explicit path);
+    "z" (B, Tq, h, hd) before ``o_proj``; "result" (B, Tq, h, d) each head's write, without the bias."""
 
     TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "result")  # in forward order
 
@@ -198,51 +158,38 @@ class MultiHeadAttention(Tapped):
     def _heads(self, t: torch.Tensor, n: int, name: str) -> torch.Tensor:
         """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head; tapped as ``name``."""
         B, T, _ = t.shape
-        t = self.tap(name, t.view(B, T, n, self.head_dim))  # (B, T, n, hd)
-        return t.transpose(1, 2)  # (B, n, T, hd)
+        return self.tap(name, t.view(B, T, n, self.head_dim)).transpose(1, 2)  # (B, n, T, hd)
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention's keys and values: memory (B, S, d), e.g. the encoder output, through the
-        key/value rows of ``qkv`` -> (k, v), each (B, n_kv_heads, S, hd)."""
+        """Cross-attention's keys and values: memory (B, S, d) through the key/value rows of ``qkv``
+        -> (k, v), each (B, n_kv_heads, S, hd)."""
         dq = self.n_heads * self.head_dim
         kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
         k, v = F.linear(memory, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
         return self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")
 
     def project_per_head(self, x: torch.Tensor) -> torch.Tensor:
-        """``qkv`` with an input per head: x (B, T, h + 2 kv, d), the queries' heads, then the keys', then
-        the values' -> (B, T, (h + 2 kv) hd), what ``qkv`` gives when all of them are the same."""
+        """``qkv`` with an input per head: x (B, T, h + 2 kv, d) (queries', keys', values' heads)
+        -> (B, T, (h + 2 kv) hd)."""
         y = torch.einsum("bthd,hed->bthe", x, self.qkv.weight.view(x.shape[2], self.head_dim, -1))
         return (y if self.qkv.bias is None else y + self.qkv.bias.view(-1, self.head_dim)).flatten(2)
 
     def per_head_output(self, z: torch.Tensor) -> torch.Tensor:
-        """``o_proj`` head by head: z (B, T, h, hd) -> (B, T, h, d), each head's write into the stream;
-        their sum plus ``o_proj.bias`` is the layer's output."""
+        """``o_proj`` head by head: z (B, T, h, hd) -> (B, T, h, d); their sum + ``o_proj.bias`` is the output."""
         weight = self.o_proj.weight.view(-1, self.n_heads, self.head_dim)  # (d, h, hd)
         return torch.einsum("bthe,dhe->bthd", z, weight)
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
                 inputs: AttentionInputs | None = None, cache: KVCache | None = None,
                 head_inputs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend from ``x`` to itself (``kv=None``) or to the memory ``kv`` (cross-attention).
+        """Attend from ``x`` (B, Tq, d) to itself (``kv=None``) or to the memory ``kv`` (B, Tk, d)
+        -> (out (B, Tq, d), weights (B, h, Tq, Tk) or None).
 
-        Args:
-            x: (B, Tq, d) queries' source.
-            kv: (B, Tk, d) the memory keys and values are read from (the lessons' name), or None.
-            mask: bool, broadcastable to (B, h, Tq, Tk); True = may attend (or pass ``inputs``).
-            inputs: :class:`AttentionInputs` from the model; self-attention uses its mask,
-                causality, RoPE and score bias, cross-attention its memory_mask. Default: ``mask``
-                alone, weights returned (as in the lessons).
-            cache: a :class:`KVCache`; self-attention appends the new keys/values to it, and
-                cross-attention fills it once and reuses it.
-            head_inputs: self-attention: an input per head, instead of ``x`` (:meth:`project_per_head`).
-        Returns:
-            (out, weights): out (B, Tq, d); weights (B, h, Tq, Tk) or None.
-        """
+        ``mask`` alone (weights returned) or the model's :class:`AttentionInputs`. ``cache``: self-attention
+        appends the new keys/values, cross-attention fills it once. ``head_inputs``: an input per head."""
         B, Tq, _ = x.shape
         dq, dkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        memory = kv
-        cross = memory is not None or (cache is not None and cache.static)
+        cross = kv is not None or (cache is not None and cache.static)
         inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
             qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
@@ -259,10 +206,10 @@ class MultiHeadAttention(Tapped):
             q = self._heads(F.linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, "q")  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
-            elif memory is None:
+            elif kv is None:
                 raise GlassformerError("cross-attention needs kv (the encoder output) until its cache is filled")
             else:
-                k, v = self.project_kv(memory)  # (B, kv, S, hd)
+                k, v = self.project_kv(kv)  # (B, kv, S, hd)
                 if cache is not None:
                     k, v = cache.update(k, v)
             mask, is_causal, score_bias = inputs.memory_mask, False, None

@@ -17,30 +17,10 @@ class TransformerBlock(Tapped):
     """Self-attention -> (cross-attention) -> feed-forward, each a residual sub-layer with a norm.
 
     The residual ``x + f(x)`` lets each sub-layer learn a correction and gives gradients a short path.
-    Where the norm goes is the classic choice, written out in :meth:`forward`:
-    pre-norm (GPT-2 on): ``x = x + f(norm(x))``, which trains more easily when deep;
-    post-norm (2017, BERT): ``x = norm(x + f(x))``.
-
-    Args:
-        d_model, n_heads, d_ff: width, heads and feed-forward width.
-        cross: add a cross-attention sub-layer (the decoder of an encoder-decoder).
-        norm_first: pre-norm (True) or post-norm (False).
-        activation: feed-forward activation (see :class:`FeedForward`).
-        bias: biases in linear layers (and LayerNorm).
-        n_kv_heads: key/value heads for GQA/MQA.
-        dropout: on attention weights and on each sub-layer's output (while training).
-        norm: "layernorm" or "rmsnorm"; norm_eps: its epsilon.
-        ffn: False leaves the feed-forward sub-layer out (attention-only Transformers, Elhage et al. 2021).
-
-    Parts: ``self_attn`` with ``attn_norm``; ``cross_attn`` with ``cross_norm`` (only when ``cross``);
-    ``ffn`` with ``ffn_norm`` (None when ``ffn=False``).
-
-    Hook points (``self.tap``, (B, T, d) each): "resid_pre", then per sub-layer its norm's output
-    ("attn_norm", "cross_norm", "ffn_norm") and its output ("attn_out", "cross_attn_out", "mlp_out"),
-    and the residual stream after it ("resid_mid", "resid_mid2", "resid_post"); "mlp_in", a copy of what
-    the feed-forward reads. While hooked only, per head (B, T, heads, d): "attn_in", then "q_input",
-    "k_input", "v_input", the stream copied per head for self-attention to read (see :meth:`_head_inputs`).
-    """
+    Pre-norm (GPT-2 on, ``norm_first``): ``x = x + f(norm(x))``, easier to train deep; post-norm
+    (2017, BERT): ``x = norm(x + f(x))``. ``cross`` adds cross-attention (an encoder-decoder's decoder);
+    ``ffn=False`` leaves the feed-forward out (attention-only Transformers, Elhage et al. 2021).
+    Hook points: :meth:`hook_points` lists them in order."""
 
     HEAD_INPUT_TAPS = ("attn_in", "q_input", "k_input", "v_input")  # self-attention's inputs per head
 
@@ -58,35 +38,17 @@ class TransformerBlock(Tapped):
         self.ffn_norm = make_norm(norm, d_model, norm_eps, bias) if ffn else None
         self.dropout = nn.Dropout(dropout)  # on each sub-layer's output (GPT-2, nanoGPT); none inside the FFN
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        memory: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        *,
-        inputs: AttentionInputs | None = None,
-        cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
-        """Run the block.
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None, *, inputs: AttentionInputs | None = None,
+                cache: KVCache | None = None,
+                cross_cache: KVCache | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        """x (B, T, d) -> (x (B, T, d), weights {"self": (B, h, T, T), "cross": (B, h, T, S)} or None values).
 
-        Args:
-            x: (B, T, d).
-            mask: self-attention mask, broadcastable to (B, h, T, T); True = may attend.
-            memory: encoder output (B, S, d); required when the block has cross-attention.
-            memory_mask: cross-attention mask, broadcastable to (B, h, T, S).
-            inputs: instead of the two masks, the model's :class:`AttentionInputs` (masks, causality,
-                RoPE, score bias, whether to return weights).
-            cache: self-attention's :class:`KVCache`; cross_cache: cross-attention's.
-        Returns:
-            (x, weights): x (B, T, d); weights {"self": (B, h, T, T), "cross": (B, h, T, S) when
-            the block has cross-attention}, with None values when weights are not asked for.
-        """
+        ``mask`` (B, h, T, T) and ``memory_mask`` (B, h, T, S), True = may attend, or the model's
+        :class:`AttentionInputs`; ``memory`` (B, S, d): the encoder output, for cross-attention."""
         inputs = AttentionInputs.given(inputs, mask, memory_mask)
         weights: dict[str, torch.Tensor | None] = {}
         x = self.tap("resid_pre", x)
-
         if self.norm_first:  # x = x + attn(norm(x))
             normed = self.tap("attn_norm", self.attn_norm(x))
             out, weights["self"] = self.self_attn(normed, inputs=inputs, cache=cache, head_inputs=self._head_inputs(x))
@@ -95,7 +57,6 @@ class TransformerBlock(Tapped):
             out, weights["self"] = self.self_attn(x, inputs=inputs, cache=cache, head_inputs=self._head_inputs(x))
             x = self.tap("attn_norm", self.attn_norm(x + self._dropped(self.tap("attn_out", out))))
         x = self.tap("resid_mid", x)
-
         if self.cross_attn is not None:
             if memory is None and (cross_cache is None or cross_cache.length == 0):
                 raise GlassformerError("this block has cross-attention: pass the encoder output as memory")
@@ -107,7 +68,6 @@ class TransformerBlock(Tapped):
                 out, weights["cross"] = self.cross_attn(x, memory, inputs=inputs, cache=cross_cache)
                 x = self.tap("cross_norm", self.cross_norm(x + self._dropped(self.tap("cross_attn_out", out))))
             x = self.tap("resid_mid2", x)
-
         if self.ffn is not None:
             mlp_in = self.tap("mlp_in", x.clone()) if self.tapped("mlp_in") else x  # a copy only while hooked
             if self.norm_first:  # x = x + ffn(norm(x))
@@ -117,14 +77,9 @@ class TransformerBlock(Tapped):
         return self.tap("resid_post", x), weights
 
     def hook_points(self, rope: bool) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
-        """This block's taps in the order :meth:`forward` reaches them, under TransformerLens's short names.
-
-        Args:
-            rope: whether self-attention rotates q and k (then it has "rot_q", "rot_k").
-        Returns:
-            (short name, the module that taps, its tap, the norm whose output the tap is or None) each;
-            a norm row stands for the norm's own points too (``interpret.points`` names them).
-        """
+        """This block's taps in the order :meth:`forward` reaches them, under TransformerLens's short names:
+        (short name, the module that taps, its tap, the norm whose output the tap is or None) each.
+        ``rope``: self-attention rotates q and k (then it has "rot_q", "rot_k")."""
         def attention(module: MultiHeadAttention, cross: bool) -> list:
             return [(("cross_" if cross else "") + t, module, t, None) for t in module.TAPS
                     if (rope and not cross) or t not in ("rot_q", "rot_k")]  # cross-attention keys are not rotated
@@ -147,8 +102,8 @@ class TransformerBlock(Tapped):
         return points + [("resid_post", self, "resid_post", None)]
 
     def _head_inputs(self, x: torch.Tensor) -> torch.Tensor | None:
-        """None, or while a per-head input is hooked, self-attention's input per head (so a hook can change
-        one head's): x (B, T, d) copied per head, tapped, normed (pre-norm) -> (B, T, h + 2 kv, d)."""
+        """None, or while a per-head input is hooked, self-attention's input per head: x (B, T, d) copied
+        per head, tapped, normed (pre-norm) -> (B, T, h + 2 kv, d)."""
         if not self.tapped(*self.HEAD_INPUT_TAPS):
             return None
         h, kv = self.self_attn.n_heads, self.self_attn.n_kv_heads
@@ -158,5 +113,5 @@ class TransformerBlock(Tapped):
         return self.attn_norm.plain(heads) if self.norm_first else heads
 
     def _dropped(self, y: torch.Tensor) -> torch.Tensor:
-        """Dropout on a sub-layer's output while training; in eval mode ``y`` itself, without a module call."""
+        """Dropout on a sub-layer's output while training; in eval mode ``y`` itself."""
         return self.dropout(y) if self.training else y

@@ -29,18 +29,9 @@ class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
-    GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, which needs a third matrix.
-
-    Args:
-        d_model: width.
-        d_ff: hidden width.
-        activation: one of "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu".
-        bias: whether the linear maps have biases.
-
-    No dropout here: a :class:`TransformerBlock` drops the whole sub-layer's output once.
-    Hook points (``self.tap``): "pre" (..., d_ff) before the activation (the gate's, when gated),
-    "pre_linear" (gated only: ``up(x)``), "post" (..., d_ff) what ``down`` reads.
-    """
+    GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
+    Hook points: "pre" (..., d_ff) before the activation (the gate's, when gated), "pre_linear"
+    (gated only: ``up(x)``), "post" (..., d_ff) what ``down`` reads."""
 
     TAPS = ("pre", "pre_linear", "post")  # in forward order
 

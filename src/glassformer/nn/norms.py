@@ -1,9 +1,7 @@
 """Normalisation layers: LayerNorm and RMSNorm (Zhang & Sennrich 2019, used by Llama).
 
-Both have TransformerLens's two hook points: "scale" (..., 1), the divisor (σ, or the root mean square),
-and "normalized" (..., d), the vector divided by it *before* the learned gain and bias. With nothing
-attached they run as before (torch's fused ``layer_norm``); with a hook attached, written out.
-"""
+Both have TransformerLens's hook points "scale" (..., 1), the divisor, and "normalized" (..., d), the
+vector divided by it before the learned gain and bias; only while hooked are they written out."""
 
 from __future__ import annotations
 
@@ -18,12 +16,9 @@ from .taps import Tapped
 def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> torch.Tensor:
     """The norm through its "scale" and "normalized" taps: (..., d) -> (..., d).
 
-    When the hooks only read (they return the tensors they were given, unchanged in place), the output
-    is the untapped norm's own, bit for bit, so caching changes no number; when one replaces or edits a
-    tensor, the rest is computed from the edited one: ``normalized * weight + bias``. Under
-    ``torch.inference_mode`` in-place edits cannot be seen, so the rest is always computed that way
-    (equal to the plain norm up to float rounding).
-    """
+    Hooks that only read leave the output the untapped norm's, bit for bit; after a replaced or edited
+    tensor it is ``normalized * weight + bias`` from the edited one (always so under inference mode,
+    where in-place edits cannot be seen)."""
     x32 = x.float()
     if centre:
         x32 = x32 - x32.mean(-1, keepdim=True)
@@ -44,7 +39,7 @@ def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> to
 
 
 def _version(t: torch.Tensor) -> int | None:
-    """The tensor's in-place edit counter (None for an inference tensor, which has none)."""
+    """The tensor's in-place edit counter (None for an inference tensor)."""
     return None if t.is_inference() else t._version
 
 
@@ -61,15 +56,8 @@ class LayerNorm(nn.LayerNorm, Tapped):
 
 
 class RMSNorm(Tapped):
-    """Scale each vector to unit root-mean-square, then by a learned gain; no mean, no bias.
-
-    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does.
-    Hook points: "scale" (..., 1) the root mean square; "normalized" (..., d) before the gain.
-
-    Args:
-        d_model: width.
-        eps: added inside the square root.
-    """
+    """Scale each vector to unit root-mean-square, then by a learned gain; no mean, no bias:
+    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does."""
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
@@ -88,14 +76,8 @@ class RMSNorm(Tapped):
 
 
 def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
-    """The normalisation named by ``kind``: "layernorm" (:class:`LayerNorm`) or "rmsnorm" (:class:`RMSNorm`).
-
-    Args:
-        kind: "layernorm" or "rmsnorm".
-        d_model: width d of the vectors it normalises, (..., d) -> (..., d).
-        eps: added to the variance (or mean square).
-        bias: LayerNorm's additive bias (RMSNorm has none).
-    """
+    """The norm ``kind`` names, (..., d) -> (..., d): "layernorm" (:class:`LayerNorm`, with ``bias``) or
+    "rmsnorm" (:class:`RMSNorm`, no bias); ``eps`` is added to the variance (or mean square)."""
     if check_choice("norm", kind, NORMS) == "layernorm":
         return LayerNorm(d_model, eps=eps, bias=bias)
     return RMSNorm(d_model, eps=eps)

@@ -1,13 +1,9 @@
-"""Position information: sinusoidal and learned embeddings, RoPE and ALiBi.
-
-Attention itself is blind to order (permuting the inputs permutes the outputs), so every model that
-cares about order adds position information in one of these ways:
+"""Position information. Attention is blind to order (permuting the inputs permutes the outputs), so:
 
 - sinusoidal (Vaswani et al. 2017) and learned (GPT-2, BERT) vectors added to the token embeddings;
 - RoPE (Su et al. 2021): rotate q and k by an angle proportional to the position, so that q·k depends
   only on the relative offset (Llama);
-- ALiBi (Press et al. 2022): add ``-slope_h * |i - j|`` to the attention scores (BLOOM).
-"""
+- ALiBi (Press et al. 2022): add ``-slope_h * |i - j|`` to the attention scores (BLOOM)."""
 
 from __future__ import annotations
 
@@ -21,18 +17,11 @@ from ..errors import GlassformerError, check_int
 
 
 def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
-    """The original Transformer's fixed position encodings.
+    """The original Transformer's fixed position encodings, (T, d_model) float32 (d_model even).
 
     ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``: each pair of
     dimensions is a clock hand turning at its own speed, and ``PE[p + k]`` is a rotation of ``PE[p]``
-    that depends only on k.
-
-    Args:
-        T: number of positions.
-        d_model: width; must be even.
-    Returns:
-        (T, d_model) float32 tensor.
-    """
+    that depends only on k."""
     check_even_width("d_model", d_model, "sinusoidal positions")
     pos = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
@@ -43,12 +32,7 @@ def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
 
 
 class LearnedPositions(nn.Module):
-    """A trainable vector per position (GPT-2, BERT); positions beyond ``max_len`` do not exist.
-
-    Args:
-        max_len: number of positions with a vector.
-        d_model: width.
-    """
+    """A trainable vector per position (GPT-2, BERT); positions beyond ``max_len`` do not exist."""
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
@@ -68,16 +52,10 @@ class LearnedPositions(nn.Module):
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cosines and sines of the RoPE rotation angles ``p * theta^(-2i/hd)``.
+    """Cosines and sines of the RoPE rotation angles ``p * theta^(-2i/hd)`` for positions (T,) or (B, T).
 
-    Args:
-        positions: (T,) or (B, T) integer positions.
-        head_dim: width of one head (even).
-        theta: base of the frequencies (10000 in the paper and Llama 2).
-    Returns:
-        (cos, sin), each (..., T, head_dim) in float32, laid out as two halves (the Hugging Face
-        "rotate_half" convention), ready for :func:`apply_rope`.
-    """
+    Returns (cos, sin), each (..., T, head_dim) float32, laid out as two halves (Hugging Face's
+    "rotate_half" convention), ready for :func:`apply_rope`."""
     check_even_width("head_dim", head_dim, "RoPE")
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
     angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, hd/2)
@@ -86,14 +64,8 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each pair (x[i], x[i + hd/2]) of ``x`` by its angle.
-
-    Args:
-        x: (B, h, T, hd) queries or keys.
-        cos, sin: (T, hd) or (B, T, hd) from :func:`rope_angles`.
-    Returns:
-        Tensor shaped like ``x``.
-    """
+    """Rotate each pair (x[i], x[i + hd/2]) of queries or keys x (B, h, T, hd) by its angle;
+    cos, sin: (T, hd) or (B, T, hd) from :func:`rope_angles`."""
     if cos.dim() == 3:  # per-row positions: (B, T, hd) -> (B, 1, T, hd) to broadcast over heads
         cos, sin = cos[:, None], sin[:, None]
     half = x.shape[-1] // 2
@@ -102,16 +74,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """ALiBi's per-head slopes: a geometric sequence starting at ``2^(-8/n)``.
-
-    For a head count that is not a power of two, the paper's rule is used: the slopes of the
-    nearest lower power of two, then every other slope of the next power of two.
-
-    Args:
-        n_heads: number of heads h.
-    Returns:
-        (n_heads,) float32 tensor.
-    """
+    """ALiBi's (n_heads,) per-head slopes: a geometric sequence starting at ``2^(-8/n)``. For a head
+    count that is not a power of two, the paper's rule: the slopes of the nearest lower power of two,
+    then every other slope of the next power of two."""
     check_int("n_heads", n_heads, low=1)
 
     def power_of_two(n: int) -> list[float]:
@@ -127,16 +92,8 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 
 def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """ALiBi's additive attention bias ``-slope_h * |i - j|``.
-
-    The symmetric distance serves causal models (where only j <= i is visible, so it equals the
-    paper's ``j - i``) and bidirectional ones alike.
-
-    Args:
-        slopes: (h,) from :func:`alibi_slopes`.
-        q_pos: (Tq,) or (B, Tq) query positions; k_pos: (Tk,) or (B, Tk) key positions.
-    Returns:
-        (h, Tq, Tk) or (B, h, Tq, Tk) float32 bias.
-    """
+    """ALiBi's additive attention bias ``-slope_h * |i - j|``: (h, Tq, Tk) or (B, h, Tq, Tk) float32
+    from slopes (h,) and positions q_pos (Tq,) or (B, Tq), k_pos (Tk,) or (B, Tk). The symmetric
+    distance serves causal models (where it equals the paper's ``j - i``) and bidirectional ones."""
     distance = (q_pos[..., :, None] - k_pos[..., None, :]).abs().to(torch.float32)  # (..., Tq, Tk)
     return -slopes.to(distance.device)[:, None, None] * distance.unsqueeze(-3)

@@ -33,34 +33,23 @@ def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
 
 
 def check_text(text: Any, name: str = "text") -> str:
-    """``text`` if it is a str of valid Unicode; a one-line error otherwise.
-
-    A lone surrogate (U+D800..U+DFFF on its own) is not a character: it appears when bytes that are
-    not UTF-8 were decoded leniently (a command-line argument, ``errors="surrogateescape"``). No UTF-8
-    encoding of it exists, so it is refused by name and position rather than failing deep inside.
-    """
+    """``text`` if it is a str of valid Unicode; a one-line error otherwise (a lone surrogate, left by
+    bytes that are not UTF-8 decoded with ``surrogateescape``, has no UTF-8 encoding)."""
     if not isinstance(text, str):
         raise ArgumentTypeError(f"{name} must be a str, got {type(text).__name__}")
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise _surrogate(text, error, name) from None
+            raise GlassformerError(f"{name} has a lone surrogate U+{ord(text[error.start]):04X} at position "
+                                   f"{error.start}, which is not valid Unicode (was it decoded from bytes that "
+                                   "are not UTF-8?)") from None
     return text
 
 
-def _surrogate(text: str, error: UnicodeEncodeError, name: str) -> GlassformerError:
-    char = text[error.start]
-    return GlassformerError(f"{name} has a lone surrogate U+{ord(char):04X} at position {error.start}, which is "
-                            "not valid Unicode (was it decoded from bytes that are not UTF-8?)")
-
-
 def field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    """``data[key]`` (or ``default`` when absent) if it is of ``kind``; else an error naming the key.
-
-    For tokenizer files read by ``from_dict``: a missing or mistyped field is a clear error, never a
-    KeyError or a TypeError from deep inside.
-    """
+    """``data[key]`` (or ``default`` when absent) if it is of ``kind``; else an error naming the key
+    (for ``from_dict``: never a KeyError or a TypeError from deep inside)."""
     if key not in data:
         if default is ...:
             raise GlassformerError(f"tokenizer data has no {key!r}")
@@ -73,19 +62,13 @@ def field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], default
 
 
 def _special_id(kind: str) -> property:
-    """A read-only property: the id of the ``kind`` special token, or None when there is none."""
     return property(lambda self: self.special_tokens.get(kind),
                     doc=f"Id of the {kind} token, or None when this tokenizer has none.")
 
 
 class Tokenizer(ABC):
-    """Text <-> token ids.
-
-    Attributes:
-        kind: the registry name written to JSON ("char", "byte", "bpe", ...).
-        special_tokens: {name: id} for the special tokens this tokenizer has, names among
-            "pad", "bos", "eos", "mask", "unk".
-    """
+    """Text <-> token ids. ``kind``: the registry name written to JSON ("char", "byte", "bpe", ...);
+    ``special_tokens``: {name: id} for the special tokens it has, names among :data:`SPECIAL_NAMES`."""
 
     kind: ClassVar[str] = ""
     registry: ClassVar[dict[str, type[Tokenizer]]] = {}
@@ -122,7 +105,6 @@ class Tokenizer(ABC):
     def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
         """Rebuild from :meth:`to_dict`'s output (a GlassformerError when a field is missing or wrong)."""
 
-    # -- special ids (None when the tokenizer has no such token)
     pad_id = _special_id("pad")
     bos_id = _special_id("bos")
     eos_id = _special_id("eos")
@@ -135,8 +117,7 @@ class Tokenizer(ABC):
             [self.eos_id] if self.eos_id is not None else [])
 
     def check_id(self, token_id: int) -> int:
-        """``token_id`` as an int, or a ValueError when it is outside [0, vocab_size) (a TypeError when it
-        is not an integer: a float or a string is never silently truncated)."""
+        """``token_id`` as an int; an error when it is outside [0, vocab_size) or not an integer."""
         try:
             token_id = operator.index(token_id)
         except TypeError:
@@ -151,18 +132,14 @@ class Tokenizer(ABC):
         """The printable piece of each id."""
         return [self.id_to_token(int(i)) for i in ids]
 
-    # -- files
     def save(self, path: str | Path) -> None:
         """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint)."""
         Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
 
     @staticmethod
     def load(path: str | Path) -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`, whatever its kind.
-
-        A missing file is a MissingFileError; a file that is not such a tokenizer (not JSON, an
-        unknown kind, a field missing or of the wrong type) a BadFileError naming the file.
-        """
+        """Read a tokenizer written by :meth:`save`, whatever its kind (a BadFileError naming the file when
+        it is not one)."""
         data = load_json(path, "tokenizer file")
         kind = data.get("kind") if isinstance(data, dict) else None
         if not isinstance(kind, str) or kind not in Tokenizer.registry:

@@ -15,17 +15,13 @@ from ..loaders import rust_tokenizer
 from ..progress import Heartbeat
 from .base import Tokenizer, check_specials, check_text, field
 
-MAX_VOCAB = 1 << 22  # 4,194,304 ids: 16x the largest vocabularies in use (Gemma: 256k)
+MAX_VOCAB = 1 << 22  # 4,194,304 ids, 16x Gemma's; a larger request aborts the Rust trainer
 
 
 class BPETokenizer(Tokenizer):
-    """Byte-level BPE: text is first mapped to bytes, so any language encodes with no unknowns;
-    frequent byte pairs are merged into tokens up to ``vocab_size``.
-
-    Training and encoding are done by the Hugging Face ``tokenizers`` library (Rust); its JSON is
-    stored inside ours, so ``tokenizer.json`` of a checkpoint holds everything. Special tokens take
-    the first ids, in the order given.
-    """
+    """Byte-level BPE: text is mapped to bytes, so any language encodes with no unknowns; frequent
+    byte pairs are merged into tokens up to ``vocab_size``. Hugging Face ``tokenizers`` (Rust) trains
+    and encodes; its JSON is stored inside ours. Special tokens take the first ids, in the order given."""
 
     kind = "bpe"
 
@@ -42,18 +38,10 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int, specials: Sequence[str] = (),
               min_frequency: int = 2) -> BPETokenizer:
-        """Learn merges from ``texts`` (an iterable of strings, e.g. lines or chunks of a corpus).
-
-        A long training prints a line to stderr every ~10 s (:mod:`glassformer.progress`): the characters
-        read so far, then, once all are read, that pairs are being merged (the Rust trainer's long part).
-
-        Args:
-            vocab_size: the target vocabulary, at least 256 + len(specials) (the byte alphabet).
-            specials: special token names among pad/bos/eos/mask/unk.
-            min_frequency: a pair must occur this often to be merged.
-        """
+        """Learn merges from ``texts`` (strings: lines or chunks of a corpus) up to ``vocab_size`` (at least
+        the 256 bytes + specials), merging pairs seen ``min_frequency`` times; a long training prints
+        its progress to stderr every ~10 s."""
         specials = check_specials(specials)
-        # the byte alphabet + specials, and at most MAX_VOCAB (a larger request aborts the Rust trainer)
         check_int("vocab_size", vocab_size, 256 + len(specials))
         if vocab_size > MAX_VOCAB:
             raise GlassformerError(f"vocab_size must be at most {MAX_VOCAB:,} for a BPE tokenizer, got {vocab_size:,}")
@@ -105,7 +93,7 @@ class BPETokenizer(Tokenizer):
 
 
 def _counted(texts: Iterable[str], heartbeat: Heartbeat, vocab_size: int) -> Iterator[str]:
-    """``texts`` unchanged, their characters counted on ``heartbeat`` (which prints when ~10 s have passed)."""
+    """``texts`` unchanged, their characters counted on ``heartbeat``."""
     for text in texts:
         heartbeat.update(advance=len(text) if isinstance(text, str) else 0)
         yield text

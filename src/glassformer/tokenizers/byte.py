@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -11,11 +12,8 @@ from .base import Tokenizer, check_specials, check_text, field
 
 
 class ByteTokenizer(Tokenizer):
-    """Ids 0-255 are the bytes of the UTF-8 encoding; special tokens follow from 256 on.
-
-    Any language and any symbol encodes (a Chinese character is three ids). Decoding a byte
-    sequence cut in the middle of a character shows U+FFFD for the broken piece.
-    """
+    """Ids 0-255 are the bytes of the UTF-8 encoding (a Chinese character is three ids); special tokens
+    follow from 256 on. A character cut in the middle decodes as U+FFFD."""
 
     kind = "byte"
 
@@ -39,16 +37,12 @@ class ByteTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text; invalid UTF-8 becomes U+FFFD; specials dropped unless ``skip_special_tokens=False``."""
-        out, pending = [], bytearray()
-        for token_id in map(self.check_id, ids):
-            if token_id < 256:
-                pending.append(token_id)
-                continue
-            out.append(pending.decode("utf-8", errors="replace"))
-            pending = bytearray()
-            if not skip_special_tokens:
-                out.append(self.id_to_token(token_id))
-        out.append(pending.decode("utf-8", errors="replace"))
+        out = []
+        for is_byte, run in groupby(map(self.check_id, ids), key=lambda token_id: token_id < 256):
+            if is_byte:  # a run of bytes decodes together (a character may span several)
+                out.append(bytes(run).decode("utf-8", errors="replace"))
+            elif not skip_special_tokens:
+                out += [self.id_to_token(token_id) for token_id in run]
         return "".join(out)
 
     def id_to_token(self, token_id: int) -> str:

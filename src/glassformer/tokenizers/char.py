@@ -14,10 +14,8 @@ from .base import Tokenizer, check_specials, field
 class CharTokenizer(Tokenizer):
     """Every distinct character of the corpus is a token (the tiny char LM and nanoGPT's shakespeare_char).
 
-    Special tokens (written ``<pad>``, ``<bos>``...) come first, then the characters in sorted order,
-    so a corpus with no specials gets exactly ``sorted(set(text))`` as its vocabulary.
-    An unknown character is a ``ValueError`` naming it, unless an ``unk`` special is configured.
-    """
+    Special tokens (``<pad>``, ``<bos>``...) come first, then the characters in the order given
+    (``from_text``: sorted). An unknown character is an error naming it, unless ``unk`` is a special."""
 
     kind = "char"
 
@@ -60,12 +58,10 @@ class CharTokenizer(Tokenizer):
         if not isinstance(text, str):
             raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
         unk = self.unk_id
-        ids = []
-        for position, char in enumerate(text):
-            token = self._lookup.get(char, unk)
-            if token is None:
-                raise self._unknown(char, position)
-            ids.append(token)
+        ids = [self._lookup.get(char, unk) for char in text]
+        if None in ids:
+            position = ids.index(None)
+            raise self._unknown(text[position], position)
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
@@ -86,16 +82,12 @@ class CharTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text; specials dropped unless ``skip_special_tokens=False``."""
-        n_special = len(self.specials)
-        ids = [self.check_id(i) for i in ids]
-        return "".join(self._pieces[i] for i in ids if not (skip_special_tokens and i < n_special))
-
-    def _piece(self, token_id: int) -> str:
-        return self._pieces[self.check_id(token_id)]
+        first = len(self.specials) if skip_special_tokens else 0
+        return "".join(self._pieces[i] for i in map(self.check_id, ids) if i >= first)
 
     def id_to_token(self, token_id: int) -> str:
         """One id's character (a special token as ``<name>``)."""
-        return self._piece(token_id)
+        return self._pieces[self.check_id(token_id)]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: kind, characters and specials."""
@@ -105,6 +97,3 @@ class CharTokenizer(Tokenizer):
     def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
         """Rebuild from :meth:`to_dict`'s output."""
         return cls(list(field(data, "chars", str)), field(data, "specials", list, ()))
-
-
-

@@ -15,13 +15,8 @@ KINDS = ("char", "byte", "bpe")
 
 def make_tokenizer(kind: str, texts: Iterable[str], specials: Sequence[str] = (),
                    vocab_size: int | None = None) -> Tokenizer:
-    """A new tokenizer of ``kind`` ("char", "byte" or "bpe") fitted to ``texts``.
-
-    Args:
-        texts: the training text(s); char reads its characters, bpe learns merges, byte ignores them.
-        specials: special token names (pad, bos, eos, mask, unk).
-        vocab_size: BPE's target vocabulary (required for "bpe", ignored otherwise).
-    """
+    """A new tokenizer of ``kind`` ("char", "byte" or "bpe") fitted to ``texts`` (char reads their
+    characters, bpe learns merges up to ``vocab_size``, required there; byte ignores them)."""
     if kind == "char":
         seen: set[str] = set()
         for text in texts:  # one set, not one per text (a pairs file gives millions of sentences)

@@ -25,18 +25,11 @@ ROLE_GUESSES = {"pad": ("[PAD]", "<pad>"), "bos": ("[CLS]", "<s>", "<|endoftext|
 
 
 class HFTokenizer(Tokenizer):
-    """A ``tokenizers.Tokenizer`` (the Rust library transformers' fast tokenizers use) as a glassformer one.
+    """A ``tokenizers.Tokenizer`` (the Rust library of transformers' fast tokenizers) as a glassformer one.
 
-    ``encode(text)`` runs the tokenizer's own post-processor (``[CLS] ... [SEP]`` for BERT) as
-    ``transformers`` and ``tokenizers`` do by default, so ids match theirs; ``add_special_tokens=False``
-    gives the bare pieces. Its built-in padding and truncation are switched off:
-    batching is done by the caller (see :func:`glassformer.generation.sentence_embeddings`).
-
-    Args:
-        tokenizer: the Rust tokenizer.
-        special_tokens: {role: token string} for roles among pad/bos/eos/mask/unk; None = guess from
-            the usual names ([PAD], [CLS], <s>, <|endoftext|>...).
-    """
+    ``encode(text)`` adds the tokenizer's own specials (``[CLS] ... [SEP]`` for BERT) as transformers
+    does by default, so ids match. Its padding and truncation are off (the caller batches).
+    ``special_tokens``: {role: token string}; None guesses from the usual names ([PAD], [CLS], <s>...)."""
 
     kind = "hf"
 
@@ -47,11 +40,9 @@ class HFTokenizer(Tokenizer):
         self.hf.no_padding()
         self.hf.no_truncation()
         if special_tokens is None:
-            special_tokens = {}
-            for role, names in ROLE_GUESSES.items():
-                found = [name for name in names if tokenizer.token_to_id(name) is not None]
-                if found:
-                    special_tokens[role] = found[0]
+            found = {role: [name for name in names if tokenizer.token_to_id(name) is not None]
+                     for role, names in ROLE_GUESSES.items()}
+            special_tokens = {role: names[0] for role, names in found.items() if names}
         self.special_strings = dict(special_tokens)
         self.special_tokens = {}
         for role, token in special_tokens.items():
@@ -60,15 +51,11 @@ class HFTokenizer(Tokenizer):
                 raise GlassformerError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
             self.special_tokens[role] = token_id
 
-    # ------------------------------------------------------------------ building
     @classmethod
     def from_dir(cls, path: str | Path) -> HFTokenizer:
-        """The tokenizer of a Hugging Face model folder.
-
-        Reads ``tokenizer.json`` if present, else ``vocab.txt`` (BERT WordPiece), else ``vocab.json`` +
-        ``merges.txt`` (GPT-2 byte-level BPE); special tokens and lower-casing come from
-        ``tokenizer_config.json`` / ``special_tokens_map.json`` when present.
-        """
+        """The tokenizer of a Hugging Face model folder: ``tokenizer.json``, else ``vocab.txt`` (BERT
+        WordPiece), else ``vocab.json`` + ``merges.txt`` (GPT-2 BPE); special tokens and lower-casing from
+        ``tokenizer_config.json`` / ``special_tokens_map.json`` when present."""
         path = Path(path)
         settings: dict[str, Any] = {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
@@ -92,24 +79,19 @@ class HFTokenizer(Tokenizer):
             raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
         specials = {}
         for role, keys in ROLE_KEYS.items():
-            for key in keys:
-                token = settings.get(key)
-                token = token.get("content") if isinstance(token, dict) else token
-                if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
-                    specials[role] = token
-                    break
+            tokens = [t.get("content") if isinstance(t, dict) else t for t in map(settings.get, keys)]
+            found = [t for t in tokens if isinstance(t, str) and tokenizer.token_to_id(t) is not None]
+            if found:
+                specials[role] = found[0]
         return cls(tokenizer, specials or None)
 
-    # ------------------------------------------------------------------ the interface
     @property
     def vocab_size(self) -> int:
         """The ``tokenizers`` vocabulary's size, added tokens included."""
         return self.hf.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Text -> ids, as ``transformers`` encodes: by default with the tokenizer's own specials
-        (``[CLS] ... [SEP]`` for BERT, ``<s> ... </s>`` for BART, none for GPT-2); ``add_special_tokens=False``
-        leaves them out."""
+        """Text -> ids, as ``transformers`` encodes: by default with the tokenizer's own specials."""
         return self.hf.encode(check_text(text), add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
@@ -140,17 +122,14 @@ class HFTokenizer(Tokenizer):
             raise GlassformerError(f"tokenizer field 'special_tokens' must map roles to token strings, got {specials}")
         return cls(rust_tokenizer(field(data, "hf", dict), "the 'hf' field"), specials)
 
-    # ------------------------------------------------------------------ Hugging Face files
     def save_hf(self, path: str | Path) -> None:
         """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` into the
-        folder ``path``, as ``transformers.AutoTokenizer.from_pretrained`` reads them."""
+        folder ``path``, for ``transformers.AutoTokenizer.from_pretrained``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         with rust_path(path / "tokenizer.json", write=True) as name_for_rust:
             self.hf.save(name_for_rust)
-        names = {"pad": "pad_token", "bos": "bos_token", "eos": "eos_token", "mask": "mask_token",
-                 "unk": "unk_token"}
-        tokens = {names[role]: token for role, token in self.special_strings.items()}
+        tokens = {f"{role}_token": token for role, token in self.special_strings.items()}
         for role, name in (("bos", "cls_token"), ("eos", "sep_token")):  # BERT calls them cls and sep
             if role in self.special_strings:
                 tokens[name] = self.special_strings[role]
@@ -160,8 +139,7 @@ class HFTokenizer(Tokenizer):
 
 
 def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:
-    """BERT's tokenizer from its ``vocab.txt``: normalise, split on spaces and punctuation, WordPiece,
-    then ``[CLS] text [SEP]`` (the same pipeline as transformers' ``BertTokenizerFast``)."""
+    """BERT's tokenizer from its ``vocab.txt`` (the pipeline of transformers' ``BertTokenizerFast``)."""
     with rust_path(vocab_file) as vocab:
         tokenizer = RustTokenizer(models.WordPiece.from_file(vocab, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
