@@ -1,8 +1,5 @@
 """Lesson 2's experiments: attention against torch.nn, why divide by √d, order blindness, positions.
-
-Each function runs in seconds on a CPU and returns its findings as a dict; ``examples/`` prints
-them and ``glassformer demo --lesson2`` runs them all.
-"""
+Each runs in seconds on a CPU and returns its findings (``glassformer demo --lesson2`` runs them all)."""
 
 from __future__ import annotations
 
@@ -17,11 +14,8 @@ from ..nn import MultiHeadAttention, causal_mask
 
 
 def attention_vs_torch(d_model: int = 32, n_heads: int = 4, T: int = 7, seed: int = 0) -> dict:
-    """Our MultiHeadAttention against ``torch.nn.MultiheadAttention`` with the same weights.
-
-    torch.nn's boolean masks mean "True = blocked", the opposite of ours, so the causal mask is
-    inverted at the call. Returns the largest output and weight differences.
-    """
+    """Our MultiHeadAttention against ``torch.nn.MultiheadAttention`` with the same weights (whose boolean mask
+    means "True = blocked", the opposite of ours); returns the largest output and weight differences."""
     torch.manual_seed(seed)
     ours = MultiHeadAttention(d_model, n_heads).eval()
     ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
@@ -40,13 +34,8 @@ def attention_vs_torch(d_model: int = 32, n_heads: int = 4, T: int = 7, seed: in
 
 def why_scale(widths: tuple[int, ...] = (4, 16, 64, 256, 1024), T: int = 16, trials: int = 200,
               seed: int = 0) -> list[dict]:
-    """Softmax saturation with and without the 1/√d scale, as the width d grows.
-
-    For random unit-variance q and k, q·k has standard deviation √d. Unscaled, the softmax becomes
-    nearly one-hot as d grows (its largest weight -> 1) and its gradient vanishes; scaled, both stay
-    the same at every width. Returns one row per width: the mean largest weight and the mean
-    gradient norm of the softmax w.r.t. its scores, unscaled and scaled.
-    """
+    """Softmax saturation with and without the 1/√d scale as the width d grows (q·k of random q, k has standard
+    deviation √d). Returns a row per width: the mean largest weight and gradient norm, unscaled and scaled."""
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for d in widths:
@@ -65,12 +54,8 @@ def why_scale(widths: tuple[int, ...] = (4, 16, 64, 256, 1024), T: int = 16, tri
 
 
 def permutation_equivariance(T: int = 8, seed: int = 0) -> dict:
-    """Without positions, permuting the input permutes the output and changes nothing else.
-
-    A bidirectional model with ``pos="none"`` cannot tell "dog bites man" from "man bites dog";
-    with sinusoidal positions it can. Returns the largest difference between f(P x) and P f(x)
-    for both.
-    """
+    """Without positions, permuting the input only permutes the output: the largest difference between
+    f(P x) and P f(x) for a bidirectional model with ``pos="none"`` and with sinusoidal positions."""
     torch.manual_seed(seed)
     ids = torch.randint(0, 50, (1, T))
     perm = torch.randperm(T)
@@ -86,11 +71,8 @@ def permutation_equivariance(T: int = 8, seed: int = 0) -> dict:
 
 def positions_on_an_order_task(schemes: tuple[str, ...] = ("none", "sinusoidal", "learned", "rope", "alibi"),
                                steps: int = 300, T: int = 12, vocab: int = 16, seed: int = 0) -> list[dict]:
-    """Train a tiny bidirectional model per position scheme to output, at each position, the token
-    one place to the left (position 0 outputs its own token). The task is pure order: without
-    position information the model can only guess (accuracy near chance).
-    Returns per scheme the final accuracy on fresh sequences.
-    """
+    """Train a tiny bidirectional model per position scheme to output the token one place to the left (a pure
+    order task: without positions, chance); returns per scheme the accuracy on fresh sequences."""
     rows = []
     for pos in schemes:
         torch.manual_seed(seed)
@@ -124,7 +106,7 @@ def run_all() -> dict:
 
 
 def summary(findings: dict, lang: str = "en") -> str:
-    """A readable account of :func:`run_all`'s findings, in ``lang`` ("en" or "zh", glassformer.viz.i18n)."""
+    """A readable account of :func:`run_all`'s findings, in ``lang`` ("en" or "zh")."""
     from ..viz.i18n import text
 
     a = findings["attention_vs_torch"]

@@ -1,9 +1,5 @@
-"""The tiny character LM lesson (lesson 12), end to end, with no files needed.
-
-Four built-in lines of Chinese; a 2-layer, 32-wide decoder-only model learns them in seconds, and
-every step is shown: windows and the shift by one, the shape of each layer's output, LayerNorm and
-the residual sum by hand, a causality check, the training history, a greedy generation trace with
-the top-4 candidates, and a checkpoint reload. ``glassformer demo`` runs it and prints :func:`summary`.
+"""The tiny character LM lesson (lesson 12), end to end: a 2-layer model learns four built-in lines of Chinese
+in seconds, every step shown (windows, shapes, LayerNorm by hand, causality, training, greedy trace, reload).
 """
 
 from __future__ import annotations
@@ -38,45 +34,25 @@ CONTEXT, STEPS, BATCH, LR, SEED, GENERATE = 16, 320, 32, 0.004, 1212, 12
 
 
 class AllWindows(LMBatches):
-    """Random training windows of the corpus, and the lesson's evaluation: every window at once.
-
-    Args:
-        ids: the corpus as token ids (N + T,); x, y: every (N, T) window and its (N, T) targets
-            (x shifted by one), the one evaluation batch.
-    """
+    """Random training windows of the corpus ``ids``; evaluation: every (N, T) window ``x`` and its targets ``y``."""
 
     def __init__(self, ids: np.ndarray, x: torch.Tensor, y: torch.Tensor) -> None:
         super().__init__("clm", ids, ids, CONTEXT, SEED)
         self.x, self.y = x, y
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
-        """One batch, whatever the sizes asked: {"ids": x, "labels": y}, both (N, T)."""
+        """One batch, whatever the sizes asked: every window."""
         yield {"ids": self.x, "labels": self.y}
 
 
+# What run() writes into ``out`` itself, beside the folders run/ and tiny-char-lm/.
 OUTPUT_FILES = ("results.json", "loss_curve.png", "attention_layer1.png", "attention_layer2.png")
-"""The files :func:`run` writes into ``out`` itself (beside the folders ``run/`` and ``tiny-char-lm/``)."""
 
 
 def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str, Any]:
-    """Run the lesson, writing its files to ``out`` (created):
-
-        results.json                  the returned dict
-        loss_curve.png                loss on all windows against step
-        attention_layer{1,2}.png      each head's (T, T) attention on the first line
-        tiny-char-lm/                 the trained model as a checkpoint
-        run/                          the Trainer's folder (metrics.jsonl, last/, best/) and its loss.png
-
-    Args:
-        steps: training steps (AdamW, batch 32 windows of 16 characters).
-        progress: show the trainer's progress bar on a terminal.
-    Returns:
-        The results: corpus, vocab, configuration, window_count, shapes ({step: shape}, e.g.
-        ``"embeddings": [2, 16, 32]`` for (B, T, d)), shift_example, norm_example, causality, history
-        (loss on all windows per evaluation), final_train_token_accuracy, generation (greedy text and
-        per-step top-4), checkpoint (path, reload_max_logit_diff), files, wall_seconds.
-    Raises:
-        RuntimeError when one of the lesson's checks (LayerNorm by hand, causality, reload) fails.
+    """Run the lesson for ``steps`` training steps, writing to ``out`` :data:`OUTPUT_FILES`, the checkpoint
+    ``tiny-char-lm/`` and the trainer's ``run/``. Returns the results (also in results.json); a RuntimeError
+    when one of the lesson's checks (LayerNorm by hand, causality, reload) fails.
     """
     started = time.perf_counter()
     out = Path(out)
@@ -96,7 +72,6 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     config = ModelConfig.preset("tiny-char", vocab_size=tokenizer.vocab_size, max_len=CONTEXT)
     model = build_model(config)
     shapes = shape_trace(model, x[:2])
-
     norm = make_norm("layernorm", 4, 1e-5)
     norm_input = torch.tensor([1.0, 2.0, 3.0, 4.0])
     with torch.no_grad():
@@ -106,7 +81,6 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     residual = norm_input + branch
     if not torch.allclose(normalized, by_hand) or not torch.equal(residual, torch.tensor([1.5, 1.5, 4.0, 3.0])):
         raise RuntimeError(f"LayerNorm/residual check failed: {normalized.tolist()} vs {by_hand.tolist()}")
-
     causality = check_causality(model, x[:1])
     if not causality.ok:
         raise RuntimeError(f"causality check failed: a future token changed earlier logits by {causality.max_leak}")
@@ -130,14 +104,12 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     steps_out = [{"step": r["step"], "context": r["context_text"], "chosen": r["chosen_text"],
                   "chosen_probability": r["chosen_probability"],
                   "top4": [{"char": c, "probability": p} for c, p in r["top_k_text"]]} for r in records]
-
     checkpoint = save_checkpoint(out / "tiny-char-lm", model, tokenizer)
     reloaded, reloaded_tokenizer = load(checkpoint)
     with torch.inference_mode():
         reload_diff = float((reloaded(x[:2]) - model(x[:2])).abs().max())
     if reload_diff != 0.0 or reloaded_tokenizer.to_dict() != tokenizer.to_dict():
         raise RuntimeError(f"the reloaded checkpoint differs from the trained model (max logit diff {reload_diff})")
-
     line = torch.tensor([tokenizer.encode(LINES[0])])
     with torch.inference_mode():
         _, attention = model(line, return_attn=True)
@@ -174,8 +146,7 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
 
 
 def summary(result: dict[str, Any], lang: str = "en") -> str:
-    """A readable account of :func:`run`'s results: one line per finding, then each generation step;
-    in ``lang`` ("en" or "zh", glassformer.viz.i18n)."""
+    """A readable account of :func:`run`'s results in ``lang`` ("en" or "zh"): a line per finding and step."""
     c, gen = result["configuration"], result["generation"]
     history = result["history"]
     norm = result["norm_example"]

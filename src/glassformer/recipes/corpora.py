@@ -1,18 +1,5 @@
-"""Public corpora of the recipes: where each lives, how to fetch it once, and how to read it.
-
-Every loader takes a data folder (``data_dir``) laid out like the download, so a local copy and a
-fresh download are read the same way::
-
-    <data_dir>/tinyshakespeare/input.txt
-    <data_dir>/multi30k/{train,val,test_2016_flickr}.{de,en}.gz
-
-``data_dir`` defaults to ``$GLASSFORMER_DATA`` or ``./data``. tinyshakespeare (public domain) is
-shipped with the package (``SHIPPED``) and read from there when the data folder lacks it. Nothing
-is downloaded unless ``download=True`` is passed; then a missing file is fetched from its canonical
-public URL (``URLS``) and written atomically; without network that is a one-line error. The Tang
-poems come from Debian's ``fortunes-zh`` package (``/usr/share/games/fortunes/tang300``), whose
-entries carry ANSI colour codes that are stripped here.
-"""
+"""Public corpora of the recipes in a data folder (``$GLASSFORMER_DATA`` or ``./data``) laid out as ``URLS``,
+fetched only with ``download=True`` (tinyshakespeare is also shipped); Tang poems from Debian's fortunes-zh."""
 
 from __future__ import annotations
 
@@ -33,13 +20,10 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 TANG300 = Path("/usr/share/games/fortunes/tang300")
 
-# Relative path inside data_dir -> canonical public URL.
 URLS: dict[str, str] = {"tinyshakespeare/input.txt": TINYSHAKESPEARE_URL} | {
     f"multi30k/{split}.{lang}.gz": MULTI30K_URL.format(file=f"{split}.{lang}.gz")
-    for split in MULTI30K_SPLITS for lang in ("de", "en")}
-
+    for split in MULTI30K_SPLITS for lang in ("de", "en")}  # path inside data_dir -> public URL
 SHIPPED = Path(__file__).with_name("data")  # corpora shipped with the package (the repository's data/)
-
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -49,10 +33,7 @@ def default_data_dir() -> Path:
 
 
 def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
-    """Fetch ``url`` into ``target`` (temp file + rename, so an interrupted download leaves nothing).
-
-    ``timeout`` (seconds, > 0) bounds each network wait. Returns ``target``.
-    """
+    """Fetch ``url`` into ``target`` atomically (``timeout``: seconds per network wait); returns ``target``."""
     check_number("timeout", timeout, 0.0, low_open=True)
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -67,24 +48,19 @@ def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
 
 
 def corpus_file(relative: str, data_dir: str | Path | None = None, download_missing: bool = False) -> Path:
-    """The path of one known corpus file (a key of ``URLS``) inside ``data_dir``.
-
-    A file the data folder lacks is downloaded when ``download_missing``, else read from the copy
-    shipped with the package when there is one (tinyshakespeare). Raises FileNotFoundError naming the
-    URL when it is missing otherwise.
-    """
+    """The path of one corpus file (a key of ``URLS``) in ``data_dir``: downloaded when missing and
+    ``download_missing``, else the shipped copy if any, else a MissingFileError naming the URL."""
     if relative not in URLS:
         raise GlassformerError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
-    path = Path(data_dir) if data_dir is not None else default_data_dir()
-    path = path / relative
-    if not path.is_file() and not download_missing and (SHIPPED / relative).is_file():
+    path = (Path(data_dir) if data_dir is not None else default_data_dir()) / relative
+    if path.is_file():
+        return path
+    if download_missing:
+        return download(URLS[relative], path)
+    if (SHIPPED / relative).is_file():
         return SHIPPED / relative
-    if not path.is_file():
-        if not download_missing:
-            raise MissingFileError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "
-                                   f"save {URLS[relative]} there, or point data_dir/$GLASSFORMER_DATA at a copy")
-        download(URLS[relative], path)
-    return path
+    raise MissingFileError(f"{str(path)!r} is missing: fetch it with download=True (or --download), or "
+                           f"save {URLS[relative]} there, or point data_dir/$GLASSFORMER_DATA at a copy")
 
 
 def tinyshakespeare(data_dir: str | Path | None = None, download: bool = False) -> Path:
@@ -97,25 +73,18 @@ def multi30k(split: str, data_dir: str | Path | None = None, download: bool = Fa
     "test_2016_flickr" (1,000). One caption per line, gzip; cite Elliott et al. 2016."""
     if split not in MULTI30K_SPLITS:
         raise GlassformerError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
-    return (corpus_file(f"multi30k/{split}.de.gz", data_dir, download),
-            corpus_file(f"multi30k/{split}.en.gz", data_dir, download))
+    de, en = (corpus_file(f"multi30k/{split}.{lang}.gz", data_dir, download) for lang in ("de", "en"))
+    return de, en
 
 
 def multi30k_pairs(split: str, data_dir: str | Path | None = None, download: bool = False) -> list[tuple[str, str]]:
     """The (German, English) sentence pairs of a Multi30k split."""
-    de, en = multi30k(split, data_dir, download)
-    return read_pairs(de, en)
-
-
-# ---------------------------------------------------------------------- fortune files (Tang poems)
-def strip_ansi(text: str) -> str:
-    """``text`` without ANSI terminal escape sequences (colours like ``ESC[32m`` ... ``ESC[m``)."""
-    return ANSI_ESCAPE.sub("", text)
+    return read_pairs(*multi30k(split, data_dir, download))
 
 
 def read_fortunes(path: str | Path) -> list[str]:
-    """The entries of a fortune file (separated by lines holding only ``%``), ANSI codes stripped."""
-    text = strip_ansi(read_text(path, "fortune file"))
+    """The entries of a fortune file (separated by lines holding only ``%``), ANSI colour codes stripped."""
+    text = ANSI_ESCAPE.sub("", read_text(path, "fortune file"))
     entries = [entry.strip("\n") for entry in re.split(r"^%\n", text + "\n", flags=re.MULTILINE)]
     return [entry for entry in entries if entry.strip()]
 
@@ -130,11 +99,7 @@ class Poem:
 
 
 def tang_poems(path: str | Path = TANG300) -> list[Poem]:
-    """The 313 Tang poems of Debian's ``fortunes-zh`` (``apt-get install fortunes-zh``).
-
-    Each entry reads ``《title》``, ``作者：author``, then the poem's lines; an entry without that
-    header is a ValueError naming it.
-    """
+    """The 313 Tang poems of Debian's ``fortunes-zh``: entries ``《title》``, ``作者：author``, then the lines."""
     if not Path(path).exists():
         raise MissingFileError(f"{str(path)!r} does not exist; install Debian's fortunes-zh "
                                "(apt-get install fortunes-zh) or pass the path of a copy")

@@ -1,17 +1,6 @@
-"""Induction heads (Olsson et al. 2022) reproduced on a CPU: the ``induction`` recipe task.
-
-A 2-layer attention-only TransformerLM reads rows of random tokens in which segments repeat
-(``<bos> r1 r1 r2 r2 ...``, each segment of random length): the first copy of a segment cannot be
-predicted, the second can, by looking back at what followed the current token the last time. The
-training microscope (:mod:`glassformer.interpret.microscope`) is on: every ``measure_every`` steps it
-runs glassformer.interpret's detectors on a fixed probe (random tokens repeated twice) and keeps the loss
-on each copy, every head's scores, the logit lens and attention snapshots in the run folder, which
-``glassformer inspect OUT_DIR/attn_only`` draws as a page. The loss on the repeated copy drops sharply (the
-phase change) when a previous-token head in layer 0 and an induction head in layer 1 appear together.
-
-With ``recipe.gpt2`` a GPT-2-architecture model (learned positions, MLPs, tied output) is trained on
-the same rows, written as a Hugging Face folder with ``save_hf_dir``, read back with ``load_hf_dir``
-(as any GPT-2 folder would be) and scored the same way.
+"""Induction heads (Olsson et al. 2022) reproduced on a CPU: the ``induction`` recipe task. A 2-layer
+attention-only model reads random segments, each repeated, while the training microscope scores its heads;
+``recipe.gpt2`` also trains a GPT-2 model and scores it after a round trip through a Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -42,18 +31,8 @@ ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable i
 
 
 class RepeatedSegments:
-    """Rows of random tokens in repeated segments, as batches for :class:`~glassformer.training.Trainer`.
-
-    A row is ``<bos>`` then segments ``r r`` (``r``: ``min_len`` to ``max_len`` random tokens) until
-    ``block_size + 1`` tokens, cut there. The batch of step s depends only on (seed, s).
-
-    Args:
-        vocab: how many distinct random tokens (letters and digits, at most 62); the tokenizer adds <bos>.
-        block_size: tokens per row (T).
-        min_len, max_len: segment lengths.
-        seed: the rows' seed.
-        eval_rows: size of the fixed validation set.
-    """
+    """Rows ``<bos> r r r' r' ...`` (``r``: ``min_len`` to ``max_len`` of ``vocab`` random tokens, at most 62)
+    cut to ``block_size + 1`` tokens, as Trainer batches; step s's batch depends only on (seed, s)."""
 
     def __init__(self, vocab: int = 62, block_size: int = 64, min_len: int = 6, max_len: int = 20, seed: int = 0,
                  eval_rows: int = 256):
@@ -92,14 +71,12 @@ class RepeatedSegments:
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """The fixed validation rows (a seed training never uses) in batches of ``batch_size``."""
         rows = self.rows(self.eval_rows, step_generator(self.seed, -1))
-        for n, start in enumerate(range(0, len(rows), batch_size)):
-            if max_batches is not None and n >= max_batches:
-                return
+        for start in range(0, len(rows), batch_size)[:max_batches]:
             yield self.batch(rows[start:start + batch_size])
 
 
 def measure(model: nn.Module, task: RepeatedSegments, step: int, length: int, batch: int) -> dict[str, Any]:
-    """One point of the history: the detectors of glassformer.interpret on the probe (seed 0)."""
+    """One point of the history: the head detectors on the probe (seed 0)."""
     was_training = model.training
     model.eval()
     try:
@@ -112,29 +89,23 @@ def measure(model: nn.Module, task: RepeatedSegments, step: int, length: int, ba
 
 
 def phase_change_step(history: list[dict[str, Any]]) -> int | None:
-    """The step of the phase change in the repeated-copy loss, or None when there is none: an abrupt,
-    lasting drop of the smoothed series (:func:`~glassformer.interpret.microscope.detect_phase_change`;
-    one noisy dip is not one)."""
+    """The step of the phase change (an abrupt, lasting drop) in the repeated-copy loss, or None."""
     found = detect_phase_change([r["step"] for r in history], [r["loss_repeat"] for r in history])
     return None if found is None else found["step"]
 
 
 def best_heads(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The best-scoring head of each kind in one history record: {kind: {"layer", "head", "score"}}."""
-    found = {}
-    for kind in ("previous_token", "induction"):
-        score, layer, head = max((s, l, h) for l, row in enumerate(record[kind]) for h, s in enumerate(row))
-        found[kind] = {"layer": layer, "head": head, "score": score}
-    return found
+    best = {kind: max((s, l, h) for l, row in enumerate(record[kind]) for h, s in enumerate(row))
+            for kind in ("previous_token", "induction")}
+    return {kind: {"layer": layer, "head": head, "score": score} for kind, (score, layer, head) in best.items()}
 
 
 def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """The control: each layer's best induction score and the repeat loss for several probe lengths
-    (``spec["control_lengths"]``). An induction head follows content, so its score holds at every length;
-    a head that attends a fixed distance back scores only where that distance happens to fit."""
-    lengths = spec.get("control_lengths", [8, 12, 16, 20])
+    """The control: each layer's best induction score and the repeat loss at each of ``spec["control_lengths"]``
+    (an induction head follows content, so its score holds at every length; a fixed-offset head's does not)."""
     found = {}
-    for length in (n for n in lengths if 2 * n + 1 <= model.config.max_len):
+    for length in (n for n in spec.get("control_lengths", [8, 12, 16, 20]) if 2 * n + 1 <= model.config.max_len):
         record = measure(model, task, -1, int(length), int(spec.get("probe_batch", 32)))
         found[int(length)] = {"induction_by_layer": [max(row) for row in record["induction"]],
                               "loss_repeat": record["loss_repeat"]}
@@ -143,9 +114,8 @@ def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, An
 
 def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments, spec: dict[str, Any],
                        max_steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train ``model`` for ``max_steps`` with :meth:`Trainer.train` and its microscope on, recording every
-    ``measure_every`` steps into the run folder (``microscope.jsonl``, drawn by ``glassformer inspect``);
-    the history is read back from it."""
+    """Train ``model`` with the microscope on (every ``measure_every`` steps); the history read back from the
+    run folder, and the validation."""
     every = check_int("recipe.measure_every", int(spec.get("measure_every", 10)), 1)
     length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
     if 2 * length + 1 > config.block_size:
@@ -161,16 +131,11 @@ def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegm
 
 
 def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
-    """Train the attention-only model (and with ``spec["gpt2"]`` the GPT-2-architecture one), measuring
-    heads along the way; draw ``phase_change.png`` and ``head_scores.png`` in each run's folder.
-
-    Returns {"attn_only": run, "gpt2": run (when asked)}, each run {"history", "phase_change_step",
-    "final" (the last record), "best_heads", "by_probe_length" (see :func:`by_probe_length`), "validation",
-    "out_dir", "attribution" (:func:`~glassformer.interpret.attribution.induction_patching`, also written
-    to the run folder's ``attribution.json`` for the run page)}.
-    """
+    """Train the attention-only model (and with ``spec["gpt2"]`` the GPT-2 one), measuring its heads; returns
+    {"attn_only": run, "gpt2": run}, each {"history", "phase_change_step", "final", "best_heads", ...}."""
     task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
                             int(spec.get("max_len", 20)), config.seed)
+    length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
     out = Path(config.out_dir)
     runs: dict[str, Any] = {}
     parts = [("attn_only", config.model_config(task.tokenizer.vocab_size), config.max_steps)]
@@ -190,13 +155,12 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                                "by_probe_length": by_probe_length(model, task, spec),
                                "validation": validation, "out_dir": run_config.out_dir}
         model.eval()  # attribution patching against exact patching, per head; the run page shows both
-        run["attribution"] = induction_patching(model, int(spec.get("probe_length", 20)),
-                                                int(spec.get("probe_batch", 32)), low=task.low, bos=task.bos)
+        run["attribution"] = induction_patching(model, length, batch, low=task.low, bos=task.bos)
         atomic_write_text(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
         if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in
             folder = save_hf_dir(model, None, out / name / "hf")
             loaded, _ = load_hf_dir(folder)
-            after = measure(loaded, task, steps, int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32)))
+            after = measure(loaded, task, steps, length, batch)
             run.update(hf_folder=str(folder), loaded_through_interop=after, best_heads=best_heads(after))
         title = "2-layer attention-only" if name == "attn_only" else "2-layer GPT-2 architecture"
         plot_phase_change(history, out / name / "phase_change.png", f"{title}: the phase change")

@@ -1,15 +1,6 @@
-"""Run a recipe: a training YAML plus a ``recipe:`` section saying which corpus to read and how to
-evaluate the result. One call trains and evaluates, and writes ``out_dir/results.json``.
-
-    recipe:
-      task: lm | mlm | translation | prefix-vs-causal | induction
-      corpus: tinyshakespeare | multi30k | tang300     (fills data/src/tgt when the config leaves them out)
-      ...                                              task options, see each ``_evaluate_*`` below
-
-Every other key is a :class:`~glassformer.training.TrainConfig` key (with one different default:
-``precision: auto``, bfloat16 autocast where it measures faster), so overrides work as for
-``glassformer train`` (``model.KEY`` for ModelConfig fields), and ``recipe.KEY`` overrides the recipe
-section. The command line is ``glassformer recipe`` (glassformer.commands.recipe); nothing here reads argv.
+"""Run a recipe: a training YAML plus a ``recipe:`` section (``task``: one of :data:`TASKS`, ``corpus``, and
+the task's options). One call trains, evaluates and writes ``out_dir/results.json``. Every other key is a
+TrainConfig key (default ``precision: auto``); ``recipe.KEY`` overrides the recipe section.
 """
 
 from __future__ import annotations
@@ -38,8 +29,6 @@ from .sequence_task import SequenceTask, exact_match
 
 TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction", "sae")
 CORPORA = ("tinyshakespeare", "multi30k", "tang300")
-
-
 SHIPPED = Path(__file__).with_name("configs")  # the repository's configs/, shipped with the package
 
 
@@ -50,11 +39,8 @@ def shipped_recipes() -> list[str]:
 
 
 def find_recipe(name_or_path: str | Path) -> Path:
-    """The YAML file of a recipe: ``name_or_path`` itself when it is a file, else the shipped recipe of
-    that name (``shakespeare_char_fast``, or ``shakespeare_char_fast.yaml``, ``configs/...``).
-
-    Raises MissingFileError naming the shipped recipes when neither exists.
-    """
+    """The YAML file of a recipe: ``name_or_path`` itself when it is a file, else the shipped recipe of that
+    name (with or without ``.yaml``); a MissingFileError naming the shipped recipes when neither exists."""
     path = Path(name_or_path)
     if path.is_file():
         return path
@@ -75,17 +61,9 @@ class Recipe:
 
 def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
                 data_dir: str | Path | None = None, download: bool = False) -> Recipe:
-    """Read a recipe, apply overrides and attach its corpus.
-
-    Args:
-        config: a recipe YAML file, or the same content as a mapping (copied, not modified).
-        overrides: (key, value) pairs or a mapping: TrainConfig keys, ``model.KEY`` and ``recipe.KEY``
-            (see :func:`~glassformer.training.config.apply_overrides`).
-        data_dir: the corpus folder (see :mod:`glassformer.recipes.corpora`); default $GLASSFORMER_DATA or ./data.
-        download: fetch a missing corpus from its public URL.
-    Returns:
-        The :class:`Recipe`: a validated TrainConfig whose data files are set, and the recipe section.
-    """
+    """Read a recipe (a YAML file, or its content as a mapping, not modified), apply ``overrides``
+    (TrainConfig keys, ``model.KEY``, ``recipe.KEY``) and attach its corpus from ``data_dir`` (fetched when
+    ``download``). Returns the validated TrainConfig with its data files set, and the recipe section."""
     if isinstance(config, dict):
         data, where = config, "the recipe"
     else:
@@ -104,9 +82,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
 
 
 def claim_recipe_outputs(out_dir: str | Path, spec: dict[str, Any]) -> None:
-    """Refuse, before any work, a user's file, a link, a hard link or a FIFO where the recipe writes into
-    ``out_dir`` (results.json, translations, the training run's own files). The tang300 corpus text is
-    checked when written, first: the same text again is no loss, any other file there is refused."""
+    """Refuse, before any work, a user's file, a link or a FIFO where the recipe writes into ``out_dir``."""
     from ..training.run_dir import RUN_FILES
 
     out = Path(out_dir)
@@ -116,7 +92,7 @@ def claim_recipe_outputs(out_dir: str | Path, spec: dict[str, Any]) -> None:
 
 
 def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | Path | None, download: bool) -> None:
-    """Fill ``data``'s data (or src/tgt) keys with the files of ``spec["corpus"]`` unless it names its own."""
+    """Fill ``data``'s data (or src/tgt) keys with ``spec["corpus"]``'s files unless it names its own."""
     corpus = spec.get("corpus")
     if corpus is None:
         return
@@ -134,20 +110,18 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
 
 
 def say(text: str, show: bool = True) -> None:
-    """Tell the user what the recipe is doing now (standard error, at once): no stage runs long in silence.
-    ``show``: the run's ``progress`` setting (false: quiet)."""
+    """Tell the user on standard error what the recipe is doing now (``show``: the run's ``progress``)."""
     if show and os.environ.get("RANK", "0") == "0":
         print(f"recipe: {text}", file=sys.stderr, flush=True)
 
 
 def _load_average() -> float | None:
-    """The 1-minute load average (None where the OS has none): results record how busy the machine was."""
+    """The 1-minute load average (None where the OS has none)."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _train(config: TrainConfig, model: Any, tokenizer: Any, batches: Any) -> dict[str, Any]:
-    """Train with :class:`Trainer`, draw ``out_dir/loss.png`` from its history (also when training fails),
-    and return the trainer's summary without the history."""
+    """Train, draw ``out_dir/loss.png`` (also when training fails); the trainer's summary without the history."""
     trainer = Trainer(config, model, tokenizer, batches)
     say(f"training {config.max_steps} steps into {config.out_dir} (metrics.jsonl there; a line per "
         f"{config.log_every} steps when no progress bar is drawn)", config.progress)
@@ -160,12 +134,8 @@ def _train(config: TrainConfig, model: Any, tokenizer: Any, batches: Any) -> dic
 
 
 def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: bool = False) -> dict[str, Any]:
-    """Train and evaluate; returns the results (also written to ``out_dir/results.json``).
-
-    Each training run writes its checkpoints, ``metrics.jsonl`` and ``loss.png`` to its ``out_dir``.
-    Returns {"task", "corpus", "training" or "models" (or "runs": induction), the task's evaluation
-    ("samples", "fill_mask" or "bleu"), "wall_s", "load_average", "cpu_count", "torch_threads", "config", "recipe"}.
-    """
+    """Train and evaluate; returns the results, also written to ``out_dir/results.json``: "task", "corpus",
+    "training" (or "models", "runs"), the evaluation ("samples", "fill_mask", "bleu"), "wall_s", the machine."""
     config, spec = recipe.train, recipe.spec
     out = Path(config.out_dir)
     claim_recipe_outputs(out, spec)  # before any work
@@ -201,35 +171,32 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     return results
 
 
-# ---------------------------------------------------------------------- evaluations
 def _lm_samples(model: Any, tokenizer: Any, spec: dict[str, Any]) -> list[dict[str, str]]:
     """Sampled continuations of ``spec["prompts"]`` (temperature, top_k, sample_tokens, stop)."""
-    samples = []
-    for n, prompt in enumerate(spec.get("prompts", ["\n"])):
-        text = generate_text(model, tokenizer, prompt, int(spec.get("sample_tokens", 200)), do_sample=True,
-                             temperature=float(spec.get("temperature", 0.8)), top_k=spec.get("top_k"),
-                             seed=int(spec.get("seed", 0)) + n, stop_strings=spec.get("stop"))
-        samples.append({"prompt": prompt, "text": prompt + text})
-    return samples
+    options = dict(do_sample=True, temperature=float(spec.get("temperature", 0.8)), top_k=spec.get("top_k"),
+                   stop_strings=spec.get("stop"))
+    tokens, seed = int(spec.get("sample_tokens", 200)), int(spec.get("seed", 0))
+    return [{"prompt": p, "text": p + generate_text(model, tokenizer, p, tokens, seed=seed + n, **options)}
+            for n, p in enumerate(spec.get("prompts", ["\n"]))]
 
 
 def _fill_mask_examples(model: Any, tokenizer: Any, val_ids: Any, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Mask one word in each of the first ``spec["examples"]`` validation lines that have one, and list
-    the model's top-5 guesses (a word token: it starts with a space and has letters)."""
+    """Mask one word (a token: a space, then 3+ letters) in each of the first ``spec["examples"]`` validation
+    lines that have one, and list the model's top-5 guesses."""
     text = tokenizer.decode([int(i) for i in val_ids[:20000]])
     wanted, found = int(spec.get("examples", 8)), []
     for line in text.splitlines()[1:]:  # the first line may start mid-line
         ids = tokenizer.encode(line, add_special_tokens=False)
-        words = [i for i, t in enumerate(ids) if i >= 2 and tokenizer.id_to_token(t).startswith(" ")
-                 and tokenizer.id_to_token(t).strip().isalpha() and len(tokenizer.id_to_token(t).strip()) > 2]
+        pieces = [tokenizer.id_to_token(t) for t in ids]
+        words = [i for i, p in enumerate(pieces) if i >= 2 and p.startswith(" ") and p.strip().isalpha()
+                 and len(p.strip()) > 2]
         if len(ids) < 6 or not words or len(ids) > model.config.max_len:
             continue
         position = words[len(words) // 2]
-        answer = tokenizer.id_to_token(ids[position])
         masked = ids[:position] + [tokenizer.mask_id] + ids[position + 1:]
         guesses = fill_mask(model, masked, tokenizer=tokenizer, top_k=5)[0]["tokens"]
         found.append({"text": tokenizer.decode(ids[:position]) + "[MASK]" + tokenizer.decode(ids[position + 1:]),
-                      "answer": answer, "top5": [[piece, round(p, 3)] for piece, p in guesses]})
+                      "answer": pieces[position], "top5": [[piece, round(p, 3)] for piece, p in guesses]})
         if len(found) == wanted:
             break
     return found
@@ -237,7 +204,7 @@ def _fill_mask_examples(model: Any, tokenizer: Any, val_ids: Any, spec: dict[str
 
 def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config: TrainConfig,
                         data_dir: str | Path | None, download: bool) -> dict[str, Any]:
-    """BLEU on ``spec["test_split"]`` (default test_2016_flickr) greedy and with ``spec["beams"]`` beams."""
+    """BLEU on ``spec["test_split"]``, greedy and with ``spec["beams"]`` beams."""
     split = spec.get("test_split", "test_2016_flickr")
     src_file, ref_file = corpora.multi30k(split, data_dir, download)
     pairs = read_pairs(src_file, ref_file)
@@ -265,8 +232,7 @@ def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, An
     found = {}
     for objective in ("prefix", "clm"):
         task = SequenceTask(objective=objective, seed=config.seed, **options)
-        run_config = TrainConfig.from_dict({**config.to_dict(), "objective": objective,
-                                            "block_size": task.block_size,
+        run_config = TrainConfig.from_dict({**config.to_dict(), "objective": objective, "block_size": task.block_size,
                                             "out_dir": str(Path(config.out_dir) / objective)})
         torch.manual_seed(config.seed)
         model = build_model(run_config.model_config(task.tokenizer.vocab_size))

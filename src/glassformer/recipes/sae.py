@@ -1,13 +1,5 @@
-"""The ``sae`` recipe task: train the language model, then a sparse autoencoder on one of its hook points.
-
-The recipe section holds ``task: sae``, the corpus, and any key of
-:class:`glassformer.interpret.sae.SAETrainConfig` (``hook``, ``kind``, ``k``, ``steps``...), overridable as
-``--recipe.KEY value``. The SAE reads the same text the model trained on (its held-out tail for the
-metrics and feature pages) and is written to ``out_dir/sae-HOOK/``; the results list the most frequent
-features with their top contexts (the peak token in brackets), for a reader to name them, and, for a
-character-level model, which features fire (>= 90% of the time, on at least 20 held-out tokens) on one
-kind of character a reader would name (:data:`CHARACTER_KINDS`): a measured, not hand-picked, count.
-"""
+"""The ``sae`` recipe task: train the language model, then a sparse autoencoder (any SAETrainConfig key) on one
+of its hook points; list the top features and, for a char-level model, those firing on one kind of character."""
 
 from __future__ import annotations
 
@@ -23,8 +15,6 @@ from ..training import TrainConfig, load, prepare_run
 from ..viz.report_sae import write_feature_pages
 
 RECIPE_KEYS = ("task", "corpus", "source", "features_listed", "naming_batches")  # the rest: SAE keys
-
-
 NAME_LINE = re.compile(r"[A-Z][A-Za-z' ]{0,30}:")  # a speaker's line: "ROMEO:", "First Citizen:"
 VOWELS = set("aeiou")
 # (name, test of (previous character, character, the whole line or None when the window cuts it)),
@@ -47,8 +37,7 @@ CHARACTER_KINDS: list[tuple[str, Callable[[str, str, str | None], bool]]] = [
 
 
 def _kind_of_each_position(text: str) -> list[list[bool]]:
-    """For each character of ``text``: which CHARACTER_KINDS it is (its line is known when both ends are in;
-    a newline's line is the one it ends)."""
+    """For each character of ``text``: which CHARACTER_KINDS it is (a newline's line is the one it ends)."""
     found = []
     for i, c in enumerate(text):
         before = text.rfind("\n", 0, i)
@@ -62,11 +51,8 @@ def _kind_of_each_position(text: str) -> list[list[bool]]:
 @torch.no_grad()
 def name_features(sae: SparseAutoencoder, source: ActivationSource, batches: int = 8, share: float = 0.9,
                   at_least: int = 20) -> dict[str, Any] | None:
-    """Features that fire on one kind of character ``share`` of the time (char-level models only).
-
-    Returns {"kinds": {kind: [feature ids]}, "named": count, "live": count, "tokens": count}, or None
-    when the tokenizer's pieces are not single characters.
-    """
+    """Features (firing on >= ``at_least`` tokens) that fire on one kind of character ``share`` of the time:
+    {"kinds": {kind: [feature ids]}, "named", "live", "tokens", ...}, or None for a tokenizer not char-level."""
     tokenizer = source.tokenizer
     counts = torch.zeros(sae.config.d_sae, len(CHARACTER_KINDS))
     fired = torch.zeros(sae.config.d_sae)
@@ -96,22 +82,19 @@ def name_features(sae: SparseAutoencoder, source: ActivationSource, batches: int
 
 def _context_text(context: dict[str, Any], vocab: dict[str, str]) -> str:
     pieces = [vocab[str(t)] for t in context["tokens"]]
-    peak = context["peak"]
-    pieces[peak] = "[" + pieces[peak] + "]"
+    pieces[context["peak"]] = f"[{pieces[context['peak']]}]"
     return "".join(pieces)
 
 
 def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], train: Any) -> dict[str, Any]:
-    """Train the model (``train(config, model, tokenizer, batches)`` is the recipe runner's trainer), then
-    the SAE; returns {"training", "sae": {"metrics", "training", "out_dir", "features_html", "features"}}."""
+    """Train the model with ``train(config, model, tokenizer, batches)``, then the SAE;
+    returns {"training", "sae": {"metrics", "training", "out_dir", "features_html", "features", ...}}."""
     run = prepare_run(config)
     training = train(config, run.model, run.tokenizer, run.batches)
     checkpoint = Path(config.out_dir) / "best"
     model, tokenizer = load(checkpoint)
-    options = {k: v for k, v in spec.items() if k not in RECIPE_KEYS}
-    options.setdefault("data", list(config.data))
-    options.setdefault("progress", config.progress)
-    sae_config = SAETrainConfig.from_dict(options)
+    sae_config = SAETrainConfig.from_dict({"data": list(config.data), "progress": config.progress,
+                                           **{k: v for k, v in spec.items() if k not in RECIPE_KEYS}})
     found = run_sae(sae_config, model, tokenizer, checkpoint=checkpoint)
     listed = int(spec.get("features_listed", 40))
     features, pages, summary = [], None, found["features"]

@@ -1,20 +1,5 @@
-"""Tasks where the output is written after the whole input is read, given as the prefix.
-
-An example is ``x = y.``: ``x`` is a random string of 4-16 symbols, ``.`` the end, and ``y``
-
-- ``reverse``: ``x`` reversed (``cab=bac.``);
-- ``sort``: ``x`` sorted (``cab=abc.``);
-- ``count``: for each symbol of ``x``, how many times it occurs *later* in ``x``, capped at
-  ``max_count`` (a digit): ``abab=1100.``. With ``max_count=1`` (the default) this asks "does this
-  symbol occur again later?".
-
-The loss covers only ``y.``. A prefix-LM reads ``x =`` bidirectionally; a causal LM reads it left to
-right. Both are the same TransformerLM with the same size: only the mask differs. ``count`` is where
-that matters: in a prefix-LM each input symbol can count its later copies in the first layer, and an
-output step has only to fetch that count; a causal LM's input symbols cannot see what follows them,
-so its output steps must find the symbol and then count, one more hop. Reversal and sorting need no
-look-ahead inside the input, and there the causal LM learns as fast or faster (docs/results.md).
-"""
+"""Tasks whose output follows the whole input (the prefix): ``x=y.`` with ``y`` ``x`` reversed (``cab=bac.``),
+sorted (``cab=abc.``) or, for ``count``, how often each symbol occurs later, capped (``abab=1100.``)."""
 
 from __future__ import annotations
 
@@ -34,20 +19,8 @@ SEPARATOR, END = "=", "."
 
 
 class SequenceTask:
-    """Random examples of the reverse/sort task as batches for :class:`~glassformer.training.Trainer`.
-
-    Batches hold ``ids`` (B, 2 * max_len + 1) (right-padded with the end symbol), ``labels`` (-100
-    except on the output and the end mark) and, for ``objective="prefix"``, ``prefix_len`` (B,) =
-    input length + 1 (the separator). The batch of step s depends only on (seed, s).
-
-    Args:
-        kind: "reverse", "sort" or "count".
-        objective: "prefix" (prefix-LM) or "clm" (causal LM).
-        alphabet: the input symbols (single characters other than "=" and "."; no digits for "count").
-        min_len, max_len: input lengths are uniform in [min_len, max_len].
-        eval_examples: size of the fixed validation set.
-        max_count: "count" only: the largest count written (1-9).
-    """
+    """Random examples of a ``kind`` task as Trainer batches for ``objective`` "prefix" or "clm", inputs of
+    ``min_len`` to ``max_len`` symbols of ``alphabet``; step s's batch depends only on (seed, s)."""
 
     def __init__(self, kind: str = "reverse", objective: str = "prefix", alphabet: str = "abcdefghij",
                  min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512, max_count: int = 1):
@@ -66,8 +39,7 @@ class SequenceTask:
         check_int("eval_examples", eval_examples, 1)
         check_int("seed", seed)
         self.kind, self.objective, self.seed, self.max_count = kind, objective, seed, max_count
-        self.min_len, self.max_len, self.eval_examples = min_len, max_len, eval_examples
-        self.alphabet = alphabet
+        self.min_len, self.max_len, self.eval_examples, self.alphabet = min_len, max_len, eval_examples, alphabet
         outputs = DIGITS[:max_count + 1] if kind == "count" else ""
         self.tokenizer = CharTokenizer(list(alphabet + outputs + SEPARATOR + END))
         self.block_size = 2 * max_len + 1
@@ -85,8 +57,8 @@ class SequenceTask:
                 for n in lengths]
 
     def batch(self, inputs: list[str]) -> dict[str, torch.Tensor]:
-        """The batch of B input strings: ``ids`` and ``labels`` (B, block_size), and for a prefix-LM
-        ``prefix_len`` (B,) (see the class docstring)."""
+        """The batch of B input strings: ``ids`` (padded with the end mark) and ``labels`` (-100 but on ``y.``),
+        (B, block_size) each, and for a prefix-LM ``prefix_len`` (B,): input length + 1."""
         end = self.tokenizer.encode(END)[0]
         B, T = len(inputs), self.block_size
         ids = torch.full((B, T + 1), end, dtype=torch.long)
@@ -111,18 +83,13 @@ class SequenceTask:
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """The validation inputs as :meth:`batch` es of up to ``batch_size`` rows (at most ``max_batches``)."""
         inputs = self.val_inputs()
-        for n, start in enumerate(range(0, len(inputs), batch_size)):
-            if max_batches is not None and n >= max_batches:
-                return
+        for start in range(0, len(inputs), batch_size)[:max_batches]:
             yield self.batch(inputs[start:start + batch_size])
 
 
 def exact_match(model: nn.Module, task: SequenceTask, batch_size: int = 256) -> dict[str, float]:
-    """Greedy-decode every validation input and compare with the answer.
-
-    Returns {"exact_match": fraction of outputs exactly right, "symbol_accuracy": fraction of output
-    symbols right at their position, "examples": a few (input, output) pairs}.
-    """
+    """Greedy-decode every validation input and compare with the answer: {"exact_match": share of outputs
+    exactly right, "symbol_accuracy": share of output symbols right, "examples": a few (input, output)}."""
     check_int("batch_size", batch_size, 1)
     tokenizer, inputs = task.tokenizer, task.val_inputs()
     end = tokenizer.encode(END)[0]

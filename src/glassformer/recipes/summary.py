@@ -1,6 +1,4 @@
-"""What ``glassformer recipe`` prints at the end: a few readable lines per task (samples as text, numbers
-rounded, a one-line verdict for the prefix-LM vs causal-LM comparison); every number stays in
-``out_dir/results.json`` (and on standard output behind ``--json``)."""
+"""What ``glassformer recipe`` prints at the end: a few readable lines per task (every number: results.json)."""
 
 from __future__ import annotations
 
@@ -11,8 +9,8 @@ from ..training.report import say, summary_lines
 
 
 def verdict(models: Mapping[str, Mapping[str, Any]]) -> str:
-    """The comparison's one line: ``prefix-LM wins: 0.980 vs 0.623 exact match`` (ties broken by symbol
-    accuracy, then a tie is said), from {name: {"exact_match", "symbol_accuracy", ...}} of two models."""
+    """The comparison's line (``prefix-LM wins: 0.980 vs 0.623 exact match``; ties broken by symbol accuracy)
+    of two models {name: {"exact_match", "symbol_accuracy", ...}}."""
     (a, ra), (b, rb) = sorted(models.items(), key=lambda item: (-item[1]["exact_match"], -item[1]["symbol_accuracy"]))
     if ra["exact_match"] > rb["exact_match"]:
         return say("wins", a=a, b=b, ea=ra["exact_match"], eb=rb["exact_match"])
@@ -21,9 +19,6 @@ def verdict(models: Mapping[str, Mapping[str, Any]]) -> str:
     return say("tie", ea=ra["exact_match"], sa=ra["symbol_accuracy"])
 
 
-def _indented(text: str, prefix: str = "    ") -> list[str]:
-    return [prefix + line for line in text.splitlines()] or [prefix]
-
 
 def _training(training: Mapping[str, Any], max_steps: int, name: str | None = None) -> list[str]:
     head, *rest = summary_lines(training, max_steps)
@@ -31,8 +26,7 @@ def _training(training: Mapping[str, Any], max_steps: int, name: str | None = No
 
 
 def recipe_summary(results: Mapping[str, Any], out_dir: str) -> list[str]:
-    """The lines ``glassformer recipe`` prints for ``results`` (:func:`~glassformer.recipes.run_recipe`'s
-    return value); ``out_dir``: where results.json was written."""
+    """The lines ``glassformer recipe`` prints for ``run_recipe``'s ``results`` written to ``out_dir``."""
     task, config = results["task"], results.get("config", {})
     max_steps = int(config.get("max_steps", 0))
     corpus = say("on_corpus", corpus=results["corpus"]) if results.get("corpus") else ""
@@ -40,7 +34,8 @@ def recipe_summary(results: Mapping[str, Any], out_dir: str) -> list[str]:
     if "training" in results:
         lines += _training(results["training"], max_steps)
     for n, sample in enumerate(results.get("samples", []), 1):
-        lines += [say("sample", n=n, prompt=sample["prompt"]), *_indented(sample["text"])]
+        text = ["    " + line for line in sample["text"].splitlines()] or ["    "]
+        lines += [say("sample", n=n, prompt=sample["prompt"]), *text]
     for example in results.get("fill_mask", []):
         guesses = ", ".join(f"{piece!r} {p:.2f}" for piece, p in example["top5"])
         lines += [f"fill-mask: {example['text']}", f"    answer {example['answer']!r}; top 5: {guesses}"]

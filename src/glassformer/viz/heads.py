@@ -1,8 +1,5 @@
-"""PNG plots of attention heads over training: the phase change, and each head's detector scores.
-
-Both read the history the induction-head recipe keeps (glassformer.recipes.induction): one record per
-measurement, {"step", "loss_first", "loss_repeat", "previous_token": L x h, "induction": L x h}.
-"""
+"""PNG plots of attention heads over training, from the induction recipe's history: records
+{"step", "loss_first", "loss_repeat", "previous_token": L x h, "induction": L x h}."""
 
 from __future__ import annotations
 
@@ -14,8 +11,8 @@ from .plots import _pyplot, _save
 
 
 def plot_phase_change(history: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Loss on the first and on the repeated copy, and the best previous-token and induction scores,
-    against the training step (two panels sharing the step axis). Returns the PNG's path."""
+    """Loss on each copy and the best previous-token and induction scores against the step (two panels);
+    returns the PNG's path."""
     plt = _pyplot()
     steps = [r["step"] for r in history]
     fig, (loss_ax, score_ax) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
@@ -35,8 +32,7 @@ def plot_phase_change(history: Sequence[dict[str, Any]], path: str | Path, title
 
 
 def plot_head_scores(history: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Every head's previous-token and induction score against the training step: one panel per layer
-    and score, one line per head. Returns the PNG's path."""
+    """Every head's scores against the step (a panel per layer and score, a line per head); returns the path."""
     plt = _pyplot()
     steps = [r["step"] for r in history]
     n_layers, n_heads = len(history[0]["induction"]), len(history[0]["induction"][0])

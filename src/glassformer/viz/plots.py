@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,36 +10,24 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError
+from ..fileio import MARKER, atomic_write, check_output_file
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")
-# Shipped with the package (SIL OFL 1.1, see fonts/OFL.txt): the common Chinese characters, kana and
-# CJK punctuation of Noto Sans CJK SC, cut by tools/subset_cjk_font.py. Under 1 MB.
+# Shipped (SIL OFL 1.1, fonts/OFL.txt): the common characters of Noto Sans CJK SC, cut by tools/subset_cjk_font.py.
 BUNDLED_CJK_FONT = Path(__file__).with_name("fonts") / "NotoSansCJKsc-Subset.otf"
 BUNDLED_CJK_FAMILY = "Noto Sans CJK SC Subset"
 
 
-def register_bundled_font() -> str:
-    """Add the shipped CJK subset to matplotlib's font list (once per process); return its family name."""
+def cjk_font_families() -> list[str]:
+    """Font families to use: DejaVu Sans, the shipped CJK subset (registered once per process), then the first
+    installed CJK font (matplotlib falls back along the list per glyph, so Chinese labels render anywhere)."""
     from matplotlib import font_manager
 
     if not any(f.name == BUNDLED_CJK_FAMILY for f in font_manager.fontManager.ttflist):
         font_manager.fontManager.addfont(str(BUNDLED_CJK_FONT))
-    return BUNDLED_CJK_FAMILY
-
-
-def cjk_font_families() -> list[str]:
-    """Font families to use: DejaVu Sans, the shipped CJK subset, then the first installed CJK font.
-
-    Matplotlib falls back along this list per glyph, so Latin and Chinese labels both render on any
-    machine: the shipped subset covers the common Chinese characters, and an installed CJK font (on
-    Debian/Ubuntu ``apt install fonts-noto-cjk``) the rest.
-    """
-    from matplotlib import font_manager
-
-    bundled = register_bundled_font()
     installed = {f.name for f in font_manager.fontManager.ttflist}
-    return ["DejaVu Sans", bundled] + [name for name in CJK_FONTS if name in installed][:1]
+    return ["DejaVu Sans", BUNDLED_CJK_FAMILY] + [name for name in CJK_FONTS if name in installed][:1]
 
 
 def _pyplot():
@@ -55,10 +44,6 @@ def _save(fig, path: str | Path) -> Path:
     """Lay out, write as PNG (creating folders) and close ``fig``."""
     plt = _pyplot()
     fig.tight_layout()
-    import io
-
-    from ..fileio import MARKER, atomic_write, check_output_file
-
     path = check_output_file(path, what="figure")  # never a link, a FIFO, a user's file: before drawing
     path.parent.mkdir(parents=True, exist_ok=True)
     image = io.BytesIO()
@@ -69,15 +54,7 @@ def _save(fig, path: str | Path) -> Path:
 
 
 def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
-    """Write train and validation loss against step as a PNG (matplotlib, no display needed).
-
-    Args:
-        history: records with "step" and "train_loss" and/or "val_loss" (the ``history`` that
-            ``Trainer.train`` returns); other records and keys are ignored.
-        path: the PNG to write (its folder is created); title: the plot's title.
-    Returns:
-        The path written.
-    """
+    """Write train and validation loss against step (``history``: ``Trainer.train``'s) as a PNG; returns its path."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, style in (("train_loss", "-"), ("val_loss", "o-")):
@@ -92,30 +69,12 @@ def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "t
     return _save(fig, path)
 
 
-def plot_attention(
-    weights: torch.Tensor | Sequence[torch.Tensor],
-    tokens: Sequence[str],
-    path: str | Path,
-    *,
-    query_tokens: Sequence[str] | None = None,
-    batch_index: int = 0,
-    layers: Sequence[int] | None = None,
-    heads: Sequence[int] | None = None,
-    title: str | None = None,
-) -> Path:
-    """Write a PNG grid of attention heatmaps: one row per layer, one column per head.
-
-    Args:
-        weights: per-layer attention weights, each (B, h, Tq, Tk) (as returned by
-            ``model(ids, return_attn=True)``), or one such tensor.
-        tokens: labels of the keys (Tk); ``query_tokens`` those of the queries (default: tokens).
-        path: where to write the PNG.
-        batch_index: which row of the batch to draw.
-        layers, heads: subsets to draw (default: all).
-        title: figure title.
-    Returns:
-        The path written.
-    """
+def plot_attention(weights: torch.Tensor | Sequence[torch.Tensor], tokens: Sequence[str], path: str | Path, *,
+                   query_tokens: Sequence[str] | None = None, batch_index: int = 0,
+                   layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
+                   title: str | None = None) -> Path:
+    """Write a PNG grid of attention heatmaps (a row per layer, a column per head) to ``path``; returns it.
+    ``weights``: per-layer (B, h, Tq, Tk) tensors (``return_attn=True``), or one; ``tokens``: the key labels."""
     plt = _pyplot()
     per_layer = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     if not per_layer or any(w is None or w.dim() != 4 for w in per_layer):

@@ -1,21 +1,5 @@
-"""write_report: one self-contained HTML page showing what a model does with one input.
-
-The page holds everything inline (data as JSON, script and style from ``report_assets/``), so it
-opens offline, from an e-mail attachment or a USB stick; a Content-Security-Policy forbids every
-network request. It shows:
-
-- the attention of every layer and head: a *head view* (one layer; a line from each query token to
-  each key token, weight as opacity) and a *model view* (a layers x heads grid of heatmaps; click one
-  to enlarge it). An encoder-decoder gets three views: encoder self-attention, decoder
-  self-attention and cross-attention. A prefix-LM's prefix boundary and padded positions are marked;
-- the shape of every step of the forward pass, the config and the parameter count;
-- for models that generate, the generation trace: per step the top-k candidates and the choice.
-
-Long inputs: the page scrolls, and inputs longer than ``max_tokens`` are cut to their first
-``max_tokens`` tokens *before* the model runs, with a note saying so (the weights shown are then
-exactly the model's weights for the text shown). Attention weights are stored as bytes (weight x 255,
-about 0.002 precision), base64-encoded, one byte per weight.
-"""
+"""write_report: one self-contained, offline HTML page (everything inline, no network by its Content-Security-Policy)
+of what a model does with one input: every head's attention, the forward pass's shapes, the generation trace."""
 
 from __future__ import annotations
 
@@ -42,15 +26,10 @@ __all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_
            "check_report_options", "gather", "render_html", "report_html", "write_report"]
 
 
-# ---------------------------------------------------------------------------------------------- render
-
 def page_start(title: str, lang: str, *styles: str, script: str | None = None) -> str:
-    """The start of every offline page glassformer writes, up to and including ``<body>``: the
-    language, the content-security policy (no network), report.css and then ``styles`` (CSS text).
-
-    ``script`` is the page's one script (the code :func:`script_element` puts at the end): the policy
-    lets that exact text run (its SHA-256) and nothing else, so text that reaches the page from a file
-    (a token, a record's key) can never run, even if it got past the escaping. None: no script may run.
+    """The start of every offline page glassformer writes, up to ``<body>``: language, content-security
+    policy (no network), report.css then ``styles`` (CSS text). ``script``: the page's one script, the only
+    text the policy lets run (by its SHA-256; None: no script runs).
     """
     css = "\n".join([_asset("report.css"), *styles])
     return f"""<!DOCTYPE html>
@@ -101,8 +80,7 @@ def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
             cells.append(f'<td class="gf-cand{chosen}" title="id {cand["id"]}">{bar}<span class="gf-cand-text">'
                          f'<code>{_shown(cand["label"])}</code> {cand["p"]:.3f}</span></td>')
         chosen_label = _shown(step["chosen_label"])
-        rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>'
-                    f'{"".join(cells)}</tr>')
+        rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>{"".join(cells)}</tr>')
     head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))
     return (f'<p>{html.escape(tr("generation.continuation", lang))} <code class="gf-continuation">'
             f'{html.escape(gen["continuation"])}</code></p>'
@@ -188,64 +166,21 @@ def report_html(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | to
     return render_html(gather(model, tokenizer, text, target, **kwargs))
 
 
-def write_report(
-    model: nn.Module,
-    tokenizer: Any,
-    text: str | Sequence[int] | torch.Tensor,
-    target: str | Sequence[int] | torch.Tensor | None = None,
-    out: str | Path = "report.html",
-    **kwargs: Any,
-) -> Path:
-    """Write a self-contained HTML report of ``model`` reading ``text``.
-
-    Args:
-        model: a TransformerLM (causal, bidirectional or prefix) or EncoderDecoder, e.g. from
-            ``glassformer.load`` or a Hugging Face model converted by ``glassformer.interop``.
-        tokenizer: a glassformer (or Hugging Face) tokenizer, or None when text and target are ids.
-        text: the input: text, or token ids (a list, a (T,) or (1, T) tensor). For an
-            encoder-decoder the source (text gets the tokenizer's eos appended, as in
-            glassformer's seq2seq data); for a prefix-LM the prefix.
-        target: encoder-decoder: the target (the decoder reads the start token, then the target);
-            prefix-LM: the continuation after the prefix. Other models take none.
-        out: the HTML file to write (its folder is created).
-    Keyword args:
-        prefix_len: prefix-LM only: prefix length (default: the length of ``text``).
-        pad_to: right-pad ``text`` with the pad token to this many tokens, with a padding mask,
-            to show how padding is masked.
-        start_id: the decoder's start token (default: the tokenizer's bos token).
-        generate: steps of the greedy generation trace for causal and prefix LMs (0: none).
-        top_k: candidates shown per generation step.
-        max_tokens: inputs longer than this are cut to their first ``max_tokens`` tokens
-            (with a note in the report); the page holds L·h·T² bytes of weights per view.
-        add_special_tokens: True/False: whether the tokenizer adds bos/eos (or [CLS]/[SEP]) around
-            ``text``; None (default): the tokenizer's own default (a Hugging Face tokenizer adds them,
-            as ``transformers`` does; glassformer's char, byte and BPE tokenizers do not).
-        title: the page title.
-        lang: the language of the page's labels, notes and captions: "en" (default) or "zh"
-            (glassformer.viz.i18n; ``glassformer inspect --lang`` also follows the locale).
-        logit_lens, head_scores, ablation: add the sections of glassformer.interpret (TransformerLM
-            only): the logit lens (layers x positions, top tokens), each head's previous-token and
-            induction score (causal models), and each head's ablation effect (one forward per head).
-    Returns:
-        The path written.
+def write_report(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,
+                 target: str | Sequence[int] | torch.Tensor | None = None, out: str | Path = "report.html",
+                 **kwargs: Any) -> Path:
+    """Write a self-contained HTML report of ``model`` (a TransformerLM or EncoderDecoder) reading ``text`` (text,
+    or ids when ``tokenizer`` is None) to ``out``; returns the path. ``target``: an encoder-decoder's target or a
+    prefix-LM's continuation. Keyword options (``prefix_len``, ``pad_to``, ``start_id``, ``generate``, ``top_k``,
+    ``max_tokens``, ``add_special_tokens``, ``title``, ``lang``, ``logit_lens``, ``head_scores``, ``ablation``):
+    see docs/learn/report.md.
     """
-    path = Path(out)
-    page = report_html(model, tokenizer, text, target, **kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, page, what="report")  # never a folder, a device or a link
-    return path
+    return Report(report_html(model, tokenizer, text, target, **kwargs)).save(out)
 
 
-# ---------------------------------------------------------------------------------------------- notebooks
 class Report:
-    """A report page held in memory: shows inline in Jupyter, ``save(path)`` writes it.
-
-    In a notebook the page is shown in a sandboxed ``<iframe>`` (its script may run, its style and
-    element ids cannot clash with the notebook's or another report's).
-
-    Args:
-        html: the page, as :func:`report_html` returns it.
-    """
+    """A report page (``html``, as :func:`report_html` returns it) held in memory: shown in Jupyter in a
+    sandboxed ``<iframe>``, written by ``save(path)``."""
 
     def __init__(self, html: str):
         self.html = html
@@ -265,7 +200,7 @@ class Report:
         """Write the page to ``path`` (its folder is created); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, self.html, what="report")
+        atomic_write(path, self.html, what="report")  # never a folder, a device or a link
         return path
 
     def _repr_html_(self) -> str:

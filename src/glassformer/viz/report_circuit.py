@@ -1,5 +1,4 @@
-"""A found circuit (:mod:`glassformer.interpret.circuits`) drawn as a graph: an inline SVG, alone or in an
-offline page (``page_start``'s head and Content-Security-Policy: nothing is loaded from the network)."""
+"""A found circuit (:mod:`glassformer.interpret.circuits`) drawn as an inline SVG graph, alone or in an offline page."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ MAX_DRAWN_EDGES = 2_000  # a graph with more is not readable (and a crafted file
 
 
 def is_circuit(value: Any) -> bool:
-    """Whether ``value`` is a circuit as :meth:`Circuit.to_dict` writes it (what the run page may draw):
-    edges [sender, receiver, number] with the graph's names, at most ``MAX_DRAWN_EDGES`` of them."""
+    """Whether ``value`` is a circuit as :meth:`Circuit.to_dict` writes it: at most ``MAX_DRAWN_EDGES`` edges
+    [sender, receiver, number] with the graph's names."""
     if not isinstance(value, dict) or not isinstance(value.get("edges"), list) or "faithfulness" not in value:
         return False
     edges = value["edges"]
@@ -31,8 +30,8 @@ def is_circuit(value: Any) -> bool:
 
 
 def circuit_svg(circuit: Circuit | dict[str, Any], width: int = 640) -> str:
-    """An inline SVG of a circuit: senders and receivers' components in columns by layer, one arrow per
-    edge (its width by |score|; blue positive, red negative), q/k/v written on the arrow's end."""
+    """An inline SVG of a circuit: components in columns by layer, an arrow per edge (width by |score|; blue
+    positive, red negative), q/k/v written at the arrow's end."""
     data = circuit.to_dict() if isinstance(circuit, Circuit) else circuit
     edges = data["edges"]
     if not edges:
@@ -55,10 +54,7 @@ def circuit_svg(circuit: Circuit | dict[str, Any], width: int = 640) -> str:
     by_column = {c: [n for n in nodes if column(n) == c] for c in columns}
     height = 60 + 56 * max(len(v) for v in by_column.values())
     x_step = (width - 120) / max(1, len(columns) - 1)
-    where = {}
-    for ci, c in enumerate(columns):
-        for ri, n in enumerate(by_column[c]):
-            where[n] = (60 + ci * x_step, 40 + ri * 56)
+    where = {n: (60 + ci * x_step, 40 + ri * 56) for ci, c in enumerate(columns) for ri, n in enumerate(by_column[c])}
     biggest = max(abs(v) for _, _, v in edges) or 1.0
     parts = [f'<svg class="gf-circuit" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
              f'width="{width}" height="{height}" role="img">',

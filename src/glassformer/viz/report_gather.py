@@ -1,5 +1,4 @@
-"""The report's data: one forward pass with attention weights on (and one generation trace) gathered
-into a :class:`ReportData`, which :func:`glassformer.viz.report.render_html` turns into the page."""
+"""The report's data: one forward pass with attention weights on (and a generation trace) as a :class:`ReportData`."""
 
 from __future__ import annotations
 
@@ -37,17 +36,13 @@ class AttentionView:
     prefix_len: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The view for the page's script: labels, pad flags, and the (L, h, Tq, Tk) weights as base64 bytes
-        (weight x 255, rounded; row-major)."""
+        """The view for the page's script; the weights as base64 bytes (weight x 255, rounded; row-major)."""
         L, h, Tq, Tk = self.weights.shape
         quantised = (self.weights.float().clamp(0, 1) * 255).round().to(torch.uint8)
-        return {
-            "key": self.key, "title": self.title, "caption": self.caption,
-            "query_tokens": self.query_tokens, "key_tokens": self.key_tokens,
-            "n_layers": L, "n_heads": h, "query_pad": self.query_pad, "key_pad": self.key_pad,
-            "prefix_len": self.prefix_len,
-            "weights": base64.b64encode(quantised.contiguous().numpy().tobytes()).decode("ascii"),
-        }
+        return {"key": self.key, "title": self.title, "caption": self.caption, "query_tokens": self.query_tokens,
+                "key_tokens": self.key_tokens, "n_layers": L, "n_heads": h, "query_pad": self.query_pad,
+                "key_pad": self.key_pad, "prefix_len": self.prefix_len,
+                "weights": base64.b64encode(quantised.contiguous().numpy().tobytes()).decode("ascii")}
 
 
 @dataclass
@@ -68,39 +63,25 @@ class ReportData:
     lang: str = "en"  # the language of the page's labels (glassformer.viz.i18n)
 
     def to_json(self) -> dict[str, Any]:
-        """What the page's script reads (the ``gf-data`` element): title, views, shapes, params, notes, generation."""
+        """What the page's script reads (the ``gf-data`` element)."""
         return {"title": self.title, "structure": self.structure, "views": [v.to_json() for v in self.views],
                 "shapes": self.shapes, "params": self.params, "notes": self.notes,
                 "generation": self.generation, "interpret": self.interpret, "labels": js_labels(self.lang)}
 
 
-
-# ---------------------------------------------------------------------------------------------- gather
 STRUCTURES = {"causal": "decoder-only (causal)", "bidirectional": "encoder-only (bidirectional)",
-              "prefix": "prefix-LM"}
-
-
-def _structure(config: Any) -> str:
-    return "encoder-decoder" if config.arch == "encoder-decoder" else STRUCTURES[config.attn]
-
-
-def _structure_label(config: Any, lang: str) -> str:
-    """The structure's name in ``lang`` (the page's data keeps the English one)."""
-    return tr("structure." + ("encoder-decoder" if config.arch == "encoder-decoder" else config.attn), lang)
+              "prefix": "prefix-LM", "encoder-decoder": "encoder-decoder"}
 
 
 def _params_by_part(model: nn.Module) -> dict[str, int]:
     """Trainable parameters of each top-level part; a shared (tied) matrix counts at its first owner."""
     seen: set[int] = set()
     parts: dict[str, int] = {}
-    for name, child in [("", model)] + list(model.named_children()):
-        params = child.parameters(recurse=bool(name)) if name else model.parameters(recurse=False)
-        n = 0
-        for p in params:
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                n += p.numel()
-        if n:
+    for name, child in [("", model), *model.named_children()]:
+        fresh = [p for p in (child.parameters() if name else model.parameters(recurse=False))
+                 if p.requires_grad and id(p) not in seen]
+        seen.update(map(id, fresh))
+        if n := sum(p.numel() for p in fresh):
             parts[name or "(model)"] = n
     return parts
 
@@ -111,84 +92,57 @@ def _stack(weights: list[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def gather(
-    model: nn.Module,
-    tokenizer: Any,
-    text: str | Sequence[int] | torch.Tensor,
-    target: str | Sequence[int] | torch.Tensor | None = None,
-    *,
-    prefix_len: int | None = None,
-    pad_to: int | None = None,
-    start_id: int | None = None,
-    generate: int = 16,
-    top_k: int = 5,
-    max_tokens: int = 128,
-    add_special_tokens: bool | None = None,
-    title: str | None = None,
-    logit_lens: bool = False,
-    head_scores: bool = False,
-    ablation: bool = False,
-    lang: str = "en",
-) -> ReportData:
-    """Run the model once with attention weights on and collect what :func:`write_report` shows.
-
-    Arguments are those of :func:`write_report`. Returns a :class:`ReportData` whose views hold
-    (L, h, Tq, Tk) weights; the model's training mode is restored.
-    """
+def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,
+           target: str | Sequence[int] | torch.Tensor | None = None, *, prefix_len: int | None = None,
+           pad_to: int | None = None, start_id: int | None = None, generate: int = 16, top_k: int = 5,
+           max_tokens: int = 128, add_special_tokens: bool | None = None, title: str | None = None,
+           logit_lens: bool = False, head_scores: bool = False, ablation: bool = False,
+           lang: str = "en") -> ReportData:
+    """Run the model once with attention weights on and collect what :func:`write_report` shows (arguments
+    as there); the views hold (L, h, Tq, Tk) weights. The model's training mode is restored."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "arch"):
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, "
                                 f"got {type(model).__name__}")
     check_report_options(max_tokens=max_tokens, generate=generate, top_k=top_k, pad_to=pad_to)
     lang = resolve_lang(lang)
-    structure = _structure(config)
+    structure = "encoder-decoder" if config.arch == "encoder-decoder" else config.attn
     notes: list[str] = []
-    ids = _to_ids(text, tokenizer, "text", add_special_tokens)
-    if not ids:
-        raise GlassformerError("text is empty (it encodes to no tokens); give at least one character")
+    ids = _to_ids(text, tokenizer, "text", add_special_tokens)  # never empty
     eos = special_id(tokenizer, "eos")
     if config.arch == "encoder-decoder" and isinstance(text, str) and eos is not None and ids[-1] != eos:
         ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
     ids = _cap(ids, max_tokens, "text", notes, lang)
     tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
     pad_id = pad_id_for(tokenizer)
+    asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation, notes=notes, lang=lang)
     was_training = model.training
     model.eval()
     try:
         if config.arch == "encoder-decoder":
             data = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id, prefix_len, generate,
                                   top_k, notes, lang)
-            asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation)
-            interpret = gather_interpret(model, None, [], list, notes=notes, lang=lang, **asked)  # a note when asked
+            interpret = gather_interpret(model, None, [], list, **asked)  # only a note, when asked
         else:
             data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
-            interpret = _gather_interpret_lm(model, tokenizer, data[3], logit_lens, head_scores, ablation, notes,
-                                             lang)
+            x, pad, prefix, tokens = data[3]
+            specials = getattr(tokenizer, "specials", None) or ()
+            low = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # skip leading specials
+            interpret = gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), low=low,
+                                         bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix, **asked)
     finally:
         model.train(was_training)
     views, shapes, generation = data[:3]
     params = count_params(model)
     dims = (tr("report.dims_encdec", lang, enc=config.n_enc, dec=config.n_dec) if config.arch == "encoder-decoder"
             else tr("report.dims_lm", lang, layers=config.n_layers))
-    shown_structure = _structure_label(config, lang)
+    shown_structure = tr(f"structure.{structure}", lang)  # the page's data keeps the English name
     summary = tr("report.summary", lang, model=type(model).__name__, structure=shown_structure, dims=dims,
                  heads=config.n_heads, d_model=config.d_model, params=f"{params:,}")
-    return ReportData(title=title or tr("report.title", lang, structure=shown_structure), structure=structure,
-                      summary=summary,
-                      views=views, shapes=shapes, config=config.to_dict(), params=params,
-                      params_by_part=_params_by_part(model), generation=generation, notes=notes,
-                      interpret=interpret, lang=lang)
-
-
-def _gather_interpret_lm(model, tokenizer, inputs, lens, heads, ablation, notes, lang="en"):
-    """The report_interpret sections of a TransformerLM's input ``inputs`` = (x, pad, prefix_len, tokens)."""
-    x, pad, prefix_len, tokens = inputs
-    specials = getattr(tokenizer, "specials", None) or ()
-    first = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # specials first: skip them
-    return gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), lens=lens, heads=heads,
-                            ablation=ablation, low=first,
-                            bos=special_id(tokenizer, "bos"), notes=notes, lang=lang, pad=pad,
-                            prefix_len=prefix_len)
+    return ReportData(title=title or tr("report.title", lang, structure=shown_structure),
+                      structure=STRUCTURES[structure], summary=summary, views=views, shapes=shapes,
+                      config=config.to_dict(), params=params, params_by_part=_params_by_part(model),
+                      generation=generation, notes=notes, interpret=interpret, lang=lang)
 
 
 def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang="en"):
@@ -258,14 +212,12 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
     tgt_tokens = _labels(t[0].tolist(), tokenizer)
     tgt_pad = [False] * len(tgt_tokens)
     padded = tr("caption.padded_source", lang) if any(src_pad) else ""
-    views = [
-        AttentionView("enc", tr("view.enc", lang), tr("caption.enc", lang) + padded,
-                      src_tokens, src_tokens, _stack(log["enc"]), src_pad, src_pad),
-        AttentionView("self", tr("view.dec", lang), tr("caption.dec", lang),
-                      tgt_tokens, tgt_tokens, _stack(log["self"]), tgt_pad, tgt_pad),
-        AttentionView("cross", tr("view.cross", lang), tr("caption.cross", lang) + padded,
-                      tgt_tokens, src_tokens, _stack(log["cross"]), tgt_pad, src_pad),
-    ]
+    views = [AttentionView("enc", tr("view.enc", lang), tr("caption.enc", lang) + padded,
+                           src_tokens, src_tokens, _stack(log["enc"]), src_pad, src_pad),
+             AttentionView("self", tr("view.dec", lang), tr("caption.dec", lang),
+                           tgt_tokens, tgt_tokens, _stack(log["self"]), tgt_pad, tgt_pad),
+             AttentionView("cross", tr("view.cross", lang), tr("caption.cross", lang) + padded,
+                           tgt_tokens, src_tokens, _stack(log["cross"]), tgt_pad, src_pad)]
     shapes = shape_trace(model, s, t, depth=2, src_pad=src_pad_t)
     return views, shapes, generation
 

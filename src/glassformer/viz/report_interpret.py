@@ -1,15 +1,5 @@
-"""The report's "why" sections, from glassformer.interpret: a logit lens, head scores, ablation effects.
-
-- **Logit lens**: layers x positions; each cell the token the residual stream would predict if the
-  model stopped there (read through its own final norm and output layer), with its probability;
-  the last row is the model's output.
-- **Head scores** (causal LMs): each head's previous-token and induction score on random tokens
-  repeated twice (glassformer.interpret.head_scores).
-- **Ablation effects**: for each head, how much the log-probability of the model's own top prediction
-  (mean over the input's positions) drops when that head alone is removed (its output set to zero).
-
-All three are plain HTML tables (no script needed), shaded by value.
-"""
+"""The report's "why" sections from glassformer.interpret as shaded HTML tables: the logit lens, head scores
+and ablation effects (the drop in the log-probability of the model's top prediction without one head)."""
 
 from __future__ import annotations
 
@@ -31,18 +21,8 @@ def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label
                      lens: bool = False, heads: bool = False, ablation: bool = False, top_k: int = 5,
                      low: int = 0, bos: int | None = None, notes: list[str] | None = None,
                      lang: str = "en", **kwargs: Any) -> dict[str, Any] | None:
-    """The data of the sections asked for (None when none is).
-
-    Args:
-        model: the report's model; x: its (1, T) input; tokens: the labels of x's tokens.
-        label: ids -> printable labels.
-        lens, heads, ablation: which sections.
-        top_k: candidates per logit-lens cell (the title of the cell lists them).
-        low, bos: for head scores: the smallest ordinary token id, and the model's start token.
-        notes: where to say why a section was left out.
-        lang: the language of the notes and row names (glassformer.viz.i18n).
-        kwargs: the forward's other arguments (pad, prefix_len).
-    """
+    """The data of the sections asked for (``lens``, ``heads``, ``ablation``) on the (1, T) input ``x``, or None.
+    ``low``, ``bos``: the smallest ordinary token id and the start token; ``notes``: why a section was left out."""
     notes = notes if notes is not None else []
     found: dict[str, Any] = {}
     if not isinstance(model, TransformerLM):

@@ -1,26 +1,5 @@
-"""write_run_page: one self-contained HTML page of a training run, from its folder.
-
-It reads ``metrics.jsonl`` (the loss curves) and, when the run was watched, the training microscope's
-``microscope.jsonl`` and ``microscope.json`` (:mod:`glassformer.interpret.microscope`), and shows:
-
-- the training and validation loss over steps, and the repeated-token probe's loss on each copy;
-- every head's previous-token, induction and duplicate-token score and attention entropy as a
-  layers x heads heatmap, at the step a slider picks; the best head of each kind per layer over steps;
-- the attention patterns of the watched heads on the probe text, at that step;
-- the logit lens's loss per layer over steps (a layers x steps heatmap), and the residual-stream and
-  weight norms per layer at that step;
-- when the run folder has ``attribution.json`` (the induction recipe writes it), attribution patching's
-  estimate of every head's patching effect beside the exact effect;
-- the phase change of the repeated-copy loss (:func:`~glassformer.interpret.microscope.detect_phase_change`),
-  marked on the charts and named in the summary (or "no phase change"), and the in-context-learning
-  score over steps;
-- when a user measurement recorded a circuit (:func:`~glassformer.interpret.circuits.induction_circuit`),
-  the circuit of each snapshot as a graph, switched by the step slider (watching a circuit form).
-
-Charts over steps are SVG drawn here; the heatmaps are drawn by a small inline script from the JSON
-data, so that one slider moves them all. As with the model report, nothing is loaded from the network
-(a Content-Security-Policy forbids it); the page is readable with 1 head or 48 (cells shrink, the grid
-scrolls sideways).
+"""write_run_page: one self-contained, offline HTML page of a training run folder: loss curves (SVG) and, when
+the run was watched, the microscope's head scores, snapshots, lens and norms at the step a slider picks (run.js).
 """
 
 from __future__ import annotations
@@ -34,17 +13,15 @@ from typing import Any
 from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
-from .i18n import MESSAGES, resolve_lang
+from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .report import _script_json, _shown, page_start, script_element
+from .report import _asset, _script_json, _shown, page_start, script_element
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import _head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
 KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps; their labels: run.kind.*
-# The labels the page's script writes (run.js.* in glassformer.viz.i18n; {fields} filled by the script).
-JS_LABELS = ("step_of", "block", "after_last", "tooltip")
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -55,9 +32,8 @@ def is_run_dir(path: str | Path) -> bool:
 def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str, y_label: str,
                 chart_id: str, width: int = 560, height: int = 240, x_label: str = "step",
                 events: list[tuple[float, str]] | None = None, static: bool = False) -> str:
-    """An SVG line chart of (label, [(step, value), ...]) series, with a step marker the script moves and
-    ``events`` (step, label) drawn as fixed, labelled vertical lines (e.g. the phase change); ``static``:
-    an x axis that is not steps (no marker moves)."""
+    """An SVG chart of (label, [(step, value), ...]) series with a step marker the script moves, ``events``
+    (step, label) as fixed vertical lines; ``static``: the x axis is not steps (no marker)."""
     points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
     if not points:
         return ""
@@ -107,9 +83,8 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
     return f'<figure class="gf-chart-box">{"".join(parts)}<figcaption class="gf-legend">{legend}</figcaption></figure>'
 
 
-
 def _object(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object of ``path`` (:func:`glassformer.loaders.load_json`); anything else is one BadFileError."""
+    """The JSON object in ``path``; anything else is one BadFileError."""
     from ..loaders import load_json
 
     value = load_json(path, what)
@@ -119,11 +94,7 @@ def _object(path: Path, what: str) -> dict[str, Any]:
 
 
 def gather_run(out_dir: str | Path) -> dict[str, Any]:
-    """What the page shows, read from the run folder ``out_dir``.
-
-    Raises:
-        MissingFileError when ``out_dir`` has no ``metrics.jsonl`` (not a run folder).
-    """
+    """What the page shows, read from the run folder ``out_dir`` (MissingFileError when it has no metrics.jsonl)."""
     out = Path(out_dir)
     if not is_run_dir(out):
         raise MissingFileError(f"{str(out)!r} is not a training run folder: it has no {METRICS} "
@@ -137,27 +108,22 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
     if bad is not None:
         raise BadFileError(f"{str(out / RECORDS)!r}: attention key {bad[:40]!r} is not 'layer.head' (e.g. '1.0')")
     meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
-    config: dict[str, Any] = {}
-    for place in (out / "last" / "config.json", out / "model" / "config.json"):
-        if place.is_file():
-            config = _object(place, "config file")
-            break
+    place = next((p for p in (out / "last" / "config.json", out / "model" / "config.json") if p.is_file()), None)
+    config = _object(place, "config file") if place else {}
     attribution = _object(out / ATTRIBUTION, "attribution file") if (out / ATTRIBUTION).is_file() else None
     return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
             "attribution": attribution}
 
 
 def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The phase change in the records' repeated-copy loss (:func:`~glassformer.interpret.microscope.
-    detect_phase_change`), or None."""
+    """The phase change in the records' repeated-copy loss (``detect_phase_change``), or None."""
     if not records or "loss_repeat" not in records[0]:
         return None
     return detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
 
 
 def _charts(run: dict[str, Any], lang: str = "en") -> str:
-    """The SVG charts over steps: losses, the probe's losses with the best head scores (the phase change
-    marked), the in-context-learning score (labels in ``lang``)."""
+    """The SVG charts: losses, the probe's losses, best head scores, in-context learning, loss by position."""
     metrics, records = run["metrics"], run["records"]
     step = tr("run.axis.step", lang)
     found = phase_change(records)
@@ -166,20 +132,16 @@ def _charts(run: dict[str, Any], lang: str = "en") -> str:
     def chart(series: list, title: str, y_label: str, chart_id: str) -> str:
         return _line_chart(series, tr(title, lang), tr(y_label, lang), chart_id, x_label=step, events=events)
 
-    train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
-    val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
-    charts = [chart([s for s in ((tr("run.series.train", lang), train), (tr("run.series.val", lang), val)) if s[1]],
-                    "run.chart.loss", "run.axis.cross_entropy", "gf-chart-loss")]
+    losses = [(tr(f"run.series.{k}", lang), [(m["step"], m[f"{k}_loss"]) for m in metrics if f"{k}_loss" in m])
+              for k in ("train", "val")]
+    charts = [chart([s for s in losses if s[1]], "run.chart.loss", "run.axis.cross_entropy", "gf-chart-loss")]
     if records:
-        steps = [r["step"] for r in records]
-        probe = [(tr("run.series.first", lang), list(zip(steps, (r["loss_first"] for r in records)))),
-                 (tr("run.series.repeat", lang), list(zip(steps, (r["loss_repeat"] for r in records))))]
+        probe = [(tr(f"run.series.{k}", lang), [(r["step"], r[f"loss_{k}"]) for r in records])
+                 for k in ("first", "repeat")]
         charts.append(chart(probe, "run.chart.probe", "run.axis.nats", "gf-chart-probe"))
-        best = []
-        for kind in ("previous_token", "induction"):
-            for layer in range(len(records[0][kind])):
-                best.append((tr("run.series.best_layer", lang, kind=tr(f"run.short.{kind}", lang), layer=layer),
-                             [(r["step"], max(r[kind][layer])) for r in records]))
+        best = [(tr("run.series.best_layer", lang, kind=tr(f"run.short.{kind}", lang), layer=layer),
+                 [(r["step"], max(r[kind][layer])) for r in records])
+                for kind in ("previous_token", "induction") for layer in range(len(records[0][kind]))]
         if len(best) <= 8:
             charts.append(chart(best, "run.chart.best_per_layer", "run.axis.score", "gf-chart-best"))
         else:  # many layers: the best head of the whole model per kind
@@ -200,138 +162,8 @@ def _charts(run: dict[str, Any], lang: str = "en") -> str:
     return "".join(c for c in charts if c)
 
 
-STYLE = """
-.gf-charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.gf-chart { background: #fff; border: 1px solid var(--line); border-radius: 6px; max-width: 100%; height: auto; }
-.gf-chart-title { font-size: 13px; font-weight: 600; fill: var(--ink); }
-.gf-tick { font-size: 11px; fill: var(--muted); }
-.gf-chart-box { margin: 0; max-width: 560px; }
-.gf-legend { font-size: 12px; display: flex; flex-wrap: wrap; gap: 4px 12px; font-weight: 600; }
-.gf-grid { stroke: #eceef3; }
-.gf-line { fill: none; stroke-width: 2; }
-.gf-marker { stroke: var(--ink); stroke-dasharray: 3 3; }
-.gf-event { stroke: #d2392b; stroke-width: 1.5; }
-.gf-circuit-snap figcaption { font-size: 0.85rem; color: var(--muted); }
-.gf-slider { position: sticky; top: 0; background: var(--bg); padding: 8px 0; z-index: 2;
-  border-bottom: 1px solid var(--line); display: flex; gap: 12px; align-items: center; }
-.gf-slider input { flex: 1; }
-.gf-heatmaps { display: flex; flex-wrap: wrap; gap: 16px; }
-.gf-heatmap { overflow-x: auto; max-width: 100%; }
-.gf-heatmap canvas, .gf-snap canvas, .gf-lens canvas { image-rendering: pixelated; border: 1px solid var(--line); }
-.gf-snaps { display: flex; flex-wrap: wrap; gap: 12px; }
-.gf-snap figcaption, .gf-heatmap figcaption { font-size: 0.85rem; color: var(--muted); }
-.gf-norms td, .gf-norms th { padding: 2px 8px; text-align: right; }
-.gf-side { display: flex; flex-wrap: wrap; gap: 24px; overflow-x: auto; }
-.gf-side figure { margin: 0; }
-.gf-head-table td, .gf-head-table th { padding: 2px 6px; text-align: right; font-size: 0.85rem; }
-"""
-
-SCRIPT = r"""
-(function () {
-  const data = JSON.parse(document.getElementById("gf-run-data").textContent);
-  const records = data.records, T = data.labels;
-  const fill = (message, fields) => message.replace(/\{(\w+)\}/g, (_, name) => fields[name]);
-  const slider = document.getElementById("gf-step");
-  const label = document.getElementById("gf-step-label");
-  function shade(v, lo, hi) {  // white -> accent blue
-    const t = Math.max(0, Math.min(1, (v - lo) / ((hi - lo) || 1)));
-    return `rgb(${Math.round(255 - 208 * t)},${Math.round(255 - 160 * t)},${Math.round(255 - 47 * t)})`;
-  }
-  // rows (a list of lists) as cells of cw x ch pixels, shaded between lo and hi; rowLabels and colLabels
-  // are drawn in a margin (every k-th column label when they would overlap)
-  function grid(canvas, rows, lo, hi, cw, ch, rowLabels, colLabels) {
-    const h = rows.length, w = rows[0].length, left = rowLabels ? 30 : 0, top = colLabels ? 14 : 0;
-    canvas.width = left + w * cw; canvas.height = top + h * ch;
-    canvas.style.width = `${canvas.width}px`; canvas.style.height = `${canvas.height}px`;
-    const ctx = canvas.getContext("2d");
-    ctx.fillStyle = "#fbfbfd"; ctx.fillRect(0, 0, canvas.width, canvas.height);
-    rows.forEach((row, i) => row.forEach((v, j) => {
-      ctx.fillStyle = v === null ? "#eee" : shade(v, lo, hi); ctx.fillRect(left + j * cw, top + i * ch, cw, ch);
-    }));
-    ctx.font = "10px sans-serif"; ctx.fillStyle = "#5b6475"; ctx.textBaseline = "middle";
-    if (rowLabels) {
-      ctx.textAlign = "right";
-      const every = Math.ceil(11 / ch);
-      rowLabels.forEach((t, i) => { if (i % every === 0) ctx.fillText(t, left - 3, top + i * ch + ch / 2); });
-    }
-    if (colLabels) {
-      ctx.textAlign = "center";
-      const widest = Math.max(...colLabels.map((t) => ctx.measureText(t).width)) + 6;
-      const every = Math.ceil(widest / cw);
-      colLabels.forEach((t, j) => { if (j % every === 0) ctx.fillText(t, left + j * cw + cw / 2, 7); });
-    }
-    if (cw >= 28 && ch >= 18) {
-      ctx.font = "11px sans-serif";
-      rows.forEach((row, i) => row.forEach((v, j) => {
-        if (v === null) return;
-        ctx.fillStyle = (v - lo) / ((hi - lo) || 1) > 0.6 ? "#fff" : "#1d2330";
-        ctx.fillText(v.toFixed(2), left + j * cw + cw / 2, top + i * ch + ch / 2);
-      }));
-    }
-  }
-  const range = (n, f) => Array.from({length: n}, (_, i) => f(i));
-  function heads_cell(n) { return Math.max(10, Math.min(40, Math.floor(560 / n))); }
-  function show(index) {
-    const r = records[index];
-    slider.value = index;
-    label.textContent = fill(T.step_of, {step: r.step, n: index + 1, total: records.length});
-    document.body.dataset.step = r.step;
-    document.querySelectorAll(".gf-heatmap canvas").forEach((c) => {
-      const rows = r[c.dataset.kind];
-      const hi = c.dataset.kind === "entropy" ? Math.max(...records.map((x) => Math.max(...x.entropy.flat()))) : 1;
-      const cw = heads_cell(rows[0].length), ch = Math.max(12, Math.min(24, cw));
-      grid(c, rows, 0, hi, cw, ch, range(rows.length, (i) => `L${i}`), range(rows[0].length, String));
-      c.gfRows = rows; c.gfCell = [cw, ch]; c.gfStep = r.step;
-    });
-    document.querySelectorAll(".gf-snap canvas").forEach((c) => {
-      const rows = r.attention[c.dataset.head];
-      const cell = Math.max(4, Math.min(14, Math.floor(320 / rows.length)));
-      grid(c, rows, 0, 1, cell, cell);
-    });
-    const norms = document.getElementById("gf-norm-rows");
-    if (norms) {
-      norms.innerHTML = r.resid_norm.map((v, i) => `<tr><td>${i < r.weight_norm.length ? fill(T.block, {block: i}) :
-        T.after_last}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
-        ""}</td><td>${r.lens_loss[i].toFixed(3)}</td></tr>`).join("");
-    }
-    document.querySelectorAll("svg.gf-chart:not(.gf-static)").forEach((svg) => {
-      const x0 = +svg.dataset.x0, x1 = +svg.dataset.x1, left = +svg.dataset.left, w = +svg.dataset.width;
-      const x = left + (r.step - x0) / ((x1 - x0) || 1) * w;
-      const m = svg.querySelector(".gf-marker"); m.setAttribute("x1", x); m.setAttribute("x2", x);
-    });
-    const lens = document.getElementById("gf-lens-canvas");
-    if (lens) lens.dataset.step = r.step;
-    document.querySelectorAll(".gf-circuit-snap").forEach((f) => { f.hidden = +f.dataset.index !== index; });
-  }
-  document.querySelectorAll(".gf-heatmap canvas").forEach((c) => c.addEventListener("mousemove", (e) => {
-    const box = c.getBoundingClientRect(), [cw, ch] = c.gfCell;
-    const i = Math.floor((e.clientY - box.top - 14) / ch), j = Math.floor((e.clientX - box.left - 30) / cw);
-    const v = i >= 0 && j >= 0 && c.gfRows[i] ? c.gfRows[i][j] : undefined;
-    c.title = v === undefined ? "" : fill(T.tooltip, {kind: T.kinds[c.dataset.kind], step: c.gfStep, layer: i,
-                                                        head: j, value: v});
-  }));
-  const lens = document.getElementById("gf-lens-canvas");
-  if (lens && records.length) {  // layers (rows) x steps (columns), loss shaded against its range
-    const rows = records[0].lens_loss.map((_, layer) => records.map((r) => r.lens_loss[layer]));
-    const all = rows.flat();
-    const cw = Math.max(2, Math.min(16, Math.floor(900 / records.length)));
-    const ch = Math.max(6, Math.min(20, Math.floor(400 / rows.length)));
-    const labels = range(rows.length, (i) => (i < rows.length - 1 ? `L${i}` : "out"));
-    grid(lens, rows.map((row) => row.map((v) => -v)), -Math.max(...all), -Math.min(...all), cw, ch, labels,
-         records.map((r) => String(r.step)));
-  }
-  if (records.length) {
-    slider.max = records.length - 1;
-    slider.addEventListener("input", () => show(+slider.value));
-    show(records.length - 1);
-  }
-  document.body.dataset.ready = "true";
-})();
-"""
-
-
 def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
-    """Attribution patching's per-head estimate beside exact patching (see ``induction_patching``)."""
+    """Attribution patching's per-head estimate beside exact patching."""
     scale = max(abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row) or 1.0
 
     def top(heads: list) -> str:
@@ -350,11 +182,9 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
 
 
 def _circuit_measurement(records: list[dict[str, Any]]) -> str | None:
-    """The name of a user measurement that recorded a circuit (a dict with "edges" and "faithfulness")."""
-    for name, value in (records[-1].get("measurements") or {}).items() if records else ():
-        if is_circuit(value):
-            return name
-    return None
+    """The name of a user measurement that recorded a circuit, or None."""
+    measured = (records[-1].get("measurements") or {}) if records else {}
+    return next((name for name, value in measured.items() if is_circuit(value)), None)
 
 
 def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -> str:
@@ -377,8 +207,7 @@ def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -
 
 
 def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
-    """The page of a run gathered by :func:`gather_run`: one HTML document, everything inline, its words in
-    ``lang`` (``"en"`` or ``"zh"``)."""
+    """The page of a run gathered by :func:`gather_run`, its words in ``lang`` ("en" or "zh")."""
     lang = resolve_lang(lang)
 
     def label(key: str, **fields: Any) -> str:
@@ -426,34 +255,27 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
 <table class="gf-norms"><thead><tr><th>{label("run.norms.read")}</th><th>{label("run.norms.resid")}</th>
 <th>{label("run.norms.weight")}</th><th>{label("run.norms.lens")}</th></tr></thead><tbody id="gf-norm-rows"></tbody>
 </table></section>""")
-        circuit = _circuit_measurement(records)
-        if circuit:
+        if circuit := _circuit_measurement(records):
             body.append(_circuits_html(records, circuit, lang))
     if run.get("attribution"):
         body.append(_attribution_html(run["attribution"], lang))
-    labels: dict[str, Any] = {key: MESSAGES[lang][f"run.js.{key}"] for key in JS_LABELS}  # the script fills them
-    labels["kinds"] = {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}
+    labels = {**js_labels(lang, "run.js."), "kinds": {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}}
     data = {"records": records, "meta": meta, "labels": labels}
-    return f"""{page_start(title, lang, STYLE, script=SCRIPT)}
+    script = _asset("run.js")
+    return f"""{page_start(title, lang, _asset("run.css"), script=script)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
 <footer>{label("run.footer")}</footer>
 <script type="application/json" id="gf-run-data">{_script_json(data)}</script>
-{script_element(SCRIPT)}
+{script_element(script)}
 </body>
 </html>
 """
 
 
 def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str = "en") -> Path:
-    """Write the run page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``), its words
-    in ``lang`` (``"en"`` or ``"zh"``).
-
-    Returns:
-        The page's path.
-    Raises:
-        MissingFileError when ``out_dir`` is not a run folder; GlassformerError when ``out`` is a folder.
-    """
+    """Write the page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``) in ``lang``; returns
+    its path. MissingFileError when ``out_dir`` is not a run folder, GlassformerError when ``out`` is a folder."""
     from ..fileio import atomic_write, check_output_file
 
     path = Path(out) if out is not None else Path(out_dir) / "run.html"

@@ -1,13 +1,5 @@
-"""Feature pages of a sparse autoencoder: one self-contained, offline HTML page per SAE.
-
-The page lists the features that fired on held-out text, most frequent first (sortable by largest
-activation or id, searchable by id or by the tokens they fire on); a click (or ``#feature-12`` in the
-address) shows one feature: its frequency and largest activation, a histogram of its activations, its
-top-activating contexts with every token shaded by the feature's activation (the peak outlined), and
-the output tokens its direction pushes up and down. Data from
-:func:`glassformer.interpret.sae.feature_summary`; same machinery and Content-Security-Policy as the
-report (``glassformer.viz.report``): everything inline, no request leaves the page.
-"""
+"""Feature pages of a sparse autoencoder: one self-contained, offline HTML page listing the features of
+:func:`glassformer.interpret.sae.feature_summary` (drawn by report_assets/sae.js)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
-from .i18n import MESSAGES, resolve_lang
+from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report import _asset, _script_json, page_start, script_element
 
@@ -26,11 +18,6 @@ METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("
                 ("ce_clean", ".4f"), ("ce_sae", ".4f"), ("ce_zero", ".4f"), ("ce_recovered", ".3f"),
                 ("tokens", ",d"))
 
-
-def _script_labels(lang: str) -> dict[str, str]:
-    """The page script's words in ``lang``: the catalogue's ``sae.js.*`` messages, fields left for the script."""
-    return {key.removeprefix("sae.js."): message for key, message in MESSAGES[lang].items()
-            if key.startswith("sae.js.")}
 
 
 def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
@@ -48,8 +35,7 @@ def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
 
 def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | None = None,
                        title: str | None = None, lang: str = "en") -> str:
-    """The page for ``summary`` (from ``feature_summary``) as one HTML string, its headings, table and
-    controls in ``lang`` (``"en"`` or ``"zh"``; the page script's own words are English)."""
+    """The page for ``summary`` (from ``feature_summary``) as one HTML string, its words in ``lang``."""
     lang = resolve_lang(lang)
 
     def label(key: str, **fields: Any) -> str:
@@ -61,6 +47,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
                features=f"{summary['d_sae']:,}", live=f"{live:,}", tokens=f"{summary['tokens']:,}",
                dead=f"{len(summary['dead']):,}")
     note = summary.get("logit_note")
+    data = {**summary, "labels": js_labels(lang, "sae.js.")}
     return f"""{page_start(title, lang, _asset("sae.css"), script=_asset("sae.js"))}
 <header>
 <h1>{html.escape(title)}</h1>
@@ -82,7 +69,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 <noscript>{label("sae.noscript")}</noscript>
 </section>
 <footer>{label("footer")}</footer>
-<script type="application/json" id="gf-sae-data">{_script_json({**summary, "labels": _script_labels(lang)})}</script>
+<script type="application/json" id="gf-sae-data">{_script_json(data)}</script>
 {script_element(_asset("sae.js"))}
 </body>
 </html>
@@ -91,8 +78,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 
 def write_feature_pages(summary: dict[str, Any], out: str | Path, *, metrics: dict[str, Any] | None = None,
                         title: str | None = None, lang: str = "en") -> Path:
-    """Write the feature pages of ``summary`` to the file ``out`` (atomically; its folder is created), in
-    ``lang`` (``"en"`` or ``"zh"``)."""
+    """Write the feature pages of ``summary`` to the file ``out`` (its folder is created), in ``lang``."""
     page = feature_pages_html(summary, metrics=metrics, title=title, lang=lang)  # a bad lang: no folder made
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

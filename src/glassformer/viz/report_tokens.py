@@ -1,5 +1,4 @@
-"""The report's tokens: its inputs as ids (cut to ``max_tokens``, padded), their printable labels, the
-bounds on what one report may draw, and the greedy generation trace shown token by token."""
+"""The report's tokens: inputs as ids (cut, padded), printable labels, the report's bounds, the generation trace."""
 
 from __future__ import annotations
 
@@ -15,15 +14,15 @@ from ..generation.api import special_id
 from .i18n import text as tr
 
 PAD_LABEL = "<pad>"
+# What one report may draw: the page holds L x h x T^2 bytes of weights per view and a row per generation step.
+MAX_TOKENS = 2048  # longest input (max_tokens, pad_to)
+MAX_STEPS = 1024  # generation trace steps
+MAX_TOP_K = 100  # candidates shown per step
 
 
-# ---------------------------------------------------------------------------------------------- inputs
 def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
-    """Text (with a tokenizer) or token ids (a list, or a (T,) / (1, T) tensor) -> a list of ids.
-
-    ``add_special_tokens=None`` encodes as the tokenizer does by default (a Hugging Face tokenizer adds
-    its specials, as ``transformers`` does; glassformer's own tokenizers add none).
-    """
+    """Text (with a tokenizer) or token ids (a list, a (T,) or (1, T) tensor) -> a non-empty list of ids;
+    ``add_special_tokens=None``: the tokenizer's default."""
     if isinstance(value, str):
         if tokenizer is None:
             raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
@@ -59,17 +58,9 @@ def _labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = Non
     return labels
 
 
-# What one report may be asked to draw: the page holds L x h x T^2 bytes of weights per attention view
-# and one table row per generation step, so these bound its size (and the time to build it).
-MAX_TOKENS = 2048  # longest input (max_tokens, pad_to)
-MAX_STEPS = 1024  # generation trace steps
-MAX_TOP_K = 100  # candidates shown per step
-
-
 def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: int = 5,
                          pad_to: int | None = None, prefix: str = "") -> None:
-    """A one-line error naming the first option out of the bounds above (before any model runs);
-    ``prefix`` goes before each name ("--" for the command line)."""
+    """A one-line error naming the first option out of bounds; ``prefix`` goes before each name ("--")."""
     check_int(f"{prefix}max_tokens", max_tokens, 1, MAX_TOKENS)
     check_int(f"{prefix}generate", generate, 0, MAX_STEPS)
     check_int(f"{prefix}top_k", top_k, 1, MAX_TOP_K)
@@ -84,7 +75,7 @@ def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str
 
 
 def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], list[bool]]:
-    """Right-pad ``ids`` to ``pad_to`` tokens (at least ``len(ids)``) with ``pad_id``; return (ids, pad flags)."""
+    """``ids`` right-padded to ``pad_to`` (>= len(ids)) with ``pad_id``, and the pad flags."""
     if pad_to is None:
         return ids, [False] * len(ids)
     check_int("pad_to", pad_to, len(ids))
@@ -94,7 +85,7 @@ def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], li
 
 def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
                       **options: Any) -> dict[str, Any]:
-    """Per step of a greedy continuation: the top-k candidates with probabilities and the choice."""
+    """Per step of a greedy continuation: the top-k candidates and the choice."""
     from ..generation.trace import trace_generation
 
     eos = special_id(tokenizer, "eos")

@@ -1,7 +1,4 @@
-"""shape_trace: the shape of every named step of a forward pass, in the order it ran.
-
-(Named ``shapes`` so that ``trace`` means one thing: the generation trace of glassformer.generation.trace.)
-"""
+"""shape_trace: the shape of every named step of a forward pass, in the order it ran."""
 
 from __future__ import annotations
 
@@ -13,34 +10,17 @@ from torch import nn
 
 
 def _first_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
     if isinstance(value, (tuple, list)):
-        for item in value:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-    return None
+        return next((t for t in map(_first_tensor, value) if t is not None), None)
+    return value if isinstance(value, torch.Tensor) else None
 
 
 @torch.no_grad()
 def shape_trace(model: nn.Module, *inputs: Any, depth: int = 1, **kwargs: Any) -> dict[str, list[int]]:
-    """Run ``model(*inputs, **kwargs)`` and record the output shape of each submodule.
-
-    Args:
-        model: any module; inputs and kwargs are passed to its forward.
-        depth: how deep to look: 1 = the model's parts (``embeddings``, ``blocks.0``, ``norm_f``),
-            2 also their parts (``blocks.0.self_attn``, ``blocks.0.ffn``), and so on. An item of a
-            module list counts as one level with its list.
-    Returns:
-        {name: shape} in call order, starting with the tensor inputs (named after the forward's
-        arguments, e.g. ``ids``) and ending with ``logits``.
-    """
-    trace: dict[str, list[int]] = {}
-    params = list(inspect.signature(model.forward).parameters)
-    for name, value in zip(params, inputs):
-        if isinstance(value, torch.Tensor):
-            trace[name] = list(value.shape)
+    """Run ``model(*inputs, **kwargs)``; returns {name: shape} in call order: the tensor inputs, each submodule
+    to ``depth`` levels (1: ``blocks.0``...; 2: also ``blocks.0.ffn``...), then ``logits``."""
+    params = inspect.signature(model.forward).parameters
+    trace = {name: list(value.shape) for name, value in zip(params, inputs) if isinstance(value, torch.Tensor)}
     handles = []
     for name, module in model.named_modules():
         level = sum(1 for part in name.split(".") if not part.isdigit())
