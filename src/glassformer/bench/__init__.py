@@ -1,13 +1,5 @@
-"""Benchmarks: training and generation speed against Hugging Face GPT-2 and nanoGPT, MFU, transparency,
-compile; every row in each precision asked (float32, or bfloat16/float16 autocast on float32 weights).
-
-    run_suite(parts, sizes, quick=..., precisions=..., nanogpt=...) -> a JSON-ready dict (``glassformer bench``)
-    format_table(results)                                           -> a header naming the machine, Markdown tables
-
-The parts live in ``train``, ``generate``, ``transparency``, ``scaling``; ``setups`` has the sizes and
-precisions, ``nanogpt`` loads the user's nanoGPT model.py, ``timing`` has the paired-timing and
-peak-memory helpers. See docs/benchmarks.md.
-"""
+"""Benchmarks (``glassformer bench``, docs/benchmarks.md): training and generation speed against Hugging Face
+GPT-2 and nanoGPT, MFU, the cost of transparency and compile, each in every precision asked."""
 
 from .runner import PARTS, format_table, run_suite
 from .setups import PRECISIONS, SIZES, Size

@@ -1,16 +1,6 @@
-"""Defaults that check themselves: each speed choice glassformer makes by default, timed against its
-plain alternative on the machine at hand (``glassformer bench --defaults``).
-
-A default is a bet that one way is faster here: Muon's Newton-Schulz precision (float32 or bfloat16),
-``precision: auto`` (float32 or bfloat16 autocast), the few-row decoding route (or plain ``F.linear``),
-the lean decoding step (or the model's own forward at every token), the thread count (glassformer's plan
-or torch's), and no ``torch.compile`` (or compiling). Each check runs the default's way and the other
-way in alternation (paired rounds, the order flipped every round: a slow moment slows both sides of a
-pair) and reports the median of the per-round time ratios, default / alternative. A default *loses* when
-that ratio exceeds ``1 + tolerance``. Where the default *is* the alternative (``precision: auto`` chose
-float32 and float32 is the plain way), nothing is timed: the ratio is 1 by construction. Only ratios are
-compared, never wall times, so a busy machine shifts both sides alike.
-"""
+"""Defaults that check themselves (``glassformer bench --defaults``): each default speed choice against its
+plain alternative here, by the median of paired per-round time ratios. A default *loses* when that ratio
+exceeds ``1 + tolerance``; where it *is* the plain way here, nothing is timed and the ratio is 1."""
 
 from __future__ import annotations
 
@@ -20,14 +10,14 @@ from typing import Any
 import torch
 
 from ..config import ModelConfig
-from ..errors import check_number
+from ..errors import GlassformerError, check_number
 from ..models import TransformerLM
 from ..runtime import kernel_choice, threads
 from ..runtime.linear import set_batched_matvec
 from ..runtime.precision import model_case, resolve_precision
 from ..training.muon import resolve_ns_precision
-from ..training.optim import muon_params
-from .timing import cpu_line, paired, paired_ratio
+from ..training.optim import make_optimizer, muon_params
+from .timing import cpu_line, paired, paired_ratio, with_setting
 from .train import ADAMW, train_step
 
 TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
@@ -49,13 +39,29 @@ def decode_model() -> TransformerLM:
                                      dropout=0.0, bias=False))
 
 
-def _compare(default: Callable[[], object], other: Callable[[], object], rounds: int, calls: int) -> dict[str, Any]:
-    """Time ``default`` and ``other`` in alternation: each one's median seconds per call and the median
-    of the per-round ratios default / other."""
-    timings = paired({"default": default, "other": other}, rounds=rounds, calls=calls)
-    return {"default_s": timings["default"].median, "other_s": timings["other"].median,
-            "ratio": paired_ratio(timings["default"], timings["other"]),
-            "ratios": [d / o for d, o in zip(timings["default"].rounds, timings["other"].rounds)]}
+def _step(model: TransformerLM, batch: int, precision: str = "float32", compiled: bool = False) -> Callable[[], None]:
+    """One training step of ``model`` (compiled or not, its own AdamW) on a seeded batch x 64 batch."""
+    ids = torch.randint(0, 65, (batch, 64), generator=torch.Generator().manual_seed(0))
+    return train_step(torch.compile(model) if compiled else model, make_optimizer(model, **ADAMW), ids,
+                      ids.roll(-1, dims=1), precision=precision)
+
+
+def _decoding(new_tokens: int) -> Callable[[], object]:
+    """Batch-1 greedy decoding of ``new_tokens`` tokens by :func:`decode_model`."""
+    from ..generation import generate
+
+    model, prompt = decode_model().eval(), torch.zeros(1, 1, dtype=torch.long)
+    return lambda: generate(model, prompt, new_tokens, do_sample=False)
+
+
+def _timed(default: str, other: str, why: str, ways: tuple[Callable[[], object], Callable[[], object]],
+           rounds: int, calls: int) -> dict[str, Any]:
+    """A check's record, ``ways`` (the default's, the other's) timed in paired rounds: each side's median
+    seconds per call, the per-round ratios default / other and their median."""
+    timings = paired(dict(zip(("default", "other"), ways)), rounds=rounds, calls=calls)
+    d, o = timings["default"], timings["other"]
+    return {"default": default, "other": other, "why": why, "timed": True, "default_s": d.median,
+            "other_s": o.median, "ratio": paired_ratio(d, o), "ratios": [a / b for a, b in zip(d.rounds, o.rounds)]}
 
 
 def _same(default: str, why: str) -> dict[str, Any]:
@@ -69,143 +75,82 @@ def check_newton_schulz(rounds: int, calls: int) -> dict[str, Any]:
 
     shapes = [tuple(p.shape) for p in muon_params(recipe_model())]
     chosen, why = resolve_ns_precision("auto", "cpu", shapes)
-    fp32, bf16 = ns_ways(shapes)
-    ways = {"float32": fp32, "bfloat16": bf16}
+    ways = dict(zip(("float32", "bfloat16"), ns_ways(shapes)))
     other = "bfloat16" if chosen == "float32" else "float32"
-    timed = _compare(ways[chosen], ways[other], rounds, calls)
-    return {"default": chosen, "other": other, "why": why, "timed": True, **timed}
+    return _timed(chosen, other, why, (ways[chosen], ways[other]), rounds, calls)
 
 
 def check_precision(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """``precision: auto`` for the recipe's training step (batch x 64) against the other precision."""
     model = recipe_model()
-    ids = torch.randint(0, 65, (batch, 64), generator=torch.Generator().manual_seed(0))
-    targets = ids.roll(-1, dims=1)
-    steps = {name: train_step(model, _optimizer(model), ids, targets, precision=name)
-             for name in ("float32", "bfloat16")}
+    steps = {name: _step(model, batch, name) for name in ("float32", "bfloat16")}
     case = f"train | {model_case(model.config)} | batch {batch}x64"
     chosen = resolve_precision("auto", "cpu", lambda: (steps["float32"], steps["bfloat16"]), case)
     other = "bfloat16" if chosen.name == "float32" else "float32"
-    timed = _compare(steps[chosen.name], steps[other], rounds, calls)
-    return {"default": chosen.name, "other": other, "why": chosen.reason, "timed": True, **timed}
-
-
-def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    from ..training.optim import make_optimizer
-
-    return make_optimizer(model, **ADAMW)
+    return _timed(chosen.name, other, chosen.reason, (steps[chosen.name], steps[other]), rounds, calls)
 
 
 def check_decode_route(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
     """Batch-1 greedy decoding with the few-row route (as measured here) against plain ``F.linear``."""
-    from ..generation import generate
-
-    model = decode_model().eval()
-    prompt = torch.zeros(1, 1, dtype=torch.long)
-
-    def decode(route: bool) -> Callable[[], object]:
-        def run() -> object:
-            previous = set_batched_matvec(route)
-            try:
-                return generate(model, prompt, new_tokens, do_sample=False)
-            finally:
-                set_batched_matvec(previous)
-        return run
-
-    decode(True)()  # the route's choices are measured (once per machine) before anything is timed
-    routed = [case for case, on in kernel_choice.choices().items() if case.startswith("linear few-row") and on]
-    if not routed:
+    decode = _decoding(new_tokens)
+    routed, plain = with_setting(set_batched_matvec, True, decode), with_setting(set_batched_matvec, False, decode)
+    routed()  # the route's choices are measured (once per machine) before anything is timed
+    shapes = [case for case, on in kernel_choice.choices().items() if case.startswith("linear few-row") and on]
+    if not shapes:
         return _same("F.linear", "the route measured not clearly faster for any decoding shape here: plain F.linear")
-    timed = _compare(decode(True), decode(False), rounds, calls)
-    return {"default": "few-row route", "other": "F.linear", "why": f"route taken for {len(routed)} shape(s)",
-            "timed": True, **timed}
+    return _timed("few-row route", "F.linear", f"route taken for {len(shapes)} shape(s)", (routed, plain), rounds,
+                  calls)
 
 
 def check_decode_step(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
-    """Batch-1 greedy decoding through :class:`~glassformer.runtime.decode.LeanStep` (the default) against
-    the model's own forward at every token (the same numbers, more Python per token)."""
-    from ..generation import generate
+    """Batch-1 greedy decoding through the lean step (the default) against the model's own forward at every
+    token (the same numbers, more Python per token)."""
     from ..runtime.decode import set_lean_step
 
-    model = decode_model().eval()
-    prompt = torch.zeros(1, 1, dtype=torch.long)
+    decode = _decoding(new_tokens)
+    return _timed("lean step", "model forward", "a decoder-only model of plain blocks, no hooks",
+                  (with_setting(set_lean_step, True, decode), with_setting(set_lean_step, False, decode)),
+                  rounds, calls)
 
-    def decode(lean: bool) -> Callable[[], object]:
-        def run() -> object:
-            previous = set_lean_step(lean)
-            try:
-                return generate(model, prompt, new_tokens, do_sample=False)
-            finally:
-                set_lean_step(previous)
-        return run
 
-    timed = _compare(decode(True), decode(False), rounds, calls)
-    return {"default": "lean step", "other": "model forward", "why": "a decoder-only model of plain blocks, no hooks",
-            "timed": True, **timed}
+def _set_threads(n: int) -> int:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return previous
+
+
+def _count(n: int) -> str:
+    return f"{n} thread{'s' * (n != 1)}"
 
 
 def check_threads(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """glassformer's thread plan for the load now against torch's default count, on the recipe's step."""
-    cpus = threads.usable_cpus()
     plan = threads.plan()
     default_count = getattr(threads, "_default", None) or torch.get_num_threads()  # torch's, before any plan
     planned = plan.threads or default_count
     if planned == default_count:
         return _same(_count(planned), plan.reason)
-    model = recipe_model()
-    ids = torch.randint(0, 65, (batch, 64), generator=torch.Generator().manual_seed(0))
-    step = train_step(model, _optimizer(model), ids, ids.roll(-1, dims=1))
-
-    def with_threads(n: int) -> Callable[[], None]:
-        def run() -> None:
-            previous = torch.get_num_threads()
-            torch.set_num_threads(n)
-            try:
-                step()
-            finally:
-                torch.set_num_threads(previous)
-        return run
-
-    timed = _compare(with_threads(planned), with_threads(default_count), rounds, calls)
-    return {"default": _count(planned), "other": f"{_count(default_count)} (torch's, {cpus} CPUs)",
-            "why": plan.reason, "timed": True, **timed}
-
-
-def _count(n: int) -> str:
-    """``1 thread``, ``2 threads``."""
-    return f"{n} thread{'s' * (n != 1)}"
+    step = _step(recipe_model(), batch)
+    return _timed(_count(planned), f"{_count(default_count)} (torch's, {threads.usable_cpus()} CPUs)", plan.reason,
+                  (with_setting(_set_threads, planned, step), with_setting(_set_threads, default_count, step)),
+                  rounds, calls)
 
 
 def check_compile(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """No ``torch.compile`` (the default, ``compile: false``) against a compiled training step."""
-    eager, compiled = recipe_model(), recipe_model()
-    ids = torch.randint(0, 65, (batch, 64), generator=torch.Generator().manual_seed(0))
-    targets = ids.roll(-1, dims=1)
-    timed = _compare(train_step(eager, _optimizer(eager), ids, targets),
-                     train_step(torch.compile(compiled), _optimizer(compiled), ids, targets), rounds, calls)
-    return {"default": "eager", "other": "torch.compile", "why": "compile: false is the default", "timed": True,
-            **timed}
+    return _timed("eager", "torch.compile", "compile: false is the default",
+                  (_step(recipe_model(), batch), _step(recipe_model(), batch, compiled=True)), rounds, calls)
 
 
 def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tuple[str, ...] = CHECKS,
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Time every default in ``only`` against its alternative on this CPU.
-
-    Args:
-        quick: fewer rounds, smaller batches and fewer decoded tokens, and no compile check (which
-            spends most of its time compiling): under a minute on 2 cores.
-        tolerance: a default whose median time ratio (default / alternative) exceeds ``1 + tolerance`` loses.
-        only: the checks to run, from CHECKS.
-        progress: called with each check's name when it is done.
-
-    Returns:
-        {"machine", "tolerance", "quick", "checks": {name: {"default", "other", "why", "ratio",
-        "timed", "default_s", "other_s", "ratios", "loses"}}, "losers": [names], "ok": bool}.
-    """
+    """Time every default in ``only`` (from CHECKS) against its alternative on this CPU (``quick``: smaller
+    and fewer, no compile check); ``progress`` gets each check's name when it is done. Returns {"machine",
+    "tolerance", "quick", "checks": {name: {"default", "other", "why", "ratio", "timed", "default_s",
+    "other_s", "ratios", "loses"}}, "losers": [names], "ok": bool}."""
     check_number("tolerance", tolerance, 0.0)
     unknown = [name for name in only if name not in CHECKS]
     if unknown:
-        from ..errors import GlassformerError
         raise GlassformerError(f"unknown default check(s) {unknown}; available: {list(CHECKS)}")
     rounds, calls, batch = (5, 1, 8) if quick else (9, 3, 32)
     runs: dict[str, Callable[[], dict[str, Any]]] = {
@@ -222,9 +167,8 @@ def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tupl
             checks[name] = {"default": "eager", "other": "torch.compile", "why": "skipped by --quick (compiling takes "
                             "minutes)", "ratio": None, "timed": False, "loses": False}
         else:
-            result = runs[name]()
+            checks[name] = result = runs[name]()
             result["loses"] = result["ratio"] > 1 + tolerance
-            checks[name] = result
         if progress:
             progress(name)
     losers = [name for name, result in checks.items() if result["loses"]]
@@ -247,13 +191,9 @@ def format_defaults(results: dict[str, Any]) -> str:
         elif not check["timed"]:
             ratio, verdict = "1.00 (same way)", "ok"
         else:
-            spread = f" ({min(check['ratios']):.2f}-{max(check['ratios']):.2f})"
-            ratio = f"{check['ratio']:.2f}{spread}"
+            ratio = f"{check['ratio']:.2f} ({min(check['ratios']):.2f}-{max(check['ratios']):.2f})"
             verdict = "**loses**" if check["loses"] else "ok"
         lines.append(f"| {name} | {check['default']} | {check['other']} | {ratio} | {verdict} | {check['why']} |")
     limit = f"more than {results['tolerance']:.0%} slower than its alternative"
-    lines.append("")
-    lines.append(f"defaults {limit}: {', '.join(results['losers'])}" if results["losers"]
-                 else f"no default is {limit}")
-    return "\n".join(lines)
-
+    losers = results["losers"]
+    return "\n".join([*lines, "", f"defaults {limit}: {', '.join(losers)}" if losers else f"no default is {limit}"])

@@ -1,12 +1,5 @@
-"""nanoGPT as a contender, from the user's own checkout (none of its code is kept here): model and training run.
-
-nanoGPT (karpathy/nanoGPT, MIT) is the speed anchor small-model trainers are compared with. Its
-``model.py`` defines ``GPTConfig(block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias)`` and
-``GPT(config)``, whose ``forward(idx, targets)`` returns ``(logits, loss)``. ``glassformer bench
---nanogpt PATH`` imports that file under a private module name and builds it at the benchmarked size.
-``benchmarks/bench_nanogpt_quality.py`` runs the checkout's own ``train.py`` (README CPU settings) in a
-folder of its own and reads the losses it prints.
-"""
+"""nanoGPT (karpathy/nanoGPT, MIT) from the user's own checkout, none of its code kept here: its model.py as a
+bench contender, and its train.py run as it stands (``benchmarks/bench_nanogpt_quality.py``)."""
 
 from __future__ import annotations
 
@@ -30,19 +23,15 @@ EXPECTED = "nanoGPT's model.py (defining GPT and GPTConfig) or a folder holding 
 
 
 def load_nanogpt(path: str | Path) -> ModuleType:
-    """Import nanoGPT's ``model.py`` from ``path`` (the file, or a folder holding it).
-
-    The module is registered as ``MODULE_NAME`` (dataclasses looks a class's module up while building
-    ``GPTConfig``); importing again replaces it. A missing file, one that fails to import for want of a
-    module or by a syntax error, or one without ``GPT`` and ``GPTConfig`` is a one-line error naming it.
-    """
+    """Import nanoGPT's ``model.py`` from ``path`` (the file, or a folder holding it) as ``MODULE_NAME``
+    (dataclasses looks the module up); a file that is missing, does not import or lacks ``GPT`` and
+    ``GPTConfig`` is a one-line error naming it."""
     path = Path(path)
     file = path / "model.py" if path.is_dir() else path
     if not file.is_file():
         raise MissingFileError(f"nanogpt must be {EXPECTED}, got {str(path)!r}: no such file")
     loader = importlib.machinery.SourceFileLoader(MODULE_NAME, str(file))
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, file, loader=loader)
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(MODULE_NAME, file, loader=loader))
     sys.modules[MODULE_NAME] = module
     try:
         loader.exec_module(module)
@@ -59,8 +48,7 @@ def load_nanogpt(path: str | Path) -> ModuleType:
 
 
 def nanogpt_model(size: Size, module: ModuleType, device: torch.device | str = "cpu") -> nn.Module:
-    """nanoGPT's ``GPT`` at ``size`` (block_size = size.block, bias = size.bias, dropout 0), seeded like
-    the other contenders, float32 on ``device``."""
+    """nanoGPT's ``GPT`` at ``size`` (bias = size.bias, dropout 0), seeded like the other contenders."""
     try:
         config = module.GPTConfig(block_size=size.block, vocab_size=size.vocab_size, n_layer=size.n_layers,
                                   n_head=size.n_heads, n_embd=size.d_model, dropout=0.0, bias=size.bias)
@@ -72,12 +60,10 @@ def nanogpt_model(size: Size, module: ModuleType, device: torch.device | str = "
 
 
 def nanogpt_loss(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The loss nanoGPT trains with: its own ``model(ids, targets)`` (logits of every position, then
-    cross-entropy), the second element of what it returns."""
+    """The loss nanoGPT trains with: the second element of its own ``model(ids, targets)``."""
     return model(ids, targets)[1]
 
 
-# ---------------------------------------------------------------------- nanoGPT's own training run
 # nanoGPT README's CPU command for Shakespeare-char ("macbook" settings), after its config file.
 README_CPU_ARGS = ("--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1", "--block_size=64",
                    "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
@@ -87,8 +73,7 @@ _EVAL_LINE = re.compile(r"^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+)"
 
 
 def nanogpt_checkout(path: str | Path) -> Path:
-    """The nanoGPT checkout folder at ``path`` (holding train.py, model.py, configurator.py, config/ and
-    data/shakespeare_char/prepare.py), else a one-line error naming what is missing."""
+    """The nanoGPT checkout folder at ``path``, else a one-line error naming the files it lacks."""
     root = Path(path)
     needed = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
               "data/shakespeare_char/prepare.py")
@@ -100,10 +85,9 @@ def nanogpt_checkout(path: str | Path) -> Path:
 
 
 def prepare_nanogpt_workdir(checkout: Path, workdir: Path, text: Path, python: str = sys.executable) -> Path:
-    """A folder to run ``checkout``'s train.py in, without writing into the checkout: its
-    ``configurator.py`` linked, and ``data/shakespeare_char/`` holding ``text`` (tinyshakespeare) and
-    the train.bin / val.bin / meta.pkl that the checkout's own ``prepare.py`` makes of it (run from
-    a copy there; its ``requests`` import, used only to download, is stubbed: nothing is fetched)."""
+    """A folder to run ``checkout``'s train.py in without writing into the checkout: its configurator.py
+    linked, ``data/shakespeare_char/`` holding ``text`` and what the checkout's prepare.py makes of it (run
+    from a copy, its ``requests`` import stubbed: nothing is fetched)."""
     data = workdir / "data" / "shakespeare_char"
     data.mkdir(parents=True, exist_ok=True)
     link = workdir / "configurator.py"
@@ -118,20 +102,16 @@ def prepare_nanogpt_workdir(checkout: Path, workdir: Path, text: Path, python: s
 
 
 def nanogpt_command(checkout: Path, extra: tuple[str, ...] = (), python: str = sys.executable) -> list[str]:
-    """The command running nanoGPT's train.py with its Shakespeare-char config and the README's CPU
-    arguments (``extra`` appended: later ones win), from a folder made by :func:`prepare_nanogpt_workdir`."""
+    """The command running nanoGPT's train.py with its Shakespeare-char config and README_CPU_ARGS, then
+    ``extra`` (later ones win), from a folder made by :func:`prepare_nanogpt_workdir`."""
     root = checkout.resolve()
     return [python, str(root / "train.py"), str(root / "config" / "train_shakespeare_char.py"), *README_CPU_ARGS,
             *extra]
 
 
 def nanogpt_evals(lines: list[tuple[float, str]]) -> list[dict[str, float]]:
-    """nanoGPT's evaluation lines (``step N: train loss X, val loss Y``) among timestamped output lines:
-    [{"step", "train_loss", "val_loss", "at_s"}] (``at_s``: when the line came, seconds from the start)."""
-    evals = []
-    for at, line in lines:
-        found = _EVAL_LINE.match(line.strip())
-        if found:
-            evals.append({"step": int(found[1]), "train_loss": float(found[2]), "val_loss": float(found[3]),
-                          "at_s": at})
-    return evals
+    """nanoGPT's ``step N: train loss X, val loss Y`` lines among (seconds from the start, line) pairs:
+    [{"step", "train_loss", "val_loss", "at_s"}]."""
+    found = [(at, _EVAL_LINE.match(line.strip())) for at, line in lines]
+    return [{"step": int(m[1]), "train_loss": float(m[2]), "val_loss": float(m[3]), "at_s": at}
+            for at, m in found if m]

@@ -49,29 +49,11 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
               rounds: int | None = None, device: str = "cpu", precisions: tuple[str, ...] | str = DEFAULT_PRECISIONS,
               hf: bool = True, nanogpt: str | Path | None = None,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the chosen parts of the suite; return everything as a JSON-ready dict.
-
-    Args:
-        parts: any of "train" (throughput, memory, MFU vs Hugging Face and nanoGPT), "gen" (greedy
-            generation vs Hugging Face), "attn" (return_attn=True vs fused), "compile" (torch.compile's
-            first call and steady-state gain, training and decoding), "scaling" (training tokens/s as
-            context, batch and width grow; glassformer only).
-        sizes: names in ``SIZES`` ("small", "baby"); generation and compile use the last one.
-        quick: fewer rounds, batch-1 generation only: a smoke run of a minute or two.
-        rounds: override the number of paired rounds of every part.
-        device: "cpu" or "cuda".
-        precisions: any of "auto", "float32", "bfloat16", "float16" (a tuple or "float32,bfloat16"; default
-            "auto": float32, plus bfloat16 where the device has bfloat16 instructions, not emulated): train,
-            gen and attn run every row in each (16-bit ones under ``torch.autocast``, float32 weights
-            and AdamW); compile and scaling run in the first.
-        hf: include the Hugging Face contenders (needs ``transformers``).
-        nanogpt: nanoGPT's model.py (or its folder): adds the "nanogpt" training contender.
-        progress: called with a part's name when it is done (the CLI prints it).
-    Returns:
-        {"machine": ..., "settings": ..., "train": {size: {precision: ...}}, "gen": ..., "attn": {size:
-        {precision: ...}}, "compile": ...} with only the parts asked for; machine["matmul_peak_flops"]
-        holds the measured peak of each precision, which every training row's MFU is against.
-    """
+    """Run the chosen parts of PARTS (docs/benchmarks.md) at ``sizes`` (generation and decoding compile: the
+    last one) in each of ``precisions`` (compile and scaling: the first); ``quick``: fewer rounds, batch-1
+    generation; ``nanogpt``: its model.py, a training contender; ``progress`` gets each part's name when done.
+    Returns a JSON-ready {"machine", "settings", and each part}; machine["matmul_peak_flops"] is each
+    precision's peak, which every training row's MFU is against."""
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise GlassformerError(f"unknown bench part(s) {unknown}; expected some of {PARTS}")
@@ -87,11 +69,11 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     n = rounds or (3 if quick else 5)
     calls = 1 if quick else 2
     matmul_n = 4096 if torch.device(device).type == "cuda" else 2048
-    results: dict[str, Any] = {"machine": machine(), "settings": {
+    results: dict[str, Any] = {"machine": {**machine(), "matmul_n": matmul_n}, "settings": {
         "parts": list(parts), "sizes": list(sizes), "quick": quick, "rounds": n, "device": device,
         "precisions": list(precisions), "nanogpt": None if nanogpt is None else str(nanogpt)}}
-    results["machine"]["matmul_n"] = matmul_n
-    last = SIZES[sizes[-1]]
+    done = progress or (lambda part: None)
+    last, first = SIZES[sizes[-1]], SIZES[sizes[0]]
     if "train" in parts:
         contenders = ("glassformer", "glassformer-gelu", *(("nanogpt",) if nanogpt_module else ()),
                       *(("hf",) if hf else ()))
@@ -103,7 +85,7 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
         for by_precision in results["train"].values():
             for p, r in by_precision.items():
                 mfu_against(r, peaks[p])
-        _done(progress, "train")
+        done("train")
     else:
         peaks = matmul_peaks(precisions, n=matmul_n, rounds=n, calls=calls, device=device)
     results["machine"]["matmul_peak_flops"] = peaks
@@ -112,44 +94,37 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
         # the few-row route exists on the CPU only; elsewhere there is nothing to compare it with
         results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
                                         precisions=precisions, plain=torch.device(device).type == "cpu")
-        _done(progress, "gen")
+        done("gen")
     if "attn" in parts:
         results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device,
                                                  precisions=precisions) for s in sizes}
-        _done(progress, "attn")
+        done("attn")
     if "compile" in parts:
         results["compile"] = {
-            "train": bench_train_compile(SIZES[sizes[0]], rounds=n, calls=calls, device=device,
-                                         precision=precisions[0]),
+            "train": bench_train_compile(first, rounds=n, calls=calls, device=device, precision=precisions[0]),
             "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, precision=precisions[0])}
-        _done(progress, "compile")
+        done("compile")
     if "scaling" in parts:
-        results["scaling"] = bench_scaling(SIZES[sizes[0]], rounds=n, device=device, precision=precisions[0])
-        _done(progress, "scaling")
+        results["scaling"] = bench_scaling(first, rounds=n, device=device, precision=precisions[0])
+        done("scaling")
     results["machine"]["load_1min_after"] = machine().get("load_1min")
     return results
 
 
-def _done(progress: Callable[[str], None] | None, part: str) -> None:
-    """Tell ``progress`` (when given) that ``part`` has finished."""
-    if progress is not None:
-        progress(part)
-
-
-def _row(cells: list[str]) -> str:
-    """One Markdown table row."""
-    return "| " + " | ".join(cells) + " |"
-
-
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     """The lines of a Markdown table (header, rule, rows) and a blank line."""
-    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
+    return ["| " + " | ".join(cells) + " |" for cells in (header, ["---"] * len(header), *rows)] + [""]
 
 
 def _rate(result: dict[str, Any], name: str) -> str:
     """``name``'s tokens/s in ``result`` as a table cell; "-" for a contender that did not run."""
     rate = result["tokens_per_s"].get(name)
     return "-" if rate is None else f"{rate:,.0f}"
+
+
+def _times(ratio: float | None) -> str:
+    """A ratio as a table cell (``1.25x``); "-" when there is none."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _header(results: dict[str, Any]) -> list[str]:
@@ -179,14 +154,10 @@ def format_table(results: dict[str, Any]) -> str:
         with_nanogpt = any("ratio_vs_nanogpt" in r for by_p in results["train"].values() for r in by_p.values())
         anchors = ["nanogpt", "hf"] if with_nanogpt else ["hf"]  # "vs hf" always (all "-" under --no_hf)
         lines.append("training (forward + backward + clip + AdamW), medians; vs X = paired speed-up over X")
-        rows = []
-        for size, by_precision in results["train"].items():
-            for precision, r in by_precision.items():
-                for name, tps in r["tokens_per_s"].items():
-                    ratios = [r.get(f"ratio_vs_{a}", {}).get(name) for a in anchors]
-                    rows.append([size, precision, name, f"{tps:,.0f}",
-                                 *("-" if ratio is None else f"{ratio:.2f}x" for ratio in ratios),
-                                 f"{r['mfu'][name]:.0%}", f"{r['peak_mb'][name]:.0f}", f"{r['spread'][name]:.0%}"])
+        rows = [[size, precision, name, f"{tps:,.0f}", *(_times(r.get(f"ratio_vs_{a}", {}).get(name)) for a in anchors),
+                 f"{r['mfu'][name]:.0%}", f"{r['peak_mb'][name]:.0f}", f"{r['spread'][name]:.0%}"]
+                for size, by_precision in results["train"].items() for precision, r in by_precision.items()
+                for name, tps in r["tokens_per_s"].items()]
         lines += _table(["size", "precision", "model", "tokens/s", *(f"vs {a}" for a in anchors), "MFU", "peak MB",
                          "spread"], rows)
     if "gen" in results:
@@ -194,8 +165,8 @@ def format_table(results: dict[str, Any]) -> str:
         lines.append(f"greedy generation with KV cache ({gen['size']['name']}, max_len {gen['size']['block']}), "
                      f"new tokens/s, medians; bound = batch x {gen['bandwidth_gb_s']:.1f} GB/s (copy) / "
                      f"{gen['weight_mb']:.1f} MB of weights")
-        rows = [[case, precision, _rate(r, "glassformer"), f"{r['ratio']:.2f}x" if "ratio" in r else "-",
-                 _rate(r, "glassformer-flinear"), f"{r['route_gain']:.2f}x" if "route_gain" in r else "-",
+        rows = [[case, precision, _rate(r, "glassformer"), _times(r.get("ratio")),
+                 _rate(r, "glassformer-flinear"), _times(r.get("route_gain")),
                  _rate(r, "hf"), f"{r['bound_tokens_per_s']:,.0f}", f"{r['of_bound']['glassformer']:.0%}"]
                 for case, by_precision in gen["cases"].items() for precision, r in by_precision.items()]
         lines += _table(["batch-prompt-new", "precision", "glassformer", "vs hf", "F.linear only",
@@ -204,8 +175,8 @@ def format_table(results: dict[str, Any]) -> str:
         lines.append("cost of transparency: inference forward, return_attn=True vs fused; time ratios to fused of "
                      "the last layer's weights alone (interpret.attention_weights) and of caching every hook point")
         rows = [[size, precision, f"{r['tokens_per_s']['fused']:,.0f}", f"{r['tokens_per_s']['return_attn']:,.0f}",
-                 f"{r['ratio']:.2f}x", *(f"{r['ratios'][n]:.2f}x" if n in r.get("ratios", {}) else "-"
-                                         for n in ("one_layer_weights", "cache_everything"))]
+                 _times(r["ratio"]), *(_times(r.get("ratios", {}).get(n))
+                                       for n in ("one_layer_weights", "cache_everything"))]
                 for size, by_precision in results["attn"].items() for precision, r in by_precision.items()]
         lines += _table(["size", "precision", "fused tokens/s", "return_attn tokens/s", "time ratio",
                          "one layer's weights", "cache everything"], rows)

@@ -1,11 +1,5 @@
-"""How a training step's cost grows with context length, batch and width (glassformer only).
-
-Each series changes one thing of the *small* size and times training steps, paired across the
-series' points, so the shape of the curve survives a drifting load. The FLOP count per token is
-6N + 12·L·T·d: the parameter term is flat in T and B, the attention term grows with T, and N grows
-with d², so tokens/s should be flat in batch (once the matmuls are big enough), fall slowly with
-T, and fall about as 1/d² with width.
-"""
+"""How a training step's cost grows with context length, batch and width (glassformer only): FLOPs per token
+are 6N + 12·L·T·d, so tokens/s should be flat in batch, fall slowly with T and about as 1/d² with width."""
 
 from __future__ import annotations
 
@@ -35,11 +29,8 @@ def _point(base: Size, field: str, value: int) -> Size:
 
 def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 1,
                   device: torch.device | str = "cpu", precision: str = "float32") -> dict[str, Any]:
-    """Training tokens/s of ``base`` with one of block, batch, d_model changed at a time, each step in
-    ``precision``.
-
-    Returns {series: {value: tokens_per_s}} for "context", "batch" and "width".
-    """
+    """Training tokens/s in ``precision`` with one of block, batch, d_model of ``base`` changed at a time:
+    {series: {"field", "tokens_per_s": {value: tokens/s}}} for "context", "batch" and "width"."""
     results: dict[str, Any] = {}
     for series, (field, values) in SERIES.items():
         steps, tokens = {}, {}

@@ -1,14 +1,5 @@
-"""What is benchmarked: the model sizes, built as a glassformer model and as Hugging Face GPT-2 alike,
-and the precisions they run in.
-
-Both sides are the GPT-2 architecture (pre-norm, learned positions, tanh GELU, d_ff = 4d, tied
-output layer, init N(0, 0.02²)), random init, dropout 0. ``transformers`` is imported only here and
-only when a Hugging Face contender is asked for; the library itself never needs it. nanoGPT's model
-is loaded from the user's own copy (:mod:`glassformer.bench.nanogpt`).
-
-Reduced precision is mixed precision, the way people train: float32 weights, gradients and AdamW
-state; the forward pass (and the loss) under ``torch.autocast`` to bfloat16 or float16.
-"""
+"""What is benchmarked: the sizes, as glassformer and Hugging Face GPT-2 models alike (random init, dropout
+0), and the precisions (float32, or float32 weights with the forward pass under ``torch.autocast``)."""
 
 from __future__ import annotations
 
@@ -48,24 +39,18 @@ class Size:
                            init_std=0.02)
 
 
-SIZES = {
-    # nanoGPT's CPU shakespeare_char recipe (4 layers, 4 heads, 128 wide, no biases, dropout 0);
-    # block 128 and batch 16 instead of its 64 and 12.
+SIZES = {  # nanoGPT's shakespeare_char shapes: its CPU recipe (block 128, batch 16 here) and its "baby GPT"
     "small": Size("small", n_layers=4, n_heads=4, d_model=128, block=128, batch=16),
-    # nanoGPT's "baby GPT" for shakespeare_char (no biases; dropout 0 when benchmarking; batch 8, not 64).
     "baby": Size("baby", n_layers=6, n_heads=6, d_model=384, block=256, batch=8),
 }
-
-# The precisions a benchmark row can run in: float32, or autocast to a 16-bit type.
-PRECISIONS = DTYPES  # {"float32": torch.float32, "bfloat16": ..., "float16": ...}
+PRECISIONS = DTYPES  # a row runs in float32, or under autocast to a 16-bit type
 
 
 def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision",
                      device: torch.device | str = "cpu") -> tuple[str, ...]:
-    """``precisions`` (a tuple, or one comma-separated string) without repeats, in order, when each is a
-    key of ``PRECISIONS`` or "auto" (the precisions ``precision: auto`` can pick on ``device``: float32,
-    and bfloat16 where the device has bfloat16 instructions); else a GlassformerError naming ``name``
-    and the first bad value (or none)."""
+    """``precisions`` (a tuple or a comma-separated string) in order without repeats, "auto" standing for
+    what ``precision: auto`` can pick on ``device`` (float32, and bfloat16 where it has bfloat16
+    instructions); a GlassformerError naming ``name`` for an unknown value or none."""
     if isinstance(precisions, str):
         precisions = tuple(part.strip() for part in precisions.split(",") if part.strip())
     if "auto" in precisions:
@@ -92,7 +77,7 @@ def in_precision(fn: Callable[[], T], precision: str, device: torch.device | str
 
 
 def get_size(name: str) -> Size:
-    """The :class:`Size` called ``name`` in ``SIZES``; a ValueError listing them for any other name."""
+    """The :class:`Size` called ``name`` in ``SIZES``; a GlassformerError listing them for any other name."""
     if name not in SIZES:
         raise GlassformerError(f"unknown benchmark size {name!r}; available: {sorted(SIZES)}")
     return SIZES[name]
@@ -105,22 +90,18 @@ def glass_model(size: Size, device: torch.device | str = "cpu", **changes: objec
 
 
 def hf_model(size: Size, device: torch.device | str = "cpu") -> nn.Module:
-    """Hugging Face ``GPT2LMHeadModel`` of the same size with SDPA attention (always has biases, whatever
-    ``size.bias`` says: GPT2Config has no switch for them)."""
+    """Hugging Face ``GPT2LMHeadModel`` of the same size with SDPA attention (always with biases: GPT2Config
+    has no switch for them)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=size.vocab_size, n_positions=size.block, n_embd=size.d_model,
                         n_layer=size.n_layers, n_head=size.n_heads, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, pad_token_id=0)
-    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
-    return model.to(device)
+    return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa").to(device)
 
 
 def train_flops_per_token(size: Size, n_params: int, context: int) -> float:
-    """Forward + backward FLOPs per token, as nanoGPT and the PaLM paper count them.
-
-    6 per parameter (2 forward, 4 backward) plus attention's scores and weighted sum,
-    6 · 2 · L · T · d (counted over the full T x T square, causal or not).
-    """
+    """Forward + backward FLOPs per token as nanoGPT and PaLM count them: 6 per parameter plus attention's
+    6 · 2 · L · T · d (over the full T x T square)."""
     return 6 * n_params + 12 * size.n_layers * context * size.d_model

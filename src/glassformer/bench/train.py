@@ -1,16 +1,10 @@
-"""Training throughput: forward + backward + gradient clipping + AdamW step, in tokens/s.
-
-All contenders run exactly the same step on the same batch; only the model differs. Each precision
-is mixed precision as people train: the forward pass and the loss under ``torch.autocast``, backward
-and the AdamW step outside it, on float32 weights and optimiser state (float16 adds a ``GradScaler``,
-as nanoGPT's train.py does). Reports tokens/s, the paired speed ratios, peak memory and model FLOP
-utilisation against a square matmul's measured peak in the same precision.
-"""
+"""Training throughput (forward + backward + clipping + AdamW, the same step and batch for every model):
+tokens/s, paired speed ratios, peak memory and MFU against a square matmul's peak in the same precision."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -22,11 +16,11 @@ from ..errors import GlassformerError
 from ..training.optim import make_optimizer
 from .nanogpt import nanogpt_loss, nanogpt_model
 from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, train_flops_per_token
-from .timing import Timing, paired, paired_ratio, peak_memory, sync, tensor_bytes
+from .timing import paired, paired_ratio, peak_memory, tensor_bytes, time_call
 
-# The benchmark's AdamW (nanoGPT's settings), built by the library's own make_optimizer: the fused kernel,
-# decay on weight matrices only. Every contender, Hugging Face's and nanoGPT's included, gets the same.
+# nanoGPT's AdamW settings, built by the library's make_optimizer (fused, decay on weight matrices only)
 ADAMW = {"lr": 1e-3, "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8, "fused": True}
+CONTENDERS = ("glassformer", "glassformer-gelu", "nanogpt", "hf")
 
 Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -40,9 +34,8 @@ def logits_loss(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> t
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor, targets: torch.Tensor,
                *, precision: str = "float32", loss_fn: Loss = logits_loss) -> Callable[[], None]:
-    """A no-argument closure doing one full training step of ``model`` on ``ids`` -> ``targets`` (both
-    (B, T) token ids): forward and ``loss_fn`` under autocast to ``precision`` (none for float32),
-    backward, clip the gradient norm to 1, AdamW step. float16 scales the loss (``GradScaler``)."""
+    """A no-argument closure doing one training step on (B, T) ``ids`` -> ``targets``: forward and loss under
+    autocast to ``precision``, backward, clip the gradient norm to 1, optimizer step (float16: GradScaler)."""
     device = ids.device
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
 
@@ -59,21 +52,22 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Te
     return step
 
 
+def _batch(size: Size, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+                 for _ in range(2))
+
+
 def _non_embedding_params(model: nn.Module) -> int:
     """Parameters that take part in matmuls: all but the position table (nanoGPT's count)."""
-    total = sum(p.numel() for p in model.parameters())
     positions = [m for name, m in model.named_modules() if name.endswith(("embeddings.pos", "wpe"))]
-    return total - sum(p.numel() for m in positions for p in m.parameters())
-
-
-CONTENDERS = ("glassformer", "glassformer-gelu", "nanogpt", "hf")
+    return sum(p.numel() for p in model.parameters()) - sum(p.numel() for m in positions for p in m.parameters())
 
 
 def build_contender(name: str, size: Size, device: torch.device | str = "cpu",
                     nanogpt: ModuleType | None = None) -> nn.Module:
-    """The float32 model called ``name``: "glassformer" computes GPT-2's function (tanh GELU) like
-    "hf"; "glassformer-gelu" differs only by the exact GELU (the library's default and nanoGPT's);
-    "nanogpt" is ``nanogpt.GPT`` (the module from :func:`~glassformer.bench.nanogpt.load_nanogpt`)."""
+    """The float32 model ``name`` of CONTENDERS: "glassformer" computes GPT-2's function (tanh GELU) like
+    "hf"; "glassformer-gelu" uses the exact GELU; "nanogpt" is ``nanogpt.GPT`` (from ``load_nanogpt``)."""
     if name == "glassformer":
         return glass_model(size, device)
     if name == "glassformer-gelu":
@@ -87,39 +81,27 @@ def build_contender(name: str, size: Size, device: torch.device | str = "cpu",
     raise GlassformerError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
 
 
-def matmul_round(n: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> Callable[[], None]:
-    """A closure multiplying two n x n matrices of ``dtype``, timed in the same rounds as the training
-    steps; the best round's FLOP/s stands for the machine's peak in that dtype (a peak is a best case;
-    the median step is then compared with it)."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    return lambda: torch.mm(a, b)
-
-
-def peak_matmul_n(n: int, precision: str, device: torch.device | str = "cpu") -> int:
-    """The side of the square matmul that stands for ``precision``'s peak: ``n``, or ``n // 4`` (64x fewer
-    FLOPs) for a 16-bit precision on a CPU without bfloat16 instructions. There torch emulates it at a
-    small fraction of float32's rate, and a full-size product took minutes on an AMD EPYC Zen 3 (the
-    peak it stands for is a slow path's anyway)."""
+def _matmuls(precisions: tuple[str, ...], n: int, device: torch.device | str) -> dict[str, tuple[int, Callable]]:
+    """precision -> (side, a closure multiplying two side x side matrices of that dtype), whose best round's
+    FLOP/s (2 side³ a call) stands for the machine's peak. The side is ``n``, or ``n // 4`` for a 16-bit
+    precision that a CPU without bfloat16 instructions emulates (full size took minutes on an AMD EPYC Zen 3)."""
     from ..runtime.precision import bf16_hardware
 
-    emulated = precision != "float32" and torch.device(device).type == "cpu" and not bf16_hardware(device)[0]
-    return max(64, n // 4) if emulated else n
-
-
-def best_flops(matmul: Timing, n: int) -> float:
-    """The best round's FLOP/s of an n x n matmul (2 n³ FLOPs a call)."""
-    return 2 * n ** 3 / min(matmul.rounds)
+    found = {}
+    for p in precisions:
+        emulated = p != "float32" and torch.device(device).type == "cpu" and not bf16_hardware(device)[0]
+        side = max(64, n // 4) if emulated else n
+        a, b = (torch.randn(side, side, device=device, dtype=PRECISIONS[p]) for _ in range(2))
+        found[p] = side, partial(torch.mm, a, b)
+    return found
 
 
 def matmul_peaks(precisions: tuple[str, ...], *, n: int = 2048, rounds: int = 5, calls: int = 3,
                  device: torch.device | str = "cpu") -> dict[str, float]:
-    """precision -> FLOP/s of the best of ``rounds`` paired rounds of an n x n matmul in that dtype
-    (what the bench header shows when no training part ran alongside to time it)."""
-    sides = {p: peak_matmul_n(n, p, device) for p in precisions}
-    timings = paired({p: matmul_round(sides[p], device, PRECISIONS[p]) for p in precisions},
-                     rounds=rounds, calls=calls, device=device)
-    return {p: best_flops(t, sides[p]) for p, t in timings.items()}
+    """precision -> FLOP/s of the best of ``rounds`` paired rounds of an n x n matmul in that dtype."""
+    products = _matmuls(precisions, n, device)
+    timings = paired({p: mm for p, (_, mm) in products.items()}, rounds=rounds, calls=calls, device=device)
+    return {p: 2 * products[p][0] ** 3 / min(t.rounds) for p, t in timings.items()}
 
 
 def mfu_against(result: dict[str, Any], peak_flops: float) -> None:
@@ -132,29 +114,11 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
                 contenders: tuple[str, ...] = ("glassformer", "glassformer-gelu", "hf"),
                 precisions: tuple[str, ...] = ("float32",), matmul_n: int = 1024,
                 device: torch.device | str = "cpu", nanogpt: ModuleType | None = None) -> dict[str, dict[str, Any]]:
-    """Time training steps of each contender in each precision for ``size``, interleaved with square
-    matmuls, one per precision, all in the same paired rounds.
-
-    Each contender is one float32 model and one AdamW; its steps in the different precisions take
-    turns on it (the weights' values do not change a step's cost).
-
-    Args:
-        size: the model size and batch.
-        rounds, calls: see :func:`paired`.
-        contenders: names from ``CONTENDERS`` ("nanogpt" needs ``nanogpt``); ratios are given against
-            "hf" and "nanogpt" when present.
-        precisions: keys of ``PRECISIONS``.
-        matmul_n: size of the matmul that stands for the machine's peak (2 n³ FLOPs).
-        nanogpt: nanoGPT's model module (:func:`~glassformer.bench.nanogpt.load_nanogpt`).
-    Returns:
-        precision -> a dict: tokens_per_s, spread, peak_mb (weights + gradients + optimiser state + the
-        step's activations), flops_per_token and mfu per contender; matmul_flops (the best matmul round
-        in these rounds) and peak_flops (what mfu is against: the same, until :func:`mfu_against`);
-        ratio_vs_hf and ratio_vs_nanogpt per contender (paired speed-ups); seconds per round.
-    """
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
-    targets = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+    """Time training steps of each contender (CONTENDERS; "nanogpt" needs the ``nanogpt`` module) in each
+    precision, on one float32 model and AdamW each, with a ``matmul_n`` matmul per precision, all paired.
+    Returns precision -> tokens_per_s, spread, peak_mb, flops_per_token, mfu and seconds per contender,
+    matmul_flops (best matmul round), peak_flops (what mfu is against), ratio_vs_hf / ratio_vs_nanogpt."""
+    ids, targets = _batch(size, device)
     steps, memory, flops = {}, {}, {}
     for name in contenders:
         model = build_contender(name, size, device, nanogpt).train()
@@ -167,16 +131,16 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
             step()  # creates the optimiser state, so it is counted below
             held = tensor_bytes(list(model.parameters())) + tensor_bytes(list(optimizer.state.values()))
             memory[name, precision] = (held + peak_memory(step, device)) / 2 ** 20
-    sides = {p: peak_matmul_n(matmul_n, p, device) for p in precisions}
-    matmuls = {("matmul", p): matmul_round(sides[p], device, PRECISIONS[p]) for p in precisions}
-    timed = paired({f"{name} {p}": fn for (name, p), fn in {**steps, **matmuls}.items()},
+    products = _matmuls(precisions, matmul_n, device)
+    timed = paired({**{f"{name} {p}": fn for (name, p), fn in steps.items()},
+                    **{f"matmul {p}": mm for p, (_, mm) in products.items()}},
                    rounds=rounds, calls=calls, device=device)
     tokens = size.batch * size.block
     results: dict[str, dict[str, Any]] = {}
     for p in precisions:
         timings = {name: timed[f"{name} {p}"] for name in contenders}
-        peak = best_flops(timed[f"matmul {p}"], sides[p])
-        result: dict[str, Any] = {
+        peak = 2 * products[p][0] ** 3 / min(timed[f"matmul {p}"].rounds)
+        results[p] = result = {
             "size": size.__dict__, "precision": p, "tokens_per_step": tokens, "flops_per_token": dict(flops),
             "matmul_flops": peak,
             "tokens_per_s": {n: tokens / t.median for n, t in timings.items()},
@@ -189,34 +153,21 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
             if anchor in timings:
                 result[f"ratio_vs_{anchor}"] = {n: paired_ratio(timings[anchor], t) for n, t in timings.items()
                                                 if n != anchor}
-        results[p] = result
     return results
 
 
 def bench_train_compile(size: Size, *, rounds: int = 5, calls: int = 3, device: torch.device | str = "cpu",
                         precision: str = "float32") -> dict[str, Any]:
-    """The compile path for training: first-call cost of ``torch.compile`` and its steady-state gain.
-
-    Returns first_call_s (compile + one step), eager_step_s, tokens_per_s for eager and compiled,
-    and gain (eager seconds / compiled seconds, paired), with the step run in ``precision``.
-    """
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
-    targets = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+    """``torch.compile`` of a training step in ``precision``: first_call_s (compiling + one step),
+    eager_step_s, tokens_per_s eager and compiled, and gain (eager / compiled seconds, paired)."""
+    ids, targets = _batch(size, device)
     eager, compiled = glass_model(size, device), glass_model(size, device)
     steps = {"eager": train_step(eager, make_optimizer(eager, **ADAMW), ids, targets, precision=precision),
              "compiled": train_step(torch.compile(compiled), make_optimizer(compiled, **ADAMW), ids, targets,
                                     precision=precision)}
     steps["eager"]()
-    sync(device)
-    start = time.perf_counter()
-    steps["eager"]()
-    sync(device)
-    eager_step = time.perf_counter() - start
-    start = time.perf_counter()
-    steps["compiled"]()
-    sync(device)
-    first_call = time.perf_counter() - start
+    eager_step = time_call(steps["eager"], device)
+    first_call = time_call(steps["compiled"], device)
     timings = paired(steps, rounds=rounds, calls=calls, device=device)
     tokens = size.batch * size.block
     return {

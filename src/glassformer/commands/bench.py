@@ -1,5 +1,4 @@
-"""``glassformer bench``: the benchmark suite (training, generation, transparency, compile), per precision,
-against Hugging Face GPT-2 and, given its model.py, nanoGPT."""
+"""``glassformer bench``: the benchmark suite, per precision, against Hugging Face GPT-2 and nanoGPT."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from pathlib import Path
 
 from ..fileio import Writes
 
-WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
+WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)  # test_outputs_guard
 
 EPILOG = """\
 precision:
@@ -88,13 +86,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen benchmark parts, print their tables and write the JSON to ``args.out``; returns 0."""
+    """Run the chosen benchmark parts (or ``--defaults``, ``--kernel_choices``), print the tables and write
+    the JSON to ``args.out``; returns 0 (``--defaults``: 1 when a default loses)."""
     import torch
 
     from ..bench import format_table, run_suite
+    from ..bench.defaults import CHECKS, check_defaults, format_defaults
     from ..bench.runner import DEFAULT_PARTS
-    from ..errors import UsageError, check_int
+    from ..errors import UsageError, check_int, check_number
+    from ..fileio import atomic_write, claim_outputs
     from ..runtime import kernel_choice
+    from ..runtime.device import pick_device
 
     if args.kernel_choices or args.reset_kernel_choices:
         if args.reset_kernel_choices:
@@ -107,47 +109,34 @@ def run(args: argparse.Namespace) -> int:
         if not kernel_choice.choices():
             print("  none yet (each is measured the first time it is needed)")
         return 0
+    out = args.out
     if args.defaults:
-        return _defaults(args)
-    if args.rounds is not None:
+        check_number("--tolerance", args.tolerance, 0.0)
+        if out == Path("bench-output/bench.json"):
+            out = Path("bench-output/defaults.json")
+    elif args.rounds is not None:
         check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
         torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
-    if args.device != "cpu" and not args.device.startswith("cuda"):
-        raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
-    from ..runtime.device import pick_device
-    args.device = str(pick_device(args.device))  # the one owner of device checks (training asks it too)
-    from ..fileio import atomic_write, claim_outputs
-    claim_outputs([args.out], what="--out")  # a user's file, a link, a FIFO: refused before the benchmark runs
-    parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
-    results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
-                        precisions=args.precision, hf=not args.no_hf, nanogpt=args.nanogpt,
-                        progress=lambda part: print(f"bench: {part} done", file=sys.stderr, flush=True))
-    print(format_table(results))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out, json.dumps(results, indent=2) + "\n", what="--out")
-    print(f"results written to {args.out}")
-    return 0
+    if not args.defaults:
+        if args.device != "cpu" and not args.device.startswith("cuda"):
+            raise UsageError(f"--device must be cpu or cuda (cuda:N), got {args.device!r}")
+        args.device = str(pick_device(args.device))  # the one owner of device checks (training asks it too)
+    claim_outputs([out], what="--out")  # a user's file, a link, a FIFO: refused before the benchmark runs
 
+    def done(part: str) -> None:
+        print(f"bench: {part} done", file=sys.stderr, flush=True)
 
-def _defaults(args: argparse.Namespace) -> int:
-    """``--defaults``: time each default against its alternative, print the table, write the JSON to
-    ``args.out`` (default bench-output/defaults.json); 1 when a default loses by more than the tolerance."""
-    import torch
-
-    from ..bench.defaults import CHECKS, check_defaults, format_defaults
-    from ..errors import check_int, check_number
-    from ..fileio import atomic_write, claim_outputs
-
-    check_number("--tolerance", args.tolerance, 0.0)
-    if args.threads is not None:
-        torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
-    out = args.out if args.out != Path("bench-output/bench.json") else Path("bench-output/defaults.json")
-    claim_outputs([out], what="--out")
-    results = check_defaults(quick=args.quick, tolerance=args.tolerance, only=args.only or CHECKS,
-                             progress=lambda name: print(f"bench: {name} done", file=sys.stderr, flush=True))
-    print(format_defaults(results))
+    if args.defaults:
+        results = check_defaults(quick=args.quick, tolerance=args.tolerance, only=args.only or CHECKS, progress=done)
+        table = format_defaults(results)
+    else:
+        parts = args.only or tuple(p for p in DEFAULT_PARTS if not (args.quick and p == "compile"))
+        results = run_suite(parts, args.sizes, quick=args.quick, rounds=args.rounds, device=args.device,
+                            precisions=args.precision, hf=not args.no_hf, nanogpt=args.nanogpt, progress=done)
+        table = format_table(results)
+    print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(results, indent=2) + "\n", what="--out")
     print(f"results written to {out}")
-    return 0 if results["ok"] else 1
+    return 0 if results.get("ok", True) else 1

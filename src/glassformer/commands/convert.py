@@ -9,7 +9,6 @@ from ..errors import MissingFileError
 from ..fileio import Writes
 
 WRITES = (Writes(("convert", "{ck}", "{out}/hf"), ("{out}/hf/config.json", "{out}/hf/model.safetensors")),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 EPILOG = """examples:
   glassformer convert path/to/all-MiniLM-L6-v2 runs/minilm        # Hugging Face -> glassformer

@@ -1,8 +1,4 @@
-"""``glassformer demo``: the tiny character LM lesson end to end, with no files needed.
-
-The lesson itself lives in :mod:`glassformer.lessons.tiny_char` (``--lesson2``:
-:mod:`glassformer.lessons.lesson2`); this verb runs it and prints what it found.
-"""
+"""``glassformer demo``: the lesson of :mod:`glassformer.lessons.tiny_char` (or ``lesson2``) end to end."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ from ..fileio import Writes
 WRITES = (Writes(("demo", "--out", "{out}"), ("{out}/results.json", "{out}/loss_curve.png",
                                            "{out}/attention_layer1.png", "{out}/run/metrics.jsonl")),
           Writes(("demo", "--lesson2", "--out", "{out}"), ("{out}/lesson2.json",)))
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,16 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the tiny char LM lesson into ``args.out`` and print its summary (or lesson 2's with ``--lesson2``).
-
-    Returns 0, or 1 when the trained model does not generate the lesson's expected line.
-    """
+    """Run the tiny char LM lesson into ``args.out`` (or lesson 2) and print its summary; 1 when the trained
+    model does not generate the lesson's expected line, else 0."""
     import torch
 
     from ..lessons import tiny_char
     from ..viz.i18n import resolve_lang, text
 
-    lang = resolve_lang(getattr(args, "lang", None), "--lang")  # before training: a typo fails at once
+    lang = resolve_lang(args.lang, "--lang")  # before training: a typo fails at once
     if args.lesson2:
         return run_lesson2(args.out, lang)
     threads = torch.get_num_threads()
@@ -62,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lesson2(out: Path, lang: str = "en") -> int:
-    """Run lesson 2's experiments, print their summary (in ``lang``) and write the findings to
-    ``out/lesson2.json``; 0."""
+    """Run lesson 2's experiments, print their summary and write the findings to ``out/lesson2.json``; 0."""
     from ..fileio import atomic_write, claim_outputs
     from ..lessons import lesson2
     from ..viz.i18n import text

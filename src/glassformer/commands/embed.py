@@ -10,7 +10,6 @@ from ..errors import MissingFileError
 from ..fileio import Writes
 
 WRITES: tuple[Writes, ...] = ()  # prints its vectors; writes no file
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 EPILOG = """examples:
   glassformer embed --model path/to/all-MiniLM-L6-v2 "A cat sits." "A kitten is sitting."
@@ -77,10 +76,9 @@ def run(args: argparse.Namespace) -> int:
                              ensure_ascii=False))
         return 0
     unit = F.normalize(vectors, dim=-1)
-    sims = (unit @ unit.T).tolist()
-    width = max(len(str(i)) for i in range(len(args.texts)))
+    width = len(str(len(args.texts) - 1))
     print(" " * width + "  " + "  ".join(f"{i:>{args.digits + 3}}" for i in range(len(args.texts))))
-    for i, row in enumerate(sims):
+    for i, row in enumerate((unit @ unit.T).tolist()):
         print(f"{i:>{width}}  " + "  ".join(f"{s:>{args.digits + 3}.{args.digits}f}" for s in row))
     for i, text in enumerate(args.texts):
         print(f"{i:>{width}}: {text}")

@@ -12,7 +12,6 @@ from ..fileio import Writes
 from .precision import add_precision
 
 WRITES: tuple[Writes, ...] = ()  # prints its scores; writes no file
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,10 +87,9 @@ def run(args: argparse.Namespace) -> int:
     precision = choose_precision(args.precision, model, work, f"eval | batch {args.batch_size}x{block_size}")
     # labelled by the file scored, not as a validation split: {"data": FILE, "loss", "ppl", "accuracy", ...}
     scored = str(args.pairs or f"{args.src} -> {args.tgt}") if objective == "seq2seq" else str(args.data)
-    lang = getattr(args, "ui_lang", "en")
-    amount = (ui_text("cli.pairs", lang, n=len(pairs)) if objective == "seq2seq"
-              else ui_text("cli.tokens", lang, n=len(ids)))
-    print(ui_text("cli.scoring", lang, amount=amount, scored=scored, objective=objective, batch=args.batch_size,
+    amount = (ui_text("cli.pairs", args.ui_lang, n=len(pairs)) if objective == "seq2seq"
+              else ui_text("cli.tokens", args.ui_lang, n=len(ids)))
+    print(ui_text("cli.scoring", args.ui_lang, amount=amount, scored=scored, objective=objective, batch=args.batch_size,
                block=block_size), file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)

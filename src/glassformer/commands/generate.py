@@ -13,7 +13,6 @@ from .precision import add_precision
 
 WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2", "--json", "{out}/g.json"),
                  ("{out}/g.json",)),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def _early_stopping(value: str) -> bool | str:
@@ -67,39 +66,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _options(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword options of :func:`glassformer.generation.generate` the command line asks for."""
-    options: dict[str, Any] = dict(
+    return dict(
         do_sample=args.do_sample, temperature=1.0 if args.temperature is None else args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping,
         num_return_sequences=args.num_return_sequences, seed=args.seed, stop_strings=args.stop,
-        use_cache=not args.no_cache)
-    if args.ignore_eos:
-        options["eos_token_id"] = []
-    return options
+        use_cache=not args.no_cache, **({"eos_token_id": []} if args.ignore_eos else {}))
 
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:
     """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
-    if args.do_sample:
-        return
     from ..errors import GlassformerError
     from ..generation.processors import make_processors
 
     values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
               if getattr(args, name) is not None}
+    if args.do_sample or not values:
+        return
     try:
         make_processors(do_sample=True, **values)
     except GlassformerError:
         return  # a bad value (0, NaN, ...) is an error, reported by itself and alone
-    given = [f"--{name} {value}" for name, value in values.items()]
-    if given:
-        verb = "only shapes" if len(given) == 1 else "only shape"
-        print(f"glassformer: warning: {', '.join(given)} {verb} sampling; without --sample the decoding is "
-              f"{'beam search' if args.num_beams > 1 else 'greedy'} and ignores them (add --sample)",
-              file=sys.stderr, flush=True)
+    verb = "only shapes" if len(values) == 1 else "only shape"
+    print(f"glassformer: warning: {', '.join(f'--{k} {v}' for k, v in values.items())} {verb} sampling; without "
+          f"--sample the decoding is {'beam search' if args.num_beams > 1 else 'greedy'} and ignores them (add "
+          "--sample)", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,22 +118,22 @@ def run(args: argparse.Namespace) -> int:
     rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
     check_fits(generation_bytes(model.config, rows, 1), f"{len(args.prompt)} prompts x --num_beams {args.num_beams} "
                f"({rows:,} rows, {describe(model.config)})")
-    options = _options(args, tokenizer)
     precision = choose_precision(args.precision, model,
                                  lambda: generate_text(model, tokenizer, args.prompt[:1], 8, use_cache=True),
                                  "generate | 1 row, 8 new tokens")
     with precision.autocast(next(model.parameters()).device):
-        status = _generate(args, model, tokenizer, options)
+        _generate(args, model, tokenizer)
     _warn_sampling_options(args)  # after the output: an error, when there is one, stays the only line
-    return status
+    return 0
 
 
-def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dict[str, Any]) -> int:
-    """The generation of :func:`run`, once the model is loaded and the precision chosen."""
+def _generate(args: argparse.Namespace, model: Any, tokenizer: Any) -> None:
+    """The generation of :func:`run` (printed, and written to ``--json``), once the model is loaded."""
     from ..fileio import atomic_write
     from ..generation import format_trace, generate_text, stream_text, trace_text
     from ..viz.i18n import text as ui_text
 
+    options = _options(args)
     continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
     if args.trace:
         if args.do_sample and args.top_k is not None:
@@ -147,8 +141,7 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
         options.pop("top_k", None)
         records = trace_text(model, tokenizer, args.prompt[0], args.max_new_tokens, args.trace_top_k, **options)
         print(format_trace(records))
-        text = tokenizer.decode([r["chosen"] for r in records])
-        print((args.prompt[0] if continues else "") + text)
+        print((args.prompt[0] if continues else "") + tokenizer.decode([r["chosen"] for r in records]))
         result: Any = records
     elif args.stream:
         if continues:
@@ -161,16 +154,12 @@ def _generate(args: argparse.Namespace, model: Any, tokenizer: Any, options: dic
         result = [{"prompt": args.prompt[0], "text": "".join(pieces)}]
     else:
         texts = generate_text(model, tokenizer, list(args.prompt), args.max_new_tokens, **options)
-        per_prompt = args.num_return_sequences
-        result = []
-        for i, text in enumerate(texts):
-            prompt = args.prompt[i // per_prompt]
-            if len(texts) > 1:
+        result = [{"prompt": args.prompt[i // args.num_return_sequences], "text": text} for i, text in enumerate(texts)]
+        for i, row in enumerate(result):
+            if len(result) > 1:
                 print(f"--- {i + 1}")
-            print((prompt if continues else "") + text)
-            result.append({"prompt": prompt, "text": text})
+            print((row["prompt"] if continues else "") + row["text"])
     if args.json is not None:
         atomic_write(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n", inputs=[args.checkpoint],
                      what="--json")
-        print(ui_text("cli.written", getattr(args, "ui_lang", "en"), path=args.json), file=sys.stderr)
-    return 0
+        print(ui_text("cli.written", args.ui_lang, path=args.json), file=sys.stderr)

@@ -1,5 +1,5 @@
-"""``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation,
-or of a training run (its folder: loss curves and what the training microscope recorded)."""
+"""``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation, or of
+a training run's folder."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from .precision import add_precision
 WRITES = (Writes(("inspect", "{ck}", "--text", "ab", "--out", "{out}/r.html"), ("{out}/r.html",)),
           Writes(("inspect", "{run}"), ("{run}/run.html",)),
           Writes(("inspect", "{run}", "--out", "{out}/p.html"), ("{out}/p.html",)))
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 EPILOG = """examples:
   glassformer inspect out/induction_heads/attn_only          (a run folder: writes its run.html)
@@ -117,28 +116,25 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..errors import UsageError, check_seed
+    from ..fileio import claim_outputs
     from ..viz.i18n import resolve_lang
     from ..viz.i18n import text as ui_text
+    from ..viz.report import check_report_options, write_report
     from ..viz.report_run import is_run_dir, write_run_page
+    from .precision import choose_precision, forward_work
 
+    lang = resolve_lang(args.lang, "--lang")
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
-        path = write_run_page(args.checkpoint, args.out, lang=resolve_lang(args.lang, "--lang"))
-        print(ui_text("cli.run_page", resolve_lang(args.lang, "--lang"), path=path, kib=path.stat().st_size / 1024))
+        path = write_run_page(args.checkpoint, args.out, lang=lang)
+        print(ui_text("cli.run_page", lang, path=path, kib=path.stat().st_size / 1024))
         return 0
     if args.text is None:
         raise UsageError("--text is required (but for a run folder, which has metrics.jsonl)")
     args.out = args.out or Path("report.html")
-    from ..fileio import claim_outputs
-    from ..viz.i18n import text as ui_text
-    from ..viz.report import check_report_options, write_report
-
     claim_outputs([args.out], [args.checkpoint] if args.checkpoint is not None else [], "--out")  # before loading
-    from .precision import choose_precision, forward_work
-
     check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,
                          pad_to=args.pad_to, prefix="--")  # before loading: a typo fails at once
     check_seed("--seed", args.seed)
-    lang = resolve_lang(args.lang, "--lang")
     model, tokenizer = _load(args)
     ids = torch.tensor([tokenizer.encode(args.text)[:args.max_tokens] or [0]])
     precision = choose_precision(args.precision, model, forward_work(model, ids), f"inspect | 1x{ids.shape[1]}")

@@ -1,8 +1,5 @@
-"""``--key value`` pairs from the command line, for the verbs that accept any config key (train, recipe).
-
-Only argv is read here; applying the pairs to a config is
-:func:`glassformer.training.config.apply_overrides`'s job.
-"""
+"""``--key value`` pairs from the command line (train, recipe, sae); applying them to a config is
+:func:`glassformer.training.config.apply_overrides`'s job."""
 
 from __future__ import annotations
 
@@ -19,33 +16,21 @@ from ..errors import UsageError
 
 
 def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, Any]]:
-    """Split ``--key value`` / ``--key=value`` words into (key, value) pairs, in order.
+    """``["--lr", "0.01", "--model.n_layers=2"]`` -> ``[("lr", 0.01), ("model.n_layers", 2)]``, in order.
 
-    Values are read as YAML, so ``--compile true`` gives True, ``--max_steps 5`` an int and
-    ``--data [a.txt, b.txt]`` a list; other text stays a string (``3e-4`` too: YAML 1.1 floats need a dot),
-    which the config converts to its field's type. Dashes in a key become underscores (``--max-steps`` =
-    ``--max_steps``); dots are kept (``--model.n_layers``).
-
-    Args:
-        argv: the words after the verb's own options, e.g. ``["--lr", "0.01", "--model.n_layers=2"]``.
-    Returns:
-        [(key, value)], e.g. ``[("lr", 0.01), ("model.n_layers", 2)]``.
-    Raises:
-        UsageError for a word that is not ``--key`` or a ``--key`` without a value.
+    Values are read as YAML (``true``, ``5``, ``[a.txt, b.txt]``; ``3e-4`` stays a string, which the config
+    converts); dashes in a key become underscores, dots are kept. A word that is not ``--key``, or a
+    ``--key`` without a value, is a UsageError.
     """
-    pairs, i = [], 0
-    while i < len(argv):
-        word = argv[i]
+    pairs, words = [], iter(argv)
+    for word in words:
         if not word.startswith("--") or len(word) == 2:
             raise UsageError(f"expected an override like --key value, got {word!r}")
-        if "=" in word:
-            key, text = word[2:].split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(argv):
+        key, equals, text = word[2:].partition("=")
+        if not equals:
+            text = next(words, None)
+            if text is None:
                 raise UsageError(f"override {word} has no value")
-            key, text = word[2:], argv[i + 1]
-            i += 2
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
@@ -62,18 +47,13 @@ def did_you_mean(word: str, known: Collection[str], prefix: str = "--") -> str:
 
 def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None], where: str = "option",
                prefix: str = "--", verb: str = "train", source: str = "") -> None:
-    """Every key is a known one, else one error naming it and the closest known key.
+    """Every key (``max_steps``, ``model.n_layers``) is a known one, else a UsageError naming it and the
+    closest known key: ``unknown option --max_step (did you mean --max_steps?); glassformer train --help
+    lists the keys``.
 
-    Args:
-        keys: config keys as the user wrote them (``max_steps``, ``model.n_layers``).
-        known: the top-level keys under "" and each section's keys under its name (None: the section
-            takes any key, checked later by whoever reads it, e.g. ``recipe``).
-        where: how the message calls a key ("option" on the command line, "key in FILE" for a file).
-        prefix: how a key is shown ("--" for a command-line option, "" for a file's key).
-        verb: the command whose ``--help`` lists the keys; source: the file the keys come from, if any.
-    Raises:
-        UsageError: ``unknown option --max_step (did you mean --max_steps?); glassformer train --help
-        lists the keys``.
+    ``known`` holds the top-level keys under "" and each section's under its name (None: any key, checked
+    by whoever reads the section); ``where``, ``prefix`` and ``source`` say how the message shows a key
+    ("option" / "--" on the command line, "key" / "" and the file for a file's key).
     """
     for key in keys:
         head, dot, rest = key.partition(".")
@@ -97,9 +77,8 @@ _FIELD = re.compile(r"^    (\w+): ([^=]+?) = (.+?)(?:  # (.*))?$")
 
 
 def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, str]]:
-    """The fields of the dataclass ``class_name`` in the Python file ``source``, read as text: [(name,
-    default as written, its comment)]. The help of ``train`` lists the config keys this way without
-    importing torch (the config module does); tests check the list against the dataclass itself."""
+    """The fields of the dataclass ``class_name`` in the Python file ``source``, read as text (``--help``
+    imports no torch): [(name, default as written, its comment)]."""
     lines = Path(source).read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"class {class_name}"))
     found, above = [], ""  # above: a comment on the line before a field (used when the field has none)
@@ -115,8 +94,7 @@ def dataclass_keys(source: str | Path, class_name: str) -> list[tuple[str, str, 
 
 
 def _written_default(default: str) -> str:
-    """The default of a field as written: ``option("clm", choices=...)`` -> ``"clm"``, a list or dict
-    factory -> ``[]`` / ``{}``, anything else as it stands."""
+    """``option("clm", choices=...)`` -> ``"clm"``, a list or dict factory -> ``[]`` / ``{}``, else as written."""
     call = ast.parse(default, mode="eval").body
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("option", "field")):
         return default

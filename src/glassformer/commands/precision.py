@@ -1,10 +1,6 @@
-"""``--precision`` for the commands that run a model (eval, generate, translate, inspect).
-
-The option takes auto, float32, bfloat16 or float16 (``--dtype`` is its old name). Reduced precision
-runs the model's matrix products under ``torch.autocast``, the weights staying float32; "auto"
-measures the command's own work both ways on this machine (see :mod:`glassformer.runtime.precision`).
-The choice is printed to standard error unless it is the default float32.
-"""
+"""``--precision`` (old name ``--dtype``) for the commands that run a model: float32, or autocast to
+bfloat16/float16 on float32 weights; "auto" times the command's own work both ways here
+(:mod:`glassformer.runtime.precision`). A choice other than float32 is printed to standard error."""
 
 from __future__ import annotations
 
@@ -25,9 +21,8 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
 
 
 def choose_precision(asked: str, model: Any, work: Callable[[], object], what: str) -> Precision:
-    """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job,
-    e.g. a few generation steps) in float32 and under bfloat16 autocast. ``what`` names the job and
-    its shape (e.g. "generate | 1 row")."""
+    """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job) in
+    float32 and under bfloat16 autocast. ``what`` names the job and its shape ("generate | 1 row")."""
     from ..runtime.precision import autocast, check_precision, model_case, resolve_precision
 
     check_precision(asked, "--precision")
@@ -44,8 +39,5 @@ def choose_precision(asked: str, model: Any, work: Callable[[], object], what: s
 
 
 def forward_work(model: Any, ids: Any) -> Callable[[], object]:
-    """A forward pass of ``model`` on the (B, T) ``ids`` (an encoder-decoder reads them as source and
-    target), for "auto" to time."""
-    if model.config.arch == "encoder-decoder":
-        return lambda: model(ids, ids)
-    return lambda: model(ids)
+    """A forward pass of ``model`` on the (B, T) ``ids`` (source and target of an encoder-decoder)."""
+    return (lambda: model(ids, ids)) if model.config.arch == "encoder-decoder" else (lambda: model(ids))

@@ -1,9 +1,5 @@
-"""``glassformer recipe NAME|CONFIG.yaml [--data_dir DIR] [--download] [--key value ...]``: run one recipe.
-
-A recipe (``configs/*.yaml`` with a ``recipe:`` section; the package ships them, so a NAME such as
-``shakespeare_char_fast`` works anywhere) trains and evaluates on a public corpus and writes
-``out_dir/results.json``; see :mod:`glassformer.recipes` and docs/results.md.
-"""
+"""``glassformer recipe NAME|CONFIG.yaml [--key value ...]``: train and evaluate one recipe (a YAML file with
+a ``recipe:`` section, shipped or the user's) and write ``out_dir/results.json``; see :mod:`glassformer.recipes`."""
 
 from __future__ import annotations
 
@@ -15,11 +11,10 @@ from ..fileio import Writes
 
 WRITES = (Writes(("recipe", "tang_poems_char", "--out_dir", "{out}", "--recipe.source", "{tang}", "--max_steps", "2"),
                  ("{out}/results.json", "{out}/tang300.txt", "{out}/metrics.jsonl")),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def _shipped() -> list[str]:
-    """The names of the shipped recipes, for --help (read from the folder: importing recipes is slow)."""
+    """The shipped recipes' names, for --help (read from the folder: importing recipes is slow)."""
     folder = Path(__file__).resolve().parents[1] / "recipes" / "configs"
     return sorted(p.stem for p in folder.glob("*.yaml") if "\nrecipe:" in "\n" + p.read_text(encoding="utf-8"))
 
@@ -46,8 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def precheck(args: argparse.Namespace) -> None:
-    """The torch-free check ``cli.main`` runs before torch loads: every override key is a known one
-    (else UsageError with "did you mean"; the keys are those of ``train --help``)."""
+    """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
     from .overrides import check_keys, overrides_from_argv
     from .train import known_keys
 
@@ -55,18 +49,15 @@ def precheck(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the recipe with its overrides, run it and print a short summary of its results (with
-    ``--json``: the results without config and recipe, as JSON); 0."""
+    """Run the recipe with its overrides (keys checked by :func:`precheck`) and print a short summary of its
+    results (``--json``: the results without config and recipe); 0."""
     from ..recipes import find_recipe, load_recipe, run_recipe
     from ..recipes.summary import recipe_summary
     from ..training.report import use_language
-    from .overrides import check_keys, overrides_from_argv
-    from .train import known_keys
+    from .overrides import overrides_from_argv
 
-    pairs = overrides_from_argv(args.overrides)
-    check_keys([key for key, _ in pairs], known_keys())  # "did you mean" before any work (keys: train --help)
-    use_language(getattr(args, "ui_lang", "en"))  # the trainer's lines in the command line's language
-    recipe = load_recipe(find_recipe(args.config), pairs, args.data_dir, args.download)
+    use_language(args.ui_lang)  # the trainer's lines in the command line's language
+    recipe = load_recipe(find_recipe(args.config), overrides_from_argv(args.overrides), args.data_dir, args.download)
     results = run_recipe(recipe, args.data_dir, args.download)
     if args.json:
         shown = {k: v for k, v in results.items() if k not in ("config", "recipe")}

@@ -1,9 +1,5 @@
-"""``glassformer sae CHECKPOINT --hook NAME --data FILE [--config FILE.yaml] [--key value ...]``: train a
-sparse autoencoder on one hook point of a checkpoint's model, measure it and write its feature pages.
-
-Every key of :class:`glassformer.interpret.sae.SAETrainConfig` is an option (``--kind relu``,
-``--steps 500``, ``--resume true``); see docs/sae.md.
-"""
+"""``glassformer sae CHECKPOINT --hook NAME --data FILE [--key value ...]``: train a sparse autoencoder on a
+hook point, measure it and write its feature pages; every key of ``SAETrainConfig`` is an option (docs/sae.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ WRITES = (Writes(("sae", "{ck}", "--hook", "blocks.0.hook_resid_post", "--data",
                   "--out_dir", "{out}"),
                  ("{out}/metrics.json", "{out}/features.json", "{out}/features.html", "{out}/tracker.json",
                   "{out}/.glassformer.lock")),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from ..training.config import apply_overrides, read_yaml
     from ..training.distributed import pick_device
     from ..training.trackers import Trackers, open_trackers, parse_log
+    from ..viz.i18n import resolve_lang
+    from ..viz.i18n import text as ui_text
     from ..viz.report_sae import write_feature_pages
     from .overrides import overrides_from_argv
 
@@ -71,9 +68,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for tracker in trackers:
             tracker.close()
-    from ..viz.i18n import resolve_lang
-    from ..viz.i18n import text as ui_text
-
     pages = None
     if result["features"] is not None:
         pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
@@ -83,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
              for k, v in result["metrics"].items()}
     print(json.dumps({"metrics": shown, "steps": result["training"]["steps"],
                       "wall_s": result["training"]["wall_s"]}))
-    lang = getattr(args, "ui_lang", "en")
-    print(ui_text("cli.sae_in", lang, path=Path(result["out_dir"]) / "sae")
-          + (ui_text("cli.feature_pages", lang, pages=pages) if pages else ""))
+    print(ui_text("cli.sae_in", args.ui_lang, path=Path(result["out_dir"]) / "sae")
+          + (ui_text("cli.feature_pages", args.ui_lang, pages=pages) if pages else ""))
     return 0

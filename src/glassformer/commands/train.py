@@ -1,7 +1,5 @@
-"""``glassformer train --config FILE.yaml [--key value ...]``: train with any of the four objectives.
-
-Runs the same way alone or under ``torchrun --nproc_per_node=N`` (see docs/training.md).
-"""
+"""``glassformer train --config FILE.yaml [--key value ...]``: train with any of the four objectives, alone or
+under ``torchrun --nproc_per_node=N`` (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 from ..fileio import Writes
@@ -16,7 +15,6 @@ from ..fileio import Writes
 WRITES = (Writes(("train", "--config", "{config}", "--out_dir", "{out}"),
                  ("{out}/metrics.jsonl", "{out}/loss.png", "{out}/microscope.jsonl", "{out}/microscope.json",
                   "{out}/tracker.json", "{out}/.glassformer.lock", "{out}/summary.json")),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def _shown_default(default: str) -> str:
@@ -25,8 +23,7 @@ def _shown_default(default: str) -> str:
 
 
 def keys_help() -> str:
-    """The help's list of config keys with their defaults and what they mean, read from the config
-    dataclasses' source (``--help`` imports no torch)."""
+    """The help's list of config keys, defaults and meanings, read from the dataclasses' source (no torch)."""
     from .overrides import dataclass_keys
 
     package = Path(__file__).resolve().parents[1]
@@ -36,21 +33,14 @@ def keys_help() -> str:
     model = [f"{name}={_shown_default(default)}" for name, default, _ in
              dataclass_keys(package / "config.py", "ModelConfig") if name != "vocab_size"]
     lines.append("model keys (model: section, or --model.KEY value; vocab_size comes from the tokenizer):")
-    line = " "
-    for item in model:
-        if len(line) + len(item) > 100:
-            lines.append(line)
-            line = " "
-        line += " " + item
-    lines.append(line)
+    lines += textwrap.wrap(" ".join(model), 101, initial_indent="  ", subsequent_indent="  ",
+                           break_long_words=False, break_on_hyphens=False)
     lines.append("  (objective clm without a preset starts from pos=learned scale_embeddings=false init_std=0.02)")
     return "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` verb to the ``glassformer`` subparsers (it takes ``--key value`` overrides)."""
-    import textwrap
-
     description = ("Train from a YAML config; any key can be overridden on the command line as --key value "
                    "(model fields as --model.KEY value). Writes checkpoints (ckpt-NNNNNN/ folders, pointed to by "
                    "last and best), metrics.jsonl, loss.png and summary.json to out_dir and prints a short summary; "
@@ -69,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def known_keys() -> dict[str, set[str] | None]:
-    """The keys a training config takes ("") and those of its sections (None: checked where it is read),
-    read from the dataclasses' source like :func:`keys_help` (a misspelled key is refused without torch)."""
+    """The keys a training config takes ("") and those of its sections (None: checked where it is read), read
+    from the dataclasses' source like :func:`keys_help` (no torch)."""
     from .overrides import dataclass_keys
 
     package = Path(__file__).resolve().parents[1]
@@ -81,8 +71,7 @@ def known_keys() -> dict[str, set[str] | None]:
 
 
 def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> None:
-    """Refuse an unknown key of the YAML file or of the command line, naming the closest known one
-    (``--max_step`` -> did you mean --max_steps?), before any work."""
+    """Refuse an unknown key of the YAML file or of the command line, naming the closest known one."""
     from ..loaders import load_yaml
     from .overrides import check_keys
 
@@ -99,8 +88,8 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
 
 
 def precheck(args: argparse.Namespace) -> None:
-    """The torch-free checks ``cli.main`` runs before torch loads: the overrides parse and every key of
-    the command line and of ``--config`` is a known one (else UsageError with "did you mean")."""
+    """Run by ``cli.main`` before torch loads: the overrides parse and every key of them and of ``--config`` is
+    a known one (else UsageError with "did you mean")."""
     from .overrides import overrides_from_argv
 
     check_config_keys(args.config, overrides_from_argv(args.overrides))
@@ -110,44 +99,34 @@ def resume_command(args: argparse.Namespace) -> str:
     """The command line that continues this run: the same words, with ``--resume true``."""
     import shlex
 
-    words, skip = ["glassformer", "train"], False
+    words, overrides = ["glassformer", "train"], iter(args.overrides)
     if args.config is not None:
         words += ["--config", str(args.config)]
-    for word in args.overrides:
-        if skip:
-            skip = False
-            continue
-        if word.replace("-", "_") == "--resume":
-            skip = True
-            continue
-        if word.replace("-", "_").startswith("--resume="):
-            continue
-        words.append(word)
+    for word in overrides:
+        key = word.replace("-", "_")
+        if key == "--resume":
+            next(overrides, None)  # and its value
+        elif not key.startswith("--resume="):
+            words.append(word)
     return shlex.join([*words, "--resume", "true"])
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train as ``args.config`` plus ``args.overrides`` say; print a short summary (or, with ``--json``,
-    the summary as one JSON line) and write it in full to ``out_dir/summary.json``.
-
-    Rank 0 draws ``out_dir/loss.png`` from the run's history, also when training stops with an error.
-    Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM (143) stopped the run after
-    saving a checkpoint (then the command that resumes is printed).
+    """Train as ``args.config`` plus ``args.overrides`` (keys checked by :func:`precheck`) say; print a short
+    summary (``--json``: one JSON line), write it to ``out_dir/summary.json`` and (rank 0, also after an
+    error) draw ``out_dir/loss.png``. Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM
+    (143) stopped the run after saving a checkpoint (then the command that resumes is printed).
     """
-    from .overrides import overrides_from_argv
-
-    pairs = overrides_from_argv(args.overrides)
-    check_config_keys(args.config, pairs)  # "did you mean" before any work (and before torch loads)
-
     from ..fileio import atomic_write, claim_outputs
     from ..training import TrainConfig, Trainer, prepare_run
     from ..training.checkpoint import find_resumable
     from ..training.distributed import init_distributed, shutdown
     from ..training.report import say, summary_lines, use_language
     from ..viz.plots import plot_losses
+    from .overrides import overrides_from_argv
 
-    use_language(getattr(args, "ui_lang", "en"))  # the command line's language (--lang zh, a zh locale)
-    config = TrainConfig.from_yaml(args.config, pairs)
+    use_language(args.ui_lang)  # the command line's language (--lang zh, a zh locale)
+    config = TrainConfig.from_yaml(args.config, overrides_from_argv(args.overrides))
     config.check_data()
     summary_file = Path(config.out_dir) / "summary.json"
     dist = init_distributed(config.device)
@@ -169,10 +148,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown(dist)
     if dist.is_main:
-        shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
-                 for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
         full = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
-                for k, v in result.items() if k != "history"}
+                for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in full.items()}
         atomic_write(summary_file, json.dumps(full, indent=1) + "\n", what="run summary")
         kept = [str(Path(config.out_dir) / name) for name in ("last", "best") if (Path(config.out_dir) / name).exists()]
         if args.json:  # the JSON line, then where the checkpoints are (what scripts read)

@@ -11,7 +11,6 @@ from .precision import add_precision
 
 WRITES = (Writes(("translate", "{s2s}", "{text}", "--max_new_tokens", "2", "--output", "{out}/t.txt"),
                  ("{out}/t.txt",)),)
-"""What this verb writes (tests/test_outputs_guard.py guards every file)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,6 +50,7 @@ def _read_sources(files: list[Path]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
     from ..budget import check_fits, describe, generation_bytes, parse_size
+    from ..data import read_lines
     from ..errors import GlassformerError, check_int, check_number
     from ..fileio import atomic_write, check_output_file
     from ..generation import bleu, check_max_new_tokens, translate
@@ -91,7 +91,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.ref is not None:
-        from ..data import read_lines
-
         print(bleu(hypotheses, read_lines(args.ref, "reference file")), file=sys.stderr)
     return 0
