@@ -1,18 +1,9 @@
-"""See why, not only what: hooks, caches, patching, ablation, lenses and head detectors on every
-glassformer model, with TransformerLens's hook names (docs/interpret.md).
+"""See why, not only what: hooks, caches, patching, ablation, lenses, head detectors, attribution patching,
+weight circuits, circuit discovery and sparse autoencoders (:mod:`.sae`) on every glassformer model, with
+TransformerLens's hook names (docs/interpret.md).
 
     logits, cache = run_with_cache(model, ids)                      # every hook point, or names=...
-    cache["blocks.0.attn.hook_pattern"], cache["resid_post", 1]
     logits = run_with_hooks(model, ids, hooks=[("blocks.1.attn.hook_z", fn)])
-    with hooks(model, [("pattern", fn)]): generate(model, ids, 8)   # fires at every cached step
-    logits = ablate_heads(model, ids, heads=[(1, 3)])
-    lens = logit_lens(model, ids)                                   # (L + 1, B, T, V); lens[-1] == logits
-    scores = head_scores(model)                                     # previous-token and induction heads
-    sae.train_sae(model, tok, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")  # docs/sae.md
-    estimate = attribution_patching(model, clean, corrupted, metric)  # every point's patching, 3 passes
-    cache.decompose_resid(), cache.stack_head_results(), cache.logit_attrs(stack, tokens)  # TL's cache algebra
-    w = weights(model); w.W_Q, w.OV.S, w.all_composition_scores("K")  # per-head weights, circuits
-    circuit = find_circuit(model, clean, corrupted, metric)          # EAP-IG edges, faithful to 0.9
 """
 
 from . import sae  # sparse autoencoders: glassformer.interpret.sae

@@ -1,15 +1,9 @@
-"""Attribution patching: activation patching's linear estimate for every hook point at once (Nanda 2023).
-
-Activation patching runs the model once per patched activation. Its first-order Taylor estimate needs
-one forward on the clean input (its activations) and one forward and backward on the corrupted input
-(its activations and the metric's gradient with respect to each of them):
+"""Attribution patching (Nanda 2023): activation patching's first-order estimate for every hook point at
+once, from three passes (a clean forward; a corrupted forward and backward):
 
     metric(corrupted, a := clean a) - metric(corrupted)  ≈  (a_clean - a_corrupted) · ∂metric/∂a |corrupted
 
-so every hook point, position, layer and head gets its estimate from those three passes. Where the
-metric is close to linear in an activation (a head's output, the residual stream) the estimate tracks
-the exact effect; where it is not (attention patterns, a saturated softmax) it can miss — which is why
-:func:`exact_head_patching` is here to check it against.
+Close where the metric is near linear in the activation; :func:`exact_head_patching` checks it.
 """
 
 from __future__ import annotations
@@ -31,15 +25,8 @@ ATTRIBUTION = "attribution.json"  # a run folder's per-head comparison, drawn by
 
 @dataclass
 class Attribution:
-    """What :func:`attribution_patching` estimates; every number is metric(patched) - metric(corrupted).
-
-    Attributes:
-        by_position: {hook name: (T,)} the estimate of patching that point at one (query) position.
-        by_head: {hook name: (h,)} for per-head points (q, k, v, z, pattern...): patching one head, all positions.
-        total: {hook name: float} patching the whole point.
-        clean_metric, corrupted_metric: the metric of the two unpatched runs.
-        points: {hook name: :class:`HookPoint`} of the estimated points, in forward order.
-    """
+    """What :func:`attribution_patching` estimates, metric(patched) - metric(corrupted), by hook name: of
+    patching one (query) position (``by_position`` (T,)), one head (``by_head`` (h,)), the whole point (``total``)."""
 
     by_position: dict[str, torch.Tensor]
     by_head: dict[str, torch.Tensor]
@@ -66,12 +53,10 @@ class Attribution:
 def _estimate(point: HookPoint, delta_times_grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(by position (T,), by head (h,) or None) sums of ``(clean - corrupted) * grad`` over every other axis."""
     x = delta_times_grad.double()
-    positions = point.position_axis
-    by_position = x.sum([a for a in range(x.dim()) if a != positions])
-    by_head = None
-    if point.head_axis is not None:
-        by_head = x.sum([a for a in range(x.dim()) if a != point.head_axis])
-    return by_position.float(), None if by_head is None else by_head.float()
+
+    def along(axis: int | None) -> torch.Tensor | None:
+        return None if axis is None else x.sum([a for a in range(x.dim()) if a != axis]).float()
+    return along(point.position_axis), along(point.head_axis)
 
 
 def _checked(value: Any, needs_grad: bool) -> torch.Tensor:
@@ -85,23 +70,8 @@ def _checked(value: Any, needs_grad: bool) -> torch.Tensor:
 
 def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                          names: NameSpec = None, **kwargs: Any) -> Attribution:
-    """Estimate activation patching (clean into corrupted) for every hook point in ``names`` at once.
-
-    Three passes: a forward on ``clean`` caching the points, and a forward and backward on ``corrupted``
-    keeping each point's activation and the gradient of ``metric`` with respect to it.
-
-    Args:
-        model: a TransformerLM or EncoderDecoder, in eval mode (dropout off).
-        clean, corrupted: inputs of the same shape (a tensor, or a tuple such as (src, tgt_in)).
-        metric: output (logits) -> a 0-dim tensor, differentiable (e.g. a logit difference, a loss).
-        names: the points to estimate (as ``run_with_cache`` takes them); None: every point.
-        kwargs: passed to every forward (``pad``, ``prefix_len``...).
-    Returns:
-        An :class:`Attribution`; ``.heads()`` gives the (L, h) head estimates that
-        :func:`exact_head_patching` measures exactly.
-    Raises:
-        GlassformerError when ``metric`` does not return a 0-dim tensor that depends on the output.
-    """
+    """Estimate activation patching (clean into corrupted, inputs of one shape) for every hook point in
+    ``names`` (None: all) at once; ``metric``: output -> a differentiable 0-dim tensor."""
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)
     with torch.no_grad():
         clean_out, clean_cache = run_with_cache(model, *clean, names=names, **kwargs)
@@ -109,8 +79,7 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
     kept: dict[str, torch.Tensor] = {}
 
     def keep(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-        # a copy in the graph (a new leaf where nothing before needs gradients) that the forward goes on from,
-        # so the gradient with respect to it takes in every path downstream
+        # a copy in the graph (a new leaf where needed) that the forward goes on from: every path downstream
         copy = x.clone() if x.requires_grad else x.detach().clone().requires_grad_(True)
         kept[hook.name] = copy
         return copy
@@ -164,33 +133,14 @@ def top_heads(effects: torch.Tensor, k: int = 3, key: Callable[[torch.Tensor], t
 
 def induction_patching(model: nn.Module, length: int = 20, batch: int = 16, *, seed: int = 1, low: int = 0,
                        bos: int | None = None) -> dict[str, Any]:
-    """Attribution patching against exact patching, per head, on the induction task.
-
-    Clean rows are random tokens repeated twice (:func:`~glassformer.interpret.repeated_tokens`); the
-    corrupted rows replace the first copy with other random tokens, so the second copy can no longer be
-    predicted by looking back. The metric is the mean log-probability of the second copy's next tokens
-    (as in the clean rows).
-
-    Returns:
-        {"estimate", "exact": (L, h) lists, "correlation" (Pearson, over heads), "top_estimate",
-        "top_exact": the three heads of largest |effect| [(layer, head, effect)], "clean_metric",
-        "corrupted_metric"}.
-    """
+    """Attribution patching against exact patching, per head, on the induction task: {"estimate", "exact"
+    (L, h), "correlation", "top_estimate", "top_exact", "clean_metric", "corrupted_metric"}."""
+    from .circuits import induction_task
     from .detectors import repeated_tokens
 
-    device = next(model.parameters()).device
-    clean = repeated_tokens(model.config.vocab_size, length, batch, seed=seed, low=low, bos=bos).to(device)
-    start = 0 if bos is None else 1
-    other = torch.randint(low, model.config.vocab_size, (batch, length),
-                          generator=torch.Generator().manual_seed(seed + 1))
-    corrupted = clean.clone()
-    corrupted[:, start:start + length] = other.to(device)
-    targets = clean[:, start + length + 1:]  # the second copy's tokens after its first
-
-    def metric(logits: torch.Tensor) -> torch.Tensor:
-        picked = logits[:, start + length:-1].float().log_softmax(-1)
-        return picked.gather(-1, targets[..., None]).mean()
-
+    vocab = model.config.vocab_size
+    repeated = repeated_tokens(vocab, length, batch, seed=seed, low=low, bos=bos).to(next(model.parameters()).device)
+    clean, corrupted, metric = induction_task(repeated, length, 0 if bos is None else 1, low, vocab, seed + 1)
     result = attribution_patching(model, clean, corrupted, metric, names="z")
     estimate, exact = result.heads(), exact_head_patching(model, clean, corrupted, metric)
     return {"estimate": estimate.tolist(), "exact": exact.tolist(), "correlation": correlation(estimate, exact),

@@ -1,10 +1,6 @@
-"""The cache of one forward and its algebra, TransformerLens's ``ActivationCache`` methods on glassformer's
-hook names: the residual stream as a stack of what wrote into it (:meth:`ActivationCache.decompose_resid`,
-:meth:`~ActivationCache.stack_head_results`), the stream after each layer (:meth:`~ActivationCache.accumulated_resid`),
-each part through a norm's cached scale (:meth:`~ActivationCache.apply_ln_to_stack`) and onto the unembedding of
-chosen tokens (:meth:`~ActivationCache.logit_attrs`). Same arguments, labels and numbers as TransformerLens
-4.x on the same weights (tests/test_tl_parity.py); like TransformerLens without ``fold_ln``, ``apply_ln``
-divides by the cached scale and leaves the norm's gain and bias out (docs/interpret.md).
+"""The cache of one forward and its algebra: TransformerLens 4.x's ``ActivationCache`` methods (same
+arguments, labels and numbers) on glassformer's hook names. As in TransformerLens without ``fold_ln``,
+``apply_ln`` divides by the cached scale and leaves the norm's gain and bias out (docs/interpret.md).
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ SUBLAYER_TYPES = ("attn", "mlp", "a", "m")  # TransformerLens's third key elemen
 
 
 def as_index(pos_slice: SliceInput, name: str = "pos_slice") -> int | slice | torch.Tensor:
-    """TransformerLens's ``Slice`` input as an index: None -> all; an int -> that one (the axis goes);
-    (stop,), (start, stop) or (start, stop, step) -> that slice; a list or 1-D tensor -> those indices."""
+    """TransformerLens's ``Slice`` input as an index: None (all), an int (the axis goes), a (start, stop[, step])
+    tuple, a slice, or a list or 1-D tensor of indices."""
     if pos_slice is None:
         return slice(None)
     if is_int(pos_slice) or isinstance(pos_slice, slice):
@@ -43,20 +39,20 @@ def apply_slice(x: torch.Tensor, index: int | slice | torch.Tensor, dim: int) ->
     return x[(slice(None),) * dim + (index,)]
 
 
-class ActivationCache(Mapping[str, torch.Tensor]):
-    """The tensors of one forward, by hook name: ``cache["blocks.0.attn.hook_pattern"]``.
+def _stacked(parts: list[tuple[str, torch.Tensor]], pos_slice: SliceInput) -> tuple[torch.Tensor, list[str]]:
+    """(label, tensor) parts as one stack, sliced at ``pos_slice``, and their labels."""
+    index = as_index(pos_slice)
+    return torch.stack([apply_slice(t, index, -2) for _, t in parts]), [label for label, _ in parts]
 
-    Also ``cache["pattern", 0]`` (short name, layer) and ``cache["pattern", 0, "decoder"]`` (and stack,
-    for an EncoderDecoder; TransformerLens's "attn"/"mlp" there is accepted and ignored), as TransformerLens's
-    cache takes them; :meth:`stack` stacks one kind over layers; gradients (``run_with_cache(...,
-    incl_bwd=True)``) under ``name + "_grad"``. The algebra methods (TransformerLens's) need the model,
-    which :func:`~glassformer.interpret.run_with_cache` gives, and a TransformerLM.
+
+class ActivationCache(Mapping[str, torch.Tensor]):
+    """The tensors of one forward, by hook name (``cache["blocks.0.attn.hook_pattern"]``), or by
+    (short name, layer[, stack]) as TransformerLens takes them (``cache["pattern", 0, "decoder"]``);
+    gradients under ``name + "_grad"``. The algebra methods need the TransformerLM it came from.
     """
 
     def __init__(self, tensors: dict[str, torch.Tensor], points: dict[str, HookPoint], model: nn.Module | None = None):
-        self.tensors = tensors
-        self.points = points
-        self.model = model
+        self.tensors, self.points, self.model = tensors, points, model
 
     def name_of(self, key: str | tuple) -> str:
         """The full name ``key`` stands for: a name, or (short, layer) / (short, layer, stack)."""
@@ -103,10 +99,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             raise KeyError(f"no {short!r} tensors in this cache")
         return torch.stack([self.tensors[n] for n in names])
 
-    # ---------------------------------------------------------------- TransformerLens's cache algebra
-
     def _lm(self) -> nn.Module:
-        """The TransformerLM this cache came from (the algebra reads its norms and unembedding)."""
+        """The TransformerLM this cache came from."""
         from ..models import TransformerLM
 
         if not isinstance(self.model, TransformerLM):
@@ -115,7 +109,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         return self.model
 
     def _layer(self, layer: int | None) -> int:
-        """TransformerLens's layer argument: None or -1 mean n_layers (the unembedding), else 0..n_layers."""
+        """TransformerLens's layer argument: None or -1 mean n_layers, else 0..n_layers."""
         n = len(self._lm().blocks)
         if layer is None or layer == -1:
             return n
@@ -124,33 +118,19 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
                           pos_slice: SliceInput = None, mlp_input: bool = False,
                           return_labels: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
-        """The residual stream as it stood before each layer: the logit lens's input.
-
-        Args:
-            layer: stop before this layer's attention (its resid_pre is the last entry); None or -1: all,
-                ending with the final stream (``resid_post`` of the last layer, labelled "final_post").
-            incl_mid: also each earlier layer's ``resid_mid``; mlp_input: also this layer's.
-            apply_ln: through the norm that reads it: at the end, ``ln_final`` itself on each entry (its own
-                statistics, gain and bias); before a layer, :meth:`apply_ln_to_stack` (the cached scale).
-            pos_slice: positions to keep (TransformerLens's Slice input: int, tuple, list...).
-            return_labels: also return labels "0_pre", "0_mid", ..., "final_post".
-        Returns:
-            (n, B, T, d) stack (T as sliced), and the labels when asked.
-        """
+        """The residual stream before each layer up to ``layer`` (None or -1: all, then the final stream):
+        (n, B, T, d), and the labels "0_pre", "0_mid", ..., "final_post" when ``return_labels``. ``apply_ln``:
+        at the end, ``ln_final`` itself on each entry; before a layer, :meth:`apply_ln_to_stack`."""
         n_layers, layer = len(self._lm().blocks), self._layer(layer)
-        index = as_index(pos_slice)
-        parts, labels = [], []
+        parts = []
         for i in range(layer + 1):
             if i == n_layers:
-                parts.append(self["resid_post", n_layers - 1])
-                labels.append("final_post")
+                parts.append(("final_post", self["resid_post", n_layers - 1]))
                 continue
-            parts.append(self["resid_pre", i])
-            labels.append(f"{i}_pre")
+            parts.append((f"{i}_pre", self["resid_pre", i]))
             if (incl_mid and i < layer) or (mlp_input and i == layer):
-                parts.append(self["resid_mid", i])
-                labels.append(f"{i}_mid")
-        stack = torch.stack([apply_slice(p, index, -2) for p in parts])
+                parts.append((f"{i}_mid", self["resid_mid", i]))
+        stack, labels = _stacked(parts, pos_slice)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice,
                                            recompute_ln=layer == n_layers)
@@ -159,52 +139,30 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
                         apply_ln: bool = False, pos_slice: SliceInput = None, incl_embeds: bool = True,
                         return_labels: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
-        """The residual stream entering ``layer`` as the stack of what wrote into it; the entries sum to it.
-
-        Args:
-            layer: None or -1: the final stream; l: the stream entering layer l's attention.
-            mlp_input: the stream entering layer l's MLP instead (adds its attention's output).
-            mode: "all", "attn" (attention outputs only) or "mlp" (MLP outputs only).
-            apply_ln: through :meth:`apply_ln_to_stack` (the cached scale of the norm that reads it).
-            pos_slice: positions to keep.
-            incl_embeds: start with ``hook_embed`` (and ``hook_pos_embed`` where the model has one).
-            return_labels: also return labels "embed", "pos_embed", "0_attn_out", "0_mlp_out", ...
-        Returns:
-            (n, B, T, d) stack, and the labels when asked.
-        """
+        """The residual stream entering ``layer`` (None or -1: the final one; its MLP with ``mlp_input``) as the
+        (n, B, T, d) stack of what wrote into it, and the labels "embed", "pos_embed", "0_attn_out", ... when
+        ``return_labels``. ``mode``: "all", "attn" or "mlp" outputs."""
         model, layer = self._lm(), self._layer(layer)
         if mode not in ("all", "mlp", "attn"):
             raise GlassformerError(f"mode must be one of 'all', 'mlp', 'attn', got {mode!r}")
         if mlp_input and layer == len(model.blocks):
             raise GlassformerError("mlp_input=True needs a layer before the last, not the final stream")
         attn, mlp = mode != "mlp", mode != "attn" and model.blocks[0].ffn is not None
-        parts, labels = [], []
-        if incl_embeds:
-            for name, label in (("hook_embed", "embed"), ("hook_pos_embed", "pos_embed")):
-                if name in self.points:
-                    parts.append(self[name])
-                    labels.append(label)
+        parts = [(label, self[name]) for name, label in (("hook_embed", "embed"), ("hook_pos_embed", "pos_embed"))
+                 if incl_embeds and name in self.points]
         for i in range(layer):
-            if attn:
-                parts.append(self["attn_out", i])
-                labels.append(f"{i}_attn_out")
-            if mlp:
-                parts.append(self["mlp_out", i])
-                labels.append(f"{i}_mlp_out")
+            parts += [(f"{i}_{kind}", self[kind, i]) for kind, on in (("attn_out", attn), ("mlp_out", mlp)) if on]
         if mlp_input and attn:
-            parts.append(self["attn_out", layer])
-            labels.append(f"{layer}_attn_out")
+            parts.append((f"{layer}_attn_out", self["attn_out", layer]))
         if not parts:
             raise GlassformerError("nothing to decompose: no embeddings (incl_embeds=False) and no layer before")
-        index = as_index(pos_slice)
-        stack = torch.stack([apply_slice(p, index, -2) for p in parts])
+        stack, labels = _stacked(parts, pos_slice)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
         return (stack, labels) if return_labels else stack
 
     def head_results(self, layer: int) -> torch.Tensor:
-        """Each head's write into the stream at ``layer``, (B, T, h, d): ``attn.hook_result`` when cached,
-        else computed from the cached ``hook_z`` and ``o_proj`` (TransformerLens's ``compute_head_results``)."""
+        """Each head's write into the stream at ``layer``, (B, T, h, d), cached or computed from ``hook_z``."""
         name = act_name("result", layer)
         if name not in self.tensors:
             with torch.no_grad():
@@ -212,25 +170,17 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         return self.tensors[name]
 
     def compute_head_results(self) -> None:
-        """Add every layer's ``attn.hook_result`` computed from ``hook_z`` (TransformerLens's method; the
-        stacking methods do this themselves when they need it)."""
+        """Add every layer's ``attn.hook_result`` computed from ``hook_z``."""
         for layer in range(len(self._lm().blocks)):
             self.head_results(layer)
 
     def stack_head_results(self, layer: int | None = -1, return_labels: bool = False, incl_remainder: bool = False,
                            pos_slice: SliceInput = None,
                            apply_ln: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
-        """Every head's write into the stream, for the layers before ``layer``, stacked head by head.
-
-        Args:
-            layer: heads of layers < layer; None or -1: all.
-            return_labels: also return labels "L0H0", "L0H1", ...
-            incl_remainder: add a last entry, the rest of the stream (``resid_post`` of layer - 1 minus the heads).
-            pos_slice: positions to keep.
-            apply_ln: through :meth:`apply_ln_to_stack` for the norm entering ``layer``.
-        Returns:
-            (layer * h [+ 1], B, T, d) stack, and the labels when asked. Needs ``hook_z`` (or ``hook_result``).
-        """
+        """Every head's write into the stream for the layers before ``layer`` (None or -1: all), stacked head
+        by head: (layer * h [+ 1], B, T, d), and the labels "L0H0", "L0H1", ... when ``return_labels``.
+        ``incl_remainder`` adds the rest of the stream (``resid_post`` of layer - 1 minus the heads).
+        Needs ``hook_z`` (or ``hook_result``)."""
         model, layer = self._lm(), self._layer(layer)
         index = as_index(pos_slice)
         labels = [f"L{i}H{h}" for i in range(layer) for h in range(model.blocks[i].self_attn.n_heads)]
@@ -252,32 +202,18 @@ class ActivationCache(Mapping[str, torch.Tensor]):
 
     def stack_activation(self, activation_name: str, layer: int | None = -1,
                          sublayer_type: str | None = None) -> torch.Tensor:
-        """One kind of activation ("pattern", "resid_post", "blocks.?" short names) for layers < ``layer``
-        (None or -1: all), stacked: (layer, ...). ``sublayer_type`` is TransformerLens's, accepted for
-        compatibility (our short names already say the sub-layer)."""
+        """One kind of activation (a short name) for layers < ``layer`` (None or -1: all), stacked: (layer, ...).
+        ``sublayer_type`` is accepted for TransformerLens's sake and ignored."""
         layer = self._layer(layer)
         return torch.stack([self[(activation_name, i, sublayer_type)] for i in range(layer)])
 
     def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
                           pos_slice: SliceInput = None, batch_slice: SliceInput = None, has_batch_dim: bool = True,
                           recompute_ln: bool = False) -> torch.Tensor:
-        """Parts of the stream as the norm at ``layer`` sees them: centred (LayerNorm) and divided by the
-        scale that norm had on the whole stream in this forward (``ln*.hook_scale``), without its gain and
-        bias (TransformerLens's convention: with folded norms those live in the next weights).
-
-        Args:
-            residual_stack: (n, B, T, d) (or without B when ``has_batch_dim`` is False; T as ``pos_slice``
-                left it).
-            layer: the norm before layer's attention (ln1), or its MLP with ``mlp_input`` (ln2); None, -1 or
-                n_layers: ``ln_final``.
-            pos_slice: the positions the stack holds (applied to the cached scale only).
-            batch_slice: rows to keep (applied to the stack and the scale).
-            recompute_ln: at ``ln_final`` only, apply the norm itself to each entry (own statistics, gain
-                and bias), as the logit lens does.
-        Returns:
-            The stack, same shape (rows as ``batch_slice`` keeps). A model whose stream has no norm there
-            (post-norm) gets the stack back unchanged.
-        """
+        """An (n, B, T, d) stack as the norm at ``layer`` (ln1, ln2 with ``mlp_input``; None or -1: ``ln_final``)
+        sees it: centred (LayerNorm) and divided by its cached scale, without gain and bias; unchanged in a
+        post-norm model. ``pos_slice``: the positions the stack holds; ``batch_slice``: rows to keep;
+        ``recompute_ln``: at ``ln_final``, the norm itself on each entry."""
         model, layer = self._lm(), self._layer(layer)
         final = layer == len(model.blocks)
         if mlp_input and final:
@@ -301,18 +237,9 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def logit_attrs(self, residual_stack: torch.Tensor, tokens: int | torch.Tensor,
                     incorrect_tokens: int | torch.Tensor | None = None, pos_slice: SliceInput = None,
                     batch_slice: SliceInput = None, has_batch_dim: bool = True) -> torch.Tensor:
-        """How much each part of the stream pushes the logit of ``tokens`` (minus ``incorrect_tokens``):
-        each part through ``ln_final``'s cached scale, dotted with the tokens' unembedding rows.
-
-        Args:
-            residual_stack: (n, B, T, d) parts, e.g. from :meth:`decompose_resid` or :meth:`stack_head_results`.
-            tokens: an id, or ids (B,) one per row, (T,) one per position, or (B, T).
-            incorrect_tokens: the same shape as ``tokens``: attribute the logit difference.
-            pos_slice, batch_slice, has_batch_dim: as :meth:`apply_ln_to_stack`.
-        Returns:
-            (n, B, T) (as sliced) attributions. Without folded norm weights the gain of ``ln_final`` is
-            not in them (as in TransformerLens); :func:`~glassformer.interpret.direct_logit_attribution`
-            gives the exact shares of one logit.
+        """How much each part of an (n, B, T, d) stack pushes the logit of ``tokens`` (minus
+        ``incorrect_tokens``, same shape): each part through ``ln_final``'s cached scale, dotted with the
+        tokens' unembedding rows. ``tokens``: an id, or ids (B,), (T,) or (B, T). Returns (n, B, T).
         """
         directions = self._directions(tokens, "tokens")
         if incorrect_tokens is not None:

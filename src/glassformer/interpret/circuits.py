@@ -1,34 +1,7 @@
-"""Circuits: path patching and automatic circuit discovery on the edge graph of a TransformerLM.
-
-A pre-norm TransformerLM's residual stream is a sum: the embedding, each head's write (its ``hook_z``
-through its columns of ``o_proj``) and each MLP's output. Every later component reads that sum through
-its own input: each head's query, key and value input, each MLP's input, and the logits. So the model is
-a graph of *edges* sender -> receiver (Elhage et al. 2021):
-
-    senders    embed, L{l}H{h} (a head's write), MLP{l}
-    receivers  L{l}H{h}.q / .k / .v (a head's query, key, value input), MLP{l}, logits
-
-An edge exists when the sender comes before the receiver (an earlier layer, or the attention of the same
-layer before its MLP). Every function here runs the model itself with hooks that rewrite a receiver's
-input as the stream minus chosen senders' writes plus other values of them (the receiver's norm and
-projection are the model's own modules), so an edge can be cut, patched or differentiated alone:
-
-- :func:`path_patching` (Wang et al. 2022): only the chosen sender -> receiver edges carry the senders'
-  writes from the other input (e.g. a previous-token head into an induction head's keys): on the clean
-  input with those paths corrupted (noising: is the path needed?) or the other way (denoising).
-- :func:`edge_attribution` (EAP, Syed et al. 2023; EAP-IG, Hanna et al. 2024): every edge's linear
-  estimate ``(write_clean - write_corrupted) . d metric / d receiver input`` from one backward (EAP, the
-  gradient on the clean run) or the mean of ``steps`` backwards along inputs interpolated from the
-  corrupted to the clean embedding (EAP-IG).
-- :func:`find_circuit`: the fewest top-scoring edges whose circuit is faithful: run on the clean input
-  with every other edge carrying the corrupted write, it recovers ``target`` of the metric's range,
-  (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted)).
-- :func:`glassformer.viz.report_circuit.circuit_html`: a found circuit as an offline HTML page (an inline
-  SVG graph); the run page draws the circuit of each snapshot with it.
-
-Every number is a difference, as in :mod:`glassformer.interpret.patching`: metric(patched) -
-metric(corrupted) (path patching's noising direction: metric(patched) - metric(clean)). Supported:
-causal pre-norm TransformerLMs with as many key/value heads as query heads.
+"""Circuits: path patching and automatic circuit discovery on the edge graph of a causal pre-norm
+TransformerLM (n_kv_heads == n_heads): senders ``embed``, ``L{l}H{h}``, ``MLP{l}`` write into the stream
+that receivers ``L{l}H{h}.q/.k/.v``, ``MLP{l}``, ``logits`` read (Elhage et al. 2021). Hooks rewrite each
+receiver's input so one edge can be cut, patched or differentiated alone (docs/interpret.md).
 """
 
 from __future__ import annotations
@@ -50,14 +23,9 @@ KINDS = ("q", "k", "v")
 
 @dataclass
 class EdgeGraph:
-    """The senders, receivers and edges of a TransformerLM (see the module's text).
-
-    Attributes:
-        senders: names in forward order ("embed", "L0H1", ..., "MLP0", ...).
-        receivers: names in forward order ("L0H1.q", ..., "MLP0", ..., "logits").
-        allowed: (S, R) bool: True where an edge exists.
-        sender_layer, receiver_layer: the block each reads or writes at (-1: the embedding; L: logits).
-    """
+    """The senders and receivers of a TransformerLM, in forward order, and ``allowed``: (S, R) bool, True
+    where an edge exists (the sender writes before the receiver reads). ``sender_layer``,
+    ``receiver_layer``: the block of each (-1: the embedding; L: the logits)."""
 
     senders: list[str]
     receivers: list[str]
@@ -77,28 +45,24 @@ class EdgeGraph:
         if (c.n_kv_heads or c.n_heads) != c.n_heads:
             raise GlassformerError(f"circuits need n_kv_heads == n_heads, this model has {c.n_kv_heads} and "
                                    f"{c.n_heads}")
-        senders, s_layer, receivers, r_layer, s_after = ["embed"], [-1], [], [], [0]
+        # places in forward order: layer l's heads read at 2 l and write for 2 l + 1 on, its MLP reads at
+        # 2 l + 1 and writes for 2 l + 2 on; the logits read at 2 L
+        senders, s_after, receivers, r_place = ["embed"], [0], [], []
         for layer, block in enumerate(model.blocks):
-            for head in range(c.n_heads):
-                receivers += [f"L{layer}H{head}.{k}" for k in KINDS]
-                r_layer += [layer] * 3
-            for head in range(c.n_heads):
-                senders.append(f"L{layer}H{head}")
-                s_layer.append(layer)
-                s_after.append(2 * layer + 1)  # read by what comes after this layer's attention
+            heads = [f"L{layer}H{head}" for head in range(c.n_heads)]
+            receivers += [f"{head}.{k}" for head in heads for k in KINDS]
+            r_place += [2 * layer] * (3 * len(heads))
+            senders += heads
+            s_after += [2 * layer + 1] * len(heads)
             if block.ffn is not None:
                 receivers.append(f"MLP{layer}")
-                r_layer.append(layer)
+                r_place.append(2 * layer + 1)
                 senders.append(f"MLP{layer}")
-                s_layer.append(layer)
                 s_after.append(2 * layer + 2)
         receivers.append("logits")
-        r_layer.append(c.n_layers)
-        # a receiver's place: a head's input 2 l, an MLP's 2 l + 1 (after attention), the logits 2 L
-        r_place = [2 * layer + (1 if name.startswith("MLP") else 0) for name, layer in zip(receivers, r_layer)]
-        r_place[-1] = 2 * c.n_layers
+        r_place.append(2 * c.n_layers)
         allowed = torch.tensor([[r >= s for r in r_place] for s in s_after])
-        return cls(senders, receivers, allowed, s_layer, r_layer)
+        return cls(senders, receivers, allowed, [(s - 1) // 2 for s in s_after], [r // 2 for r in r_place])
 
     def edges(self) -> list[tuple[str, str]]:
         """Every (sender, receiver) edge."""
@@ -121,14 +85,11 @@ class EdgeGraph:
         return chosen
 
 
-# ---------------------------------------------------------------------------------------------- the run
 class _EdgeRun:
-    """Hooks for one forward of ``model`` that record every sender's write and rewrite every receiver's
-    input as ``stream + sum_u weight[u, r] * (other[u] - write_u(this run)) + leaf[r]``.
-
-    ``other``: (S, B, T, d) the senders' writes in another run (None: no rewrite); ``weight``: (S, R);
-    ``leaf``: (R, B, T, d) zeros that require grad (the gradient with respect to each receiver's input), or None.
-    """
+    """Hooks for one forward that record every sender's write and rewrite receiver r's input as
+    ``stream + sum_u weight[u, r] * (other[u] - write_u) + leaf[r]``; ``other`` (S, B, T, d) None: no
+    rewrite; ``leaf`` (R, B, T, d): zeros whose gradient is d metric / d receiver input; ``embed``: the
+    embedding to run from."""
 
     def __init__(self, model: TransformerLM, graph: EdgeGraph, other: torch.Tensor | None = None,
                  weight: torch.Tensor | None = None, leaf: torch.Tensor | None = None,
@@ -137,50 +98,41 @@ class _EdgeRun:
         self.leaf, self.embed = leaf, embed
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
-        self.s_index = {name: i for i, name in enumerate(graph.senders)}
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
         c = model.config
         self.h, self.hd = c.n_heads, c.d_model // c.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
-        out: list[tuple[str, Callable]] = []
+        out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store(self.writes, "embed"))]
         if self.embed is not None:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
         for layer, block in enumerate(self.model.blocks):
-            out += [(f"blocks.{layer}.hook_resid_pre", self._resid(layer)),
+            out += [(f"blocks.{layer}.hook_resid_pre", self._store(self.stream, layer)),
                     *((f"blocks.{layer}.attn.hook_{kind}", self._qkv(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
             if block.ffn is not None:
-                out += [(f"blocks.{layer}.hook_resid_mid", self._keep(("mid", layer))),
-                        (f"blocks.{layer}.ln2.hook_out", self._mlp_in(layer)),
-                        (f"blocks.{layer}.hook_mlp_out", self._mlp_out(layer))]
-        out += [(f"blocks.{L - 1}.hook_resid_post", self._keep("final")), ("ln_final.hook_out", self._final)]
+                out += [(f"blocks.{layer}.hook_resid_mid", self._store(self.stream, ("mid", layer))),
+                        (f"blocks.{layer}.ln2.hook_out", self._normed(f"MLP{layer}", ("mid", layer), block.ffn_norm)),
+                        (f"blocks.{layer}.hook_mlp_out", self._store(self.writes, f"MLP{layer}"))]
+        out += [(f"blocks.{L - 1}.hook_resid_post", self._store(self.stream, "final")),
+                ("ln_final.hook_out", self._normed("logits", "final", self.model.norm_f))]
         return out
 
-    def _resid(self, layer: int) -> Callable:
+    @staticmethod
+    def _store(table: dict, key: Any) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            if layer == 0:
-                self.writes["embed"] = x
-            self.stream[layer] = x
-            return x
-        return hook
-
-    def _keep(self, key: Any) -> Callable:
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            self.stream[key] = x
+            table[key] = x
             return x
         return hook
 
     def _input(self, receiver: str, stream: torch.Tensor) -> torch.Tensor:
         """The receiver's input: the stream, rewritten (see the class text)."""
-        j = self.r_index[receiver]
-        x = stream
+        j, x = self.r_index[receiver], stream
         if self.other is not None:
             col = self.weight[:, j]
             for i in col.nonzero().flatten().tolist():
-                sender = self.graph.senders[i]
-                x = x + col[i] * (self.other[i] - self.writes[sender])
+                x = x + col[i] * (self.other[i] - self.writes[self.graph.senders[i]])
         if self.leaf is not None:
             x = x + self.leaf[j]
         return x
@@ -211,21 +163,10 @@ class _EdgeRun:
             return z
         return hook
 
-    def _mlp_in(self, layer: int) -> Callable:
-        norm = self.model.blocks[layer].ffn_norm
-
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            return norm(self._input(f"MLP{layer}", self.stream[("mid", layer)])).to(x.dtype)
+    def _normed(self, receiver: str, key: Any, norm: nn.Module) -> Callable:
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # the norm's output, from the rewritten stream
+            return norm(self._input(receiver, self.stream[key])).to(x.dtype)
         return hook
-
-    def _mlp_out(self, layer: int) -> Callable:
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            self.writes[f"MLP{layer}"] = x
-            return x
-        return hook
-
-    def _final(self, x: torch.Tensor, _: Any) -> torch.Tensor:
-        return self.model.norm_f(self._input("logits", self.stream["final"])).to(x.dtype)
 
     def run(self, ids: torch.Tensor) -> torch.Tensor:
         """The logits of ``ids`` with these hooks."""
@@ -263,23 +204,11 @@ def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor
     return logits, run.stacked_writes()
 
 
-# ---------------------------------------------------------------------------------------------- path patching
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
                   edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """Patch only the paths ``edges`` (sender -> receiver): the receivers read the senders' write from the
-    other input through these edges alone; every other path is left as it is.
-
-    Args:
-        model: a causal pre-norm TransformerLM, in eval mode.
-        clean, corrupted: (B, T) token ids.
-        metric: logits -> 0-dim tensor.
-        edges: e.g. ``[("L0H3", "L1H2.k")]`` (a previous-token head into an induction head's keys).
-        direction: "noising": run on ``clean``, the edges carry the corrupted writes (is the path
-            needed? the answer is below 0 when it is); "denoising": run on ``corrupted``, the edges
-            carry the clean writes (is the path enough by itself?).
-    Returns:
-        metric(patched) - metric(the run's own input unpatched): clean for noising, corrupted for denoising.
+    """Patch only the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``): "noising" runs on ``clean`` with the
+    edges carrying the corrupted writes, "denoising" the other way. Returns metric(patched) - metric(unpatched).
     """
     if direction not in ("noising", "denoising"):
         raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
@@ -292,18 +221,10 @@ def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Te
     return float(_metric_value(metric, patched)) - base
 
 
-# ---------------------------------------------------------------------------------------------- EAP
 @dataclass
 class EdgeScores:
-    """Every edge's attribution (:func:`edge_attribution`).
-
-    Attributes:
-        graph: the :class:`EdgeGraph`.
-        scores: (S, R): the estimated metric change when the edge's write goes from corrupted to clean
-            (0 where there is no edge).
-        clean_metric, corrupted_metric: the two plain runs' metric.
-        method: "eap" or "eap-ig".
-    """
+    """Every edge's attribution (:func:`edge_attribution`): ``scores`` (S, R), the estimated metric change
+    when the edge's write goes from corrupted to clean (0 where there is no edge)."""
 
     graph: EdgeGraph
     scores: torch.Tensor
@@ -322,19 +243,9 @@ class EdgeScores:
 
 def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
                      method: str = "eap-ig", steps: int = 8) -> EdgeScores:
-    """Score every edge of the graph at once (see the module's text).
-
-    Args:
-        model: a causal pre-norm TransformerLM, in eval mode.
-        clean, corrupted: (B, T) token ids.
-        metric: logits -> 0-dim tensor, differentiable.
-        method: "eap" (the gradient on the clean run) or "eap-ig" (its mean over ``steps`` inputs whose
-            token embedding goes from the corrupted to the clean one: closer to exact patching where the
-            metric is far from linear).
-        steps: EAP-IG's number of points (1 to 256).
-    Returns:
-        :class:`EdgeScores`.
-    """
+    """Score every edge at once: ``(write_clean - write_corrupted) . d metric / d receiver input``, the
+    gradient taken on the clean run ("eap") or averaged over ``steps`` embeddings from the corrupted to the
+    clean one ("eap-ig", closer to exact patching)."""
     if method not in ("eap", "eap-ig"):
         raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
     check_int("steps", steps, 1, 256)
@@ -363,18 +274,11 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
                       float(_metric_value(metric, corrupted_logits)), method)
 
 
-# ---------------------------------------------------------------------------------------------- circuits
 @dataclass
 class Circuit:
-    """A found circuit (:func:`find_circuit`).
-
-    Attributes:
-        edges: [(sender, receiver, score)], by |score|, largest first.
-        faithfulness: (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted)).
-        circuit_metric, clean_metric, corrupted_metric: the metric of the circuit alone and of the two runs.
-        method: the attribution that ranked the edges; total_edges: the graph's edge count.
-        curve: [(edges kept, faithfulness)] of the sizes tried.
-    """
+    """A found circuit (:func:`find_circuit`): ``edges`` [(sender, receiver, score)] by |score|, largest
+    first; ``faithfulness`` (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted));
+    ``curve`` [(edges kept, faithfulness)] of the sizes tried."""
 
     edges: list[tuple[str, str, float]]
     faithfulness: float
@@ -400,8 +304,7 @@ class Circuit:
 @torch.no_grad()
 def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
                    edges: Sequence[tuple[str, str]]) -> float:
-    """The metric of the circuit ``edges`` alone: the clean input, with every other edge carrying the
-    sender's corrupted write."""
+    """The metric of the circuit ``edges`` alone: on clean input, every other edge carrying corrupted writes."""
     graph = _checked_inputs(model, clean, corrupted)
     weight = (graph.allowed & ~graph.index(edges)).float()
     _, corrupted_writes = sender_writes(model, corrupted)
@@ -409,8 +312,7 @@ def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
 
 
 def faithfulness(value: float, clean: float, corrupted: float) -> float:
-    """(value - corrupted) / (clean - corrupted): 1 when a circuit recovers the whole metric, 0 when none
-    (nan when clean equals corrupted)."""
+    """(value - corrupted) / (clean - corrupted); nan when clean equals corrupted."""
     span = clean - corrupted
     return (value - corrupted) / span if span != 0 else float("nan")
 
@@ -418,19 +320,9 @@ def faithfulness(value: float, clean: float, corrupted: float) -> float:
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
                  target: float = 0.9, method: str = "eap-ig", steps: int = 8,
                  scores: EdgeScores | None = None) -> Circuit:
-    """The smallest set of top-ranked edges (by |EAP score|) whose circuit is ``target`` faithful.
-
-    Sizes 1, 2, 4, ... edges are tried until one reaches ``target``, then the size is narrowed between
-    the last two by bisection (one forward per size tried).
-
-    Args:
-        model, clean, corrupted, metric: as :func:`edge_attribution`.
-        target: the faithfulness to reach (0 to 1); when no size reaches it, the whole graph is returned.
-        method, steps: the attribution (ignored when ``scores`` is given).
-        scores: edge scores already computed.
-    Returns:
-        :class:`Circuit`.
-    """
+    """The smallest set of top-ranked edges (by |EAP score|) whose circuit is ``target`` (0 to 1) faithful:
+    sizes 1, 2, 4, ... are tried, then bisected; when none reaches ``target``, the whole graph.
+    ``method``, ``steps``: as :func:`edge_attribution`, ignored when ``scores`` is given."""
     check_number("target", target, 0.0, 1.0)
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
@@ -459,17 +351,11 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
                    scores.method, len(ranked), sorted(tried.items()))
 
 
-# ---------------------------------------------------------------------------------------------- the microscope
 def induction_task(repeated: torch.Tensor, length: int, start: int, low: int, vocab: int,
                    seed: int = 2) -> tuple[torch.Tensor, torch.Tensor, Metric]:
-    """The induction task of a repeated-tokens probe: clean rows (``repeated``), corrupted rows (the first
-    copy replaced by other random tokens: looking back finds nothing), and the metric (the mean
-    log-probability of the second copy's next tokens).
-
-    Args:
-        repeated: (B, start + 2 n) ids; length: n; start: where the first copy begins; low, vocab: the
-            random tokens' range; seed: the replacement tokens' seed.
-    """
+    """(clean, corrupted, metric) of a repeated-tokens probe ``repeated`` (B, start + 2n): the corrupted
+    rows' first copy is other random tokens in [low, vocab); the metric is the mean log-probability of the
+    second copy's next tokens."""
     B = repeated.shape[0]
     corrupted = repeated.clone()
     other = torch.randint(low, vocab, (B, length), generator=torch.Generator().manual_seed(seed))
@@ -483,9 +369,7 @@ def induction_task(repeated: torch.Tensor, length: int, start: int, low: int, vo
 
 def induction_circuit(model: TransformerLM, probe: Any, *, method: str = "eap-ig", steps: int = 4,
                       target: float = 0.9) -> dict[str, Any]:
-    """A microscope measurement (``watch.measurements: {circuit: glassformer.interpret.circuits:
-    induction_circuit}``): the circuit :func:`find_circuit` finds on the probe's induction task
-    (:func:`induction_task`), as :meth:`Circuit.to_dict`; the run page draws it at every step."""
+    """A microscope measurement: :func:`find_circuit` on the probe's :func:`induction_task`, as a dict."""
     clean, corrupted, metric = induction_task(probe.repeated, probe.length, probe.start, probe.low,
                                               model.config.vocab_size)
     return find_circuit(model, clean, corrupted, metric, method=method, steps=steps, target=target).to_dict()

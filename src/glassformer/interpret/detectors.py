@@ -1,10 +1,5 @@
-"""Head detectors: which heads attend to the previous token, and which are induction heads.
-
-On a sequence of random tokens repeated twice, ``r_1 .. r_n r_1 .. r_n``, an *induction head*
-(Olsson et al. 2022) at the second copy of ``r_i`` attends to the token that followed its first copy,
-``r_{i+1}``, n - 1 positions back, and copies it: that is how a model predicts the second half it
-cannot otherwise know. It is built on a *previous-token head* in an earlier layer, which attends one
-position back. A score is a head's mean attention on the position its kind looks at (1: always there).
+"""Head detectors: previous-token, induction and duplicate-token heads (Olsson et al. 2022), scored on random
+tokens repeated twice: a score is a head's mean attention on the position its kind looks at (1: always).
 """
 
 from __future__ import annotations
@@ -21,15 +16,8 @@ from .hooks import run_with_cache
 
 def repeated_tokens(vocab_size: int, length: int, batch: int = 1, *, seed: int = 0, low: int = 0,
                     bos: int | None = None) -> torch.Tensor:
-    """Random tokens repeated twice: (batch, 2 * length) ids, or (batch, 1 + 2 * length) after ``bos``.
-
-    Args:
-        vocab_size: ids are drawn uniformly from [low, vocab_size).
-        length: n, the length of one copy.
-        seed: the random generator's seed (the same seed gives the same tokens).
-        low: the smallest id drawn (leave special tokens out).
-        bos: a start token put first, when the model expects one.
-    """
+    """Random tokens in [low, vocab_size) repeated twice: (batch, 2 * length) ids, or (batch, 1 + 2 * length)
+    after ``bos``; the same ``seed`` gives the same tokens."""
     check_int("length", length, 2)
     check_int("batch", batch, 1)
     check_int("low", low, 0, vocab_size - 1)
@@ -56,12 +44,8 @@ def previous_token_scores(pattern: torch.Tensor) -> torch.Tensor:
 
 
 def induction_scores(pattern: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
-    """Each head's mean attention, over the second copy of a repeated sequence, to the token after the
-    first copy of the current token (``length - 1`` back). pattern (B, h, T, T) -> (h,).
-
-    Args:
-        length: n, the length of one copy; start: where the first copy begins (1 after a bos token).
-    """
+    """Each head's mean attention, over the second copy, to the token after the first copy of the current
+    token (``length - 1`` back; the first copy begins at ``start``). pattern (B, h, T, T) -> (h,)."""
     return _stripe(pattern, length - 1, start + length)
 
 
@@ -72,13 +56,8 @@ def duplicate_token_scores(pattern: torch.Tensor, length: int, start: int = 0) -
 
 
 class HeadScores(NamedTuple):
-    """What :func:`head_scores` measures on repeated random tokens.
-
-    Attributes:
-        previous_token, induction, duplicate: (L, h) scores per layer and head.
-        loss_first, loss_repeat: mean next-token loss on the first copy (unpredictable: about ln V) and
-            on the second copy (its first token excluded): low once induction heads work.
-    """
+    """What :func:`head_scores` measures: (L, h) ``previous_token``, ``induction``, ``duplicate`` scores, and
+    the mean next-token loss on the first copy (about ln V) and on the second (low once induction works)."""
 
     previous_token: torch.Tensor
     induction: torch.Tensor
@@ -90,14 +69,7 @@ class HeadScores(NamedTuple):
 @torch.no_grad()
 def head_scores(model: TransformerLM, length: int = 32, batch: int = 16, *, seed: int = 0, low: int = 0,
                 bos: int | None = None) -> HeadScores:
-    """Run ``model`` on random tokens repeated twice and score every head (see :class:`HeadScores`).
-
-    Args:
-        model: a causal TransformerLM (trained, loaded, or imported from Hugging Face), in eval mode.
-        length, batch, seed, low, bos: as :func:`repeated_tokens` takes them (``bos``: e.g. GPT-2's
-            ``<|endoftext|>``, 50256, for a model trained with it). Only the attention patterns are
-            cached; those layers take the explicit path for this one forward.
-    """
+    """Run a causal TransformerLM on :func:`repeated_tokens` (same arguments) and score every head."""
     if not isinstance(model, TransformerLM) or model.config.attn != "causal":
         raise GlassformerError("head_scores reads a causal TransformerLM (the repeated-token test is next-token)")
     ids = repeated_tokens(model.config.vocab_size, length, batch, seed=seed, low=low, bos=bos)
@@ -116,12 +88,8 @@ def head_scores(model: TransformerLM, length: int = 32, batch: int = 16, *, seed
 
 
 def probe_lengths(length: int) -> list[int]:
-    """The probe lengths a head is scored at: ``length``, about 3/4 and 1/2 of it (distinct, >= 2).
-
-    An induction head follows content, so it scores at every length; a head that attends a fixed
-    distance d back scores only at the length whose offset (n - 1) equals d, so its lowest score over
-    several lengths is near 0.
-    """
+    """The probe lengths a head is scored at: ``length``, about 3/4 and 1/2 of it (distinct, >= 2); a head
+    attending a fixed distance back scores at one length only, an induction head at all."""
     check_int("length", length, 2)
     return list(dict.fromkeys(max(2, n) for n in (length, (3 * length) // 4, length // 2)))
 
@@ -129,18 +97,9 @@ def probe_lengths(length: int) -> list[int]:
 @torch.no_grad()
 def scores_over_lengths(model: TransformerLM, lengths: list[int], batch: int = 16, *, seed: int = 0, low: int = 0,
                         bos: int | None = None) -> dict[str, torch.Tensor]:
-    """Every head's previous-token, induction and duplicate score at each probe length, and their lowest.
-
-    Args:
-        model, batch, seed, low, bos: as :func:`head_scores` takes them.
-        lengths: the probe lengths n (each probe is 2n tokens, after ``bos``), e.g. :func:`probe_lengths`.
-    Returns:
-        {kind: (L, h) the lowest score over ``lengths``, f"{kind}_by_length": (len(lengths), L, h)} for
-        kind in previous_token, induction, duplicate. A head is called an induction head by its lowest
-        score: one that attends a fixed distance back scores at one length only.
-    Raises:
-        GlassformerError for an empty ``lengths``.
-    """
+    """Every head's scores at each probe length n in ``lengths`` (other arguments: :func:`head_scores`'s):
+    {kind: (L, h) the lowest, f"{kind}_by_length": (len(lengths), L, h)} for kind in previous_token,
+    induction, duplicate."""
     if not lengths:
         raise GlassformerError("lengths must name at least one probe length, got []")
     per = [head_scores(model, int(n), batch, seed=seed, low=low, bos=bos) for n in lengths]

@@ -1,12 +1,8 @@
-"""The two verbs, ``run_with_hooks`` and ``run_with_cache``, and what they are made of: ``hooks`` (attach
-functions to hook points for any call: a forward, a training step, a whole generation) and ``record``
-(keep every tensor some points produce).
+"""``hooks`` (attach functions to hook points for any call), ``record`` (keep what some points produce),
+and the two verbs made of them, ``run_with_hooks`` and ``run_with_cache``.
 
-A hook function is called as ``fn(tensor, hook)`` (``hook`` is the :class:`HookPoint`: ``hook.name``,
-``hook.layer()``) and returns None (keep the tensor, possibly changed in place) or a tensor of the same
-shape that the forward goes on with, as in TransformerLens. A backward hook (``bwd_hooks=``) is called as
-``fn(grad, hook)`` with the gradient of the metric with respect to that point's tensor when autograd
-reaches it, and returns None or a replacement gradient of the same shape.
+A hook is called as ``fn(tensor, hook)`` (``hook``: the :class:`HookPoint`) and returns None (keep the
+tensor) or a tensor of the same shape, as in TransformerLens; a backward hook as ``fn(grad, hook)``.
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ HookList = Iterable[tuple[NameSpec, HookFn]] | Mapping[str, HookFn]
 
 
 class _Attached:
-    """What one tap runs while hooks are attached to it: each forward hook function, in the order attached,
-    then (when autograd tracks the tensor) the backward ones are registered on what the forward goes on with."""
+    """What one tap runs while hooks are attached to it: the forward hooks, then the backward ones."""
 
     def __init__(self, point: HookPoint):
         self.point = point
@@ -39,22 +34,17 @@ class _Attached:
         return any(backward for _, backward in self.fns)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        point = self.point
-        for fn, backward in self.fns:
-            if not backward:
-                shown = point.show(x)
-                x = point.unshow(_checked(point, "hook", fn(shown, point), shown), x)
+        x = self._run([fn for fn, backward in self.fns if not backward], x, "hook")
         backward_fns = [fn for fn, backward in self.fns if backward]
         if backward_fns and x.requires_grad:
-            x.register_hook(lambda grad: self._backward(backward_fns, grad))
+            x.register_hook(lambda grad: self._run(backward_fns, grad, "backward hook"))
         return x
 
-    def _backward(self, fns: list[HookFn], grad: torch.Tensor) -> torch.Tensor:
-        point = self.point
+    def _run(self, fns: list[HookFn], x: torch.Tensor, what: str) -> torch.Tensor:
         for fn in fns:
-            shown = point.show(grad)
-            grad = point.unshow(_checked(point, "backward hook", fn(shown, point), shown), grad)
-        return grad
+            shown = self.point.show(x)
+            x = self.point.show(_checked(self.point, what, fn(shown, self.point), shown))
+        return x
 
 
 def _checked(point: HookPoint, what: str, out: object, given: torch.Tensor) -> torch.Tensor:
@@ -69,10 +59,7 @@ def _checked(point: HookPoint, what: str, out: object, given: torch.Tensor) -> t
 
 
 class Hooks:
-    """Hook functions attached to a model's hook points until :meth:`remove` (or the end of a ``with``).
-
-    Made by :func:`hooks`; see there.
-    """
+    """Hook functions attached to a model's hook points until :meth:`remove`; made by :func:`hooks`."""
 
     def __init__(self, model: nn.Module, pairs: HookList, bwd_pairs: HookList = ()):
         self.model = model
@@ -103,8 +90,7 @@ class Hooks:
         self._attached.append((point, entry))
 
     def remove(self) -> None:
-        """Detach every function this object attached (others' hooks stay); idempotent. A backward hook
-        already registered on a tensor of a forward that ran still fires when that graph's backward runs."""
+        """Detach every function this object attached (others' hooks stay); idempotent."""
         for point, entry in reversed(self._attached):
             module = point.module
             attached = module.taps[point.tap]
@@ -123,34 +109,18 @@ class Hooks:
 
 
 def hooks(model: nn.Module, pairs: HookList = (), *, bwd_hooks: HookList = ()) -> Hooks:
-    """Attach hook functions to ``model`` now; detach them at the end of a ``with`` block or on ``.remove()``.
-
-    Any call made meanwhile fires them: a forward, a backward pass's forward, a training step, or
-    ``glassformer.generation.generate`` (with a KV cache each step runs the new position only, so a
-    hook sees (B, 1, ...) per step after the prompt's (B, T, ...)).
-
-    Args:
-        model: a TransformerLM or EncoderDecoder.
-        pairs: [(names, fn), ...] or {name: fn}; ``names`` as :func:`~glassformer.interpret.points.resolve`
-            takes them (a full name, a short name for every layer, a list, or a filter function);
-            ``fn(tensor, hook) -> tensor | None``.
-        bwd_hooks: the same for backward hooks, ``fn(grad, hook) -> grad | None``, called when a backward
-            pass reaches the point's tensor (only for tensors that require grad).
-    Returns:
-        A :class:`Hooks` (a context manager). A hook on "attn_scores" or "pattern" moves that layer
-        (only) from the fused attention kernel to the explicit softmax while attached.
-    """
+    """Attach ``pairs`` ([(names, fn), ...] or {name: fn}, names as :func:`~glassformer.interpret.points.resolve`
+    takes them) and ``bwd_hooks`` to ``model`` until the end of a ``with`` block or ``.remove()``; any call
+    meanwhile fires them (a KV-cached generation: (B, 1, ...) per step). Returns a :class:`Hooks`."""
     return Hooks(model, pairs, bwd_hooks)
 
 
 def run_with_hooks(model: nn.Module, *inputs: Any, hooks: HookList = (), fwd_hooks: HookList = (),
                    bwd_hooks: HookList = (), metric: Callable[[Any], torch.Tensor] | None = None,
                    **kwargs: Any) -> Any:
-    """``model(*inputs, **kwargs)`` with ``hooks`` attached for this one call (see :func:`hooks`).
-
-    ``fwd_hooks`` is TransformerLens's name for ``hooks`` (both may be given). With ``bwd_hooks``, a
-    backward pass runs inside the call, on ``metric(output)`` (default: the output itself, which must then
-    be a scalar), so the backward hooks fire before it returns. Returns the model's output.
+    """``model(*inputs, **kwargs)`` with ``hooks`` (and ``fwd_hooks``, TransformerLens's name) attached for
+    this one call. With ``bwd_hooks``, a backward pass from ``metric(output)`` (default: the output, a
+    scalar) runs inside the call. Returns the model's output.
     """
     with Hooks(model, _joined(hooks, fwd_hooks), bwd_hooks):
         out = model(*inputs, **kwargs)
@@ -178,10 +148,7 @@ def _scalar(out: Any, metric: Callable[[Any], torch.Tensor] | None) -> torch.Ten
 
 
 class Recording(Mapping[str, list[torch.Tensor]]):
-    """Every tensor some hook points produced while recording: name -> one tensor per call, in order.
-
-    Made by :func:`record`; a context manager that stops recording at its end (or on :meth:`remove`).
-    """
+    """What some hook points produced while recording: name -> one tensor per call; made by :func:`record`."""
 
     def __init__(self, model: nn.Module, names: NameSpec = None, detach: bool = True, incl_bwd: bool = False):
         self.tensors: dict[str, list[torch.Tensor]] = {}
@@ -208,9 +175,8 @@ class Recording(Mapping[str, list[torch.Tensor]]):
         return len(self.tensors)
 
     def cat(self, name: str) -> torch.Tensor:
-        """The calls' tensors of ``name`` joined along the (query) positions: what one forward over the
-        whole sequence gives. Attention scores and patterns grow a key per step; shorter rows are
-        filled as the causal mask fills them (-inf scores, 0 weights)."""
+        """The calls' tensors of ``name`` joined along the (query) positions, as one forward gives them
+        (shorter attention rows filled as the causal mask fills them)."""
         parts, point = self[name], self.points[name]
         if not parts:
             raise GlassformerError(f"{name} never fired while recording")
@@ -232,38 +198,17 @@ class Recording(Mapping[str, list[torch.Tensor]]):
 
 
 def record(model: nn.Module, names: NameSpec = None, *, detach: bool = True) -> Recording:
-    """Start keeping what the hook points ``names`` produce, call after call, until the ``with`` ends.
-
-    ``with record(model, "resid_post") as rec: generate(model, ids, 8)`` gives ``rec[name]``: the
-    prompt's (B, T, d), then one (B, 1, d) per KV-cached step; ``rec.cat(name)`` joins them.
-
-    Args:
-        model: a TransformerLM or EncoderDecoder.
-        names: what to keep (as :func:`run_with_cache` takes it); None: every point.
-        detach: keep detached tensors (no autograd graph).
-    """
+    """Keep what the hook points ``names`` (None: every point) produce, call after call, until the ``with``
+    ends: ``rec[name]`` is the prompt's (B, T, d), then one (B, 1, d) per KV-cached step."""
     return Recording(model, names, detach)
 
 
 def run_with_cache(model: nn.Module, *inputs: Any, names: NameSpec = None, names_filter: NameSpec = None,
                    incl_bwd: bool = False, metric: Callable[[Any], torch.Tensor] | None = None, **kwargs: Any,
                    ) -> tuple[Any, ActivationCache]:
-    """Run ``model(*inputs, **kwargs)`` once and keep the activations of the hook points ``names``.
-
-    Args:
-        model: a TransformerLM (``ids``, and ``pad``, ``prefix_len``, ``cache``... as its forward takes
-            them) or an EncoderDecoder (``src, tgt_in``, ...).
-        names: None (every point but the per-head forms, see :func:`~glassformer.interpret.points.resolve`);
-            a full name; a short name for every layer ("pattern", "result"); a list of those; or a filter
-            function name -> bool. Caching "pattern"/"attn_scores" puts those layers (only) on the explicit
-            attention path, "result"/"q_input"... those layers on the per-head one; everything else stays
-            on the fused kernel. ``names_filter`` is TransformerLens's name for it (give one of the two).
-        incl_bwd: also run a backward pass from ``metric(output)`` (default: the output itself, which must
-            then be a scalar) and keep each point's gradient under ``name + "_grad"``, as TransformerLens.
-    Returns:
-        (the model's output, :class:`ActivationCache` of detached tensors in TransformerLens's layouts; its
-        :mod:`~glassformer.interpret.cache` methods reach the model for its weights).
-    """
+    """Run ``model(*inputs, **kwargs)`` once; return its output and an :class:`ActivationCache` of the hook
+    points ``names`` (or ``names_filter``), as :func:`~glassformer.interpret.points.resolve` takes them.
+    ``incl_bwd``: also backward from ``metric(output)`` (default: the output) and keep ``name + "_grad"``."""
     if names is not None and names_filter is not None:
         raise ArgumentTypeError("give names= or names_filter= (TransformerLens's name for it), not both")
     names = names_filter if names is None else names

@@ -1,8 +1,6 @@
 """Lenses: what the residual stream predicts after each layer (logit lens), and how much each head and
-MLP writes into one token's logit (direct logit attribution).
-
-Both read the stream through the model's own final norm and output layer, so the logit lens of the
-last layer *is* the model's logits, and the attributions of every part add up to the logit exactly.
+MLP writes into one token's logit (direct logit attribution). Both read the stream through the model's own
+final norm and output layer, so the last layer's lens is the logits and the attributions add up to the logit.
 """
 
 from __future__ import annotations
@@ -60,42 +58,24 @@ class TopTokens(NamedTuple):
 @torch.no_grad()
 def logit_lens(model: nn.Module, *inputs: torch.Tensor, cache: ActivationCache | None = None,
                top_k: int | None = None, **kwargs: Any) -> torch.Tensor | TopTokens:
-    """Read the residual stream entering each block, and leaving the last, as the model reads its output.
-
-    Each stream vector goes through the final norm (LayerNorm or RMSNorm, as the model uses) and the
-    output layer (tied or untied, with its bias and BERT's transform), nothing else (nostalgebraist 2020).
-
-    Args:
-        model: a TransformerLM or an EncoderDecoder (its decoder stack).
-        inputs, kwargs: the model's inputs, when no ``cache`` is given.
-        cache: a cache with every :func:`residual_names` point.
-        top_k: return only the ``top_k`` most likely tokens per layer and position (memory (L+1)·B·T·k
-            instead of (L+1)·B·T·V).
-    Returns:
-        (L + 1, B, T, V) logits, entry i read before block i and entry L after the last block (equal to
-        the model's logits); or with ``top_k`` a :class:`TopTokens` of softmax probabilities and ids.
-    """
+    """Read the residual stream entering each block, and leaving the last, through the final norm and the
+    output layer (of an EncoderDecoder: its decoder): (L + 1, B, T, V) logits, the last the model's own; with
+    ``top_k``, a :class:`TopTokens`. ``inputs``: the model's, when no ``cache`` is given."""
     names = residual_names(model)
     cache = _cached(model, inputs, cache, names, kwargs)
     _, norm, _ = _output_stack(model)
-    layers = [model.logits(norm(cache[name])) for name in names] if top_k is None else None
-    if layers is not None:
-        return torch.stack(layers)
+    if top_k is None:
+        return torch.stack([model.logits(norm(cache[name])) for name in names])
     tops = [model.logits(norm(cache[name])).float().softmax(-1).topk(top_k, dim=-1) for name in names]
     return TopTokens(torch.stack([t.values for t in tops]), torch.stack([t.indices for t in tops]))
 
 
 class LogitAttribution(NamedTuple):
-    """Each part's direct share of one token's logit at one position; all parts add up to ``logit``.
+    """Each part's direct share of one token's logit at one position; all parts add up to ``logit`` (B,).
 
-    Attributes:
-        embed: (B,) the embeddings (the stream entering the first block).
-        heads: (B, L, h) each self-attention head.
-        attn_bias: (B, L) each attention's output-projection bias (shared by its heads).
-        mlp: (B, L) each feed-forward sub-layer, or None in an attention-only model.
-        cross_heads, cross_bias: (B, L, h), (B, L): an EncoderDecoder decoder's cross-attention, else None.
-        bias: (B,) the final norm's bias and the output layer's bias.
-        logit: (B,) the model's logit of the token.
+    Attributes: embed (B,); heads (B, L, h); attn_bias (B, L) each output projection's bias; mlp (B, L)
+    or None; cross_heads (B, L, h), cross_bias (B, L): a decoder's cross-attention, else None; bias (B,)
+    the final norm's and the output layer's.
     """
 
     embed: torch.Tensor
@@ -126,25 +106,9 @@ def _head_outputs(z: torch.Tensor, attention: nn.Module) -> torch.Tensor:
 def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int | torch.Tensor,
                              position: int = -1, cache: ActivationCache | None = None,
                              **kwargs: Any) -> LogitAttribution:
-    """Split one token's logit into what each head, MLP and the embeddings wrote into the residual stream.
-
-    A pre-norm model's final stream is a sum: embeddings + each head's output + each MLP's output (+
-    biases). The final norm is linear once its scale (σ of LayerNorm, rms of RMSNorm) is frozen at
-    its value for this position, so each part's share is exact: (part - its mean) / σ · g · W_U[token].
-
-    Args:
-        model: a pre-norm TransformerLM or EncoderDecoder in eval mode (dropout off).
-        inputs, kwargs: the model's inputs, when no ``cache`` is given.
-        token: the token whose logit is split: an id, or (B,) ids one per row.
-        position: the position read (default the last).
-        cache: a cache holding ``hook_resid_pre`` of block 0, each block's ``hook_z`` (and cross ``hook_z``),
-            ``hook_mlp_out`` and the last ``hook_resid_post``.
-    Returns:
-        A :class:`LogitAttribution` (float32); the difference of two (two tokens) attributes a logit difference.
-    Raises:
-        GlassformerError for post-norm models (each block normalises the stream, so no part's share is
-        linear) and for BERT's MLM head transform (a non-linear layer before the output).
-    """
+    """Split the logit of ``token`` (an id, or (B,) ids) at ``position`` into what each head, MLP and the
+    embeddings wrote into a pre-norm model's stream (the final norm's scale frozen, so each share is exact):
+    a float32 :class:`LogitAttribution`. ``inputs``: the model's, when no ``cache`` is given."""
     stack, norm, blocks = _output_stack(model)
     if not model.config.norm_first:
         raise GlassformerError("direct logit attribution needs a pre-norm model (norm_first=True): a post-norm "
@@ -153,8 +117,7 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
         raise GlassformerError("direct logit attribution cannot pass through the MLM head's transform "
                                "(dense + activation + norm is not linear)")
     L = len(blocks)
-    cross = blocks[0].cross_attn is not None
-    mlp = blocks[0].ffn is not None
+    cross, mlp = blocks[0].cross_attn is not None, blocks[0].ffn is not None
     names = [act_name("resid_pre", 0, stack), act_name("resid_post", L - 1, stack)]
     names += [act_name(short, i, stack) for i in range(L) for short in
               ("z", *(("cross_z",) if cross else ()), *(("mlp_out",) if mlp else ()))]

@@ -1,40 +1,8 @@
 """The training microscope: interpretability probes recorded into the run folder while a model trains.
 
-At step 0 and then every ``every`` steps (default: at each evaluation), :class:`Microscope` runs the
-model (in eval mode, without touching the random state) on two fixed probes and appends one record to
-``out_dir/microscope.jsonl``:
-
-    previous_token, induction, duplicate   (L, h) head scores on random tokens repeated twice: the lowest
-                                           over the probe lengths (``probe_lengths``), so that a head
-                                           attending a fixed distance back is not called induction
-    induction_by_length                    {n: (L, h)} the induction score at each probe length n
-    loss_first, loss_repeat                the next-token loss on each copy of that probe (the longest n)
-    loss_by_position                       (T - 1,) the next-token loss on the probe text by position
-    icl_score                              in-context learning (Olsson et al. 2022): the loss late in the
-                                           context minus early in it (:func:`icl_score`; below 0: later
-                                           tokens are predicted better)
-    entropy                                (L, h) mean attention entropy (nats) on the probe text
-    lens_loss                              (L + 1,) the logit lens's next-token loss on the probe text,
-                                           read before each block and after the last
-    resid_norm                             (L + 1,) mean L2 norm of the residual stream at the same places
-    weight_norm                            (L,) Frobenius norm of each block's parameters
-    attention                              {"layer.head": (S, S)} patterns of the chosen heads on the
-                                           first S tokens of the probe text's first row
-    measurements                           {name: value} what the user's own measurements returned
-                                           (:meth:`Microscope.add`, ``watch.measurements``)
-
-A measurement is any function ``fn(model, probe) -> number | {key: number or list}`` of the model and
-the fixed :class:`Probe` (a metric, a patching result, direct logit attribution, a linear probe, SAE
-statistics, a discovered circuit...); it runs with gradients allowed, its random numbers and the
-parameters' ``.grad`` put back afterwards. :func:`replay` records the same measurements over a series of
-models (:func:`glassformer.training.replay.replay_checkpoints`: of saved checkpoints);
-:func:`detect_phase_change` finds an abrupt, lasting drop in a series (or none).
-
-``microscope.json`` (written once per run) holds the probe text's tokens, the chosen heads and the
-settings. The records follow ``metrics.jsonl``'s rules: one strict-JSON line each, flushed to disk
-before the checkpoint that covers it; a resumed run first drops the records after its step, so its
-series equal an uninterrupted run's. ``glassformer inspect OUT_DIR`` draws them
-(:mod:`glassformer.viz.report_run`).
+At step 0 and every ``every`` steps, :class:`Microscope` runs the model (eval mode, random state untouched)
+on two fixed probes and appends one record (head scores, losses, lens, norms, attention snapshots, the
+user's ``measurements``) to ``out_dir/microscope.jsonl`` (docs/interpret.md).
 """
 
 from __future__ import annotations
@@ -60,15 +28,10 @@ from ..loaders import read_records
 from ..models import TransformerLM
 from ..records import record_line
 from ..validate import check_fields, from_mapping, option
-from .detectors import (
-    duplicate_token_scores,
-    induction_scores,
-    previous_token_scores,
-    probe_lengths,
-    repeated_tokens,
-)
+from .detectors import head_scores, probe_lengths, repeated_tokens
 from .hooks import run_with_cache
 from .lens import residual_names
+from .patching import next_token_loss
 
 RECORDS, META = "microscope.jsonl", "microscope.json"
 MAX_MEASURED_NUMBERS = 10_000  # one measurement's numbers in one record, at most (records stay small)
@@ -76,23 +39,8 @@ MAX_MEASURED_NUMBERS = 10_000  # one measurement's numbers in one record, at mos
 
 @dataclass
 class WatchConfig:
-    """The ``watch:`` block of a training config: what the microscope records, and how often.
-
-    Attributes:
-        every: steps between records; 0 (default): at each evaluation (``eval_every``) and at the end.
-        probe_length: n, the length of one copy in the repeated-tokens probe (2n tokens a row, after
-            the tokenizer's bos if it has one); None: 20, or less to fit the model's ``max_len``.
-        probe_batch: rows of that probe.
-        text_rows: rows of the probe text (the first validation batch, cut to ``block_size``).
-        snapshot_tokens: S, the tokens of the attention snapshots.
-        heads: [[layer, head], ...] whose patterns are kept; empty: every head when there are at most
-            16, else head 0 of each layer.
-        probe_lengths: the lengths n the head scores are measured at (their lowest is recorded);
-            empty: ``probe_length`` and about 3/4 and 1/2 of it (:func:`~glassformer.interpret.
-            detectors.probe_lengths`).
-        measurements: {name: "package.module:function"}: the user's own measurements, imported by name
-            (see the module's text).
-    """
+    """The ``watch:`` block of a training config: what the microscope records, and how often (every key
+    is described in docs/interpret.md; ``every`` 0: at each evaluation and at the end)."""
 
     every: int = option(0, ge=0)
     probe_length: int | None = option(None, ge=2)
@@ -116,8 +64,7 @@ class WatchConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
-        """Build and check a ``watch:`` mapping (a command line's strings read as YAML); an unknown key or a
-        bad value is an error naming it."""
+        """Build and check a ``watch:`` mapping (a command line's strings read as YAML)."""
         return from_mapping(cls, {k: _parsed(v) for k, v in data.items()} if isinstance(data, dict) else data,
                             "watch")
 
@@ -139,19 +86,9 @@ def _rounded(t: torch.Tensor, digits: int = 4) -> Any:
 
 def icl_score(loss_by_position: Sequence[float] | torch.Tensor, early: int | None = None,
               late: int | None = None) -> float:
-    """In-context learning as Olsson et al. (2022) measure it: the loss at a late position in the context
-    minus the loss at an early one (they take the 500th and the 50th token); below 0 when the model
-    predicts later tokens better because it reads the context.
-
-    Args:
-        loss_by_position: (T,) mean next-token loss at each predicted position.
-        early, late: the positions compared; default T // 10 (at least 1) and T - 1; each is read as the
-            mean over a window of 5 positions around it (kept inside the context), for less noise.
-    Returns:
-        loss[late] - loss[early].
-    Raises:
-        GlassformerError for fewer than 3 positions or a position out of range.
-    """
+    """In-context learning (Olsson et al. 2022): loss[late] - loss[early] of a (T,) loss by position, each
+    the mean of 5 positions around it; below 0 when later tokens are predicted better. ``early``,
+    ``late``: default T // 10 (at least 1) and T - 1. An error for T < 3 or a position out of range."""
     loss = torch.as_tensor(loss_by_position, dtype=torch.float64).flatten()
     T = loss.numel()
     if T < 3:
@@ -166,15 +103,9 @@ def icl_score(loss_by_position: Sequence[float] | torch.Tensor, early: int | Non
 
 
 def record_scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numbers of one microscope record as tracker scalars, named ``microscope/...``.
-
-    Per head ``microscope/L{l}H{h}/{score}`` (previous_token, induction, duplicate, entropy); per read-out
-    place ``microscope/{lens_loss|resid_norm}/{i}`` (0: before block 0, L: after the last), per block
-    ``microscope/weight_norm/L{l}``; ``microscope/{loss_first|loss_repeat|icl_score}``; and each user
-    measurement that is a number (``microscope/measurements/{name}``) or a mapping of numbers
-    (``.../{name}/{key}``). Per-position losses, per-length scores and attention patterns stay in
-    ``microscope.jsonl`` (too many to chart). Values that are not finite numbers are left out.
-    """
+    """The finite numbers of one microscope record as tracker scalars: ``microscope/L{l}H{h}/{score}``,
+    ``microscope/{lens_loss|resid_norm}/{i}``, ``microscope/weight_norm/L{l}``,
+    ``microscope/{loss_first|loss_repeat|icl_score}``, ``microscope/measurements/{name}[/{key}]``."""
     out: dict[str, float] = {}
 
     def put(name: str, value: Any) -> None:
@@ -185,11 +116,9 @@ def record_scalars(record: dict[str, Any]) -> dict[str, float]:
         for layer, row in enumerate(record.get(score) or []):
             for head, value in enumerate(row):
                 put(f"L{layer}H{head}/{score}", value)
-    for series in ("lens_loss", "resid_norm"):
+    for series, prefix in (("lens_loss", ""), ("resid_norm", ""), ("weight_norm", "L")):
         for place, value in enumerate(record.get(series) or []):
-            put(f"{series}/{place}", value)
-    for layer, value in enumerate(record.get("weight_norm") or []):
-        put(f"weight_norm/L{layer}", value)
+            put(f"{series}/{prefix}{place}", value)
     for name in ("loss_first", "loss_repeat", "icl_score"):
         put(name, record.get(name))
     for name, value in (record.get("measurements") or {}).items():
@@ -209,23 +138,9 @@ def _running_median(values: list[float], window: int) -> list[float]:
 
 def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window: int = 5, min_drop: float = 0.3,
                         max_width: float = 0.3) -> dict[str, Any] | None:
-    """Where a series (e.g. the repeated-copy loss) falls abruptly and stays down: a phase change, or None.
-
-    The series is smoothed by a running median of ``window`` records (one noisy dip or spike is not a
-    change), then three tests must hold: the smoothed series falls by at least ``min_drop`` of its first
-    value; it falls from 20% to 80% of that drop within ``max_width`` of the recorded steps' range
-    (abrupt, not a slow decline); and it ends below halfway (the drop lasts).
-
-    Args:
-        steps: the recorded steps, increasing; values: the series at them (same length).
-        window: the running median's width, odd (3 or more records are needed for it to apply).
-        min_drop, max_width: fractions, as above.
-    Returns:
-        None, or {"step": the first step whose smoothed value is below halfway, "from", "to": the smoothed
-        start and lowest value, "width": the steps from 20% to 80% of the fall}.
-    Raises:
-        GlassformerError when ``steps`` and ``values`` differ in length or ``window`` is even or < 1.
-    """
+    """Where a series, smoothed by a running median of ``window`` (odd) records, falls abruptly (by at least
+    ``min_drop`` of its start, 20% to 80% of it within ``max_width`` of the steps) and stays below halfway:
+    {"step", "from", "to", "width"}, or None (docs/interpret.md)."""
     if len(steps) != len(values):
         raise GlassformerError(f"steps and values must have the same length, got {len(steps)} and {len(values)}")
     check_int("window", window, 1)
@@ -252,15 +167,9 @@ def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window
 
 @dataclass
 class Probe:
-    """What a measurement reads (:meth:`Microscope.add`): the microscope's fixed probes.
-
-    Attributes:
-        text: (R, T) token ids of the probe text (validation rows).
-        repeated: (B, start + 2n) random tokens repeated twice (after a bos when ``start`` is 1).
-        length: n, one copy's length; start: where the first copy begins.
-        step: the training step being recorded.
-        low, bos: the smallest random id, and the bos id (or None), to build more probes like these.
-    """
+    """What a measurement reads (:meth:`Microscope.add`): ``text`` (R, T) the probe text's ids;
+    ``repeated`` (B, start + 2n) random tokens repeated twice (after a bos when ``start`` is 1); ``length``
+    n; ``step``; ``low``, ``bos``: the smallest random id and the bos id, to build more probes."""
 
     text: torch.Tensor
     repeated: torch.Tensor
@@ -275,7 +184,7 @@ Measurement = Callable[[nn.Module, Probe], Any]
 
 
 def _import_measurement(name: str, spec: str) -> Measurement:
-    """The function ``spec`` ("package.module:function") names, or an error naming the measurement."""
+    """The function ``spec`` ("package.module:function") names."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
@@ -287,7 +196,7 @@ def _import_measurement(name: str, spec: str) -> Measurement:
 
 
 def _checked_value(name: str, value: Any) -> Any:
-    """A measurement's result as JSON-able numbers (tensors as lists), or an error naming it."""
+    """A measurement's result as JSON-able numbers (tensors as lists)."""
     count = 0
 
     def clean(v: Any) -> Any:
@@ -321,18 +230,8 @@ def _entropy(pattern: torch.Tensor) -> torch.Tensor:
 
 
 class Microscope:
-    """Records the probes of one run (see the module's text); made by the trainer from ``config.watch``.
-
-    Args:
-        watch: the settings.
-        model: a causal :class:`~glassformer.models.TransformerLM`.
-        probe_text: (R, T) token ids of the probe text; ``tokens``: their strings (row 0), for the page.
-        eval_every, max_steps: the run's cadence (``every`` = 0 records at its evaluations).
-        max_memory: the run's ``max_memory`` (None: the memory the process may use, :mod:`glassformer.budget`).
-    Raises:
-        GlassformerError for a model that is not a causal TransformerLM, or a head out of range;
-        OutOfMemoryError for probes (``probe_batch``, ``text_rows``) whose forward passes cannot fit.
-    """
+    """Records the probes of one run on a causal TransformerLM (``probe_text`` (R, T) ids, ``tokens`` row 0's
+    strings); made by the trainer from ``config.watch``. OutOfMemoryError for probes that cannot fit."""
 
     def __init__(self, watch: WatchConfig, model: nn.Module, probe_text: torch.Tensor, tokens: list[str],
                  eval_every: int, max_steps: int, bos: int | None = None, low: int = 0, max_memory: Any = None):
@@ -369,15 +268,9 @@ class Microscope:
         self.tracker: Any = None  # a training Tracker (attach): each record's scalars go to TensorBoard/W&B too
 
     def add(self, name: str, fn: Measurement) -> None:
-        """Record ``fn(model, probe)`` under ``record["measurements"][name]`` at every recording step.
-
-        Args:
-            name: the key (a new one; "/" and letters welcome).
-            fn: model, :class:`Probe` -> a number, a tensor, or a dict or list of them (at most
-                ``MAX_MEASURED_NUMBERS`` numbers); the model is in eval mode; gradients are allowed.
-        Raises:
-            GlassformerError for a name already taken; ArgumentTypeError for an ``fn`` that is not callable.
-        """
+        """Record ``fn(model, probe)`` under ``record["measurements"][name]`` (a new name) at every recording
+        step: a number, a tensor, or a dict or list of them (at most ``MAX_MEASURED_NUMBERS``), computed in
+        eval mode with gradients allowed."""
         if not isinstance(name, str) or not name or name in self.measurements:
             raise GlassformerError(f"measurement name {name!r} is empty or taken; taken: {sorted(self.measurements)}")
         if not callable(fn):
@@ -385,10 +278,8 @@ class Microscope:
                                     f"got {type(fn).__name__}")
         self.measurements[name] = fn
 
-    # ------------------------------------------------------------------ the run folder
     def start(self, out_dir: str | Path, step: int, model: nn.Module) -> None:
-        """Begin (or continue) the series in ``out_dir``: keep the records up to ``step`` (none on a
-        fresh run), write ``microscope.json``, and record step 0 on a fresh run."""
+        """Begin (or continue after ``step``) the series in ``out_dir``; record step 0 on a fresh run."""
         out = Path(out_dir)
         self.file = out / RECORDS
         kept = [r for r in read_records(self.file) if r["step"] <= step] if step > 0 else []
@@ -401,10 +292,8 @@ class Microscope:
             self.record(model, 0)
 
     def attach(self, tracker: Any, fresh: bool) -> None:
-        """Send each record's scalars (:func:`record_scalars`) to ``tracker`` (``tracker.log(step, values)``,
-        :mod:`glassformer.training.trackers`) from now on; on a fresh run (``fresh``) also the records
-        written before the trackers opened (step 0). A resumed run's earlier records were logged by the
-        run that wrote them."""
+        """Send each record's scalars (:func:`record_scalars`) to ``tracker.log(step, values)`` from now on;
+        when ``fresh``, also the records written before the trackers opened (step 0)."""
         self.tracker = tracker
         if fresh and self.file is not None:
             for record in read_records(self.file):
@@ -427,7 +316,6 @@ class Microscope:
             self.tracker.log(step, record_scalars(record))
         return record
 
-    # ------------------------------------------------------------------ the probes
     def measure(self, model: TransformerLM, step: int) -> dict[str, Any]:
         """One record (see the module's text); the model is back in its mode afterwards."""
         was_training = model.training
@@ -466,40 +354,26 @@ class Microscope:
         return out
 
     def _head_scores(self, model: TransformerLM) -> dict[str, Any]:
-        w, device = self.watch, model.emb.weight.device
-        start = 0 if self.bos is None else 1
-        scores: dict[str, list[torch.Tensor]] = {"previous_token": [], "induction": [], "duplicate": []}
-        out: dict[str, Any] = {}
-        for n in self.lengths:  # the longest first: its losses are recorded
-            ids = repeated_tokens(model.config.vocab_size, n, w.probe_batch, low=self.low, bos=self.bos).to(device)
-            logits, cache = run_with_cache(model, ids, names="pattern")
-            patterns = cache.stack("pattern")  # (L, B, h, T, T)
-            if n == self.probe_length:
-                loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-                loss = loss.view(w.probe_batch, -1)  # loss[:, i] predicts position i + 1
-                out.update(loss_first=float(loss[:, start:start + n - 1].mean()),
-                           loss_repeat=float(loss[:, start + n:].mean()))
-            scores["previous_token"].append(torch.stack([previous_token_scores(p) for p in patterns]))
-            scores["induction"].append(torch.stack([induction_scores(p, n, start) for p in patterns]))
-            scores["duplicate"].append(torch.stack([duplicate_token_scores(p, n, start) for p in patterns]))
-        for kind, per_length in scores.items():
-            out[kind] = _rounded(torch.stack(per_length).min(0).values)
-        out["induction_by_length"] = {str(n): _rounded(s) for n, s in zip(self.lengths, scores["induction"])}
+        per = [head_scores(model, n, self.watch.probe_batch, low=self.low, bos=self.bos) for n in self.lengths]
+        at = per[self.lengths.index(self.probe_length)]  # its losses are recorded
+        out: dict[str, Any] = {"loss_first": at.loss_first, "loss_repeat": at.loss_repeat}
+        for kind in ("previous_token", "induction", "duplicate"):
+            out[kind] = _rounded(torch.stack([getattr(s, kind) for s in per]).min(0).values)
+        out["induction_by_length"] = {str(n): _rounded(s.induction) for n, s in zip(self.lengths, per)}
         return out
 
     def _text_probes(self, model: TransformerLM) -> dict[str, Any]:
         ids = self.probe_text.to(model.emb.weight.device)  # (R, T)
         names = residual_names(model)
         _, cache = run_with_cache(model, ids, names=[*names, "pattern"])
-        logits = model.logits(model.norm_f(cache[names[-1]]))
-        by_position = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-        by_position = by_position.view(ids.shape[0], -1).mean(0)  # (T - 1,): [i] predicts position i + 1
         lens_loss, resid_norm = [], []
         for name in names:
             resid = cache[name]  # (R, T, d)
             logits = model.logits(model.norm_f(resid))  # read as the model reads its last layer
-            lens_loss.append(float(F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())))
+            lens_loss.append(float(next_token_loss(logits, ids)))
             resid_norm.append(float(resid.float().norm(dim=-1).mean()))
+        by_position = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
+        by_position = by_position.view(ids.shape[0], -1).mean(0)  # (T - 1,): [i] predicts position i + 1
         patterns = cache.stack("pattern")  # (L, R, h, T, T)
         S = min(self.watch.snapshot_tokens, ids.shape[1])
         snapshots = {f"{layer}.{head}": _rounded(patterns[layer, 0, head, :S, :S], 3) for layer, head in self.heads}
@@ -514,9 +388,7 @@ class Microscope:
 
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,
                        max_steps: int, block_size: int, max_memory: Any = None) -> Microscope:
-    """The :class:`Microscope` of a training run: its probe text is the first rows of the validation
-    split (of the step-0 training batch when there is none), cut to ``block_size``; its probes must
-    fit in ``max_memory`` (None: the memory the process may use)."""
+    """The :class:`Microscope` of a training run, its probe text the first validation (or training) rows."""
     config = WatchConfig.from_dict(watch)
     rows = next(iter(batches.eval_batches(config.text_rows, 1)), None) or batches.global_batch(0, config.text_rows)
     text = rows["ids"][:config.text_rows, :block_size].cpu()
@@ -530,24 +402,9 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
 def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | None = None, *,
            measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
            probe_text: torch.Tensor | None = None) -> list[dict[str, Any]]:
-    """Record the microscope (and ``measurements``) over a series of models, as training would have:
-    the same probes, the same records. :func:`glassformer.training.replay.replay_checkpoints` feeds it
-    saved checkpoints.
-
-    Args:
-        series: (step, model, tokenizer) triples, by step (models of one shape).
-        out_dir: where ``microscope.jsonl`` and ``microscope.json`` are written (replacing earlier
-            ones); None: nothing is written.
-        measurements: {name: fn(model, probe)} as :meth:`Microscope.add` takes them.
-        watch: a ``watch:`` mapping (:class:`WatchConfig`); its ``measurements`` are imported too.
-        probe_text: (R, T) token ids of the probe text; default: random tokens (seed 1), ``text_rows`` x
-            min(64, max_len) (pass the run's validation rows for the text probes to mean something).
-    Returns:
-        The records, one per model.
-    Raises:
-        GlassformerError for an empty series, a model that is not a causal TransformerLM, or models of
-        different shapes.
-    """
+    """Record the microscope (and ``measurements``, as :meth:`Microscope.add` takes them) over a series of
+    (step, model, tokenizer) triples of one shape into ``out_dir`` (None: nowhere); returns the records.
+    ``probe_text``: (R, T) ids, default random tokens (seed 1), ``text_rows`` x min(64, max_len)."""
     config = WatchConfig.from_dict(dict(watch or {}))
     records: list[dict[str, Any]] = []
     scope: Microscope | None = None

@@ -1,9 +1,5 @@
-"""Interventions: activation patching, head ablation, and attention weights of chosen layers only.
-
-Patching runs the model on a *corrupted* input while chosen activations are taken from a *clean*
-run's cache: the metric that comes back says how much those activations carry the difference.
-Ablating a head removes its contribution: its output ``hook_z`` is set to zero (which is exactly the
-model with that head's columns of the output projection zeroed) or to its mean over a reference batch.
+"""Interventions: activation patching (a corrupted run with chosen activations from a clean run's cache),
+head ablation (``hook_z`` set to zero or its mean), and attention weights of chosen layers only.
 """
 
 from __future__ import annotations
@@ -54,17 +50,10 @@ def _chosen(point: HookPoint, shape: torch.Size, positions: Any, heads: Any,
     return where
 
 
-# ---------------------------------------------------------------------------------------------- patching
 def patch_hooks(cache: ActivationCache, names: NameSpec, *, positions: int | Sequence[int] | None = None,
                 heads: int | Sequence[int] | None = None) -> list[tuple[str, HookFn]]:
-    """Hooks that put ``cache``'s (clean) values into a run, for :func:`~glassformer.interpret.hooks`.
-
-    Args:
-        cache: the clean run's :class:`ActivationCache` (it must hold every chosen point).
-        names: the points to patch (as ``run_with_cache`` takes them).
-        positions: only these (query) positions; None: all.
-        heads: only these heads (per-head points only); None: all.
-    """
+    """Hooks that put the clean ``cache``'s values of the points ``names`` into a run, at only these (query)
+    ``positions`` and ``heads`` (per-head points only) when given."""
     points = resolve(cache.points, names)
     missing = [p.name for p in points if p.name not in cache]
     if missing:
@@ -84,10 +73,7 @@ def patch_hooks(cache: ActivationCache, names: NameSpec, *, positions: int | Seq
 def run_with_patch(model: nn.Module, *inputs: torch.Tensor, cache: ActivationCache, names: NameSpec,
                    positions: int | Sequence[int] | None = None, heads: int | Sequence[int] | None = None,
                    **kwargs: Any) -> Any:
-    """Run on (corrupted) ``inputs`` with the activations ``names`` taken from a clean run's ``cache``.
-
-    ``positions`` and ``heads`` narrow what is patched (see :func:`patch_hooks`). Returns the model's output.
-    """
+    """Run on (corrupted) ``inputs`` with the activations ``names`` from a clean ``cache`` (:func:`patch_hooks`)."""
     return run_with_hooks(model, *inputs, hooks=patch_hooks(cache, names, positions=positions, heads=heads),
                           **kwargs)
 
@@ -95,23 +81,9 @@ def run_with_patch(model: nn.Module, *inputs: torch.Tensor, cache: ActivationCac
 @torch.no_grad()
 def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                      what: str = "resid_pre", per: str = "position", **kwargs: Any) -> torch.Tensor:
-    """Patch one activation at a time from the clean run into the corrupted one; return how far each moves
-    the metric: metric(patched) - metric(corrupted), the convention of :func:`~glassformer.interpret.
-    attribution.exact_head_patching` and :func:`~glassformer.interpret.attribution_patching` (add
-    metric(corrupted) back for the raw metric; ``clean - corrupted`` metrics is the most it can be).
-
-    Args:
-        model: a TransformerLM or EncoderDecoder.
-        clean, corrupted: inputs of the same shape (a tensor, or a tuple such as (src, tgt_in)).
-        metric: output (logits) -> number, e.g. the logit difference of the right and wrong answer.
-        what: a short hook name: every layer's point of that kind is patched in turn ("resid_pre",
-            "attn_out", "mlp_out", "z", "pattern", ...).
-        per: "position" (one (query) position at a time) or "head" (one head at a time, all positions;
-            per-head points only).
-        kwargs: passed to every forward (``pad``, ``prefix_len``...).
-    Returns:
-        (layers, positions) or (layers, heads) float tensor: metric(patched) - metric(corrupted).
-    """
+    """Patch one activation at a time from the clean run into the corrupted one (inputs of one shape: a
+    tensor or a tuple): every layer's ``what`` point, one position (or head, ``per="head"``) at a time.
+    Returns (layers, positions or heads): metric(patched) - metric(corrupted)."""
     if per not in ("position", "head"):
         raise GlassformerError(f"per must be 'position' or 'head', got {per!r}")
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)
@@ -131,10 +103,8 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
     return effects
 
 
-# ---------------------------------------------------------------------------------------------- ablation
 def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
-    """{hook_z name: [head, ...]} for (layer, head) pairs; a layer is an int (a TransformerLM's block) or
-    the attention's name ("decoder_blocks.1.cross_attn")."""
+    """{hook_z name: [head, ...]} for (layer, head) pairs; a layer is a block index or an attention's name."""
     points = hook_points(model)
     chosen: dict[str, list[int]] = {}
     if isinstance(heads, tuple) and len(heads) == 2 and isinstance(heads[1], int):
@@ -164,15 +134,8 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
 
 def ablation_hooks(model: nn.Module, heads: HeadSpec, *, mode: str = "zero",
                    cache: ActivationCache | None = None) -> list[tuple[str, HookFn]]:
-    """Hooks that remove heads' contributions, for :func:`~glassformer.interpret.hooks` (e.g. while generating).
-
-    Args:
-        model: a TransformerLM or EncoderDecoder.
-        heads: (layer, head) pairs (see :func:`ablate_heads`).
-        mode: "zero" (the head writes nothing but ``o_proj``'s shared bias) or "mean" (its output is
-            replaced by its mean over the batch and positions of ``cache``).
-        cache: for "mean": a cache holding the chosen layers' ``hook_z``.
-    """
+    """Hooks that remove the ``heads`` ((layer, head) pairs, as :func:`ablate_heads`) from a run: ``mode``
+    "zero" (the head writes nothing) or "mean" (its ``hook_z`` replaced by its mean over ``cache``)."""
     if mode not in ("zero", "mean"):
         raise GlassformerError(f"mode must be 'zero' or 'mean', got {mode!r}")
     chosen = _z_points(model, heads)
@@ -193,16 +156,9 @@ def ablation_hooks(model: nn.Module, heads: HeadSpec, *, mode: str = "zero",
 
 def ablate_heads(model: nn.Module, *inputs: torch.Tensor, heads: HeadSpec, mode: str = "zero",
                  reference: Inputs | None = None, **kwargs: Any) -> Any:
-    """Run ``model(*inputs, **kwargs)`` with some attention heads removed.
-
-    Args:
-        heads: (layer, head) pairs, e.g. ``[(1, 3)]``; in an EncoderDecoder the layer is the attention's
-            name, e.g. ``("decoder_blocks.0.cross_attn", 2)``.
-        mode: "zero" or "mean" (see :func:`ablation_hooks`).
-        reference: "mean" only: the inputs whose mean head outputs replace them (default ``inputs``).
-    Returns:
-        The model's output.
-    """
+    """``model(*inputs, **kwargs)`` without the ``heads``: (layer, head) pairs, e.g. ``[(1, 3)]`` (in an
+    EncoderDecoder the layer is the attention's name, ``("decoder_blocks.0.cross_attn", 2)``). ``mode``:
+    "zero" or "mean" (over ``reference``, default ``inputs``)."""
     cache = None
     if mode == "mean":
         names = list(_z_points(model, heads))
@@ -220,17 +176,9 @@ def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def head_ablation_effects(model: nn.Module, *inputs: torch.Tensor, metric: Metric | None = None,
                           mode: str = "zero", attention: str = "attn", **kwargs: Any) -> torch.Tensor:
-    """How much ``metric`` changes when each head alone is ablated: (layers, heads), ablated - intact.
-
-    Args:
-        model: a TransformerLM, or an EncoderDecoder with ``attention`` naming the stack's attention.
-        inputs: the model's inputs.
-        metric: output -> number; default: a causal LM's next-token loss on ``inputs`` (so a positive
-            effect means the head helped).
-        mode: "zero" or "mean" (mean over ``inputs``).
-        attention: "attn" (a TransformerLM), or "encoder_blocks.attn", "decoder_blocks.self_attn",
-            "decoder_blocks.cross_attn".
-    """
+    """How much ``metric`` (default: a causal LM's next-token loss) changes when each head alone is
+    ablated (``mode`` "zero" or "mean"): (layers, heads), ablated - intact. ``attention``: "attn" (a
+    TransformerLM), "encoder_blocks.attn", "decoder_blocks.self_attn" or "decoder_blocks.cross_attn"."""
     if metric is None:
         if not isinstance(model, TransformerLM) or model.config.attn != "causal":
             raise GlassformerError("pass metric=: the default (next-token loss) is for causal TransformerLMs")
@@ -256,19 +204,10 @@ def head_ablation_effects(model: nn.Module, *inputs: torch.Tensor, metric: Metri
     return effects
 
 
-# ---------------------------------------------------------------------------------------------- weights
 def attention_weights(model: nn.Module, *inputs: torch.Tensor, layers: int | Sequence[int] | NameSpec = None,
                       heads: int | Sequence[int] | None = None, **kwargs: Any) -> tuple[Any, dict]:
-    """The attention weights of chosen layers (and heads) only; every other layer keeps the fused kernel.
-
-    Args:
-        layers: TransformerLM block indices (an int or a list), or hook names / short names as
-            ``run_with_cache`` takes them ("cross_pattern", "decoder_blocks.0.self_attn.hook_pattern");
-            None: every self-attention layer.
-        heads: keep only these heads (an int or a list); None: all.
-    Returns:
-        (the model's output, {layer or name: (B, heads, Tq, Tk) weights}).
-    """
+    """(the model's output, {layer or name: (B, heads, Tq, Tk) weights}) of the ``layers`` (block indices or
+    hook names; None: every self-attention) and ``heads`` (None: all) chosen; the rest keep the fused kernel."""
     ints = isinstance(layers, int) or (isinstance(layers, (list, tuple)) and layers
                                        and all(isinstance(i, int) for i in layers))
     if ints:

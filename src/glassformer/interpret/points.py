@@ -1,37 +1,5 @@
-"""The hook points of a model, under TransformerLens's names.
-
-Each model part marks its intermediates with ``self.tap(name, x)`` (:class:`glassformer.nn.taps.Tapped`);
-this module gives every such tap its full name, the one TransformerLens gives the same tensor:
-
-    hook_embed, hook_pos_embed                         embeddings (TransformerLM), (B, T, d) each
-    embed_ln.hook_scale / hook_normalized / hook_out   the embedding norm (BERT), as every norm below
-    blocks.{i}.hook_resid_pre                          the residual stream entering block i
-    blocks.{i}.ln1.hook_scale                          the attention's norm: its divisor (B, T, 1),
-    blocks.{i}.ln1.hook_normalized                     the input divided by it, before gain and bias,
-    blocks.{i}.ln1.hook_out                            and its output (after gain and bias)
-    blocks.{i}.hook_attn_in                            (B, T, h, d): the stream copied per head, then
-    blocks.{i}.hook_q_input / hook_k_input / hook_v_input   each head's copy (kv heads for k, v), before ln1
-    blocks.{i}.attn.hook_q / hook_k / hook_v           (B, T, heads, hd)
-    blocks.{i}.attn.hook_rot_q / hook_rot_k            after RoPE, (B, T, heads, hd)
-    blocks.{i}.attn.hook_attn_scores / hook_pattern    (B, h, Tq, Tk), before / after the softmax
-    blocks.{i}.attn.hook_z                             (B, T, h, hd), each head's output
-    blocks.{i}.attn.hook_result                        (B, T, h, d), each head's write into the stream
-    blocks.{i}.hook_attn_out, hook_resid_mid           attention's output; the stream after it
-    blocks.{i}.hook_mlp_in                             (B, T, d), a copy of the stream the MLP reads
-    blocks.{i}.ln2.hook_scale / hook_normalized / hook_out, mlp.hook_pre, mlp.hook_pre_linear, mlp.hook_post
-    blocks.{i}.hook_mlp_out, hook_resid_post
-    ln_final.hook_scale / hook_normalized / hook_out
-
-An :class:`~glassformer.models.EncoderDecoder` has ``encoder_blocks.{i}.*`` (attention ``attn``) and
-``decoder_blocks.{i}.*`` (``self_attn``, then ``ln2``, ``cross_attn.*``, ``hook_cross_attn_out``,
-``hook_resid_mid2``, then ``ln3`` and the MLP), and ``encoder_ln_final`` / ``decoder_ln_final``, as
-TransformerLens's bridge names BART and T5. Every point also has a short name (``"pattern"``,
-``"resid_pre"``, ``"cross_z"``, ``"ln1"`` for ``ln1.hook_normalized``, ``"ln1_scale"``, ``"ln1_out"``, ...)
-that selects it in every layer.
-
-The per-head points (``attn.hook_result``, ``hook_attn_in``, ``hook_q_input``...) cost nothing unless
-hooked: only a hooked layer computes its attention per head (TransformerLens's ``use_attn_result`` /
-``use_split_qkv_input``, switched on by the hook itself).
+"""The hook points of a model: every ``self.tap(name, x)`` of its parts under the full name TransformerLens
+gives the same tensor ("blocks.0.attn.hook_z") and a short name for every layer ("z") (docs/interpret.md).
 """
 
 from __future__ import annotations
@@ -73,16 +41,8 @@ class LayerIndex(int):
 
 @dataclass(frozen=True, eq=False)
 class HookPoint:
-    """One place in a model where a hook may read or replace a tensor; hook functions receive it.
-
-    Attributes:
-        name: the full name, e.g. "blocks.0.attn.hook_pattern".
-        short: the kind, e.g. "pattern" (cross-attention's are "cross_pattern", ...).
-        layer: the block's index (an int that is also callable: ``hook.layer()``, TransformerLens's
-            spelling), or None (embeddings, final norms).
-        stack: "blocks", "encoder_blocks", "decoder_blocks", or None.
-        module, tap: the module whose forward calls ``self.tap(tap, x)``.
-    """
+    """One place in a model where a hook may read or replace a tensor; hook functions receive it. ``layer``:
+    the block's index (also callable) or None; ``module`` calls ``self.tap(tap, x)`` there."""
 
     name: str
     short: str
@@ -107,11 +67,8 @@ class HookPoint:
         return 2 if self.kind in SCORE_SHAPED else 1
 
     def show(self, x: torch.Tensor) -> torch.Tensor:
-        """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd)."""
-        return x.transpose(1, 2) if self.tap in ("rot_q", "rot_k") else x
-
-    def unshow(self, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """Back from :meth:`show`'s layout to the model's (``like`` is the model's tensor)."""
+        """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd), and
+        back (the swap is its own inverse)."""
         return x.transpose(1, 2) if self.tap in ("rot_q", "rot_k") else x
 
     def __repr__(self) -> str:
@@ -119,12 +76,8 @@ class HookPoint:
 
 
 def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str:
-    """The full hook name of a short one, as TransformerLens's ``utils.get_act_name`` gives it.
-
-    ``act_name("pattern", 0)`` -> "blocks.0.attn.hook_pattern"; ``act_name("ln3", 1, "decoder")`` ->
-    "decoder_blocks.1.ln3.hook_normalized"; ``act_name("embed")`` -> "hook_embed". Whether the model
-    has that point is checked where the name is used.
-    """
+    """The full hook name of a short one, as TransformerLens's ``utils.get_act_name`` gives it:
+    ``act_name("pattern", 0)`` -> "blocks.0.attn.hook_pattern"; ``act_name("embed")`` -> "hook_embed"."""
     if short in ("embed", "pos_embed", "token_type_embed"):
         return f"hook_{short}"
     norm, part = _norm_part(short)
@@ -157,8 +110,8 @@ def _norm_part(short: str) -> tuple[str | None, str | None]:
 
 def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: int | None,
                  stack: str | None) -> list[HookPoint]:
-    """A norm's points: ``hook_scale`` and ``hook_normalized`` (the norm's own taps; none for a norm that
-    is the identity) and ``hook_out`` (``out``: the (module, tap) that sees its output)."""
+    """A norm's points: ``hook_scale`` and ``hook_normalized`` (none for an identity norm) and ``hook_out``
+    (``out``: the (module, tap) that sees its output)."""
     def point(suffix: str, module: Tapped, tap: str) -> HookPoint:
         name = act_name(short + suffix, layer, stack or "blocks")
         return HookPoint(name, short + suffix, None if layer is None else LayerIndex(layer), stack, module, tap)
@@ -171,8 +124,7 @@ def _norm_points(short: str, norm: nn.Module, out: tuple[Tapped, str], layer: in
 
 def _named(declared: list[tuple[str, nn.Module, str, nn.Module | None]], layer: int | None,
            stack: str | None) -> list[HookPoint]:
-    """Hook points from what a part declares (:meth:`TransformerBlock.hook_points`,
-    :meth:`Embeddings.hook_points`): (short, module, tap, the norm whose output it is or None) each."""
+    """Hook points from what a part declares: (short, module, tap, the norm whose output it is or None)."""
     points = []
     for short, module, tap, norm in declared:
         if norm is not None:
@@ -184,16 +136,8 @@ def _named(declared: list[tuple[str, nn.Module, str, nn.Module | None]], layer: 
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """Every hook point of a glassformer model, by full name, in the order a forward reaches them.
-
-    Args:
-        model: a :class:`~glassformer.models.TransformerLM` or :class:`~glassformer.models.EncoderDecoder`
-            (trained, loaded from a checkpoint, or imported from Hugging Face).
-    Returns:
-        {name: :class:`HookPoint`}; points that a configuration does not have (RoPE's ``hook_rot_q``
-        without RoPE, ``hook_pos_embed`` without absolute positions, ``mlp.*`` in an attention-only
-        model) are absent.
-    """
+    """Every hook point of a TransformerLM or EncoderDecoder, {full name: :class:`HookPoint`}, in the order
+    a forward reaches them; points a configuration lacks (``hook_rot_q`` without RoPE...) are absent."""
     if isinstance(model, TransformerLM):
         points = _named(model.embeddings.hook_points(), None, None)
         for i, block in enumerate(model.blocks):
@@ -201,12 +145,10 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         points += _norm_points("ln_final", model.norm_f, (model, "ln_final"), None, None)
     elif isinstance(model, EncoderDecoder):
         points = []
-        for i, block in enumerate(model.enc):
-            points += _named(block.hook_points(rope=model.config.pos == "rope"), i, "encoder_blocks")
-        points += _norm_points("encoder_ln_final", model.enc_norm, (model, "encoder_ln_final"), None, None)
-        for i, block in enumerate(model.dec):
-            points += _named(block.hook_points(rope=model.config.pos == "rope"), i, "decoder_blocks")
-        points += _norm_points("decoder_ln_final", model.dec_norm, (model, "decoder_ln_final"), None, None)
+        for side, blocks, norm in (("encoder", model.enc, model.enc_norm), ("decoder", model.dec, model.dec_norm)):
+            for i, block in enumerate(blocks):
+                points += _named(block.hook_points(rope=model.config.pos == "rope"), i, f"{side}_blocks")
+            points += _norm_points(f"{side}_ln_final", norm, (model, f"{side}_ln_final"), None, None)
     else:
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM or EncoderDecoder, got "
                                 f"{type(model).__name__}")
@@ -214,18 +156,9 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
 
 
 def resolve(points: dict[str, HookPoint], names: NameSpec) -> list[HookPoint]:
-    """The hook points that ``names`` selects, in forward order.
-
-    Args:
-        points: from :func:`hook_points`.
-        names: None (all but the per-head forms ``ON_DEMAND``: ``attn.hook_result``, ``hook_attn_in``,
-            ``hook_q_input``..., which make a layer compute its attention head by head, so only asking for
-            them by name does, as TransformerLens's flags); a full name ("blocks.0.attn.hook_z"); a short
-            name selecting that point in every layer ("pattern", "resid_post", "cross_z", "result"); a list
-            of those; or a function name -> bool (TransformerLens's ``names_filter``).
-    Raises:
-        GlassformerError naming an unknown name and the closest known ones.
-    """
+    """The hook points (of :func:`hook_points`) that ``names`` selects, in forward order: None (all but the
+    per-head forms ``ON_DEMAND``, selected by name only), a full or short name, a list of those, or a
+    function name -> bool. An unknown name is an error naming the closest known ones."""
     if names is None:
         return [p for p in points.values() if p.short not in ON_DEMAND]
     if callable(names):

@@ -1,17 +1,7 @@
-"""Weight-space circuits: each head's matrices, its QK and OV circuits, and how heads compose.
-
-A head reads the stream through W_Q, W_K, W_V (d, hd) and writes through W_O (hd, d). Its QK circuit
-W_Q W_Kᵀ (d, d) says which query directions attend to which key directions; its OV circuit W_V W_O
-(d, d) what it copies once it attends (Elhage et al. 2021, "A Mathematical Framework for Transformer
-Circuits"). Both are rank ≤ hd, so :class:`FactoredMatrix` keeps them as the pair (A, B) and computes
-SVD, eigenvalues and norms from the factors, without forming the d × d product. Composition scores
-measure how much a later head's Q, K or V reads what an earlier head's OV writes.
-
-Names, shapes and numbers are TransformerLens's (``model.W_Q``, ``model.QK``, ``model.all_composition_scores``;
-tests/test_tl_parity.py): W_Q (n_layers, n_heads, d_model, d_head), W_O (n_layers, n_heads, d_head, d_model).
-``fold_ln=True`` folds each norm's gain (and bias) into the weights that read its output, as TransformerLens's
-``fold_ln`` does (reading weights centred after a LayerNorm); its other processing steps (centring writing
-weights and the unembedding, folding value biases) are not applied (docs/interpret.md).
+"""Weight-space circuits: each head's matrices, its QK (W_Q W_Kᵀ) and OV (W_V W_O) circuits, and how heads
+compose (Elhage et al. 2021), with TransformerLens's names, shapes and numbers. The circuits are rank ≤ hd,
+so :class:`FactoredMatrix` keeps them as factors. ``fold_ln=True`` folds each norm's gain and bias into the
+weights that read its output, as TransformerLens's ``fold_ln`` does; its other processing is not applied.
 """
 
 from __future__ import annotations
@@ -29,10 +19,8 @@ from ..validate import check_choice
 class FactoredMatrix:
     """The matrix M = A B, kept as its two factors: A (..., l, m), B (..., m, r), usually m << l, r.
 
-    Products with tensors or other factored matrices stay factored; :attr:`AB` forms M (l × r),
-    :attr:`BA` the small (m × m) reverse product. :meth:`svd` works on the factors (two thin SVDs and
-    one m × m), :attr:`eigenvalues` on BA (the non-zero eigenvalues of AB are BA's), :meth:`norm` is the
-    Frobenius norm from the singular values. Leading dims (layers, heads) broadcast, as in torch.
+    Products stay factored; :attr:`AB` forms M; SVD, eigenvalues and norms come from the factors.
+    Leading dims (layers, heads) broadcast, as in torch.
     """
 
     def __init__(self, A: torch.Tensor, B: torch.Tensor):
@@ -118,7 +106,7 @@ class FactoredMatrix:
         return FactoredMatrix(self.A.unsqueeze(dim), self.B.unsqueeze(dim))
 
     @cached_property
-    def _svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # two thin SVDs and one m x m
         Ua, Sa, Vha = torch.linalg.svd(_linalg(self.A), full_matrices=False)  # A = Ua diag(Sa) Vha
         Ub, Sb, Vhb = torch.linalg.svd(_linalg(self.B), full_matrices=False)
         middle = Sa[..., :, None] * (Vha @ Ub) * Sb[..., None, :]  # (..., m, m): M = Ua middle Vhb
@@ -185,16 +173,9 @@ def _linalg(x: torch.Tensor) -> torch.Tensor:
 
 
 def composition_scores(left: FactoredMatrix, right: FactoredMatrix, broadcast_dims: bool = True) -> torch.Tensor:
-    """‖L R‖_F / (‖L‖_F ‖R‖_F): how much of what ``right`` reads ``left`` writes (Elhage et al. 2021).
-
-    Args:
-        left: e.g. earlier heads' OV circuits (..., d, d); right: later heads' QK (Q-composition), QKᵀ
-            (K-composition) or OV (V-composition).
-        broadcast_dims: score every left/right pair: the result's dims are left's leading dims then right's.
-    Returns:
-        Scores in [0, 1], computed from the factors (no d × d product formed); compare with the scores of
-        random matrices of the same shapes, not with 0.
-    """
+    """‖L R‖_F / (‖L‖_F ‖R‖_F) in [0, 1]: how much of what ``right`` (e.g. later heads' QK, QKᵀ or OV)
+    reads ``left`` (e.g. earlier heads' OV) writes. ``broadcast_dims``: score every left/right pair (left's
+    leading dims, then right's). Compare with random matrices' scores, not with 0."""
     if broadcast_dims:
         n_left, n_right = left.ndim - 2, right.ndim - 2
         for i in range(n_left):
@@ -289,14 +270,8 @@ class Weights:
         return FactoredMatrix(self._expanded(self.W_V), self.W_O)
 
     def all_composition_scores(self, mode: str) -> torch.Tensor:
-        """Composition scores of every earlier head's OV with every later head's Q, K or V input.
-
-        Args:
-            mode: "Q" (OV · QK), "K" (OV · QKᵀ: the later head's keys read the earlier head's output, as an
-                induction head's keys read a previous-token head's) or "V" (OV · OV).
-        Returns:
-            (L, h, L, h): [l1, h1, l2, h2], zero unless l1 < l2 (TransformerLens's layout).
-        """
+        """Composition scores of every earlier head's OV with every later head's input: ``mode`` "Q" (OV · QK),
+        "K" (OV · QKᵀ) or "V" (OV · OV). Returns (L, h, L, h): [l1, h1, l2, h2], zero unless l1 < l2."""
         mode = check_choice("mode", mode, ("Q", "K", "V"))
         right = {"Q": self.QK, "K": self.QK.T, "V": self.OV}[mode]
         scores = composition_scores(self.OV, right)
@@ -311,9 +286,7 @@ def _bias(linear: nn.Linear, size: int) -> torch.Tensor:
 
 
 def _folded(norm: nn.Module, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A norm's gain and bias moved into the weights w (..., d, n) and bias b (..., n) that read its output:
-    (x̂ g + β) W + b = x̂ (g W) + (β W + b); after a LayerNorm (whose x̂ has zero mean) the folded rows are
-    centred over d too, as TransformerLens's fold_ln does."""
+    """A norm's gain and bias moved into the weights w (..., d, n) and bias b (..., n) reading its output."""
     if not isinstance(norm, (LayerNorm, RMSNorm)):
         return w, b
     if getattr(norm, "bias", None) is not None:
@@ -325,14 +298,6 @@ def _folded(norm: nn.Module, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Te
 
 
 def weights(model: nn.Module, *, fold_ln: bool = False) -> Weights:
-    """The model's weights per head, with QK/OV circuits and composition scores (see :class:`Weights`).
-
-    Args:
-        model: a TransformerLM. The tensors are detached views of its parameters where no arithmetic
-            was needed (training that updates them in place shows through); read again after training.
-        fold_ln: fold each norm's gain and bias into the weights reading its output (W_Q/W_K/W_V and b_*,
-            W_in/W_gate and b_in, W_U and b_U), as TransformerLens's ``fold_ln`` does.
-    Returns:
-        A :class:`Weights` (``.W_Q``, ``.QK``, ``.all_composition_scores("K")``...).
-    """
+    """A TransformerLM's weights per head, with QK/OV circuits and composition scores (:class:`Weights`);
+    detached views of its parameters where possible. ``fold_ln``: fold the norms into the reading weights."""
     return Weights(model, fold_ln)

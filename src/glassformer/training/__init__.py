@@ -1,7 +1,4 @@
-"""Training: objectives, AdamW and schedules, the Trainer loop, checkpoints and torch.distributed.
-
-Nothing here parses argv or draws: ``glassformer train`` (glassformer.commands) does both around it.
-"""
+"""Training: objectives, optimizers and schedules, the Trainer loop, checkpoints and torch.distributed."""
 
 from .checkpoint import Checkpoint, load, load_checkpoint, load_state_file, save_checkpoint, unwrap
 from .config import TrainConfig, apply_overrides

@@ -22,24 +22,16 @@ from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
 Overrides = Mapping[str, Any] | Iterable[tuple[str, Any]]  # {"lr": 3e-4} or [("model.n_layers", 2), ...]
-
-
+# the keys that name files or folders (a leading ``~`` is the home folder)
 PATH_FIELDS = ("data", "val_data", "src", "tgt", "pairs", "val_src", "val_tgt", "val_pairs", "out_dir", "cache_dir")
-"""The TrainConfig keys that name files or folders (a leading ``~`` is the home folder)."""
 
 
 @dataclass
 class TrainConfig:
-    """A training run, checked when made (:meth:`validate` checks again after a field was changed). Paths
-    are relative to the working directory.
+    """A training run, checked when made (:meth:`validate` checks again after a change). ``model`` holds
+    ModelConfig fields and optionally a ``preset``; vocab_size, max_len and attn/arch are filled in."""
 
-    ``model`` holds ModelConfig fields, optionally with ``preset``: a preset's name whose fields the
-    others override. ``vocab_size`` comes from the tokenizer; ``max_len`` defaults to ``block_size``;
-    ``attn`` (and ``arch`` for seq2seq) follow from the objective.
-    """
-
-    # "clm" (GPT), "mlm" (BERT), "prefix" (prefix-LM), "seq2seq" (encoder-decoder)
-    objective: str = option("clm", choices=OBJECTIVES)
+    objective: str = option("clm", choices=OBJECTIVES)  # "clm" (GPT), "mlm" (BERT), "prefix", "seq2seq"
     data: list[str] = option(factory=list)  # text files for clm/mlm/prefix
     val_data: list[str] = option(factory=list)  # validation text; empty: the last val_fraction of data
     val_fraction: float = option(0.1, ge=0.0, lt=1.0)  # nanoGPT: first 90% train, last 10% val
@@ -62,8 +54,7 @@ class TrainConfig:
     warmup_steps: int = option(100, ge=0)
     lr_schedule: str = option("cosine", choices=SCHEDULES)  # "cosine", "noam" or "constant"
     lr_decay_steps: int | None = option(None, ge=0)  # end of the cosine decay; None: max_steps
-    # "adamw", or "muon" (torch.optim.Muon on hidden weight matrices, AdamW on the rest)
-    optimizer: str = option("adamw", choices=OPTIMIZERS)
+    optimizer: str = option("adamw", choices=OPTIMIZERS)  # "muon": Muon on hidden matrices, AdamW on the rest
     weight_decay: float = option(0.1, ge=0.0)  # on weight matrices only
     beta1: float = option(0.9, ge=0.0, lt=1.0)
     beta2: float = option(0.99, ge=0.0, lt=1.0)
@@ -77,11 +68,9 @@ class TrainConfig:
     log_every: int = option(10, ge=1)
     seed: int = option(1337, ge=0, le=MAX_SEED)
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
-    # "auto", "float32", "bfloat16" or "float16" (autocast; old name: dtype)
-    precision: str = option("float32", choices=PRECISIONS)
+    precision: str = option("float32", choices=PRECISIONS)  # "auto", "float32", "bfloat16", "float16" (old: dtype)
     compile: bool = False  # torch.compile the model
-    # under torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's fully_shard)
-    parallel: str = option("ddp", choices=PARALLEL)
+    parallel: str = option("ddp", choices=PARALLEL)  # under torchrun: "ddp" or "fsdp" (FSDP2's fully_shard)
     fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
     num_threads: int | None = option(None, ge=0, le=4096)  # torch CPU threads; None: torch's default
     out_dir: str = "out"
@@ -95,7 +84,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
-        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
+        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4
         for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
             setattr(self, name, expand_home(getattr(self, name)))
         if self.max_memory is not None:
@@ -117,7 +106,6 @@ class TrainConfig:
             raise type(error)(f"model: {error}") from None
         if self.watch:
             from ..interpret.microscope import WatchConfig
-
             WatchConfig.from_dict(self.watch)
         check_device_name(self.device)
         _check_folder("out_dir", self.out_dir)
@@ -151,29 +139,17 @@ class TrainConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> TrainConfig:
-        """Read a YAML file (optional), apply ``overrides`` and validate.
-
-        Args:
-            path: a YAML mapping of TrainConfig keys; None starts from the defaults.
-            overrides: (key, value) pairs or a mapping, applied by :func:`apply_overrides` (``model.KEY``
-                sets a ModelConfig field). The command line's ``--key value`` words become such pairs in
-                ``glassformer.commands.overrides``.
-        Raises:
-            FileNotFoundError for a missing file; ValueError for invalid YAML or a bad key or value.
-        """
-        data: dict[str, Any] = {}
-        if path is not None:
-            data = read_yaml(path, "config file")
-            if not isinstance(data, dict):
-                raise GlassformerError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        """Read a YAML file (None: the defaults), apply ``overrides`` (:func:`apply_overrides`) and validate."""
+        data = read_yaml(path, "config file") if path is not None else {}
+        if not isinstance(data, dict):
+            raise GlassformerError(f"config file {str(path)!r} must hold a mapping of keys to values")
         return cls.from_dict(apply_overrides(data, overrides))
 
     def check_data(self) -> None:
         """A ValueError when the config names no training data for its objective."""
-        if self.objective == "seq2seq":
-            if not (self.pairs or (self.src and self.tgt)):
-                raise GlassformerError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
-        elif not self.data:
+        if self.objective == "seq2seq" and not (self.pairs or (self.src and self.tgt)):
+            raise GlassformerError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
+        if self.objective != "seq2seq" and not self.data:
             raise GlassformerError(f"objective {self.objective!r} needs data: one or more text files")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
@@ -194,33 +170,23 @@ class TrainConfig:
         """The special tokens of the tokenizer: ``specials`` if given, else what the objective needs."""
         if self.specials is not None:
             return list(self.specials)
-        return {"clm": [], "prefix": [], "mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}[self.objective]
+        return {"mlm": ["pad", "mask"], "seq2seq": ["pad", "bos", "eos"]}.get(self.objective, [])
 
 
-# A causal LM's model fields when the config names no preset (each can be overridden): GPT-2's learned
-# positions, unscaled embeddings and N(0, 0.02) initialisation, so `glassformer convert` exports it as GPT-2.
+# A causal LM's model fields without a preset: GPT-2's, so `glassformer convert` exports it as GPT-2.
 CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "init_std": 0.02}
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of the file ``path`` ({} when empty), read with ``yaml.safe_load`` (no objects
-    built from tags). A missing file is a MissingFileError; invalid YAML, bytes that are not UTF-8 or a
-    nesting too deep to read a BadFileError naming the file."""
-    return load_yaml(path, what)  # glassformer.loaders: bounded size, aliases, nesting and digits
+    """The YAML document of ``path`` ({} when empty; :func:`glassformer.loaders.load_yaml`: safe and bounded).
+    A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
+    return load_yaml(path, what)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,
                     sections: tuple[str, ...] = ("model", "watch")) -> dict[str, Any]:
-    """A copy of the config mapping ``data`` with each (key, value) of ``overrides`` set, in order.
-
-    A key ``SECTION.name`` whose SECTION is one of ``sections`` sets ``name`` inside that nested mapping
-    (``model.n_layers`` -> ``data["model"]["n_layers"]``); any other key is set at the top level, where an
-    unknown one is later reported by :meth:`TrainConfig.from_dict`. Values are used as given (strings are
-    converted to a field's type when the config is validated).
-
-    Returns:
-        The new mapping; ``data`` and its sections are not modified.
-    """
+    """A copy of ``data`` with each (key, value) of ``overrides`` set, in order; ``SECTION.name`` with
+    SECTION in ``sections`` sets a nested key (``model.n_layers``)."""
     for name in sections:
         if not isinstance(data.get(name) or {}, Mapping):
             raise ArgumentTypeError(f"{name} must be a mapping of its keys to values, got {shown(data[name])}")
@@ -236,13 +202,11 @@ def apply_overrides(data: dict[str, Any], overrides: Overrides,
 
 
 def _check_folder(name: str, value: str) -> None:
-    """An error when the folder ``value`` cannot be made: empty, or it (or a folder above it) is a file."""
+    """An error when the folder ``value`` cannot be made: empty, or it (or a parent) is a file."""
     if not value.strip() or "\x00" in value:
         raise GlassformerError(f"{name} must name a folder, got {value!r}")
     path = Path(value)
-    for place in (path, *path.parents):
-        if place.exists():
-            if not place.is_dir():
-                what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
-                raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")
-            return
+    place = next((place for place in (path, *path.parents) if place.exists()), None)  # the nearest that exists
+    if place is not None and not place.is_dir():
+        what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
+        raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")

@@ -1,10 +1,4 @@
-"""Trainer: the training loop, with evaluation, logging, checkpoints, exact resume and torchrun scale-out.
-
-One step: draw the global batch of the step (the same on every process), take this process's rows,
-split them into ``grad_accum`` micro-batches, and backpropagate each micro-batch's summed loss divided
-by the number of counted tokens in the whole global batch, so one process, accumulation and N
-processes all compute the same gradient. Then clip, set the learning rate of the step, and update.
-"""
+"""Trainer: the training loop, with evaluation, logging, checkpoints, exact resume and torchrun scale-out."""
 
 from __future__ import annotations
 
@@ -25,6 +19,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError
 from ..fileio import fsync_file, run_lock
+from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
 from .checkpoint import LAST, commit_checkpoint
@@ -51,45 +46,14 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(GlassformerError):
-    """The training or validation loss, or the weights, became NaN or infinite; nothing is saved from
-    that point on, so the last good checkpoint (if any) is kept."""
+    """The training or validation loss, or the weights, became NaN or infinite; nothing more is saved."""
 
 
 class Trainer:
-    """Train ``model`` on ``batches`` as ``config`` says; rank 0 writes to ``config.out_dir``:
-
-        ckpt-NNNNNN/   checkpoints with training state (every eval_every steps, at the end, on
-                       Ctrl-C or SIGTERM); only those the pointers need are kept
-        last, best     pointers (symbolic links) to the newest step folder and to the one of the
-                       lowest validation loss: ``glassformer.load(out_dir / "last")`` works
-        metrics.jsonl  one strict-JSON object per log line and per evaluation (NaN/inf as null)
-
-    A checkpoint is written only when the weights, the optimizer state and (after an evaluation)
-    the validation loss are finite; see :mod:`glassformer.training.checkpoint` for why a crash at any
-    moment leaves the previous checkpoint usable.
-
-    It draws nothing: :meth:`train` returns the run's history, and whoever wants a loss curve plots it
-    (``glassformer train`` writes ``loss.png`` with :func:`glassformer.viz.plot_losses`).
-
-    Args:
-        config: the run's TrainConfig.
-        model, tokenizer, batches: from :func:`~glassformer.training.prepare_run` or built by hand; any
-            batch source with ``global_batch(step, batch_size)`` and ``eval_batches(batch_size, max_batches)``
-            yielding dicts of (B, T) tensors will do.
-        dist: the process's place in a distributed run (default: read from torchrun's environment).
-
-    Attributes:
-        run_state: the run's counters (:class:`~glassformer.training.resume.TrainState`: step,
-        best_val, best_step, tokens_seen), saved in every checkpoint and restored by :meth:`resume`;
-        step, best_val, best_step, tokens_seen: read-only views of them;
-        history: the records logged so far (as in ``metrics.jsonl``);
-        last_checkpoint: the folder of the last good checkpoint of the run (None before the first);
-        stop_signal: the signal (SIGINT or SIGTERM) that stopped :meth:`train`, else None;
-        sharded: whether FSDP shards :attr:`model` (``parallel: fsdp`` under torchrun; see
-        :func:`~glassformer.training.distributed.wrap_for_training`);
-        tracker: the trackers of ``config.log`` during :meth:`train` (rank 0; one that does nothing
-        elsewhere): anything running inside training logs with ``tracker.log(step, {name: number})``
-        (see :mod:`glassformer.training.trackers`).
+    """Train ``model`` on ``batches`` (from :func:`~glassformer.training.prepare_run`) as ``config`` says;
+    rank 0 writes finite checkpoints (``ckpt-NNNNNN/``, pointers ``last`` and ``best``) and ``metrics.jsonl``
+    to ``config.out_dir``. ``dist``: default from torchrun's environment. ``tracker`` (rank 0) takes
+    anyone's ``tracker.log(step, {name: number})``; ``run_state`` holds the counters a checkpoint carries.
     """
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
@@ -110,10 +74,9 @@ class Trainer:
         self.run_state = TrainState()  # step, best_val, best_step, tokens_seen: what a checkpoint carries
         micro = self._micro_batches()[0] if config.precision == "auto" and self.dist.is_main else None
         self.precision = choose_precision(config.precision, self.model, self.dist, micro)
-        # float16's narrow range needs the loss scaled up before backward (and the gradients back down)
+        # float16's narrow range needs the loss scaled up before backward
         self.scaler = torch.amp.GradScaler(self.dist.device.type, enabled=self.precision.name == "float16")
-        # DDP, or FSDP sharding self.model in place (after the precision measurement, which runs the
-        # model on rank 0 alone); the optimizer comes after, as sharding replaces the parameters.
+        # after the precision measurement (rank 0 alone) and before the optimizer (sharding replaces parameters)
         self.train_model: nn.Module = wrap_for_training(self.model, self.dist, config.parallel)
         self.sharded = is_sharded(self.model)
         self.microscope = None  # interpretability probes at each evaluation (config.watch; rank 0, unsharded)
@@ -128,35 +91,18 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None
         self.stop_signal: int | None = None
-        self._stop_requested = False  # set by Ctrl-C or SIGTERM in this process
-        self._stop_agreed = False  # some process asked to stop (agreed on at the start of a step)
-        # config.log's trackers, opened by train() on rank 0; anything may log to it: tracker.log(step, {...})
-        self.tracker: Tracker = Tracker()
+        # a stop asked by Ctrl-C or SIGTERM in this process; one asked by any (agreed at the start of a step)
+        self._stop_requested = self._stop_agreed = False
+        self.tracker: Tracker = Tracker()  # config.log's trackers, opened by train() on rank 0
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
         self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
-        # set by resume(): {"step", "checkpoint" (its folder), "training" (the config it was written under)}
-        self.resumed_from: dict[str, Any] | None = None
+        self.resumed_from: dict[str, Any] | None = None  # set by resume(): {"step", "checkpoint", "training"}
 
-    # ------------------------------------------------------------------ state
-    @property
-    def step(self) -> int:
-        """Optimiser updates done (``run_state.step``)."""
-        return self.run_state.step
-
-    @property
-    def best_val(self) -> float:
-        """The lowest validation loss seen, inf before the first evaluation (``run_state.best_val``)."""
-        return self.run_state.best_val
-
-    @property
-    def best_step(self) -> int:
-        """The step of :attr:`best_val`'s checkpoint, -1 before the first (``run_state.best_step``)."""
-        return self.run_state.best_step
-
-    @property
-    def tokens_seen(self) -> int:
-        """Training tokens of the steps done, over all processes (``run_state.tokens_seen``)."""
-        return self.run_state.tokens_seen
+    # read-only views of the counters
+    step = property(lambda self: self.run_state.step, doc="Optimiser updates done.")
+    best_val = property(lambda self: self.run_state.best_val, doc="The lowest validation loss (inf before any).")
+    best_step = property(lambda self: self.run_state.best_step, doc="The step of :attr:`best_val` (-1 before any).")
+    tokens_seen = property(lambda self: self.run_state.tokens_seen, doc="Training tokens so far, over all processes.")
 
     def state(self) -> dict[str, Any]:
         """What resuming needs besides the weights: :func:`~glassformer.training.resume.state_to_dict`."""
@@ -164,15 +110,12 @@ class Trainer:
                              self.dist.device)
 
     def save(self, best: bool = False) -> Path | None:
-        """Commit the current step's checkpoint as ``out_dir/ckpt-NNNNNN`` and point ``last`` (and,
-        when ``best``, ``best``) at it (rank 0 writes; see
-        :func:`~glassformer.training.checkpoint.commit_checkpoint`). Does not check finiteness: the
-        loop calls :meth:`_checked_save`. Returns the step folder (None on other ranks)."""
+        """Commit this step's checkpoint (:func:`~glassformer.training.checkpoint.commit_checkpoint`; rank 0
+        writes, without checking finiteness); returns the step folder (None on other ranks)."""
         folder = None
         if best:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
-        # Under FSDP every rank takes part in gathering the shards; rank 0 gets the full tensors.
-        weights = full_model_state(self.model) if self.sharded else None  # None: self.model's own
+        weights = full_model_state(self.model) if self.sharded else None  # FSDP: every rank gathers, rank 0 gets
         train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
             if (self.out / METRICS).is_file():
@@ -183,8 +126,7 @@ class Trainer:
         return folder
 
     def _state_is_finite(self) -> bool:
-        """Weights and optimizer state hold no NaN or infinity (one device sync); under FSDP, this
-        rank's shards of them."""
+        """Weights and optimizer state (this rank's shards) hold no NaN or infinity; one device sync."""
         tensors = [*self.model.state_dict().values(),
                    *(v for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v))]
         tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # DTensor -> its shard
@@ -192,9 +134,7 @@ class Trainer:
         return bool(torch.stack(checks).all()) if checks else True
 
     def _checked_save(self, val_loss: float | None = None, best: bool = False) -> None:
-        """Save, unless ``val_loss`` or the weights are not finite: then raise TrainingDiverged and keep
-        the last good checkpoint. Every rank calls it at the same step and all agree (rank 0 checks;
-        under FSDP every rank checks its shards of the weights)."""
+        """Save, unless ``val_loss`` or the weights are not finite (TrainingDiverged); all ranks agree."""
         bad = torch.zeros(2, dtype=torch.float64)
         if self.dist.is_main:
             bad[0] = float(val_loss is not None and not math.isfinite(val_loss))
@@ -217,9 +157,8 @@ class Trainer:
                 f"--resume true to continue from it)")
 
     def resume(self, path: str | Path | None = None) -> bool:
-        """Restore weights, optimizer, RNG and step from ``path`` (default: the newest complete
-        checkpoint of ``out_dir``); False when there is nothing to resume from. See
-        :func:`~glassformer.training.resume.restore`."""
+        """Restore weights, optimizer, RNG and step from ``path`` (default: the newest complete checkpoint
+        of ``out_dir``; :func:`~glassformer.training.resume.restore`); False when there is nothing to resume."""
         resumed = restore(path, self.out, self.config, self.model, self.optimizer, self.scaler, self.dist.device)
         if resumed is None:
             return False
@@ -238,7 +177,6 @@ class Trainer:
             elif self._bar is not None and not self._bar.disable and "val_loss" in record:
                 self._bar.write(console_line(record, self.config.max_steps), file=sys.stderr)  # above the bar
 
-    # ------------------------------------------------------------------ one step
     def _micro_batches(self, on_device: bool = True) -> list[dict[str, torch.Tensor]]:
         """This process's micro-batches of the current step's global batch (on the host when not ``on_device``)."""
         config, rank, world = self.config, self.dist.rank, self.dist.world_size
@@ -250,28 +188,24 @@ class Trainer:
         return [self._to_device(mb) for mb in micro] if on_device else micro
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``batch`` on the training device; to a GPU through pinned memory without blocking the host
-        (the copy overlaps the work still queued), as nanoGPT's get_batch does."""
-        device = self.dist.device
-        if device.type != "cuda":
-            return {k: v.to(device) for k, v in batch.items()}
-        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+        """``batch`` on the training device (to a GPU through pinned memory, without blocking the host)."""
+        device, pin = self.dist.device, self.dist.device.type == "cuda"
+        return {k: (v.pin_memory() if pin else v).to(device, non_blocking=pin) for k, v in batch.items()}
 
     def train_step(self) -> torch.Tensor:
         """One optimiser update; returns the global mean training loss of the step (a 0-dim tensor)."""
         config = self.config
         host = self._micro_batches(on_device=False)
-        # Counted tokens of the whole global batch, counted on the host (a GPU step does not wait for the
-        # device here); under torchrun summed over processes with the stop flag, in one call.
+        # the global batch's counted tokens, on the host (no device sync); under torchrun summed with the stop flag
         counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), self._stop_requested
         if self.dist.distributed:
-            local = torch.tensor([counted, float(stop)], dtype=torch.float64)
-            counts = all_reduce_sum(local.to(self.dist.device), self.dist).cpu()
+            local = torch.tensor([counted, float(stop)], dtype=torch.float64, device=self.dist.device)
+            counts = all_reduce_sum(local, self.dist).cpu()
             counted, stop = float(counts[0]), bool(counts[1] > 0)
         micro = [self._to_device(mb) for mb in host]
         self._stop_agreed = stop  # every process stops after this same step
         count = max(counted, 1.0)
-        scale = self.dist.world_size / count  # DDP and FSDP average gradients over processes
+        scale = self.dist.world_size / count  # loss sums over the global batch's tokens; DDP/FSDP average
         lr = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
                    config.lr_decay_steps or config.max_steps, config.min_lr)
         for group in self.optimizer.param_groups:
@@ -281,8 +215,7 @@ class Trainer:
             self.train_model.train()  # not a walk over every module at every step
         for i, mb in enumerate(micro):
             sync = i == len(micro) - 1 or not self.dist.distributed
-            with grad_sync(self.train_model, sync), \
-                    self.precision.autocast(self.dist.device):
+            with grad_sync(self.train_model, sync), self.precision.autocast(self.dist.device):
                 parts = batch_loss(self.train_model, mb, config.label_smoothing, count_correct=False,
                                    check_ids=False)  # ids its tokenizer made: no host sync
             self.scaler.scale(parts.loss_sum * scale).backward()
@@ -298,11 +231,8 @@ class Trainer:
         self.run_state.tokens_seen += sum(int(mb["labels"].numel()) for mb in micro) * self.dist.world_size
         return all_reduce_sum(loss_sum, self.dist) / count
 
-    # ------------------------------------------------------------------ the loop
     def evaluate(self) -> dict[str, float]:
-        """:func:`evaluate` of the current model on the validation split (rank 0 computes it; other
-        ranks get an empty dict). Under FSDP every rank runs the forward passes too: each block's
-        weights are gathered from all of them."""
+        """:func:`evaluate` on the validation split (rank 0's result; other ranks get {})."""
         if not self.dist.is_main and not self.sharded:
             return {}
         metrics = evaluate(self.model, self.batches, self.config.eval_batch_size, self.config.eval_batches,
@@ -311,6 +241,10 @@ class Trainer:
         return metrics if self.dist.is_main else {}
 
     def _evaluate_and_save(self) -> None:
+        """Say that an evaluation runs (the bar's label, or a line where there is no bar), evaluate and save."""
+        self._bar.set_description_str("evaluating")
+        if self._lines and self.dist.is_main:
+            print(say("evaluating", step=self.step, max_steps=self.config.max_steps), file=sys.stderr, flush=True)
         metrics = self.evaluate()
         val_loss, best = None, False
         if metrics:
@@ -320,21 +254,6 @@ class Trainer:
             if best:
                 self.run_state.best_val = val_loss
         self._checked_save(val_loss, best)
-
-    def _announce_eval(self, bar: Any) -> None:
-        """Say that an evaluation runs (the bar's label, or a line where there is no bar): it can take a while."""
-        bar.set_description_str("evaluating")
-        if self._lines and self.dist.is_main:
-            print(say("evaluating", step=self.step, max_steps=self.config.max_steps), file=sys.stderr, flush=True)
-
-    def _close_tracker(self) -> None:
-        """Give the trackers the kernel choices this run made, and close them."""
-        from ..runtime.kernel_choice import choices
-
-        made = choices()
-        if made:
-            self.tracker.text("kernel_choices", json.dumps(made, indent=1))
-        self.tracker.close()
 
     def _check_finite(self, loss: float) -> None:
         if not math.isfinite(loss):
@@ -347,8 +266,7 @@ class Trainer:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
 
     def _start(self) -> None:
-        """Resume (when asked) and, on rank 0, put ``out_dir`` in order
-        (:func:`~glassformer.training.resume.tidy_run_dir`) and start the microscope's records."""
+        """Resume (when asked); on rank 0, put ``out_dir`` in order and start the microscope's records."""
         resumed = self.resume() if self.config.resume else False
         if not self.dist.is_main:
             return
@@ -358,20 +276,11 @@ class Trainer:
             self.microscope.start(self.out, self.step, self.model)
 
     def train(self) -> dict[str, Any]:
-        """Run until ``max_steps`` (resuming from the newest complete checkpoint when ``config.resume``;
-        starting afresh removes the checkpoints an earlier run left in ``out_dir``).
+        """Run until ``max_steps`` (resuming when ``config.resume``); Ctrl-C or SIGTERM saves after the next
+        step and stops ("interrupted"); a NaN/inf loss or weights raise :class:`TrainingDiverged`.
 
-        Ctrl-C or SIGTERM finishes the current step and the next (so all processes agree where to stop),
-        saves a checkpoint and returns with ``stopped="interrupted"`` (:attr:`stop_signal` says which);
-        the handlers in place before are restored on return. A NaN/inf training or validation loss, or
-        weights that are no longer finite, raise :class:`TrainingDiverged` without writing anything.
-        Returns:
-            {"step", "stopped" ("done" or "interrupted"), "precision" (what ran: float32, bfloat16 or
-            float16) and "precision_reason", "train_loss" (the last logged one), "best_val_loss" and
-            "best_step" (its step), "tokens_per_s" (this call's tokens over this call's time: a resumed
-            run's earlier steps are not counted), "wall_s", **the last evaluation's metrics, "history"}:
-            ``history`` is a copy of :attr:`history`, one dict per log line ({"step", "train_loss",
-            "lr", "tokens_per_s"}) and per evaluation ({"step", "val_loss", ...}), resumed runs included.
+        Returns {"step", "stopped", "precision", "precision_reason", "train_loss", "best_val_loss",
+        "best_step", "tokens_per_s" (this call's), "wall_s", **the last evaluation's metrics, "history"}.
         """
         with contextlib.ExitStack() as lock:
             if self.dist.is_main:
@@ -380,21 +289,17 @@ class Trainer:
             return self._train()
 
     def _train(self) -> dict[str, Any]:
-        """:meth:`train`'s body, run while ``out_dir`` is locked."""
         config = self.config
         self._start()
-        if self.dist.is_main and config.progress:  # what is trained, and from where (nanoGPT prints the count first)
-            print(describe_model(self.model, config.block_size, self.n_params), file=sys.stderr, flush=True)
-            if self.resumed_from is not None:
-                print(resume_line(config.out_dir, self.step, config.max_steps, self.resumed_from["checkpoint"]),
-                      file=sys.stderr, flush=True)
-        if self.dist.is_main:
-            before = self.resumed_from["training"] if self.resumed_from is not None else None
-            for warning in schedule_warnings(config, self.step, before):
-                print(warning, file=sys.stderr, flush=True)
-        if self.dist.is_main and self.config.precision != "float32":  # the default goes without saying
-            print(self.precision.describe(), file=sys.stderr, flush=True)
-        if self.dist.is_main:
+        if self.dist.is_main:  # what is trained and from where, schedule warnings, a precision other than float32
+            resumed = self.resumed_from
+            lines = [describe_model(self.model, config.block_size, self.n_params)] if config.progress else []
+            if config.progress and resumed is not None:
+                lines.append(resume_line(config.out_dir, self.step, config.max_steps, resumed["checkpoint"]))
+            lines += schedule_warnings(config, self.step, resumed["training"] if resumed is not None else None)
+            lines += [self.precision.describe()] if config.precision != "float32" else []
+            for line in lines:
+                print(line, file=sys.stderr, flush=True)
             resumed_at = self.step if self.last_checkpoint is not None else None
             self.tracker = open_trackers(config.log, self.out, config.to_dict(), resumed_at)
             self.tracker.text("precision", self.precision.describe())
@@ -403,10 +308,9 @@ class Trainer:
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
         show = config.progress and self.dist.is_main
-        bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True, desc="train",
-                   dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
+        self._bar = bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True,
+                               desc="train", dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
         self._lines = show and bar.disable  # no bar (output to a file or a pipe): a line per record instead
-        self._bar = bar
         stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
         tokens_at_start = self.tokens_seen  # a resumed run's rate counts this run's tokens only
         window_start, window_tokens = time.perf_counter(), self.tokens_seen
@@ -430,7 +334,6 @@ class Trainer:
                     if not bar.disable:  # (no bar: a line per record from _log instead)
                         bar.set_postfix(loss=f"{last_loss:.4f}", tok_s=f"{rate:,.0f}")
                 if at_eval and self.step < config.max_steps:
-                    self._announce_eval(bar)
                     self._evaluate_and_save()
                     bar.set_description_str("train")
                 elif stop:
@@ -443,13 +346,15 @@ class Trainer:
             if stopped == "done":
                 # A run resumed at its last step has evaluated and saved it already.
                 if not any(h["step"] == self.step and "val_loss" in h for h in self.history):
-                    self._announce_eval(bar)
                     self._evaluate_and_save()
                 eval_metrics = self.history[-1] if self.history and "val_loss" in self.history[-1] else {}
         finally:
             bar.close()
             self._bar = None
-            self._close_tracker()
+            made = choices()  # the kernel choices this run made
+            if made:
+                self.tracker.text("kernel_choices", json.dumps(made, indent=1))
+            self.tracker.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         wall = time.perf_counter() - started

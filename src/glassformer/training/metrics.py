@@ -1,5 +1,4 @@
-"""``metrics.jsonl``: one strict-JSON record per log line and per evaluation of a training run, written
-as it goes and read back by a resumed run and by the run report."""
+"""``metrics.jsonl``: one strict-JSON record per log line and per evaluation of a training run."""
 
 from __future__ import annotations
 
@@ -14,16 +13,10 @@ METRICS = "metrics.jsonl"
 
 
 def metrics_line(record: dict[str, Any]) -> str:
-    """``record`` as one line of strict JSON: a NaN or infinite number (which JSON cannot hold) is
-    written as null."""
+    """``record`` as one line of strict JSON (NaN or infinity written as null)."""
     return record_line(record)
 
 
 def read_metrics(file: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (null read back as NaN); a torn last line is dropped
-    (:func:`glassformer.loaders.read_records`); every value is a number or null.
-
-    Raises:
-        BadFileError naming the file and the line.
-    """
+    """The records of a ``metrics.jsonl`` (null read back as NaN; a torn last line dropped); else BadFileError."""
     return [{k: math.nan if v is None else v for k, v in record.items()} for record in read_records(file, numbers=True)]

@@ -1,9 +1,5 @@
-"""The four training objectives: causal LM, masked LM, prefix LM and sequence-to-sequence.
-
-Each is cross-entropy on the positions whose label is not -100; they differ only in what the model
-sees (the batch keys) and how it is called. Losses are returned as sums with their token count, so
-gradient accumulation and several processes can normalise by the count of the whole global batch.
-"""
+"""The four training objectives (clm, mlm, prefix, seq2seq): cross-entropy on the labels that are not -100,
+as sums with their token count (so the global batch's count can normalise them)."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ OBJECTIVE_ATTN = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}  
 
 @dataclass
 class LossParts:
-    """Summed loss over counted positions, their number, and how many the argmax got right (tensors;
-    ``correct`` is None when not asked for)."""
+    """Summed loss over counted positions, their number, and the argmax hits (None when not asked for)."""
 
     loss_sum: torch.Tensor
     count: torch.Tensor
@@ -31,17 +26,9 @@ class LossParts:
 
 def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
                count_correct: bool = True) -> LossParts:
-    """Cross-entropy over the positions with a label (labels == -100 take no part).
-
-    With label smoothing ε (Szegedy et al. 2016; the 2017 Transformer used 0.1) each position's loss
-    is (1 - ε)·(-log p[label]) + ε·mean over the vocabulary of (-log p), as in ``F.cross_entropy``.
-
-    Args:
-        logits: (..., V) scores; labels: (...) ids or -100.
-        count_correct: also count argmax hits (an argmax over the vocabulary: training skips it).
-    Returns:
-        LossParts with the summed loss (float32 scalar), the count and the number correct.
-    """
+    """Cross-entropy of (..., V) ``logits`` against (...) ``labels`` (-100: no part), as ``F.cross_entropy``
+    with ``label_smoothing``; ``count_correct``: also count argmax hits (training skips it).
+    Returns LossParts (the summed loss a float32 scalar)."""
     if check_number("label_smoothing", label_smoothing, 0.0) >= 1.0:
         raise GlassformerError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()
@@ -54,13 +41,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
 
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], check_ids: bool = True) -> torch.Tensor:
-    """Run ``model`` on a batch of any objective; (B, T, V) logits aligned with ``batch["labels"]``.
-
-    clm/mlm: ``model(ids)``; prefix: ``model(ids, prefix_len=...)``; seq2seq:
-    ``model(src, tgt_in, src_pad=..., tgt_pad=...)`` (teacher forcing). ``check_ids=False`` skips the
-    model's id range check (a host synchronisation on a GPU): the trainer's own batches, whose ids its
-    tokenizer made.
-    """
+    """(B, T, V) logits of ``model`` on a batch of any objective (``check_ids=False``: no id check, no sync)."""
     if "src" in batch:
         return model(batch["src"], batch["tgt_in"], src_pad=batch["src_pad"], tgt_pad=batch["tgt_pad"],
                      check_ids=check_ids)
@@ -71,8 +52,7 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], check_ids: 
 
 def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0,
                count_correct: bool = True, check_ids: bool = True) -> LossParts:
-    """:func:`token_loss` of the model's logits on ``batch`` against its labels (``check_ids``: see
-    :func:`forward_logits`)."""
+    """:func:`token_loss` of the model's logits on ``batch`` (:func:`forward_logits`) against its labels."""
     return token_loss(forward_logits(model, batch, check_ids), batch["labels"], label_smoothing, count_correct)
 
 

@@ -1,5 +1,4 @@
-"""The optimizers (AdamW with decoupled weight decay on matrices only, or Muon on the blocks' matrices
-with AdamW on the rest) and the learning-rate schedules."""
+"""The optimizers (AdamW, or Muon on the blocks' matrices with AdamW on the rest) and learning-rate schedules."""
 
 from __future__ import annotations
 
@@ -19,68 +18,41 @@ OPTIMIZERS = ("adamw", "muon")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups: weight matrices decay; biases, norm gains and embeddings do not.
-
-    Decay pulls weights toward zero; for a bias, a norm's gain or an embedding row (updated only
-    when its token occurs) that shrinkage is not a useful prior (the BERT and GPT-2 recipes).
-    A parameter shared by two modules is listed once.
-    """
+    """Two AdamW groups, each parameter once: matrices decay; biases, norm gains and embeddings do not."""
     embeddings = {id(p) for m in model.modules() if isinstance(m, (nn.Embedding, LearnedPositions))
                   for p in m.parameters(recurse=False)}
-    decay, no_decay, seen = [], [], set()
-    for p in model.parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
+    decay, no_decay = [], []
+    for p in model.parameters():  # a shared parameter comes once
+        if p.requires_grad:
+            (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def muon_params(model: nn.Module) -> list[nn.Parameter]:
-    """The hidden weight matrices Muon updates: the 2-D parameters of the Transformer blocks
-    (attention projections, feed-forward layers), each once.
-
-    Left out, for AdamW as in Keller Jordan's recipe: embeddings (lookup tables, of which a step
-    updates only the rows seen) and the output head (which may be the tied token embedding), norm
-    gains and biases (not matrices), and any matrix a block shares with a module outside the blocks.
-    """
+    """The hidden weight matrices Muon updates: the Transformer blocks' 2-D parameters, each once, except
+    any a block shares with a module outside the blocks (those are AdamW's)."""
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     inside = {id(m) for block in blocks for m in block.modules()}
     outside = {id(p) for m in model.modules() if id(m) not in inside for p in m.parameters(recurse=False)}
-    chosen, seen = [], set()
-    for block in blocks:
-        for p in block.parameters():
-            if p.requires_grad and p.dim() == 2 and id(p) not in outside and id(p) not in seen:
-                seen.add(id(p))
-                chosen.append(p)
-    return chosen
+    chosen = {id(p): p for block in blocks for p in block.parameters()
+              if p.requires_grad and p.dim() == 2 and id(p) not in outside}
+    return list(chosen.values())
 
 
 class Optimizers:
-    """Several optimizers that the trainer steps, schedules and checkpoints as one.
-
-    Muon orthogonalises its updates, which only means something for a weight matrix between hidden
-    spaces; embeddings, the output head, norms and biases need another rule (AdamW), and torch has
-    no optimizer that does both. This holds one per kind of parameter (a parameter is in exactly one)
-    and offers what the trainer and ``torch.amp.GradScaler`` use of an optimizer: ``param_groups``
-    (all groups of all of them, so setting each group's lr schedules every one), ``step``,
-    ``zero_grad``, ``state`` and ``state_dict``/``load_state_dict`` (a dict of each one's, by name).
-
-    Args:
-        **parts: the optimizers by name, e.g. ``adamw=..., muon=...``.
-    """
+    """Several optimizers (``adamw=..., muon=...``) that the trainer steps, schedules and checkpoints as one."""
 
     def __init__(self, **parts: torch.optim.Optimizer):
         self.parts = parts
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
-        """Every parameter group of every optimizer (the groups themselves, not copies)."""
+        """Every parameter group of every optimizer (not copies)."""
         return [group for part in self.parts.values() for group in part.param_groups]
 
     @property
     def state(self) -> dict[torch.Tensor, dict[str, Any]]:
-        """Parameter -> its optimizer state, over all the optimizers (a new dict: read it, don't write it)."""
+        """Parameter -> its optimizer state, over all the optimizers (a new dict, to read)."""
         return {p: s for part in self.parts.values() for p, s in part.state.items()}
 
     def step(self) -> None:
@@ -94,16 +66,11 @@ class Optimizers:
             part.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, dict[str, Any]]:
-        """{name: that optimizer's state_dict()}: plain tensors, numbers and strings (weights_only-loadable)."""
+        """{name: that optimizer's state_dict()} (weights_only-loadable)."""
         return {name: part.state_dict() for name, part in self.parts.items()}
 
     def load_state_dict(self, state: dict[str, dict[str, Any]]) -> None:
-        """Restore what :meth:`state_dict` returned.
-
-        Raises:
-            GlassformerError when ``state`` does not hold exactly this object's optimizers (a state
-            saved with another ``optimizer`` setting).
-        """
+        """Restore what :meth:`state_dict` returned; a GlassformerError when it holds other optimizers."""
         if not isinstance(state, dict) or sorted(state, key=str) != sorted(self.parts):
             got = sorted(state, key=str) if isinstance(state, dict) else type(state).__name__
             raise GlassformerError(f"optimizer state must hold the states of {sorted(self.parts)}, got {got} "
@@ -114,20 +81,9 @@ class Optimizers:
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
                    eps: float = 1e-8, fused: bool | None = None, kind: str = "adamw") -> torch.optim.AdamW | Optimizers:
-    """The optimizer ``kind`` for ``model``'s trainable parameters.
-
-    "adamw": AdamW over :func:`param_groups`; ``fused=None`` uses the fused kernel where this torch has
-    it for the parameters' device (one kernel for all parameters instead of a loop of small ones).
-    "muon": :class:`glassformer.training.muon.Muon` (torch's Muon, Keller Jordan 2024: momentum whose
-    update matrix is orthogonalised by a Newton-Schulz iteration, run in the precision measured fastest
-    on this machine) on :func:`muon_params`, and that AdamW on every other parameter, as
-    :class:`Optimizers`. Muon scales its updates to AdamW's size (``adjust_lr_fn="match_rms_adamw"``,
-    Moonshot 2025), so one ``lr`` and schedule drive both; it decays weights by ``weight_decay`` too.
-
-    Raises:
-        GlassformerError for another ``kind``, or "muon" on FSDP-sharded weights (Newton-Schulz needs
-        the whole matrix) or on a model without Transformer blocks.
-    """
+    """The optimizer ``kind`` for ``model``: "adamw" over :func:`param_groups` (``fused=None``: where
+    available), or "muon": :class:`Optimizers` of Muon on :func:`muon_params` (its updates scaled to
+    AdamW's size, so one ``lr`` drives both) and AdamW on the rest; not on FSDP-sharded weights."""
     if kind not in OPTIMIZERS:
         raise GlassformerError(f"optimizer must be one of {list(OPTIMIZERS)}, got {kind!r}")
     groups = param_groups(model, weight_decay)
@@ -144,16 +100,14 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
         taken = {id(p) for p in matrices}
         groups = [{**g, "params": [p for p in g["params"] if id(p) not in taken]} for g in groups]
         groups = [g for g in groups if g["params"]]
-    adamw = _adamw(groups, lr, betas, eps, fused)
     if kind == "adamw":
-        return adamw
+        return _adamw(groups, lr, betas, eps, fused)
     muon = Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
-    return Optimizers(adamw=adamw, muon=muon)
+    return Optimizers(adamw=_adamw(groups, lr, betas, eps, fused), muon=muon)
 
 
 def _adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float,
            fused: bool | None) -> torch.optim.AdamW:
-    """AdamW over ``groups``, fused where available when ``fused`` is None."""
     if fused is None:
         try:
             return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
@@ -166,11 +120,9 @@ def lr_at(step: int, schedule: str, lr: float, warmup_steps: int = 0, decay_step
           min_lr: float = 0.0) -> float:
     """The learning rate of update number ``step`` (0-based).
 
-    cosine: linear warmup ``lr·(step+1)/(warmup+1)`` (nanoGPT's), then a half cosine from ``lr`` down
-        to ``min_lr`` at ``decay_steps``, then ``min_lr``.
-    noam: the 2017 paper's ``d^-0.5 · min(s^-0.5, s·warmup^-1.5)`` (s = step + 1), scaled so the peak,
-        reached at s = warmup, is ``lr``: ``lr · min(s/warmup, sqrt(warmup/s))``.
-    constant: ``lr`` after the same linear warmup as cosine.
+    cosine: linear warmup ``lr·(step+1)/(warmup+1)``, then a half cosine down to ``min_lr`` at ``decay_steps``.
+    noam: the 2017 paper's, scaled to peak at ``lr``: ``lr · min(s/warmup, sqrt(warmup/s))`` (s = step + 1).
+    constant: ``lr`` after the same warmup as cosine.
     """
     if schedule not in SCHEDULES:
         raise GlassformerError(f"lr_schedule must be one of {SCHEDULES}, got {schedule!r}")

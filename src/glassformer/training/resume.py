@@ -1,9 +1,4 @@
-"""Exact resume: the trainer's counters (:class:`TrainState`), what a checkpoint's ``train_state.pt``
-holds besides the weights, and how a run is restored from it and its folder put in order.
-
-Pure functions of what they are given: nothing here reads or writes a Trainer (the Trainer calls
-them and keeps what they return), and nothing imports the training loop.
-"""
+"""Exact resume: the trainer's counters, what ``train_state.pt`` holds, and how a run is restored from it."""
 
 from __future__ import annotations
 
@@ -29,13 +24,7 @@ STATE_FORMAT = 1
 
 @dataclass
 class TrainState:
-    """The counters of a training run that a checkpoint carries (the Trainer owns one).
-
-    Attributes:
-        step: optimiser updates done; tokens_seen: training tokens of those steps, over all processes;
-        best_val: the lowest validation loss seen (inf before the first evaluation);
-        best_step: the step of ``best_val``'s checkpoint (-1 before the first).
-    """
+    """The counters a checkpoint carries (best_val: inf and best_step: -1 before the first evaluation)."""
 
     step: int = 0
     best_val: float = math.inf
@@ -45,8 +34,7 @@ class TrainState:
 
 @dataclass
 class Resumed:
-    """What :func:`restore` found: the counters, the ``metrics.jsonl`` records up to the resumed step,
-    the checkpoint folder, and the training config it was written under."""
+    """What :func:`restore` found: counters, history up to the step, the folder, and its training config."""
 
     state: TrainState
     history: list[dict[str, Any]]
@@ -56,10 +44,8 @@ class Resumed:
 
 def state_to_dict(state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer,
                   scaler: torch.amp.GradScaler, precision: str, device: torch.device) -> dict[str, Any]:
-    """What resuming needs besides the weights (all plain tensors/numbers: weights_only-loadable):
-    ``state``'s counters, the optimizer's state, the RNG states, ``precision``'s name and (float16) the
-    loss scaler. Under FSDP a collective that gathers the optimizer state: every rank calls it, rank 0
-    gets it all."""
+    """What resuming needs besides the weights (weights_only-loadable): the counters, optimizer and RNG
+    states, the precision and (float16) the loss scaler; under FSDP a collective (rank 0 gets it all)."""
     saved = {"format": STATE_FORMAT, "step": state.step, "best_val": state.best_val, "best_step": state.best_step,
              "tokens_seen": state.tokens_seen, "optimizer": full_optimizer_state(model, optimizer),
              "rng_cpu": torch.get_rng_state(), "precision": precision}
@@ -72,26 +58,11 @@ def state_to_dict(state: TrainState, model: nn.Module, optimizer: torch.optim.Op
 
 def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.Module,
             optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device) -> Resumed | None:
-    """Load a checkpoint's weights, optimizer state, loss scaler and RNG states into ``model``,
-    ``optimizer``, ``scaler`` and torch's generators, and return its counters and history.
-
-    Args:
-        path: the checkpoint folder; None: the newest complete one of ``out``
-            (:func:`~glassformer.training.run_dir.find_resumable`).
-        out: the run's folder (its ``metrics.jsonl`` gives the history); config: the run's TrainConfig,
-            which the checkpoint's must match (:func:`~glassformer.state_check.check_resume_matches`).
-    Returns:
-        :class:`Resumed`, or None when there is nothing to resume from (no checkpoint at all).
-    Raises:
-        BadFileError when ``out`` holds checkpoints but none that can be resumed, or the state does not
-        fit ``model`` and ``optimizer`` (every shape, dtype and type checked before a kernel sees it).
-    """
-    if path is None:
-        path = find_resumable(out)
-        if path is None:
-            return None
-    path = Path(path)
-    if not path.exists():
+    """Load the checkpoint ``path`` (None: the newest complete one of ``out``) into ``model``, ``optimizer``,
+    ``scaler`` and torch's generators; :class:`Resumed`, or None without any checkpoint. A checkpoint
+    that does not match ``config`` or whose state does not fit is a BadFileError."""
+    path = find_resumable(out) if path is None else Path(path)
+    if path is None or not path.exists():
         return None
     checkpoint = load_checkpoint(path, with_state=True)
     check_resume_matches(path, model.config, checkpoint.model.config, checkpoint.tokenizer.kind,
@@ -102,7 +73,6 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
     if saved_kind != config.optimizer:
         raise GlassformerError(f"cannot resume from {str(path)!r}: it was trained with optimizer {saved_kind!r}, "
                                f"this run uses {config.optimizer!r}")
-    # every shape, dtype and type checked before the optimizer's kernels or the RNG see a tensor
     check_train_state(saved, path / STATE, model, optimizer, STATE_FORMAT, scaler.is_enabled())
     load_full_state(model, optimizer, checkpoint.model.state_dict(), saved["optimizer"])
     if "scaler" in saved and scaler.is_enabled():
@@ -117,11 +87,9 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
 
 
 def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]]) -> Path | None:
-    """Put ``out`` in order before training (rank 0): a run resumed from the checkpoint folder
-    ``resumed`` gets its pointers repaired (``best`` at ``best_step``'s folder) and a crash's leftovers
-    removed; a fresh run (``resumed`` None) removes an earlier run's checkpoints. Then
-    ``metrics.jsonl`` is rewritten (atomically) with ``history``. Returns the path naming the last good
-    checkpoint (None for a fresh run)."""
+    """Put ``out`` in order before training (rank 0): repair a resumed run's pointers and remove a crash's
+    leftovers (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None); rewrite
+    ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""
     if resumed is None:
         clear_run(out)
     last = recover_run(out, resumed, best_step) if resumed is not None else None

@@ -1,15 +1,4 @@
-"""A training run's folder: its step folders and pointers, which of them a resumed run continues
-from, how a resume or a fresh start puts the folder in order, and the ownership rule (glassformer
-removes or replaces only what it wrote).
-
-    ckpt-000200/        one complete checkpoint per saved step (with train_state.pt)
-    last -> ckpt-000200 the newest (a symbolic link, replaced atomically)
-    best -> ckpt-000100 the lowest validation loss
-
-:func:`find_resumable` picks the newest complete step folder (the pointers are conveniences for
-readers, repaired on resume); :func:`tidy_run` removes what a crash or a pruning left behind. Saving
-one step (:func:`~glassformer.training.checkpoint.commit_checkpoint`) is in checkpoint.py.
-"""
+"""A training run's folder: step folders (``ckpt-000200/``), pointers (links ``last``, ``best``), ownership."""
 
 from __future__ import annotations
 
@@ -31,27 +20,23 @@ from ..fileio import (
     replace_symlink,
 )
 
-# The files of one checkpoint folder (written by glassformer.training.checkpoint).
+# The files of one checkpoint folder.
 WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE = (
     "model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt")
-
-# ---------------------------------------------------------------------- a training run's checkpoints
 LAST, BEST = "last", "best"
 _STEP_FOLDER = re.compile(r"ckpt-(\d+)")
-# What a crash can leave: a step folder, a pointer or metrics.jsonl under construction, or (older
-# versions) a folder moved aside by the two-rename swap.
+# What a crash can leave: a step folder, pointer or metrics.jsonl under construction, or an old swap's folder.
 _LEFTOVER = re.compile(r"\.(ckpt-\d+|last|best|metrics\.jsonl)\.(tmp|old)-.*")
 _RESUMABLE = (CONFIG, TOKENIZER, WEIGHTS, STATE)
-CHECKPOINT_FILES = frozenset({WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE})
-"""What a checkpoint folder holds: a folder with anything else is not one glassformer wrote."""
+CHECKPOINT_FILES = frozenset({WEIGHTS, CONFIG, TOKENIZER, TRAINING, STATE})  # anything else: not glassformer's
 _POINTS_TO_STEP = re.compile(r"ckpt-\d+")
+# the files a run writes into its out_dir beside the checkpoints (a user's file there is refused at start)
 RUN_FILES = frozenset({"metrics.jsonl", "loss.png", "microscope.jsonl", "microscope.json", "tracker.json",
                        LOCK_FILE})
-"""The files a run writes into its out_dir beside the checkpoints (a user's file there is refused at start)."""
 
 
 def step_folder(out_dir: str | Path, step: int) -> Path:
-    """``out_dir/ckpt-000200`` for step 200 (six digits at least; more when the step needs them)."""
+    """``out_dir/ckpt-000200`` for step 200 (six digits at least)."""
     return Path(out_dir) / f"ckpt-{step:06d}"
 
 
@@ -61,12 +46,8 @@ def _missing(folder: Path) -> list[str]:
 
 def _step_folders(out: Path) -> dict[int, Path]:
     """Every ``ckpt-N`` folder of ``out`` (complete or not), by step."""
-    found = {}
-    for entry in out.iterdir() if out.is_dir() else ():
-        match = _STEP_FOLDER.fullmatch(entry.name)
-        if match and entry.is_dir() and not entry.is_symlink():
-            found[int(match.group(1))] = entry
-    return found
+    return {int(entry.name[5:]): entry for entry in (out.iterdir() if out.is_dir() else ())
+            if _STEP_FOLDER.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink()}
 
 
 def _pointer(out: Path, name: str) -> Path | None:
@@ -79,8 +60,7 @@ Read = TypeVar("Read")
 
 
 def resolve_pointer(path: str | Path) -> Path:
-    """The step folder a run's pointer ``out/last`` (or ``out/best``) names now, read once (the trainer
-    may move it at any moment); any other path as it is."""
+    """The step folder a run's pointer ``out/last`` (or ``best``) names now, read once; any other path as it is."""
     path = Path(path)
     try:
         target = os.readlink(path)
@@ -90,19 +70,8 @@ def resolve_pointer(path: str | Path) -> Path:
 
 
 def read_pointed(path: str | Path, read: Callable[[Path], Read], attempts: int = 20) -> Read:
-    """``read(folder)`` on the one folder ``path`` names, while a trainer may be moving it.
-
-    ``path`` may be a run's pointer (``out/last``): it is resolved once, so every file comes from the same
-    step folder. When reading fails and the pointer has moved meanwhile (the trainer saved a newer step
-    and removed the folder read), the new folder is read; a failure with the pointer unmoved is raised.
-
-    Args:
-        path: a checkpoint folder, or a run's ``last``/``best`` pointer.
-        read: reads one folder (it names the files it reads in its errors).
-        attempts: how many moves to follow before giving up (the last failure is raised).
-    Returns:
-        What ``read`` returned.
-    """
+    """``read(folder)`` on the one folder ``path`` (or a run's pointer) names; when reading fails because
+    a trainer moved the pointer meanwhile, the new folder is read (up to ``attempts`` times)."""
     for _ in range(attempts - 1):
         folder = resolve_pointer(path)
         try:
@@ -114,22 +83,8 @@ def read_pointed(path: str | Path, read: Callable[[Path], Read], attempts: int =
 
 
 def find_resumable(out_dir: str | Path) -> Path | None:
-    """The folder a resumed run continues from: the newest complete step folder of ``out_dir``.
-
-    A step folder is complete when it holds config.json, tokenizer.json, model.safetensors and
-    train_state.pt; the saver makes one appear under its real name only when it is, so a crash at
-    any moment leaves the previous one as the newest. The ``last`` pointer is not trusted (a crash
-    between a new folder and its pointer leaves it one step behind or dangling). Checkpoints of the
-    older layout (a real ``last/`` folder, or the ``.last.old-PID`` folder that a crash inside its
-    swap left) are used when there is no step folder.
-
-    Returns:
-        The folder, or None when ``out_dir`` holds no checkpoint at all (then a run starts afresh).
-    Raises:
-        BadFileError when there are checkpoints but none to resume from (a step folder newer than the
-        newest complete one lacks a file, or ``last``/``best`` exist without a complete folder):
-        starting afresh would silently throw the run away.
-    """
+    """The newest complete step folder of ``out_dir`` (else an older layout's ``last/``), or None when it
+    holds no checkpoint; a BadFileError when it holds checkpoints but none to resume from."""
     out = Path(out_dir)
     folders = _step_folders(out)
     complete = {step: folder for step, folder in folders.items() if not _missing(folder)}
@@ -158,34 +113,23 @@ def find_resumable(out_dir: str | Path) -> Path | None:
 
 
 def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1) -> Path:
-    """Put ``out_dir`` in order after resuming from ``resumed`` (what :func:`find_resumable` found):
-    ``last`` points at it, ``best`` at the folder of ``best_step`` (recorded in the training state;
-    -1: none), and :func:`tidy_run` removes every other step folder and the leftovers of a crash.
-
-    Returns:
-        The path that names the resumed checkpoint from now on (``out_dir/last``, or ``resumed``
-        itself for a folder of the older layout, which is left where it is until the next save).
-    """
+    """Put ``out_dir`` in order after resuming from ``resumed``: ``last`` points at it, ``best`` at
+    ``best_step``'s folder (-1: none), and :func:`tidy_run` removes the rest. Returns the path naming the
+    resumed checkpoint from now on (``out_dir/last``, or ``resumed`` itself for the older layout)."""
     out, resumed = Path(out_dir), Path(resumed)
     check_run_dir(out)
-    if _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve():
+    step_layout = _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve()
+    if step_layout:
         best = step_folder(out, best_step)
         if best_step >= 0 and not _missing(best):
             replace_symlink(out / BEST, best.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
         replace_symlink(out / LAST, resumed.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-        tidy_run(out, keep=[resumed, _pointer(out, BEST)])
-        return out / LAST
     tidy_run(out, keep=[resumed, _pointer(out, BEST)])
-    return resumed
+    return out / LAST if step_layout else resumed
 
 
 def tidy_run(out_dir: str | Path, keep: list[Path | None]) -> list[Path]:
-    """Remove leftovers from ``out_dir``: step folders not in ``keep``, temporary folders and links
-    of an interrupted save, folders of an older layout moved aside, and dangling pointers.
-
-    Returns:
-        What was removed.
-    """
+    """Remove and return ``out_dir``'s step folders not in ``keep``, a save's leftovers and dangling pointers."""
     out = Path(out_dir)
     kept = {Path(k).name for k in keep if k is not None}
     removed = []
@@ -203,8 +147,7 @@ def tidy_run(out_dir: str | Path, keep: list[Path | None]) -> list[Path]:
 
 
 def _remove_ours(entry: Path) -> None:
-    """Remove one of a run's own entries (a step folder, a pointer, a leftover); anything else is a
-    NotOursError and stays."""
+    """Remove one of a run's own entries; anything else is a NotOursError and stays."""
     if entry.name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
         entry.unlink()  # a metrics file under construction
         return
@@ -214,14 +157,13 @@ def _remove_ours(entry: Path) -> None:
 
 def _not_ours(entry: Path) -> str | None:
     """Why ``entry`` of an out_dir, under a name a run writes, is not the run's own (None when it is)."""
-    name = entry.name
-    if _STEP_FOLDER.fullmatch(name) or name in (LAST, BEST) or _LEFTOVER.fullmatch(name):
-        if owned_link(entry, _POINTS_TO_STEP) or owned_folder(entry, CHECKPOINT_FILES,
-                                                              content=not _LEFTOVER.fullmatch(name)):
+    name, whole = entry.name, not _LEFTOVER.fullmatch(entry.name)  # a cut save's files may be cut too
+    if _STEP_FOLDER.fullmatch(name) or name in (LAST, BEST) or not whole:
+        if owned_link(entry, _POINTS_TO_STEP) or owned_folder(entry, CHECKPOINT_FILES, content=whole):
             return None
         if name.startswith(".metrics.jsonl.") and entry.is_file() and not entry.is_symlink():
             return None
-        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES, content=not _LEFTOVER.fullmatch(name))}"
+        return f"{str(entry)!r} holds {foreign(entry, CHECKPOINT_FILES, content=whole)}"
     if name in RUN_FILES:
         try:
             check_output_file(entry, (), "run file")
@@ -231,14 +173,8 @@ def _not_ours(entry: Path) -> str | None:
 
 
 def check_run_dir(out_dir: str | Path) -> None:
-    """Refuse, before anything is removed, an ``out_dir`` whose names a run writes (``ckpt-*``,
-    ``last``, ``best``, leftovers of a save, :data:`RUN_FILES`) hold something glassformer did not write
-    (:func:`~glassformer.fileio.check_output_file`: a link, a hard link, a FIFO, a user's file): a user's
-    folder ``best/``, a file ``last``, a folder ``ckpt-5/`` with other files.
-
-    Raises:
-        NotOursError naming the first such path and what is in it.
-    """
+    """A NotOursError, before anything is removed, when a name a run writes in ``out_dir`` (``ckpt-*``,
+    ``last``, ``best``, a save's leftovers, :data:`RUN_FILES`) holds something glassformer did not write."""
     out = Path(out_dir)
     if not out.is_dir():
         return
@@ -250,8 +186,7 @@ def check_run_dir(out_dir: str | Path) -> None:
 
 
 def clear_run(out_dir: str | Path) -> None:
-    """Remove a run's checkpoints from ``out_dir`` (step folders, pointers, leftovers, and ``last/``,
-    ``best/`` of the older layout): what a run that starts afresh in a used ``out_dir`` does first."""
+    """Remove a run's checkpoints, pointers and leftovers from ``out_dir`` (a fresh run in a used one)."""
     out = Path(out_dir)
     check_run_dir(out)
     for name in (LAST, BEST):

@@ -21,9 +21,7 @@ from .config import TrainConfig
 
 @dataclass
 class Run:
-    """The pieces a :class:`~glassformer.training.Trainer` needs: a fresh model, the tokenizer, and the
-    batch source (its ``global_batch(step, B)`` gives (B, block_size) ``ids``/``labels`` tensors, or
-    ``src``/``tgt_in``/``labels`` for seq2seq)."""
+    """The pieces a :class:`~glassformer.training.Trainer` needs: a fresh model, the tokenizer, the batches."""
 
     model: nn.Module
     tokenizer: Tokenizer
@@ -31,8 +29,7 @@ class Run:
 
 
 def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
-    """The run's tokenizer: reloaded from the checkpoint a resumed run continues from (the newest
-    complete one, :func:`~glassformer.training.checkpoint.find_resumable`), else fitted on ``texts``."""
+    """The run's tokenizer: reloaded from the checkpoint a resumed run continues from, else fitted on ``texts``."""
     found = find_resumable(config.out_dir) if config.resume else None
     if found is not None:
         return Tokenizer.load(found / TOKENIZER)
@@ -40,8 +37,7 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
 
 
 def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2SeqBatches | None = None) -> None:
-    """Refuse (one line, before allocating) a run whose model, optimizer state and batch cannot fit,
-    or (given ``batches``) whose evaluation batch cannot fit beside them."""
+    """Refuse (before allocating) a run, or (given ``batches``) its evaluation batch, that cannot fit."""
     world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
     processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
@@ -56,21 +52,16 @@ def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2S
 
 
 def prepare_run(config: TrainConfig) -> Run:
-    """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model.
-
-    The model is initialised from ``torch.manual_seed(config.seed)``, so every process of a
-    distributed run starts from the same weights. A long tokenizer training or token cache prints a
-    line every ~10 s (glassformer.progress) unless ``config.progress`` is false.
-    """
+    """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model (from
+    ``torch.manual_seed(config.seed)``: every process starts from the same weights)."""
     with quiet(not config.progress):
         return _prepare(config)
 
 
 def _prepare(config: TrainConfig) -> Run:
-    """:func:`prepare_run`'s body."""
     config.check_data()
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
-    # Before reading any data: the run must fit with the smallest vocabulary its tokenizer can have.
+    # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.objective == "seq2seq":
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
@@ -85,19 +76,15 @@ def _prepare(config: TrainConfig) -> Run:
                            tokenizer, config.block_size)
         batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(train, val, tokenizer.pad_id, config.seed)
     else:
-        files = config.data + config.val_data
-        tokenizer = _tokenizer(config, itertools.chain.from_iterable(iter_text(f) for f in files))
+        texts = itertools.chain.from_iterable(iter_text(f) for f in config.data + config.val_data)
+        tokenizer = _tokenizer(config, texts)
         cache = config.cache_dir or str(Path(config.out_dir) / "cache")
         ids = encode_files(config.data, tokenizer, cache)
-        if config.val_data:
-            train_ids, val_ids = ids, encode_files(config.val_data, tokenizer, cache)
-        else:
-            train_ids, val_ids = split_ids(ids, config.val_fraction)
-        specials = list(tokenizer.special_tokens.values())
+        train_ids, val_ids = (ids, encode_files(config.val_data, tokenizer, cache)) if config.val_data else \
+            split_ids(ids, config.val_fraction)
         batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
                             config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
-                            special_ids=specials, mask_prob=config.mask_prob)
+                            special_ids=list(tokenizer.special_tokens.values()), mask_prob=config.mask_prob)
     _check_fits(config, tokenizer.vocab_size, batches)
     torch.manual_seed(config.seed)
-    model = build_model(config.model_config(tokenizer.vocab_size))
-    return Run(model, tokenizer, batches)
+    return Run(build_model(config.model_config(tokenizer.vocab_size)), tokenizer, batches)

@@ -1,6 +1,4 @@
-"""The training step's precision: ``config.precision``, with "auto" decided by timing this model's own
-training step (:func:`~glassformer.runtime.precision.resolve_precision`); under torchrun rank 0
-measures and every rank follows it."""
+"""The training step's precision: "auto" decided by timing the model's own step (rank 0 measures)."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from .objectives import batch_loss
 
 def choose_precision(asked: str, model: nn.Module, dist: DistInfo,
                      micro: dict[str, torch.Tensor] | None) -> Precision:
-    """``asked``, with "auto" decided by measuring one forward + backward on ``micro`` (rank 0's first
-    micro-batch; None on other ranks) in float32 and under bfloat16 autocast. The measurement leaves
-    the weights, gradients and random state as they were."""
+    """``asked``, with "auto" decided by timing one forward + backward on ``micro`` (rank 0's first
+    micro-batch; None elsewhere) in float32 and bfloat16; weights, gradients and RNG are left as they were."""
     case = ""
     if micro is not None:
         shape = "x".join(str(n) for n in next(iter(micro.values())).shape)
@@ -34,9 +31,6 @@ def choose_precision(asked: str, model: nn.Module, dist: DistInfo,
 
 
 def _steps(model: nn.Module, micro: dict[str, torch.Tensor], device: torch.device) -> tuple[Any, Any]:
-    """(float32, bfloat16-autocast) closures of one forward + backward of ``model`` on ``micro``, for
-    :func:`~glassformer.runtime.precision.resolve_precision` to time."""
-
     def step(precision: str) -> Any:
         def run() -> None:
             with torch.random.fork_rng(devices=[]), autocast(precision, device):

@@ -1,30 +1,5 @@
-"""Experiment trackers: a run's numbers in TensorBoard or Weights & Biases, through their own libraries.
-
-The training config's ``log`` key (``--log`` on the command line) names them: ``none`` (the default),
-``tensorboard``, ``wandb``, or both joined by a comma (``tensorboard,wandb``). Each is an optional
-extra: ``pip install 'glassformer[tensorboard]'`` (``[wandb]``). (Trackio is not offered: its package
-pins an older Pillow than matplotlib's current one, so it does not install cleanly beside glassformer.)
-
-- ``tensorboard``: event files in ``out_dir/tensorboard/`` (``torch.utils.tensorboard``); view them
-  with ``tensorboard --logdir out_dir``.
-- ``wandb``: a W&B run in ``out_dir/wandb/``, **offline** unless the user asks for it online with
-  W&B's own switch, ``WANDB_MODE=online`` (then ``wandb login`` first); an offline run is uploaded later
-  with ``wandb sync out_dir/wandb/offline-run-*``. The project is ``$WANDB_PROJECT`` or "glassformer".
-
-What each receives: every record of ``metrics.jsonl`` (train_loss, lr, tokens_per_s; val_* at each
-evaluation) at its step, the config at the start, the precision and the kernel choices as text, and
-whatever else is handed to :meth:`Tracker.log` during the run.
-
-**For other parts of the trainer** (the training microscope's per-head scores, an SAE's losses): call
-``trainer.tracker.log(step, {"name": number, ...})`` on the process that writes (rank 0). Names may
-hold "/" to group them (``microscope/L1H3/induction``); numbers are floats or ints, anything else is
-dropped. A run with ``log: none`` gets a tracker whose ``log`` does nothing, so callers never check.
-
-A resumed run continues the same tracker run (its id is kept in ``out_dir/tracker.json``) and never logs
-a step twice: TensorBoard hides the events a crashed run wrote after the checkpoint it resumes from
-(``purge_step``), and W&B skips the steps it already holds (``logged_through``; exact resume
-computes the same numbers for them again).
-"""
+"""Experiment trackers (``log``: none, tensorboard, wandb, or both joined by a comma); W&B is offline unless
+``WANDB_MODE=online``. A resumed run continues the same tracker run and never logs a step twice."""
 
 from __future__ import annotations
 
@@ -48,14 +23,9 @@ STATE = "tracker.json"  # the tracker run's id and the last step each tracker ho
 
 
 def parse_log(value: str) -> list[str]:
-    """The trackers ``value`` names ("none" -> []), each checked: a known name whose library is installed.
-
-    Raises:
-        GlassformerError naming the value and the choices, or the extra to install.
-    """
+    """The trackers ``value`` names ("none" -> []); an unknown or uninstalled one is a GlassformerError."""
     names = [part.strip() for part in str(value).split(",") if part.strip()]
-    unknown = [name for name in names if name not in KINDS]
-    if unknown or not names:
+    if not names or any(name not in KINDS for name in names):
         raise GlassformerError(f"log must be one of {list(KINDS)} or several joined by commas, got {value!r}")
     names = [name for name in dict.fromkeys(names) if name != "none"]
     for name in names:
@@ -65,7 +35,7 @@ def parse_log(value: str) -> list[str]:
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
-    """The finite int/float entries of ``values`` as floats (bools, text, NaN and infinities are dropped)."""
+    """The finite int/float entries of ``values`` as floats."""
     return {str(k): float(v) for k, v in values.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
@@ -92,14 +62,13 @@ class TensorBoardTracker(Tracker):
 
     def __init__(self, folder: Path, config: Mapping[str, Any], resume_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
-
-        if resume_step is None and folder.is_dir():  # a fresh run: the earlier run's curves would mix with this one's
+        if resume_step is None and folder.is_dir():  # a fresh run: remove the earlier run's curves (only event files)
             foreign = [e.name for e in folder.iterdir() if not (e.is_file() and e.name.startswith(EVENTS))]
-            if foreign:  # only event files are glassformer's here: a user's folder is never removed
+            if foreign:
                 raise NotOursError(f"{str(folder)!r} holds {foreign[0]!r}, which glassformer did not write there; "
                                    "move it away or choose another out_dir")
             shutil.rmtree(folder)
-        # purge_step: events of steps after the checkpoint we resume from (a crashed run's last ones) are hidden
+        # purge_step: events after the checkpoint resumed from (a crashed run's last ones) are hidden
         self.writer = SummaryWriter(str(folder), purge_step=None if resume_step is None else resume_step + 1)
         if resume_step is None:
             self.text("config", "```\n" + json.dumps(dict(config), indent=2, default=str) + "\n```")
@@ -122,10 +91,9 @@ class WandbTracker(Tracker):
 
     def __init__(self, folder: Path, config: Mapping[str, Any], run_id: str, resumed: bool):
         import wandb
-
         folder.mkdir(parents=True, exist_ok=True)
-        mode = os.environ.get("WANDB_MODE", "offline")  # online only when the user says so
-        self.run = wandb.init(dir=str(folder), id=run_id, resume="allow" if resumed else None, mode=mode,
+        self.run = wandb.init(dir=str(folder), id=run_id, resume="allow" if resumed else None,
+                              mode=os.environ.get("WANDB_MODE", "offline"),  # online only when the user says so
                               project=os.environ.get("WANDB_PROJECT", "glassformer"), name=folder.name or None,
                               config=dict(config), settings=wandb.Settings(silent=True, console="off"))
 
@@ -140,11 +108,8 @@ class WandbTracker(Tracker):
 
 
 class Trackers(Tracker):
-    """The trackers of one run, as one: what :func:`open_trackers` returns (``trainer.tracker``).
-
-    ``log`` passes each step on once: a step at or before ``logged_through`` of a tracker that cannot
-    forget steps (W&B) is skipped there, and the last step logged is kept in ``out_dir/tracker.json``.
-    """
+    """The trackers of one run, as one (``trainer.tracker``). ``log`` passes each step on once: a step a
+    tracker already holds (``logged_through``, kept in ``out_dir/tracker.json``) is skipped there."""
 
     def __init__(self, out_dir: Path, trackers: list[Tracker], state: dict[str, Any]):
         self.out, self.trackers, self.state = out_dir, trackers, state
@@ -171,15 +136,14 @@ class Trackers(Tracker):
 
 
 def _write_state(out: Path, state: dict[str, Any]) -> None:
-    """``out_dir/tracker.json`` replaced at once (temp file + rename; no fsync: it is written at every log)."""
+    """``out_dir/tracker.json`` replaced at once (no fsync: it is written at every log)."""
     temp = out / f".{STATE}.tmp-{os.getpid()}"
     temp.write_text(json.dumps(state) + "\n", encoding="utf-8")
     os.replace(temp, out / STATE)
 
 
 def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resume_step: int | None) -> Trackers:
-    """Start (or, when ``resume_step`` is not None, continue) the trackers ``log`` names for the run in
-    ``out_dir``; ``config`` is the run's config as a mapping (recorded with the run)."""
+    """Start (or, given ``resume_step``, continue) the trackers ``log`` names for the run in ``out_dir``."""
     names = parse_log(log)
     out = Path(out_dir)
     state: dict[str, Any] = {}
@@ -193,12 +157,8 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
     resumed = resume_step is not None
     if resumed:  # steps after the checkpoint are logged again by a tracker that can replace them
         state["logged_through"]["tensorboard"] = resume_step
-    trackers: list[Tracker] = []
-    for name in names:
-        if name == "tensorboard":
-            trackers.append(TensorBoardTracker(out / "tensorboard", config, resume_step))
-        else:
-            trackers.append(WandbTracker(out, config, state["run_id"], resumed))
+    trackers: list[Tracker] = [TensorBoardTracker(out / "tensorboard", config, resume_step) if name == "tensorboard"
+                               else WandbTracker(out, config, state["run_id"], resumed) for name in names]
     if names:
         out.mkdir(parents=True, exist_ok=True)
         _write_state(out, state)
@@ -206,18 +166,12 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
 
 
 def console_line(record: Mapping[str, Any], max_steps: int) -> str:
-    """One line for a log record where no progress bar is drawn (output to a file or a pipe):
+    """One line for a log record where no progress bar is drawn:
     ``step 50/2000 | train_loss 2.4312 | lr 1.00e-03 | 3,412 tok/s`` or ``step 250/2000 | val_loss ...``."""
     parts = [f"step {record['step']}/{max_steps}"]
     for key, value in record.items():
-        if key == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
+        if key == "step" or key.endswith("_tokens") or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        if key == "tokens_per_s":
-            parts.append(f"{value:,.0f} tok/s")
-        elif key == "lr":
-            parts.append(f"lr {value:.2e}")
-        elif key.endswith("_tokens"):
-            continue
-        else:
-            parts.append(f"{key} {value:.4f}")
+        parts.append(f"{value:,.0f} tok/s" if key == "tokens_per_s" else f"lr {value:.2e}" if key == "lr"
+                     else f"{key} {value:.4f}")
     return " | ".join(parts)

@@ -19,18 +19,12 @@ from .objectives import batch_loss
 def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: int = 64,
              max_batches: int | None = None, device: torch.device | str = "cpu", char_level: bool = False,
              precision: Precision | None = None, progress: bool = True) -> dict[str, float]:
-    """Loss, perplexity and token accuracy on the validation split (the whole split by default),
-    the forward passes under ``precision``'s autocast (default float32); the loss is summed in float32.
-    A long evaluation prints "evaluating: <done> of <total> batches" to stderr every ~10 s
-    (:mod:`glassformer.progress`) unless ``progress`` is False.
-
-    Returns {"val_loss", "val_ppl", "val_accuracy", "val_tokens"} and, for a character tokenizer,
-    "val_bits_per_char" (= loss / ln 2: one token is one character). Empty dict without validation data.
-    """
+    """{"val_loss", "val_ppl", "val_accuracy", "val_tokens"} (and ``char_level``: "val_bits_per_char") on the
+    validation split under ``precision``'s autocast; {} without validation data."""
     was_training = model.training
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
-    threads = LoadFollower()  # a long evaluation follows the machine's load too (runtime/threads.py)
+    threads = LoadFollower()  # a long evaluation follows the machine's load too
     heartbeat = Heartbeat("evaluating", eval_batch_count(batches, batch_size, max_batches),
                           enabled=None if progress else False)
     try:
@@ -57,12 +51,7 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
 
 def eval_batch_count(batches: LMBatches | Seq2SeqBatches, batch_size: int,
                      max_batches: int | None = None) -> int | None:
-    """How many batches ``batches.eval_batches(batch_size, max_batches)`` yields (None for an unknown source).
-
-    Language-model windows: the full ``block_size`` windows in batches of ``batch_size``, then the
-    shorter tail alone (data/windows.py's consecutive_windows); a prefix-LM skips a tail of one token,
-    so this may count it one too many. Pairs: ``ceil(pairs / batch_size)``.
-    """
+    """How many batches ``batches.eval_batches(batch_size, max_batches)`` yields (None: an unknown source)."""
     if isinstance(batches, Seq2SeqBatches):
         count = -(-len(batches.val) // batch_size)
     elif isinstance(batches, LMBatches):

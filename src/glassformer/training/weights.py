@@ -1,20 +1,5 @@
-"""Weights files read like untrusted input: sizes are checked before anything is allocated.
-
-A model folder has two halves that must agree: ``config.json`` (a few numbers) and the safetensors
-weights. A config that asks for a huge model (``d_model``, ``vocab_size``, ``n_layers``...) must not
-make glassformer allocate that model first and find out later. So a load goes:
-
-1. :func:`~glassformer.safetensors_header.read_header`: the tensor names, shapes and dtypes from each
-   file's safetensors header (no tensor data is read; safetensors validates it against the file's size);
-2. :func:`check_sizes`: arithmetic only: the config's least possible number of weights (a sum over
-   the parts every model of that config has, see :func:`weight_floor`) must be within a few times what
-   the files hold, its blocks no more than their tensors, its position tables modest;
-3. :func:`meta_shapes`: the model built on the ``meta`` device (shapes only, no memory; quick once
-   step 2 passed) gives the exact tensor shapes to compare with the header, still before allocating;
-4. :func:`load_tensors`: only now the tensors are read (with safetensors' own errors made one line).
-
-Nothing here unpickles anything: safetensors holds a JSON header and raw bytes.
-"""
+"""Weights files read like untrusted input: headers are checked against the config (:func:`check_sizes`,
+:func:`meta_specs`) before anything is allocated; only then are the tensors read (:func:`load_tensors`)."""
 
 from __future__ import annotations
 
@@ -38,10 +23,8 @@ __all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_nume
            "meta_specs", "meta_tensors", "load_tensors"]
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
-
+# elements of computed position tables (sinusoidal, RoPE) always allowed; beyond it, 4x the weights held
 BUFFER_ALLOWANCE = 2**28
-"""Elements of position tables (sinusoidal, RoPE: computed, not stored) always allowed (1 GiB in
-float32); beyond it, at most four times the weights the files hold."""
 
 
 def header_numel(header: Header) -> int:
@@ -50,14 +33,8 @@ def header_numel(header: Header) -> int:
 
 
 def weight_floor(config: ModelConfig) -> int:
-    """The fewest weights any model with ``config`` has: a lower bound that grows with every size field.
-
-    Counted: the token embedding (vocab_size x d), a learned position table ((max_len + pos_offset) x d),
-    token types (n_token_types x d), and per block the query and output projections (2 d^2) and the
-    feed-forward's two matrices (2 d x d_ff; none with ``attn_only``). The real model is at most about
-    four times this (keys, values, gates, cross-attention, an untied head, norms and biases), so once
-    this fits the files, building the model allocates memory in proportion to them.
-    """
+    """The fewest weights any model with ``config`` has (embeddings, a learned position table, per block
+    the query and output projections and the feed-forward): the real model is at most ~4x this."""
     d = config.d_model
     n = config.vocab_size * d + config.n_token_types * d
     if config.pos == "learned":
@@ -68,26 +45,15 @@ def weight_floor(config: ModelConfig) -> int:
 
 
 def buffer_numel(config: ModelConfig) -> int:
-    """Elements of the position tables a model computes at build time (not stored in its files)."""
+    """Elements of the position tables a model computes at build time."""
     per_table = {"sinusoidal": config.max_len * config.d_model,
                  "rope": 2 * config.max_len * config.head_dim}.get(config.pos, 0)
     return per_table * (2 if config.arch == "encoder-decoder" else 1)
 
 
 def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
-    """A :class:`BadFileError` when ``config`` asks for far more than the weights ``header`` describes.
-
-    This is the quick, arithmetic-only guard that runs first: it refuses a config whose least possible
-    model (:func:`weight_floor`) is more than four times the weights the files hold, whose blocks
-    outnumber the tensors, or whose computed position tables would dwarf the weights. What passes is
-    small enough to build on the ``meta`` device (:func:`meta_shapes`), where the caller compares
-    every tensor's shape exactly and names the ones that differ.
-
-    Args:
-        config: the model's config (already validated).
-        header: from :func:`read_header`.
-        source: the config file's name, for the message.
-    """
+    """A :class:`BadFileError` naming ``source`` when ``config`` asks for far more than the weights ``header``
+    describes (:func:`weight_floor`, blocks, position tables)."""
     c = config
     held = header_numel(header)
     need = weight_floor(c)
@@ -108,8 +74,7 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
 
 
 def meta_specs(config: ModelConfig) -> dict[str, tuple[torch.Size, torch.dtype]]:
-    """The state dict's shapes and dtypes of the model ``config`` builds, from a model on the ``meta``
-    device (no memory: call it after :func:`check_sizes`, which bounds the time it takes)."""
+    """The state dict's shapes and dtypes of the model ``config`` builds, on the ``meta`` device (no memory)."""
     with torch.device("meta"), _initialisers_skipped():
         model = build_model(config)
     return {name: (tensor.shape, tensor.dtype) for name, tensor in model.state_dict().items()}
@@ -121,8 +86,7 @@ _INITIALISERS = ("normal_", "uniform_", "kaiming_uniform_", "xavier_uniform_", "
 
 @contextlib.contextmanager
 def _initialisers_skipped() -> Iterator[None]:
-    """``torch.nn.init``'s fills as no-ops for the block: a meta model has no values to fill, and the
-    first random fill of a meta tensor imports ~800 modules (about a second of every ``glassformer.load``)."""
+    """``torch.nn.init``'s fills as no-ops (a first random fill of a meta tensor imports ~800 modules)."""
     saved = {name: getattr(torch.nn.init, name) for name in _INITIALISERS}
     try:
         for name in _INITIALISERS:
@@ -145,8 +109,7 @@ def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
 
 
 def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
-    """Every tensor of ``files`` (safetensors), on the CPU; a corrupt or truncated file, or a tensor
-    holding NaN or infinity (a model that would sample garbage), is a :class:`BadFileError` naming it."""
+    """Every tensor of ``files`` on the CPU; a corrupt file or a NaN/inf tensor is a :class:`BadFileError`."""
     state: dict[str, torch.Tensor] = {}
     for file in files:
         try:

@@ -2,10 +2,7 @@
 read its features (docs/sae.md).
 
     sae = train_sae(model, tokenizer, "blocks.2.hook_resid_post", ["input.txt"], out_dir="out/sae")
-    evaluate_sae(sae, ActivationSource(model, tokenizer, sae.hook, ["input.txt"], split="val"))
     logits = run_with_hooks(model, ids, hooks=[reconstruction_hook(sae)])   # the model reads x̂
-    with hooks(model, [clamp_hook(sae, 12, 8.0)]): generate(model, ids, 50)  # steer with one feature
-    sae = load_sae("out/sae")
 """
 
 from .activations import ActivationBuffer, ActivationSource, InputBatch, hook_point, hook_width

@@ -1,20 +1,5 @@
 """Activations of one hook point, streamed from a corpus through the model, and a shuffled buffer of them.
-
-:class:`ActivationSource` reads short pieces of the corpus files at random places (a seek, never the
-whole file), runs the model on a batch of them and keeps the hook's tensor: the forward stops at the
-hook, so later blocks cost nothing. :class:`ActivationBuffer` mixes those rows (neighbouring tokens
-are alike) before the SAE sees them, as SAELens's activation store does: it holds ``size`` rows,
-serves batches from a random permutation, and refills once half of them are used.
-
-Inputs by model kind:
-
-- TransformerLM (causal, bidirectional, prefix): windows of ``context`` tokens from anywhere in the
-  text (a prefix-LM reads its first ``prefix_len`` tokens as the prefix);
-- EncoderDecoder: one line per example, ``source`` or ``source<TAB>target``; encoder hooks read the
-  source, decoder hooks need the target (teacher-forced, ``[bos] + target``). Padded positions are
-  left out.
-
-Files are split by bytes: the first ``1 - val_fraction`` of each is "train", the rest "val".
+Each file's first ``1 - val_fraction`` of bytes is "train", the rest "val".
 """
 
 from __future__ import annotations
@@ -26,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 from ...errors import GlassformerError, MissingFileError, check_int, check_number
 from ...models import EncoderDecoder, TransformerLM
@@ -45,11 +31,8 @@ class _Captured(Exception):
 
 
 def hook_point(model: nn.Module, name: str) -> HookPoint:
-    """The one hook point ``name`` of ``model`` whose tensor an SAE can read: (B, T, ...) per position.
-
-    Attention scores and patterns ((B, h, Tq, Tk)) and position embeddings (the same for every input)
-    are refused with a GlassformerError saying why.
-    """
+    """The one hook point ``name`` of ``model`` whose tensor an SAE can read: (B, T, ...) per position
+    (attention scores and patterns, and position embeddings, are refused)."""
     if not isinstance(name, str):
         raise GlassformerError(f"hook must be one hook point's full name, got {name!r}")
     found = resolve(hook_points(model), name)
@@ -81,15 +64,9 @@ def hook_width(model: nn.Module, point: HookPoint) -> int:
 
 @dataclass
 class InputBatch:
-    """One batch of model inputs with what the metrics and feature pages need.
-
-    Attributes:
-        args, kwargs: the model's call (``model(*args, **kwargs)``).
-        tokens: (B, T) the ids at the hook's positions (the source's for encoder hooks).
-        valid: (B, T) bool, False at padded positions.
-        targets: (B, T') ids the logits predict, with ``target_valid``; None when the input has no
-            loss (an encoder hook fed sources alone, a bidirectional model without a mask token).
-    """
+    """One batch of model inputs (``model(*args, **kwargs)``): ``tokens`` (B, T) the ids at the hook's
+    positions; ``valid`` (B, T) False at padding; ``targets`` (B, T') the ids the logits predict (with
+    ``target_valid``), or None when the input has no loss."""
 
     args: tuple
     kwargs: dict[str, Any]
@@ -109,20 +86,9 @@ class InputBatch:
 
 
 class ActivationSource:
-    """Batches of a hook's activations, computed from corpus pieces drawn at random places.
-
-    Args:
-        model: a TransformerLM or EncoderDecoder (put in eval mode).
-        tokenizer: its tokenizer (``encode``; ``bos_id``/``eos_id``/``pad_id`` for an EncoderDecoder).
-        hook: the hook point's full name.
-        files: the corpus: text files (plain UTF-8; .gz cannot be read at random places).
-        context: tokens per window (TransformerLM); longest source/target (EncoderDecoder).
-        batch: windows (or lines) per forward.
-        split: "train" or "val": which bytes of each file are read.
-        val_fraction: the last fraction of each file's bytes that is "val".
-        seed: the stream's random generator (its state is :meth:`state_dict`).
-        prefix_len: a prefix-LM's prefix (default ``context // 2``).
-        mlm_fraction: for a bidirectional model's loss: the fraction of tokens replaced by the mask token.
+    """Batches of a hook's activations from corpus pieces read at random places of plain text ``files``:
+    windows of ``context`` tokens for a TransformerLM (a prefix-LM's prefix: ``prefix_len``, default half;
+    a bidirectional model's loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder.
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any, hook: str, files: list[str | Path], *,
@@ -169,15 +135,13 @@ class ActivationSource:
                 if getattr(tokenizer, f"{name}_id", None) is None:
                     raise GlassformerError(f"an EncoderDecoder's inputs need the tokenizer's {name} token")
 
-    # ------------------------------------------------------------------ reading
     def _random_place(self) -> tuple[Path, int, int, int]:
         index = int(torch.multinomial(self.weights, 1, generator=self.generator))
         path, lo, hi = self.ranges[index]
         return path, lo, hi, lo + int(torch.randint(hi - lo, (1,), generator=self.generator))
 
     def _window(self) -> list[int]:
-        """``context`` token ids starting at a random place (ids from the second token on: a piece
-        that starts inside a multi-byte character or a BPE token is cut away)."""
+        """``context`` token ids from a random place (its first token, maybe cut, is dropped)."""
         path, lo, hi, start = self._random_place()
         need = self.context + 1
         start = max(lo, min(start, hi - need))  # so that a short split can still give a window
@@ -215,15 +179,13 @@ class ActivationSource:
                 start = lo  # ran past the split's end: wrap around
         raise GlassformerError(f"{str(path)!r} has no non-empty line in its split")
 
-    # ------------------------------------------------------------------ batches
     def next_inputs(self) -> InputBatch:
         """The model inputs of one batch (draws from the stream)."""
         return self._encdec_inputs() if self.encdec else self._lm_inputs()
 
     def _lm_inputs(self) -> InputBatch:
-        ids = torch.tensor([self._window() for _ in range(self.batch)])  # (B, T)
         device = next(self.model.parameters()).device
-        ids = ids.to(device)
+        ids = torch.tensor([self._window() for _ in range(self.batch)]).to(device)  # (B, T)
         valid = torch.ones_like(ids, dtype=torch.bool)
         attn = self.model.config.attn
         if attn == "causal":
@@ -260,12 +222,9 @@ class ActivationSource:
         else:
             tgt_in = torch.full((len(sources), 1), tok.bos_id, device=device)
             tgt_pad, out, out_valid = None, None, None
-        kwargs = {"src_pad": src_pad, "tgt_pad": tgt_pad}
-        if decoder:
-            return InputBatch((src, tgt_in), kwargs, tgt_in, ~tgt_pad, out, out_valid)
-        return InputBatch((src, tgt_in), kwargs, src, ~src_pad, out, out_valid)
+        tokens, pad = (tgt_in, tgt_pad) if decoder else (src, src_pad)
+        return InputBatch((src, tgt_in), {"src_pad": src_pad, "tgt_pad": tgt_pad}, tokens, ~pad, out, out_valid)
 
-    # ------------------------------------------------------------------ activations
     @torch.no_grad()
     def activations(self, inputs: InputBatch) -> torch.Tensor:
         """The hook's tensor for ``inputs`` as (B, T, d_in) (the forward stops at the hook)."""
@@ -299,28 +258,15 @@ class ActivationSource:
 
 def _padded(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded (B, T) ids and (B, T) bool padding flags (True = padding)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    pad = torch.ones((len(rows), width), dtype=torch.bool)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
-        pad[i, :len(row)] = False
+    ids = pad_sequence([torch.tensor(r, dtype=torch.long) for r in rows], batch_first=True, padding_value=pad_id)
+    pad = pad_sequence([torch.zeros(len(r), dtype=torch.bool) for r in rows], batch_first=True, padding_value=True)
     return ids.to(device), pad.to(device)
 
 
 class ActivationBuffer:
-    """Shuffled batches of activation rows from a source of rows (SAELens's mixing buffer).
-
-    Holds about ``size`` rows; serves ``batch_size`` rows at a time from a random permutation; once
-    fewer than half remain unserved, tops up from the source and shuffles again. Memory: ``size`` x
-    d_in floats, whatever the corpus's length.
-
-    Args:
-        source: an object with ``next_rows() -> (N, d_in)`` (an :class:`ActivationSource`).
-        size: rows held (at least 2 x batch_size).
-        batch_size: rows per batch.
-        seed: the shuffling generator's seed.
-    """
+    """Shuffled batches of activation rows (SAELens's mixing buffer): holds about ``size`` (>= 2 x
+    batch_size) rows from ``source.next_rows()``, serves ``batch_size`` at a time from a random permutation,
+    and tops up and reshuffles once fewer than half remain."""
 
     def __init__(self, source: Any, size: int, batch_size: int, seed: int = 0):
         self.source = source
@@ -359,10 +305,9 @@ class ActivationBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """The unserved rows, the shuffling generator and the source's state: what resuming needs."""
-        rows = None if self.rows is None else self.rows[self.position:].clone()
         state = {"generator": self.generator.get_state(), "source": self.source.state_dict()}
-        if rows is not None:
-            state["rows"] = rows
+        if self.rows is not None:
+            state["rows"] = self.rows[self.position:].clone()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -373,8 +318,7 @@ class ActivationBuffer:
 
 
 def geometric_median(x: torch.Tensor, iterations: int = 20) -> torch.Tensor:
-    """The point minimising the summed distance to the rows of ``x`` (N, d) (Weiszfeld's iteration),
-    the decoder bias's start in "Towards Monosemanticity"; robust to the outliers a mean follows."""
+    """The point minimising the summed distance to the rows of ``x`` (N, d) (Weiszfeld's iteration)."""
     point = x.mean(0)
     for _ in range(iterations):
         weights = 1 / (x - point).norm(dim=1).clamp_min(1e-8)

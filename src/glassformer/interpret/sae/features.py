@@ -1,16 +1,11 @@
-"""What each feature of an SAE does, gathered for its page: where it fires, how strongly, and which
-output tokens its direction pushes up or down.
-
-For every feature that fires on the held-out windows: its frequency (fraction of tokens), its largest
-activation, a histogram of its non-zero activations, its top-activating contexts (the window around
-each of the ``top`` strongest tokens, with the feature's activation on every token shown), and, when
-the hook lives in the residual space of a stack that feeds the output layer, the tokens whose logits
-its decoder direction raises and lowers most (direction through the unembedding, as Neuronpedia shows
-it; the final norm is left out).
+"""What each feature of an SAE does, gathered for its page: its frequency, largest activation, histogram,
+top-activating contexts, and (for a hook in the residual space the output layer reads) the tokens whose
+logits its decoder direction raises and lowers most (through the unembedding; the final norm left out).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,27 +19,15 @@ RESIDUAL_KINDS = ("embed", "resid_pre", "resid_mid", "resid_mid2", "resid_post",
 
 
 def _label(tokenizer: Any, i: int) -> str:
-    if hasattr(tokenizer, "id_to_token"):
-        return str(tokenizer.id_to_token(int(i)))
-    return str(i)
+    return str(tokenizer.id_to_token(int(i))) if hasattr(tokenizer, "id_to_token") else str(i)
 
 
 @torch.no_grad()
 def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: int = 128, *, top: int = 8,
                     before: int = 16, after: int = 4, bins: int = 20, logit_tokens: int = 8) -> dict[str, Any]:
-    """The data of the feature pages (JSON-able).
-
-    Args:
-        sae: the autoencoder; source: a (held-out) source of the model's inputs.
-        windows: inputs read (rounded up to whole batches of the source).
-        top: contexts kept per feature; before, after: tokens shown around each context's peak.
-        bins: histogram bins between 0 and the feature's largest activation.
-        logit_tokens: output tokens listed as pushed up and down.
-    Returns:
-        {"hook", "tokens": int, "d_sae", "dead": [ids], "vocab": {id: label}, "features": [{"id", "frequency",
-        "max", "hist", "contexts": [{"tokens": [ids], "acts": [...], "peak"}], "up", "down"}]},
-        features sorted by frequency, most frequent first.
-    """
+    """The JSON-able data of the feature pages from ``windows`` inputs of a held-out ``source``: ``top``
+    contexts per feature (``before`` and ``after`` tokens around each peak), ``bins`` histogram bins and
+    ``logit_tokens`` output tokens pushed up and down; features most frequent first."""
     check_int("windows", windows, 1, 1 << 20)
     for name, value, low in (("top", top, 1), ("before", before, 0), ("after", after, 0), ("bins", bins, 1),
                              ("logit_tokens", logit_tokens, 0)):
@@ -69,9 +52,14 @@ def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: i
     best_index = torch.zeros((0, d_sae), dtype=torch.long)
     flat_valid = valid.reshape(-1)
     chunks = acts.reshape(W * T, -1).split(4096)
-    offset = 0
-    for chunk in chunks:
-        f = sae.encode(chunk) * flat_valid[offset:offset + len(chunk), None]  # (n, d_sae)
+
+    def encoded() -> Iterator[tuple[int, torch.Tensor]]:  # (offset, (n, d_sae) features), padding zeroed
+        offset = 0
+        for chunk in chunks:
+            yield offset, sae.encode(chunk) * flat_valid[offset:offset + len(chunk), None]
+            offset += len(chunk)
+
+    for offset, f in encoded():
         fired += (f > 0).sum(0)
         peak = torch.maximum(peak, f.max(0).values)
         k = min(top, len(f))
@@ -80,16 +68,12 @@ def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: i
         best_index = torch.cat([best_index, index + offset])
         keep = best_values.topk(min(top, len(best_values)), dim=0)
         best_values, best_index = keep.values, best_index.gather(0, keep.indices)
-        offset += len(chunk)
     # Pass 2: histograms between 0 and each feature's peak.
     hist = torch.zeros(d_sae, bins, dtype=torch.long)
-    offset = 0
-    for chunk in chunks:
-        f = sae.encode(chunk) * flat_valid[offset:offset + len(chunk), None]
+    for _, f in encoded():
         rows, cols = (f > 0).nonzero(as_tuple=True)
         b = (f[rows, cols] / peak[cols] * bins).long().clamp(max=bins - 1)
         hist.view(-1).index_add_(0, cols * bins + b, torch.ones_like(b))
-        offset += len(chunk)
     effects = _logit_effects(sae, source, logit_tokens)
     n_tokens = int(valid.sum())
     features, used = [], set()

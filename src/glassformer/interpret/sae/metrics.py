@@ -1,13 +1,6 @@
-"""How good an SAE is, measured on held-out text: reconstruction, sparsity, and the model's own loss.
-
-- ``mse``: mean squared error per element, in the activation's units;
-- ``explained_variance``: 1 − Σ‖x − x̂‖² / Σ‖x − x̄‖² over every held-out token (x̄ their mean);
-- ``l0``: features active per token, on average;
-- ``dead`` / ``dense``: features that never fire on the held-out tokens / fire on more than
-  ``dense_threshold`` of them (SAELens's log-density > −1);
-- ``ce_clean``, ``ce_sae``, ``ce_zero``: the model's loss as it is, with the hook's activation replaced
-  by the reconstruction, and with it replaced by zeros; ``ce_recovered`` = (zero − sae) / (zero − clean):
-  1 when splicing the SAE in costs nothing, 0 when it is as bad as deleting the activation.
+"""How good an SAE is on held-out text: ``mse`` (per element), ``explained_variance``, ``l0``, ``dead`` /
+``dense`` features (never / above ``dense_threshold``), and the model's loss as it is, with the SAE spliced
+in and with the activation zeroed: ``ce_recovered`` = (zero − sae) / (zero − clean), 1 when the SAE costs nothing.
 """
 
 from __future__ import annotations
@@ -68,18 +61,13 @@ class _Totals:
 @torch.no_grad()
 def evaluate_sae(sae: SparseAutoencoder, source: ActivationSource, batches: int = 8,
                  dense_threshold: float = 0.1) -> dict[str, Any]:
-    """Every metric of the module docstring on ``batches`` model batches drawn from ``source``
-    (use a "val" source: text the SAE was not trained on).
-
-    Returns {"tokens", "mse", "explained_variance", "l0", "dead", "dense", "d_sae", and when the
-    model's inputs have a loss "ce_clean", "ce_sae", "ce_zero", "ce_recovered"}.
-    """
+    """Every metric of the module docstring on ``batches`` model batches from a "val" ``source``; the
+    ``ce_*`` ones only when the model's inputs have a loss."""
     check_int("batches", batches, 1)
     check_number("dense_threshold", dense_threshold, 0.0, 1.0)
     model, name = source.model, source.point.name
     totals = _Totals(sae.config.d_sae)
-    ce = {"clean": 0.0, "sae": 0.0, "zero": 0.0}
-    with_loss = 0
+    ce: list[tuple[float, float, float]] = []  # (clean, with the SAE, zeroed) per batch with a loss
     kept: list[torch.Tensor] = []
 
     def keep(x: torch.Tensor, hook: HookPoint) -> None:
@@ -101,12 +89,10 @@ def evaluate_sae(sae: SparseAutoencoder, source: ActivationSource, batches: int 
             spliced = inputs.loss(model(*inputs.args, **inputs.kwargs))
         with hooks(model, [(name, zero)]):
             ablated = inputs.loss(model(*inputs.args, **inputs.kwargs))
-        for key, value in (("clean", clean), ("sae", spliced), ("zero", ablated)):
-            ce[key] += float(value)
-        with_loss += 1
+        ce.append((float(clean), float(spliced), float(ablated)))
     found = totals.result(dense_threshold)
-    if with_loss:
-        clean, spliced, ablated = (ce[k] / with_loss for k in ("clean", "sae", "zero"))
+    if ce:
+        clean, spliced, ablated = (sum(row[i] for row in ce) / len(ce) for i in range(3))
         gap = ablated - clean
         found.update(ce_clean=clean, ce_sae=spliced, ce_zero=ablated,
                      ce_recovered=(ablated - spliced) / gap if abs(gap) > 1e-9 else float("nan"))

@@ -3,17 +3,8 @@
     f = act(((x · s) − b_dec) W_enc + b_enc)          (d_sae,) features, mostly zero
     x̂ = (f W_dec + b_dec) / s                         (d_in,) the reconstruction
 
-``s`` is a fixed input scale (``input_scale``, measured once so that ‖x·s‖ averages √d_in, as Gao et
-al. 2024 and SAELens's "expected_average_only_in" normalise), so one set of hyperparameters fits any
-model's activations. Two kinds, as the field uses them:
-
-- ``"relu"``: act = ReLU, trained with an L1 penalty on f (Anthropic, "Towards Monosemanticity", 2023);
-- ``"topk"``: act keeps the k largest pre-activations (ReLU'd) and zeroes the rest (Gao et al. 2024).
-
-Both keep every decoder row (a feature's direction, ``W_dec[i]``) at unit norm, so a feature's size
-lives in its activation alone. Parameter names and layouts are SAELens's (``W_enc`` (d_in, d_sae),
-``b_enc``, ``W_dec`` (d_sae, d_in), ``b_dec``). Saved as ``sae.safetensors`` + ``sae.json``
-(:func:`save_sae`, :func:`load_sae`).
+``s`` (``input_scale``) makes ‖x·s‖ average √d_in. act is ReLU ("relu") or keeps the k largest ("topk").
+SAELens's parameter names and layouts; saved as ``sae.safetensors`` + ``sae.json``.
 """
 
 from __future__ import annotations
@@ -44,16 +35,9 @@ MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here 
 
 @dataclass
 class SAEConfig:
-    """What defines an SAE (``sae.json`` holds it, plus ``format`` and ``info``).
-
-    Attributes:
-        d_in: width of the activation (the hook's last axes, flattened: d_model, or heads x hd for hook_z).
-        d_sae: number of features (often 8-64 x d_in).
-        kind: "relu" (L1-trained) or "topk".
-        k: TopK's features per token (ignored by "relu").
-        hook: the hook point it reads, e.g. "blocks.2.hook_resid_post".
-        input_scale: the fixed factor applied to activations before encoding (1.0: none).
-    """
+    """What defines an SAE (``sae.json`` holds it): ``d_in`` the activation's width (its last axes
+    flattened), ``d_sae`` features, ``kind`` "relu" or "topk" (``k`` features per token), the ``hook`` it
+    reads, and ``input_scale`` applied before encoding."""
 
     d_in: int = option(ge=1, le=MAX_WIDTH)
     d_sae: int = option(ge=1, le=MAX_WIDTH)
@@ -73,13 +57,9 @@ class SAEConfig:
 
 
 class SparseAutoencoder(nn.Module):
-    """A ReLU or TopK sparse autoencoder over ``d_in``-wide activations (see the module's docstring).
-
-    Args:
-        config: an :class:`SAEConfig`, or its fields as keywords
-            (``SparseAutoencoder(d_in=128, d_sae=1024, kind="topk", k=16)``).
-    Initialisation: unit-norm random decoder rows, the encoder their transpose x 0.1 (Gao et al. tie the
-    two; Anthropic's April 2024 update starts at norm 0.1), zero biases (training then sets b_dec).
+    """A ReLU or TopK sparse autoencoder from an :class:`SAEConfig` or its fields as keywords
+    (``SparseAutoencoder(d_in=128, d_sae=1024, kind="topk", k=16)``). Starts with unit-norm random decoder
+    rows, the encoder their transpose x 0.1, zero biases.
     """
 
     def __init__(self, config: SAEConfig | None = None, **fields_: Any):
@@ -135,8 +115,7 @@ class SparseAutoencoder(nn.Module):
 
     @torch.no_grad()
     def remove_parallel_gradient(self) -> None:
-        """Drop the part of W_dec's gradient along each row (it would only change the row's norm, which
-        :meth:`normalize_decoder` undoes): "Towards Monosemanticity"'s and Gao et al.'s projection."""
+        """Drop the part of W_dec's gradient along each row (it would only change the row's norm)."""
         if self.W_dec.grad is not None:
             rows = self.W_dec / self.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
             self.W_dec.grad -= (self.W_dec.grad * rows).sum(1, keepdim=True) * rows
@@ -148,21 +127,15 @@ class SparseAutoencoder(nn.Module):
 
 
 def identity_sae(d_in: int, hook: str = "") -> SparseAutoencoder:
-    """A ReLU SAE that reconstructs every input exactly: 2·d_in features, x = ReLU(x) − ReLU(−x).
-
-    For tests and for checking that a reconstruction hook changes nothing by itself.
-    """
+    """A ReLU SAE that reconstructs every input exactly: 2·d_in features, x = ReLU(x) − ReLU(−x)."""
     sae = SparseAutoencoder(d_in=d_in, d_sae=2 * d_in, kind="relu", k=1, hook=hook)
     eye = torch.eye(d_in)
     with torch.no_grad():
         sae.W_enc.copy_(torch.cat([eye, -eye], dim=1))
-        sae.W_dec.copy_(torch.cat([eye, -eye], dim=0))
-        sae.b_enc.zero_()
-        sae.b_dec.zero_()
+        sae.W_dec.copy_(torch.cat([eye, -eye], dim=0))  # the biases start at zero
     return sae
 
 
-# ---------------------------------------------------------------------------------------------- files
 def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) -> None:
     """sae.safetensors and sae.json into ``folder``."""
     weights = {name: p.detach().to("cpu").contiguous() for name, p in sae.named_parameters()}
@@ -184,15 +157,8 @@ def is_sae_folder(path: str | Path) -> bool:
 
 
 def save_sae(sae: SparseAutoencoder, path: str | Path, info: dict[str, Any] | None = None) -> Path:
-    """Write ``sae`` as the folder ``path`` (``sae.safetensors`` + ``sae.json``), atomically.
-
-    Args:
-        sae: the autoencoder.
-        path: the folder; an existing one is replaced only when it is an SAE folder glassformer wrote.
-        info: JSON-able facts kept in sae.json (the model checkpoint, metrics, training config).
-    Returns:
-        ``path``.
-    """
+    """Write ``sae`` as the folder ``path`` (``sae.safetensors`` + ``sae.json`` with the JSON-able ``info``),
+    atomically; an existing folder is replaced only when it is an SAE folder glassformer wrote."""
     path = Path(path)
     if path.exists() and not is_sae_folder(path):
         raise GlassformerError(f"{str(path)!r} exists and is not an SAE folder glassformer wrote; "
@@ -220,11 +186,8 @@ def _read_meta(path: Path) -> dict[str, Any]:
 
 
 def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> SparseAutoencoder:
-    """Read an SAE written by :func:`save_sae` (or the ``sae/`` folder inside a ``glassformer sae`` run).
-
-    Raises MissingFileError for a missing folder or file; BadFileError for a config or weights that do
-    not fit each other (checked from the safetensors header before anything is allocated), or NaN/inf.
-    """
+    """Read an SAE written by :func:`save_sae` (or the ``sae/`` folder inside a ``glassformer sae`` run);
+    BadFileError for a config and weights that do not fit each other, or NaN/inf."""
     path = Path(path)
     if not (path / CONFIG).exists() and (path / "sae" / CONFIG).exists():
         path = path / "sae"

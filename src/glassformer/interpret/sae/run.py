@@ -1,10 +1,5 @@
-"""One call from a model (or a checkpoint) to a trained, measured SAE with its feature pages.
-
-    out_dir/sae/            the SAE: sae.safetensors + sae.json (config, metrics, where it came from)
-    out_dir/metrics.json    the held-out metrics (glassformer.interpret.sae.metrics)
-    out_dir/features.json   what each feature does (feature_summary); the command and the recipe draw
-                            it as out_dir/features.html (glassformer.viz.report_sae)
-    out_dir/state/          the training state ``resume: true`` continues from
+"""One call from a model (or a checkpoint) to a trained, measured SAE with its feature pages: ``out_dir``
+gets ``sae/``, ``metrics.json``, ``features.json`` and the training ``state/`` (docs/sae.md).
 """
 
 from __future__ import annotations
@@ -40,8 +35,7 @@ OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json"
 
 
 def _check_out_dir(out: Path, inputs: list[Path]) -> None:
-    """Refuse, touching nothing, an out_dir whose sae/ or state/ glassformer did not write, or whose
-    :data:`OUTPUT_FILES` are a user's file, a link, a FIFO or one of ``inputs``."""
+    """Refuse, touching nothing, an out_dir whose sae/, state/ or :data:`OUTPUT_FILES` are not ours."""
     if out.exists() and not out.is_dir():
         raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
     for name in ("sae", STATE_DIR):
@@ -52,8 +46,7 @@ def _check_out_dir(out: Path, inputs: list[Path]) -> None:
 
 
 def _tidy_out_dir(out: Path, resume: bool) -> None:
-    """With out_dir locked: put back a folder a kill left moved aside, remove the temporary folders of
-    saves a kill cut short (only glassformer's own), and start afresh unless resuming."""
+    """With out_dir locked: undo what a kill left mid-save, and start afresh unless resuming."""
     names = SAE_FILES | {STATE_FILE}
     for name in ("sae", STATE_DIR):
         restore_moved_aside(out / name, names)
@@ -67,19 +60,9 @@ def _tidy_out_dir(out: Path, resume: bool) -> None:
 def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
             source: Any = None, d_in: int | None = None,
             on_record: Callable[[dict[str, float], int | None], None] | None = None) -> dict[str, Any]:
-    """Train ``config``'s SAE on ``model``, measure it on held-out text, save it and its feature pages.
-
-    Args:
-        config: the run (``out_dir`` None: next to ``checkpoint``).
-        model, tokenizer: the model read and its tokenizer.
-        checkpoint: the model's folder, recorded in sae.json (and the default out_dir's anchor).
-        source, d_in: rows to train on instead of ``config.data`` (metrics and pages still read data).
-        on_record: called with each logged training record and the step the run resumed from (None:
-            a fresh run), e.g. to send it to an experiment tracker.
-    Returns:
-        {"out_dir", "sae", "metrics", "features" (feature_summary's data, or None when
-        ``feature_windows`` is 0), "training" (steps, final losses, wall_s)}.
-    """
+    """Train ``config``'s SAE on ``model`` (on ``source`` rows of width ``d_in`` when given), measure it on
+    held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
+    logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
     if config.out_dir is None:
         if checkpoint is None:
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")

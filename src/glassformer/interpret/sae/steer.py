@@ -1,7 +1,5 @@
-"""Hooks that put an SAE into the model: replace an activation by its reconstruction, or clamp a feature.
-
-Each function returns a ``(hook name, function)`` pair for ``run_with_hooks(model, ids, hooks=[...])``
-or ``with hooks(model, [...]): generate(...)`` (with a KV cache the function sees (B, 1, ...) per step).
+"""Hooks that put an SAE into the model: replace an activation by its reconstruction, or clamp a feature;
+each a ``(hook name, function)`` pair for ``run_with_hooks`` or ``hooks``.
 """
 
 from __future__ import annotations
@@ -23,15 +21,8 @@ def _flat(x: torch.Tensor, sae: SparseAutoencoder) -> torch.Tensor:
 
 
 def reconstruction_hook(sae: SparseAutoencoder, *, error_term: bool = False) -> HookPair:
-    """Replace the activation at ``sae.hook`` by the SAE's reconstruction.
-
-    Args:
-        sae: the autoencoder (its ``hook`` names the point).
-        error_term: add back what the SAE misses (x̂ + (x − x̂) = x: nothing changes, but gradients and
-            clamps flow through the features; SAELens's ``use_error_term``).
-    Returns:
-        ``(sae.hook, fn)``.
-    """
+    """Replace the activation at ``sae.hook`` by the SAE's reconstruction. ``error_term``: add back what
+    the SAE misses (nothing changes, but gradients flow through the features; SAELens's ``use_error_term``)."""
     def replace(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         flat = _flat(x, sae)
         out = sae(flat)
@@ -43,15 +34,8 @@ def reconstruction_hook(sae: SparseAutoencoder, *, error_term: bool = False) -> 
 
 
 def clamp_hook(sae: SparseAutoencoder, feature: int, value: float) -> HookPair:
-    """Set one feature to ``value`` at every position and leave the rest of the activation as it was.
-
-    The activation becomes x + (value − fᵢ)·W_dec[i] / s: the SAE's error term is kept, so only feature
-    ``i``'s contribution changes (``value`` = its own activation changes nothing; 0 ablates it; a
-    large value steers the model towards what the feature stands for).
-
-    Returns:
-        ``(sae.hook, fn)``.
-    """
+    """Set one feature to ``value`` at every position, the rest of the activation as it was:
+    x + (value − fᵢ)·W_dec[i] / s (0 ablates it; a large value steers towards it)."""
     check_int("feature", feature, 0, sae.config.d_sae - 1)
     value = check_number("value", value)
 

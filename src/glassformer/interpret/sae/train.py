@@ -1,19 +1,5 @@
 """Training an SAE on a model's activations: the config, the loop, dead features, resumable state.
-
-Losses (sums over the activation's width, means over the batch, in the normalised units of
-:mod:`.model`, as SAELens writes them):
-
-- "relu": ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ (Towards Monosemanticity; λ ramps up over ``l1_warmup_steps``).
-  Dead features (silent for ``dead_window`` steps) are resampled every ``resample_every`` steps in the
-  first 3/4 of training: their decoder row becomes a poorly reconstructed input's direction, the
-  encoder row that direction scaled to 0.2 x the live rows' mean norm, their Adam moments reset.
-- "topk": ‖x − x̂‖² + α·‖e − ê‖² (Gao et al. 2024's AuxK, α = ``aux_coefficient``): ê reconstructs the
-  error e = x − x̂ from the ``aux_k`` largest pre-activations among dead features only, so dead
-  features get a gradient towards what the live ones miss.
-
-After every step the decoder's rows go back to unit norm (the gradient along them was removed first).
-The state (weights, Adam, the buffer's unserved rows, every generator) is saved to ``out_dir/state/``
-every ``save_every`` steps; ``resume: true`` continues bit-identically.
+Losses: "relu" ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ with dead features resampled; "topk" ‖x − x̂‖² + α·AuxK (docs/sae.md).
 """
 
 from __future__ import annotations
@@ -49,8 +35,7 @@ SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buff
 
 @dataclass
 class SAETrainConfig:
-    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides); checked
-    when made, and again by :meth:`validate` after a field was changed."""
+    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides)."""
 
     hook: str = ""  # the hook point, e.g. "blocks.2.hook_resid_post" (required)
     data: list[str] = option(factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
@@ -114,8 +99,7 @@ class SAETrainConfig:
 
 @contextlib.contextmanager
 def _stop_at_step_end(stop: list[int]) -> Iterator[None]:
-    """Within the block, Ctrl-C or SIGTERM appends its number to ``stop`` (the loop ends its step first);
-    a second one acts at once (KeyboardInterrupt, or the default end). Off the main thread: nothing."""
+    """In the main thread, Ctrl-C or SIGTERM appends its number to ``stop``; a second one acts at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -138,8 +122,7 @@ def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
 
 
 def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
-    """Refuse (one line, before allocating) an SAE whose weights, Adam state, step and buffer cannot fit
-    beside the model's forward passes (:func:`glassformer.budget.sae_bytes`)."""
+    """Refuse, before allocating, an SAE whose training cannot fit beside the model's forward passes."""
     need, held = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0
     if isinstance(getattr(model, "config", None), ModelConfig):
         context = config.context or model.config.max_len
@@ -151,15 +134,7 @@ def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, 
 
 class SAETrainer:
     """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
-
-    Args:
-        config: an :class:`SAETrainConfig` (``out_dir`` must be set).
-        model, tokenizer: the model whose activations are read, and its tokenizer.
-        source: where rows come from; default an :class:`ActivationSource` on ``config.data``
-            (anything with ``next_rows() -> (N, d_in)``, ``state_dict`` and ``load_state_dict`` works:
-            the benchmark feeds fixed activations this way).
-        d_in: the rows' width when ``source`` is given.
-    """
+    ``source`` (default: ``config.data``) gives rows of width ``d_in`` from ``next_rows()``."""
 
     def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, d_in: int | None = None):
@@ -195,10 +170,8 @@ class SAETrainer:
         self.history: list[dict[str, float]] = []
         self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
 
-    # ------------------------------------------------------------------ one step
     def initialize(self, rows: torch.Tensor) -> None:
-        """Step 0: the input scale (when ``normalize``) and the decoder bias (the geometric median, as in
-        "Towards Monosemanticity") from activation rows (N, d_in); :meth:`train` calls it on the first buffer."""
+        """Step 0: the input scale and the decoder bias (geometric median) from rows (N, d_in)."""
         with torch.no_grad():
             if self.config.normalize:
                 self.sae.config.input_scale = estimate_input_scale(rows)
@@ -223,8 +196,7 @@ class SAETrainer:
         pre = sae.pre_activations(rows)  # (N, d_sae)
         f = sae.activate(pre)
         recon = f @ sae.W_dec + sae.b_dec
-        # sq_err: squared error per token, summed over its d_in numbers, in normalised units (the loss term);
-        # not the page's mse (per number, in the activation's units): mse ≈ sq_err / (d_in · input_scale²)
+        # per token, summed over d_in, in normalised units: mse ≈ sq_err / (d_in · input_scale²)
         sq_err = (recon - x).pow(2).sum(-1).mean()
         loss, parts = sq_err, {"sq_err": float(sq_err.detach())}
         if c.kind == "relu":
@@ -289,14 +261,10 @@ class SAETrainer:
         self.last_fired[dead.cpu()] = self.step
         return len(dead)
 
-    # ------------------------------------------------------------------ the run
     def train(self, stop_at: int | None = None) -> dict[str, Any]:
-        """Train to ``config.steps`` (or stop after step ``stop_at``, saving the state there).
-
-        Saves the state every ``save_every`` steps and at the end. Ctrl-C or SIGTERM stops at the end of
-        the current step, saves there (a state saved mid-step would be torn, and its resume would differ)
-        and raises KeyboardInterrupt (:attr:`stop_signal` says which); a second one stops at once,
-        keeping the last saved state. Returns {"steps", "history", "final": the last logged losses}.
+        """Train to ``config.steps`` (or stop after step ``stop_at``), saving the state every ``save_every``
+        steps and at the end. Ctrl-C or SIGTERM stops at the end of the current step, saves, and raises
+        KeyboardInterrupt (:attr:`stop_signal` says which). Returns {"steps", "history", "final"}.
         """
         c = self.config
         end = c.steps if stop_at is None else min(stop_at, c.steps)
@@ -319,8 +287,7 @@ class SAETrainer:
         return {"steps": self.step, "history": self.history, "final": last}
 
     def _steps(self, end: int, bar: Any, stop: list[int]) -> dict[str, float]:
-        """:meth:`train`'s loop to step ``end`` (or the end of the step in which ``stop`` was filled);
-        returns the last step's losses."""
+        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses."""
         c, last = self.config, {}
         while self.step < end and not stop:
             last = self.train_step(self.buffer.next_batch())
@@ -338,7 +305,6 @@ class SAETrainer:
                 self.save_state()
         return last
 
-    # ------------------------------------------------------------------ state
     def save_state(self) -> Path:
         """Write ``out_dir/state/`` (the SAE, Adam, buffer, generators, step) atomically; returns it."""
         folder = self.out / STATE_DIR
@@ -352,11 +318,8 @@ class SAETrainer:
         return folder
 
     def resume(self) -> bool:
-        """Continue from ``out_dir/state/`` when it exists (False when there is none).
-
-        Raises BadFileError when the state was written by a run whose config differs in a key that
-        decides what it means (hook, sizes, seed, data...), naming the keys.
-        """
+        """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
+        the keys when it was written with another config in ``SAME_ON_RESUME``."""
         from ...loaders import load_state_file
         from ...state_check import _count, check_optimizer_state
 
