@@ -4,8 +4,6 @@ MemAvailable, the cgroup limit left and the ``ulimit -v`` room (a GPU's memory w
 ``max_memory``; a refusal is one line naming the options, the estimate and the limit that bound it.
 """
 
-from __future__ import annotations
-
 import contextlib
 import math
 import os

@@ -1,7 +1,5 @@
 """check_causality: prove, by perturbation, that no position sees what it must not."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

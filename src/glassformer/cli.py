@@ -1,8 +1,6 @@
 """The ``glassformer VERB [options]`` command line (a verb: ``commands/<verb>.py``). A GlassformerError or an
 OSError prints one line (status 2); any other exception is a bug and keeps its traceback."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import difflib

@@ -10,8 +10,6 @@ help string, its Chinese one is no longer found and tests/test_cli_zh.py names i
 standard library only: ``--help`` answers before torch loads. The vocabulary follows locale/report.zh.json.
 """
 
-from __future__ import annotations
-
 import argparse
 import re
 import shutil

@@ -6,8 +6,6 @@ the "did you mean" hint; each verb's own help is in cli_help_zh.py. Torch-free: 
 before any verb runs. The texts are in locale/cli.json; the vocabulary follows locale/report.zh.json.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Mapping, Sequence
 

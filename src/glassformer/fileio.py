@@ -1,8 +1,6 @@
 """The way out: writes a crash never leaves half-done (temporary name, fsync, rename), and the ownership rule
 every writer asks first: replace only what glassformer wrote, never an input (:func:`check_output_file`)."""
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import json

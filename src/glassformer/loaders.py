@@ -1,8 +1,6 @@
 """The way in: one reader per format (JSON, JSON lines, YAML, a torch state, tokenizer.json), each bounding
 sizes before it parses and turning every way a file can be unusable into one BadFileError naming it."""
 
-from __future__ import annotations
-
 import json
 import os
 import pickle

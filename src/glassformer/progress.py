@@ -1,8 +1,6 @@
 """Heartbeat lines for long steps: one line to stderr at most every ``every`` seconds, on a terminal or in a
 log (unlike a progress bar); quiet under :func:`quiet` and on torchrun ranks other than 0."""
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 import os
@@ -95,7 +93,7 @@ class Heartbeat:
                 self.write(self.line(now))
 
     @contextlib.contextmanager
-    def beating(self, poll: float | None = None) -> Iterator[Heartbeat]:
+    def beating(self, poll: float | None = None) -> "Iterator[Heartbeat]":
         """While inside, a thread calls :meth:`update` every ``poll`` seconds (lines while a Rust call blocks)."""
         stop = threading.Event()
 
@@ -121,7 +119,7 @@ class Heartbeat:
                 self.write(f"{self.what}: done, {self._amount(self.done)} {unit} in {now - self.started:,.0f} s")
                 self.lines += 1
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> "Heartbeat":
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:

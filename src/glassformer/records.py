@@ -1,7 +1,5 @@
 """JSON-lines records (``metrics.jsonl``, ``microscope.jsonl``), read back by ``loaders.read_records``."""
 
-from __future__ import annotations
-
 import json
 import math
 from typing import Any

@@ -1,8 +1,6 @@
 """The header of safetensors files: tensor names, shapes and dtypes, read without reading any tensor
 (``training`` and ``interop`` check a model against it before allocating)."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """A resume state checked against the run it goes into before any kernel sees a tensor (``torch.load`` trusts
 every shape); a mismatch is one line naming the file, the key, what it holds and what was expected."""
 
-from __future__ import annotations
-
 import math
 from pathlib import Path
 from typing import Any

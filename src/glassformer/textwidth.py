@@ -1,8 +1,6 @@
 """Text widths in terminal display columns, not characters (a CJK character takes two, a combining mark
 none): every trace and table pads with :func:`pad` or :func:`format_columns`."""
 
-from __future__ import annotations
-
 import itertools
 import re
 import string

@@ -1,8 +1,6 @@
 """One validator for every config dataclass: a field's type comes from its annotation, its range or
 choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_fields`."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import MISSING, field, fields
 from typing import Any

@@ -2,8 +2,6 @@
 plain alternative here, by the median of paired per-round time ratios. A default *loses* when that ratio
 exceeds ``1 + tolerance``; where it *is* the plain way here, nothing is timed and the ratio is 1."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

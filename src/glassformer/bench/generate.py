@@ -2,8 +2,6 @@
 (batch, prompt, new tokens) case, also as a fraction of the bound batch x memory bandwidth / weight bytes
 (a decoding step reads every weight once)."""
 
-from __future__ import annotations
-
 import statistics
 from dataclasses import replace
 from typing import Any

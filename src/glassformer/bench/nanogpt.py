@@ -1,8 +1,6 @@
 """nanoGPT (karpathy/nanoGPT, MIT) from the user's own checkout, none of its code kept here: its model.py as a
 bench contender, and its train.py run as it stands (``benchmarks/bench_nanogpt_quality.py``)."""
 
-from __future__ import annotations
-
 import importlib.machinery
 import importlib.util
 import re

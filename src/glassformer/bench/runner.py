@@ -1,7 +1,5 @@
 """The benchmark suite behind ``glassformer bench``: run the parts, print a table, keep the JSON."""
 
-from __future__ import annotations
-
 import datetime
 import importlib.util
 import os

@@ -1,8 +1,6 @@
 """How a training step's cost grows with context length, batch and width (glassformer only): FLOPs per token
 are 6N + 12·L·T·d, so tokens/s should be flat in batch, fall slowly with T and about as 1/d² with width."""
 
-from __future__ import annotations
-
 from dataclasses import replace
 from typing import Any
 

@@ -1,8 +1,6 @@
 """What is benchmarked: the sizes, as glassformer and Hugging Face GPT-2 models alike (random init, dropout
 0), and the precisions (float32, or float32 weights with the forward pass under ``torch.autocast``)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar

@@ -1,8 +1,6 @@
 """Timing helpers: paired interleaved runs (a slow minute on a shared machine slows both sides of a pair
 alike), medians and ratios, peak memory."""
 
-from __future__ import annotations
-
 import contextlib
 import ctypes
 import itertools

@@ -1,8 +1,6 @@
 """Training throughput (forward + backward + clipping + AdamW, the same step and batch for every model):
 tokens/s, paired speed ratios, peak memory and MFU against a square matmul's peak in the same precision."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType

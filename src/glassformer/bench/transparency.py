@@ -1,8 +1,6 @@
 """The cost of transparency: ``return_attn=True`` (the explicit softmax, every layer's (B, h, T, T) weights
 kept) against the fused forward, and what glassformer.interpret's hook points cost when used."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -1,7 +1,5 @@
 """``glassformer bench``: the benchmark suite, per precision, against Hugging Face GPT-2 and nanoGPT."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import sys

@@ -1,7 +1,5 @@
 """``glassformer convert``: a Hugging Face model folder <-> a glassformer checkpoint folder."""
 
-from __future__ import annotations
-
 import argparse
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """``glassformer demo``: the lesson of :mod:`glassformer.lessons.tiny_char` (or ``lesson2``) end to end."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import sys

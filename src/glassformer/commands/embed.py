@@ -1,7 +1,5 @@
 """``glassformer embed``: sentence embeddings (mean pooling, L2 norm) from an encoder, or their similarities."""
 
-from __future__ import annotations
-
 import argparse
 import json
 from pathlib import Path

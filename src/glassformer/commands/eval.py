@@ -1,7 +1,5 @@
 """``glassformer eval CHECKPOINT --data FILE``: loss, perplexity and accuracy of a checkpoint on a file."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import math

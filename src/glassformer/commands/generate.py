@@ -1,7 +1,5 @@
 """``glassformer generate CHECKPOINT --prompt TEXT``: every decoding option, streaming and traces."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import sys

@@ -1,8 +1,6 @@
 """``glassformer inspect``: one self-contained HTML page of a model's attention, shapes and generation, or of
 a training run's folder."""
 
-from __future__ import annotations
-
 import argparse
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """``--key value`` pairs from the command line (train, recipe, sae); applying them to a config is
 :func:`glassformer.training.config.apply_overrides`'s job."""
 
-from __future__ import annotations
-
 import ast
 import difflib
 import re

@@ -1,8 +1,6 @@
 """``glassformer recipe NAME|CONFIG.yaml [--key value ...]``: train and evaluate one recipe (a YAML file with
 a ``recipe:`` section, shipped or the user's) and write ``out_dir/results.json``; see :mod:`glassformer.recipes`."""
 
-from __future__ import annotations
-
 import argparse
 import json
 from pathlib import Path

@@ -1,8 +1,6 @@
 """``glassformer sae CHECKPOINT --hook NAME --data FILE [--key value ...]``: train a sparse autoencoder on a
 hook point, measure it and write its feature pages; every key of ``SAETrainConfig`` is an option (docs/sae.md)."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import math

@@ -1,8 +1,6 @@
 """``glassformer train --config FILE.yaml [--key value ...]``: train with any of the four objectives, alone or
 under ``torchrun --nproc_per_node=N`` (docs/training.md)."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import math

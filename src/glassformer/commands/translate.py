@@ -1,7 +1,5 @@
 """``glassformer translate CHECKPOINT [FILE ...]``: translate lines with an encoder-decoder checkpoint."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

@@ -3,8 +3,6 @@
 A batch is a dict of tensors, the example first, always with ``labels`` (-100 = no loss). A step's
 global batch comes from a generator seeded by (seed, step): the same for one process or N, and after a resume."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator, Sequence
 from itertools import islice
 

@@ -1,8 +1,6 @@
 """Text files -> one array of token ids, encoded piece by piece into a cache file (uint16 or uint32) and
 read back with ``np.memmap``, so a large corpus never lives in RAM twice."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os

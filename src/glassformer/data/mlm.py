@@ -1,7 +1,5 @@
 """Masked-LM inputs (BERT, Devlin et al. 2019): hide 15% of the tokens and predict them."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch

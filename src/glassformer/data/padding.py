@@ -1,7 +1,5 @@
 """The one padder: id lists of different lengths -> a (B, L) id tensor and a (B, L) padding mask."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch

@@ -1,7 +1,5 @@
 """Prefix-LM examples (T5's prefix-LM, UniLM): a random prefix read both ways, the rest predicted."""
 
-from __future__ import annotations
-
 import torch
 
 from ..errors import GlassformerError

@@ -1,7 +1,5 @@
 """Sequence-to-sequence pairs: reading them (two parallel files, TSV or JSONL) and length-bucketed batches."""
 
-from __future__ import annotations
-
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -100,7 +98,7 @@ class EncodedPairs(Sequence):
         self.src, self.src_starts, self.tgt, self.tgt_starts = src, src_starts, tgt, tgt_starts
 
     @classmethod
-    def of(cls, pairs: Iterable[tuple[Sequence[int], Sequence[int]]]) -> EncodedPairs:
+    def of(cls, pairs: Iterable[tuple[Sequence[int], Sequence[int]]]) -> "EncodedPairs":
         """``pairs`` as EncodedPairs (returned as it is when it already is one)."""
         if isinstance(pairs, EncodedPairs):
             return pairs

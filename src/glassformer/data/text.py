@@ -1,7 +1,5 @@
 """Reading text files with one-line errors: missing, empty, a folder, not UTF-8."""
 
-from __future__ import annotations
-
 import gzip
 import zlib
 from collections.abc import Iterator

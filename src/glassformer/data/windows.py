@@ -1,7 +1,5 @@
 """Windows of a token array: random ones for training, consecutive ones covering a split for evaluation."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 
 import numpy as np

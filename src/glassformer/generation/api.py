@@ -1,7 +1,5 @@
 """``generate``: token ids in, token ids out, with Hugging Face ``model.generate``'s arguments and results."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass

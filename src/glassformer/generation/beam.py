@@ -5,8 +5,6 @@ log-probability: the best ``num_beams`` that do not end run on; those among the 
 end join the finished list, scored ``sum of log-probs / generated_length ** length_penalty``. Tensors
 are shaped (B, beams, ...) as in Hugging Face's vectorised code, so the same weights give the same sequences."""
 
-from __future__ import annotations
-
 import torch
 
 from .incremental import IncrementalDecoder

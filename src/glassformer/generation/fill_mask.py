@@ -1,7 +1,5 @@
 """fill_mask: an encoder-only (BERT-style) model's best candidates for each masked position."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -4,8 +4,6 @@ Everything model-specific of decoding lives here: left padding, a prefix-LM's pr
 memory, and the context window: past ``config.max_len`` tokens the oldest are dropped and the window is
 recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay identical."""
 
-from __future__ import annotations
-
 import torch
 
 from ..errors import GlassformerError, check_token_ids

@@ -4,8 +4,6 @@
 counts), ``scores`` (B, V) float32; removed tokens get ``-inf``. Hugging Face's order: repetition
 penalty, no-repeat n-gram, then (sampling only) temperature, top-k, top-p, min-p."""
 
-from __future__ import annotations
-
 import torch
 
 from ..errors import check_int, check_number

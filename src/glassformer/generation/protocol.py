@@ -4,8 +4,6 @@ Any ``torch.nn.Module`` with these methods and a ``config`` (``arch``, ``attn``,
 ``max_len``) can be generated from. A cache is whatever ``new_cache`` returns; generation only reads its
 ``length`` and calls ``reorder(rows)`` (beam search)."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 

@@ -1,8 +1,6 @@
 """Greedy or sampled decoding, one token per row per step (a generator, so callers can stream). A row that
 produced an eos id or hit a stop criterion receives ``pad_token_id`` from then on, as in Hugging Face."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 

@@ -4,8 +4,6 @@ A byte-level token may hold half a UTF-8 character, and a BPE/WordPiece token ma
 before it decodes, so :class:`TextStream` re-decodes a short window of recent tokens and emits only
 final text (Hugging Face text-generation-inference's incremental detokenisation)."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator, Sequence
 from typing import Any
 

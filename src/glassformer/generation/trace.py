@@ -1,7 +1,5 @@
 """A generation trace: at every step, what the model saw, its top candidates and what was chosen."""
 
-from __future__ import annotations
-
 import html
 from typing import Any
 

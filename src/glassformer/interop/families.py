@@ -5,8 +5,6 @@ Each family maps a ``config.json`` to a :class:`ModelConfig` (and back) and tens
 glassformer model lacks (biases, feed-forward sub-layers, position table) are exported as zeros (``Family.fill``).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial

@@ -3,8 +3,6 @@
 The conversion works on plain data (a config dict and a state dict), so :func:`load_hf_dir` needs no transformers.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

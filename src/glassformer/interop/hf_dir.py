@@ -3,8 +3,6 @@
 ``load_hf_dir`` reads what ``save_pretrained`` writes; ``save_hf_dir`` writes what ``from_pretrained`` loads.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 from pathlib import Path

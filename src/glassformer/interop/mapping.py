@@ -3,8 +3,6 @@
 A converter is a list of :class:`Rule` (one of our tensors <- one or more of theirs), used both ways.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass

@@ -5,8 +5,6 @@ boundary: torch's boolean masks mean True = *hidden*, glassformer's True = *may 
 glassformer is always batch first, (B, T, d).
 """
 
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 from torch import nn

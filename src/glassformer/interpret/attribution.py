@@ -6,8 +6,6 @@ once, from three passes (a clean forward; a corrupted forward and backward):
 Close where the metric is near linear in the activation; :func:`exact_head_patching` checks it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

@@ -3,8 +3,6 @@ arguments, labels and numbers) on glassformer's hook names. As in TransformerLen
 ``apply_ln`` divides by the cached scale and leaves the norm's gain and bias out (docs/interpret.md).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator, Mapping
 
 import torch

@@ -4,8 +4,6 @@ that receivers ``L{l}H{h}.q/.k/.v``, ``MLP{l}``, ``logits`` read (Elhage et al. 
 receiver's input so one edge can be cut, patched or differentiated alone (docs/interpret.md).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +32,7 @@ class EdgeGraph:
     receiver_layer: list[int]
 
     @classmethod
-    def of(cls, model: nn.Module) -> EdgeGraph:
+    def of(cls, model: nn.Module) -> "EdgeGraph":
         """The graph of ``model``; an error for a model it does not cover."""
         if not isinstance(model, TransformerLM) or model.config.attn != "causal":
             raise GlassformerError(f"circuits read causal TransformerLMs, got {type(model).__name__}")

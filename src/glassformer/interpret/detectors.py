@@ -2,8 +2,6 @@
 tokens repeated twice: a score is a head's mean attention on the position its kind looks at (1: always).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import torch

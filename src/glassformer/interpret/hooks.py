@@ -5,8 +5,6 @@ A hook is called as ``fn(tensor, hook)`` (``hook``: the :class:`HookPoint`) and 
 tensor) or a tensor of the same shape, as in TransformerLens; a backward hook as ``fn(grad, hook)``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -101,7 +99,7 @@ class Hooks:
                 module.taps = None  # nothing attached: every tap is one attribute test again
         self._attached = []
 
-    def __enter__(self) -> Hooks:
+    def __enter__(self) -> "Hooks":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -190,7 +188,7 @@ class Recording(Mapping[str, list[torch.Tensor]]):
         """Stop recording (what was recorded stays)."""
         self._hooks.remove()
 
-    def __enter__(self) -> Recording:
+    def __enter__(self) -> "Recording":
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,8 +3,6 @@ MLP writes into one token's logit (direct logit attribution). Both read the stre
 final norm and output layer, so the last layer's lens is the logits and the attributions add up to the logit.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import torch

@@ -5,8 +5,6 @@ on two fixed probes and appends one record (head scores, losses, lens, norms, at
 user's ``measurements``) to ``out_dir/microscope.jsonl`` (docs/interpret.md).
 """
 
-from __future__ import annotations
-
 import importlib
 import json
 import math
@@ -63,7 +61,7 @@ class WatchConfig:
                                     f"got {self.measurements!r:.80}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
+    def from_dict(cls, data: dict[str, Any]) -> "WatchConfig":
         """Build and check a ``watch:`` mapping (a command line's strings read as YAML)."""
         return from_mapping(cls, {k: _parsed(v) for k, v in data.items()} if isinstance(data, dict) else data,
                             "watch")

@@ -2,8 +2,6 @@
 head ablation (``hook_z`` set to zero or its mean), and attention weights of chosen layers only.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

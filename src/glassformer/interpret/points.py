@@ -2,8 +2,6 @@
 gives the same tensor ("blocks.0.attn.hook_z") and a short name for every layer ("z") (docs/interpret.md).
 """
 
-from __future__ import annotations
-
 import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass

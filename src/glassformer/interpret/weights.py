@@ -4,8 +4,6 @@ so :class:`FactoredMatrix` keeps them as factors. ``fold_ln=True`` folds each no
 weights that read its output, as TransformerLens's ``fold_ln`` does; its other processing is not applied.
 """
 
-from __future__ import annotations
-
 from functools import cached_property
 
 import torch
@@ -63,11 +61,11 @@ class FactoredMatrix:
         return self.B @ self.A
 
     @property
-    def T(self) -> FactoredMatrix:  # noqa: N802
+    def T(self) -> "FactoredMatrix":  # noqa: N802
         """The transpose, Bᵀ Aᵀ."""
         return FactoredMatrix(self.B.transpose(-2, -1), self.A.transpose(-2, -1))
 
-    def __matmul__(self, other: torch.Tensor | FactoredMatrix) -> torch.Tensor | FactoredMatrix:
+    def __matmul__(self, other: "torch.Tensor | FactoredMatrix") -> "torch.Tensor | FactoredMatrix":
         """M @ other: a factored matrix for a matrix or a factored one, a tensor (..., l) for a vector (r,)."""
         if isinstance(other, FactoredMatrix):
             return (self @ other.A) @ other.B
@@ -77,7 +75,7 @@ class FactoredMatrix:
             return (self.A @ (self.B @ other[:, None]))[..., 0]
         return FactoredMatrix(self.A, self.B @ other)
 
-    def __rmatmul__(self, other: torch.Tensor) -> torch.Tensor | FactoredMatrix:
+    def __rmatmul__(self, other: torch.Tensor) -> "torch.Tensor | FactoredMatrix":
         """other @ M: a factored matrix for a matrix, a tensor (..., r) for a vector (l,)."""
         if not isinstance(other, torch.Tensor):
             return NotImplemented
@@ -85,7 +83,7 @@ class FactoredMatrix:
             return ((other[None] @ self.A) @ self.B)[..., 0, :]
         return FactoredMatrix(other @ self.A, self.B)
 
-    def __mul__(self, scalar: float | torch.Tensor) -> FactoredMatrix:
+    def __mul__(self, scalar: float | torch.Tensor) -> "FactoredMatrix":
         """A scalar multiple (applied to A)."""
         if isinstance(scalar, torch.Tensor) and scalar.numel() != 1:
             raise GlassformerError(f"* takes a scalar (use @ for products), got a tensor of shape "
@@ -94,14 +92,14 @@ class FactoredMatrix:
 
     __rmul__ = __mul__
 
-    def __getitem__(self, index: int | slice | tuple) -> FactoredMatrix:
+    def __getitem__(self, index: int | slice | tuple) -> "FactoredMatrix":
         """Index the leading dims (layers, heads): ``QK[1, 3]`` is layer 1 head 3's (d, d) circuit."""
         index = index if isinstance(index, tuple) else (index,)
         if len(index) > self.ndim - 2:
             raise GlassformerError(f"index the leading dims only ({self.ndim - 2} here); index AB for entries")
         return FactoredMatrix(self.A[index], self.B[index])
 
-    def unsqueeze(self, dim: int) -> FactoredMatrix:
+    def unsqueeze(self, dim: int) -> "FactoredMatrix":
         """A new leading dim at ``dim`` (counted among the leading dims, as TransformerLens does)."""
         return FactoredMatrix(self.A.unsqueeze(dim), self.B.unsqueeze(dim))
 
@@ -149,7 +147,7 @@ class FactoredMatrix:
         """U diag(S), (..., l, m): M without its right orthogonal factor."""
         return self.U * self.S[..., None, :]
 
-    def make_even(self) -> FactoredMatrix:
+    def make_even(self) -> "FactoredMatrix":
         """The same M as (U √S, √S Vᵀ): each factor holds half of the singular values."""
         root = self.S.sqrt()
         return FactoredMatrix(self.U * root[..., None, :], root[..., :, None] * self.V.transpose(-2, -1))

@@ -1,8 +1,6 @@
 """Lesson 2's experiments: attention against torch.nn, why divide by √d, order blindness, positions.
 Each runs in seconds on a CPU and returns its findings (``glassformer demo --lesson2`` runs them all)."""
 
-from __future__ import annotations
-
 import math
 
 import torch

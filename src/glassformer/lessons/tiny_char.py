@@ -2,8 +2,6 @@
 in seconds, every step shown (windows, shapes, LayerNorm by hand, causality, training, greedy trace, reload).
 """
 
-from __future__ import annotations
-
 import json
 import time
 from collections.abc import Iterator

@@ -5,8 +5,6 @@
 Catalogues are data, as gettext's are: a translator edits them without touching code. Standard library only.
 """
 
-from __future__ import annotations
-
 import json
 from functools import cache
 from pathlib import Path

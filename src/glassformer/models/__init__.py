@@ -1,7 +1,5 @@
 """The models: TransformerLM (causal / bidirectional / prefix) and EncoderDecoder."""
 
-from __future__ import annotations
-
 from ..config import ModelConfig
 from .common import count_params
 from .encdec import EncoderDecoder, EncoderDecoderOutput

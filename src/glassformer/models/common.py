@@ -1,7 +1,5 @@
 """What TransformerLM and EncoderDecoder share: embeddings, blocks, the final norm and initialisation."""
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -4,8 +4,6 @@ Bidirectional encoder blocks turn the source into ``memory`` (B, S, d); each dec
 cross-attention (queries from the target, keys and values from ``memory``) between its causal
 self-attention and its feed-forward, so every generated token can look back at every source position."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import torch

@@ -1,7 +1,5 @@
 """The output layer: hidden states -> a score for every vocabulary entry."""
 
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -1,8 +1,6 @@
 """Old state-dict names -> today's, so checkpoints written by earlier versions still load. Every rename
 of a parameter's path is listed once in :data:`RENAMES`, old pattern first."""
 
-from __future__ import annotations
-
 import re
 from typing import Any
 

@@ -4,8 +4,6 @@
     attn="bidirectional"  encoder-only (BERT): each position sees the whole sequence -> masked-LM
     attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal"""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import torch

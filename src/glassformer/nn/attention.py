@@ -1,8 +1,6 @@
 """Scaled dot-product attention, softmax(q kᵀ / √d_k + score_bias) v, written out step by step; the
 same numbers from ``F.scaled_dot_product_attention`` when nobody asks for the weights; multi-head attention."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,8 +118,8 @@ class AttentionInputs:
     need_weights: bool = True
 
     @staticmethod
-    def given(inputs: AttentionInputs | None, mask: torch.Tensor | None = None,
-              memory_mask: torch.Tensor | None = None) -> AttentionInputs:
+    def given(inputs: "AttentionInputs | None", mask: torch.Tensor | None = None,
+              memory_mask: torch.Tensor | None = None) -> "AttentionInputs":
         """``inputs``, or the lessons' plain masks made into one; both at once is an error."""
         if inputs is None:
             return AttentionInputs(mask=mask, memory_mask=memory_mask)

@@ -1,7 +1,5 @@
 """The Transformer block: attention, optional cross-attention and feed-forward, with residuals."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

@@ -1,7 +1,5 @@
 """The position-wise feed-forward network: attention moves information, this transforms it."""
 
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 from torch import nn

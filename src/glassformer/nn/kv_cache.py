@@ -1,7 +1,5 @@
 """Key/value caches for generation: :class:`KVCache` for one attention, :class:`LayerCache` for one block."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

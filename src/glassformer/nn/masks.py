@@ -1,8 +1,6 @@
 """Attention masks: who may look at whom. Boolean, **True = "may attend"**, broadcasting to (B, h, Tq, Tk),
 as in ``F.scaled_dot_product_attention`` (``torch.nn.MultiheadAttention`` uses the opposite convention)."""
 
-from __future__ import annotations
-
 import torch
 
 from ..errors import GlassformerError, check_int, check_prefix_len

@@ -3,8 +3,6 @@
 Both have TransformerLens's hook points "scale" (..., 1), the divisor, and "normalized" (..., d), the
 vector divided by it before the learned gain and bias; only while hooked are they written out."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 
@@ -13,7 +11,7 @@ from ..validate import check_choice
 from .taps import Tapped
 
 
-def _written_out(norm: LayerNorm | RMSNorm, x: torch.Tensor, centre: bool) -> torch.Tensor:
+def _written_out(norm: "LayerNorm | RMSNorm", x: torch.Tensor, centre: bool) -> torch.Tensor:
     """The norm through its "scale" and "normalized" taps: (..., d) -> (..., d).
 
     Hooks that only read leave the output the untapped norm's, bit for bit; after a replaced or edited

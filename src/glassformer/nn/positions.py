@@ -5,8 +5,6 @@
   only on the relative offset (Llama);
 - ALiBi (Press et al. 2022): add ``-slope_h * |i - j|`` to the attention scores (BLOOM)."""
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -3,8 +3,6 @@
 Nothing is attached by default, and then a tap returns its tensor after one attribute test.
 :mod:`glassformer.interpret` attaches functions under TransformerLens's names (``blocks.0.attn.hook_q``)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -1,8 +1,6 @@
 """Public corpora of the recipes in a data folder (``$GLASSFORMER_DATA`` or ``./data``) laid out as ``URLS``,
 fetched only with ``download=True`` (tinyshakespeare is also shipped); Tang poems from Debian's fortunes-zh."""
 
-from __future__ import annotations
-
 import os
 import re
 import urllib.error

@@ -3,8 +3,6 @@ attention-only model reads random segments, each repeated, while the training mi
 ``recipe.gpt2`` also trains a GPT-2 model and scores it after a round trip through a Hugging Face folder.
 """
 
-from __future__ import annotations
-
 import json
 import string
 from collections.abc import Iterator

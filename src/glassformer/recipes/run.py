@@ -3,8 +3,6 @@ the task's options). One call trains, evaluates and writes ``out_dir/results.jso
 TrainConfig key (default ``precision: auto``); ``recipe.KEY`` overrides the recipe section.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import sys

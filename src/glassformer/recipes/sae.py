@@ -1,8 +1,6 @@
 """The ``sae`` recipe task: train the language model, then a sparse autoencoder (any SAETrainConfig key) on one
 of its hook points; list the top features and, for a char-level model, those firing on one kind of character."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable
 from pathlib import Path

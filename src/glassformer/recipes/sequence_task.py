@@ -1,8 +1,6 @@
 """Tasks whose output follows the whole input (the prefix): ``x=y.`` with ``y`` ``x`` reversed (``cab=bac.``),
 sorted (``cab=abc.``) or, for ``count``, how often each symbol occurs later, capped (``abab=1100.``)."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 
 import torch

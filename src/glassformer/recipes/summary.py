@@ -1,7 +1,5 @@
 """What ``glassformer recipe`` prints at the end: a few readable lines per task (every number: results.json)."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -5,8 +5,6 @@
 :class:`LeanStep` and :class:`StaticSteps` run one decoding step with little Python, or with fixed shapes.
 """
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator
 from functools import partial

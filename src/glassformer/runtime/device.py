@@ -1,7 +1,5 @@
 """Which device a run uses: the one owner of that choice (training, the bench and the commands ask here)."""
 
-from __future__ import annotations
-
 import torch
 
 from ..errors import GlassformerError

@@ -7,8 +7,6 @@ than ``MAX_AGE_DAYS`` are measured again by the next process. Choices are kept p
 threads) in ``$GLASSFORMER_CACHE_DIR/kernel-choices.json``; ``glassformer bench --kernel_choices`` lists them.
 """
 
-from __future__ import annotations
-
 import contextlib
 import datetime
 import json

@@ -6,8 +6,6 @@ is timed once (:func:`.kernel_choice.choose`). Only float32 on the CPU, no autog
 ``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements; :func:`.decode.few_row_route` applies it to a model.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -5,8 +5,6 @@ measurement of this model's step finds it clearly faster (:func:`.kernel_choice.
 float16 (which needs loss scaling) is never chosen by "auto".
 """
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -7,8 +7,6 @@ before torch loads), and re-measured during long loops (:class:`LoadFollower`). 
 (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ..., ``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
 """
 
-from __future__ import annotations
-
 import os
 import statistics
 import sys

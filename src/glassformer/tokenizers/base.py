@@ -1,7 +1,5 @@
 """The one interface every glassformer tokenizer has (char, byte, BPE, and wrapped Hugging Face ones)."""
 
-from __future__ import annotations
-
 import json
 import operator
 from abc import ABC, abstractmethod
@@ -71,7 +69,7 @@ class Tokenizer(ABC):
     ``special_tokens``: {name: id} for the special tokens it has, names among :data:`SPECIAL_NAMES`."""
 
     kind: ClassVar[str] = ""
-    registry: ClassVar[dict[str, type[Tokenizer]]] = {}
+    registry: "ClassVar[dict[str, type[Tokenizer]]]" = {}
     special_tokens: dict[str, int]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -102,7 +100,7 @@ class Tokenizer(ABC):
 
     @classmethod
     @abstractmethod
-    def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
+    def from_dict(cls, data: dict[str, Any]) -> "Tokenizer":
         """Rebuild from :meth:`to_dict`'s output (a GlassformerError when a field is missing or wrong)."""
 
     pad_id = _special_id("pad")
@@ -137,7 +135,7 @@ class Tokenizer(ABC):
         Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
 
     @staticmethod
-    def load(path: str | Path) -> Tokenizer:
+    def load(path: str | Path) -> "Tokenizer":
         """Read a tokenizer written by :meth:`save`, whatever its kind (a BadFileError naming the file when
         it is not one)."""
         data = load_json(path, "tokenizer file")

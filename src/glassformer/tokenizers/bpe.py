@@ -1,7 +1,5 @@
 """BPETokenizer: byte-level byte-pair encoding trained with Hugging Face ``tokenizers`` (GPT-2's scheme)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -37,7 +35,7 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int, specials: Sequence[str] = (),
-              min_frequency: int = 2) -> BPETokenizer:
+              min_frequency: int = 2) -> "BPETokenizer":
         """Learn merges from ``texts`` (strings: lines or chunks of a corpus) up to ``vocab_size`` (at least
         the 256 bytes + specials), merging pairs seen ``min_frequency`` times; a long training prints
         its progress to stderr every ~10 s."""
@@ -87,7 +85,7 @@ class BPETokenizer(Tokenizer):
         return {"kind": self.kind, "specials": list(self.specials), "hf": json.loads(self.hf.to_str())}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
+    def from_dict(cls, data: dict[str, Any]) -> "BPETokenizer":
         """Rebuild from :meth:`to_dict`'s output."""
         return cls(rust_tokenizer(field(data, "hf", dict), "the 'hf' field"), field(data, "specials", list, ()))
 

@@ -1,7 +1,5 @@
 """ByteTokenizer: the 256 bytes of UTF-8 as tokens, so no text is ever unknown."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
@@ -57,6 +55,6 @@ class ByteTokenizer(Tokenizer):
         return {"kind": self.kind, "specials": list(self.specials)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ByteTokenizer:
+    def from_dict(cls, data: dict[str, Any]) -> "ByteTokenizer":
         """Rebuild from :meth:`to_dict`'s output."""
         return cls(field(data, "specials", list, ()))

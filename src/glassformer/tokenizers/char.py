@@ -1,7 +1,5 @@
 """CharTokenizer: one id per character, the vocabulary read off the corpus."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,7 +34,7 @@ class CharTokenizer(Tokenizer):
         self._sorted_codes = codes[self._order]
 
     @classmethod
-    def from_text(cls, text: str, specials: Sequence[str] = ()) -> CharTokenizer:
+    def from_text(cls, text: str, specials: Sequence[str] = ()) -> "CharTokenizer":
         """The tokenizer whose characters are ``sorted(set(text))``."""
         if not text:
             raise GlassformerError("cannot build a CharTokenizer from empty text")
@@ -94,6 +92,6 @@ class CharTokenizer(Tokenizer):
         return {"kind": self.kind, "specials": list(self.specials), "chars": "".join(self.chars)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
+    def from_dict(cls, data: dict[str, Any]) -> "CharTokenizer":
         """Rebuild from :meth:`to_dict`'s output."""
         return cls(list(field(data, "chars", str)), field(data, "specials", list, ()))

@@ -1,7 +1,5 @@
 """make_tokenizer: build the tokenizer a training config names from the training text."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Sequence
 
 from ..errors import GlassformerError

@@ -1,8 +1,6 @@
 """HFTokenizer: a pretrained Hugging Face tokenizer (tokenizer.json, BERT's vocab.txt, GPT-2's
 vocab.json + merges.txt) behind glassformer's tokenizer interface. Needs only ``tokenizers``."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +50,7 @@ class HFTokenizer(Tokenizer):
             self.special_tokens[role] = token_id
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> HFTokenizer:
+    def from_dir(cls, path: str | Path) -> "HFTokenizer":
         """The tokenizer of a Hugging Face model folder: ``tokenizer.json``, else ``vocab.txt`` (BERT
         WordPiece), else ``vocab.json`` + ``merges.txt`` (GPT-2 BPE); special tokens and lower-casing from
         ``tokenizer_config.json`` / ``special_tokens_map.json`` when present."""
@@ -115,7 +113,7 @@ class HFTokenizer(Tokenizer):
         return {"kind": self.kind, "special_tokens": self.special_strings, "hf": json.loads(self.hf.to_str())}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
+    def from_dict(cls, data: dict[str, Any]) -> "HFTokenizer":
         """Rebuild from :meth:`to_dict`'s output."""
         specials = field(data, "special_tokens", (dict, type(None)), None)
         if specials is not None and not all(isinstance(v, str) for v in specials.values()):

@@ -1,8 +1,6 @@
 """Checkpoints: a folder (model.safetensors, config.json, tokenizer.json, training.json, train_state.pt)
 written atomically (a crash leaves the previous one intact) and loaded with no pickle of arbitrary objects."""
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import json

@@ -1,7 +1,5 @@
 """torch.distributed: one process per device under ``torchrun`` (else a no-op), DDP or FSDP2, full states."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """Trainer: the training loop, with evaluation, logging, checkpoints, exact resume and torchrun scale-out."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import math

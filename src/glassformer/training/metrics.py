@@ -1,7 +1,5 @@
 """``metrics.jsonl``: one strict-JSON record per log line and per evaluation of a training run."""
 
-from __future__ import annotations
-
 import math
 from pathlib import Path
 from typing import Any

@@ -1,8 +1,6 @@
 """Muon whose Newton-Schulz iteration runs in the precision this machine does fastest: torch's always uses
 bfloat16, which a CPU without bfloat16 instructions emulates (~10x slower than float32)."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Iterable
 

@@ -1,8 +1,6 @@
 """The four training objectives (clm, mlm, prefix, seq2seq): cross-entropy on the labels that are not -100,
 as sums with their token count (so the global batch's count can normalise them)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

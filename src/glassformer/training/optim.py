@@ -1,7 +1,5 @@
 """The optimizers (AdamW, or Muon on the blocks' matrices with AdamW on the rest) and learning-rate schedules."""
 
-from __future__ import annotations
-
 import math
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Replay the training microscope over saved checkpoints (:func:`glassformer.interpret.microscope.replay`)."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Sequence
 from pathlib import Path

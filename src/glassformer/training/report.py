@@ -1,7 +1,5 @@
 """What training prints for a person: the model line, the resume line and its warnings, the summary."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from typing import Any

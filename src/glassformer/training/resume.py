@@ -1,7 +1,5 @@
 """Exact resume: the trainer's counters, what ``train_state.pt`` holds, and how a run is restored from it."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
 from pathlib import Path

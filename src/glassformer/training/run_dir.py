@@ -1,7 +1,5 @@
 """A training run's folder: step folders (``ckpt-000200/``), pointers (links ``last``, ``best``), ownership."""
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Callable

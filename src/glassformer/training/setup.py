@@ -1,7 +1,5 @@
 """prepare_run: from a TrainConfig to the tokenizer, the batches and a fresh model."""
 
-from __future__ import annotations
-
 import itertools
 import os
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """The training step's precision: "auto" decided by timing the model's own step (rank 0 measures)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

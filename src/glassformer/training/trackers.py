@@ -1,8 +1,6 @@
 """Experiment trackers (``log``: none, tensorboard, wandb, or both joined by a comma); W&B is offline unless
 ``WANDB_MODE=online``. A resumed run continues the same tracker run and never logs a step twice."""
 
-from __future__ import annotations
-
 import importlib.util
 import json
 import math

@@ -1,7 +1,5 @@
 """Evaluation on the validation split: loss, perplexity and token accuracy."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 

@@ -1,8 +1,6 @@
 """Weights files read like untrusted input: headers are checked against the config (:func:`check_sizes`,
 :func:`meta_specs`) before anything is allocated; only then are the tensors read (:func:`load_tensors`)."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 from collections.abc import Iterator, Sequence

@@ -1,8 +1,6 @@
 """PNG plots of attention heads over training, from the induction recipe's history: records
 {"step", "loss_first", "loss_repeat", "previous_token": L x h, "induction": L x h}."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

@@ -1,8 +1,6 @@
 """The words a learner reads, in English and Chinese (locale/report.en.json, report.zh.json: same keys and
 ``{fields}``). Error messages stay in English: they are searched for, quoted in issues and matched by tests."""
 
-from __future__ import annotations
-
 import os
 import string
 from collections.abc import Mapping

@@ -1,7 +1,5 @@
 """PNG plots: attention weights as a grid of heatmaps (layers x heads), and loss curves."""
 
-from __future__ import annotations
-
 import io
 from collections.abc import Sequence
 from pathlib import Path

@@ -1,8 +1,6 @@
 """write_report: one self-contained, offline HTML page (everything inline, no network by its Content-Security-Policy)
 of what a model does with one input: every head's attention, the forward pass's shapes, the generation trace."""
 
-from __future__ import annotations
-
 import base64
 import hashlib
 import html
@@ -187,12 +185,12 @@ class Report:
 
     @classmethod
     def build(cls, model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,
-              target: str | Sequence[int] | torch.Tensor | None = None, **kwargs: Any) -> Report:
+              target: str | Sequence[int] | torch.Tensor | None = None, **kwargs: Any) -> "Report":
         """The report of ``model`` reading ``text``; arguments as for :func:`write_report`."""
         return cls(report_html(model, tokenizer, text, target, **kwargs))
 
     @classmethod
-    def open(cls, path: str | Path) -> Report:
+    def open(cls, path: str | Path) -> "Report":
         """A report page written earlier (by :func:`write_report` or ``glassformer inspect``)."""
         return cls(Path(path).read_text(encoding="utf-8"))
 

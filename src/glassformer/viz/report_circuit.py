@@ -1,7 +1,5 @@
 """A found circuit (:mod:`glassformer.interpret.circuits`) drawn as an inline SVG graph, alone or in an offline page."""
 
-from __future__ import annotations
-
 import html
 import math
 import re

@@ -1,7 +1,5 @@
 """The report's data: one forward pass with attention weights on (and a generation trace) as a :class:`ReportData`."""
 
-from __future__ import annotations
-
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -1,8 +1,6 @@
 """The report's "why" sections from glassformer.interpret as shaded HTML tables: the logit lens, head scores
 and ablation effects (the drop in the log-probability of the model's top prediction without one head)."""
 
-from __future__ import annotations
-
 import html
 from collections.abc import Callable
 from typing import Any

@@ -2,8 +2,6 @@
 the run was watched, the microscope's head scores, snapshots, lens and norms at the step a slider picks (run.js).
 """
 
-from __future__ import annotations
-
 import html
 import math
 import re

@@ -1,8 +1,6 @@
 """Feature pages of a sparse autoencoder: one self-contained, offline HTML page listing the features of
 :func:`glassformer.interpret.sae.feature_summary` (drawn by report_assets/sae.js)."""
 
-from __future__ import annotations
-
 import html
 import math
 from pathlib import Path

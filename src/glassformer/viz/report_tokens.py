@@ -1,7 +1,5 @@
 """The report's tokens: inputs as ids (cut, padded), printable labels, the report's bounds, the generation trace."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -1,7 +1,5 @@
 """shape_trace: the shape of every named step of a forward pass, in the order it ran."""
 
-from __future__ import annotations
-
 import inspect
 from typing import Any
 

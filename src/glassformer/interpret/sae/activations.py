@@ -2,8 +2,6 @@
 Each file's first ``1 - val_fraction`` of bytes is "train", the rest "val".
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -3,8 +3,6 @@ top-activating contexts, and (for a hook in the residual space the output layer 
 logits its decoder direction raises and lowers most (through the unembedding; the final norm left out).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from typing import Any
 

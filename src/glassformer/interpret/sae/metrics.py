@@ -3,8 +3,6 @@
 in and with the activation zeroed: ``ce_recovered`` = (zero − sae) / (zero − clean), 1 when the SAE costs nothing.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -2,8 +2,6 @@
 gets ``sae/``, ``metrics.json``, ``features.json`` and the training ``state/`` (docs/sae.md).
 """
 
-from __future__ import annotations
-
 import json
 import sys
 import time

@@ -2,8 +2,6 @@
 each a ``(hook name, function)`` pair for ``run_with_hooks`` or ``hooks``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -2,8 +2,6 @@
 Losses: "relu" ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ with dead features resampled; "topk" ‖x − x̂‖² + α·AuxK (docs/sae.md).
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import math
@@ -82,7 +80,7 @@ class SAETrainConfig:
         check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
         check_device_name(self.device)
 
-    def validate(self) -> SAETrainConfig:
+    def validate(self) -> "SAETrainConfig":
         """Check every key again (after one was changed); return self."""
         self.__post_init__()
         return self
@@ -92,7 +90,7 @@ class SAETrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SAETrainConfig:
+    def from_dict(cls, data: dict[str, Any]) -> "SAETrainConfig":
         """Build and check; an unknown key is an error naming it and the known ones."""
         return from_mapping(cls, data, "SAE config")
 
