@@ -1,14 +1,6 @@
-"""Each verb's ``--help`` in Chinese under ``--lang zh`` or a Chinese locale (issue 34 point 4).
-
-cli.py builds the parser in English, then :func:`translate_help` swaps in the texts of locale/cli.json: each verb's
-description, its options' help strings, its epilog (examples stay as they are; in ``train --help`` the
-config keys' comments too), and a help formatter that wraps by display columns (a Chinese character
-takes two, so wrapping by ``len`` would overflow the terminal).
-
-Option help strings are looked up by their English text, as gettext does: when someone edits an English
-help string, its Chinese one is no longer found and tests/test_cli_zh.py names it. Torch-free and
-standard library only: ``--help`` answers before torch loads. The vocabulary follows locale/report.zh.json.
-"""
+"""Each verb's ``--help`` in Chinese (``--lang zh`` or a Chinese locale): :func:`translate_help` swaps in the
+texts of locale/cli.json (description, option help looked up by its English text as gettext does, epilog)
+and a help formatter that wraps by display columns (a Chinese character takes two). Torch-free."""
 
 import argparse
 import re

@@ -1,10 +1,5 @@
-"""Chinese text of the command line's own frame (``--lang zh`` anywhere on the line, or a Chinese locale).
-
-argparse's frame (usage, option groups, "the following arguments are required", "unrecognized
-arguments", "invalid choice"), the top-level description and epilog, the verbs' one-line summaries and
-the "did you mean" hint; each verb's own help is in cli_help_zh.py. Torch-free: the CLI reads this
-before any verb runs. The texts are in locale/cli.json; the vocabulary follows locale/report.zh.json.
-"""
+"""The command line's own frame in Chinese (argparse's messages, the top-level help, the verbs' summaries,
+the "did you mean" hint), from locale/cli.json; each verb's own help is in cli_help_zh.py. Torch-free."""
 
 import os
 from collections.abc import Mapping, Sequence

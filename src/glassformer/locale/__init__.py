@@ -1,9 +1,5 @@
-"""The message catalogues: every translated text (and the report's English labels) as JSON data.
-
-``cli.json`` holds the command line's Chinese (argparse's frame, each verb's description, options, epilogs);
-``report.en.json`` / ``report.zh.json`` the demo's steps and the reports' labels, the same keys in each.
-Catalogues are data, as gettext's are: a translator edits them without touching code. Standard library only.
-"""
+"""The message catalogues as JSON data, as gettext keeps them: ``cli.json`` (the command line's Chinese),
+``report.{en,zh}.json`` (the demo's steps, the reports' labels), ``train.{en,zh}.json`` (the training report)."""
 
 import json
 from functools import cache
