@@ -1,6 +1,8 @@
 """ModelConfig: every architectural choice of a model in one dataclass, checked when made (the models
 trust it), round-tripped through JSON (a checkpoint's ``config.json``), with named presets."""
 
+from __future__ import annotations
+
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -76,7 +78,7 @@ class ModelConfig:
         if self.arch == "lm" and self.n_layers < 1:
             raise GlassformerError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
 
-    def validate(self) -> "ModelConfig":
+    def validate(self) -> ModelConfig:
         """Self: a config is checked when made and cannot change (kept for code that calls it)."""
         return self
 
@@ -95,7 +97,7 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """A config from a dict of its fields; an unknown key or a missing vocab_size is an error naming it."""
         return from_mapping(cls, data)
 
@@ -107,7 +109,7 @@ class ModelConfig:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "ModelConfig":
+    def from_json(cls, text_or_path: str | Path) -> ModelConfig:
         """A config from JSON text or a JSON file; a bad file is a BadFileError, a bad field an error naming it."""
         text = str(text_or_path)
         # JSON text starts with "{" (a Path, or a file named "{...}", is a file)
@@ -123,12 +125,12 @@ class ModelConfig:
             raise BadFileError(f"{error}; nor is {text!r:.120} an existing file") from None
         return cls.from_dict(data)
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with some fields changed (an unknown field is an error naming it)."""
         return type(self).from_dict({**self.to_dict(), **changes})
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named configuration (see ``PRESETS``), optionally with fields overridden."""
         if not isinstance(name, str) or name not in PRESETS:
             raise GlassformerError(f"unknown preset {shown(name)}; available: {sorted(PRESETS)}")

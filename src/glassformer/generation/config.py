@@ -1,6 +1,8 @@
 """``GenerationConfig``: how :func:`glassformer.generation.generate` chooses tokens, checked once, when made;
 what belongs to one call (padding, prefix lengths, a tokenizer, stopping callables) stays its argument."""
 
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,7 +81,7 @@ class GenerationConfig:
         object.__setattr__(self, "eos_token_id", eos)  # normalising fields of a frozen instance while it is made
         object.__setattr__(self, "stop_strings", tuple(stops or ()))
 
-    def replace(self, **changes: Any) -> "GenerationConfig":
+    def replace(self, **changes: Any) -> GenerationConfig:
         """A copy with ``changes`` (checked like a new config)."""
         return dataclasses.replace(self, **changes)
 

@@ -1,9 +1,5 @@
-"""The Hugging Face families glassformer converts: GPT-2, GPT-NeoX, Llama, BERT and BART.
-
-Each family maps a ``config.json`` to a :class:`ModelConfig` (and back) and tensor names by
-:class:`~glassformer.interop.mapping.Rule`, without ``transformers``. Tensors the family always has and a
-glassformer model lacks (biases, feed-forward sub-layers, position table) are exported as zeros (``Family.fill``).
-"""
+"""The Hugging Face families glassformer converts (GPT-2, GPT-NeoX, Llama, BERT, BART): configs both ways and
+tensor names by :class:`~glassformer.interop.mapping.Rule`, without ``transformers``."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,10 +30,9 @@ def _no_fill(config: ModelConfig) -> Fill:
 class Family:
     """One Hugging Face architecture family: our ``name``, their ``model_type`` and classes with and without head.
 
-    ``prefix``: the base model's prefix inside ``head_class``; ``config_from_hf``/``config_to_hf``: the configs;
-    ``required``: {ModelConfig field: allowed values} to export; ``rules``: weight rules with ``head_class`` names;
-    ``has_head``: whether a config exports as ``head_class``; ``ignore``: regexes of their tensors dropped on
-    import; ``fill``: {their name: (shape, value)}, constants exported for tensors the model lacks.
+    ``prefix``: the base model's prefix inside ``head_class``; ``required``: {ModelConfig field: allowed values}
+    to export; ``ignore``: regexes of their tensors dropped on import; ``fill``: {their name: (shape, value)},
+    constants exported for tensors the model lacks (biases, feed-forward sub-layers, position table).
     """
 
     name: str
@@ -102,10 +97,8 @@ def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same", hea
 
 
 def _qkv(ours: str, q: str, k: str, v: str, sizes: tuple[int, int, int], bias: bool = True) -> list[Rule]:
-    out = [rule(f"{ours}.weight", f"{q}.weight", f"{k}.weight", f"{v}.weight", sizes=sizes)]
-    if bias:
-        out.append(rule(f"{ours}.bias", f"{q}.bias", f"{k}.bias", f"{v}.bias", sizes=sizes))
-    return out
+    params = ("weight", "bias") if bias else ("weight",)
+    return [rule(f"{ours}.{p}", f"{q}.{p}", f"{k}.{p}", f"{v}.{p}", sizes=sizes) for p in params]
 
 
 def _sizes(c: ModelConfig) -> tuple[int, int, int]:
@@ -122,8 +115,7 @@ def _d_ff(c: ModelConfig) -> int:
     return 1 if c.attn_only else c.d_ff
 
 
-# The sub-layers of a GPT-2-shaped pre-norm block, in their names:
-# (attention norm, fused qkv, attention output, feed-forward norm, up, down).
+# A fused-qkv pre-norm block's sub-layers: (attention norm, qkv, attention output, feed-forward norm, up, down).
 _GPT2_NAMES = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj")
 _NEOX_NAMES = ("input_layernorm", "attention.query_key_value", "attention.dense", "post_attention_layernorm",
               "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")
@@ -259,13 +251,11 @@ def _neox_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
 
 
-def _neox_fill(c: ModelConfig) -> Fill:
-    return _fused_block_fill(c, "gpt_neox.layers.", _NEOX_NAMES, "gpt_neox.final_layer_norm", transposed=False)
-
-
 NEOX = Family("gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox.", _neox_config, _neox_to_hf,
               _neox_required, _neox_rules, has_head=lambda c: True,
-              ignore=(r"gpt_neox\.layers\.\d+\.attention\.(masked_)?bias", r".*rotary_emb\.inv_freq"), fill=_neox_fill)
+              ignore=(r"gpt_neox\.layers\.\d+\.attention\.(masked_)?bias", r".*rotary_emb\.inv_freq"),
+              fill=partial(_fused_block_fill, layers="gpt_neox.layers.", names=_NEOX_NAMES,
+                           final_norm="gpt_neox.final_layer_norm", transposed=False))
 
 
 def _llama_config(hf: dict[str, Any], has_head: bool) -> ModelConfig:
@@ -354,9 +344,8 @@ def _bert_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def _block_rules(c: ModelConfig, ours: str, attentions: list[tuple[str, ...]],
                  ffn: tuple[str, str, str]) -> list[Rule]:
-    """Rules for one post-norm block with separate q/k/v (BERT, BART): ``ours`` its prefix ("blocks.0."),
-    ``attentions`` (our attention, our norm, their q, k, v, output, norm) per attention sub-layer, ``ffn``
-    their (up, down, norm)."""
+    """Rules for one post-norm block (BERT, BART) at ``ours`` ("blocks.0."): per attention sub-layer (our attention,
+    our norm, their q, k, v, output, norm), then ``ffn``: their (up, down, norm)."""
     out = []
     for mine, norm, q, k, v, o, their_norm in attentions:
         out += _qkv(f"{ours}{mine}.qkv", q, k, v, _sizes(c))

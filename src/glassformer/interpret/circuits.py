@@ -48,15 +48,11 @@ class EdgeGraph:
         senders, s_after, receivers, r_place = ["embed"], [0], [], []
         for layer, block in enumerate(model.blocks):
             heads = [f"L{layer}H{head}" for head in range(c.n_heads)]
-            receivers += [f"{head}.{k}" for head in heads for k in KINDS]
-            r_place += [2 * layer] * (3 * len(heads))
-            senders += heads
-            s_after += [2 * layer + 1] * len(heads)
-            if block.ffn is not None:
-                receivers.append(f"MLP{layer}")
-                r_place.append(2 * layer + 1)
-                senders.append(f"MLP{layer}")
-                s_after.append(2 * layer + 2)
+            mlp = [] if block.ffn is None else [f"MLP{layer}"]
+            receivers += [f"{head}.{k}" for head in heads for k in KINDS] + mlp
+            r_place += [2 * layer] * (3 * len(heads)) + [2 * layer + 1] * len(mlp)
+            senders += heads + mlp
+            s_after += [2 * layer + 1] * len(heads) + [2 * layer + 2] * len(mlp)
         receivers.append("logits")
         r_place.append(2 * c.n_layers)
         allowed = torch.tensor([[r >= s for r in r_place] for s in s_after])
@@ -97,8 +93,7 @@ class _EdgeRun:
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
-        c = model.config
-        self.h, self.hd = c.n_heads, c.d_model // c.n_heads
+        self.h, self.hd = model.config.n_heads, model.config.d_model // model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
@@ -171,10 +166,6 @@ class _EdgeRun:
         with Hooks(self.model, self.hooks()):
             return self.model(ids)
 
-    def stacked_writes(self) -> torch.Tensor:
-        """(S, B, T, d): every sender's write in this run."""
-        return torch.stack([self.writes[name] for name in self.graph.senders])
-
 
 def _checked_inputs(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor) -> EdgeGraph:
     graph = EdgeGraph.of(model)
@@ -196,18 +187,16 @@ def _metric_value(metric: Metric, logits: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, (S, B, T, d) every sender's write) of one plain forward of ``ids``."""
-    graph = EdgeGraph.of(model)
-    run = _EdgeRun(model, graph)
+    run = _EdgeRun(model, EdgeGraph.of(model))
     logits = run.run(ids)
-    return logits, run.stacked_writes()
+    return logits, torch.stack([run.writes[name] for name in run.graph.senders])
 
 
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
                   edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """Patch only the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``): "noising" runs on ``clean`` with the
-    edges carrying the corrupted writes, "denoising" the other way. Returns metric(patched) - metric(unpatched).
-    """
+    """metric(patched) - metric(unpatched), patching only the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``):
+    "noising" runs on ``clean`` with the edges carrying the corrupted writes, "denoising" the other way."""
     if direction not in ("noising", "denoising"):
         raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
     graph = _checked_inputs(model, clean, corrupted)
@@ -251,16 +240,14 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
     with torch.no_grad():
         clean_logits, clean_writes = sender_writes(model, clean)
         corrupted_logits, corrupted_writes = sender_writes(model, corrupted)
-        _, embeds = run_with_cache(model, clean, names="hook_embed")
-        _, embeds_corrupted = run_with_cache(model, corrupted, names="hook_embed")
+        embed_clean = run_with_cache(model, clean, names="hook_embed")[1]["hook_embed"]
+        embed_corrupted = run_with_cache(model, corrupted, names="hook_embed")[1]["hook_embed"]
     delta = clean_writes - corrupted_writes  # (S, B, T, d)
     alphas = [1.0] if method == "eap" else [(i + 0.5) / steps for i in range(steps)]
     grad_sum = torch.zeros(len(graph.receivers), *clean_writes.shape[1:], dtype=torch.float32, device=delta.device)
     for alpha in alphas:
         leaf = torch.zeros_like(grad_sum, requires_grad=True)
-        embed = None
-        if method == "eap-ig":
-            embed = embeds_corrupted["hook_embed"] + alpha * (embeds["hook_embed"] - embeds_corrupted["hook_embed"])
+        embed = embed_corrupted + alpha * (embed_clean - embed_corrupted) if method == "eap-ig" else None
         with torch.enable_grad():
             value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean))
             (grad,) = torch.autograd.grad(value, leaf)
@@ -325,13 +312,12 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
     clean_m, corrupted_m = scores.clean_metric, scores.corrupted_metric
-    tried: dict[int, float] = {}
+    tried: dict[int, float] = {}  # edges kept -> the circuit's metric
 
     def faithful(k: int) -> float:
         if k not in tried:
-            value = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
-            tried[k] = faithfulness(value, clean_m, corrupted_m)
-        return tried[k]
+            tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
+        return faithfulness(tried[k], clean_m, corrupted_m)
 
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
@@ -344,9 +330,8 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if faithful(mid) >= target else (mid, hi)
         k = hi
-    value = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
-    return Circuit(ranked[:k], faithfulness(value, clean_m, corrupted_m), value, clean_m, corrupted_m,
-                   scores.method, len(ranked), sorted(tried.items()))
+    return Circuit(ranked[:k], faithful(k), tried[k], clean_m, corrupted_m, scores.method, len(ranked),
+                   [(n, faithful(n)) for n in sorted(tried)])
 
 
 def induction_task(repeated: torch.Tensor, length: int, start: int, low: int, vocab: int,

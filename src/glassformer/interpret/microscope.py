@@ -5,6 +5,8 @@ on two fixed probes and appends one record (head scores, losses, lens, norms, at
 user's ``measurements``) to ``out_dir/microscope.jsonl`` (docs/interpret.md).
 """
 
+from __future__ import annotations
+
 import importlib
 import json
 import math
@@ -61,7 +63,7 @@ class WatchConfig:
                                     f"got {self.measurements!r:.80}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "WatchConfig":
+    def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
         """Build and check a ``watch:`` mapping (a command line's strings read as YAML)."""
         return from_mapping(cls, {k: _parsed(v) for k, v in data.items()} if isinstance(data, dict) else data,
                             "watch")
@@ -128,12 +130,6 @@ def record_scalars(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _running_median(values: list[float], window: int) -> list[float]:
-    """Each value replaced by the median of the ``window`` values around it (fewer at the ends)."""
-    half = window // 2
-    return [float(torch.tensor(values[max(0, i - half):i + half + 1]).median()) for i in range(len(values))]
-
-
 def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window: int = 5, min_drop: float = 0.3,
                         max_width: float = 0.3) -> dict[str, Any] | None:
     """Where a series, smoothed by a running median of ``window`` (odd) records, falls abruptly (by at least
@@ -147,8 +143,9 @@ def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window
     points = [(int(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(float(v))]
     if len(points) < 3:
         return None
-    xs = [s for s, _ in points]
-    smooth = _running_median([v for _, v in points], min(window, len(points) - (1 - len(points) % 2)))
+    xs, ys = [s for s, _ in points], [v for _, v in points]
+    half = min(window, len(points) - (1 - len(points) % 2)) // 2  # a running median of this many records either side
+    smooth = [float(torch.tensor(ys[max(0, i - half):i + half + 1]).median()) for i in range(len(ys))]
     start, low = smooth[0], min(smooth)
     drop = start - low
     if start <= 0 or drop < min_drop * abs(start) or smooth[-1] > start - drop / 2:
@@ -157,7 +154,7 @@ def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window
     def first_below(level: float) -> int:
         return next(i for i, v in enumerate(smooth) if v <= level)
     begin, middle, end = (first_below(start - f * drop) for f in (0.2, 0.5, 0.8))
-    width = xs[end] - xs[max(begin - 1, 0)] if begin > 0 else xs[end] - xs[0]
+    width = xs[end] - xs[max(begin - 1, 0)]
     if width > max_width * (xs[-1] - xs[0]):
         return None
     return {"step": xs[middle], "from": round(start, 5), "to": round(low, 5), "width": width}
@@ -219,12 +216,6 @@ def _checked_value(name: str, value: Any) -> Any:
         raise GlassformerError(f"measurement {name!r} returned {count:,} numbers; at most "
                                f"{MAX_MEASURED_NUMBERS:,} fit a record (return a summary)")
     return out
-
-
-def _entropy(pattern: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of each head's attention rows: (B, h, T, T) -> (h,)."""
-    p = pattern.float().clamp_min(1e-12)
-    return -(pattern.float() * p.log()).sum(-1).mean((0, 2))
 
 
 class Microscope:
@@ -341,15 +332,12 @@ class Microscope:
         params = list(model.parameters())
         grads = [p.grad for p in params]
         devices = [model.emb.weight.device] if model.emb.weight.device.type == "cuda" else []
-        out = {}
         try:
             with torch.random.fork_rng(devices=devices), torch.enable_grad():
-                for name, fn in self.measurements.items():
-                    out[name] = _checked_value(name, fn(model, probe))
+                return {name: _checked_value(name, fn(model, probe)) for name, fn in self.measurements.items()}
         finally:
             for p, g in zip(params, grads):
                 p.grad = g
-        return out
 
     def _head_scores(self, model: TransformerLM) -> dict[str, Any]:
         per = [head_scores(model, n, self.watch.probe_batch, low=self.low, bos=self.bos) for n in self.lengths]
@@ -372,12 +360,13 @@ class Microscope:
             resid_norm.append(float(resid.float().norm(dim=-1).mean()))
         by_position = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
         by_position = by_position.view(ids.shape[0], -1).mean(0)  # (T - 1,): [i] predicts position i + 1
-        patterns = cache.stack("pattern")  # (L, R, h, T, T)
+        patterns = cache.stack("pattern")  # (L, R, h, T, T); entropy (L, h): a row's mean nats, layer by layer
+        entropy = torch.stack([-(p.float() * p.float().clamp_min(1e-12).log()).sum(-1).mean((0, 2)) for p in patterns])
         S = min(self.watch.snapshot_tokens, ids.shape[1])
         snapshots = {f"{layer}.{head}": _rounded(patterns[layer, 0, head, :S, :S], 3) for layer, head in self.heads}
         weight_norm = [math.sqrt(sum(float(p.double().pow(2).sum()) for p in block.parameters()))
                        for block in model.blocks]
-        return {"entropy": _rounded(torch.stack([_entropy(p) for p in patterns])),
+        return {"entropy": _rounded(entropy),
                 "lens_loss": [round(v, 5) for v in lens_loss], "resid_norm": [round(v, 4) for v in resid_norm],
                 "weight_norm": [round(v, 4) for v in weight_norm], "attention": snapshots,
                 "loss_by_position": [round(v, 4) for v in by_position.tolist()],

@@ -1,9 +1,5 @@
-"""Speed policy applied from outside while a model generates.
-
-:func:`few_row_route` sends a model's projections through :func:`.linear.linear` for a ``with`` block;
-:func:`decoding_attention` keeps fused attention off cuDNN on a GPU (which plans anew for every key length);
-:class:`LeanStep` and :class:`StaticSteps` run one decoding step with little Python, or with fixed shapes.
-"""
+"""Speed policy applied from outside while a model generates: the few-row route, attention kernels off cuDNN,
+and one decoding step with little Python (:class:`LeanStep`) or fixed shapes (:class:`StaticSteps`)."""
 
 import contextlib
 from collections.abc import Iterator
@@ -19,11 +15,8 @@ from .linear import MIN_WEIGHT, linear, route_pays
 
 
 def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None) -> torch.Tensor:
-    """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) through :func:`.linear.linear`.
-
-    At a decoding step the route does not take, the module gets its class's ``forward`` back for the rest
-    of the generation (every step has the same rows), so it pays no per-call check.
-    """
+    """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) through :func:`.linear.linear`;
+    at a decoding step where the route does not pay, the module gets its class's ``forward`` back for good."""
     weight = embedding if module.weight is None else module.weight
     if x.dim() == 3 and x.shape[1] == 1 and not route_pays(x, weight):
         del module.forward
@@ -49,14 +42,9 @@ def few_row_route(model: nn.Module) -> Iterator[None]:
     routed = []
     embedding = getattr(getattr(model, "embeddings", None), "tok", None)
     for module in model.modules():
-        if "forward" in module.__dict__:
+        if "forward" in module.__dict__ or not (isinstance(module, nn.Linear) or type(module) is OutputHead):
             continue
-        if isinstance(module, nn.Linear):
-            weight = module.weight
-        elif type(module) is OutputHead:
-            weight = module.weight if module.weight is not None else getattr(embedding, "weight", None)
-        else:
-            continue
+        weight = module.weight if module.weight is not None else getattr(embedding, "weight", None)
         if _may_route(weight):
             module.forward = partial(_routed, module)
             routed.append(module)
@@ -82,8 +70,7 @@ _LEAN_STEP = [True]  # switched by set_lean_step (the defaults check times the m
 
 
 def set_lean_step(on: bool) -> bool:
-    """Let decoders use :class:`LeanStep` (on, the default) or always call the model's own forward;
-    returns the previous setting."""
+    """Let decoders use :class:`LeanStep` (on, the default) or always the model's forward; returns the previous."""
     previous, _LEAN_STEP[0] = _LEAN_STEP[0], bool(on)
     return previous
 
@@ -91,9 +78,8 @@ def set_lean_step(on: bool) -> bool:
 class LeanStep:
     """One cached decoding step of a TransformerLM (``LeanStep.supports(model)``) with little Python.
 
-    The same kernels in the same order on the model's own parameters and :class:`KVCache`\\ s, so the same
-    numbers, without the ~0.3 ms of Python per layer of the model's forward (docs/generation.md). Used only
-    while :meth:`usable` (nobody watches); otherwise the decoder calls the model, so hooks fire.
+    The model's kernels in the same order, so the same numbers, without its ~0.3 ms of Python per layer
+    (docs/generation.md). Used only while :meth:`usable` (nobody watches), so hooks still fire.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -147,14 +133,11 @@ class LeanStep:
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, end: int, cache: list,
                  mask: torch.Tensor | None, slot: torch.Tensor | None = None) -> torch.Tensor:
-        """The last layer's normalised states (B, 1, d) for one new token per row, as ``model.hidden_states``.
+        """The last layer's normalised states (B, 1, d) for ``ids`` (B, 1), as ``model.hidden_states``.
 
-        Args:
-            ids: (B, 1) token ids. positions: (1,) or (B, 1); end: one more than the largest.
-            cache: the model's per-layer :class:`KVCache` list; each gets this token's keys and values.
-            mask: (B, 1, 1, length + 1) bool, True = may attend (left padding), or None.
-            slot: for fixed shapes (:class:`StaticSteps`), a (1,) tensor: the cache slot written (``length``
-                is left to the caller); attention then reads every slot under ``mask`` (B or 1, 1, 1, capacity).
+        ``positions``: (1,) or (B, 1), ``end`` one more than the largest; ``mask``: (B, 1, 1, length + 1) bool,
+        True = may attend, or None. ``slot`` (:class:`StaticSteps`): a (1,) tensor, the cache slot written
+        (``length`` is left to the caller); attention then reads every slot under ``mask`` (B or 1, 1, 1, capacity).
         """
         from ..nn.attention import fused_attention
         from ..nn.feedforward import activate
@@ -203,11 +186,8 @@ _STATIC_STEPS = ["off"]
 
 
 def set_static_steps(mode: str) -> str:
-    """How decoders run a one-token step of an unpadded batch; returns the previous mode.
-
-    "off" (the default): :class:`LeanStep` over the filled cache; "static": :class:`StaticSteps`, fixed
-    shapes on any device; "graphs": on CUDA, the fixed-shape step captured once as a CUDA graph and replayed.
-    """
+    """How decoders run a one-token step of an unpadded batch: "off" (the default, :class:`LeanStep`), "static"
+    (:class:`StaticSteps`) or "graphs" (on CUDA, those captured once as a CUDA graph); returns the previous mode."""
     from ..errors import GlassformerError
 
     if mode not in ("off", "static", "graphs"):
@@ -222,11 +202,10 @@ def static_mode() -> str:
 
 
 class StaticSteps:
-    """One-token decoding steps whose shapes never change, so a CUDA graph can replay them.
+    """One-token decoding steps whose shapes never change, so a CUDA graph (``graphs``, CUDA only) can replay them.
 
-    :class:`LeanStep` with ``slot``: ids, slot and key mask live in fixed buffers, keys and values go into
-    the preallocated ``cache`` at the slot, and attention reads all ``capacity`` slots, unfilled ones masked
-    (the same numbers). ``graphs`` (CUDA only): capture the step once, then each step is one ``replay``.
+    :class:`LeanStep` with ``slot``: fixed buffers, keys and values written into the preallocated ``cache``,
+    attention over all ``capacity`` slots with unfilled ones masked (the same numbers).
     """
 
     captured = 0  # CUDA graphs captured in this process
@@ -261,9 +240,9 @@ class StaticSteps:
         """Logits (B, V) after feeding ``ids`` (B, 1) at cache slot ``slot`` (the cache's ``length``)."""
         self.ids.copy_(ids)
         self.slot.fill_(slot)
-        if self.graphs and self.graph is None:
-            self._capture()
         if self.graphs:
+            if self.graph is None:
+                self._capture()
             self.graph.replay()
         out = self.out if self.graphs else self._run()
         for layer in self.cache:

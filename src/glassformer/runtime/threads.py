@@ -1,10 +1,8 @@
 """How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP.
 
-When other programs keep cores busy, torch's threads spin waiting for the one that got only part of a core
-(a tiny model's step then costs up to 30x its idle time). So, measured from ``/proc`` (idle where it is
-missing): as many threads as cores are free, ``OMP_WAIT_POLICY=PASSIVE`` when busy (set by :func:`prepare`
-before torch loads), and re-measured during long loops (:class:`LoadFollower`). Whatever the user set
-(``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ..., ``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
+On a busy machine torch's threads spin waiting for one that got part of a core (up to 30x slower), so: as many
+threads as cores are free (from ``/proc``), passive waiting when busy, re-measured in long loops. Whatever the
+user set (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ..., ``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
 """
 
 import os
@@ -113,8 +111,7 @@ def plan(others: float | None = None, cpus: int | None = None,
          env: dict[str, str] | os._Environ = os.environ) -> ThreadPlan:
     """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs."""
     cpus = usable_cpus() if cpus is None else cpus
-    fixed = user_fixed(env)
-    if fixed:
+    if fixed := user_fixed(env):
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
     if others is None:
         others = others_running()
@@ -146,8 +143,7 @@ _applied: int | None = None  # the count glassformer last set (None: never, or t
 
 
 def prepare() -> ThreadPlan:
-    """Measure the load and set the wait policy; call before torch is imported. :func:`apply` then sets the
-    plan's thread count."""
+    """Measure the load and set the wait policy before torch is imported (:func:`apply` then sets the threads)."""
     global _at_start
     _at_start = plan()
     set_wait_policy(_at_start)
@@ -175,11 +171,8 @@ def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
 
 
 def follow_load() -> ThreadPlan | None:
-    """Measure the load now and set torch's thread count to what the machine gives (torch's own when idle).
-
-    Returns the new plan, or None (nothing changed) when the user fixed the threads or someone else called
-    ``torch.set_num_threads`` since glassformer did.
-    """
+    """Measure the load now and set torch's thread count to what the machine gives (torch's own when idle);
+    the new plan, or None when the user fixed the threads or someone else set them since glassformer did."""
     global _applied
     import torch
 
@@ -196,10 +189,8 @@ def follow_load() -> ThreadPlan | None:
 
 
 class LoadFollower:
-    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``).
-
-    When ``on`` and nothing was applied yet in this process, it applies a plan first (:func:`apply`).
-    """
+    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``);
+    when ``on``, applies a plan first (:func:`apply`) if none was yet."""
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
         self.every_s, self.on = every_s, on

@@ -1,5 +1,7 @@
 """TrainConfig: every training choice in one validated dataclass, read from YAML plus (key, value) overrides."""
 
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -111,7 +113,7 @@ class TrainConfig:
         if self.cache_dir is not None:
             _check_folder("cache_dir", self.cache_dir)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Check every field again (after one was changed); return self. Errors name the key."""
         self.__post_init__()
         return self
@@ -121,7 +123,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build and check; an unknown key is a ValueError naming it."""
         if isinstance(data, dict) and "recipe" in data:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
@@ -136,7 +138,7 @@ class TrainConfig:
         return from_mapping(cls, data)
 
     @classmethod
-    def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> "TrainConfig":
+    def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> TrainConfig:
         """Read a YAML file (None: the defaults), apply ``overrides`` (:func:`apply_overrides`) and validate."""
         data = read_yaml(path, "config file") if path is not None else {}
         if not isinstance(data, dict):

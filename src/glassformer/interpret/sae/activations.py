@@ -84,10 +84,9 @@ class InputBatch:
 
 
 class ActivationSource:
-    """Batches of a hook's activations from corpus pieces read at random places of plain text ``files``:
-    windows of ``context`` tokens for a TransformerLM (a prefix-LM's prefix: ``prefix_len``, default half;
-    a bidirectional model's loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder.
-    """
+    """A hook's activations on pieces read at random places of plain text ``files``: windows of ``context``
+    tokens for a TransformerLM (a prefix-LM's prefix: ``prefix_len``, default half; a bidirectional model's
+    loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, hook: str, files: list[str | Path], *,
                  context: int = 64, batch: int = 32, split: str = "train", val_fraction: float = 0.1,
@@ -99,8 +98,7 @@ class ActivationSource:
         self.point = hook_point(model, hook)
         self.d_in = hook_width(model, self.point)
         self.encdec = isinstance(model, EncoderDecoder)
-        max_len = model.config.max_len
-        self.context = check_int("context", context, 2 if not self.encdec else 1, max_len)
+        self.context = check_int("context", context, 1 if self.encdec else 2, model.config.max_len)
         self.batch = check_int("batch", batch, 1, 1 << 16)
         if split not in SPLITS:
             raise GlassformerError(f"split must be one of {SPLITS}, got {split!r}")
@@ -276,13 +274,10 @@ class ActivationBuffer:
 
     def _refill(self) -> None:
         parts = [] if self.rows is None else [self.rows[self.position:]]
-        count = sum(len(p) for p in parts)
-        while count < self.size:
-            rows = self.source.next_rows()
-            if len(rows) == 0:
+        while sum(len(p) for p in parts) < self.size:
+            parts.append(self.source.next_rows())
+            if len(parts[-1]) == 0:
                 raise GlassformerError("the activation source gave no rows (every position padded?)")
-            parts.append(rows)
-            count += len(rows)
         rows = torch.cat(parts)
         self.rows = rows[torch.randperm(len(rows), generator=self.generator)]
         self.position = 0

@@ -7,6 +7,8 @@
 SAELens's parameter names and layouts; saved as ``sae.safetensors`` + ``sae.json``.
 """
 
+from __future__ import annotations
+
 import json
 import math
 from dataclasses import asdict, dataclass, fields
@@ -48,7 +50,7 @@ class SAEConfig:
         check_fields(self)
         check_int("k", self.k, 1, self.d_sae)
 
-    def validate(self) -> "SAEConfig":
+    def validate(self) -> SAEConfig:
         """Check every field again (after one was changed); return self."""
         self.__post_init__()
         return self

@@ -2,6 +2,8 @@
 Losses: "relu" ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ with dead features resampled; "topk" ‖x − x̂‖² + α·AuxK (docs/sae.md).
 """
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import math
@@ -80,7 +82,7 @@ class SAETrainConfig:
         check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
         check_device_name(self.device)
 
-    def validate(self) -> "SAETrainConfig":
+    def validate(self) -> SAETrainConfig:
         """Check every key again (after one was changed); return self."""
         self.__post_init__()
         return self
@@ -90,7 +92,7 @@ class SAETrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SAETrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> SAETrainConfig:
         """Build and check; an unknown key is an error naming it and the known ones."""
         return from_mapping(cls, data, "SAE config")
 
@@ -220,9 +222,8 @@ class SAETrainer:
         sae.remove_parallel_gradient()
         self.optimizer.step()
         sae.normalize_decoder()
-        fired = (f > 0).any(0)
         self.step += 1
-        self.last_fired[fired.cpu()] = self.step
+        self.last_fired[(f > 0).any(0).cpu()] = self.step
         if (c.kind == "relu" and c.resample_every and self.step % c.resample_every == 0
                 and self.step <= 0.75 * c.steps):
             parts["resampled"] = float(self.resample())
@@ -245,8 +246,7 @@ class SAETrainer:
         picked = picked.to(self.device)
         directions = x[picked] - sae.b_dec
         directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        alive = torch.ones(sae.config.d_sae, dtype=torch.bool, device=self.device)
-        alive[dead] = False
+        alive = ~self.dead().to(self.device)
         enc_norm = float(sae.W_enc[:, alive].norm(dim=0).mean()) if alive.any() else 1.0
         sae.W_dec[dead] = directions
         sae.W_enc[:, dead] = directions.t() * enc_norm * 0.2
@@ -262,22 +262,15 @@ class SAETrainer:
     def train(self, stop_at: int | None = None) -> dict[str, Any]:
         """Train to ``config.steps`` (or stop after step ``stop_at``), saving the state every ``save_every``
         steps and at the end. Ctrl-C or SIGTERM stops at the end of the current step, saves, and raises
-        KeyboardInterrupt (:attr:`stop_signal` says which). Returns {"steps", "history", "final"}.
-        """
+        KeyboardInterrupt (:attr:`stop_signal` says which). Returns {"steps", "history", "final"}."""
         c = self.config
         end = c.steps if stop_at is None else min(stop_at, c.steps)
         if self.step == 0:
             self.initialize(self.buffer.peek())
         bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
-        last: dict[str, float] = {}
         stop: list[int] = []
-        try:
-            with _stop_at_step_end(stop):
-                last = self._steps(end, bar, stop)
-        except KeyboardInterrupt:  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
-            bar.close()
-            raise
-        bar.close()
+        with bar, _stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
+            last = self._steps(end, bar, stop)
         self.save_state()
         if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
             self.stop_signal = stop[0]
@@ -354,7 +347,7 @@ class SAETrainer:
         fired = state["last_fired"]
         if not torch.is_tensor(fired) or fired.shape != (self.sae.config.d_sae,) or fired.dtype != torch.long:
             raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape ({self.sae.config.d_sae},)")
-        self.last_fired = state["last_fired"]
+        self.last_fired = fired
         self.history = list(state["history"])
         self.step = int(state["step"])
         return True
