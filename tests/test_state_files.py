@@ -250,8 +250,10 @@ def test_fuzzed_states_resume_or_fail_with_one_line(run, tmp_path_factory, data)
             except (KeyError, IndexError, TypeError):
                 break
         else:
-            if isinstance(parent, (dict, list)) and (where[-1] in parent if isinstance(parent, dict) else
-                                                     where[-1] < len(parent)):
+            # an earlier mutation may have turned this path's dict into a list (or back): the key must fit
+            key = where[-1]
+            if (isinstance(parent, dict) and key in parent) or \
+                    (isinstance(parent, list) and isinstance(key, int) and key < len(parent)):
                 if how == "drop" and isinstance(parent, dict):
                     del parent[where[-1]]
                 else:

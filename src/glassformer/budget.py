@@ -1,11 +1,7 @@
-"""Estimates before allocations, in Python ints: lower bounds of what a model, a training step, a beam
-search or a similarity matrix needs, so what they refuse cannot fit. The budget is the least of
-MemAvailable, the cgroup limit left and the ``ulimit -v`` room (a GPU's memory when larger), or
-``max_memory``; a refusal is one line naming the options, the estimate and the limit that bound it.
-"""
+"""Lower bounds of the memory a model, a training step, a beam search or a similarity matrix needs, checked before
+allocating against ``max_memory`` or the least of MemAvailable, the cgroup limit left and the ``ulimit -v`` room."""
 
 import contextlib
-import math
 import os
 import re
 from collections.abc import Callable
@@ -26,15 +22,14 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 def parse_size(value: Any, name: str = "--max_memory") -> int:
     """Bytes from ``8GB``, ``512MiB``, ``1.5e9`` or an int; an error naming ``name`` otherwise."""
-    number, unit = math.nan, ""
+    number, unit = 0, ""
     if is_number(value):
         number = value
     elif isinstance(value, str) and len(value) <= 64 and \
             (match := re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)):
         with contextlib.suppress(ValueError):  # "1.2.3"
             number, unit = float(match.group(1)), match.group(2).lower()
-    if unit not in _UNITS or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0 \
-            or number * _UNITS[unit] > 2**62:
+    if unit not in _UNITS or not 0 < number * _UNITS[unit] <= 2**62:  # false for nan and inf too
         raise GlassformerError(f"{name} must be a size such as 8GB, 512MiB or 2e9 (bytes), got {shown(value)}")
     return int(number * _UNITS[unit])
 
@@ -80,21 +75,19 @@ def _read_number(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _stat_value(path: Path, key: str) -> int:
+def _stat_value(path: Path, key: str) -> int | None:
     with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="ascii") as handle:
         for line in handle:
-            name, _, value = line.partition(" ")
-            if name == key and value.strip().isdigit():
-                return int(value)
-    return 0
+            words = line.split()
+            if words[:1] == [key] and len(words) > 1 and words[1].isdigit():
+                return int(words[1])
+    return None
 
 
 def _meminfo_room(sources: MemorySources) -> Room | None:
-    with contextlib.suppress(OSError, ValueError, IndexError, UnicodeDecodeError), \
-            open(sources.meminfo, encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                return Room(int(line.split()[1]) * 1024, "available on this machine")
+    kib = _stat_value(sources.meminfo, "MemAvailable:")
+    if kib is not None:
+        return Room(kib * 1024, "available on this machine")
     if sources.meminfo != SOURCES.meminfo:
         return None  # a test's fake machine: no fallback to the real one
     try:
@@ -124,16 +117,15 @@ def _cgroup_room(sources: MemorySources) -> Room | None:
             folder = base / path.strip("/")
             if not folder.is_dir():
                 folder = base  # a container sees its own cgroup at the root, the host's path in /proc
-            while True:
-                limit = _read_number(folder / names[0])
+            for level in (folder, *folder.parents):  # up to base
+                limit = _read_number(level / names[0])
                 if limit is not None and limit < UNLIMITED:
-                    used = (_read_number(folder / names[1]) or 0) - _stat_value(folder / "memory.stat", names[2])
+                    used = (_read_number(level / names[1]) or 0) - (_stat_value(level / "memory.stat", names[2]) or 0)
                     rooms.append(Room(max(limit - max(used, 0), 0),
                                       f"left under the container memory limit of {human(limit)} "
-                                      f"(cgroup {folder / names[0]})"))
-                if folder == base or base not in folder.parents:
+                                      f"(cgroup {level / names[0]})"))
+                if level == base or base not in level.parents:
                     break
-                folder = folder.parent
     return min(rooms, key=lambda room: room.bytes, default=None)
 
 
@@ -160,15 +152,13 @@ def memory_room(sources: MemorySources | None = None) -> Room | None:
     found = [room for room in (_meminfo_room(sources), _cgroup_room(sources), _rlimit_room(sources)) if room]
     room = min(found, key=lambda r: r.bytes, default=None)
     if sources.gpu:
-        try:
+        with contextlib.suppress(Exception):  # no driver, a busy device: RAM alone decides
             import torch
 
             if torch.cuda.is_available():  # device properties: no CUDA context is made (mem_get_info would make one)
                 gpu = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
                 if room is None or gpu > room.bytes:
                     room = Room(int(gpu), "of GPU memory")
-        except Exception:  # noqa: BLE001 (no driver, a busy device: RAM alone decides)
-            pass
     return room
 
 
@@ -176,14 +166,12 @@ def human(n: int) -> str:
     """Bytes for a message: ``3.6 GB``, ``128 TB``, ``1.2e+21 bytes``."""
     for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if n >= size:
-            value = n / size
-            return f"{value:.3g} {unit}" if value < 10**4 else f"{float(n):.3g} bytes"
+            return f"{n / size:.3g} {unit}" if n < 10**4 * size else f"{float(n):.3g} bytes"
     return f"{n} bytes"
 
 
 def check_fits(need: int, what: str, max_memory: Any = None, held: int = 0) -> None:
-    """An :class:`OutOfMemoryError` when ``need`` bytes (made by ``what``, the options and values) exceed
-    ``max_memory`` or else the process's room; ``held``, the part already allocated, is left out of the latter."""
+    """An OutOfMemoryError when ``need`` bytes (for ``what``) exceed ``max_memory``, else the room left + ``held``."""
     given = max_memory is not None
     room = Room(parse_size(max_memory), "") if given else memory_room()
     needed = need if given else need - held

@@ -1,5 +1,4 @@
-"""glassformer's error types (a :class:`GlassformerError`, a ``ValueError``, is a mistake the user can fix,
-printed as one line; bugs keep their traceback) and the one place that checks plain arguments."""
+"""glassformer's errors (a :class:`GlassformerError`: a mistake the user can fix, one line) and argument checks."""
 
 from __future__ import annotations
 
@@ -105,13 +104,11 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     """``float(value)`` if it is a finite number in range (``*_open``: exclusive), else an error naming ``name``."""
     if value is None and allow_none:
         return None
-    number = value if is_number(value) else None
-    if isinstance(number, int) and abs(number) > 2**1023:  # too large for a float: math.isfinite would raise
-        number = None
-    if number is not None and math.isfinite(number):
-        above = low is None or (number > low if low_open else number >= low)
-        if above and (high is None or (number < high if high_open else number <= high)):
-            return float(number)
+    too_large = is_int(value) and abs(value) > 2**1023  # for a float: math.isfinite would raise
+    if is_number(value) and not too_large and math.isfinite(value):
+        above = low is None or (value > low if low_open else value >= low)
+        if above and (high is None or (value < high if high_open else value <= high)):
+            return float(value)
     limits = ((">" if low_open else ">=", low), ("<" if high_open else "<=", high))
     bounds = " and ".join(f"{sign} {bound}" for sign, bound in limits if bound is not None)
     expected = f"a finite number {bounds}" if bounds else "a finite number"
@@ -124,9 +121,8 @@ def check_seed(name: str, value: Any, *, allow_none: bool = False) -> int | None
 
 
 def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
-    """``folder / name`` for a file a model folder names (a shard), when ``name`` is a plain relative path
-    that stays inside ``folder`` after links (a Hugging Face ``snapshots/REV`` may reach ``blobs``);
-    else a :class:`BadFileError` naming it (``what``: "shard", "file")."""
+    """``folder / name`` when ``name`` (a shard a model folder names) is a plain relative path staying inside
+    ``folder`` after links (a Hugging Face ``snapshots/REV`` may reach ``blobs``); else a :class:`BadFileError`."""
     folder = Path(folder)
     if not isinstance(name, str) or not name or "\x00" in name:
         raise BadFileError(f"{str(folder)!r} names a {what} {name!r:.80}, which is not a file name")
@@ -203,8 +199,7 @@ def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None
 
 def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
                      batch: int | None = None) -> int | torch.Tensor:
-    """``prefix_len`` (an int, or a (B,) integer tensor returned as long) when ``0 <= prefix_len <= length``
-    (an int or per-row tensor; None: only ``>= 0``) and, for a tensor, B == ``batch`` (None: any)."""
+    """``prefix_len`` (an int, or a (B,) integer tensor made long) when in [0, ``length``] and of ``batch`` rows."""
     import torch
 
     if isinstance(prefix_len, torch.Tensor):

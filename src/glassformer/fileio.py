@@ -1,5 +1,4 @@
-"""The way out: writes a crash never leaves half-done (temporary name, fsync, rename), and the ownership rule
-every writer asks first: replace only what glassformer wrote, never an input (:func:`check_output_file`)."""
+"""The way out: atomic writes (temporary name, fsync, rename) and the ownership rule (:func:`check_output_file`)."""
 
 import contextlib
 import errno
@@ -24,8 +23,7 @@ LOCK_FILE = ".glassformer.lock"
 
 @dataclass(frozen=True)
 class Writes:
-    """A command line (the words after ``glassformer``) and the ``files`` it writes, with placeholders such as
-    ``{ck}`` and ``{out}``: each verb's ``WRITES``, which tests/test_outputs_guard.py tests."""
+    """A verb's ``WRITES``: a command line (after ``glassformer``) and the files it writes ({out}: a placeholder)."""
 
     argv: tuple[str, ...]
     files: tuple[str, ...]
@@ -101,8 +99,7 @@ def remove_owned(path: str | Path, names: Collection[str] = MODEL_FILES, link: r
 def check_not_source(target: str | Path, sources: Iterable[str | Path], what: str = "destination") -> None:
     """Refuse a ``target`` that is one of ``sources`` or a folder above one."""
     resolved = Path(target).resolve()
-    for source in sources:
-        source = Path(source).resolve()
+    for source in (Path(s).resolve() for s in sources):
         if resolved == source or resolved in source.parents:
             relation = "is" if resolved == source else "contains"
             raise NotOursError(f"{what} {str(target)!r} {relation} the source {str(source)!r}; writing it would "
@@ -132,8 +129,7 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
     path = Path(path)
     inputs = list(inputs)
     where = path.parent.resolve()
-    for source in inputs:
-        folder = Path(source)
+    for folder in map(Path, inputs):
         if folder.is_dir() and (where == folder.resolve() or folder.resolve() in where.parents):
             raise NotOursError(f"{what} {str(path)!r} is inside {str(folder)!r}, a folder the command reads; "
                                "glassformer writes nothing into its inputs: choose another path")
@@ -153,9 +149,8 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
         if not recognised(path) and not _same_bytes(path, data):
             raise NotOursError(f"{what} {str(path)!r} holds a file glassformer did not write (recognised by "
                                "content); move it away or choose another path")
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise NotOursError(f"{what} {str(path)!r}: {str(parent)!r} is a file, not a folder")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise NotOursError(f"{what} {str(path)!r}: {str(path.parent)!r} is a file, not a folder")
     return path
 
 
@@ -190,9 +185,8 @@ def _is_json_file(path: Path) -> bool:
         value = json.loads(path.read_bytes())
     except (ValueError, RecursionError):
         return False
-    keys = JSON_KEYS.get(path.name)
-    if keys is not None:
-        return isinstance(value, dict) and not keys.isdisjoint(value)
+    if path.name in JSON_KEYS:
+        return isinstance(value, dict) and not JSON_KEYS[path.name].isdisjoint(value)
     return isinstance(value, (dict, list))
 
 
@@ -215,7 +209,7 @@ _RECOGNISERS = {
     ".jsonl": _is_records_file,
     ".html": lambda p: MARKER.encode() in _head(p) and b"<!doctype html" in _head(p).lower(),
     ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
-    ".safetensors": lambda p: len(_head(p, 9)) == 9 and _head(p, 9)[8:9] == b"{",
+    ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
     ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
 }
 
@@ -245,8 +239,7 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
         yield file
         return
     while True:
-        if _entry(file) is not None:
-            check_output_file(file, (), "lock file")  # never a link, a hard-linked or a user's file
+        check_output_file(file, (), "lock file")  # never a link, a hard-linked or a user's file
         fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         if os.fstat(fd).st_nlink > 1 or not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)  # swapped for a hard link or a FIFO since the check: leave it alone
@@ -353,35 +346,9 @@ def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
     path = Path(path)
     check_not_source(path, sources)
     check_replaceable(path, names, "destination")
-    path.parent.mkdir(parents=True, exist_ok=True)
     restore_moved_aside(path, names)
-    with _temp_dir_next_to(path) as temp:
-        with disk_full_names(path):
-            yield temp
-            fsync_tree(temp)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
-        os.replace(temp, path)
-        fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old)
-
-
-@contextmanager
-def _temp_dir_next_to(path: Path) -> Iterator[Path]:
-    """A new folder ``.NAME.tmp-PID-RANDOM`` next to ``path`` (not private, as mkdtemp's), removed after."""
-    while True:
-        temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        with contextlib.suppress(FileExistsError):
-            temp.mkdir()
-            break
-    try:
+    with _folder_in_place(path) as temp:
         yield temp
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp)
 
 
 def restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
@@ -397,21 +364,40 @@ def restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> Non
 def new_directory(path: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder that becomes ``path`` (which must not exist) when the block succeeds."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() or path.is_symlink():
         raise FileExistsError(f"{str(path)!r} already exists")
-    with _temp_dir_next_to(path) as temp:
+    with _folder_in_place(path) as temp:
+        yield temp
+
+
+@contextmanager
+def _folder_in_place(path: Path) -> Iterator[Path]:
+    """A new folder ``.NAME.tmp-PID-RANDOM`` (not private, as mkdtemp's) that becomes ``path`` if the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        with contextlib.suppress(FileExistsError):
+            temp.mkdir()
+            break
+    try:
         with disk_full_names(path):
             yield temp
             fsync_tree(temp)
-        os.rename(temp, path)
+        old = path.parent / f".{path.name}.old-{os.getpid()}" if path.exists() else None
+        if old is not None:
+            os.replace(path, old)
+        os.rename(temp, path)  # path is free by now
         fsync_dir(path.parent)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp)
 
 
 def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODEL_FILES,
                     pattern: re.Pattern[str] | None = None) -> None:
-    """Point the link ``link`` at ``target`` atomically; it may replace a link to a name ``pattern`` matches or
-    an owned folder (``names``), anything else is a :class:`NotOursError`."""
+    """Point ``link`` at ``target`` atomically, replacing only a link ``pattern`` matches or an owned folder."""
     link = Path(link)
     if link.is_symlink() and os.readlink(link) == target:
         return
@@ -448,17 +434,14 @@ def fsync_dir(path: str | Path) -> None:
 
 
 def fsync_tree(path: str | Path) -> None:
-    """Flush every file under ``path``, then its folders; files get a new file's mode (not safetensors' 0600)."""
+    """Flush every file under ``path``, each folder after what it holds; files get a new file's mode (not 0600)."""
     umask = os.umask(0o022)
     os.umask(umask)
-    folders, mode = [], 0o666 & ~umask
-    for root, _dirs, files in os.walk(path):
-        folders.append(root)
+    for root, _dirs, files in os.walk(path, topdown=False):
         for name in files:
-            os.chmod(os.path.join(root, name), mode)
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
             fsync_file(os.path.join(root, name))
-    for folder in reversed(folders):
-        fsync_dir(folder)
+        fsync_dir(root)
 
 
 def remove_path(path: str | Path) -> None:

@@ -1,5 +1,4 @@
-"""The way in: one reader per format (JSON, JSON lines, YAML, a torch state, tokenizer.json), each bounding
-sizes before it parses and turning every way a file can be unusable into one BadFileError naming it."""
+"""The way in: one bounded reader per format, turning every way a file can be unusable into a BadFileError."""
 
 import json
 import os
@@ -8,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import BadFileError, MissingFileError, first_line, is_number, shown
+from .errors import BadFileError, MissingFileError, first_line, is_int, is_number, shown
 
 MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
@@ -17,7 +16,6 @@ MAX_TOKENIZER_LENGTH = 1 << 24  # padding/truncation lengths a tokenizer.json ma
 
 
 def _unreadable(where: str, error: ValueError | RecursionError) -> BadFileError:
-    """A reader's error for bytes that are not UTF-8, too deep a nesting or too long a number."""
     if isinstance(error, UnicodeDecodeError):
         return BadFileError(f"{where} is not UTF-8 text ({error.reason} at byte {error.start})")
     if isinstance(error, RecursionError):
@@ -78,9 +76,8 @@ def _shape(value: Any, where: str) -> Any:
 
 
 def read_records(file: str | Path, numbers: bool = False, uniform: bool = False) -> list[dict[str, Any]]:
-    """The records (each with an integer ``step`` >= 0) of a JSON-lines file, [] when there is none; a torn last
-    line is dropped, another bad line is a BadFileError. ``numbers``: every other value a number or null
-    (``metrics.jsonl``); ``uniform``: every record made like the first, :data:`UNIFORM_EXEMPT` aside."""
+    """The records (each with an integer ``step`` >= 0) of a JSON-lines file ([] when none, a torn last line dropped).
+    ``numbers``: other values are numbers or null; ``uniform``: made like the first, :data:`UNIFORM_EXEMPT` aside."""
     file = Path(file)
     if not file.is_file():
         return []
@@ -107,11 +104,11 @@ def read_records(file: str | Path, numbers: bool = False, uniform: bool = False)
         if uniform:
             try:
                 shape = _shape({k: v for k, v in record.items() if k not in UNIFORM_EXEMPT}, where)
-            except RecursionError:
-                raise BadFileError(f"{where} is nested too deeply to read") from None
-            if records and shape != first:
+            except RecursionError as error:
+                raise _unreadable(where, error) from None
+            first = first if records else shape
+            if shape != first:
                 raise BadFileError(f"{where}: its keys or the sizes of its values differ from the first record's")
-            first = shape if not records else first
         records.append(record)
     return records
 
@@ -138,8 +135,7 @@ def expanded_size(value: Any, limit: int = MAX_YAML_NODES) -> int:
 
 
 def load_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty) by ``yaml.safe_load``, bounded as :func:`load_json` and
-    by :data:`MAX_YAML_NODES` with aliases expanded."""
+    """The YAML document of ``path`` ({} when empty), bounded in bytes and in values with aliases expanded."""
     import yaml
 
     path = Path(path)
@@ -181,8 +177,7 @@ def check_zip_sizes(file: str | Path) -> None:
 
 
 def load_state_file(file: str | Path) -> dict[str, Any]:
-    """A ``train_state.pt`` dict by ``torch.load(weights_only=True)`` after :func:`check_zip_sizes`; other
-    objects are refused unpickled, and an empty, corrupt or non-dict file is a BadFileError naming it."""
+    """A ``train_state.pt`` dict by ``torch.load(weights_only=True)``; anything else is a BadFileError naming it."""
     import torch
 
     if Path(file).is_file() and Path(file).stat().st_size == 0:
@@ -223,9 +218,8 @@ def check_tokenizer_json(data: Any, file: str | Path) -> dict[str, Any]:
         if part == "padding" and isinstance(strategy, dict):
             lengths.append(("padding.strategy.Fixed", strategy.get("Fixed")))
     for key, value in lengths:
-        if value is None and key != "truncation.max_length":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENIZER_LENGTH:
+        optional = value is None and key != "truncation.max_length"
+        if not optional and not (is_int(value) and 0 <= value <= MAX_TOKENIZER_LENGTH):
             raise BadFileError(f"{_named(file)}: {key} is {shown(value)}, "
                                f"expected an int in [0, {MAX_TOKENIZER_LENGTH}]")
     return data
@@ -240,8 +234,7 @@ def rust_tokenizer(data: Any, file: str | Path) -> Any:
 
 
 def rust_call(build: Any, file: str | Path) -> Any:
-    """``build()`` (a call into Rust reading ``file``) with whatever it raises, a Rust panic included, as one
-    BadFileError naming ``file``; Ctrl-C stays Ctrl-C."""
+    """``build()`` (Rust reading ``file``) with any error but Ctrl-C, a Rust panic included, as a BadFileError."""
     try:
         return build()
     except (KeyboardInterrupt, SystemExit):

@@ -2,7 +2,6 @@
 written atomically (a crash leaves the previous one intact) and loaded with no pickle of arbitrary objects."""
 
 import contextlib
-import errno
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ..fileio import atomic_directory, new_directory, remove_owned, replace_symlink, rust_path, shown_text
+from ..fileio import atomic_directory, is_disk_full, new_directory, remove_owned, replace_symlink, rust_path, shown_text
 from ..loaders import load_json, load_state_file
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
@@ -79,10 +77,7 @@ def _disk_full_is_one_line(path: Path) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
-            isinstance(error, (OSError, RuntimeError, SafetensorError))
-            and any(text in str(error) for text in ("No space left", "file write failed", "Disk quota")))
-        if full:
+        if is_disk_full(error):
             raise GlassformerError(f"could not write checkpoint {str(path)!r}: the disk is full "
                                    f"({str(error).splitlines()[0][:120] if str(error) else 'ENOSPC'}); nothing was "
                                    "replaced and no temporary files are left") from None
@@ -113,14 +108,15 @@ def _need(path: Path, name: str) -> Path:
         hint = (f"it is a training run's folder: give {' or '.join(repr(p) for p in inside)} (best: the lowest "
                 "validation loss)" if inside else "is it a glassformer checkpoint folder?")
         raise MissingFileError(f"checkpoint {str(path)!r} has no {name} ({hint})")
+    if file.stat().st_size == 0:
+        raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
     return file
 
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu",
                     with_state: bool = False) -> Checkpoint:
-    """Read a checkpoint folder (``with_state``: also ``train_state.pt``); a run's ``out/last`` is read once.
-    A missing file is a MissingFileError; a corrupt, mismatched or linked-out one a BadFileError (before any
-    weight is allocated)."""
+    """Read a checkpoint folder (``with_state``: also ``train_state.pt``; a run's ``out/last`` is read once). A
+    missing file is a MissingFileError, a corrupt, mismatched or linked-out one a BadFileError (before allocation)."""
     return read_pointed(path, lambda folder: _load_folder(folder, map_location, with_state))
 
 
@@ -131,18 +127,14 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         raise GlassformerError(f"map_location must be a device such as 'cpu' or 'cuda', got {map_location!r}") from None
-    for name in (CONFIG, TOKENIZER, WEIGHTS):
-        file = _need(path, name)
-        if file.stat().st_size == 0:
-            raise BadFileError(f"{str(file)!r} is empty (zero bytes): the checkpoint was damaged or copied in part")
-    config = ModelConfig.from_json(_need(path, CONFIG))
-    tokenizer = Tokenizer.load(_need(path, TOKENIZER))
+    config_file, tokenizer_file, weights_file = [_need(path, name) for name in (CONFIG, TOKENIZER, WEIGHTS)]
+    config = ModelConfig.from_json(config_file)
+    tokenizer = Tokenizer.load(tokenizer_file)
     if tokenizer.vocab_size > config.vocab_size:  # smaller is fine: a padded vocabulary (ids never produced)
         raise BadFileError(f"checkpoint {str(path)!r} does not match itself: its tokenizer has "
                            f"{tokenizer.vocab_size} ids but config.json says vocab_size={config.vocab_size}")
     # sizes first, from the safetensors header: nothing is allocated for a config that does not fit
-    files = [_need(path, WEIGHTS)]
-    header = read_header(files)
+    header = read_header([weights_file])
     check_sizes(config, header, str(path / CONFIG))
     names = {upgrade_key(name): name for name in header}  # names written by earlier versions -> today's
     if len(names) < len(header):
@@ -157,7 +149,7 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
         detail = "; ".join(filter(None, [f"missing {missing[:3]}" if missing else "",
                                          f"unexpected {unexpected[:3]}" if unexpected else "", "; ".join(wrong[:3])]))
         raise BadFileError(f"{path / WEIGHTS} does not match config.json: {detail}")
-    weights = upgrade_state_dict(load_tensors(files))  # NaN or infinity refused there
+    weights = upgrade_state_dict(load_tensors([weights_file]))  # NaN or infinity refused there
     model = build_model(config)
     model.load_state_dict(weights)
     model.to(device).eval()
@@ -177,9 +169,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
 def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenizer: Tokenizer, *,
                       training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False,
                       weights: dict[str, torch.Tensor] | None = None) -> Path:
-    """Save ``step``'s checkpoint as ``out_dir/ckpt-NNNNNN`` (kept if complete already), point ``last`` (and,
-    when ``best``, ``best``) at it, then remove folders no pointer needs; returns the step folder.
-    ``weights``: the full state dict of a sharded (FSDP) model."""
+    """Save ``step``'s checkpoint (``weights``: a sharded model's full state) as ``out_dir/ckpt-NNNNNN`` unless
+    complete already, point ``last`` (and ``best``) at it, remove folders no pointer needs; returns the folder."""
     out = Path(out_dir)
     folder = step_folder(out, step)
     if folder.exists() and _missing(folder):

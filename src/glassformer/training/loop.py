@@ -51,16 +51,14 @@ class Trainer:
     """Train ``model`` on ``batches`` (from :func:`~glassformer.training.prepare_run`) as ``config`` says;
     rank 0 writes finite checkpoints (``ckpt-NNNNNN/``, pointers ``last`` and ``best``) and ``metrics.jsonl``
     to ``config.out_dir``. ``dist``: default from torchrun's environment. ``tracker`` (rank 0) takes
-    anyone's ``tracker.log(step, {name: number})``; ``run_state`` holds the counters a checkpoint carries.
-    """
+    anyone's ``tracker.log(step, {name: number})``; ``run_state`` holds the counters a checkpoint carries."""
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
                  batches: LMBatches | Seq2SeqBatches, dist: DistInfo | None = None):
         self.config = config.validate()
         check_model_for(config.objective, model)
         self.dist = dist or init_distributed(config.device)
-        per_process, rest = divmod(config.batch_size, self.dist.world_size * config.grad_accum)
-        if rest or per_process == 0:
+        if config.batch_size % (self.dist.world_size * config.grad_accum):  # (batch_size >= 1: validated)
             raise GlassformerError(f"batch_size={config.batch_size} must be a multiple of processes x grad_accum = "
                                    f"{self.dist.world_size} x {config.grad_accum}")
         if config.num_threads:
@@ -70,7 +68,7 @@ class Trainer:
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
         self.run_state = TrainState()  # step, best_val, best_step, tokens_seen: what a checkpoint carries
-        micro = self._micro_batches()[0] if config.precision == "auto" and self.dist.is_main else None
+        micro = self._to_device(self._micro_batches()[0]) if config.precision == "auto" and self.dist.is_main else None
         self.precision = choose_precision(config.precision, self.model, self.dist, micro)
         # float16's narrow range needs the loss scaled up before backward
         self.scaler = torch.amp.GradScaler(self.dist.device.type, enabled=self.precision.name == "float16")
@@ -96,11 +94,25 @@ class Trainer:
         self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
         self.resumed_from: dict[str, Any] | None = None  # set by resume(): {"step", "checkpoint", "training"}
 
-    # read-only views of the counters
-    step = property(lambda self: self.run_state.step, doc="Optimiser updates done.")
-    best_val = property(lambda self: self.run_state.best_val, doc="The lowest validation loss (inf before any).")
-    best_step = property(lambda self: self.run_state.best_step, doc="The step of :attr:`best_val` (-1 before any).")
-    tokens_seen = property(lambda self: self.run_state.tokens_seen, doc="Training tokens so far, over all processes.")
+    @property
+    def step(self) -> int:
+        """Optimiser updates done."""
+        return self.run_state.step
+
+    @property
+    def best_val(self) -> float:
+        """The lowest validation loss (inf before any)."""
+        return self.run_state.best_val
+
+    @property
+    def best_step(self) -> int:
+        """The step of :attr:`best_val` (-1 before any)."""
+        return self.run_state.best_step
+
+    @property
+    def tokens_seen(self) -> int:
+        """Training tokens so far, over all processes."""
+        return self.run_state.tokens_seen
 
     def state(self) -> dict[str, Any]:
         """What resuming needs besides the weights: :func:`~glassformer.training.resume.state_to_dict`."""
@@ -108,8 +120,7 @@ class Trainer:
                              self.dist.device)
 
     def save(self, best: bool = False) -> Path | None:
-        """Commit this step's checkpoint (:func:`~glassformer.training.checkpoint.commit_checkpoint`; rank 0
-        writes, without checking finiteness); returns the step folder (None on other ranks)."""
+        """Commit this step's checkpoint (rank 0; no finiteness check); returns its folder (None on other ranks)."""
         folder = None
         if best:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
@@ -175,15 +186,13 @@ class Trainer:
             elif self._bar is not None and not self._bar.disable and "val_loss" in record:
                 self._bar.write(console_line(record, self.config.max_steps), file=sys.stderr)  # above the bar
 
-    def _micro_batches(self, on_device: bool = True) -> list[dict[str, torch.Tensor]]:
-        """This process's micro-batches of the current step's global batch (on the host when not ``on_device``)."""
-        config, rank, world = self.config, self.dist.rank, self.dist.world_size
+    def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
+        """This process's micro-batches of the current step's global batch, on the host."""
+        config = self.config
         batch = self.batches.global_batch(self.step, config.batch_size)
-        rows = config.batch_size // world
-        mine = take_rows(batch, rank * rows, (rank + 1) * rows)
-        size = rows // config.grad_accum
-        micro = [take_rows(mine, i * size, (i + 1) * size) for i in range(config.grad_accum)]
-        return [self._to_device(mb) for mb in micro] if on_device else micro
+        size = config.batch_size // (self.dist.world_size * config.grad_accum)  # rows per micro-batch
+        first = self.dist.rank * config.grad_accum  # this process's first micro-batch
+        return [take_rows(batch, (first + i) * size, (first + i + 1) * size) for i in range(config.grad_accum)]
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``batch`` on the training device (to a GPU through pinned memory, without blocking the host)."""
@@ -193,7 +202,7 @@ class Trainer:
     def train_step(self) -> torch.Tensor:
         """One optimiser update; returns the global mean training loss of the step (a 0-dim tensor)."""
         config = self.config
-        host = self._micro_batches(on_device=False)
+        host = self._micro_batches()
         # the global batch's counted tokens, on the host (no device sync); under torchrun summed with the stop flag
         counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), self._stop_requested
         if self.dist.distributed:
@@ -208,7 +217,7 @@ class Trainer:
                    config.lr_decay_steps or config.max_steps, config.min_lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss_sum: torch.Tensor | None = None  # float64, summed over the micro-batches
+        loss_sum: torch.Tensor | None = None  # float64, summed over the micro-batches (no extra op per step)
         if not (self.train_model.training and self.model.training):  # evaluation restores the mode: set once,
             self.train_model.train()  # not a walk over every module at every step
         for i, mb in enumerate(micro):
@@ -244,13 +253,12 @@ class Trainer:
         if self._lines and self.dist.is_main:
             print(say("evaluating", step=self.step, max_steps=self.config.max_steps), file=sys.stderr, flush=True)
         metrics = self.evaluate()
-        val_loss, best = None, False
         if metrics:
             self._log({"step": self.step, **metrics})
-            val_loss = metrics["val_loss"]
-            best = val_loss < self.best_val  # False for NaN, which _checked_save refuses
-            if best:
-                self.run_state.best_val = val_loss
+        val_loss = metrics.get("val_loss")
+        best = val_loss is not None and val_loss < self.best_val  # False for NaN, which _checked_save refuses
+        if best:
+            self.run_state.best_val = val_loss
         self._checked_save(val_loss, best)
 
     def _check_finite(self, loss: float) -> None:
@@ -275,11 +283,9 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming when ``config.resume``); Ctrl-C or SIGTERM saves after the next
-        step and stops ("interrupted"); a NaN/inf loss or weights raise :class:`TrainingDiverged`.
-
-        Returns {"step", "stopped", "precision", "precision_reason", "train_loss", "best_val_loss",
-        "best_step", "tokens_per_s" (this call's), "wall_s", **the last evaluation's metrics, "history"}.
-        """
+        step and stops ("interrupted"); a NaN/inf loss or weights raise :class:`TrainingDiverged`. Returns
+        {"step", "stopped", "precision", "precision_reason", "train_loss", "best_val_loss", "best_step",
+        "tokens_per_s" (this call's), "wall_s", **the last evaluation's metrics, "history"}."""
         with contextlib.ExitStack() as lock:
             if self.dist.is_main:
                 self.out.mkdir(parents=True, exist_ok=True)
@@ -349,8 +355,7 @@ class Trainer:
         finally:
             bar.close()
             self._bar = None
-            made = choices()  # the kernel choices this run made
-            if made:
+            if made := choices():  # the kernel choices this run made
                 self.tracker.text("kernel_choices", json.dumps(made, indent=1))
             self.tracker.close()
             for sig, handler in previous.items():

@@ -67,10 +67,6 @@ class ReportData:
                 "generation": self.generation, "interpret": self.interpret, "labels": js_labels(self.lang)}
 
 
-STRUCTURES = {"causal": "decoder-only (causal)", "bidirectional": "encoder-only (bidirectional)",
-              "prefix": "prefix-LM", "encoder-decoder": "encoder-decoder"}
-
-
 def _params_by_part(model: nn.Module) -> dict[str, int]:
     """Trainable parameters of each top-level part; a shared (tied) matrix counts at its first owner."""
     seen: set[int] = set()
@@ -118,19 +114,18 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
     model.eval()
     try:
         if config.arch == "encoder-decoder":
-            data = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id, prefix_len, generate,
-                                  top_k, notes, lang)
+            views, shapes, generation = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id,
+                                                       prefix_len, generate, top_k, notes, lang)
             interpret = gather_interpret(model, None, [], list, **asked)  # only a note, when asked
         else:
-            data = _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
-            x, pad, prefix, tokens = data[3]
+            views, shapes, generation, (x, pad, prefix, tokens) = _gather_lm(
+                model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
             specials = getattr(tokenizer, "specials", None) or ()
             low = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # skip leading specials
             interpret = gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), low=low,
                                          bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix, **asked)
     finally:
         model.train(was_training)
-    views, shapes, generation = data[:3]
     params = count_params(model)
     dims = (tr("report.dims_encdec", lang, enc=config.n_enc, dec=config.n_dec) if config.arch == "encoder-decoder"
             else tr("report.dims_lm", lang, layers=config.n_layers))
@@ -138,7 +133,7 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
     summary = tr("report.summary", lang, model=type(model).__name__, structure=shown_structure, dims=dims,
                  heads=config.n_heads, d_model=config.d_model, params=f"{params:,}")
     return ReportData(title=title or tr("report.title", lang, structure=shown_structure),
-                      structure=STRUCTURES[structure], summary=summary, views=views, shapes=shapes,
+                      structure=tr(f"structure.{structure}", "en"), summary=summary, views=views, shapes=shapes,
                       config=config.to_dict(), params=params, params_by_part=_params_by_part(model),
                       generation=generation, notes=notes, interpret=interpret, lang=lang)
 
@@ -146,12 +141,10 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
 def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang="en"):
     attn = model.config.attn
     if attn == "prefix":
-        if tgt is not None:
-            prefix_len = len(ids) if prefix_len is None else prefix_len
-            ids = ids + tgt
-        elif prefix_len is None:
-            prefix_len = len(ids)
+        if tgt is None and prefix_len is None:
             notes.append(tr("note.no_target_prefix", lang))
+        prefix_len = len(ids) if prefix_len is None else prefix_len
+        ids = ids + (tgt or [])
         prefix_len = check_prefix_len(prefix_len, len(ids), batch=1)
         if isinstance(prefix_len, torch.Tensor):  # a (1,) tensor: the report shows one row
             prefix_len = int(prefix_len[0])
@@ -159,8 +152,7 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         raise GlassformerError(f"target is used by prefix-LM and encoder-decoder models; this model is "
                                f"attn={attn!r} (put the whole input in text)")
     elif prefix_len is not None:
-        raise GlassformerError(f"prefix_len is only meaningful for attn='prefix' models; "
-                               f"this model is attn={attn!r}")
+        raise GlassformerError(f"prefix_len is only meaningful for attn='prefix' models; this model is attn={attn!r}")
     real = ids
     ids, pad = _pad(ids, pad_to, pad_id)
     x = torch.tensor([ids], device=next(model.parameters()).device)

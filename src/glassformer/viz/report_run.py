@@ -1,6 +1,5 @@
 """write_run_page: one self-contained, offline HTML page of a training run folder: loss curves (SVG) and, when
-the run was watched, the microscope's head scores, snapshots, lens and norms at the step a slider picks (run.js).
-"""
+the run was watched, the microscope's head scores, snapshots, lens and norms at the step a slider picks (run.js)."""
 
 import html
 import math
@@ -9,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..fileio import atomic_write, check_output_file
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
+from ..loaders import load_json
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report import _asset, _script_json, _shown, page_start, script_element
@@ -52,13 +53,12 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
              f'height="{height}" data-x0="{x0}" data-x1="{x1}" data-left="{left}" data-width="{pw}" '
              f'role="img" aria-label="{html.escape(title)}">',
              f'<text x="{left}" y="14" class="gf-chart-title">{html.escape(title)}</text>']
-    for k in range(5):  # horizontal grid and y ticks
-        y = y0 + (y1 - y0) * k / 4
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" class="gf-grid"/>'
-                     f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" class="gf-tick" text-anchor="end">{y:.2g}</text>')
-    for k in range(5):
-        x = x0 + (x1 - x0) * k / 4
-        parts.append(f'<text x="{sx(x):.1f}" y="{height - 12}" class="gf-tick" text-anchor="middle">{x:.0f}</text>')
+    ticks = [(x0 + (x1 - x0) * k / 4, y0 + (y1 - y0) * k / 4) for k in range(5)]
+    parts += [f'<line x1="{left}" x2="{left + pw}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" class="gf-grid"/>'
+              f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" class="gf-tick" text-anchor="end">{y:.2g}</text>'
+              for _, y in ticks]  # horizontal grid and y ticks
+    parts += [f'<text x="{sx(x):.1f}" y="{height - 12}" class="gf-tick" text-anchor="middle">{x:.0f}</text>'
+              for x, _ in ticks]
     parts.append(f'<text x="{left + pw / 2}" y="{height - 1}" class="gf-tick" text-anchor="middle">'
                  f'{html.escape(x_label)}</text>'
                  f'<text x="10" y="{top + ph / 2}" class="gf-tick" transform="rotate(-90 10 {top + ph / 2})" '
@@ -82,9 +82,6 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
 
 
 def _object(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object in ``path``; anything else is one BadFileError."""
-    from ..loaders import load_json
-
     value = load_json(path, what)
     if not isinstance(value, dict):
         raise BadFileError(f"{what} {str(path)!r} must hold a JSON object, got {type(value).__name__}")
@@ -120,11 +117,10 @@ def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
 
 
-def _charts(run: dict[str, Any], lang: str = "en") -> str:
-    """The SVG charts: losses, the probe's losses, best head scores, in-context learning, loss by position."""
+def _charts(run: dict[str, Any], found: dict[str, Any] | None, lang: str = "en") -> str:
+    """The SVG charts: losses, probe losses, best head scores, in-context learning, loss by position (``found``)."""
     metrics, records = run["metrics"], run["records"]
     step = tr("run.axis.step", lang)
-    found = phase_change(records)
     events = [(found["step"], tr("run.phase.marker", lang))] if found else []
 
     def chart(series: list, title: str, y_label: str, chart_id: str) -> str:
@@ -147,8 +143,7 @@ def _charts(run: dict[str, Any], lang: str = "en") -> str:
                       [(r["step"], max(map(max, r[k]))) for r in records]) for k in ("previous_token", "induction")]
             charts.append(chart(whole, "run.chart.best", "run.axis.score", "gf-chart-best"))
         icl = [(r["step"], r["icl_score"]) for r in records if r.get("icl_score") is not None]
-        if icl:
-            charts.append(chart([(tr("run.series.icl", lang), icl)], "run.chart.icl", "run.axis.icl", "gf-chart-icl"))
+        charts.append(chart([(tr("run.series.icl", lang), icl)], "run.chart.icl", "run.axis.icl", "gf-chart-icl"))
         shown = [r for r in records if r.get("loss_by_position")]
         if shown:  # the per-token loss curve: the first record, the phase change's, the last
             picked = [shown[0], *(r for r in shown if found and r["step"] == found["step"]), shown[-1]]
@@ -170,19 +165,12 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
     caption = tr("run.attribution.intro", lang, corrupted=f"{a['corrupted_metric']:.2f}",
                  clean=f"{a['clean_metric']:.2f}", correlation=f"{a['correlation']:.3f}",
                  estimate=top(a["top_estimate"]), exact=top(a["top_exact"]))
+    tables = "".join(f'<figure><figcaption>{html.escape(tr(f"run.attribution.{k}", lang))}</figcaption>'
+                     f'{_head_table(a[k], f"gf-head-table gf-{k}", (47, 95, 208), scale, "+.2f", lang)}</figure>'
+                     for k in ("estimate", "exact"))
     return (f'<section id="gf-attribution"><h2>{html.escape(tr("run.attribution.title", lang))}</h2>'
             f'<p class="gf-caption">{html.escape(caption, quote=False)}</p>'
-            f'<div class="gf-side"><figure><figcaption>{html.escape(tr("run.attribution.estimate", lang))}</figcaption>'
-            + _head_table(a["estimate"], "gf-head-table gf-estimate", (47, 95, 208), scale, "+.2f", lang)
-            + f'</figure><figure><figcaption>{html.escape(tr("run.attribution.exact", lang))}</figcaption>'
-            + _head_table(a["exact"], "gf-head-table gf-exact", (47, 95, 208), scale, "+.2f", lang)
-            + "</figure></div></section>")
-
-
-def _circuit_measurement(records: list[dict[str, Any]]) -> str | None:
-    """The name of a user measurement that recorded a circuit, or None."""
-    measured = (records[-1].get("measurements") or {}) if records else {}
-    return next((name for name, value in measured.items() if is_circuit(value)), None)
+            f'<div class="gf-side">{tables}</div></section>')
 
 
 def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -> str:
@@ -224,7 +212,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
                     end=f"{found['to']:.2f}", width=found["width"]) if found else tr("run.phase.none", lang))
         summary = f"{summary} {phase}"
     body = [f'<section id="gf-losses"><h2>{label("run.chart.loss")}</h2>'
-            f'<div class="gf-charts">{_charts(run, lang)}</div></section>']
+            f'<div class="gf-charts">{_charts(run, found, lang)}</div></section>']
     if not records:
         body.append(f'<p class="gf-notes">{tr("run.not_watched", lang)}</p>')  # the message holds <code> tags
     else:
@@ -253,7 +241,8 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
 <table class="gf-norms"><thead><tr><th>{label("run.norms.read")}</th><th>{label("run.norms.resid")}</th>
 <th>{label("run.norms.weight")}</th><th>{label("run.norms.lens")}</th></tr></thead><tbody id="gf-norm-rows"></tbody>
 </table></section>""")
-        if circuit := _circuit_measurement(records):
+        measured = records[-1].get("measurements") or {}  # a user measurement that recorded a circuit
+        if circuit := next((name for name, value in measured.items() if is_circuit(value)), None):
             body.append(_circuits_html(records, circuit, lang))
     if run.get("attribution"):
         body.append(_attribution_html(run["attribution"], lang))
@@ -274,8 +263,6 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
 def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str = "en") -> Path:
     """Write the page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``) in ``lang``; returns
     its path. MissingFileError when ``out_dir`` is not a run folder, GlassformerError when ``out`` is a folder."""
-    from ..fileio import atomic_write, check_output_file
-
     path = Path(out) if out is not None else Path(out_dir) / "run.html"
     if path.is_dir():
         raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
