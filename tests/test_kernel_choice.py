@@ -250,3 +250,14 @@ def test_the_cli_shows_when_and_how_each_choice_was_measured(cache, monkeypatch,
     assert f"{kernel_choice.ROUNDS} rounds x {kernel_choice.PAIRS} pairs, margin {kernel_choice.MARGIN}" in out
     assert "special/plain time 0.50 0.50 0.50; 0 other busy threads" in out
     assert "precision bfloat16 | lm: float32" in out and "3 other busy threads; taken under load" in out
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path):
+    for index, size in (("index0", "32K"), ("index2", "1024K"), ("index3", "32768K"), ("index4", "bad")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    assert kernel_choice.last_level_cache_bytes(tmp_path) == 32 << 20
+    assert kernel_choice.last_level_cache_bytes(tmp_path / "missing") == 32 << 20  # the fallback
+    (tmp_path / "index5").mkdir()
+    (tmp_path / "index5" / "size").write_text("96M")
+    assert kernel_choice.last_level_cache_bytes(tmp_path) == 96 << 20

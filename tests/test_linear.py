@@ -246,3 +246,56 @@ def test_generation_runs_in_inference_mode_except_under_autocast():
     with torch.autocast("cpu", torch.bfloat16):
         generate(model, torch.tensor([[1, 2]]), 3)
     assert set(seen) == {(False, False)}
+
+
+def test_a_streamed_choice_is_timed_on_weights_read_from_memory(monkeypatch):
+    """For a model larger than the last cache the route is timed as decoding reads the weight: each call on
+    another copy, the copies together twice the cache; both ways see the same weights, and the case says so."""
+    import glassformer.runtime.linear as linear_module
+
+    weight = torch.randn(MIN_WEIGHT // 256, 256)
+    monkeypatch.setattr(linear_module, "last_level_cache_bytes", lambda: 3 * weight.numel() * 4)  # 6 copies
+    monkeypatch.setattr(kernel_choice, "_choices", {})
+    monkeypatch.setattr(kernel_choice, "_save", lambda choices: None)
+    seen = {"plain": [], "special": []}
+    real_linear, real_bmm = F.linear, torch.bmm
+    monkeypatch.setattr(F, "linear", lambda x, w, b=None: seen["plain"].append(w.data_ptr()) or real_linear(x, w, b))
+    monkeypatch.setattr(torch, "bmm", lambda a, b: seen["special"].append(a.data_ptr()) or real_bmm(a, b))
+
+    def faster(plain, special, pairs=7):
+        for _ in range(12):
+            plain(), special()
+        return True
+
+    monkeypatch.setattr(kernel_choice, "faster", faster)
+    with torch.no_grad():
+        assert linear_module.route_pays(torch.zeros(1, 256), weight, streamed=True) is True
+    assert len(set(seen["plain"])) == 6 and set(seen["plain"]) == set(seen["special"])
+    assert weight.data_ptr() in seen["plain"]
+    assert list(kernel_choice.choices()) == [f"linear few-row route: 1 x 256 -> {MIN_WEIGHT // 256}, streamed"]
+    seen["plain"].clear()
+    with torch.no_grad():  # a model that fits in the cache: timed on the weight itself, a case of its own
+        linear_module.route_pays(torch.zeros(1, 256), weight)
+    assert set(seen["plain"]) == {weight.data_ptr()}
+    assert f"linear few-row route: 1 x 256 -> {MIN_WEIGHT // 256}" in kernel_choice.choices()
+
+
+@pytest.mark.parametrize("cache_mb", [1, 1024])
+def test_decoding_measures_the_route_as_the_model_reads_its_weights(monkeypatch, bmm_calls, cache_mb):
+    """LeanStep and few_row_route ask for streamed choices exactly when the model's weights exceed the last
+    cache; the tokens are the same either way."""
+    import glassformer.runtime.linear as linear_module
+
+    monkeypatch.setattr(linear_module, "last_level_cache_bytes", lambda: cache_mb << 20)
+    monkeypatch.setattr(kernel_choice, "_save", lambda choices: None)
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=2, d_ff=1024, max_len=64).eval()
+    assert linear_module.streams(model) is (cache_mb == 1)  # 2 layers of d 256: about 6 MB
+    on = generate(model, torch.randint(0, 50, (1, 5)), 6)
+    cases = list(kernel_choice.choices())
+    assert cases and all(case.endswith(", streamed") is (cache_mb == 1) for case in cases)
+    previous = set_batched_matvec(False)
+    try:
+        assert torch.equal(on, generate(model, torch.randint(0, 50, (1, 5)).copy_(on[:, :5]), 6))
+    finally:
+        set_batched_matvec(previous)

@@ -125,8 +125,8 @@ def check_threads(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """glassformer's thread plan for the load now against torch's default count, on the recipe's step."""
     plan = threads.plan()
     default_count = getattr(threads, "_default", None) or torch.get_num_threads()  # torch's, before any plan
-    planned = plan.threads or default_count
-    if planned == default_count:
+    planned = plan.threads or torch.get_num_threads()  # no plan (the user's setting): what torch runs now
+    if plan.threads is None or planned == default_count:
         return _same(_count(planned), plan.reason)
     step = _step(recipe_model(), batch)
     return _timed(_count(planned), f"{_count(default_count)} (torch's, {threads.usable_cpus()} CPUs)", plan.reason,

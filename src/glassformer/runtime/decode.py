@@ -11,16 +11,17 @@ from torch import nn
 
 from ..models.head import OutputHead
 from ..nn.taps import Tapped
-from .linear import MIN_WEIGHT, linear, route_pays
+from .linear import MIN_WEIGHT, linear, route_pays, streams
 
 
-def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None) -> torch.Tensor:
+def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None, *,
+            streamed: bool = False) -> torch.Tensor:
     """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) through :func:`.linear.linear`;
     at a decoding step where the route does not pay, the module gets its class's ``forward`` back for good."""
     weight = embedding if module.weight is None else module.weight
-    if x.dim() == 3 and x.shape[1] == 1 and not route_pays(x, weight):
+    if x.dim() == 3 and x.shape[1] == 1 and not route_pays(x, weight, streamed):
         del module.forward
-    return linear(x, weight, module.bias)
+    return linear(x, weight, module.bias, streamed=streamed)
 
 
 def _may_route(weight: torch.Tensor | None) -> bool:
@@ -39,14 +40,14 @@ def few_row_route(model: nn.Module) -> Iterator[None]:
     if any(hasattr(value, "_torchdynamo_orig_callable") for value in vars(model).values()):
         yield
         return
-    routed = []
+    routed, streamed = [], streams(model)
     embedding = getattr(getattr(model, "embeddings", None), "tok", None)
     for module in model.modules():
         if "forward" in module.__dict__ or not (isinstance(module, nn.Linear) or type(module) is OutputHead):
             continue
         weight = module.weight if module.weight is not None else getattr(embedding, "weight", None)
         if _may_route(weight):
-            module.forward = partial(_routed, module)
+            module.forward = partial(_routed, module, streamed=streamed)
             routed.append(module)
     try:
         yield
@@ -84,7 +85,8 @@ class LeanStep:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.layers = [_LeanLayer(block) for block in model.blocks]
+        streamed = streams(model)  # the route is timed as this model's steps read the weights
+        self.layers = [_LeanLayer(block, streamed) for block in model.blocks]
         self.rows = 0  # the batch the projections were chosen for
         self.watched = list(model.modules())  # checked at each step for module hooks ...
         self.tapped = [m for m in self.watched if isinstance(m, Tapped)]  # ... and hook points
@@ -267,8 +269,9 @@ class StaticSteps:
 class _LeanLayer:
     """One block as :class:`LeanStep` reads it: norms' ``plain`` and projections as functions of its parameters."""
 
-    def __init__(self, block: nn.Module) -> None:
+    def __init__(self, block: nn.Module, streamed: bool) -> None:
         attn, ffn = block.self_attn, block.ffn
+        self.streamed = streamed  # the model's weights exceed the last cache: the route is timed on them from memory
         self.norm_first = block.norm_first
         self.attn_norm = block.attn_norm.plain
         self.ffn_norm = block.ffn_norm.plain if ffn is not None else None
@@ -284,5 +287,7 @@ class _LeanLayer:
                 continue
             weight, bias = module.weight, module.bias
             probe = torch.empty(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
-            routed = _may_route(weight) and route_pays(probe, weight)
-            setattr(self, name, partial(linear if routed else F.linear, weight=weight, bias=bias))
+            if _may_route(weight) and route_pays(probe, weight, self.streamed):
+                setattr(self, name, partial(linear, weight=weight, bias=bias, streamed=self.streamed))
+            else:
+                setattr(self, name, partial(F.linear, weight=weight, bias=bias))

@@ -64,6 +64,18 @@ def cpu_features() -> list[str]:
     return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
+def last_level_cache_bytes(folder: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The largest CPU cache's size in bytes, from Linux's ``folder``/index*/size (32 MiB where none reads)."""
+    sizes = []
+    for index in Path(folder).glob("index*"):
+        try:
+            text = (index / "size").read_text(encoding="ascii").strip().upper()
+            sizes.append(int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text))
+        except (OSError, ValueError, IndexError):
+            continue
+    return max(sizes, default=32 << 20)
+
+
 def machine() -> str:
     """What a choice depends on besides the case: CPU model, torch version and thread count."""
     return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"

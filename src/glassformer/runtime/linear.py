@@ -2,17 +2,19 @@
 
 A decoding step is memory-bound (reading the weights). On some CPUs computing W xᵀ with W's rows in four
 blocks (``torch.bmm``) reads them ~1.5x faster than ``F.linear``; on others it is 2x slower, so each shape
-is timed once (:func:`.kernel_choice.choose`). Only float32 on the CPU, no autograd or autocast, at most
-``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements; :func:`.decode.few_row_route` applies it to a model.
+is timed once (:func:`.kernel_choice.choose`), as decoding reads the weight: from memory when the model is
+larger than the CPU's last cache (``streamed``), else from the cache. Only float32 on the CPU, no autograd
+or autocast, at most ``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements; :func:`.decode.few_row_route` applies it.
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentTypeError
-from .kernel_choice import choose
+from .kernel_choice import choose, last_level_cache_bytes
 
 FEW_ROWS = 4  # products with at most this many rows (B x T) may take it (at 8 rows it was 0.7x)
 MIN_WEIGHT = 1 << 17  # ... when the weight has at least this many elements (512 KB in float32)
@@ -42,10 +44,12 @@ def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     return rows if 0 < rows <= FEW_ROWS else 0
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: x (..., in) -> (..., out), by the few-row route where it pays here."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           streamed: bool = False) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: x (..., in) -> (..., out), by the few-row route where it pays here
+    (``streamed``: for a weight read from memory, not from the cache)."""
     rows = _few_rows(x, weight)
-    if not rows or not _route_pays(rows, weight):
+    if not rows or not _route_pays(rows, weight, streamed):
         return F.linear(x, weight, bias)
     y = _blocked_matvec(x.reshape(rows, weight.shape[1]), weight)  # (rows, out)
     if bias is not None:
@@ -53,10 +57,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def route_pays(x: torch.Tensor, weight: torch.Tensor) -> bool | None:
+def route_pays(x: torch.Tensor, weight: torch.Tensor, streamed: bool = False) -> bool | None:
     """Whether :func:`linear` takes the route for ``x`` and ``weight`` (None: not a few-row product)."""
     rows = _few_rows(x, weight)
-    return _route_pays(rows, weight) if rows else None
+    return _route_pays(rows, weight, streamed) if rows else None
+
+
+def streams(model: torch.nn.Module) -> bool:
+    """Whether a decoding step of ``model`` reads its weights from memory: they exceed the CPU's last cache."""
+    return sum(p.numel() * p.element_size() for p in model.parameters()) > last_level_cache_bytes()
 
 
 def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -72,12 +81,21 @@ def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def _route_pays(rows: int, weight: torch.Tensor) -> bool:
-    """Whether the route beats ``F.linear`` for this shape on this machine (measured once)."""
+def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool:
+    """Whether the route beats ``F.linear`` for this shape on this machine (measured once). ``streamed``: timed
+    on copies of the weight that together exceed twice the last cache, so each call reads one from memory."""
     n_out, n_in = weight.shape
 
     def ways() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
         probe = torch.zeros(rows, n_in)
-        return lambda: F.linear(probe, weight), lambda: _blocked_matvec(probe, weight)
+        copies = math.ceil(2 * last_level_cache_bytes() / (weight.numel() * weight.element_size())) if streamed else 1
+        weights = [weight] + [weight.clone() for _ in range(copies - 1)]  # written, so real pages
+        turn = [0, 0]
 
-    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}", ways)
+        def next_weight(side: int) -> torch.Tensor:
+            turn[side] = (turn[side] + 1) % copies
+            return weights[turn[side]]
+
+        return lambda: F.linear(probe, next_weight(0)), lambda: _blocked_matvec(probe, next_weight(1))
+
+    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}{', streamed' if streamed else ''}", ways)
