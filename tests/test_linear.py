@@ -299,3 +299,13 @@ def test_decoding_measures_the_route_as_the_model_reads_its_weights(monkeypatch,
         assert torch.equal(on, generate(model, torch.randint(0, 50, (1, 5)).copy_(on[:, :5]), 6))
     finally:
         set_batched_matvec(previous)
+
+
+@pytest.mark.parametrize("rows", [1, 2, FEW_ROWS])
+def test_the_route_returns_rows_in_their_usual_layout(rows, bmm_calls):
+    """The route's (rows, out) result is contiguous like F.linear's: a column-major one sent a batch's
+    attention to the slow math kernel (the old 0.7x at 8 rows)."""
+    weight, x = torch.randn(1536, 384), torch.randn(rows, 1, 384)
+    with torch.no_grad():
+        y = linear(x, weight)
+    assert bmm_calls and y.is_contiguous() and y.stride() == F.linear(x, weight).stride()
