@@ -11,7 +11,7 @@ from torch import nn
 
 from ..models.head import OutputHead
 from ..nn.taps import Tapped
-from .linear import MIN_WEIGHT, linear, route_pays, streams
+from .linear import MIN_WEIGHT, linear, route_pays, routed, streams
 
 
 def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None, *,
@@ -281,13 +281,14 @@ class _LeanLayer:
         self.qkv = self.o_proj = self.up = self.gate = self.down = None  # set by choose()
 
     def choose(self, rows: int) -> None:
-        """Make each projection ``F.linear``, or :func:`.linear.linear` where the route pays for ``rows`` rows."""
+        """Make each projection ``F.linear``, or :func:`.linear.routed` where the route pays for ``rows`` rows
+        (a step then runs no check: rows, grad mode and autocast do not change within one generation)."""
         for name, module in self.modules.items():
             if module is None:
                 continue
             weight, bias = module.weight, module.bias
             probe = torch.empty(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
             if _may_route(weight) and route_pays(probe, weight, self.streamed):
-                setattr(self, name, partial(linear, weight=weight, bias=bias, streamed=self.streamed))
+                setattr(self, name, partial(routed, weight=weight, bias=bias))  # checked once, here
             else:
                 setattr(self, name, partial(F.linear, weight=weight, bias=bias))

@@ -51,10 +51,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     rows = _few_rows(x, weight)
     if not rows or not _route_pays(rows, weight, streamed):
         return F.linear(x, weight, bias)
-    y = _blocked_matvec(x.reshape(rows, weight.shape[1]), weight)  # (rows, out)
+    return routed(x, weight, bias)
+
+
+def routed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`linear`'s product by the route, unchecked: for a caller that asked :func:`route_pays` for x's shape."""
+    y = _blocked_matvec(x.reshape(-1, weight.shape[1]), weight)  # (rows, out)
     if bias is not None:
         y = y + bias
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    return y.view(*x.shape[:-1], weight.shape[0])
 
 
 def route_pays(x: torch.Tensor, weight: torch.Tensor, streamed: bool = False) -> bool | None:
