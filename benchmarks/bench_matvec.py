@@ -6,7 +6,7 @@
 Decoding multiplies a few rows (one per sequence) by every weight matrix of the model, one matrix
 after the other, so the weights come from memory, not cache. This times exactly that: x (rows, in)
 times each of the model's matrices in turn (qkv, output projection, feed-forward up and down per
-layer), for ``F.linear``, for ``glassformer.runtime.linear.linear`` (the few-row route where it applies)
+layer), for ``F.linear``, for ``glassformer.runtime.linear.linear`` (the route where it applies, chosen as streamed)
 and, for reference, for the transposed weight layout Hugging Face's GPT-2 uses (``x @ Wt``). It
 times the three in paired rounds (``glassformer.bench.timing.paired``: A B C, C B A, ...), prints
 each one's median milliseconds per pass over all matrices, the implied GB/s and the paired ratio of
@@ -76,7 +76,7 @@ def main() -> None:
             inputs = {n: torch.randn(rows, n) for n in (args.d, 4 * args.d)}
             timings = paired({
                 "F.linear": lambda x=inputs: [F.linear(x[w.shape[1]], w) for w in weights],
-                "linear": lambda x=inputs: [linear(x[w.shape[1]], w) for w in weights],
+                "linear": lambda x=inputs: [linear(x[w.shape[1]], w, streamed=True) for w in weights],
                 "x @ Wt": lambda x=inputs: [x[w.shape[0]] @ w for w in transposed],
             }, rounds=args.rounds, calls=1, warmup=3)
             ms = {name: t.median * 1e3 for name, t in timings.items()}

@@ -70,3 +70,22 @@ def test_bad_options_are_one_line():
         defaults.check_defaults(tolerance=-0.5, only=())
     with pytest.raises(GlassformerError, match=r"^unknown default check\(s\) \['speed'\]; available: \['newton"):
         defaults.check_defaults(only=("speed",))
+
+
+@pytest.mark.parametrize(("steps", "loses"), [(275, False), (5000, True)])
+def test_compile_is_judged_over_the_recipes_run(monkeypatch, steps, loses):
+    """Compiling (30 s here, then 0.10 s a step against eager's 0.12) pays only past the break-even run
+    length: the check compares whole runs, compiling included (stand-in timings, no clock)."""
+    from glassformer.bench.timing import Timing
+
+    monkeypatch.setattr(defaults, "_step", lambda model, batch, precision="float32", compiled=False: lambda: compiled)
+    monkeypatch.setattr(defaults, "time_call", lambda fn: 30.0 if fn() else 0.12)
+    monkeypatch.setattr(defaults, "paired", lambda ways, rounds, calls: {
+        "default": Timing("default", [0.12] * rounds), "other": Timing("other", [0.10] * rounds)})
+    result = defaults.check_compile(rounds=3, calls=1, batch=2, steps=steps)
+    want = steps * 0.12 / (30.0 + (steps - 1) * 0.10)
+    assert result["ratio"] == pytest.approx(want) and result["ratios"] == pytest.approx([want] * 3)
+    assert result["steady_ratio"] == pytest.approx(1.2) and result["compile_s"] == 30.0
+    assert result["break_even_steps"] == 1496  # (30 - 0.10) / (0.12 - 0.10), rounded up
+    assert (result["ratio"] > 1 + defaults.TOLERANCE) is loses
+    assert f"the recipe's {steps} steps; compiling took 30.0 s" in result["why"]
