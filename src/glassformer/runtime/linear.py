@@ -19,6 +19,7 @@ from .kernel_choice import choose, last_level_cache_bytes
 FEW_ROWS = 8  # products with at most this many rows (B x T) may take it, where measured faster
 MIN_WEIGHT = 1 << 17  # ... when the weight has at least this many elements (512 KB in float32)
 BLOCKS = 4  # the weight's rows are multiplied as this many blocks
+STREAM_BYTES_MAX = 1 << 30  # a streamed choice is timed on copies of the weight up to this many bytes in all
 
 _batched_matvec = True
 
@@ -94,7 +95,8 @@ def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool
 
     def ways() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
         probe = torch.zeros(rows, n_in)
-        copies = math.ceil(2 * last_level_cache_bytes() / (weight.numel() * weight.element_size())) if streamed else 1
+        working_set = min(2 * last_level_cache_bytes(), STREAM_BYTES_MAX) if streamed else 0
+        copies = max(1, math.ceil(working_set / (weight.numel() * weight.element_size())))
         weights = [weight] + [weight.clone() for _ in range(copies - 1)]  # written, so real pages
         turn = [0, 0]
 
