@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from glassformer.bench.timing import paired, paired_ratio
-from glassformer.runtime.linear import FEW_ROWS, linear
+from glassformer.runtime.linear import FEW_ROWS, _blocked_matvec, linear
 
 
 def model_matrices(d: int, layers: int) -> list[torch.Tensor]:
@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--rows", type=row_counts, default=[1, 2, 4, 8, 16], help="comma-separated row counts")
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds per row count")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--blocks", type=row_counts, default=[],
+                        help="also time the route's product with these block counts (it uses 4), e.g. 2,8,16")
     parser.add_argument("--out", default="bench-output/matvec.json")
     args = parser.parse_args()
     if args.threads is not None:
@@ -69,21 +71,25 @@ def main() -> None:
                "d": args.d, "layers": args.layers, "megabytes": megabytes, "rows": {}}
     print(f"{len(weights)} matrices, {megabytes:.1f} MB, {torch.get_num_threads()} threads; "
           f"median ms per pass over all of them (GB/s); the route applies up to {FEW_ROWS} rows")
-    print("| rows | F.linear | glassformer linear | x @ Wt (in, out) | route speed-up |")
-    print("| --- | --- | --- | --- | --- |")
+    extra = "".join(f" {n} blocks (bmm) |" for n in args.blocks)
+    print(f"| rows | F.linear | glassformer linear | x @ Wt (in, out) |{extra} route speed-up |")
+    print("|" + " --- |" * (5 + len(args.blocks)))
     with torch.inference_mode():
         for rows in args.rows:
             inputs = {n: torch.randn(rows, n) for n in (args.d, 4 * args.d)}
-            timings = paired({
+            ways = {
                 "F.linear": lambda x=inputs: [F.linear(x[w.shape[1]], w) for w in weights],
                 "linear": lambda x=inputs: [linear(x[w.shape[1]], w, streamed=True) for w in weights],
                 "x @ Wt": lambda x=inputs: [x[w.shape[0]] @ w for w in transposed],
-            }, rounds=args.rounds, calls=1, warmup=3)
+            }
+            for n in args.blocks:
+                ways[f"{n} blocks"] = lambda x=inputs, n=n: [_blocked_matvec(x[w.shape[1]], w, n) for w in weights]
+            timings = paired(ways, rounds=args.rounds, calls=1, warmup=3)
             ms = {name: t.median * 1e3 for name, t in timings.items()}
             speed_up = paired_ratio(timings["F.linear"], timings["linear"])
             results["rows"][rows] = {"ms": ms, "gb_per_s": {k: megabytes / v for k, v in ms.items()},
                                      "route_speed_up": speed_up}
-            cells = [f"{ms[k]:.2f} ({megabytes / ms[k]:.1f})" for k in ("F.linear", "linear", "x @ Wt")]
+            cells = [f"{ms[k]:.2f} ({megabytes / ms[k]:.1f})" for k in ways]
             print(f"| {rows} | " + " | ".join(cells) + f" | {speed_up:.2f}x |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -261,3 +261,18 @@ def test_the_last_level_cache_is_read_from_sysfs(tmp_path):
     (tmp_path / "index5").mkdir()
     (tmp_path / "index5" / "size").write_text("96M")
     assert kernel_choice.last_level_cache_bytes(tmp_path) == 96 << 20
+
+
+def test_a_settled_answer_is_looked_up_once_and_forgotten_by_a_reset(cache, monkeypatch):
+    """A decoding step asks for each product: after the first answer no record is read again (no date
+    parsing per call); reset_choices (a new dict) drops the remembered answers."""
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True
+    settled = kernel_choice._settled
+    monkeypatch.setattr(kernel_choice, "_settled", lambda case, entry: pytest.fail("record read again"))
+    assert kernel_choice.choose("case", ways) is True
+    monkeypatch.setattr(kernel_choice, "_settled", settled)
+    monkeypatch.setattr(kernel_choice, "_choices", kernel_choice._choices)  # restored after the reset below
+    scripted(monkeypatch, 0.5, 1.0)  # now the special way is slower
+    kernel_choice.reset_choices()
+    assert kernel_choice.choose("case", ways) is False

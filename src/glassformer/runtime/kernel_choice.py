@@ -33,6 +33,8 @@ MAX_AGE_DAYS = 30  # a choice older than this is measured again
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
 _choices: dict[str, Record | bool] | None = None  # loaded lazily from the file (a bool: a choice set by hand)
 _session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
+_answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
+# a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides CPU kernel speed
@@ -209,10 +211,17 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
     here, and the measurement (:func:`faster`) is remembered. While ``torch.compile`` traces, an unknown
     case takes the plain way. ``grad``: time with autograd (a training step), in fewer pairs.
     """
-    global last_others
-    entry = _loaded().get(case)
+    global last_others, _answers
+    loaded = _loaded()
+    if _answers[0] is not loaded:  # another file read (or a test's own dict): answers start again
+        _answers = (loaded, {})
+    known = _answers[1].get(case)
+    if known is not None:
+        return known
+    entry = loaded.get(case)
     if _settled(case, entry):
-        return effective(entry)
+        _answers[1][case] = answer = effective(entry)
+        return answer
     if torch.compiler.is_compiling():
         return False
     pairs = GRAD_PAIRS if grad else PAIRS
@@ -227,7 +236,8 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
         "others_running": last_others, "threads": torch.get_num_threads()}
     _session.add(case)
     _save(_choices)
-    return effective(record)
+    _answers[1][case] = answer = effective(record)  # measured by this process: settled here
+    return answer
 
 
 def choices() -> dict[str, bool]:

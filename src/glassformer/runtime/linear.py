@@ -74,13 +74,13 @@ def streams(model: torch.nn.Module) -> bool:
     return sum(p.numel() * p.element_size() for p in model.parameters()) > last_level_cache_bytes()
 
 
-def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """flat (rows, in) @ weightᵀ as W xᵀ, W's rows in BLOCKS blocks multiplied as one batch -> (rows, out)."""
+def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor, n_blocks: int = BLOCKS) -> torch.Tensor:
+    """flat (rows, in) @ weightᵀ as W xᵀ, W's rows in ``n_blocks`` blocks multiplied as one batch -> (rows, out)."""
     (rows, n_in), n_out = flat.shape, weight.shape[0]
-    per_block = n_out // BLOCKS
-    split = BLOCKS * per_block  # rows of W in the blocks; the last n_out % BLOCKS rows go alone
-    columns = flat.t().expand(BLOCKS, n_in, rows)  # xᵀ, shared by every block (strides (0, 1, in))
-    blocks = (weight if split == n_out else weight[:split]).view(BLOCKS, per_block, n_in)
+    per_block = n_out // n_blocks
+    split = n_blocks * per_block  # rows of W in the blocks; the last n_out % n_blocks rows go alone
+    columns = flat.t().expand(n_blocks, n_in, rows)  # xᵀ, shared by every block (strides (0, 1, in))
+    blocks = (weight if split == n_out else weight[:split]).view(n_blocks, per_block, n_in)
     y = torch.bmm(blocks, columns).view(split, rows).t().contiguous()  # (rows, split), rows apart: attention,
     # GELU and the rest read it in their fast layout (a column-major (rows, out) sent batches to math attention)
     if split < n_out:
