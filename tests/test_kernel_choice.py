@@ -238,11 +238,11 @@ def test_an_old_choice_is_measured_again(cache, monkeypatch):
 def test_the_cli_shows_when_and_how_each_choice_was_measured(cache, monkeypatch, capsys):
     from glassformer.cli import main
 
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # both choices at one thread count
     scripted(monkeypatch, 1.0, 0.5)
     kernel_choice.choose("linear few-row route: 1 x 384 -> 1536", ways)
     loaded(monkeypatch, 3)
     monkeypatch.setattr(kernel_choice, "spare_cpus", lambda others: 2 - others)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     kernel_choice.choose("precision bfloat16 | lm", ways, grad=True)
     assert main(["bench", "--kernel_choices"]) == 0
     out = capsys.readouterr().out
@@ -276,3 +276,24 @@ def test_a_settled_answer_is_looked_up_once_and_forgotten_by_a_reset(cache, monk
     scripted(monkeypatch, 0.5, 1.0)  # now the special way is slower
     kernel_choice.reset_choices()
     assert kernel_choice.choose("case", ways) is False
+
+
+def test_a_choice_holds_for_the_thread_count_it_was_measured_at(cache, monkeypatch):
+    """A process that changes torch's thread count gets that count's choices (measured, or read from the
+    file), not the first count's; the file keeps both under their own keys."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        scripted(monkeypatch, 1.0, 0.5)
+        assert kernel_choice.choose("case", ways) is True
+        torch.set_num_threads(1)
+        measured = scripted(monkeypatch, 0.5, 1.0)  # at 1 thread the special way is slower
+        assert kernel_choice.choose("case", ways) is False and measured
+        torch.set_num_threads(2)
+        again = scripted(monkeypatch, 0.5, 1.0)
+        assert kernel_choice.choose("case", ways) is True and not again  # 2 threads' choice, not re-measured
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        verdicts = {key.rsplit("| ", 1)[1]: value["case"]["special"] for key, value in saved.items()}
+        assert verdicts == {"2 threads": True, "1 threads": False}
+    finally:
+        torch.set_num_threads(before)

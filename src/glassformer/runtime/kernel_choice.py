@@ -33,6 +33,7 @@ MAX_AGE_DAYS = 30  # a choice older than this is measured again
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
 _choices: dict[str, Record | bool] | None = None  # loaded lazily from the file (a bool: a choice set by hand)
 _session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
+_loaded_for: tuple[object, int] = (None, 0)  # (the dict read from the file, torch's thread count then)
 _answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
 # a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
@@ -104,9 +105,14 @@ def _load() -> dict[str, Record | bool]:
 
 
 def _loaded() -> dict[str, Record | bool]:
-    global _choices
+    """This machine's choices, read once per thread count: when torch's count changes, that count's choices."""
+    global _choices, _loaded_for
+    if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != torch.get_num_threads():
+        _choices = None  # a choice holds for the thread count it was measured at
+        _session.clear()
     if _choices is None:
         _choices = _load()
+        _loaded_for = (_choices, torch.get_num_threads())
     return _choices
 
 
@@ -265,7 +271,8 @@ def describe(record: Record) -> str:
 
 def reset_choices() -> None:
     """Forget every choice of this machine (in memory and in the file): they are measured again."""
-    global _choices
+    global _choices, _loaded_for
     _choices = {}
+    _loaded_for = (_choices, torch.get_num_threads())
     _session.clear()
     _save(_choices)
