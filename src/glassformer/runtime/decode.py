@@ -11,17 +11,21 @@ from torch import nn
 
 from ..models.head import OutputHead
 from ..nn.taps import Tapped
-from .linear import MIN_WEIGHT, linear, route_pays, routed, streams
+from .linear import MIN_WEIGHT, route_pays, routed, streams
 
 
 def _routed(module: nn.Module, x: torch.Tensor, embedding: torch.Tensor | None = None, *,
             streamed: bool = False) -> torch.Tensor:
-    """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) through :func:`.linear.linear`;
-    at a decoding step where the route does not pay, the module gets its class's ``forward`` back for good."""
+    """``module(x)`` (a Linear, or an OutputHead with its tied ``embedding``) as :func:`.linear.linear` computes it,
+    the route asked about once per call; at a decoding step where it does not pay, the module gets its class's
+    ``forward`` back for good."""
     weight = embedding if module.weight is None else module.weight
-    if x.dim() == 3 and x.shape[1] == 1 and not route_pays(x, weight, streamed):
+    pays = route_pays(x, weight, streamed)  # None: not a few-row product
+    if pays:
+        return routed(x, weight, module.bias)
+    if x.dim() == 3 and x.shape[1] == 1:  # a decoding step where the route does not pay (or cannot apply)
         del module.forward
-    return linear(x, weight, module.bias, streamed=streamed)
+    return F.linear(x, weight, module.bias)
 
 
 def _may_route(weight: torch.Tensor | None) -> bool:
