@@ -45,6 +45,15 @@ def test_a_busy_core_means_one_thread_fewer_and_passive_waiting():
     assert plan.describe().startswith("threads: 1 of 2 CPUs, wait passive (1 other busy thread")
 
 
+def test_a_count_that_follows_the_load_keeps_threads_spinning():
+    """Training and evaluation measure the load again as they run: on a busy machine they take one thread
+    fewer but do not sleep (passive waiting cost ~15% a step once the load went, docs/benchmarks.md)."""
+    plan = threads.plan(others=1, cpus=2, env={}, follows_load=True)
+    assert (plan.threads, plan.wait) == (1, "spin") and "follows the load" in plan.reason
+    assert threads.plan(others=0, cpus=2, env={}, follows_load=True).threads is None
+    assert threads.plan(others=1, cpus=2, env={"OMP_NUM_THREADS": "2"}, follows_load=True).wait == "user"
+
+
 @pytest.mark.parametrize("env", [{"OMP_NUM_THREADS": "2"}, {"OMP_WAIT_POLICY": "ACTIVE"}, {"KMP_BLOCKTIME": "200"},
                                  {"GLASSFORMER_THREADS": "fixed"}])
 def test_what_the_user_set_wins(env):
@@ -99,28 +108,57 @@ def verb(args):
 
 
 parser = argparse.ArgumentParser()
-parser.set_defaults(func=verb)
+parser.set_defaults(func=verb, follows_load=sys.argv[3] == "follows")
 cli.build_parser = lambda: parser
 sys.exit(cli.main([]))
 """
 
 
-@pytest.mark.parametrize(("others", "wait", "threads_now"), [(1.0, "PASSIVE", 1), (0.0, None, None)])
-def test_the_command_sets_the_policy_before_torch(others, wait, threads_now):
+@pytest.mark.parametrize(("others", "verb", "wait", "threads_now"), [
+    (1.0, "fixed", "PASSIVE", 1), (0.0, "fixed", None, None), (1.0, "follows", None, 1)])
+def test_the_command_sets_the_policy_before_torch(others, verb, wait, threads_now):
     """A fresh interpreter with a scripted load, a verb run by cli.main: busy -> OMP_WAIT_POLICY=PASSIVE
-    before torch loads and one thread; idle -> nothing set, torch's own thread count. ``import
-    glassformer`` alone decides nothing (tests/test_startup.py: it changes nothing either)."""
+    before torch loads and one thread, or one spinning thread for a verb whose count follows the load;
+    idle -> nothing set, torch's own thread count. ``import glassformer`` alone decides nothing
+    (tests/test_startup.py: it changes nothing either)."""
     env = {k: v for k, v in os.environ.items()
            if k not in (*threads.WAIT_VARS, *threads.THREAD_VARS, threads.SWITCH)}
     env["PYTHONPATH"] = str(SRC)
     file = SRC / "glassformer" / "runtime" / "threads.py"
-    out = subprocess.run([sys.executable, "-c", PROBE, str(file), str(others)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", PROBE, str(file), str(others), verb], capture_output=True,
                          text=True, env=env, check=True, timeout=300).stdout
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["wait"] == wait and seen["blocktime"] == (None if wait is None else "0")
     if threads_now is not None:
         assert seen["threads"] == threads_now
     assert ("passive" in seen["plan"]) is (wait is not None)
+
+
+ROOT = SRC.parent
+
+
+@pytest.mark.parametrize(("words", "follows"), [
+    (["train", "--config", "configs/shakespeare_char.yaml"], False),  # num_threads: 2
+    (["train", "--config", "configs/shakespeare_char.yaml", "--num_threads", "0"], True),
+    (["train", "--config", "configs/shakespeare_char_gpu.yaml"], True),  # no num_threads
+    (["train", "--config", "configs/shakespeare_char_gpu.yaml", "--num-threads=3"], False),
+    (["train", "--max_steps", "5"], True),
+    (["recipe", "shakespeare_char_fast"], True),
+    (["recipe", "shakespeare_char"], False),
+    (["recipe", "configs/prefix_lookahead.yaml", "--num_threads", "null"], True),
+    (["eval", "out/best"], True),
+])
+def test_each_verb_says_whether_its_thread_count_follows_the_load(monkeypatch, words, follows):
+    """What cli.main passes to threads.prepare: read before torch loads, from the config and the overrides."""
+    from glassformer import cli
+
+    monkeypatch.chdir(ROOT)
+    args, extra = cli.build_parser().parse_known_args(words)
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    if getattr(args, "precheck", None) is not None:
+        args.precheck(args)
+    assert getattr(args, "follows_load", False) is follows
 
 
 def test_a_loop_applies_the_thread_count_when_nothing_did(monkeypatch):

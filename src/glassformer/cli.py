@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             precheck(args)
         from .runtime import threads  # the thread policy, applied by the command (never by the import)
 
-        threads.prepare()  # inside the try: Ctrl-C while torch loads is one line too
+        # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
+        # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
+        threads.prepare(follows_load=getattr(args, "follows_load", False) is True)
         threads.apply()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -41,9 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
     from .overrides import check_keys, overrides_from_argv
-    from .train import known_keys
+    from .train import count_follows_load, known_keys
 
-    check_keys([key for key, _ in overrides_from_argv(args.overrides)], known_keys())
+    pairs = overrides_from_argv(args.overrides)
+    check_keys([key for key, _ in pairs], known_keys())
+    path = Path(args.config)  # a file, else a shipped recipe's name (recipes.find_recipe, which needs torch)
+    shipped = Path(__file__).resolve().parents[1] / "recipes" / "configs" / f"{path.stem}.yaml"
+    file = path if path.is_file() else shipped if shipped.is_file() else None
+    args.follows_load = file is not None and count_follows_load(file, pairs)  # how its threads wait (cli.main)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -87,10 +87,34 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
 
 def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: the overrides parse and every key of them and of ``--config`` is
-    a known one (else UsageError with "did you mean")."""
+    a known one (else UsageError with "did you mean"); ``args.follows_load`` says whether the run's thread count
+    will follow the load (no ``num_threads``), which decides how its threads wait (runtime/threads.py)."""
     from .overrides import overrides_from_argv
 
-    check_config_keys(args.config, overrides_from_argv(args.overrides))
+    pairs = overrides_from_argv(args.overrides)
+    check_config_keys(args.config, pairs)
+    args.follows_load = count_follows_load(args.config, pairs)
+
+
+def count_follows_load(config_file: Path | None, pairs: list[tuple[str, object]]) -> bool:
+    """Whether a run of ``config_file`` plus override ``pairs`` leaves the thread count to glassformer: no
+    ``num_threads``, or 0 / null (the Trainer then follows the load). Read without torch; a file that
+    cannot be read counts as a fixed count (the check that reads it reports the error)."""
+    from ..errors import GlassformerError
+    from ..loaders import load_yaml
+
+    count: object = None
+    if config_file is not None:
+        try:
+            data = load_yaml(config_file, "config file")
+        except (GlassformerError, OSError):
+            return False
+        if isinstance(data, dict):
+            count = data.get("num_threads")
+    for key, value in pairs:
+        if key == "num_threads":
+            count = value
+    return count is None or count == 0
 
 
 def resume_command(args: argparse.Namespace) -> str:

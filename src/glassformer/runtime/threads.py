@@ -1,8 +1,10 @@
 """How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP.
 
 On a busy machine torch's threads spin waiting for one that got part of a core (up to 30x slower), so: as many
-threads as cores are free (from ``/proc``), passive waiting when busy, re-measured in long loops. Whatever the
-user set (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ..., ``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
+threads as cores are free (from ``/proc``), re-measured in long loops, and passive waiting when busy unless the
+command's thread count follows the load (training, evaluation: the count alone adapts, and spinning threads
+are faster whenever the load has gone). Whatever the user set (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ...,
+``GLASSFORMER_THREADS=fixed``) wins. Standard library only.
 """
 
 import os
@@ -107,9 +109,11 @@ def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
     return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
 
 
-def plan(others: float | None = None, cpus: int | None = None,
-         env: dict[str, str] | os._Environ = os.environ) -> ThreadPlan:
-    """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs."""
+def plan(others: float | None = None, cpus: int | None = None, env: dict[str, str] | os._Environ = os.environ,
+         follows_load: bool = False) -> ThreadPlan:
+    """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs;
+    ``follows_load``: the count will be measured again while the command runs (:class:`LoadFollower`), so
+    threads spin even when busy now (passive waiting costs ~15% a step once the load goes)."""
     cpus = usable_cpus() if cpus is None else cpus
     if fixed := user_fixed(env):
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
@@ -123,8 +127,10 @@ def plan(others: float | None = None, cpus: int | None = None,
     free = free_cpus(others, cpus)
     if free >= cpus:
         return ThreadPlan(None, "spin", cpus, others, "the machine is idle: torch's defaults")
-    return ThreadPlan(free, "passive", cpus, others,
-                      f"{others:g} other busy thread{'s' * (others != 1)}: threads sleep while they wait")
+    busy = f"{others:g} other busy thread{'s' * (others != 1)}"
+    if follows_load:
+        return ThreadPlan(free, "spin", cpus, others, f"{busy}: the count follows the load, threads spin")
+    return ThreadPlan(free, "passive", cpus, others, f"{busy}: threads sleep while they wait")
 
 
 def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -142,10 +148,11 @@ _default: int | None = None  # torch's own thread count
 _applied: int | None = None  # the count glassformer last set (None: never, or the user fixed it)
 
 
-def prepare() -> ThreadPlan:
-    """Measure the load and set the wait policy before torch is imported (:func:`apply` then sets the threads)."""
+def prepare(follows_load: bool = False) -> ThreadPlan:
+    """Measure the load and set the wait policy before torch is imported (:func:`apply` then sets the threads);
+    ``follows_load``: the command measures the load again as it runs (see :func:`plan`)."""
     global _at_start
-    _at_start = plan()
+    _at_start = plan(follows_load=follows_load)
     set_wait_policy(_at_start)
     return _at_start
 

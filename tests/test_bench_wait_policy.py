@@ -1,0 +1,45 @@
+"""benchmarks/bench_wait_policy.py: the wait policies it compares, and its bad options as one line each."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_wait_policy.py"
+spec = importlib.util.spec_from_file_location("bench_wait_policy", SCRIPT)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_each_policy_is_its_variables():
+    assert bench.policy_env("spin") == {}
+    assert bench.policy_env("passive") == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert bench.policy_env("spin:1000") == {"GOMP_SPINCOUNT": "1000"}
+    for bad in ("sleep", "spin:", "spin:-5", "spin:1e3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="spin, passive or spin:N"):
+            bench.policy_env(bad)
+
+
+def test_no_thread_setting_of_the_caller_reaches_a_run(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setenv("GLASSFORMER_THREADS", "fixed")
+    env = bench.clean_env()
+    assert not set(bench.POLICY_VARS) & set(env) and str(SCRIPT.parents[1] / "src") in env["PYTHONPATH"]
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (["--policies", "spin,sleep"], "got 'sleep'"),
+    (["--loads", "none,heavy"], "--loads: expected some of none, half, one, two"),
+    (["--fluctuate", "10"], "--fluctuate: expected ON,OFF seconds"),
+    (["--fluctuate", "nan,10"], "--fluctuate: expected ON,OFF seconds"),
+    (["--busy-start", "inf"], "--busy-start: expected seconds in [0, 3600), got inf"),
+    (["--rounds", "0"], "--rounds and --threads must be at least 1"),
+])
+def test_bad_options_are_one_line(words, message):
+    done = subprocess.run([sys.executable, str(SCRIPT), *words], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
