@@ -44,10 +44,10 @@ from bench_nanogpt_quality import timed_run  # noqa: E402 (after the path is set
 from bench_train_vs_nanogpt import CONFIG, glassformer_step_ms, steady  # noqa: E402
 
 from glassformer.bench.timing import cpu_line  # noqa: E402
+from glassformer.runtime.threads import SWITCH, THREAD_VARS, WAIT_VARS  # noqa: E402
 
 LOADS = {"none": (), "half": (0.5,), "one": (1.0,), "two": (1.0, 1.0)}  # busy share of each background process
-POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-               "GLASSFORMER_THREADS")
+POLICY_VARS = (*WAIT_VARS, *THREAD_VARS, SWITCH)  # every variable by which a run's threads are fixed
 PERIOD_S = 0.010  # a "half" process is busy for half of each period
 
 

@@ -11,10 +11,21 @@ WRITES = (Writes(("recipe", "tang_poems_char", "--out_dir", "{out}", "--recipe.s
                  ("{out}/results.json", "{out}/tang300.txt", "{out}/metrics.jsonl")),)
 
 
+SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "configs"  # read here: importing recipes loads torch
+
+
 def _shipped() -> list[str]:
-    """The shipped recipes' names, for --help (read from the folder: importing recipes is slow)."""
-    folder = Path(__file__).resolve().parents[1] / "recipes" / "configs"
-    return sorted(p.stem for p in folder.glob("*.yaml") if "\nrecipe:" in "\n" + p.read_text(encoding="utf-8"))
+    """The shipped recipes' names, for --help."""
+    return sorted(p.stem for p in SHIPPED.glob("*.yaml") if "\nrecipe:" in "\n" + p.read_text(encoding="utf-8"))
+
+
+def _recipe_file(name: str) -> Path | None:
+    """The YAML file ``recipes.find_recipe`` will read for ``name`` (None: none, which it reports)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = SHIPPED / f"{path.stem}.yaml"
+    return shipped if path.suffix in ("", ".yaml") and shipped.is_file() else None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,15 +51,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
+    from ..errors import GlassformerError
+    from ..loaders import load_yaml
     from .overrides import check_keys, overrides_from_argv
     from .train import count_follows_load, known_keys
 
     pairs = overrides_from_argv(args.overrides)
     check_keys([key for key, _ in pairs], known_keys())
-    path = Path(args.config)  # a file, else a shipped recipe's name (recipes.find_recipe, which needs torch)
-    shipped = Path(__file__).resolve().parents[1] / "recipes" / "configs" / f"{path.stem}.yaml"
-    file = path if path.is_file() else shipped if shipped.is_file() else None
-    args.follows_load = file is not None and count_follows_load(file, pairs)  # how its threads wait (cli.main)
+    file = _recipe_file(args.config)
+    try:  # how its threads wait (cli.main); a file that does not read is reported by the run, as before
+        args.follows_load = file is not None and count_follows_load(load_yaml(file, "recipe"), pairs)
+    except (GlassformerError, OSError):
+        args.follows_load = False
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,12 +68,14 @@ def known_keys() -> dict[str, set[str] | None]:
             "model": model | {"vocab_size", "preset"}, "watch": None, "recipe": None}
 
 
-def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> None:
-    """Refuse an unknown key of the YAML file or of the command line, naming the closest known one."""
+def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> object:
+    """Refuse an unknown key of the YAML file or of the command line, naming the closest known one; returns
+    the file's content (None without a file)."""
     from ..loaders import load_yaml
     from .overrides import check_keys
 
     known = known_keys()
+    data = None
     if config_file is not None:
         data = load_yaml(config_file, "config file")
         # anything else (not a mapping, a key that is no text): TrainConfig.from_yaml says what is wrong
@@ -83,6 +85,7 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
             check_keys([str(key) for key in data if key != "model"] + nested, known, "key", "",
                        source=str(config_file))
     check_keys([key for key, _ in pairs], known)
+    return data
 
 
 def precheck(args: argparse.Namespace) -> None:
@@ -92,25 +95,13 @@ def precheck(args: argparse.Namespace) -> None:
     from .overrides import overrides_from_argv
 
     pairs = overrides_from_argv(args.overrides)
-    check_config_keys(args.config, pairs)
-    args.follows_load = count_follows_load(args.config, pairs)
+    args.follows_load = count_follows_load(check_config_keys(args.config, pairs), pairs)
 
 
-def count_follows_load(config_file: Path | None, pairs: list[tuple[str, object]]) -> bool:
-    """Whether a run of ``config_file`` plus override ``pairs`` leaves the thread count to glassformer: no
-    ``num_threads``, or 0 / null (the Trainer then follows the load). Read without torch; a file that
-    cannot be read counts as a fixed count (the check that reads it reports the error)."""
-    from ..errors import GlassformerError
-    from ..loaders import load_yaml
-
-    count: object = None
-    if config_file is not None:
-        try:
-            data = load_yaml(config_file, "config file")
-        except (GlassformerError, OSError):
-            return False
-        if isinstance(data, dict):
-            count = data.get("num_threads")
+def count_follows_load(config: object, pairs: list[tuple[str, object]]) -> bool:
+    """Whether a run of the YAML content ``config`` plus override ``pairs`` leaves the thread count to
+    glassformer: no ``num_threads``, or 0 / null (the Trainer then follows the load)."""
+    count = config.get("num_threads") if isinstance(config, dict) else None
     for key, value in pairs:
         if key == "num_threads":
             count = value

@@ -113,7 +113,7 @@ def plan(others: float | None = None, cpus: int | None = None, env: dict[str, st
          follows_load: bool = False) -> ThreadPlan:
     """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs;
     ``follows_load``: the count will be measured again while the command runs (:class:`LoadFollower`), so
-    threads spin even when busy now (passive waiting costs ~15% a step once the load goes)."""
+    threads spin even when busy now (under a load that came and went, a passive start took 1.09x the time)."""
     cpus = usable_cpus() if cpus is None else cpus
     if fixed := user_fixed(env):
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
