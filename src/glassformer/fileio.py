@@ -175,6 +175,7 @@ JSON_KEYS: dict[str, frozenset[str]] = {  # keys glassformer's JSON files of the
     "microscope.json": frozenset({"watch"}),
     "config.json": frozenset({"vocab_size", "model_type"}),  # a checkpoint's ModelConfig, a Hugging Face config
     "sae.json": frozenset({"format"}),
+    "manifest.json": frozenset({"format"}),  # a shards folder's (data/shards.py)
 }
 
 
@@ -201,6 +202,21 @@ def _is_records_file(path: Path) -> bool:
     return isinstance(record, dict) and type(record.get("step")) is int
 
 
+def _is_token_file(path: Path) -> bool:
+    """A token shard (modded-nanogpt's magic number) or a raw token file the shards manifest beside it lists."""
+    if _head(path, 4) == (20240520).to_bytes(4, "little"):
+        return True
+    manifest = path.parent / "manifest.json"
+    try:
+        value = json.loads(manifest.read_bytes()) if os.lstat(manifest).st_size < RECOGNISED_JSON_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not isinstance(value, dict) or value.get("format") != "glassformer-shards":
+        return False
+    entries = [e for split in ("train", "val") if isinstance(value.get(split), list) for e in value[split]]
+    return any(isinstance(e, dict) and e.get("file") == path.name for e in entries)
+
+
 RECOGNISED_JSON_BYTES = 256 << 20
 MARKER = "glassformer"  # in glassformer's PNGs (``Software``) and HTML pages (``generator``)
 
@@ -211,6 +227,7 @@ _RECOGNISERS = {
     ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
     ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
     ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
+    ".bin": _is_token_file,
 }
 
 

@@ -1,0 +1,361 @@
+"""``prepare``: a corpus -> token shards, once. The tokenizer is trained on a stream of the corpus (all of it,
+or a bounded sample), documents are encoded in batches (Hugging Face ``tokenizers`` encodes a batch on every
+core) with an end-of-text token after each, and tokens go straight to disk: memory holds one batch of text,
+never a shard. Document d goes to validation when ``floor((d + 1) f) > floor(d f)`` (f the validation
+fraction: every 1/f-th document, whole), or every document of ``val`` sources when given.
+
+Interrupted, a run resumes at the last whole shard: ``progress.json`` records, after each shard, where every
+split's next shard starts (a piece of the corpus and a token in it; pieces come in a fixed order), and the
+rerun re-reads the corpus up to there without encoding it. Run again on the same input (same sizes and
+modification times) and settings, it does nothing."""
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..errors import BadFileError, GlassformerError, check_int, check_number
+from ..fileio import atomic_write, check_output_file, claim_outputs, disk_full_names, fsync_dir, remove_path, run_lock
+from ..progress import Heartbeat
+from ..tokenizers import Tokenizer, make_tokenizer
+from .shards import (HEADER_BYTES, MANIFEST, MANIFEST_FORMAT, TOKENIZER_FILE, VERSIONS, file_hash, header,
+                     tokenizer_hash, version_for)
+from .sources import Source, check_text_field, iter_pieces, list_sources
+
+PROGRESS = "progress.json"
+SHARD_TOKENS = 100_000_000  # modded-nanogpt's shard size
+BATCH_CHARS = 1 << 22  # characters of text encoded in one batch (4 MiB: every core busy, memory small)
+FORMATS = ("shards", "nanogpt")
+EOT = "eos"  # the special token that ends every document (GPT-2's <|endoftext|> plays both parts)
+_TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
+
+
+def shard_name(split: str, index: int, fmt: str) -> str:
+    """``train_000003.bin`` (shards) or ``train.bin`` (nanogpt)."""
+    return f"{split}.bin" if fmt == "nanogpt" else f"{split}_{index:06d}.bin"
+
+
+class _Writer:
+    """One split's shards, written as tokens arrive: a temporary file per shard (header, then ids), its
+    header completed, fsynced and renamed when full (``limit`` tokens) or at the end. ``start``: (piece,
+    token) where the open shard's first token comes from, what :data:`PROGRESS` records."""
+
+    def __init__(self, folder: Path, split: str, fmt: str, version: int, limit: int, index: int,
+                 start: tuple[int, int], inputs: Sequence[Path]):
+        self.folder, self.split, self.fmt, self.version, self.limit = folder, split, fmt, version, limit
+        self.index, self.start, self.inputs = index, start, inputs
+        self.dtype = VERSIONS[version] if fmt == "shards" else np.dtype("<u2")
+        self.entries: list[dict[str, Any]] = []
+        self.handle, self.temp, self.count = None, None, 0
+
+    def _open(self) -> None:
+        target = self.folder / shard_name(self.split, self.index, self.fmt)
+        check_output_file(target, self.inputs, "token shard")
+        self.temp = self.folder / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        with disk_full_names(target):
+            self.handle = open(self.temp, "xb")
+            if self.fmt == "shards":
+                self.handle.write(header(0, self.version))
+        self.count = 0
+
+    def add(self, ids: np.ndarray, piece: int, offset: int) -> Iterator[None]:
+        """Write ``ids`` (the tokens of ``piece`` from token ``offset``); yields after each shard it completes."""
+        while len(ids):
+            if self.handle is None:
+                self._open()
+            take = min(len(ids), self.limit - self.count)
+            with disk_full_names(self.folder / shard_name(self.split, self.index, self.fmt)):
+                self.handle.write(np.ascontiguousarray(ids[:take], dtype=self.dtype).tobytes())
+            self.count += take
+            ids, offset = ids[take:], offset + take
+            if self.count == self.limit:
+                self.close()
+                self.start = (piece, offset)
+                yield
+
+    def close(self) -> None:
+        """Finish the open shard (if any): header, fsync, rename; its entry joins :attr:`entries`."""
+        if self.handle is None:
+            return
+        target = self.folder / shard_name(self.split, self.index, self.fmt)
+        try:
+            with disk_full_names(target):
+                if self.fmt == "shards":
+                    self.handle.seek(0)
+                    self.handle.write(header(self.count, self.version))
+                self.handle.flush()
+                os.fsync(self.handle.fileno())
+                self.handle.close()
+                self.handle = None
+                check_output_file(target, self.inputs, "token shard")
+                os.replace(self.temp, target)
+        finally:
+            self.discard()
+        fsync_dir(self.folder)
+        self.entries.append({"file": target.name, "tokens": self.count, "bytes": target.stat().st_size,
+                             "sha256": file_hash(target)})
+        self.index += 1
+
+    def discard(self) -> None:
+        """Close and remove the open shard's temporary file (after an error)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        if self.temp is not None and os.path.lexists(self.temp):
+            os.unlink(self.temp)
+        self.temp = None
+
+
+def _split_of(document: int, val_fraction: float) -> str:
+    return "val" if int((document + 1) * val_fraction) > int(document * val_fraction) else "train"
+
+
+def _fingerprint(sources: Sequence[Source]) -> list[dict[str, Any]]:
+    out = []
+    for source in sources:
+        info = source.path.stat()
+        out.append({"path": str(source.path.resolve()), "kind": source.kind, "bytes": info.st_size,
+                    "mtime_ns": info.st_mtime_ns})
+    return out
+
+
+def _check_unchanged(sources: Sequence[Source], fingerprint: list[dict[str, Any]]) -> None:
+    for source, seen in zip(sources, fingerprint):
+        try:
+            info = source.path.stat()
+        except OSError:
+            raise BadFileError(f"corpus file {str(source.path)!r} disappeared during preparation") from None
+        if (info.st_size, info.st_mtime_ns) != (seen["bytes"], seen["mtime_ns"]):
+            raise BadFileError(f"corpus file {str(source.path)!r} changed during preparation ({seen['bytes']:,} -> "
+                               f"{info.st_size:,} bytes); the shards written so far stay valid: run prepare again "
+                               "once it stops changing")
+
+
+def encode_pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    """Each text's ids (int64, no specials), as ``tokenizer.encode_to_array`` gives them; a BPE encodes all the
+    texts' lines in one batch (every core)."""
+    hf = getattr(tokenizer, "hf", None)
+    if tokenizer.kind != "bpe" or hf is None:
+        return [tokenizer.encode_to_array(t) if t else np.zeros(0, dtype=np.int64) for t in texts]
+    lines, counts = [], []
+    for text in texts:
+        split = text.splitlines(keepends=True)
+        lines += split
+        counts.append(len(split))
+    encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
+    encodings = encode(lines, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
+    line_starts = np.concatenate([[0], np.cumsum(lengths)])  # (lines + 1,) token offsets
+    bounds = line_starts[np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)]  # (texts + 1,)
+    return [flat[bounds[k]:bounds[k + 1]] for k in range(len(texts))]
+
+
+def _load_tokenizer(spec: str) -> Tokenizer:
+    path = Path(spec)
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    return Tokenizer.load(path)
+
+
+def _sample(pieces: Iterator[tuple[str, bool]], chars: int | None) -> Iterator[str]:
+    seen = 0
+    for text, _ in pieces:
+        yield text
+        seen += len(text)
+        if chars is not None and seen >= chars:
+            return
+
+
+def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str = "bpe", *, vocab_size: int | None = None,
+            val: Sequence[str] = (), val_fraction: float = 0.0, text_field: str = "text",
+            shard_tokens: int = SHARD_TOKENS, fmt: str = "shards", tokenizer_sample: int | None = None,
+            on_shard: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Prepare ``data`` into ``out``; returns the manifest (also ``out/manifest.json``).
+
+    Args: ``tokenizer`` "char", "byte", "bpe" (trained here, with ``vocab_size``, plus an end-of-text token)
+    or a tokenizer file / checkpoint folder (used as it is); ``val`` validation sources (else every 1/
+    ``val_fraction``-th document); ``text_field`` the JSON field / parquet or Arrow column; ``shard_tokens``
+    tokens per shard; ``fmt`` "shards" (modded-nanogpt's) or "nanogpt" (``train.bin``/``val.bin``, raw
+    uint16); ``tokenizer_sample`` characters the tokenizer is trained on (None: all); ``on_shard(split,
+    index)`` is called after each shard is on disk and recorded."""
+    if fmt not in FORMATS:
+        raise GlassformerError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    check_number("--val_fraction", val_fraction, 0.0, 0.5)
+    check_int("--shard_tokens", shard_tokens, 1, (1 << 31) - 1)
+    check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
+    text_field = check_text_field(text_field)
+    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))
+    val_sources = list_sources(list(val)) if val else []
+    folder = Path(out)
+    inputs = [s.path for s in sources + val_sources]
+    settings = {"tokenizer": tokenizer, "vocab_size": vocab_size, "val_fraction": 0.0 if val else val_fraction,
+                "text_field": text_field, "shard_tokens": shard_tokens, "format": fmt,
+                "tokenizer_sample": tokenizer_sample}
+    fingerprint = _fingerprint(sources) + _fingerprint(val_sources)
+    manifest_file = folder / MANIFEST
+    if manifest_file.is_file():
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+            old = json.loads(manifest_file.read_text(encoding="utf-8"))
+            if (old.get("format") == MANIFEST_FORMAT and old.get("settings") == settings
+                    and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
+                    == fingerprint and _outputs_intact(folder, old)):
+                old["up_to_date"] = True
+                return old
+    claim_outputs([manifest_file, folder / TOKENIZER_FILE, folder / PROGRESS, folder / shard_name("train", 0, fmt),
+                   folder / shard_name("val", 0, fmt)], inputs, "prepared data")
+    folder.mkdir(parents=True, exist_ok=True)
+    with run_lock(folder):
+        return _prepare(folder, sources, val_sources, inputs, tokenizer, settings, fingerprint, on_shard)
+
+
+def _outputs_intact(folder: Path, manifest: dict[str, Any]) -> bool:
+    entries = manifest.get("train", []) + manifest.get("val", [])
+    return all((folder / e["file"]).is_file() and (folder / e["file"]).stat().st_size == e["bytes"] for e in entries)
+
+
+def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inputs: list[Path], spec: str,
+             settings: dict[str, Any], fingerprint: list[dict[str, Any]],
+             on_shard: Callable[[str, int], None] | None) -> dict[str, Any]:
+    progress = _read_progress(folder, settings, fingerprint)
+    for name in os.listdir(folder):  # temporary shards of an interrupted run
+        if _TEMP.fullmatch(name):
+            remove_path(folder / name)
+    text_field, fmt = settings["text_field"], settings["format"]
+    tokenizer_file = folder / TOKENIZER_FILE
+    if progress is not None:
+        tok = Tokenizer.load(tokenizer_file)
+    else:
+        if spec in ("char", "byte", "bpe"):
+            all_sources = sources + val_sources
+            sample = _sample(iter_pieces(all_sources, text_field), settings["tokenizer_sample"])
+            tok = make_tokenizer(spec, sample, [EOT], settings["vocab_size"])
+        else:
+            tok = _load_tokenizer(spec)
+        atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
+    if fmt == "nanogpt" and tok.vocab_size > 1 << 16:
+        raise GlassformerError(f"--format nanogpt writes uint16 ids; the tokenizer has {tok.vocab_size:,} ids "
+                               "(use --format shards, which writes uint32 past 65,536)")
+    eot = tok.special_tokens.get(EOT)
+    version = version_for(tok.vocab_size)
+    limit = settings["shard_tokens"] if fmt == "shards" else (1 << 62)
+    state = progress or {"train": [], "val": [], "start": {"train": [0, 0], "val": [0, 0]}}
+    writers = {split: _Writer(folder, split, fmt, version, limit, len(state[split]), tuple(state["start"][split]),
+                              inputs) for split in ("train", "val")}
+    for split, writer in writers.items():
+        writer.entries = list(state[split])
+    resume_at = min(w.start[0] for w in writers.values())
+    documents = {"train": 0, "val": 0}
+    tokens = {split: sum(e["tokens"] for e in writers[split].entries) for split in writers}
+    total = sum(f["bytes"] for f in fingerprint) if all(
+        s.kind in ("text", "json") and s.path.suffix.lower() not in (".gz", ".zst")
+        for s in sources + val_sources) else None
+
+    def record(split: str) -> None:
+        _check_unchanged(sources + val_sources, fingerprint)
+        state = {"format": "glassformer-prepare-progress", "settings": settings, "sources": fingerprint,
+                 "tokenizer_sha256": file_hash(tokenizer_file),
+                 "train": writers["train"].entries, "val": writers["val"].entries,
+                 "start": {s: list(w.start) for s, w in writers.items()}}
+        atomic_write(folder / PROGRESS, json.dumps(state, indent=1), inputs=inputs, what="prepare progress")
+        if on_shard is not None:
+            on_shard(split, writers[split].index - 1)
+
+    def stream() -> Iterator[tuple[int, str, str, bool]]:
+        """(piece number, split, text, last) of every piece."""
+        number, document = 0, 0
+        for group, fraction in ((sources, settings["val_fraction"]), (val_sources, None)):
+            for text, last in iter_pieces(group, text_field):
+                split = "val" if fraction is None else _split_of(document, fraction)
+                yield number, split, text, last
+                number += 1
+                if last:
+                    documents[split] += 1
+                    document += 1 if fraction is not None else 0
+
+    started = time.monotonic()
+    try:
+        with Heartbeat("preparing shards", total=total, unit="bytes") as beat, beat.beating():
+            batch: list[tuple[int, str, str, bool]] = []
+            size = 0
+
+            def flush() -> None:
+                ids = encode_pieces(tok, [text for _, _, text, _ in batch])
+                for (number, split, _, last), piece in zip(batch, ids):
+                    if last and eot is not None:
+                        piece = np.append(piece, eot)
+                    writer = writers[split]
+                    skip = writer.start[1] if number == writer.start[0] else 0
+                    for _ in writer.add(piece[skip:], number, skip):
+                        record(split)
+                    tokens[split] += len(piece) - skip
+                batch.clear()
+
+            for number, split, text, last in stream():
+                nbytes = len(text.encode("utf-8"))
+                if number >= resume_at and number >= writers[split].start[0]:
+                    batch.append((number, split, text, last))
+                    size += len(text)
+                if size >= BATCH_CHARS:
+                    flush()
+                    size = 0
+                done = tokens["train"] + tokens["val"]
+                rate = done / max(time.monotonic() - started, 1e-9)
+                eta = ""
+                if total and beat.done:
+                    eta = f", ETA {(time.monotonic() - started) * (total - beat.done) / beat.done:,.0f} s"
+                beat.update(advance=nbytes, note=f"{done:,} tokens, {rate:,.0f} tokens/s{eta}")
+            flush()
+            for split, writer in writers.items():
+                writer.close()
+    except BaseException:
+        for writer in writers.values():
+            writer.discard()
+        raise
+    _check_unchanged(sources + val_sources, fingerprint)
+    if not sum(e["tokens"] for e in writers["train"].entries):
+        raise GlassformerError(f"the corpus {[str(s.path) for s in sources]} gives no training tokens")
+    hashes = {str(s.path): file_hash(s.path) for s in sources + val_sources}
+    manifest = {
+        "format": MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
+        "shard_format": "nanogpt" if fmt == "nanogpt" else "modded-nanogpt",
+        "token_dtype": "uint16" if fmt == "nanogpt" else VERSIONS[version].name,
+        "header": None if fmt == "nanogpt" else {"bytes": HEADER_BYTES, "magic": 20240520, "version": version},
+        "documents": documents, "tokens": {s: sum(e["tokens"] for e in writers[s].entries) for s in writers},
+        "train": writers["train"].entries, "val": writers["val"].entries,
+        "sources": [{**f, "sha256": hashes[str(s.path)], "split": "val" if s in val_sources else "train"}
+                    for s, f in zip(sources + val_sources, fingerprint)],
+        "tokenizer": {"file": TOKENIZER_FILE, "kind": tok.kind, "vocab_size": tok.vocab_size,
+                      "sha256": tokenizer_hash(tok.to_dict()), "file_sha256": file_hash(tokenizer_file), "eot": eot},
+        "settings": settings,
+    }
+    atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n", inputs=inputs, what="shards manifest")
+    if (folder / PROGRESS).exists():
+        remove_path(folder / PROGRESS)
+    return manifest
+
+
+def _read_progress(folder: Path, settings: dict[str, Any], fingerprint: list[dict[str, Any]]) -> dict | None:
+    """The progress of an interrupted run on the same input and settings whose shards are intact, else None."""
+    path = folder / PROGRESS
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if (state.get("settings") != settings or state.get("sources") != fingerprint
+                or state.get("tokenizer_sha256") != file_hash(folder / TOKENIZER_FILE)):
+            return None
+        for entry in state["train"] + state["val"]:
+            if file_hash(folder / entry["file"]) != entry["sha256"]:
+                return None
+        return state
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,288 @@
+"""A corpus as the user names it (files, folders, globs; text, JSON lines, parquet, Arrow / Hugging Face
+``save_to_disk`` folders) -> its documents, streamed as text pieces, with one-line errors naming the file and
+the line or row.
+
+Each document comes as one or more pieces ``(text, last)``: a text file is one document read in pieces of
+about :data:`PIECE_CHARS` characters (cut after a newline), a JSON line or a parquet/Arrow row is one
+document of one piece. The pieces of a corpus always come in the same order, so a piece's number is a
+position :mod:`glassformer.data.prepare` can resume at."""
+
+import glob
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
+from .text import iter_text
+
+PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
+TEXT_SUFFIXES = {".txt", ".text", ".md", ".rst", ".csv", ".tsv", ".html", ".xml", ".tex", ""}
+JSON_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+COMPRESSED = {".gz", ".zst"}
+TOKEN_SUFFIXES = {".bin"}
+ARROW_MARKERS = ("state.json", "dataset_info.json", "dataset_dict.json")  # what save_to_disk writes
+MAX_JSON_ARRAY_BYTES = 1 << 28  # a .json file holding one array is parsed whole: up to 256 MiB
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file and how to read it: ``kind`` "text", "json", "parquet" or "arrow"."""
+
+    path: Path
+    kind: str
+
+
+def _kind(path: Path) -> str | None:
+    """How ``path`` is read, by its suffixes (``.jsonl.gz`` is JSON lines, compressed); None: skipped in a folder."""
+    suffixes = [s.lower() for s in path.suffixes[-2:]]
+    inner = suffixes[-2] if len(suffixes) == 2 and suffixes[-1] in COMPRESSED else (
+        "" if suffixes and suffixes[-1] in COMPRESSED else suffixes[-1] if suffixes else "")
+    if inner in JSON_SUFFIXES:
+        return "json"
+    if inner == ".parquet":
+        return "parquet"
+    if inner == ".arrow":
+        return "arrow"
+    if inner in TOKEN_SUFFIXES:
+        return "tokens"
+    if inner in TEXT_SUFFIXES or not inner[1:].isalpha() or len(suffixes) == 0:
+        return "text"
+    return None
+
+
+def _arrow_folder(folder: Path) -> list[Path] | None:
+    """The Arrow files of a Hugging Face ``save_to_disk`` folder in their order (a DatasetDict: its "train"
+    split, else every split), or None when ``folder`` is not one."""
+    if (folder / "dataset_dict.json").is_file():
+        from ..loaders import load_json
+
+        splits = load_json(folder / "dataset_dict.json", "dataset_dict.json").get("splits", [])
+        chosen = ["train"] if "train" in splits else list(splits)
+        return [f for split in chosen for f in (_arrow_folder(folder / str(split)) or [])]
+    if (folder / "state.json").is_file():
+        from ..loaders import load_json
+
+        state = load_json(folder / "state.json", "state.json")
+        files = state.get("_data_files") if isinstance(state, dict) else None
+        if isinstance(files, list) and all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
+            return [folder / f["filename"] for f in files]
+    if any((folder / m).is_file() for m in ARROW_MARKERS):
+        return sorted(folder.glob("*.arrow"))
+    return None
+
+
+def list_sources(data: Sequence[str | Path]) -> list[Source]:
+    """The files ``data`` names, in order: a file; a folder (every readable file under it, sorted; a Hugging
+    Face ``save_to_disk`` folder: its Arrow files); a glob pattern (``corpus/*.jsonl.gz``, sorted)."""
+    if isinstance(data, (str, Path)):
+        data = [data]
+    found: list[Source] = []
+    for item in data:
+        text = str(item)
+        if any(c in text for c in "*?[") and not Path(text).exists():
+            matches = sorted(glob.glob(text, recursive=True))
+            if not matches:
+                raise MissingFileError(f"data pattern {text!r} matches no file")
+            found += [s for m in matches for s in list_sources([m])]
+            continue
+        path = Path(item)
+        if not path.exists():
+            raise MissingFileError(f"data {text!r} does not exist")
+        if path.is_dir():
+            arrow = _arrow_folder(path)
+            if arrow is not None:
+                found += [Source(p, "arrow") for p in arrow]
+                continue
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    file = Path(root) / name
+                    kind = None if name.startswith(".") else _kind(file)
+                    if kind is not None and kind != "tokens" and file.is_file():
+                        found.append(Source(file, kind))
+            continue
+        kind = _kind(path) or "text"
+        if kind == "tokens":
+            raise UsageError(f"data {text!r} already holds token ids: train and eval read it as it is "
+                             f"(--data {text}); prepare reads text")
+        found.append(Source(path, kind))
+    if not found:
+        raise MissingFileError(f"data {[str(d) for d in data]} holds no file glassformer can read")
+    return found
+
+
+def _binary(path: Path) -> io.BufferedIOBase:
+    """``path`` opened for reading bytes, through gzip or zstandard for ``.gz`` / ``.zst``."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        import gzip
+        return gzip.open(path, "rb")
+    if suffix == ".zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise UsageError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
+                             "'glassformer[data]', or zstandard)") from None
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def _field(record: object, field: str) -> object:
+    """``record[field]``, a dotted ``field`` reading nested objects (``meta.text``); KeyError when absent."""
+    for key in field.split("."):
+        if not isinstance(record, dict) or key not in record:
+            raise KeyError(key)
+        record = record[key]
+    return record
+
+
+def _json_documents(path: Path, field: str) -> Iterator[str]:
+    """The ``field`` of each JSON line of ``path`` (a ``.json`` file holding one array: of each item)."""
+    with _binary(path) as handle:
+        first = handle.peek(64)[:64] if hasattr(handle, "peek") else b""
+        if path.suffix.lower() == ".json" and first.lstrip()[:1] == b"[":
+            raw = handle.read(MAX_JSON_ARRAY_BYTES + 1)
+            if len(raw) > MAX_JSON_ARRAY_BYTES:
+                raise BadFileError(f"{str(path)!r} is a JSON array over {MAX_JSON_ARRAY_BYTES:,} bytes; write it as "
+                                   "JSON lines (one object a line), which is read as a stream")
+            try:
+                items = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise BadFileError(f"{str(path)!r} is not UTF-8 text (byte {error.start:,})") from None
+            except ValueError as error:
+                raise BadFileError(f"{str(path)!r} is not valid JSON: {error}") from None
+            for number, item in enumerate(items):
+                yield _text_of(item, field, f"{str(path)!r} item {number}")
+            return
+        for number, line in enumerate(handle, 1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise BadFileError(f"{str(path)!r} line {number} is not UTF-8 text (byte 0x{line[error.start]:02x} "
+                                   f"at column {error.start + 1})") from None
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError as error:
+                raise BadFileError(f"{str(path)!r} line {number} is not a JSON object: {error}") from None
+            yield _text_of(record, field, f"{str(path)!r} line {number}")
+
+
+def _text_of(record: object, field: str, where: str) -> str:
+    try:
+        value = _field(record, field)
+    except KeyError:
+        keys = sorted(record)[:8] if isinstance(record, dict) else []
+        raise BadFileError(f"{where} has no field {field!r} (its fields: {keys}); name the text's field with "
+                           "--text_field") from None
+    if not isinstance(value, str):
+        raise BadFileError(f"{where}: field {field!r} holds {type(value).__name__}, not text")
+    return value
+
+
+def _column_documents(path: Path, field: str, batches: Iterator, names: list[str], what: str) -> Iterator[str]:
+    """The strings of column ``field`` in record ``batches`` (pyarrow), with the row in errors."""
+    if field not in names:
+        raise BadFileError(f"{what} {str(path)!r} has no column {field!r} (its columns: {names}); name the text's "
+                           "column with --text_field")
+    row = 0
+    for batch in batches:
+        column = batch.column(batch.schema.get_field_index(field))
+        for value in column.to_pylist():
+            if not isinstance(value, str):
+                raise BadFileError(f"{what} {str(path)!r} row {row}: column {field!r} holds "
+                                   f"{type(value).__name__}, not text")
+            yield value
+            row += 1
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.ipc  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise UsageError("parquet and Arrow files need pyarrow: pip install 'glassformer[data]'") from None
+    return pyarrow
+
+
+def _parquet_documents(path: Path, field: str) -> Iterator[str]:
+    pa = _pyarrow()
+    try:
+        file = pa.parquet.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise BadFileError(f"{str(path)!r} is not a readable parquet file: {str(error).splitlines()[0]}") from None
+    names = file.schema_arrow.names
+    groups = (file.read_row_group(i, columns=[field]) for i in range(file.num_row_groups))  # one group in memory
+    yield from _column_documents(path, field, (b for g in groups for b in g.to_batches()), names, "parquet file")
+
+
+def _arrow_documents(path: Path, field: str) -> Iterator[str]:
+    pa = _pyarrow()
+    try:
+        source = pa.memory_map(str(path))
+        try:
+            reader = pa.ipc.open_stream(source)  # what datasets' save_to_disk writes
+        except pa.ArrowInvalid:
+            reader = pa.ipc.open_file(source)
+            reader = (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema
+        else:
+            reader = iter(reader), reader.schema
+    except (pa.ArrowException, OSError) as error:
+        raise BadFileError(f"{str(path)!r} is not a readable Arrow file: {str(error).splitlines()[0]}") from None
+    batches, schema = reader
+    yield from _column_documents(path, field, batches, schema.names, "Arrow file")
+
+
+def iter_pieces(sources: Sequence[Source], text_field: str = "text",
+                piece_chars: int = PIECE_CHARS) -> Iterator[tuple[str, bool]]:
+    """Every document of ``sources`` as pieces ``(text, last)``; ``last`` ends a document. Empty documents
+    (a JSON line whose text is "") are kept: one piece "" (they still take an end-of-text token)."""
+    for source in sources:
+        if source.kind == "text":
+            if source.path.suffix.lower() == ".zst":
+                pieces = _zst_text(source.path, piece_chars)
+            else:
+                pieces = iter_text(source.path, piece_chars)
+            previous = None
+            for piece in pieces:
+                if previous is not None:
+                    yield previous, False
+                previous = piece
+            if previous is not None:
+                yield previous, True
+            continue
+        reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
+        for text in reader(source.path, text_field):
+            yield text, True
+
+
+def _zst_text(path: Path, piece_chars: int) -> Iterator[str]:
+    """A zstd-compressed text file in pieces cut after a newline."""
+    carry = ""
+    with _binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as handle:
+        while True:
+            try:
+                piece = handle.read(piece_chars)
+            except UnicodeDecodeError as error:
+                raise BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
+                                   f"cannot be decoded ({error.reason})") from None
+            if not piece:
+                break
+            piece = carry + piece
+            cut = piece.rfind("\n") + 1 or len(piece)
+            carry = piece[cut:]
+            yield piece[:cut]
+    if carry:
+        yield carry
+
+
+def check_text_field(text_field: str) -> str:
+    """``text_field`` unless empty (a GlassformerError naming the option)."""
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
+    return text_field
