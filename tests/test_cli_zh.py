@@ -168,7 +168,7 @@ def test_train_key_comments_have_chinese() -> None:
         assert line.endswith(TRAIN_KEY_ZH[name]), line
 
 
-@pytest.mark.parametrize("verb", ["demo", "train", "recipe", "eval", "generate", "translate", "inspect",
+@pytest.mark.parametrize("verb", ["demo", "prepare", "train", "recipe", "eval", "generate", "translate", "inspect",
                                   "convert", "embed", "sae", "bench"])
 def test_verb_help_in_chinese_fits_the_terminal(verb: str, capsys: pytest.CaptureFixture,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

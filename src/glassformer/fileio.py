@@ -305,6 +305,50 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, input
     return path
 
 
+class AtomicFile:
+    """A file written in pieces (a token shard as its ids arrive) under a temporary name beside ``path``;
+    :meth:`commit` fsyncs it and renames it over ``path`` (guarded as by :func:`atomic_write`), :meth:`discard`
+    removes it. A full disk is one line naming ``path``; nothing partial is left under ``path``."""
+
+    def __init__(self, path: str | Path, inputs: Iterable[str | Path] = (), what: str = "file"):
+        self.inputs, self.what = list(inputs), what
+        self.path = check_output_file(path, self.inputs, what)
+        self.temp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        with disk_full_names(self.path):
+            self.handle = open(self.temp, "xb")  # noqa: SIM115 (closed by commit or discard)
+
+    def write(self, data: bytes, at: int | None = None) -> None:
+        """Append ``data`` (``at``: write it at that byte offset instead, then return to the end)."""
+        with disk_full_names(self.path):
+            if at is None:
+                self.handle.write(data)
+                return
+            self.handle.seek(at)
+            self.handle.write(data)
+            self.handle.seek(0, os.SEEK_END)
+
+    def commit(self) -> Path:
+        """Flush, fsync and rename the file to ``path``; returns ``path``."""
+        try:
+            with disk_full_names(self.path):
+                self.handle.flush()
+                os.fsync(self.handle.fileno())
+                self.handle.close()
+                check_output_file(self.path, self.inputs, self.what)  # nothing foreign arrived meanwhile
+                os.replace(self.temp, self.path)
+        finally:
+            self.discard()
+        fsync_dir(self.path.parent)
+        return self.path
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (what is left after an error)."""
+        if not self.handle.closed:
+            self.handle.close()
+        if _entry(self.temp) is not None:
+            self.temp.unlink()
+
+
 @contextmanager
 def rust_path(path: str | Path, write: bool = False) -> Iterator[str]:
     """``path`` as a string a Rust library can open: as it is when UTF-8, else ``/proc/self/fd/N[/NAME]`` while

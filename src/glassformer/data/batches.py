@@ -22,11 +22,13 @@ EVAL_SEED = 1234  # masks and prefix lengths of evaluation batches are fixed, so
 
 class LMBatches:
     """Windows of a token array for "clm" {"ids", "labels"}, "mlm" {"ids" (masked), "labels"} or
-    "prefix" {"ids", "prefix_len", "labels"}."""
+    "prefix" {"ids", "prefix_len", "labels"}. ``train``/``val``: token arrays, or shard views (data/shards.py).
+    ``rows`` (a, b): this process's rows of every global batch under torchrun; it reads only their windows
+    (the other rows are zeros, never used), so each rank reads only its part of the corpus."""
 
     def __init__(self, objective: str, train: np.ndarray, val: np.ndarray | None, block_size: int,
                  seed: int, *, mask_id: int | None = None, vocab_size: int | None = None,
-                 special_ids: Sequence[int] = (), mask_prob: float = 0.15):
+                 special_ids: Sequence[int] = (), mask_prob: float = 0.15, rows: tuple[int, int] | None = None):
         if objective not in ("clm", "mlm", "prefix"):
             raise GlassformerError(f"LMBatches objective must be 'clm', 'mlm' or 'prefix', got {objective!r}")
         if objective == "mlm" and (mask_id is None or vocab_size is None):
@@ -36,6 +38,7 @@ class LMBatches:
             raise GlassformerError(f"the validation split has {len(val)} tokens; it needs at least 2")
         self.objective, self.train, self.val, self.block_size, self.seed = objective, train, val, block_size, seed
         self.mask_id, self.vocab_size, self.mask_prob, self.special_ids = mask_id, vocab_size, mask_prob, special_ids
+        self.rows = rows
 
     def _finish(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Batch:
         if self.objective == "clm":
@@ -50,7 +53,7 @@ class LMBatches:
     def global_batch(self, step: int, batch_size: int) -> Batch:
         """The ``batch_size`` random windows of training step ``step``."""
         generator = step_generator(self.seed, step)
-        x, y = random_windows(self.train, self.block_size, batch_size, generator)
+        x, y = random_windows(self.train, self.block_size, batch_size, generator, self.rows)
         return self._finish(x, y, generator)
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None) -> Iterator[Batch]:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,11 +22,11 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import BadFileError, GlassformerError, check_int, check_number
-from ..fileio import atomic_write, check_output_file, claim_outputs, disk_full_names, fsync_dir, remove_path, run_lock
+from ..fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
 from ..progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer
-from .shards import (HEADER_BYTES, MANIFEST, MANIFEST_FORMAT, TOKENIZER_FILE, VERSIONS, file_hash, header,
-                     tokenizer_hash, version_for)
+from .shards import HEADER_BYTES, MANIFEST, MANIFEST_FORMAT, TOKENIZER_FILE, VERSIONS, file_hash, header
+from .shards import tokenizer_hash, version_for
 from .sources import Source, check_text_field, iter_pieces, list_sources
 
 PROGRESS = "progress.json"
@@ -54,26 +53,22 @@ class _Writer:
         self.index, self.start, self.inputs = index, start, inputs
         self.dtype = VERSIONS[version] if fmt == "shards" else np.dtype("<u2")
         self.entries: list[dict[str, Any]] = []
-        self.handle, self.temp, self.count = None, None, 0
-
-    def _open(self) -> None:
-        target = self.folder / shard_name(self.split, self.index, self.fmt)
-        check_output_file(target, self.inputs, "token shard")
-        self.temp = self.folder / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        with disk_full_names(target):
-            self.handle = open(self.temp, "xb")
-            if self.fmt == "shards":
-                self.handle.write(header(0, self.version))
+        self.file: AtomicFile | None = None
         self.count = 0
+
+    def _target(self) -> Path:
+        return self.folder / shard_name(self.split, self.index, self.fmt)
 
     def add(self, ids: np.ndarray, piece: int, offset: int) -> Iterator[None]:
         """Write ``ids`` (the tokens of ``piece`` from token ``offset``); yields after each shard it completes."""
         while len(ids):
-            if self.handle is None:
-                self._open()
+            if self.file is None:
+                self.file = AtomicFile(self._target(), self.inputs, "token shard")
+                self.count = 0
+                if self.fmt == "shards":
+                    self.file.write(header(0, self.version))
             take = min(len(ids), self.limit - self.count)
-            with disk_full_names(self.folder / shard_name(self.split, self.index, self.fmt)):
-                self.handle.write(np.ascontiguousarray(ids[:take], dtype=self.dtype).tobytes())
+            self.file.write(np.ascontiguousarray(ids[:take], dtype=self.dtype).tobytes())
             self.count += take
             ids, offset = ids[take:], offset + take
             if self.count == self.limit:
@@ -83,35 +78,21 @@ class _Writer:
 
     def close(self) -> None:
         """Finish the open shard (if any): header, fsync, rename; its entry joins :attr:`entries`."""
-        if self.handle is None:
+        if self.file is None:
             return
-        target = self.folder / shard_name(self.split, self.index, self.fmt)
-        try:
-            with disk_full_names(target):
-                if self.fmt == "shards":
-                    self.handle.seek(0)
-                    self.handle.write(header(self.count, self.version))
-                self.handle.flush()
-                os.fsync(self.handle.fileno())
-                self.handle.close()
-                self.handle = None
-                check_output_file(target, self.inputs, "token shard")
-                os.replace(self.temp, target)
-        finally:
-            self.discard()
-        fsync_dir(self.folder)
+        file, self.file = self.file, None
+        if self.fmt == "shards":
+            file.write(header(self.count, self.version), at=0)
+        target = file.commit()
         self.entries.append({"file": target.name, "tokens": self.count, "bytes": target.stat().st_size,
                              "sha256": file_hash(target)})
         self.index += 1
 
     def discard(self) -> None:
-        """Close and remove the open shard's temporary file (after an error)."""
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
-        if self.temp is not None and os.path.lexists(self.temp):
-            os.unlink(self.temp)
-        self.temp = None
+        """Remove the open shard's temporary file (after an error)."""
+        if self.file is not None:
+            self.file.discard()
+            self.file = None
 
 
 def _split_of(document: int, val_fraction: float) -> str:
@@ -161,6 +142,9 @@ def encode_pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray
 
 def _load_tokenizer(spec: str) -> Tokenizer:
     path = Path(spec)
+    if not path.exists():
+        raise GlassformerError(f"--tokenizer must be char, byte, bpe, a tokenizer.json or a checkpoint folder, "
+                               f"got {spec!r}")
     if path.is_dir():
         path = path / TOKENIZER_FILE
     return Tokenizer.load(path)
@@ -175,21 +159,22 @@ def _sample(pieces: Iterator[tuple[str, bool]], chars: int | None) -> Iterator[s
             return
 
 
-def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str = "bpe", *, vocab_size: int | None = None,
-            val: Sequence[str] = (), val_fraction: float = 0.0, text_field: str = "text",
+def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokenizer = "bpe", *,
+            vocab_size: int | None = None, specials: Sequence[str] = (), val: Sequence[str] = (),
+            val_fraction: float = 0.0, text_field: str = "text",
             shard_tokens: int = SHARD_TOKENS, fmt: str = "shards", tokenizer_sample: int | None = None,
             on_shard: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Prepare ``data`` into ``out``; returns the manifest (also ``out/manifest.json``).
 
-    Args: ``tokenizer`` "char", "byte", "bpe" (trained here, with ``vocab_size``, plus an end-of-text token)
-    or a tokenizer file / checkpoint folder (used as it is); ``val`` validation sources (else every 1/
-    ``val_fraction``-th document); ``text_field`` the JSON field / parquet or Arrow column; ``shard_tokens``
+    Args: ``tokenizer`` "char", "byte", "bpe" (trained here, with ``vocab_size``, ``specials`` and the
+    end-of-text token "eos"), or a Tokenizer, a tokenizer file or a checkpoint folder (used as it is);
+    ``val`` validation sources (else every 1/``val_fraction``-th document); ``text_field`` the JSON field / parquet or Arrow column; ``shard_tokens``
     tokens per shard; ``fmt`` "shards" (modded-nanogpt's) or "nanogpt" (``train.bin``/``val.bin``, raw
     uint16); ``tokenizer_sample`` characters the tokenizer is trained on (None: all); ``on_shard(split,
     index)`` is called after each shard is on disk and recorded."""
     if fmt not in FORMATS:
         raise GlassformerError(f"--format must be one of {FORMATS}, got {fmt!r}")
-    check_number("--val_fraction", val_fraction, 0.0, 0.5)
+    check_number("--val_fraction", val_fraction, 0.0, 1.0, high_open=True)
     check_int("--shard_tokens", shard_tokens, 1, (1 << 31) - 1)
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
     text_field = check_text_field(text_field)
@@ -197,8 +182,11 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str = "bpe", 
     val_sources = list_sources(list(val)) if val else []
     folder = Path(out)
     inputs = [s.path for s in sources + val_sources]
-    settings = {"tokenizer": tokenizer, "vocab_size": vocab_size, "val_fraction": 0.0 if val else val_fraction,
-                "text_field": text_field, "shard_tokens": shard_tokens, "format": fmt,
+    given = tokenizer if isinstance(tokenizer, Tokenizer) else None
+    named = f"sha256:{tokenizer_hash(given.to_dict())}" if given is not None else str(tokenizer)
+    specials = list(dict.fromkeys([*specials, EOT])) if given is None else []
+    settings = {"tokenizer": named, "vocab_size": vocab_size, "specials": specials,
+                "val_fraction": 0.0 if val else val_fraction, "text_field": text_field, "shard_tokens": shard_tokens, "format": fmt,
                 "tokenizer_sample": tokenizer_sample}
     fingerprint = _fingerprint(sources) + _fingerprint(val_sources)
     manifest_file = folder / MANIFEST
@@ -214,7 +202,7 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str = "bpe", 
                    folder / shard_name("val", 0, fmt)], inputs, "prepared data")
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder):
-        return _prepare(folder, sources, val_sources, inputs, tokenizer, settings, fingerprint, on_shard)
+        return _prepare(folder, sources, val_sources, inputs, given or named, settings, fingerprint, on_shard)
 
 
 def _outputs_intact(folder: Path, manifest: dict[str, Any]) -> bool:
@@ -222,7 +210,7 @@ def _outputs_intact(folder: Path, manifest: dict[str, Any]) -> bool:
     return all((folder / e["file"]).is_file() and (folder / e["file"]).stat().st_size == e["bytes"] for e in entries)
 
 
-def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inputs: list[Path], spec: str,
+def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inputs: list[Path], spec: str | Tokenizer,
              settings: dict[str, Any], fingerprint: list[dict[str, Any]],
              on_shard: Callable[[str, int], None] | None) -> dict[str, Any]:
     progress = _read_progress(folder, settings, fingerprint)
@@ -234,10 +222,12 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     if progress is not None:
         tok = Tokenizer.load(tokenizer_file)
     else:
-        if spec in ("char", "byte", "bpe"):
+        if isinstance(spec, Tokenizer):
+            tok = spec
+        elif spec in ("char", "byte", "bpe"):
             all_sources = sources + val_sources
             sample = _sample(iter_pieces(all_sources, text_field), settings["tokenizer_sample"])
-            tok = make_tokenizer(spec, sample, [EOT], settings["vocab_size"])
+            tok = make_tokenizer(spec, sample, settings["specials"], settings["vocab_size"])
         else:
             tok = _load_tokenizer(spec)
         atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
@@ -314,7 +304,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     eta = f", ETA {(time.monotonic() - started) * (total - beat.done) / beat.done:,.0f} s"
                 beat.update(advance=nbytes, note=f"{done:,} tokens, {rate:,.0f} tokens/s{eta}")
             flush()
-            for split, writer in writers.items():
+            for writer in writers.values():
                 writer.close()
     except BaseException:
         for writer in writers.values():

@@ -261,7 +261,8 @@ def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[st
                            f"{str(want_hash)[:12]}...) than the model's ({tokenizer_hash(tokenizer_dict)[:12]}...)")
     vocab = _manifest_value(tokenizer, "vocab_size", int, where)
     if vocab_size is not None and vocab_size != vocab:
-        raise BadFileError(f"shards {str(folder)!r} hold ids of a {vocab:,}-id vocabulary; the model has {vocab_size:,}")
+        raise BadFileError(f"shards {str(folder)!r} hold ids of a {vocab:,}-id vocabulary; the model has "
+                           f"{vocab_size:,}")
     views = {}
     for split in ("train", "val"):
         maps = []

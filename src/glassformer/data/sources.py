@@ -90,7 +90,7 @@ def list_sources(data: Sequence[str | Path]) -> list[Source]:
             continue
         path = Path(item)
         if not path.exists():
-            raise MissingFileError(f"data {text!r} does not exist")
+            raise MissingFileError(f"corpus file {text!r} does not exist")
         if path.is_dir():
             arrow = _arrow_folder(path)
             if arrow is not None:

@@ -21,14 +21,19 @@ def check_length(ids: np.ndarray, block_size: int, what: str = "corpus") -> None
                                f"{block_size + 1}; use more text or a smaller block_size")
 
 
-def random_windows(ids: np.ndarray, block_size: int, batch_size: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_windows(ids: np.ndarray, block_size: int, batch_size: int, generator: torch.Generator,
+                   rows: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch_size`` windows of ids (N,) at uniformly random starts: x (B, T) inputs and y (B, T)
-    next-token targets (``y[:, t] == x[:, t + 1]``), int64."""
+    next-token targets (``y[:, t] == x[:, t + 1]``), int64. ``rows`` (a, b): every start is drawn as
+    always but only rows a:b are read (another process reads the rest; those rows stay 0)."""
     check_length(ids, block_size)
     starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator).tolist()
-    rows = torch.from_numpy(np.stack([ids[s:s + block_size + 1] for s in starts]).astype(np.int64))  # (B, T + 1)
-    return rows[:, :-1], rows[:, 1:]
+    first, stop = (min(rows[0], batch_size), min(rows[1], batch_size)) if rows is not None else (0, batch_size)
+    read = np.zeros((batch_size, block_size + 1), dtype=np.int64)  # (B, T + 1)
+    for row in range(first, stop):
+        read[row] = ids[starts[row]:starts[row] + block_size + 1]
+    windows = torch.from_numpy(read)
+    return windows[:, :-1], windows[:, 1:]
 
 
 def consecutive_windows(ids: np.ndarray, block_size: int,

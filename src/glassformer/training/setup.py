@@ -1,15 +1,22 @@
 """prepare_run: from a TrainConfig to the tokenizer, the batches and a fresh model."""
 
+import hashlib
 import itertools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..budget import check_evaluation_fits, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs, iter_text, split_ids
+from ..data.prepare import _fingerprint, prepare
+from ..data.shards import looks_like_tokens, open_shards
+from ..data.sources import list_sources
+from ..errors import GlassformerError
 from ..models import build_model
 from ..progress import quiet
 from ..tokenizers import Tokenizer, make_tokenizer
@@ -49,6 +56,80 @@ def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2S
                               sharded=config.parallel == "fsdp")
 
 
+def _rank_rows(config: TrainConfig) -> tuple[int, int] | None:
+    """Under torchrun, the rows of each global batch this process trains on (it reads only those windows)."""
+    world, rank = os.environ.get("WORLD_SIZE", "1"), os.environ.get("RANK", "0")
+    if not (world.isdigit() and rank.isdigit()) or int(world) < 2 or config.batch_size % int(world):
+        return None
+    share = config.batch_size // int(world)
+    return int(rank) * share, (int(rank) + 1) * share
+
+
+def _lm_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
+    """(tokenizer, train ids, val ids or None) of a clm/mlm/prefix run: token shards read as they are, plain
+    text files encoded into the run's token cache (as always), other formats prepared into shards there."""
+    if len(config.data) == 1 and looks_like_tokens(config.data[0]):
+        return _token_data(config)
+    sources = list_sources(config.data)
+    val_sources = list_sources(config.val_data) if config.val_data else []
+    cache = Path(config.cache_dir or str(Path(config.out_dir) / "cache"))
+    if all(s.kind == "text" and s.path.suffix.lower() != ".zst" for s in sources + val_sources):
+        files = [str(s.path) for s in sources]
+        val_files = [str(s.path) for s in val_sources]
+        tokenizer = _tokenizer(config, itertools.chain.from_iterable(iter_text(f) for f in files + val_files))
+        ids = encode_files(files, tokenizer, cache)
+        if val_files:
+            return tokenizer, ids, encode_files(val_files, tokenizer, cache)
+        return (tokenizer, *split_ids(ids, config.val_fraction))
+    return _prepared_data(config, sources, val_sources, cache)
+
+
+def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
+    """Token files (a shards folder, modded-nanogpt shards, nanoGPT's train.bin): the tokenizer is the resumed
+    checkpoint's or the one beside them; every file is checked against it."""
+    found = find_resumable(config.out_dir) if config.resume else None
+    shards = open_shards(config.data[0], check=False)
+    if found is not None:
+        tokenizer = Tokenizer.load(found / TOKENIZER)
+    elif shards.tokenizer_file is not None:
+        tokenizer = Tokenizer.load(shards.tokenizer_file)
+    else:
+        raise GlassformerError(f"token data {config.data[0]!r} has no tokenizer.json beside it: put the glassformer "
+                               "tokenizer file that made the ids there (glassformer prepare writes one)")
+    shards = open_shards(config.data[0], tokenizer.vocab_size, tokenizer.to_dict())
+    val = shards.val
+    if config.val_data:
+        val = open_shards(config.val_data[0], tokenizer.vocab_size, tokenizer.to_dict()).train
+    return tokenizer, shards.train, val
+
+
+def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache: Path) -> tuple[Tokenizer, Any, Any]:
+    """JSON lines, parquet, Arrow, .zst: prepared once into ``cache/shards-<key>`` (rank 0 prepares; the
+    others wait for it), then read as shards."""
+    found = find_resumable(config.out_dir) if config.resume else None
+    resumed = Tokenizer.load(found / TOKENIZER) if found is not None else None
+    key = hashlib.sha256(json.dumps([_fingerprint(sources), _fingerprint(val_sources), config.tokenizer,
+                                     config.tokenizer_vocab_size, config.needed_specials(),
+                                     config.val_fraction]).encode()).hexdigest()[:20]
+    folder = cache / f"shards-{key}"
+    import torch.distributed as dist
+
+    waiting = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if not waiting or dist.get_rank() == 0:
+        try:
+            prepare(config.data, folder, resumed if resumed is not None else config.tokenizer,
+                    vocab_size=config.tokenizer_vocab_size, specials=config.needed_specials(), val=config.val_data,
+                    val_fraction=0.0 if config.val_data else config.val_fraction)
+        finally:
+            if waiting:
+                dist.barrier()
+    else:
+        dist.barrier()
+    tokenizer = resumed if resumed is not None else Tokenizer.load(folder / "tokenizer.json")
+    shards = open_shards(folder, tokenizer.vocab_size, tokenizer.to_dict())
+    return tokenizer, shards.train, shards.val
+
+
 def prepare_run(config: TrainConfig) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model (from
     ``torch.manual_seed(config.seed)``: every process starts from the same weights)."""
@@ -74,15 +155,11 @@ def _prepare(config: TrainConfig) -> Run:
                            tokenizer, config.block_size)
         batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(train, val, tokenizer.pad_id, config.seed)
     else:
-        texts = itertools.chain.from_iterable(iter_text(f) for f in config.data + config.val_data)
-        tokenizer = _tokenizer(config, texts)
-        cache = config.cache_dir or str(Path(config.out_dir) / "cache")
-        ids = encode_files(config.data, tokenizer, cache)
-        train_ids, val_ids = (ids, encode_files(config.val_data, tokenizer, cache)) if config.val_data else \
-            split_ids(ids, config.val_fraction)
-        batches = LMBatches(config.objective, train_ids, val_ids if len(val_ids) else None, config.block_size,
-                            config.seed, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
-                            special_ids=list(tokenizer.special_tokens.values()), mask_prob=config.mask_prob)
+        tokenizer, train_ids, val_ids = _lm_data(config)
+        batches = LMBatches(config.objective, train_ids, val_ids if val_ids is not None and len(val_ids) else None,
+                            config.block_size, config.seed, mask_id=tokenizer.mask_id,
+                            vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
+                            mask_prob=config.mask_prob, rows=_rank_rows(config))
     _check_fits(config, tokenizer.vocab_size, batches)
     torch.manual_seed(config.seed)
     return Run(build_model(config.model_config(tokenizer.vocab_size)), tokenizer, batches)
