@@ -25,8 +25,8 @@ from ..errors import BadFileError, GlassformerError, check_int, check_number
 from ..fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
 from ..progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer
-from .shards import HEADER_BYTES, MANIFEST, MANIFEST_FORMAT, TOKENIZER_FILE, VERSIONS, file_hash, header
-from .shards import tokenizer_hash, version_for
+from . import shards
+from .shards import MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
 from .sources import Source, check_text_field, iter_pieces, list_sources
 
 PROGRESS = "progress.json"
@@ -166,12 +166,15 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
             on_shard: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Prepare ``data`` into ``out``; returns the manifest (also ``out/manifest.json``).
 
-    Args: ``tokenizer`` "char", "byte", "bpe" (trained here, with ``vocab_size``, ``specials`` and the
-    end-of-text token "eos"), or a Tokenizer, a tokenizer file or a checkpoint folder (used as it is);
-    ``val`` validation sources (else every 1/``val_fraction``-th document); ``text_field`` the JSON field / parquet or Arrow column; ``shard_tokens``
-    tokens per shard; ``fmt`` "shards" (modded-nanogpt's) or "nanogpt" (``train.bin``/``val.bin``, raw
-    uint16); ``tokenizer_sample`` characters the tokenizer is trained on (None: all); ``on_shard(split,
-    index)`` is called after each shard is on disk and recorded."""
+    Args:
+        tokenizer: "char", "byte", "bpe" (trained here, with ``vocab_size``, ``specials`` and the end-of-text
+            token "eos"), or a Tokenizer, a tokenizer file or a checkpoint folder (used as it is).
+        val: validation sources (else every 1/``val_fraction``-th document of ``data``, whole).
+        text_field: the JSON field, parquet or Arrow column holding the text.
+        shard_tokens: tokens per shard; fmt: "shards" (modded-nanogpt's) or "nanogpt" (raw uint16 files).
+        tokenizer_sample: characters the tokenizer is trained on (None: all of them).
+        on_shard: called as ``on_shard(split, index)`` after each shard is on disk and recorded.
+    """
     if fmt not in FORMATS:
         raise GlassformerError(f"--format must be one of {FORMATS}, got {fmt!r}")
     check_number("--val_fraction", val_fraction, 0.0, 1.0, high_open=True)
@@ -186,14 +189,14 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     named = f"sha256:{tokenizer_hash(given.to_dict())}" if given is not None else str(tokenizer)
     specials = list(dict.fromkeys([*specials, EOT])) if given is None else []
     settings = {"tokenizer": named, "vocab_size": vocab_size, "specials": specials,
-                "val_fraction": 0.0 if val else val_fraction, "text_field": text_field, "shard_tokens": shard_tokens, "format": fmt,
-                "tokenizer_sample": tokenizer_sample}
+                "val_fraction": 0.0 if val else val_fraction, "text_field": text_field, "shard_tokens": shard_tokens,
+                "format": fmt, "tokenizer_sample": tokenizer_sample}
     fingerprint = _fingerprint(sources) + _fingerprint(val_sources)
     manifest_file = folder / MANIFEST
     if manifest_file.is_file():
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
             old = json.loads(manifest_file.read_text(encoding="utf-8"))
-            if (old.get("format") == MANIFEST_FORMAT and old.get("settings") == settings
+            if (old.get("format") == shards.MANIFEST_FORMAT and old.get("settings") == settings
                     and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
                     == fingerprint and _outputs_intact(folder, old)):
                 old["up_to_date"] = True
@@ -235,7 +238,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         raise GlassformerError(f"--format nanogpt writes uint16 ids; the tokenizer has {tok.vocab_size:,} ids "
                                "(use --format shards, which writes uint32 past 65,536)")
     eot = tok.special_tokens.get(EOT)
-    version = version_for(tok.vocab_size)
+    version = shards.version_for(tok.vocab_size)
     limit = settings["shard_tokens"] if fmt == "shards" else (1 << 62)
     state = progress or {"train": [], "val": [], "start": {"train": [0, 0], "val": [0, 0]}}
     writers = {split: _Writer(folder, split, fmt, version, limit, len(state[split]), tuple(state["start"][split]),
@@ -315,10 +318,10 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         raise GlassformerError(f"the corpus {[str(s.path) for s in sources]} gives no training tokens")
     hashes = {str(s.path): file_hash(s.path) for s in sources + val_sources}
     manifest = {
-        "format": MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
+        "format": shards.MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
         "shard_format": "nanogpt" if fmt == "nanogpt" else "modded-nanogpt",
         "token_dtype": "uint16" if fmt == "nanogpt" else VERSIONS[version].name,
-        "header": None if fmt == "nanogpt" else {"bytes": HEADER_BYTES, "magic": 20240520, "version": version},
+        "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": 20240520, "version": version},
         "documents": documents, "tokens": {s: sum(e["tokens"] for e in writers[s].entries) for s in writers},
         "train": writers["train"].entries, "val": writers["val"].entries,
         "sources": [{**f, "sha256": hashes[str(s.path)], "split": "val" if s in val_sources else "train"}
