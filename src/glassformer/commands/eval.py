@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "for character models). The objective and block size come from the checkpoint's training.json "
                     "unless given.")
     parser.add_argument("checkpoint", type=Path, help="checkpoint folder (e.g. out/best)")
-    parser.add_argument("--data", type=Path, help="text file (clm, mlm, prefix)")
+    parser.add_argument("--data", type=Path, help="text file or prepared shards folder (clm, mlm, prefix)")
     parser.add_argument("--src", type=Path, help="source file (seq2seq)")
     parser.add_argument("--tgt", type=Path, help="target file (seq2seq)")
     parser.add_argument("--pairs", type=Path, help=".tsv or .jsonl pairs file (seq2seq)")
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..budget import check_fits, describe, forward_bytes, parse_size
     from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
+    from ..data.shards import looks_like_tokens, open_shards
     from ..errors import GlassformerError, UsageError, check_int
     from ..training import check_model_for, evaluate, load_checkpoint
     from ..training.objectives import OBJECTIVE_ATTN, batch_loss
@@ -76,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.data is None:
             raise UsageError(f"objective {objective!r} needs --data FILE")
-        ids = np.asarray(encode_files([args.data], tokenizer))
+        if looks_like_tokens(args.data):  # prepared shards: their validation split (else their training one)
+            shards = open_shards(args.data, tokenizer.vocab_size, tokenizer.to_dict())
+            ids = shards.val if shards.val is not None else shards.train
+        else:
+            ids = np.asarray(encode_files([args.data], tokenizer))
         batches = LMBatches(objective, ids, ids, min(block_size, len(ids) - 1), seed=0, mask_id=tokenizer.mask_id,
                             vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
                             mask_prob=training.get("mask_prob", 0.15))

@@ -84,7 +84,8 @@ class InputBatch:
 
 
 class ActivationSource:
-    """A hook's activations on pieces read at random places of plain text ``files``: windows of ``context``
+    """A hook's activations on pieces read at random places of plain text ``files`` (or of one prepared shards
+    folder, whose train/val splits are used as they are, memory-mapped): windows of ``context``
     tokens for a TransformerLM (a prefix-LM's prefix: ``prefix_len``, default half; a bidirectional model's
     loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder."""
 
@@ -110,7 +111,8 @@ class ActivationSource:
         if not files:
             raise GlassformerError("data must name at least one text file")
         self.ranges: list[tuple[Path, int, int]] = []
-        for name in files:
+        self.tokens = self._shards(files, split) if not self.encdec else None
+        for name in files if self.tokens is None else ():
             path = Path(name)
             if not path.is_file():
                 raise MissingFileError(f"data file {str(path)!r} does not exist")
@@ -122,14 +124,27 @@ class ActivationSource:
             lo, hi = (0, cut) if split == "train" else (cut, size)
             if hi - lo > 0:
                 self.ranges.append((path, lo, hi))
-        if not self.ranges:
+        if not self.ranges and self.tokens is None:
             raise GlassformerError(f"the data files hold no bytes for the {split!r} split")
-        self.weights = torch.tensor([float(hi - lo) for _, lo, hi in self.ranges])
+        self.weights = torch.tensor([float(hi - lo) for _, lo, hi in self.ranges] or [1.0])
         self.generator = torch.Generator().manual_seed(int(seed))
         if self.encdec:
             for name in ("bos", "eos"):
                 if getattr(tokenizer, f"{name}_id", None) is None:
                     raise GlassformerError(f"an EncoderDecoder's inputs need the tokenizer's {name} token")
+
+    def _shards(self, files: list[str | Path], split: str) -> Any:
+        """A prepared shards folder's ``split`` (data/shards.py), memory-mapped; None for text files."""
+        from ...data.shards import looks_like_tokens, open_shards
+
+        if len(files) != 1 or not looks_like_tokens(files[0]):
+            return None
+        shards = open_shards(files[0], self.tokenizer.vocab_size, self.tokenizer.to_dict())
+        tokens = shards.train if split == "train" else shards.val
+        if tokens is None or len(tokens) < self.context + 1:
+            raise GlassformerError(f"shards {str(files[0])!r} hold fewer than context + 1 = {self.context + 1} "
+                                   f"tokens in their {split!r} split")
+        return tokens
 
     def _random_place(self) -> tuple[Path, int, int, int]:
         index = int(torch.multinomial(self.weights, 1, generator=self.generator))
@@ -138,6 +153,9 @@ class ActivationSource:
 
     def _window(self) -> list[int]:
         """``context`` token ids from a random place (its first token, maybe cut, is dropped)."""
+        if self.tokens is not None:  # shards: ids at a random token offset of the split
+            start = int(torch.randint(len(self.tokens) - self.context, (1,), generator=self.generator))
+            return [int(i) for i in self.tokens[start:start + self.context]]
         path, lo, hi, start = self._random_place()
         need = self.context + 1
         start = max(lo, min(start, hi - need))  # so that a short split can still give a window
