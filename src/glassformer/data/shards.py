@@ -226,7 +226,7 @@ def open_shards(path: str | Path, vocab_size: int | None = None, tokenizer_dict:
         ids = map_shard(path, limit) if is_shard(path) else map_raw(path, limit)
         return Shards(path.parent, TokenView([ids]), None, None, _beside(path.parent))
     if (path / MANIFEST).exists():
-        return _open_manifest(path, vocab_size, tokenizer_dict, limit)
+        return _open_manifest(path, vocab_size, tokenizer_dict, check)
     if (path / "train.bin").is_file() and not is_shard(path / "train.bin"):  # nanoGPT's prepare.py output
         val = path / "val.bin"
         return Shards(path, TokenView([map_raw(path / "train.bin", limit)]),
@@ -246,7 +246,7 @@ def _beside(folder: Path) -> Path | None:
 
 
 def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[str, Any] | None,
-                   limit: int | None) -> Shards:
+                   check: bool) -> Shards:
     manifest = read_manifest(folder)
     where = folder / MANIFEST
     tokenizer = _manifest_value(manifest, "tokenizer", dict, where)
@@ -278,7 +278,7 @@ def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[st
             if count != entry.get("tokens") or shard.stat().st_size != entry.get("bytes"):
                 raise BadFileError(f"shard {str(shard)!r} holds {count:,} tokens; the manifest {str(where)!r} says "
                                    f"{entry.get('tokens')!r}: the manifest or the shard was changed")
-            scan = vocab if limit is not None else None
+            scan = vocab if check else None
             maps.append(map_raw(shard, scan) if raw else map_shard(shard, scan))
         views[split] = TokenView(maps)
     if not len(views["train"]):
