@@ -231,7 +231,8 @@ def test_nanogpt_format_is_read_by_nanogpts_get_batch(tmp_path):
     torch.manual_seed(0)
     starts = torch.randint(len(want) - 8, (4,))
     for row, start in enumerate(starts.tolist()):
-        assert x[row].tolist() == want[start:start + 8].tolist() and y[row].tolist() == want[start + 1:start + 9].tolist()
+        assert x[row].tolist() == want[start:start + 8].tolist()
+        assert y[row].tolist() == want[start + 1:start + 9].tolist()
     x, _ = nanogpt_get_batch(str(tmp_path / "out"), "val", 8, 2)
     assert x.shape == (2, 8) and int(x.max()) < 300
     assert np.array_equal(open_shards(tmp_path / "out").train[0:len(want)], want)  # and train --data reads it
