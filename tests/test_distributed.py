@@ -63,9 +63,16 @@ def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tens
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> Path:
-    """A folder with the corpus, ``one/`` (4 steps in one process) and ``half/`` (its first 2 steps)."""
+    """A folder with the corpus, ``one/`` (4 steps in one process), ``half/`` (its first 2 steps), the corpus's
+    lines as documents prepared into ``shards/`` and ``one-shards/`` (4 steps on them in one process)."""
+    from glassformer.data.prepare import prepare
+
     folder = tmp_path_factory.mktemp("single")
     (folder / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    lines = [line for line in CORPUS.split(", ") if line.strip()]
+    (folder / "docs.jsonl").write_text("".join(json.dumps({"text": line}) + "\n" for line in lines * 3))
+    prepare([str(folder / "docs.jsonl")], folder / "shards", "char", val_fraction=0.2, shard_tokens=64)
+    train_one(folder / "shards", folder / "one-shards")
     trainer = train_one(folder / "corpus.txt", folder / "one")
     fresh = prepare_run(trainer.config).model.state_dict()
     assert not torch.equal(trainer.model.state_dict()["embeddings.tok.weight"], fresh["embeddings.tok.weight"])
@@ -73,15 +80,18 @@ def single(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_processes_match_one(single, tmp_path, parallel):
-    train_two(single / "corpus.txt", tmp_path / parallel, "--parallel", parallel)
-    want = train_losses(single / "one")
+@pytest.mark.parametrize("parallel, data", [("ddp", "shards"), ("fsdp", "corpus.txt")])
+def test_two_processes_match_one(single, tmp_path, parallel, data):
+    """Each process reads only its rows' windows of a global batch (token shards, prepared once, for DDP; a
+    text file, encoded into the run's cache, for FSDP); both end where one process ends."""
+    train_two(single / data, tmp_path / parallel, "--parallel", parallel)
+    one = "one-shards" if data == "shards" else "one"
+    want = train_losses(single / one)
     assert len(want) == 4
     torch.testing.assert_close(train_losses(tmp_path / parallel), want, **TOL)
     # the checkpoint (FSDP: gathered from the shards) loads in one process with the single run's weights
     model, _ = load(tmp_path / parallel / "last")
-    one = load_checkpoint(single / "one" / "last", with_state=True)
+    one = load_checkpoint(single / one / "last", with_state=True)
     assert_same_weights(model.state_dict(), one.model.state_dict())
     # ... and the optimizer state is torch's own format, as one process writes it
     got = load_checkpoint(tmp_path / parallel / "last", with_state=True).train_state["optimizer"]
