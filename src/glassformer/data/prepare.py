@@ -31,7 +31,7 @@ from .sources import Source, check_text_field, iter_pieces, list_sources
 
 PROGRESS = "progress.json"
 SHARD_TOKENS = 100_000_000  # modded-nanogpt's shard size
-BATCH_CHARS = 1 << 22  # characters of text encoded in one batch (4 MiB: every core busy, memory small)
+BATCH_CHARS = 1 << 20  # characters of text encoded in one batch (1 MiB: every core busy, memory small)
 FORMATS = ("shards", "nanogpt")
 EOT = "eos"  # the special token that ends every document (GPT-2's <|endoftext|> plays both parts)
 _TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
