@@ -217,6 +217,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
              settings: dict[str, Any], fingerprint: list[dict[str, Any]],
              on_shard: Callable[[str, int], None] | None) -> dict[str, Any]:
     progress = _read_progress(folder, settings, fingerprint)
+    old_files = _listed_files(folder)  # shards of an earlier preparation: those the new one does not name go
     for name in os.listdir(folder):  # temporary shards of an interrupted run
         if _TEMP.fullmatch(name):
             remove_path(folder / name)
@@ -333,7 +334,22 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n", inputs=inputs, what="shards manifest")
     if (folder / PROGRESS).exists():
         remove_path(folder / PROGRESS)
+    kept = {e["file"] for e in manifest["train"] + manifest["val"]}
+    for name in sorted(old_files - kept):
+        if shards.is_shard(folder / name) or fmt == "nanogpt":
+            remove_path(folder / name)
     return manifest
+
+
+def _listed_files(folder: Path) -> set[str]:
+    """The shard names an earlier manifest or progress file in ``folder`` lists (plain names only)."""
+    names: set[str] = set()
+    for file in (folder / MANIFEST, folder / PROGRESS):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+            listed = json.loads(file.read_text(encoding="utf-8"))
+            names |= {e["file"] for split in ("train", "val") for e in listed[split]
+                      if re.fullmatch(r"(train|val)(_\d{6})?\.bin", e["file"])}
+    return names
 
 
 def _read_progress(folder: Path, settings: dict[str, Any], fingerprint: list[dict[str, Any]]) -> dict | None:

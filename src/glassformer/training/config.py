@@ -32,7 +32,7 @@ class TrainConfig:
     ModelConfig fields and optionally a ``preset``; vocab_size, max_len and attn/arch are filled in."""
 
     objective: str = option("clm", choices=OBJECTIVES)  # "clm" (GPT), "mlm" (BERT), "prefix", "seq2seq"
-    data: list[str] = option(factory=list)  # text files for clm/mlm/prefix
+    data: list[str] = option(factory=list)  # clm/mlm/prefix: text files, folders, JSON lines, parquet or SHARDS
     val_data: list[str] = option(factory=list)  # validation text; empty: the last val_fraction of data
     val_fraction: float = option(0.1, ge=0.0, lt=1.0)  # nanoGPT: first 90% train, last 10% val
     src: str | None = None  # seq2seq: source file (one sentence a line; plain or .gz)
