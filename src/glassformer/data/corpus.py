@@ -32,7 +32,7 @@ def _cache_key(paths: Sequence[Path], tokenizer: Tokenizer) -> str:
 
 
 def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer, cache_dir: str | Path | None = None) -> np.ndarray:
-    """(N,) uint16/uint32 token ids (no special tokens) of UTF-8 files (plain or .gz), one after the other;
+    """(N,) uint16/uint32 token ids (no special tokens) of UTF-8 files (plain, .gz or .zst), one after the other;
     a long encoding prints its progress to stderr every ~10 s.
 
     With ``cache_dir`` the ids are written to ``cache_dir/tokens-<key>.bin`` (the key covers the tokenizer
@@ -60,7 +60,8 @@ def encode_files(paths: Sequence[str | Path], tokenizer: Tokenizer, cache_dir: s
 def _encoded(paths: Sequence[Path], tokenizer: Tokenizer, dtype: type[np.unsignedinteger],
              what: str) -> Iterator[np.ndarray]:
     """The files' texts as ids, piece by piece (:data:`ENCODE_CHARS` characters each), with a heartbeat."""
-    total = None if any(path.suffix == ".gz" for path in paths) else sum(path.stat().st_size for path in paths)
+    compressed = any(path.suffix.lower() in (".gz", ".zst") for path in paths)
+    total = None if compressed else sum(path.stat().st_size for path in paths)
     tokens = 0
     with Heartbeat(what, total=total, unit="bytes") as heartbeat:
         for path in paths:

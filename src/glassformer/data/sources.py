@@ -25,6 +25,7 @@ COMPRESSED = {".gz", ".zst"}
 TOKEN_SUFFIXES = {".bin"}
 ARROW_MARKERS = ("state.json", "dataset_info.json", "dataset_dict.json")  # what save_to_disk writes
 MAX_JSON_ARRAY_BYTES = 1 << 28  # a .json file holding one array is parsed whole: up to 256 MiB
+MAX_LINE_BYTES = 1 << 28  # one JSON line (one document) is read whole: up to 256 MiB
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,10 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
             for number, item in enumerate(items):
                 yield _text_of(item, field, f"{str(path)!r} item {number}")
             return
-        for number, line in enumerate(handle, 1):
+        for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise BadFileError(f"{str(path)!r} line {number} is longer than {MAX_LINE_BYTES:,} bytes; a JSON line "
+                                   "holds one document")
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -244,10 +248,7 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
     (a JSON line whose text is "") are kept: one piece "" (they still take an end-of-text token)."""
     for source in sources:
         if source.kind == "text":
-            if source.path.suffix.lower() == ".zst":
-                pieces = _zst_text(source.path, piece_chars)
-            else:
-                pieces = iter_text(source.path, piece_chars)
+            pieces = iter_text(source.path, piece_chars)
             previous = None
             for piece in pieces:
                 if previous is not None:
@@ -259,26 +260,6 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
         reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
         for text in reader(source.path, text_field):
             yield text, True
-
-
-def _zst_text(path: Path, piece_chars: int) -> Iterator[str]:
-    """A zstd-compressed text file in pieces cut after a newline."""
-    carry = ""
-    with _binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as handle:
-        while True:
-            try:
-                piece = handle.read(piece_chars)
-            except UnicodeDecodeError as error:
-                raise BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
-                                   f"cannot be decoded ({error.reason})") from None
-            if not piece:
-                break
-            piece = carry + piece
-            cut = piece.rfind("\n") + 1 or len(piece)
-            carry = piece[cut:]
-            yield piece[:cut]
-    if carry:
-        yield carry
 
 
 def check_text_field(text_field: str) -> str:

@@ -1,6 +1,7 @@
-"""Reading text files with one-line errors: missing, empty, a folder, not UTF-8."""
+"""Reading text files (plain, .gz, .zst) with one-line errors: missing, empty, a folder, not UTF-8."""
 
 import gzip
+import io
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +30,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
     A missing, empty, non-UTF-8 or whitespace-only file is a one-line error."""
     path = check_file(path, what)
     carry, seen_text = "", False
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
+    with _open_text(path) as handle:
         while True:
             try:
                 piece = handle.read(chunk_chars)
@@ -39,8 +39,9 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
                                    f"cannot be decoded ({error.reason})") from None
             except (OSError, EOFError, zlib.error) as error:
                 reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+                kind = {".gz": "gzip ", ".zst": "zstd "}.get(path.suffix.lower(), "")
                 raise BadFileError(f"cannot read {what} {str(path)!r}: {reason} (a corrupt or truncated "
-                                   f"{'gzip ' if path.suffix == '.gz' else ''}file?)") from None
+                                   f"{kind}file?)") from None
             if not piece:
                 break
             seen_text = seen_text or bool(piece.strip())
@@ -58,6 +59,22 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
         raise GlassformerError(f"{what} {str(path)!r} has no text (only whitespace)")
     if carry:
         yield carry
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    """``path`` opened as UTF-8 text, through gzip (``.gz``) or zstandard (``.zst``, an optional extra)."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    if suffix != ".zst":
+        return open(path, encoding="utf-8", newline="")  # noqa: SIM115 (the caller's with closes it)
+    try:
+        import zstandard
+    except ImportError:
+        raise GlassformerError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
+                               "'glassformer[data]', or zstandard)") from None
+    raw = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
+    return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", newline="")
 
 
 def read_text(path: str | Path, what: str = "corpus file") -> str:

@@ -66,14 +66,15 @@ def _rank_rows(config: TrainConfig) -> tuple[int, int] | None:
 
 
 def _lm_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
-    """(tokenizer, train ids, val ids or None) of a clm/mlm/prefix run: token shards read as they are, plain
-    text files encoded into the run's token cache (as always), other formats prepared into shards there."""
+    """(tokenizer, train ids, val ids or None) of a clm/mlm/prefix run: token shards read as they are; text
+    files (plain, .gz, .zst; files, folders, globs) encoded into the run's token cache (as always); other
+    formats (JSON lines, parquet, Arrow) prepared into shards there."""
     if len(config.data) == 1 and looks_like_tokens(config.data[0]):
         return _token_data(config)
     sources = list_sources(config.data)
     val_sources = list_sources(config.val_data) if config.val_data else []
     cache = Path(config.cache_dir or str(Path(config.out_dir) / "cache"))
-    if all(s.kind == "text" and s.path.suffix.lower() != ".zst" for s in sources + val_sources):
+    if all(s.kind == "text" for s in sources + val_sources):
         files = [str(s.path) for s in sources]
         val_files = [str(s.path) for s in val_sources]
         tokenizer = _tokenizer(config, itertools.chain.from_iterable(iter_text(f) for f in files + val_files))
@@ -104,7 +105,7 @@ def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
 
 
 def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache: Path) -> tuple[Tokenizer, Any, Any]:
-    """JSON lines, parquet, Arrow, .zst: prepared once into ``cache/shards-<key>`` (rank 0 prepares; the
+    """JSON lines, parquet, Arrow: prepared once into ``cache/shards-<key>`` (rank 0 prepares; the
     others wait for it), then read as shards."""
     found = find_resumable(config.out_dir) if config.resume else None
     resumed = Tokenizer.load(found / TOKENIZER) if found is not None else None
