@@ -347,3 +347,27 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["prepare", str(bad), "--tokenizer", "bep", "--out", str(tmp_path / "o")]) == 2
     assert "--tokenizer must be char, byte, bpe, a tokenizer.json or a checkpoint folder, got 'bep'" in \
         capsys.readouterr().err
+
+
+TINY = ["--block_size", "8", "--batch_size", "4", "--eval_every", "0", "--progress", "false", "--model.d_model", "16",
+        "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--device", "cpu"]
+
+
+def test_train_prepares_json_lines_into_its_cache_and_resumes_on_them(tmp_path, capsys):
+    data = _write_jsonl(tmp_path / "d.jsonl", DOCS)
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(data), "--out_dir", str(out), "--tokenizer", "byte", "--val_fraction", "0.25",
+            "--max_steps", "2", *TINY]
+    assert main(argv) == 0
+    (cache,) = (out / "cache").glob("shards-*")
+    assert _documents(cache, "val") == [DOCS[3], DOCS[7], DOCS[11]]
+    times = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert main([*argv, "--max_steps", "3", "--resume", "true"]) == 0  # the checkpoint's tokenizer: same shards
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == times
+    capsys.readouterr()
+    assert main(["eval", str(out / "last"), "--data", str(cache)]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == sum(len(DOCS[i].encode()) + 1 for i in (3, 7, 11)) - 1
+    other = tmp_path / "other"
+    prepare([str(data)], other, "char")
+    assert main(["eval", str(out / "last"), "--data", str(other)]) == 2
+    assert "were made by another tokenizer" in capsys.readouterr().err

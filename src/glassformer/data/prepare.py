@@ -196,7 +196,7 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     if manifest_file.is_file():
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
             old = json.loads(manifest_file.read_text(encoding="utf-8"))
-            if (old.get("format") == shards.MANIFEST_FORMAT and old.get("settings") == settings
+            if (old.get("format") == shards.MANIFEST_FORMAT and _same_settings(old, settings, given)
                     and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
                     == fingerprint and _outputs_intact(folder, old)):
                 old["up_to_date"] = True
@@ -206,6 +206,16 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder):
         return _prepare(folder, sources, val_sources, inputs, given or named, settings, fingerprint, on_shard)
+
+
+def _same_settings(old: dict[str, Any], settings: dict[str, Any], given: Tokenizer | None) -> bool:
+    """Whether an earlier manifest was made with ``settings``; with a ``given`` tokenizer (a resumed run's),
+    the tokenizer it names must be that one, however it was made then."""
+    if given is None:
+        return old.get("settings") == settings
+    made = {"tokenizer", "vocab_size", "specials", "tokenizer_sample"}  # how a tokenizer was made, not which
+    return old.get("tokenizer", {}).get("sha256") == tokenizer_hash(given.to_dict()) and all(
+        old.get("settings", {}).get(key) == value for key, value in settings.items() if key not in made)
 
 
 def _outputs_intact(folder: Path, manifest: dict[str, Any]) -> bool:
