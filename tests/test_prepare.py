@@ -371,3 +371,19 @@ def test_train_prepares_json_lines_into_its_cache_and_resumes_on_them(tmp_path, 
     prepare([str(data)], other, "char")
     assert main(["eval", str(out / "last"), "--data", str(other)]) == 2
     assert "were made by another tokenizer" in capsys.readouterr().err
+
+
+def test_progress_lines_say_tokens_per_second_and_eta(tmp_path, monkeypatch, capsys):
+    """Off a terminal too (capsys is no terminal): a line every ~10 s of the heartbeat's clock."""
+    import re
+
+    from glassformer import progress
+
+    clock = iter(range(0, 10**6, 4))  # 4 s more at each reading
+    monkeypatch.setattr(progress, "seconds", lambda: float(next(clock)))
+    monkeypatch.delenv("RANK", raising=False)
+    data = _write_jsonl(tmp_path / "d.jsonl", DOCS)
+    prepare([str(data)], tmp_path / "out", "byte")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preparing shards: ")]
+    assert any(re.fullmatch(r"preparing shards: [\d.]+ of [\d.]+ MB \(\d+%\), [\d,]+ tokens, [\d,]+ tokens/s, "
+                            r"ETA [\d,]+ s, [\d,]+ s", line) for line in lines), lines

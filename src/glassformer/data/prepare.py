@@ -13,13 +13,13 @@ import contextlib
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import progress as _progress
 from .._version import __version__
 from ..errors import BadFileError, GlassformerError, check_int, check_number
 from ..fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
@@ -35,6 +35,11 @@ BATCH_CHARS = 1 << 20  # characters of text encoded in one batch (1 MiB: every c
 FORMATS = ("shards", "nanogpt")
 EOT = "eos"  # the special token that ends every document (GPT-2's <|endoftext|> plays both parts)
 _TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
+
+
+def progress_clock() -> float:
+    """The heartbeat's clock (``glassformer.progress.seconds``: tests replace it)."""
+    return _progress.seconds()
 
 
 def shard_name(split: str, index: int, fmt: str) -> str:
@@ -285,7 +290,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     documents[split] += 1
                     document += 1 if fraction is not None else 0
 
-    started = time.monotonic()
+    started = progress_clock()
     try:
         with Heartbeat("preparing shards", total=total, unit="bytes") as beat, beat.beating():
             batch: list[tuple[int, str, str, bool]] = []
@@ -312,10 +317,10 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     flush()
                     size = 0
                 done = tokens["train"] + tokens["val"]
-                rate = done / max(time.monotonic() - started, 1e-9)
-                eta = ""
+                elapsed = max(progress_clock() - started, 1e-9)
+                rate, eta = done / elapsed, ""
                 if total and beat.done:
-                    eta = f", ETA {(time.monotonic() - started) * (total - beat.done) / beat.done:,.0f} s"
+                    eta = f", ETA {elapsed * max(total - beat.done - nbytes, 0) / (beat.done + nbytes):,.0f} s"
                 beat.update(advance=nbytes, note=f"{done:,} tokens, {rate:,.0f} tokens/s{eta}")
             flush()
             for writer in writers.values():
