@@ -24,7 +24,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 @pytest.mark.parametrize(("kwargs", "named"), [({"threads": 0}, "threads"), ({"threads": "many"}, "threads"),
                                                ({"threads": True}, "threads"), ({"threads": 2.5}, "threads"),
-                                               ({"threads": None, "kernel_cache": 3}, "kernel_cache")])
+                                               ({"threads": None, "kernel_cache": 3}, "kernel_cache"),
+                                               ({"threads": None, "kernel_cache": ""}, "kernel_cache")])
 def test_tune_refuses_what_it_cannot_apply(kwargs, named):
     with pytest.raises(GlassformerError, match=named):
         tune(**kwargs)

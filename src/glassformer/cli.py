@@ -110,7 +110,7 @@ def _read_kernel_choices(write: bool) -> None:
     writes what it measures there (the other verbs measure what is missing in their own process)."""
     from .runtime import kernel_choice
 
-    kernel_choice.use_cache(kernel_choice.cache_file(), write=write)
+    kernel_choice.use_cache(True, write=write)
 
 
 @contextlib.contextmanager

@@ -47,7 +47,7 @@ _answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they 
 # a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
-_kept_in: Path | None = None  # the file choices are read from (None: this process's measurements only)
+_kept_in: Path | bool = False  # the file choices are read from (True: cache_file(); False: this process only)
 _writes = False  # whether new choices are written to it
 _warned: set[str] = set()  # unusable cache files already reported (once per process)
 ignored: list[str] = []  # the cases of this machine the file holds in a form glassformer does not write
@@ -97,19 +97,20 @@ def machine() -> str:
     return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
-def use_cache(file: str | Path | None, write: bool = True) -> None:
-    """Read this machine's choices from ``file`` (and, with ``write``, keep new ones there); None: choices are
-    measured in this process and forgotten at its end (the default of a library call)."""
+def use_cache(file: str | Path | bool | None, write: bool = True) -> None:
+    """Read this machine's choices from ``file`` (True: :func:`cache_file`, wherever ``$GLASSFORMER_CACHE_DIR``
+    points when it is read) and, with ``write``, keep new ones there; None or False: choices are measured in
+    this process and forgotten at its end (the default of a library call)."""
     global _kept_in, _writes, _choices
-    _kept_in = None if file is None else Path(file)
-    _writes = write and file is not None
+    _kept_in = file if isinstance(file, bool) else False if file is None else Path(file)
+    _writes = write and _kept_in is not False
     _choices = None  # read from the new place at the next choice
     _session.clear()
 
 
 def kept_in() -> Path | None:
     """The file choices are read from now (None: measured in this process only)."""
-    return _kept_in
+    return cache_file() if _kept_in is True else _kept_in or None
 
 
 def _valid(record: object) -> bool:
@@ -139,18 +140,19 @@ def _warn_once(file: Path, why: str) -> None:
 def _read_file() -> dict | None:
     """The cache file's content ({} where there is none or none is used; None where it cannot be used:
     warned once, and never replaced)."""
-    if _kept_in is None:
+    file = kept_in()
+    if file is None:
         return {}
     try:
-        data = load_json(_kept_in, "kernel-choice cache", max_bytes=MAX_CACHE_BYTES)
+        data = load_json(file, "kernel-choice cache", max_bytes=MAX_CACHE_BYTES)
     except MissingFileError:
         return {}
     except (BadFileError, OSError) as error:  # OSError: unreadable (permissions), a dangling link loop...
-        _warn_once(_kept_in, str(error).rstrip("."))
+        _warn_once(file, str(error).rstrip("."))
         return None
     if not isinstance(data, dict):
-        _warn_once(_kept_in, f"kernel-choice cache {str(_kept_in)!r} holds a JSON {type(data).__name__}, not an "
-                              "object of machines")
+        _warn_once(file, f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of "
+                         "machines")
         return None
     return data
 
@@ -180,15 +182,16 @@ def _loaded() -> dict[str, Record | bool]:
 def _save(choices: dict[str, Record | bool]) -> None:
     """Write this machine's choices next to other machines' (atomically) where a file was asked for with writing;
     skipped silently where it cannot be written (a read-only home), and where the file there cannot be read."""
-    if not _writes or _kept_in is None:
+    file = kept_in()
+    if not _writes or file is None:
         return
     data = _read_file()
     if data is None:
         return
     try:
         data[machine()] = dict(sorted(choices.items()))
-        _kept_in.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(_kept_in, json.dumps(data, indent=1), what="kernel-choice cache")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(file, json.dumps(data, indent=1), what="kernel-choice cache")
     except (OSError, ValueError):  # ValueError: a full disk (GlassformerError), or a folder in the way
         pass  # the choice still holds for this process
 

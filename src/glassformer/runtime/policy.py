@@ -56,7 +56,7 @@ def tune(threads: str | int | None = "auto", *, follows_load: bool = False,
     """
     from ..errors import UsageError, check_int
 
-    if kernel_cache is not None and not isinstance(kernel_cache, (bool, str, Path)):
+    if kernel_cache is not None and not isinstance(kernel_cache, (bool, str, Path)) or kernel_cache == "":
         raise UsageError(f"kernel_cache must be True, False, None or a path, got {kernel_cache!r}")
     plan, fixed = None, None
     if threads == "auto":
@@ -80,8 +80,5 @@ def _kernel_cache(asked: bool | str | Path | None) -> Path | None:
         return module.kept_in() if module is not None else None
     from . import kernel_choice
 
-    if asked is False:
-        kernel_choice.use_cache(None)
-    else:
-        kernel_choice.use_cache(kernel_choice.cache_file() if asked is True else Path(asked).expanduser())
+    kernel_choice.use_cache(asked if isinstance(asked, bool) else Path(asked).expanduser())
     return kernel_choice.kept_in()
