@@ -54,15 +54,13 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise MissingFileError(f"{where} does not exist") from None
-    except IsADirectoryError:
-        raise BadFileError(f"{where} is not a file") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BadFileError(f"{where} is not a file")
-        if info.st_size > max_bytes:
-            raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} "
-                               f"(at most {max_bytes:,})")
+        raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
+    with os.fdopen(fd, "rb") as file:
         data = file.read(max_bytes + 1)  # a file growing meanwhile is still read no further
     if len(data) > max_bytes:
         raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
