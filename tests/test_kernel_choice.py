@@ -393,7 +393,8 @@ def test_bench_lists_entries_of_wrong_types_in_one_line(cache, monkeypatch, caps
     good = {"special": True, "final": True, "measured": "2026-12-01T00:00:00+00:00", "ratios": [0.5], "how": "x",
             "others_running": 0}
     bad = [{**good, "ratios": "abc"}, {**good, "others_running": "x"}, {**good, "ratios": [float("nan")]},
-           {**good, "how": 5}, {**good, "threads": 1.5}, {**good, "final": "yes"}, {**good, "measured": 7}]
+           {**good, "how": 5}, {**good, "threads": 1.5}, {**good, "final": "yes"}, {**good, "measured": 7},
+           {**good, "ratios": [10**400]}, {**good, "others_running": -(10**300)}]
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     entries = {"good": good, **{f"bad{i}": b for i, b in enumerate(bad)}}
     cache.write_text(json.dumps({kernel_choice.machine(): entries}))

@@ -126,7 +126,8 @@ def _valid(record: object) -> bool:
 
 
 def _finite(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    """A JSON number a ratio or a load can be: a finite float, or an int a float holds exactly."""
+    return type(value) is float and math.isfinite(value) or type(value) is int and abs(value) <= 2**53
 
 
 def _warn_once(file: Path, why: str) -> None:
