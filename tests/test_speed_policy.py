@@ -75,3 +75,13 @@ def test_no_torch_function_is_replaced_anywhere_in_src():
     hits = [f"{file}:{n}" for file in SRC.rglob("*.py")
             for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+@pytest.mark.parametrize(("words", "writes"), [(["bench", "--kernel_choices"], True), (["generate", "ckpt"], False),
+                                               (["train"], False), (["eval", "ckpt"], False)])
+def test_only_bench_writes_the_kernel_choice_cache(words, writes):
+    """Every verb reads the user's kernel-choice cache (cli.main); bench alone, which measures, writes it."""
+    from glassformer import cli
+
+    args, _ = cli.build_parser().parse_known_args(words)
+    assert (getattr(args, "keeps_kernel_choices", False) is True) is writes
