@@ -387,3 +387,22 @@ def test_progress_lines_say_tokens_per_second_and_eta(tmp_path, monkeypatch, cap
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preparing shards: ")]
     assert any(re.fullmatch(r"preparing shards: [\d.]+ of [\d.]+ MB \(\d+%\), [\d,]+ tokens, [\d,]+ tokens/s, "
                             r"ETA [\d,]+ s, [\d,]+ s", line) for line in lines), lines
+
+
+def test_sae_activations_read_windows_of_the_shards(tmp_path):
+    from glassformer import ModelConfig, build_model
+    from glassformer.interpret.sae import ActivationSource
+
+    data = _write_jsonl(tmp_path / "d.jsonl", DOCS)
+    prepare([str(data)], tmp_path / "out", "byte", val_fraction=0.25)
+    tokenizer = Tokenizer.load(tmp_path / "out" / "tokenizer.json")
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                    max_len=16))
+    shards = open_shards(tmp_path / "out")
+    for split, view in (("train", shards.train), ("val", shards.val)):
+        source = ActivationSource(model, tokenizer, "blocks.0.hook_resid_post", [str(tmp_path / "out")], context=16,
+                                  batch=3, split=split)
+        whole = [int(i) for i in view[0:len(view)]]
+        for row in source.next_inputs().tokens.tolist():
+            assert any(whole[s:s + 16] == row for s in range(len(whole) - 15))  # a window of that split
