@@ -350,10 +350,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     for options, message in ((["--tokenizer", "bpe"], "--tokenizer bpe needs --vocab_size (e.g. 8192)"),
                              (["--val_fraction", "nan"], "--val_fraction must be a finite number >= 0.0 and < 1.0"),
                              (["--shard_tokens", "0"], "--shard_tokens must be an int in [1, 2147483647], got 0")):
-        assert main(["prepare", str(bad), "--out", str(tmp_path / "o"), "--tokenizer", "byte", *options]) == 2
+        assert main(["prepare", str(bad), "--out", str(tmp_path / "o2"), "--tokenizer", "byte", *options]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
-    assert not (tmp_path / "o").exists()  # nothing written for a bad option
+    assert not (tmp_path / "o2").exists()  # nothing written for a bad option
 
 
 TINY = ["--block_size", "8", "--batch_size", "4", "--eval_every", "0", "--progress", "false", "--model.d_model", "16",
