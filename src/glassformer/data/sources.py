@@ -93,6 +93,10 @@ def list_sources(data: Sequence[str | Path]) -> list[Source]:
         if not path.exists():
             raise MissingFileError(f"corpus file {text!r} does not exist")
         if path.is_dir():
+            manifest = path / "manifest.json"
+            if manifest.is_file() and b"glassformer-shards" in manifest.read_bytes()[:4096]:
+                raise UsageError(f"data {text!r} is a folder of token shards already: train, eval and sae read it "
+                                 f"as it is (--data {text}); prepare reads text")
             arrow = _arrow_folder(path)
             if arrow is not None:
                 found += [Source(p, "arrow") for p in arrow]
