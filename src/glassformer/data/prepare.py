@@ -145,7 +145,7 @@ def encode_pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray
     return [flat[bounds[k]:bounds[k + 1]] for k in range(len(texts))]
 
 
-def _load_tokenizer(spec: str) -> Tokenizer:
+def _load_tokenizer(spec: str | Path) -> Tokenizer:
     path = Path(spec)
     if not path.exists():
         raise GlassformerError(f"--tokenizer must be char, byte, bpe, a tokenizer.json or a checkpoint folder, "
@@ -193,7 +193,9 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     val_sources = list_sources(list(val)) if val else []
     folder = Path(out)
     inputs = [s.path for s in sources + val_sources]
-    given = tokenizer if isinstance(tokenizer, Tokenizer) else None
+    given = tokenizer if isinstance(tokenizer, Tokenizer) else None  # a tokenizer used as it is (not trained)
+    if given is None and tokenizer not in ("char", "byte", "bpe"):
+        given = _load_tokenizer(tokenizer)
     named = f"sha256:{tokenizer_hash(given.to_dict())}" if given is not None else str(tokenizer)
     specials = list(dict.fromkeys([*specials, EOT])) if given is None else []
     settings = {"tokenizer": named, "vocab_size": vocab_size, "specials": specials,
@@ -246,12 +248,10 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     else:
         if isinstance(spec, Tokenizer):
             tok = spec
-        elif spec in ("char", "byte", "bpe"):
+        else:
             all_sources = sources + val_sources
             sample = _sample(iter_pieces(all_sources, text_field), settings["tokenizer_sample"])
             tok = make_tokenizer(spec, sample, settings["specials"], settings["vocab_size"])
-        else:
-            tok = _load_tokenizer(spec)
         atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
     if fmt == "nanogpt" and tok.vocab_size > 1 << 16:
         raise GlassformerError(f"--format nanogpt writes uint16 ids; the tokenizer has {tok.vocab_size:,} ids "
