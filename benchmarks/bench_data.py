@@ -5,8 +5,9 @@ The corpora are built from the text at hand (``--text``, default ../shared/data:
 input.txt and Multi30k's English and German captions, plus the ``fortunes`` files when installed): the
 files' lines, shuffled by a seeded generator for each copy, are written out until the corpus reaches its
 size (``--sizes`` in MB); one plain UTF-8 file per size, kept in ``--work`` for the next run. Each contender
-runs in its own process, which reports its own wall time (from after its imports) and peak RSS
-(``getrusage``); contenders alternate within a round, ``--rounds`` rounds, medians reported:
+runs in its own process, which reports its own wall time and CPU time (from after its imports; on a shared
+machine CPU seconds are the steadier figure) and peak RSS (``getrusage``); contenders alternate within a
+round, ``--rounds`` rounds, medians reported:
 
 * ``glassformer``: ``glassformer.data.prepare.prepare(corpus, out, "bpe", vocab_size=V)``: the BPE trained
   streamed over the whole corpus, encoded in 1 MiB batches on every core into modded-nanogpt shards.
@@ -58,20 +59,27 @@ def train_bpe():
     tok.train_from_iterator(chunks(), trainer=trainer)
     return tok
 
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+def start():
+    return time.perf_counter(), cpu()  # after the imports: their share is left out
+
 def report(started, tokens):
-    print(json.dumps({"wall_s": time.perf_counter() - started, "tokens": int(tokens),
+    print(json.dumps({"wall_s": time.perf_counter() - started[0], "cpu_s": cpu() - started[1], "tokens": int(tokens),
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 SCRIPTS = {
     "glassformer": COMMON + """
 from glassformer.data.prepare import prepare
-started = time.perf_counter()
+started = start()
 manifest = prepare([corpus], out, "bpe", vocab_size=vocab, val_fraction=0.0)
 report(started, manifest["tokens"]["train"])
 """,
     "tokenizers": COMMON + """
-started = time.perf_counter()
+started = start()
 tok = train_bpe()
 count = 0
 with open(out + ".bin", "wb") as target:
@@ -82,7 +90,7 @@ with open(out + ".bin", "wb") as target:
 report(started, count)
 """,
     "nanogpt": COMMON + """
-started = time.perf_counter()
+started = start()
 tok = train_bpe()
 with open(corpus, encoding="utf-8") as handle:
     data = handle.read()
@@ -181,24 +189,26 @@ def main() -> None:
             good = [r for r in found if "error" not in r]
             summary[name] = {"runs": found} if not good else {
                 "wall_s": statistics.median(r["wall_s"] for r in good),
+                "cpu_s": statistics.median(r["cpu_s"] for r in good),
                 "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in good),
                 "tokens": good[0]["tokens"], "runs": found}
         results["sizes"][f"{size:g}"] = {"bytes": corpus.stat().st_size, **summary}
     print(f"\nPreparing a corpus (BPE {args.vocab:,}): {results['cpu']}, {os.cpu_count()} CPUs, median of "
           f"{args.rounds} round(s)\n")
-    print("| corpus | contender | wall s | peak RSS MB | tokens | wall / tokenizers | RSS / tokenizers |")
-    print("|---|---|---|---|---|---|---|")
+    print("| corpus | contender | wall s | CPU s | peak RSS MB | tokens | wall / tokenizers | CPU / tokenizers | "
+          "RSS / tokenizers |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size, entry in results["sizes"].items():
         base = entry.get("tokenizers", {})
         for name in names:
             row = entry[name]
             if "wall_s" not in row:
-                print(f"| {size} MB | {name} | failed: {row['runs'][-1].get('error', '?')} | | | | |")
+                print(f"| {size} MB | {name} | failed: {row['runs'][-1].get('error', '?')} | | | | | | |")
                 continue
-            ratio = (f"{row['wall_s'] / base['wall_s']:.2f}x", f"{row['peak_rss_mb'] / base['peak_rss_mb']:.2f}x") \
-                if "wall_s" in base else ("", "")
-            print(f"| {size} MB | {name} | {row['wall_s']:,.1f} | {row['peak_rss_mb']:,.0f} | {row['tokens']:,} | "
-                  f"{ratio[0]} | {ratio[1]} |")
+            ratio = [f"{row[key] / base[key]:.2f}x" if "wall_s" in base else "" for key in
+                     ("wall_s", "cpu_s", "peak_rss_mb")]
+            print(f"| {size} MB | {name} | {row['wall_s']:,.1f} | {row['cpu_s']:,.1f} | {row['peak_rss_mb']:,.0f} | "
+                  f"{row['tokens']:,} | {' | '.join(ratio)} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(f"\nJSON: {args.out}")
