@@ -39,7 +39,8 @@ def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2S
     world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
     processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
-                        config.max_memory, processes, sharded=config.parallel == "fsdp")
+                        config.max_memory, processes, sharded=config.parallel == "fsdp",
+                        moments=1 if config.optimizer == "muon" else 2)  # Muon: one momentum on most weights
     if batches is not None and batches.val is not None and len(batches.val):
         # an evaluation batch holds eval_batch_size rows, or the fewer windows (pairs) the split has
         held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else \
