@@ -188,7 +188,8 @@ def human(n: int) -> str:
     """Bytes for a message: ``3.6 GB``, ``128 TB``, ``1.2e+21 bytes``."""
     for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if n >= size:  # 999.7 MB reads "1000 MB", not "1e+03 MB"
-            return f"{n / size:.{3 if n < 999.5 * size else 4}g} {unit}" if n < 10**4 * size else f"{float(n):.3g} bytes"
+            digits = 3 if n < 999.5 * size else 4
+            return f"{n / size:.{digits}g} {unit}" if n < 10**4 * size else f"{float(n):.3g} bytes"
     return f"{n} bytes"
 
 
