@@ -168,6 +168,24 @@ def address_reserve() -> int:
     return LIBRARY_RESERVE + min(threads, 1024) * THREAD_RESERVE
 
 
+def check_threads(threads: int, name: str = "num_threads") -> None:
+    """Refuse ``threads`` compute threads when their stacks and malloc arenas cannot fit in ``ulimit -v``, or when
+    ``ulimit -u`` (RLIMIT_NPROC) cannot start them: the thread library would end the process with no message."""
+    room = _rlimit_room(SOURCES)
+    need = (threads - 1) * THREAD_RESERVE  # the main thread's are mapped already
+    if room is not None and need > room.bytes:
+        raise OutOfMemoryError(f"{name}={threads} needs at least {human(need)} of address space (a stack and a malloc "
+                               f"arena per thread), more than the {human(room.bytes)} {room.source}; refused before "
+                               "starting them: ask for fewer threads")
+    with contextlib.suppress(ImportError, OSError, ValueError, AttributeError):
+        import resource
+
+        soft, _ = SOURCES.getrlimit(resource.RLIMIT_NPROC)
+        if soft != resource.RLIM_INFINITY and 0 <= soft <= threads:
+            raise GlassformerError(f"{name}={threads} is more threads than ulimit -u allows this user ({soft}); "
+                                   "ask for fewer threads")
+
+
 def memory_room(sources: MemorySources | None = None) -> Room | None:
     """The memory this process may still allocate and the limit that binds it; None when nothing is known."""
     sources = sources or SOURCES

@@ -3,13 +3,17 @@
 import json
 import os
 import pickle
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import BadFileError, MissingFileError, first_line, is_int, is_number, shown
+from .errors import BadFileError, GlassformerError, MissingFileError, first_line, is_int, is_number, shown
 
-MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
+MAX_JSON_BYTES = 1 << 30  # a tokenizer file larger than 1 GiB is not one
+MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index) larger than 16 MiB is not one
+JSON_COST = 6  # bytes of memory parsing JSON takes per byte of file (measured: 300 MB cost 1.56 GB)
+MAX_ADDED_TOKEN_CHARS = 4096  # an added token longer than this is not a token (the matcher costs ~100x its size)
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
 MAX_TOKENIZER_LENGTH = 1 << 24  # padding/truncation lengths a tokenizer.json may ask (Rust allocates them)
@@ -24,12 +28,21 @@ def _unreadable(where: str, error: ValueError | RecursionError) -> BadFileError:
     return BadFileError(f"{where} holds a number with more than {digits:,} digits")  # Python's int limit
 
 
+def _expand(path: str) -> str:
+    expanded = os.path.expandvars(os.path.expanduser(path))
+    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in path else None
+    if unset:
+        raise GlassformerError(f"path {path!r} names the environment variable {unset.group(0)}, which is not set")
+    return expanded
+
+
 def expand_home(value: Any) -> Any:
-    """A path option (or a list of them) with ``~`` expanded as a shell does; anything else as it is."""
+    """A path option (or a list of them) with ``~``, ``$NAME`` and ``${NAME}`` expanded as a shell does (a YAML
+    file's paths are no shell's: ``out_dir: $HOME/x``); an unset variable is an error; anything else as it is."""
     if isinstance(value, str):
-        return os.path.expanduser(value)
+        return _expand(value)
     if isinstance(value, list):
-        return [os.path.expanduser(v) if isinstance(v, str) else v for v in value]
+        return [_expand(v) if isinstance(v, str) else v for v in value]
     return value
 
 
@@ -44,17 +57,22 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise _unreadable(where, error) from None
 
 
-def load_json(path: str | Path, what: str = "file") -> Any:
-    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable."""
+def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable or
+    larger than ``max_bytes`` (:data:`MAX_CONFIG_BYTES` for configs), an OutOfMemoryError when parsing cannot fit."""
     path = Path(path)
     where = f"{what} {str(path)!r}"
     if not path.exists():
         raise MissingFileError(f"{where} does not exist")
     if not path.is_file():
         raise BadFileError(f"{where} is not a file")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise BadFileError(f"{where} is {path.stat().st_size:,} bytes, too large for a JSON {what} "
-                           f"(at most {MAX_JSON_BYTES:,})")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise BadFileError(f"{where} is {size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
+    if size > MAX_CONFIG_BYTES:
+        from .budget import check_fits
+
+        check_fits(JSON_COST * size, f"reading the {size:,}-byte {where}")
     return parse_json(path.read_bytes(), where)
 
 
@@ -206,6 +224,12 @@ def check_tokenizer_json(data: Any, file: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadFileError(f"{_named(file)} must hold a JSON object (a Hugging Face tokenizer), "
                            f"got {type(data).__name__}")
+    added = data.get("added_tokens")
+    for i, token in enumerate(added if isinstance(added, list) else []):
+        content = token.get("content") if isinstance(token, dict) else None
+        if isinstance(content, str) and len(content) > MAX_ADDED_TOKEN_CHARS:
+            raise BadFileError(f"{_named(file)}: added_tokens[{i}] is {len(content):,} characters long, expected "
+                               f"at most {MAX_ADDED_TOKEN_CHARS:,} (a token, not a text)")
     lengths: list[tuple[str, Any]] = []
     for part, keys in (("padding", ("pad_to_multiple_of",)), ("truncation", ("max_length", "stride"))):
         value = data.get(part)

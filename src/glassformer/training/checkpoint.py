@@ -15,7 +15,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
 from ..fileio import atomic_directory, is_disk_full, new_directory, remove_owned, replace_symlink, rust_path, shown_text
-from ..loaders import load_json, load_state_file
+from ..loaders import MAX_CONFIG_BYTES, load_json, load_state_file
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..safetensors_header import torch_dtype
@@ -153,7 +153,8 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
     model = build_model(config)
     model.load_state_dict(weights)
     model.to(device).eval()
-    training = load_json(check_inside(path, TRAINING), "training config") if (path / TRAINING).is_file() else None
+    training = load_json(check_inside(path, TRAINING), "training config", MAX_CONFIG_BYTES) \
+        if (path / TRAINING).is_file() else None
     if (path / TRAINING).is_file() and not isinstance(training, dict):
         raise BadFileError(f"training config {str(path / TRAINING)!r} must hold a JSON object, "
                            f"got {type(training).__name__}")

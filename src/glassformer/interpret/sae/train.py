@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ...budget import check_fits, forward_bytes, model_bytes, sae_bytes
+from ...budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
 from ...fileio import atomic_directory, restore_moved_aside
@@ -123,6 +123,8 @@ def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
 
 def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
     """Refuse, before allocating, an SAE whose training cannot fit beside the model's forward passes."""
+    if config.num_threads:
+        check_threads(config.num_threads)
     need, held, rows = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0, ""
     if isinstance(getattr(model, "config", None), ModelConfig):
         context = config.context or model.config.max_len
