@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
-from ...fileio import atomic_directory, rust_path
+from ...fileio import atomic_directory, rust_path, shown_text
 from ...loaders import load_json
 from ...validate import check_fields, option
 
@@ -142,7 +142,7 @@ def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) ->
     with rust_path(folder / WEIGHTS, write=True) as name_for_rust:
         save_file(weights, name_for_rust, metadata={"format": "pt"})
     meta = {"format": FORMAT, **asdict(sae.config), "info": info or {}}
-    (folder / CONFIG).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / CONFIG).write_text(shown_text(json.dumps(meta, indent=2, ensure_ascii=False)) + "\n", encoding="utf-8")
 
 
 def is_sae_folder(path: str | Path) -> bool:
