@@ -52,10 +52,15 @@ def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
             raise _bad(file, key, value, "a finite number")
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
             raise _bad(file, key, value, "an int in [-10000, 10000]")
+        name = key.rsplit(".", 1)[-1]
+        if name == "eps" and value <= 0 or name in ("lr", "weight_decay") and value < 0:
+            raise _bad(file, key, value, "a number > 0" if name == "eps" else "a number >= 0")
     elif isinstance(fresh, (tuple, list)):
         if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
                 and all(is_number(v) and math.isfinite(v) for v in value)):
             raise _bad(file, key, value, f"{len(fresh)} finite numbers")
+        if key.endswith(".betas") and not all(0 <= v < 1 for v in value):
+            raise _bad(file, key, value, "numbers in [0, 1)")
     elif isinstance(fresh, str) and value != fresh:
         raise _bad(file, key, value, repr(fresh))
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from ..config import NORMS
+from ..errors import check_number
 from ..validate import check_choice
 from .taps import Tapped
 
@@ -59,7 +60,7 @@ class RMSNorm(Tapped):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        self.eps = eps
+        self.eps = check_number("eps", eps, 0.0, low_open=True)  # NaN, inf or <= 0: every output NaN or inf
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

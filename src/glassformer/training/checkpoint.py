@@ -127,6 +127,9 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         raise GlassformerError(f"map_location must be a device such as 'cpu' or 'cuda', got {map_location!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise GlassformerError(f"map_location={map_location!r} asks for a GPU, but torch {torch.__version__} sees no "
+                               "CUDA device here: use map_location='cpu'")
     config_file, tokenizer_file, weights_file = [_need(path, name) for name in (CONFIG, TOKENIZER, WEIGHTS)]
     config = ModelConfig.from_json(config_file)
     tokenizer = Tokenizer.load(tokenizer_file)
