@@ -177,13 +177,15 @@ def check_threads(threads: int, name: str = "num_threads") -> None:
         raise OutOfMemoryError(f"{name}={threads} needs at least {human(need)} of address space (a stack and a malloc "
                                f"arena per thread), more than the {human(room.bytes)} {room.source}; refused before "
                                "starting them: ask for fewer threads")
+    soft = -1
     with contextlib.suppress(ImportError, OSError, ValueError, AttributeError):
         import resource
 
-        soft, _ = SOURCES.getrlimit(resource.RLIMIT_NPROC)
-        if soft != resource.RLIM_INFINITY and 0 <= soft <= threads:
-            raise GlassformerError(f"{name}={threads} is more threads than ulimit -u allows this user ({soft}); "
-                                   "ask for fewer threads")
+        soft = SOURCES.getrlimit(resource.RLIMIT_NPROC)[0]
+        soft = -1 if soft == resource.RLIM_INFINITY else soft
+    if 0 <= soft <= threads:
+        raise GlassformerError(f"{name}={threads} is more threads than ulimit -u allows this user ({soft}); "
+                               "ask for fewer threads")
 
 
 def memory_room(sources: MemorySources | None = None) -> Room | None:

@@ -23,7 +23,15 @@ import yaml
 from torch import nn
 
 from ..budget import check_fits, describe, model_bytes, probe_bytes
-from ..errors import ArgumentTypeError, GlassformerError, MeasurementError, check_int, first_line, shown
+from ..errors import (
+    ArgumentTypeError,
+    GlassformerError,
+    MeasurementError,
+    check_int,
+    check_token_ids,
+    first_line,
+    shown,
+)
 from ..fileio import atomic_write_text
 from ..loaders import read_records
 from ..models import TransformerLM
@@ -440,6 +448,11 @@ def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | N
         if scope is None:
             low = max(tokenizer.special_tokens.values(), default=-1) + 1
             low = low if low < tokenizer.vocab_size // 2 else 0
+            if probe_text is not None:
+                check_token_ids(probe_text, tokenizer.vocab_size, "probe_text")
+                if probe_text.shape[0] < 1 or not 2 <= probe_text.shape[1] <= model.config.max_len:
+                    raise GlassformerError(f"probe_text must be (R >= 1, T) ids with 2 <= T <= max_len="
+                                           f"{model.config.max_len}, got shape {tuple(probe_text.shape)}")
             if probe_text is None:
                 probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, min(64, model.config.max_len)),
                                            generator=torch.Generator().manual_seed(1))

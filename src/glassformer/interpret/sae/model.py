@@ -203,7 +203,7 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
     d_in, d_sae = config.d_in, config.d_sae
     expected = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
     try:
-        with safe_open(str(weights_file), framework="pt") as handle:  # shapes from the header: nothing allocated
+        with rust_path(weights_file) as name_for_rust, safe_open(name_for_rust, framework="pt") as handle:  # header
             shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
         if shapes != expected:
             raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
