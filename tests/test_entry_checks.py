@@ -232,3 +232,15 @@ def test_a_checkpoint_moved_while_read_is_read_again(tmp_path):
         read_pointed(tmp_path / "last", always_moving)
     with pytest.raises(RuntimeError, match="a bug"):  # nothing moved: the error as it is
         read_pointed(tmp_path / "last", lambda folder: (_ for _ in ()).throw(RuntimeError("a bug")))
+
+
+def test_reading_a_small_json_file_sets_aside_its_size_not_the_bound(tmp_path):
+    """read(max_bytes + 1) set 256 MiB (1 GiB before) aside for every tokenizer.json read: under ulimit -v
+    that is address space a 2-byte file took."""
+    from allocation_helpers import allocations
+    from glassformer.loaders import load_json
+
+    (tmp_path / "t.json").write_text('{"a": 1}')
+    with allocations() as seen:
+        assert load_json(tmp_path / "t.json", "tokenizer file") == {"a": 1}
+    assert seen.total() < 2**20, seen

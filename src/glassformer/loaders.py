@@ -75,7 +75,9 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
             raise BadFileError(f"{where} is not a file")
         raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
     with os.fdopen(fd, "rb") as file:
-        data = file.read(max_bytes + 1)  # a file growing meanwhile is still read no further
+        data = file.read(info.st_size + 1)  # read(n) sets n bytes aside first: the file's size, not the bound
+        if len(data) > info.st_size:  # it grew meanwhile: still read no further than the bound
+            data += file.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
     return parse_json(data, where)
