@@ -159,16 +159,16 @@ class ActivationTrainer:
         state = load_state_file(file)  # the trainer's reader: bounded sizes, tensors and plain containers only
         if state.get("format") != self.STATE_FORMAT or not isinstance(state.get("config"), dict):
             raise BadFileError(f"{file} is not a {self.title} training state of this glassformer")
+        ours = self.same_on_resume()
+        differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
+        if differ:  # first: a changed key explains the shapes that would not fit below
+            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
+            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
         _count(str(file), "step", state.get("step"))  # a negative step is refused, as the trainer's
         check_optimizer_state(state.get("optimizer"), self.optimizer, str(file))  # shapes before a fused kernel
         for key in ("buffer", "history"):
             if key not in state:
                 raise BadFileError(f"{file}: the key {key!r} is missing")
-        ours = self.same_on_resume()
-        differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
-        if differ:
-            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
-            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
         self.load_module_state(folder, state, file)
         self.optimizer.load_state_dict(state["optimizer"])
         try:
