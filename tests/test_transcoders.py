@@ -316,6 +316,14 @@ def test_a_run_refuses_a_foreign_out_dir_and_tidies_only_its_own_leftovers(tmp_p
     assert (foreign / "layer_0.safetensors").read_text() == "keep me"
     out = tmp_path / "run"
     run_transcoders(_config(out, corpus, steps=2), model, TOK)
+    notes = tmp_path / "notes.safetensors"
+    notes.write_text("a user's notes")
+    (out / "layer_1.safetensors").unlink()
+    (out / "layer_1.safetensors").symlink_to(notes)  # in a folder glassformer wrote: still refused, kept
+    with pytest.raises(GlassformerError, match="not a regular file"):
+        run_transcoders(_config(out, corpus, steps=2), model, TOK)
+    assert (out / "layer_1.safetensors").is_symlink() and notes.read_text() == "a user's notes"
+    (out / "layer_1.safetensors").unlink()
     cut = out / ".transcoders.tmp-999-abcd"
     cut.mkdir()
     (cut / "layer_0.safetensors").write_bytes(b"cut short")
@@ -380,3 +388,11 @@ def test_circuit_tracer_reads_our_folder(read_by_circuit_tracer, index):
     xs = x.transpose(0, 1)  # (N, L, d)
     torch.testing.assert_close(ref["features"], ours.encode(xs).transpose(0, 1), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ref["decoded"], ours(xs).transpose(0, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_transcoders_past_the_memory_budget_are_refused_before_allocating(tmp_path, corpus):
+    from glassformer.errors import OutOfMemoryError
+
+    config = _config(tmp_path, corpus, d_transcoder=1 << 20, batch_size=1 << 16, buffer_size=1 << 17)
+    with pytest.raises(OutOfMemoryError, match="d_transcoder=1048576"):
+        TranscoderTrainer(config, lm(), TOK)  # 2 layers x 1M features x 65k tokens: terabytes, never allocated

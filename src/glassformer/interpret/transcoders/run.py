@@ -20,6 +20,7 @@ from ...errors import GlassformerError, NotOursError
 from ...fileio import (
     LOCK_FILE,
     atomic_write_text,
+    check_output_file,
     claim_outputs,
     fsync_dir,
     fsync_tree,
@@ -62,12 +63,15 @@ def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
         raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
                            "(it was left untouched)")
-    if out.is_dir():
-        found = sorted(p.name for p in out.iterdir() if TRANSCODER_FILE.fullmatch(p.name))
-        if found and not is_transcoder_folder(out):
-            raise NotOursError(f"out_dir {str(out)!r} holds {found[0]!r}, which is not part of a transcoder folder "
-                               "glassformer wrote; choose another out_dir (it was left untouched)")
-    claim_outputs([out / name for name in (*OUTPUT_FILES, *page_names(n_layers))], inputs, "transcoder output")
+    found = sorted(p.name for p in out.iterdir() if TRANSCODER_FILE.fullmatch(p.name)) if out.is_dir() else []
+    if found and not is_transcoder_folder(out):
+        raise NotOursError(f"out_dir {str(out)!r} holds {found[0]!r}, which is not part of a transcoder folder "
+                           "glassformer wrote; choose another out_dir (it was left untouched)")
+    config = out / CONFIG  # ours (said so above): it may be replaced while a single-linked regular file
+    ours = config.read_bytes() if config.is_file() and not config.is_symlink() else None
+    check_output_file(config, inputs, "transcoder output", data=ours)
+    claim_outputs([out / name for name in (*OUTPUT_FILES, *page_names(n_layers), *found) if name != CONFIG], inputs,
+                  "transcoder output")
 
 
 def _tidy_out_dir(out: Path, n_layers: int, resume: bool) -> None:
