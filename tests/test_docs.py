@@ -62,6 +62,7 @@ SKIPPED = {
     ("docs/training.md", "PyPI"),           # pip install of the tracker extras: `make test` installed them
     ("docs/training.md", "a server"),       # tensorboard serves until stopped; wandb sync uploads
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
+    ("docs/transcoders.md", "minutes"),     # the induction model and its transcoders: ~15 min; output quoted
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
     ("docs/learn/zh-CN/report.md", "root"),  # the Chinese twin of the two above (the same blocks)
@@ -89,6 +90,8 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
     (r"\bglassformer bench\b|benchmarks/bench_train.py", ["--only", "attn", "--quick", "--rounds", "1", "--sizes",
                                                           "small", "--no_hf"]),
     (r"benchmarks/bench_matvec.py", ["--rounds", "1", "--rows", "1", "--layers", "1"]),
+    (r"\bglassformer transcoders\b", ["--steps", "3", "--batch_size", "64", "--buffer_size", "256",
+                                      "--feature_windows", "2", "--eval_batches", "1", "--progress", "false"]),
 ]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # Python code (comments aside) and shell commands that ran in this session's folder: the same command
