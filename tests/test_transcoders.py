@@ -130,7 +130,8 @@ class Planted:
 
 
 def test_training_learns_a_planted_mlp(tmp_path):
-    config = TranscoderTrainConfig.from_dict(dict(out_dir=str(tmp_path), d_transcoder=48, steps=200, batch_size=128,
+    config = TranscoderTrainConfig.from_dict(dict(out_dir=str(tmp_path), activation="relu", d_transcoder=48,
+                                                  steps=200, batch_size=128,
                                                   buffer_size=512, lr=3e-3, sparsity_coefficient=1e-4,
                                                   progress=False, save_every=0, log_every=1))
     trainer = TranscoderTrainer(config, source=Planted(), n_layers=2, d_model=8)

@@ -39,15 +39,15 @@ class TranscoderTrainConfig:
     data: list[str] = option(factory=list)  # text files the model reads
     out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../transcoders-KIND
     kind: str = option("plt", choices=KINDS)  # "plt": one transcoder per MLP; "clt": cross-layer
-    activation: str = option("relu", choices=ACTIVATIONS)  # "relu" (L1), "jumprelu" (L0), "topk" (plt only)
+    activation: str = option("jumprelu", choices=ACTIVATIONS)  # "jumprelu" (L0), "relu" (L1), "topk" (plt only)
     d_transcoder: int | None = option(None, ge=1)  # features per layer; None: expansion x d_model
     expansion: int = option(8, ge=1)
     k: int = option(16, ge=1)  # topk: features per layer and token
     skip: bool = False  # plt: a learned linear skip connection W_skip (Paulo et al. 2025)
-    sparsity_coefficient: float = option(1e-3, ge=0.0)  # λ of relu's L1 or jumprelu's L0 penalty
+    sparsity_coefficient: float = option(2e-3, ge=0.0)  # λ of jumprelu's L0 or relu's L1 penalty
     sparsity_warmup_steps: int = option(0, ge=0)  # λ ramps from 0 over these steps
     bandwidth: float = option(0.05, gt=0.0)  # jumprelu: ε of the straight-through estimators
-    threshold: float = option(0.1, ge=0.0)  # jumprelu: every threshold's start
+    threshold: float = option(1.0, ge=0.0)  # jumprelu: every threshold's start (pre-activations start ~N(0, 1))
     aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
     aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_model // 2
     dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
