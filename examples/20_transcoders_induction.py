@@ -22,6 +22,7 @@ from glassformer.interpret.transcoders import TranscoderTrainConfig, run_transco
 from glassformer.models import build_model
 from glassformer.recipes.induction import ALPHABET, RepeatedSegments
 from glassformer.training import TrainConfig, Trainer, load_checkpoint, save_checkpoint
+from glassformer.viz.report_sae import write_transcoder_pages
 
 
 def cpu_name() -> str:
@@ -94,6 +95,7 @@ def main() -> None:
         "eval_batches": 8, "feature_windows": 64, "progress": False, "log_every": 100})
     result = run_transcoders(config, model, task.tokenizer)
     m = result["metrics"]
+    write_transcoder_pages(result["features"], args.out / "transcoders", metrics=m)  # features-L{i}.html
     report = {"cpu": cpu_name(), "threads": args.threads, "model_s": round(model_s, 1),
               "transcoders_s": result["training"]["wall_s"], "steps": args.steps, "d_transcoder": args.d_transcoder,
               "activation": args.activation, "nmse": [round(v, 4) for v in m["nmse"]],
