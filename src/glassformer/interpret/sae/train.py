@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import math
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
 from ...fileio import atomic_directory, restore_moved_aside
 from ...loaders import expand_home
+from ...progress import showing
 from ...validate import check_fields, from_mapping, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
@@ -114,6 +116,12 @@ def _stop_at_step_end(stop: list[int]) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def record_line(record: dict[str, float], steps: int) -> str:
+    """One logged record as a line where no bar is drawn: ``sae step 100/1500 | loss 0.0123 | l0 16.0000``."""
+    return " | ".join([f"sae step {record['step']}/{steps}",
+                       *(f"{key} {value:.4g}" for key, value in record.items() if key != "step")])
 
 
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
@@ -267,18 +275,20 @@ class SAETrainer:
         end = c.steps if stop_at is None else min(stop_at, c.steps)
         if self.step == 0:
             self.initialize(self.buffer.peek())
-        bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
+        show = c.progress and showing()
+        bar = tqdm(total=c.steps, initial=self.step, disable=None if show else True, desc="sae")  # None: a terminal
         stop: list[int] = []
         with bar, _stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
-            last = self._steps(end, bar, stop)
+            last = self._steps(end, bar, stop, lines=show and bar.disable)
         self.save_state()
         if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
             self.stop_signal = stop[0]
             raise KeyboardInterrupt
         return {"steps": self.step, "history": self.history, "final": last}
 
-    def _steps(self, end: int, bar: Any, stop: list[int]) -> dict[str, float]:
-        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses."""
+    def _steps(self, end: int, bar: Any, stop: list[int], lines: bool = False) -> dict[str, float]:
+        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses.
+        ``lines``: no bar is drawn (a log file, a pipe), so each logged record is a line on stderr."""
         c, last = self.config, {}
         while self.step < end and not stop:
             last = self.train_step(self.buffer.next_batch())
@@ -288,6 +298,8 @@ class SAETrainer:
                 self.history.append(record)
                 if self.on_record is not None:
                     self.on_record(record)
+                if lines:
+                    print(record_line(record, c.steps), file=sys.stderr, flush=True)
                 bar.set_postfix(sq_err=f"{last['sq_err']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
             if not math.isfinite(last["loss"]):
                 raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
