@@ -74,11 +74,13 @@ def test_usage_errors_in_chinese() -> None:
 @pytest.mark.parametrize("argv, lang_env, message", [
     (["--lang", "zh", "train", "--max_stpes", "5"], None,
      "glassformer：错误：未知选项 --max_stpes（你是不是想写 --max_steps？）；glassformer train --help 列出了所有的键"),
-    (["recipe", "x", "--zzz", "1"], "zh_CN.UTF-8", "glassformer：错误：未知选项 --zzz；glassformer train --help 列出了所有的键"),
+    (["recipe", "x", "--zzz", "1"], "zh_CN.UTF-8",
+     "glassformer：错误：未知选项 --zzz；glassformer train --help 列出了所有的键"),
     (["train", "--lang", "zh", "--lr"], None, "glassformer：错误：覆盖项 --lr 缺少值"),
     (["train", "--lr"], "C", "glassformer: error: override --lr has no value"),
     (["train", "--max_stpes", "5"], "C",
-     "glassformer: error: unknown option --max_stpes (did you mean --max_steps?); glassformer train --help lists the keys"),
+     "glassformer: error: unknown option --max_stpes (did you mean --max_steps?); glassformer train --help "
+     "lists the keys"),
 ])
 def test_option_errors_in_the_command_lines_language(argv: list[str], lang_env: str | None, message: str) -> None:
     """The option errors glassformer finds itself (train's and recipe's keys) speak the language argparse's do."""
