@@ -20,6 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# Property tests judge values, never time: no per-example deadline (200 ms by default) and no "too slow"
+# health check, both of which a busy machine trips. A test's own @settings inherits these.
+settings.register_profile("glassformer", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("glassformer")
 
 # The suite fixes torch's threads (one, below): glassformer's thread policy, which follows the machine's
 # load, stays out of its way (tests/test_threads.py tests the policy with the variable removed).
@@ -155,5 +161,6 @@ def browser(tmp_path_factory):
         context = p.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
             args=ARGS, viewport={"width": 1200, "height": 900})
+        context.set_default_timeout(120_000)  # ms, for every wait: a bound on a hang on a busy machine, not a verdict
         yield context
         context.close()

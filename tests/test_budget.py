@@ -114,7 +114,7 @@ def test_every_resource_option_alone_or_combined_is_refused_before_allocating(fi
     200 MB. Bytes are counted, not seconds: a busy machine is slow, not wrong."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), json.dumps(files), str(Path(__file__).parent)],
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     named = {"n_layers": "n_layers=1000000", "d_model": "d_model=100000000", "d_ff": "d_ff=1000000000",
@@ -223,7 +223,7 @@ def test_a_corpus_without_newlines_streams_like_one_with_them(tmp_path, newlines
         for _ in range(24):
             handle.write(line * (2**20 // len(line)) * 1)  # 24 MB in all
     done = subprocess.run([sys.executable, "-c", CORPUS_PROBE, str(path), str(tmp_path / "cache")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["n"] == path.stat().st_size

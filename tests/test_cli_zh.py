@@ -30,7 +30,7 @@ def _run(argv: list[str], lang_env: str | None) -> subprocess.CompletedProcess:
     if lang_env is not None:
         env["LANG"] = lang_env
     return subprocess.run([sys.executable, "-c", SCRIPT.format(argv=argv)], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=600)
 
 
 @pytest.mark.parametrize("argv, lang_env", [

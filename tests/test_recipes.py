@@ -177,7 +177,7 @@ def test_load_recipe_takes_a_mapping_and_split_overrides(tmp_path):
 
 def test_python_m_glassformer_is_the_command_line():
     done = subprocess.run([sys.executable, "-m", "glassformer", "recipe", "--help"], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
     assert done.returncode == 0 and "usage: glassformer recipe" in done.stdout
     assert "shakespeare_char_fast" in done.stdout  # the shipped recipes are listed
 

@@ -12,7 +12,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import MISSING, fields
 
 import pytest
@@ -203,14 +202,9 @@ def test_an_interrupted_command_line_run_prints_the_resume_command(tmp_path, cor
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        for _ in range(1200):
-            if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 3:
-                break
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
+        helpers.wait_until_training(process, out)  # the trainer's handler is in place: no race with the import
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
+        stdout, stderr = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
             process.kill()
