@@ -152,6 +152,11 @@ def test_bad_training_overrides_and_out_dir_are_one_line(files, capsys):
     one_line(capsys, ["train", "--data", files["text"], "--out_dir", files["text"] / "sub"], "which is a file")
     one_line(capsys, ["train", "--data", files["text"], "--model.norm_eps", "nan"], "model: norm_eps must be a finite")
     one_line(capsys, ["train", "--data", files["text"], "--lr", "inf"], "lr must be a finite number > 0.0, got inf")
+    out = files["root"] / "never-made"  # issue 47: refused at construction, before any folder (a raw ValueError
+    for key in ("--eval_batches", "--eval_batch_size", "--max_steps"):  # from islice after cache/ and loss.png)
+        one_line(capsys, ["train", "--data", files["text"], "--out_dir", out, key, str(10**20)],
+                 f"{key[2:]} must be an int in [")
+        assert not out.exists()
     bad = files["root"] / "latin1.yaml"
     bad.write_bytes("lr: 0.1 # caf\xe9\n".encode("latin-1"))
     one_line(capsys, ["train", "--config", bad], "is not UTF-8 text")
