@@ -6,6 +6,8 @@ clone would: offline, and without the ``../shared`` folder our machines have bes
   port where nothing listens and tells Hugging Face and W&B to stay offline (OFFLINE_ENV).
 - ``../shared/data`` (the full corpora) is seen only when ``GLASSFORMER_SHARED_DATA`` names it; the
   few tests that need a large corpus ask for the ``shared_data`` fixture and are skipped otherwise.
+- A busy machine is slow, not wrong: no test decides by elapsed time (hypothesis has no deadline; waits
+  are hang guards), and a file another process writes beside the suite is not blamed on a test.
 So `make test` on our machines, in CI and in a user's clone runs the same tests on the same files.
 """
 
