@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
 
 from glassformer.training import TrainConfig, Trainer, prepare_run
+
+# A heartbeat line (glassformer/progress.py), printed only when a step outlasts ~10 s: on a busy machine any step may.
+HEARTBEAT = re.compile(r"[^|]+: .*(, | in )[\d,]+ s")
+
+
+def without_heartbeats(lines: list[str]) -> list[str]:
+    """``lines`` without heartbeat lines, for a test that reads lines by position."""
+    return [line for line in lines if not HEARTBEAT.fullmatch(line)]
+
 
 CORPUS = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
 
