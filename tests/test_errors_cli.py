@@ -157,6 +157,11 @@ def test_bad_training_overrides_and_out_dir_are_one_line(files, capsys):
         one_line(capsys, ["train", "--data", files["text"], "--out_dir", out, key, str(10**20)],
                  f"{key[2:]} must be an int in [")
         assert not out.exists()
+    for key, message in (("--watch.probe_length", "watch.probe_length(s) up to 1099511627776 need max_len >= "),
+                         ("--watch.probe_batch", "the microscope's repeated-tokens probe (watch.probe_batch=")):
+        one_line(capsys, ["train", "--data", files["text"], "--out_dir", out, "--progress", "false", key, str(2**40)],
+                 message)
+        assert not out.exists()  # refused before the token cache (out/cache) was made
     bad = files["root"] / "latin1.yaml"
     bad.write_bytes("lr: 0.1 # caf\xe9\n".encode("latin-1"))
     one_line(capsys, ["train", "--config", bad], "is not UTF-8 text")
