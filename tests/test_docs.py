@@ -267,7 +267,7 @@ def workdir(tmp_path_factory) -> Path:
     finally:
         WARM_BIN = None
         os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        server.wait(timeout=600)
         shutil.rmtree(warm, ignore_errors=True)
 
 

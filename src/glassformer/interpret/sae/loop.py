@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +22,15 @@ from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
 from ...fileio import atomic_directory, restore_moved_aside
+from ...progress import showing
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
+
+
+def record_line(what: str, record: dict[str, float], steps: int) -> str:
+    """One logged record as a line where no bar is drawn: ``sae step 100/1500 | loss 0.0123 | l0 16``."""
+    return " | ".join([f"{what} step {record['step']}/{steps}",
+                       *(f"{key} {value:.4g}" for key, value in record.items() if key != "step")])
 
 
 @contextlib.contextmanager
@@ -101,18 +109,20 @@ class ActivationTrainer:
         end = c.steps if stop_at is None else min(stop_at, c.steps)
         if self.step == 0:
             self.initialize(self.buffer.peek())
-        bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc=self.what)
+        show = c.progress and showing()
+        bar = tqdm(total=c.steps, initial=self.step, disable=None if show else True, desc=self.what)  # None: a tty
         stop: list[int] = []
         with bar, stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
-            last = self._steps(end, bar, stop)
+            last = self._steps(end, bar, stop, lines=show and bar.disable)
         self.save_state()
         if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
             self.stop_signal = stop[0]
             raise KeyboardInterrupt
         return {"steps": self.step, "history": self.history, "final": last}
 
-    def _steps(self, end: int, bar: Any, stop: list[int]) -> dict[str, float]:
-        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses."""
+    def _steps(self, end: int, bar: Any, stop: list[int], lines: bool = False) -> dict[str, float]:
+        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses.
+        ``lines``: no bar is drawn (a log file, a pipe), so each logged record is a line on stderr."""
         c, last = self.config, {}
         while self.step < end and not stop:
             last = self.train_step(self.buffer.next_batch())
@@ -122,6 +132,8 @@ class ActivationTrainer:
                 self.history.append(record)
                 if self.on_record is not None:
                     self.on_record(record)
+                if lines:
+                    print(record_line(self.what, record, c.steps), file=sys.stderr, flush=True)
                 bar.set_postfix(**self.postfix(last))
             if not math.isfinite(last["loss"]):
                 raise GlassformerError(f"the {self.title}'s loss became {last['loss']} at step {self.step}; "
