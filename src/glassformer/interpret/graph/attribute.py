@@ -17,6 +17,7 @@ Position 0 holds no features and no error (as circuit-tracer: its first position
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -167,11 +168,8 @@ class _Replacement:
         for layer in range(tc.n_layers):
             pairs += [(point_name(tc.feature_input_hook, layer), self._input(layer)),
                       (point_name(tc.feature_output_hook, layer), self._output(layer))]
-        with torch.enable_grad(), hooks(model, pairs):
-            try:
-                model(ids[None].expand(batch, -1))
-            except _Stop:
-                pass
+        with torch.enable_grad(), hooks(model, pairs), contextlib.suppress(_Stop):
+            model(ids[None].expand(batch, -1))
         if self.final is None:
             raise GlassformerError("the model has no ln_final.hook_out: attribution graphs need a decoder-only "
                                    "language model with a final norm")

@@ -176,7 +176,7 @@ def _graph_from_record(record: Any, where: str) -> Graph:
                   f"features, {L} layers, {T} positions and {k} logits")
     if probabilities.shape != (k,):
         raise bad(f"logit_probabilities has {probabilities.shape[0]} values for {k} logits")
-    if selected.numel() and not (0 <= int(selected.min()) and int(selected.max()) < active.shape[0]):
+    if selected.numel() and not (int(selected.min()) >= 0 and int(selected.max()) < active.shape[0]):
         raise bad("selected_features indexes outside active_features")
     if active.numel() and not (int(active.min()) >= 0 and int(active[:, 0].max()) < L and
                                int(active[:, 1].max()) < T):
