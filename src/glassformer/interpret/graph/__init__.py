@@ -8,9 +8,9 @@ frozen, and the direct effects between tokens, features, errors and logits (docs
     save_graph_pt(graph, "graph.pt")                  # circuit_tracer.graph.Graph.from_pt reads it
 """
 
-from .attribute import LogitTargets, attribute, frozen_hooks, graph_bytes, select_logits
+from .attribute import LogitTargets, attribute, graph_bytes, select_logits
 from .files import frontend_json, load_graph_pt, save_graph_pt
 from .graph import Graph, Pruned
 
-__all__ = ["attribute", "Graph", "Pruned", "LogitTargets", "select_logits", "frozen_hooks", "graph_bytes",
+__all__ = ["attribute", "Graph", "Pruned", "LogitTargets", "select_logits", "graph_bytes",
            "save_graph_pt", "load_graph_pt", "frontend_json"]

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ...errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids
+from ...nn.freezing import frozen
 from ..hooks import hooks
-from ..points import hook_points
 from ..transcoders.format import Transcoders
 from .graph import Graph, partial_influences
 
@@ -40,13 +40,6 @@ class _Stop(Exception):
 def point_name(hook: str, layer: int) -> str:
     """The model's hook point for a transcoder hook inside block ``layer`` ("blocks.2.ln2.hook_normalized")."""
     return f"blocks.{layer}.{ALIASES.get(hook, hook)}"
-
-
-def frozen_hooks(model: nn.Module) -> list[tuple[str, Callable]]:
-    """Hooks that hold every attention pattern and norm scale constant for autograd (their values are kept,
-    their gradients cut): the linearisation attribution graphs are defined in."""
-    names = [name for name in hook_points(model) if name.endswith(("attn.hook_pattern", "hook_scale"))]
-    return [(name, lambda x, hook: x.detach()) for name in names]
 
 
 def activate(tc: Transcoders, layer: int, pre: torch.Tensor) -> torch.Tensor:
@@ -164,11 +157,11 @@ class _Replacement:
         self.outputs: list[torch.Tensor | None] = [None] * tc.n_layers
         self.final: torch.Tensor | None = None
         self.embed: torch.Tensor | None = None
-        pairs = [*frozen_hooks(model), ("hook_embed", self._embed), ("ln_final.hook_out", self._final)]
+        pairs = [("hook_embed", self._embed), ("ln_final.hook_out", self._final)]
         for layer in range(tc.n_layers):
             pairs += [(point_name(tc.feature_input_hook, layer), self._input(layer)),
                       (point_name(tc.feature_output_hook, layer), self._output(layer))]
-        with torch.enable_grad(), hooks(model, pairs), contextlib.suppress(_Stop):
+        with torch.enable_grad(), frozen(model), hooks(model, pairs), contextlib.suppress(_Stop):
             model(ids[None].expand(batch, -1))
         if self.final is None:
             raise GlassformerError("the model has no ln_final.hook_out: attribution graphs need a decoder-only "
