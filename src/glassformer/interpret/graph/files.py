@@ -43,6 +43,7 @@ class UnifiedConfig:
     dtype: Any | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields that are set, as circuit-tracer's ``UnifiedConfig.to_dict`` gives them."""
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 

@@ -35,14 +35,17 @@ class Graph:
 
     @property
     def n_pos(self) -> int:
+        """Prompt length T."""
         return int(self.input_tokens.shape[0])
 
     @property
     def n_features(self) -> int:
+        """Feature nodes (the selected features)."""
         return int(self.selected_features.shape[0])
 
     @property
     def n_logits(self) -> int:
+        """Logit nodes."""
         return int(self.logit_ids.shape[0])
 
     @property
