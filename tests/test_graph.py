@@ -183,3 +183,14 @@ def test_cli_writes_the_three_files_and_replaces_its_own(tmp_path, capsys):
     page = (tmp_path / "out" / "graph.html").read_text()
     assert 'content="glassformer"' in page and "Content-Security-Policy" in page
     assert main(argv) == 0  # the folder is ours: replaced
+
+
+def test_the_callers_training_mode_comes_back(full):
+    model, tc, graph = full
+    model.train()
+    try:
+        again = attribute(model, tc, IDS, max_n_logits=3)  # dropout 0 here: the same graph in eval mode
+        assert model.training
+    finally:
+        model.eval()
+    assert torch.equal(again.adjacency_matrix, graph.adjacency_matrix)

@@ -275,9 +275,24 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     check_token_ids(ids[None], c.vocab_size, "ids")
     if not 2 <= ids.shape[0] <= c.max_len:
         raise GlassformerError(f"the prompt must be 2 to {c.max_len} tokens long, got {ids.shape[0]}")
-    model.eval()
     check_fits(graph_bytes(model, tc, ids.shape[0], batch_size, 0, max_n_logits), "the attribution graph's "
                f"forward pass ({batch_size} copies of {ids.shape[0]} tokens)", max_memory)
+    training = model.training
+    model.eval()  # no dropout; the caller's mode comes back after
+    try:
+        return _attribute(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
+                          max_feature_nodes, update_interval, max_memory, progress)
+    finally:
+        model.train(training)
+
+
+def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, max_n_logits: int,
+               desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
+               max_feature_nodes: int | None, update_interval: int, max_memory: object,
+               progress: Callable[[int, int], None] | None) -> Graph:
+    from ...budget import check_fits
+
+    c = model.config
     setup = _setup(model, tc, ids)
     targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
     n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
