@@ -29,7 +29,7 @@ from glassformer.tokenizers.char import CharTokenizer
 
 PINS = ["circuit-tracer==0.5.0", "torch==2.13.0"]
 REFERENCE = Path(__file__).with_name("circuit_tracer_reference.py")
-SETTINGS = {"max_n_logits": 5, "desired_logit_prob": 0.95, "batch_size": 16}
+SETTINGS = {"max_n_logits": 5, "desired_logit_prob": 0.95, "batch_size": 32}
 RUNS = {  # name: transcoder options, extra settings
     "plt_jumprelu_skip": ({"kind": "plt", "activation": "jumprelu", "skip": True}, {}),
     "plt_relu_top_features": ({"kind": "plt", "activation": "relu"}, {"max_feature_nodes": 20}),
@@ -81,7 +81,7 @@ def compared(tmp_path_factory):
     ours, runs = {}, []
     for name, (options, extra) in RUNS.items():
         folder = tmp / name
-        save_transcoders(random_transcoders(3, 32, 48, seed=len(runs), scale=2.0, **options), folder)
+        save_transcoders(random_transcoders(3, 32, 32, seed=len(runs), scale=2.0, **options), folder)
         tc = load_transcoders(folder, model)
         graph = attribute(model, tc, ids, **SETTINGS, **extra)
         save_graph_pt(graph, tmp / f"{name}.pt")
