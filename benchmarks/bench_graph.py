@@ -69,7 +69,7 @@ def main() -> None:
            "features": graph.n_features, "logits": graph.n_logits, "wall_s": round(wall, 1),
            "peak_rss_gb": round(peak_rss() / 1e9, 3), "rss_before_gb": round(before / 1e9, 3),
            "estimate_gb": round(graph_bytes(model, tc, args.tokens, args.batch_size, graph.n_features,
-                                            graph.n_logits) / 1e9, 3),
+                                            graph.n_logits, graph.active_features.shape[0]) / 1e9, 3),
            "replacement": round(graph.scores()[0], 4)}
     if args.json:
         print(json.dumps(row))

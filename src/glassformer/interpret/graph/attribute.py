@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ...budget import FLOAT
 from ...errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids
 from ...nn.freezing import frozen
 from ..hooks import hooks
@@ -161,6 +162,8 @@ class _Replacement:
         for layer in range(tc.n_layers):
             pairs += [(point_name(tc.feature_input_hook, layer), self._input(layer)),
                       (point_name(tc.feature_output_hook, layer), self._output(layer))]
+        if model.config.norm_first:  # the MLP's value is all that is used: keep its activations off autograd
+            pairs += [(f"blocks.{layer}.ln2.hook_out", lambda x, hook: x.detach()) for layer in range(tc.n_layers)]
         with torch.enable_grad(), frozen(model), hooks(model, pairs), contextlib.suppress(_Stop):
             model(ids[None].expand(batch, -1))
         if self.final is None:
@@ -225,15 +228,20 @@ class _Replacement:
         return rows
 
 
-def graph_bytes(model: nn.Module, tc: Transcoders, length: int, batch: int, n_features: int,
-                n_logits: int) -> int:
-    """At least what :func:`attribute` holds at its peak: the batched forward with its autograd graph, the
-    edge matrix (selected features + logits) x (all nodes) and the square adjacency matrix."""
+def graph_bytes(model: nn.Module, tc: Transcoders, length: int, batch: int, n_features: int, n_logits: int,
+                n_active: int | None = None) -> int:
+    """What :func:`attribute` holds at its peak, in bytes: the batched forward with its autograd graph
+    (measured: 9.6k floats a position and layer at d=384, h=6, T=64; counted as 16d + 3d_ff + 4hT), the edge
+    rows and the square adjacency matrix over all nodes, and the active features' encoder and decoder rows
+    (``n_active``, default ``n_features``)."""
     c = model.config
-    per_position = c.n_layers * (10 * c.d_model + 3 * c.d_ff + 2 * c.n_heads * length)
-    forward = batch * length * per_position * 4
+    per_position = c.n_layers * (16 * c.d_model + 3 * c.d_ff + 4 * c.n_heads * length)
+    forward = batch * length * per_position * FLOAT
     n_nodes = n_features + (c.n_layers + 1) * length + n_logits
-    return forward + 2 * n_nodes * n_nodes * 4 + tc.n_layers * length * tc.d_transcoder * 4
+    decoder_rows = 1 if tc.kind == "plt" else (tc.n_layers + 1) / 2
+    active = n_features if n_active is None else n_active
+    vectors = int(active * c.d_model * (1 + decoder_rows)) + tc.n_layers * length * tc.d_transcoder
+    return forward + (2 * n_nodes * n_nodes + vectors) * FLOAT
 
 
 def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tensor, *, prompt: str = "",
@@ -300,7 +308,7 @@ def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str
     n_logits = targets.ids.shape[0]
     logit_start = n_active + (L + 1) * T
     n_nodes = logit_start + n_logits
-    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits), f"the attribution graph ({n_nodes:,} "
+    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
                f"nodes, {n_active:,} active features)", max_memory)
     batch = min(batch_size, max(n_feat, n_logits))
     replacement = _Replacement(model, tc, ids, setup, batch)
