@@ -194,3 +194,14 @@ def test_the_callers_training_mode_comes_back(full):
     finally:
         model.eval()
     assert torch.equal(again.adjacency_matrix, graph.adjacency_matrix)
+
+
+def test_cli_crafted_transcoder_folder_is_one_line(tmp_path, capsys):
+    save_checkpoint(tmp_path / "ck", _model(), TOK)
+    save_transcoders(random_transcoders(2, 16, 24), tmp_path / "tc")
+    (tmp_path / "tc" / "layer_1.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage")
+    status = main(["graph", str(tmp_path / "ck"), "--transcoders", str(tmp_path / "tc"), "--prompt", "abc",
+                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err[-1].startswith("glassformer: error: ") and "layer_1.safetensors" in err[-1]
+    assert not (tmp_path / "out").exists()
