@@ -192,6 +192,10 @@ def _graph_from_record(record: Any, where: str) -> Graph:
                  logit_strings=[t[0] for t in targets])
 
 
+NODE_KEYS = ("node_id", "feature", "layer", "ctx_idx", "feature_type", "token_prob", "is_target_logit", "run_idx",
+             "reverse_ctx_idx", "jsNodeId", "clerp", "influence", "activation")  # the frontend's Node, in order
+
+
 def _cantor(x: int, y: int) -> int:
     return (x + y) * (x + y + 1) // 2 + y
 
@@ -227,7 +231,8 @@ def frontend_json(graph: Graph, slug: str = "graph", node_threshold: float = 0.8
                     "feature_type": "logit", "token_prob": p, "is_target_logit": i == 0,
                     "jsNodeId": f"L_{which}-{pos}", "clerp": f'Output "{logit_text[i]}" (p={p:.3f})',
                     "influence": None}
-        nodes[index] = {**base, **node}
+        merged = {**base, **node}
+        nodes[index] = {key: merged[key] for key in NODE_KEYS}
     targets, sources = pruned.edge_mask.nonzero(as_tuple=True)
     links = [{"source": nodes[s]["node_id"], "target": nodes[t]["node_id"],
               "weight": float(graph.adjacency_matrix[t, s])}
