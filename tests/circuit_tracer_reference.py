@@ -3,11 +3,12 @@ circuit-tracer 0.5.0 (never imports glassformer).
 
     python circuit_tracer_reference.py JOB.json OUT.pt
 
-JOB.json: {"hf_dir", "runs": [{"name", "transcoders", "ids", "graph_pt", "settings"}]}. For each run: the
+JOB.json: {"hf_dir", "runs": [{"name", "transcoders", "ids", "graph_pt", "graph_json", "settings"}]}. For each run: the
 Hugging Face GPT-2 folder in TransformerLens (no weight processing), the transcoder folder loaded by
 circuit-tracer's own loader, ``attribute(ids, model, **settings)``; OUT.pt gets, per run, the graph's
 tensors, ``compute_graph_scores`` and ``prune_graph`` of it, and ``compute_graph_scores`` of glassformer's
-``graph.pt`` read by ``Graph.from_pt``.
+``graph.pt`` read by ``Graph.from_pt``, and the node count of its ``graph.json`` as the frontend's pydantic
+``Model`` validates it.
 """
 
 import json
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 from circuit_tracer.attribution.attribute import attribute
+from circuit_tracer.frontend.graph_models import Model
 from circuit_tracer.graph import Graph, compute_graph_scores, prune_graph
 from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
 from circuit_tracer.utils.caching import load_transcoders_from_cache
@@ -62,6 +64,7 @@ def main() -> None:
             "scores": torch.tensor(compute_graph_scores(graph)), "node_mask": node_mask, "edge_mask": edge_mask,
             "cumulative": cumulative, "scores_of_ours": torch.tensor(compute_graph_scores(ours)),
             "ours_shape": torch.tensor(ours.adjacency_matrix.shape),
+            "ours_json_nodes": torch.tensor(len(Model.model_validate_json(Path(run["graph_json"]).read_text()).nodes)),
         }
     torch.save(out, sys.argv[2])
 

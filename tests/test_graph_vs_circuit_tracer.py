@@ -23,7 +23,7 @@ import torch
 from conftest import OFFLINE_ENV
 from glassformer import TransformerLM
 from glassformer.interop.hf_dir import save_hf_dir
-from glassformer.interpret.graph import attribute, save_graph_pt
+from glassformer.interpret.graph import attribute, frontend_json, save_graph_pt
 from glassformer.interpret.transcoders import load_transcoders, random_transcoders, save_transcoders
 from glassformer.tokenizers.char import CharTokenizer
 
@@ -85,9 +85,10 @@ def compared(tmp_path_factory):
         tc = load_transcoders(folder, model)
         graph = attribute(model, tc, ids, **SETTINGS, **extra)
         save_graph_pt(graph, tmp / f"{name}.pt")
+        (tmp / f"{name}.json").write_text(json.dumps(frontend_json(graph)))
         ours[name] = graph
         runs.append({"name": name, "transcoders": str(folder), "ids": ids, "graph_pt": str(tmp / f"{name}.pt"),
-                     "settings": {**SETTINGS, **extra}})
+                     "graph_json": str(tmp / f"{name}.json"), "settings": {**SETTINGS, **extra}})
     (tmp / "job.json").write_text(json.dumps({"hf_dir": str(tmp / "hf"), "runs": runs}))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(python), str(REFERENCE), str(tmp / "job.json"), str(tmp / "out.pt")], env=env,
@@ -123,7 +124,8 @@ def test_same_scores_and_pruning(compared, name):
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_circuit_tracer_reads_our_graph_file(compared, name):
+def test_circuit_tracer_reads_our_graph_files(compared, name):
     ours, theirs = compared[0][name], compared[1][name]
     assert tuple(theirs["ours_shape"].tolist()) == tuple(ours.adjacency_matrix.shape)
     torch.testing.assert_close(theirs["scores_of_ours"].float(), torch.tensor(ours.scores()), rtol=0, atol=1e-6)
+    assert int(theirs["ours_json_nodes"]) == len(frontend_json(ours)["nodes"])  # its frontend's model validates it
