@@ -41,15 +41,16 @@ def full():
 def test_rows_do_not_depend_on_batching_or_on_which_features_are_explained(full):
     model, tc, graph = full
     small = attribute(model, tc, IDS, max_n_logits=3, batch_size=3)
-    torch.testing.assert_close(small.adjacency_matrix, graph.adjacency_matrix, rtol=0, atol=1e-6)
+    torch.testing.assert_close(small.adjacency_matrix, graph.adjacency_matrix, rtol=1e-5, atol=1e-6)
     k = 7
     part = attribute(model, tc, IDS, max_n_logits=3, batch_size=4, max_feature_nodes=k)
     chosen = part.selected_features
     assert chosen.shape == (k,) and graph.n_features > 3 * k
     columns = torch.cat([chosen, torch.arange(graph.n_features, graph.adjacency_matrix.shape[0])])
     expected = graph.adjacency_matrix[chosen][:, columns]
-    torch.testing.assert_close(part.adjacency_matrix[:k], expected, rtol=0, atol=1e-6)
-    torch.testing.assert_close(part.adjacency_matrix[-3:], graph.adjacency_matrix[-3:][:, columns], rtol=0, atol=1e-6)
+    torch.testing.assert_close(part.adjacency_matrix[:k], expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(part.adjacency_matrix[-3:], graph.adjacency_matrix[-3:][:, columns], rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_graph_shape_order_and_position_zero(full):

@@ -18,7 +18,7 @@ Position 0 holds no features and no error (as circuit-tracer: its first position
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -166,6 +166,11 @@ class _Replacement:
             pairs += [(f"blocks.{layer}.ln2.hook_out", lambda x, hook: x.detach()) for layer in range(tc.n_layers)]
         with torch.enable_grad(), frozen(model), hooks(model, pairs), contextlib.suppress(_Stop):
             model(ids[None].expand(batch, -1))
+        self.by_position = []  # per layer: (position, feature nodes, their decoder vectors (m, d)) written there
+        for layer in range(tc.n_layers):
+            mine = setup.dec_layer == layer
+            pos, node, vecs = setup.dec_pos[mine], setup.dec_node[mine], setup.decoders[mine]
+            self.by_position.append([(p, node[pos == p], vecs[pos == p]) for p in pos.unique().tolist()])
         if self.final is None:
             raise GlassformerError("the model has no ln_final.hook_out: attribution graphs need a decoder-only "
                                    "language model with a final norm")
@@ -214,10 +219,9 @@ class _Replacement:
             if g is None:
                 continue
             g = g[:k].float()  # (k, T, d)
-            mine = s.dec_layer == layer
-            if mine.any():
-                effect = torch.einsum("kmd,md->km", g[:, s.dec_pos[mine]], s.decoders[mine])
-                rows.index_add_(1, s.dec_node[mine], effect)
+            if self.by_position[layer]:  # one small matmul a position: (k, d) @ (d, m_p)
+                effect = torch.cat([g[:, p] @ vecs.T for p, _, vecs in self.by_position[layer]], dim=1)
+                rows.index_add_(1, torch.cat([nodes for _, nodes, _ in self.by_position[layer]]), effect)
             T = g.shape[1]
             start = s.active.shape[0] + layer * T
             rows[:, start:start + T] = torch.einsum("ktd,td->kt", g, s.errors[layer])
@@ -300,7 +304,6 @@ def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str
                progress: Callable[[int, int], None] | None) -> Graph:
     from ...budget import check_fits
 
-    c = model.config
     setup = _setup(model, tc, ids)
     targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
     n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
@@ -311,6 +314,32 @@ def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str
     check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
                f"nodes, {n_active:,} active features)", max_memory)
     batch = min(batch_size, max(n_feat, n_logits))
+    with _no_weight_grads(model):
+        return _edges(model, tc, ids, setup, targets, batch, n_feat, update_interval, prompt, progress)
+
+
+@contextlib.contextmanager
+def _no_weight_grads(model: nn.Module) -> Iterator[None]:
+    """While inside, the model's parameters ask for no gradient (the backward passes need the activations'
+    alone: weight gradients would double their work); each gets its flag back after."""
+    asking = [p for p in model.parameters() if p.requires_grad]
+    for p in asking:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in asking:
+            p.requires_grad_(True)
+
+
+def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, setup: _Setup, targets: LogitTargets, batch: int,
+           n_feat: int, update_interval: int, prompt: str, progress: Callable[[int, int], None] | None) -> Graph:
+    """The rows of every logit and of ``n_feat`` features, assembled into the graph (circuit-tracer's phases 3-5)."""
+    c = model.config
+    n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
+    n_logits = targets.ids.shape[0]
+    logit_start = n_active + (L + 1) * T
+    n_nodes = logit_start + n_logits
     replacement = _Replacement(model, tc, ids, setup, batch)
     edges = torch.zeros(n_feat + n_logits, n_nodes)
     row_node = torch.zeros(n_feat + n_logits, dtype=torch.long)  # the node each row of ``edges`` explains
