@@ -211,6 +211,7 @@ _RECOGNISERS = {
     ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
     ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
     ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
+    ".yaml": lambda p: b"\nwriter: glassformer\n" in _head(p),  # a transcoder folder's config.yaml
 }
 
 

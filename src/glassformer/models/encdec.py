@@ -4,6 +4,7 @@ Bidirectional encoder blocks turn the source into ``memory`` (B, S, d); each dec
 cross-attention (queries from the target, keys and values from ``memory``) between its causal
 self-attention and its feed-forward, so every generated token can look back at every source position."""
 
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 from ..config import ModelConfig, config_from_args
 from ..errors import check_int, check_memory, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
+from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
 from ..nn.taps import Tapped
@@ -123,6 +125,11 @@ class EncoderDecoder(Tapped):
         memory = self.encode(src, src_pad, log, check_ids=check_ids)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log, check_ids=check_ids)  # (B, T, V)
         return EncoderDecoderOutput(logits, log) if return_attn else logits
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
                   preallocate: bool = False) -> list[LayerCache]:

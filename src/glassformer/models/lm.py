@@ -4,6 +4,7 @@
     attn="bidirectional"  encoder-only (BERT): each position sees the whole sequence -> masked-LM
     attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal"""
 
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 from ..config import ModelConfig, config_from_args
 from ..errors import GlassformerError, check_int, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
+from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from ..nn.taps import Tapped
@@ -138,6 +140,11 @@ class TransformerLM(Tapped):
             hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
             return LMOutput(self.logits(hidden), attn)
         return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
         """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions (default

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..config import check_head_counts
 from ..errors import ArgumentTypeError, GlassformerError, check_mask
+from .freezing import held
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .positions import apply_rope
@@ -21,7 +22,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                  *, is_causal: bool = False, score_bias: torch.Tensor | None = None,
                                  dropout_p: float = 0.0, scale: float | None = None, need_weights: bool = True,
                                  tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
 
     Each query is compared with every key; the softmax of the scores weights an average of the
@@ -36,12 +37,14 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         score_bias: float, broadcastable to (..., h, Tq, Tk), added to the scores (ALiBi).
         need_weights: True: this explicit softmax; False: :func:`fused_attention`, no weights.
         tap: ``tap("attn_scores", scores)`` (masked, before the softmax), ``tap("pattern", weights)``.
+        frozen: hold the weights constant for autograd (:mod:`glassformer.nn.freezing`): the same numbers,
+            gradients reach v alone.
     Returns:
         (out (..., h, Tq, d_v), weights (..., h, Tq, Tk) or None); a query with no visible key gets zeros."""
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
     check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if need_weights:
+    if need_weights or (frozen and dropout_p > 0):  # frozen with dropout: one draw, so value and gradient agree
         visible = _visible_keys(mask, is_causal, n_queries=q.shape[-2], n_keys=k.shape[-2],
                                 device=q.device)  # (..., Tq, Tk) or None
         scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
@@ -54,12 +57,18 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
         if visible is not None:
             weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
+        if frozen:
+            weights = weights.detach()
         if tap is not None:
             weights = tap("pattern", weights)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         return dropped @ v, weights  # (..., h, Tq, d_v)
-    return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
-                           scale=scale), None
+    out = fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p, scale=scale)
+    if frozen:  # the kernel's numbers, the gradient of (constant pattern) @ v
+        linear, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
+                                                 scale=scale, frozen=True)
+        out = held(out, linear)
+    return out, None
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, is_causal: bool,
@@ -138,8 +147,10 @@ class MultiHeadAttention(Tapped):
 
     Hook points: "q", "k", "v" (B, T, heads, hd); "rot_q", "rot_k" (B, heads, T, hd) after RoPE;
     "attn_scores", "pattern" (B, h, Tq, Tk) (hooking them moves this layer to the explicit path);
-    "z" (B, Tq, h, hd) before ``o_proj``; "result" (B, Tq, h, d) each head's write, without the bias."""
+    "z" (B, Tq, h, hd) before ``o_proj``; "result" (B, Tq, h, d) each head's write, without the bias.
+    ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`)."""
 
+    frozen_mode = False
     TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "result")  # in forward order
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
@@ -214,7 +225,8 @@ class MultiHeadAttention(Tapped):
         explicit = inputs.need_weights or self.tapped("attn_scores", "pattern")  # this layer alone leaves the kernel
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap)  # (B, h, Tq, hd)
+            dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap,
+            frozen=self.frozen_mode)  # (B, h, Tq, hd)
         out = self.tap("z", out.transpose(1, 2))  # (B, Tq, h, hd)
         weights = weights if inputs.need_weights else None
         if self.tapped("result"):  # o_proj head by head: each head's write, then their sum

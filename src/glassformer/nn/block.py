@@ -1,11 +1,14 @@
 """The Transformer block: attention, optional cross-attention and feed-forward, with residuals."""
 
+from contextlib import AbstractContextManager
+
 import torch
 from torch import nn
 
 from ..errors import GlassformerError
 from .attention import AttentionInputs, MultiHeadAttention
 from .feedforward import FeedForward
+from .freezing import frozen
 from .kv_cache import KVCache
 from .norms import make_norm
 from .taps import Tapped
@@ -73,6 +76,11 @@ class TransformerBlock(Tapped):
             else:  # x = norm(x + ffn(x))
                 x = self.tap("ffn_norm", self.ffn_norm(x + self._dropped(self.tap("mlp_out", self.ffn(mlp_in)))))
         return self.tap("resid_post", x), weights
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with block.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def hook_points(self, rope: bool) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
         """This block's taps in the order :meth:`forward` reaches them, under TransformerLens's short names:

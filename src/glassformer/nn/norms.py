@@ -9,6 +9,7 @@ from torch import nn
 from ..config import NORMS
 from ..errors import check_number
 from ..validate import check_choice
+from .freezing import held
 from .taps import Tapped
 
 
@@ -22,6 +23,8 @@ def _written_out(norm: "LayerNorm | RMSNorm", x: torch.Tensor, centre: bool) -> 
     if centre:
         x32 = x32 - x32.mean(-1, keepdim=True)
     scale = (x32.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()  # (..., 1)
+    if norm.frozen_mode:
+        scale = scale.detach()
     version = _version(scale)
     hooked_scale = norm.tap("scale", scale)
     kept = hooked_scale is scale and version is not None and scale._version == version
@@ -43,7 +46,10 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 class LayerNorm(nn.LayerNorm, Tapped):
-    """torch's ``nn.LayerNorm`` (same parameters, same numbers) with the hook points "scale" and "normalized"."""
+    """torch's ``nn.LayerNorm`` (same parameters, same numbers) with the hook points "scale" and "normalized".
+    ``frozen_mode``: the divisor sqrt(var + eps) is a constant for autograd (:mod:`glassformer.nn.freezing`)."""
+
+    frozen_mode = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
@@ -51,12 +57,25 @@ class LayerNorm(nn.LayerNorm, Tapped):
 
     def plain(self, x: torch.Tensor) -> torch.Tensor:
         """The norm without hook points (torch's fused kernel)."""
-        return super().forward(x)
+        y = super().forward(x)
+        if not self.frozen_mode:
+            return y
+        x32 = x.float()
+        centred = x32 - x32.mean(-1, keepdim=True)
+        linear = centred / (centred.pow(2).mean(-1, keepdim=True) + self.eps).sqrt().detach()  # (..., d)
+        if self.weight is not None:
+            linear = linear * self.weight.float()
+        if self.bias is not None:
+            linear = linear + self.bias.float()
+        return held(y, linear.to(x.dtype))
 
 
 class RMSNorm(Tapped):
     """Scale each vector to unit root-mean-square, then by a learned gain; no mean, no bias:
-    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does."""
+    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in float32 as Llama does. ``frozen_mode``: the
+    divisor is a constant for autograd (:mod:`glassformer.nn.freezing`)."""
+
+    frozen_mode = False
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
@@ -70,7 +89,8 @@ class RMSNorm(Tapped):
     def plain(self, x: torch.Tensor) -> torch.Tensor:
         """The norm without hook points."""
         x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        inverse_rms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., 1)
+        normed = x32 * (inverse_rms.detach() if self.frozen_mode else inverse_rms)
         return self.weight * normed.to(x.dtype)
 
 
