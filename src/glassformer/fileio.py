@@ -419,6 +419,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, text)
 
 
+def move_in(source: str | Path, target: str | Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
+    os.replace(source, target)
+
+
 def fsync_file(path: str | Path) -> None:
     """Flush the file ``path`` to disk."""
     fd = os.open(path, os.O_RDONLY)
