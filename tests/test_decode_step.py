@@ -94,10 +94,10 @@ def test_a_hook_sends_every_step_through_the_model(monkeypatch):
     generate(model, [1, 2, 3], 5)
     handle.remove()
     assert calls == [] and seen == [3, 1, 1, 1, 1]  # the prompt, then each cached step
-    model.blocks[0].ffn.taps = {"post": lambda x: seen.append(x.shape[1]) or x}  # a hook point
+    model.blocks[0].ffn.hook_post.fn = lambda x: seen.append(x.shape[1]) or x  # a hook point
     generate(model, [1, 2, 3], 3)
     assert calls == [] and seen[5:] == [3, 1, 1]
-    model.blocks[0].ffn.taps = None
+    model.blocks[0].ffn.hook_post.fn = None
     generate(model, [1, 2, 3], 3)
     assert len(calls) == 2
 
@@ -284,9 +284,9 @@ def test_fixed_shape_steps_only_where_the_shapes_can_be_fixed(static_steps, monk
     generate(lm(), [[1, 2, 3], [4, 5]], 5)  # left padding
     generate(lm(**CASES["alibi-mqa"]), [1, 2, 3], 5)
     model = lm()
-    model.blocks[0].ffn.taps = {"post": lambda x: x}
+    model.blocks[0].ffn.hook_post.fn = lambda x: x
     generate(model, [1, 2, 3], 5)
-    model.blocks[0].ffn.taps = None
+    model.blocks[0].ffn.hook_post.fn = None
     assert taken == []
     set_static_steps("graphs")  # no CUDA here: the same fixed-shape step, without a graph
     generate(model, [1, 2, 3], 5)

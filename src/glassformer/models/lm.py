@@ -16,7 +16,7 @@ from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
-from ..nn.taps import Tapped
+from ..nn.taps import NormTaps
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import output_head
 
@@ -40,12 +40,12 @@ class HiddenStates(NamedTuple):
     attn: list[torch.Tensor]
 
 
-class TransformerLM(Tapped):
+class TransformerLM(nn.Module):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
     Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
     arguments: ``TransformerLM(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256)``.
-    Parts: ``embeddings``, ``blocks``, ``norm_f`` (hook point "ln_final"), ``head``."""
+    Parts: ``embeddings``, ``blocks``, ``norm_f`` (its hook points: ``ln_final``), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -53,6 +53,7 @@ class TransformerLM(Tapped):
         self.embeddings = Embeddings(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
+        self.ln_final = NormTaps(statistics=config.norm_first)  # post-norm: norm_f is the identity
         self.head = output_head(config)
         init_weights(self, config, config.n_layers)
 
@@ -125,7 +126,7 @@ class TransformerLM(Tapped):
         for i, block in enumerate(self.blocks):
             x, weights = block(x, inputs=inputs, cache=cache[i] if cache else None)  # (B, T, d)
             patterns.append(weights["self"])
-        x = self.tap("ln_final", self.norm_f(x))
+        x = self.ln_final(self.norm_f, x)
         return HiddenStates(x, patterns) if return_attn else x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

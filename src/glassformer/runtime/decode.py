@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.head import OutputHead
-from ..nn.taps import Tapped
+from ..nn.taps import Tap
 from .linear import MIN_WEIGHT, route_pays, routed, streams
 
 
@@ -93,7 +93,7 @@ class LeanStep:
         self.layers = [_LeanLayer(block, streamed) for block in model.blocks]
         self.rows = 0  # the batch the projections were chosen for
         self.watched = list(model.modules())  # checked at each step for module hooks ...
-        self.tapped = [m for m in self.watched if isinstance(m, Tapped)]  # ... and hook points
+        self.tapped = [m for m in self.watched if isinstance(m, Tap)]  # ... and hook points
         self.embeddings, self.norm_f = model.embeddings, model.norm_f
         c = model.config
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.kv_heads, c.head_dim
@@ -134,7 +134,7 @@ class LeanStep:
             return False
         if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
             return False
-        return not (any(m.taps for m in self.tapped) or any(m._forward_hooks or m._forward_pre_hooks
+        return not (any(m.hooked for m in self.tapped) or any(m._forward_hooks or m._forward_pre_hooks
                                                              for m in self.watched))
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, end: int, cache: list,
@@ -185,7 +185,7 @@ class LeanStep:
                 hidden = activate(p.activation, p.gate(y)) * p.up(y)  # (B, 1, d_ff)
             out = p.down(hidden)  # (B, 1, d)
             x = x + out if p.norm_first else p.ffn_norm(x + out)
-        return x if type(self.norm_f) is nn.Identity else self.norm_f.plain(x)
+        return x if type(self.norm_f) is nn.Identity else self.norm_f(x)
 
 
 _STATIC_STEPS = ["off"]
@@ -277,8 +277,8 @@ class _LeanLayer:
         attn, ffn = block.self_attn, block.ffn
         self.streamed = streamed  # the model's weights exceed the last cache: the route is timed on them from memory
         self.norm_first = block.norm_first
-        self.attn_norm = block.attn_norm.plain
-        self.ffn_norm = block.ffn_norm.plain if ffn is not None else None
+        self.attn_norm = block.attn_norm
+        self.ffn_norm = block.ffn_norm if ffn is not None else None
         self.activation = ffn.activation if ffn is not None else None
         self.modules = {"qkv": attn.qkv, "o_proj": attn.o_proj, "up": ffn and ffn.up, "gate": ffn and ffn.gate,
                         "down": ffn and ffn.down}
