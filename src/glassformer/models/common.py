@@ -9,7 +9,7 @@ from ..config import ModelConfig
 from ..nn.block import TransformerBlock
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
-from ..nn.taps import NormTaps, Tap
+from ..nn.taps import NormTaps, Tap, Tapped
 from .families import learned_positions
 from .head import OutputHead
 
@@ -30,7 +30,7 @@ def final_norm(config: ModelConfig) -> nn.Module:
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
-class Embeddings(nn.Module):
+class Embeddings(Tapped):
     """Token ids -> vectors (:meth:`forward`), and the position inputs attention needs (:meth:`attention_inputs`).
 
     Parts: ``tok`` (V, d) token table; ``pos`` learned positions; ``types`` segment table; ``norm``

@@ -16,7 +16,7 @@ from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
-from ..nn.taps import NormTaps
+from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import output_head
 
@@ -40,7 +40,7 @@ class HiddenStates(NamedTuple):
     attn: list[torch.Tensor]
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(Tapped):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
     Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
@@ -97,7 +97,8 @@ class TransformerLM(nn.Module):
     def hidden_states(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
                       prefix_len: int | torch.Tensor | None = None, return_attn: bool = False, *,
                       positions: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
-                      cache: list[KVCache] | None = None, check_ids: bool = True) -> torch.Tensor | HiddenStates:
+                      cache: list[KVCache] | None = None, check_ids: bool = True,
+                      slot: torch.Tensor | None = None) -> torch.Tensor | HiddenStates:
         """The last layer's (normalised) hidden states (B, T, d) of ids (B, T): contextual embeddings.
 
         Args:
@@ -106,10 +107,14 @@ class TransformerLM(nn.Module):
             return_attn: return a :class:`HiddenStates` with each layer's attention weights too.
             positions: (T,) or (B, T) position of each token; default ``cached .. cached + T - 1``.
             cache: one :class:`KVCache` per layer (see :meth:`new_cache`), filled as a side effect.
-            check_ids: check ids are in [0, vocab_size) (on a GPU it waits); False for ids checked before."""
+            check_ids: check ids are in [0, vocab_size) (on a GPU it waits); False for ids checked before.
+            slot: fixed shapes (CUDA graphs): a (1,) tensor, the cache slot of this one-token step; every slot
+                of the preallocated ``cache`` is read, those after ``slot`` masked (no host sync, no new shape)."""
         if check_ids:
             check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
+        if slot is not None:
+            return self._fixed_shape_step(ids, cache, slot, return_attn)
         start = cache[0].length if cache else 0  # positions already in the cache
         check_pad(pad, B, start + T)
         if positions is None:
@@ -122,12 +127,27 @@ class TransformerLM(nn.Module):
         mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
         inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
                                  need_weights=return_attn)
+        return self._blocks(x, inputs, cache, return_attn)
+
+    def _blocks(self, x: torch.Tensor, inputs: AttentionInputs, cache: list[KVCache] | None,
+                return_attn: bool) -> torch.Tensor | HiddenStates:
+        """x (B, T, d) through every block and the final norm, as :meth:`hidden_states` returns it."""
         patterns = []  # each layer's attention weights (B, h, T, Tk), or None
         for i, block in enumerate(self.blocks):
             x, weights = block(x, inputs=inputs, cache=cache[i] if cache else None)  # (B, T, d)
             patterns.append(weights["self"])
         x = self.ln_final(self.norm_f, x)
         return HiddenStates(x, patterns) if return_attn else x
+
+    def _fixed_shape_step(self, ids: torch.Tensor, cache: list[KVCache], slot: torch.Tensor,
+                          return_attn: bool) -> torch.Tensor | HiddenStates:
+        """:meth:`hidden_states` of one token per row ids (B, 1) at cache slot ``slot`` (1,), reading every slot."""
+        capacity = cache[0].capacity
+        x = self.embeddings(ids, slot, capacity)  # (B, 1, d)
+        rope, score_bias = self.embeddings.attention_inputs(slot, n_queries=1, n_keys=capacity, end=capacity)
+        visible = (torch.arange(capacity, device=ids.device) <= slot).view(1, 1, 1, capacity)  # filled slots
+        inputs = AttentionInputs(mask=visible, rope=rope, score_bias=score_bias, need_weights=return_attn, slot=slot)
+        return self._blocks(x, inputs, cache, return_attn)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""

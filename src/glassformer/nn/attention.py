@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import check_head_counts
 from ..errors import ArgumentTypeError, GlassformerError, check_mask
 from .freezing import held
 from .kv_cache import KVCache
+from .linear import Linear
 from .masks import causal_mask
 from .positions import apply_rope
-from .taps import Tap
+from .taps import Tap, Tapped
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
@@ -117,8 +117,9 @@ def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int,
 class AttentionInputs:
     """What attention needs besides the vectors, built once per forward pass for every block: the self-
     and cross-attention masks (bool, True = may attend), causality (a flag: the fused kernel needs no
-    mask), RoPE's (cos, sin), each (T, hd) or (B, T, hd), ALiBi's score bias (B, h, T, Tk), and
-    whether to return the weights (explicit softmax) or None (fused kernel)."""
+    mask), RoPE's (cos, sin), each (T, hd) or (B, T, hd), ALiBi's score bias (B, h, T, Tk),
+    whether to return the weights (explicit softmax) or None (fused kernel), and ``slot`` (1,): a fixed-shape
+    decoding step's cache slot (:meth:`KVCache.update`)."""
 
     mask: torch.Tensor | None = None
     memory_mask: torch.Tensor | None = None
@@ -126,6 +127,7 @@ class AttentionInputs:
     rope: tuple[torch.Tensor, torch.Tensor] | None = None
     score_bias: torch.Tensor | None = None
     need_weights: bool = True
+    slot: torch.Tensor | None = None
 
     @staticmethod
     def given(inputs: "AttentionInputs | None", mask: torch.Tensor | None = None,
@@ -138,7 +140,7 @@ class AttentionInputs:
         return inputs
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Tapped):
     """Multi-head attention, for self-attention and cross-attention alike.
 
     The width d is split into h heads of hd = d/h; each head attends on its own, and ``o_proj`` mixes
@@ -162,8 +164,8 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
         # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
+        self.o_proj = Linear(d_model, d_model, bias=bias)
         self.hook_q, self.hook_k, self.hook_v = Tap(2), Tap(2), Tap(2)
         self.rope = rope  # rotated queries and keys get hook points of their own
         if rope:
@@ -204,20 +206,22 @@ class MultiHeadAttention(nn.Module):
         ``mask`` alone (weights returned) or the model's :class:`AttentionInputs`. ``cache``: self-attention
         appends the new keys/values, cross-attention fills it once. ``head_inputs``: an input per head."""
         B, Tq, _ = x.shape
-        dq, dkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        dq = self.n_heads * self.head_dim
         cross = kv is not None or (cache is not None and cache.static)
         inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
             qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
-            q, k, v = qkv.split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
-            q = self._heads(q, self.n_heads, self.hook_q)  # (B, h, Tq, hd)
-            k, v = self._heads(k, self.n_kv_heads, self.hook_k), self._heads(v, self.n_kv_heads, self.hook_v)
+            h, n_kv = self.n_heads, self.n_kv_heads
+            heads = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim)  # every head's query, key, value side by side
+            q = self.hook_q(heads[:, :, :h]).transpose(1, 2)  # (B, h, Tq, hd)
+            k = self.hook_k(heads[:, :, h:h + n_kv]).transpose(1, 2)  # (B, kv, Tq, hd)
+            v = self.hook_v(heads[:, :, h + n_kv:]).transpose(1, 2)  # (B, kv, Tq, hd)
             if inputs.rope is not None:
                 q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)  # (B, h or kv, Tq, hd)
                 if self.rope:
                     q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             if cache is not None:
-                k, v = cache.update(k, v)  # (B, kv, cached + Tq, hd)
+                k, v = cache.update(k, v, inputs.slot)  # (B, kv, cached + Tq, hd); slot: (B, kv, capacity, hd)
             mask, is_causal, score_bias = inputs.mask, inputs.is_causal, inputs.score_bias
         else:
             q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
@@ -231,14 +235,15 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     k, v = cache.update(k, v)
             mask, is_causal, score_bias = inputs.memory_mask, False, None
-        explicit = inputs.need_weights or self.hook_attn_scores.hooked or self.hook_pattern.hooked  # this layer alone
+        explicit = (inputs.need_weights or self.hook_attn_scores.fn is not None
+                    or self.hook_pattern.fn is not None)  # hooked: this layer alone leaves the kernel
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=explicit,
             tap_scores=self.hook_attn_scores, tap_pattern=self.hook_pattern, frozen=self.frozen_mode)  # (B, h, Tq, hd)
         out = self.hook_z(out.transpose(1, 2))  # (B, Tq, h, hd)
         weights = weights if inputs.need_weights else None
-        if self.hook_result.hooked:  # o_proj head by head: each head's write, then their sum
+        if self.hook_result.fn is not None:  # o_proj head by head: each head's write, then their sum
             result = self.hook_result(self.per_head_output(out))  # (B, Tq, h, d)
             return result.sum(2) + (0.0 if self.o_proj.bias is None else self.o_proj.bias), weights
         out = out.reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)

@@ -11,10 +11,10 @@ from .feedforward import FeedForward
 from .freezing import frozen
 from .kv_cache import KVCache
 from .norms import make_norm
-from .taps import NormTaps, Tap
+from .taps import NormTaps, Tap, Tapped
 
 
-class TransformerBlock(nn.Module):
+class TransformerBlock(Tapped):
     """Self-attention -> (cross-attention) -> feed-forward, each a residual sub-layer with a norm.
 
     The residual ``x + f(x)`` lets each sub-layer learn a correction and gives gradients a short path.
@@ -105,7 +105,7 @@ class TransformerBlock(nn.Module):
             x = self.hook_resid_mid2(x)
         if self.ffn is not None:
             ln = self.ln2 if self.cross_attn is None else self.ln3
-            mlp_in = self.hook_mlp_in(x.clone()) if self.hook_mlp_in.hooked else x  # a copy only while hooked
+            mlp_in = x if self.hook_mlp_in.fn is None else self.hook_mlp_in(x.clone())  # a copy only while hooked
             if self.norm_first:  # x = x + ffn(norm(x))
                 x = x + self._dropped(self.hook_mlp_out(self.ffn(ln(self.ffn_norm, mlp_in))))
             else:  # x = norm(x + ffn(x))
@@ -120,8 +120,8 @@ class TransformerBlock(nn.Module):
     def _head_inputs(self, x: torch.Tensor) -> torch.Tensor | None:
         """None, or while a per-head input is hooked, self-attention's input per head: x (B, T, d) copied
         per head, tapped, normed (pre-norm) -> (B, T, h + 2 kv, d)."""
-        if not (self.hook_attn_in.hooked or self.hook_q_input.hooked or self.hook_k_input.hooked
-                or self.hook_v_input.hooked):
+        if (self.hook_attn_in.fn is None and self.hook_q_input.fn is None and self.hook_k_input.fn is None
+                and self.hook_v_input.fn is None):
             return None
         h, kv = self.self_attn.n_heads, self.self_attn.n_kv_heads
         shared = self.hook_attn_in(x.unsqueeze(2).repeat(1, 1, h, 1))  # (B, T, h, d)

@@ -2,11 +2,11 @@
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import ACTIVATIONS
 from ..validate import check_choice
-from .taps import Tap
+from .linear import Linear
+from .taps import Tap, Tapped
 
 
 def activate(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -23,7 +23,7 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
     raise AssertionError(f"activation {name!r} is in config.ACTIVATIONS but not implemented here")
 
 
-class FeedForward(nn.Module):
+class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
@@ -35,9 +35,9 @@ class FeedForward(nn.Module):
         super().__init__()
         self.activation = check_choice("activation", activation, ACTIVATIONS)
         self.gated = activation in ("swiglu", "geglu")
-        self.up = nn.Linear(d_model, d_ff, bias=bias)
-        self.gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None
-        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.up = Linear(d_model, d_ff, bias=bias)
+        self.gate = Linear(d_model, d_ff, bias=bias) if self.gated else None
+        self.down = Linear(d_ff, d_model, bias=bias)
         self.hook_pre = Tap()
         if self.gated:
             self.hook_pre_linear = Tap()
