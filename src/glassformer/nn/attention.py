@@ -193,9 +193,49 @@ class MultiHeadAttention(Tapped):
         return (y if self.qkv.bias is None else y + self.qkv.bias.view(-1, self.head_dim)).flatten(2)
 
     def per_head_output(self, z: torch.Tensor) -> torch.Tensor:
-        """``o_proj`` head by head: z (B, T, h, hd) -> (B, T, h, d); their sum + ``o_proj.bias`` is the output."""
-        weight = self.o_proj.weight.view(-1, self.n_heads, self.head_dim)  # (d, h, hd)
-        return torch.einsum("bthe,dhe->bthd", z, weight)
+        """``o_proj`` head by head, each head's write into the stream: z (..., h, hd) -> (..., h, d); their sum
+        + ``o_proj.bias`` is the output. The one place a head's output is computed (hooks, caches, lenses and
+        circuits call it); the weight is cast to z's dtype (a lens in float64)."""
+        weight = self.o_proj.weight.view(-1, self.n_heads, self.head_dim).to(z.dtype)  # (d, h, hd)
+        return torch.einsum("...he,dhe->...hd", z, weight)
+
+    # Per-head views of the weights, TransformerLens's layout (views of the parameters: gradients flow).
+    def head_rows(self, kind: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows of ``qkv`` that compute ``kind`` ("q", "k" or "v"), one block per head: weight (heads, hd, d)
+        and bias (heads, hd) or None. ``F.linear(x, weight[i], bias[i])`` is head i's query (key, value)."""
+        h, kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        start, n = {"q": (0, h), "k": (h, kv), "v": (h + kv, kv)}[kind]
+        weight = self.qkv.weight.view(h + 2 * kv, hd, -1)[start:start + n]
+        bias = None if self.qkv.bias is None else self.qkv.bias.view(h + 2 * kv, hd)[start:start + n]
+        return weight, bias
+
+    @property
+    def W_Q(self) -> torch.Tensor:  # noqa: N802 (TransformerLens's names)
+        """Queries per head, (h, d, hd): q_i = x W_Q[i] + b_Q[i]."""
+        return self.head_rows("q")[0].transpose(-2, -1)
+
+    @property
+    def W_K(self) -> torch.Tensor:  # noqa: N802
+        """Keys per key/value head, (kv, d, hd)."""
+        return self.head_rows("k")[0].transpose(-2, -1)
+
+    @property
+    def W_V(self) -> torch.Tensor:  # noqa: N802
+        """Values per key/value head, (kv, d, hd)."""
+        return self.head_rows("v")[0].transpose(-2, -1)
+
+    @property
+    def W_O(self) -> torch.Tensor:  # noqa: N802
+        """Each head's columns of ``o_proj``, (h, hd, d): head i writes z_i W_O[i]."""
+        return self.o_proj.weight.view(-1, self.n_heads, self.head_dim).permute(1, 2, 0)
+
+    def head_bias(self, kind: str) -> torch.Tensor:
+        """b_Q (h, hd), b_K, b_V (kv, hd) for ``kind`` "q", "k", "v"; b_O (d,) for "o"; zeros without biases."""
+        if kind == "o":
+            bias = self.o_proj.bias
+            return bias if bias is not None else self.o_proj.weight.new_zeros(self.o_proj.out_features)
+        weight, bias = self.head_rows(kind)
+        return bias if bias is not None else weight.new_zeros(weight.shape[:2])
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
                 inputs: AttentionInputs | None = None, cache: KVCache | None = None,
