@@ -114,24 +114,20 @@ class TransformerLM(Tapped):
             check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
         if slot is not None:
-            return self._fixed_shape_step(ids, cache, slot, return_attn)
-        start = cache[0].length if cache else 0  # positions already in the cache
-        check_pad(pad, B, start + T)
-        if positions is None:
-            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
-            end = start + T
+            x, inputs = self._fixed_shape_inputs(ids, cache, slot, return_attn)
         else:
-            end = int(positions.max()) + 1 if positions.numel() else 0
-        x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
-        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
-        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
-        inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
-                                 need_weights=return_attn)
-        return self._blocks(x, inputs, cache, return_attn)
-
-    def _blocks(self, x: torch.Tensor, inputs: AttentionInputs, cache: list[KVCache] | None,
-                return_attn: bool) -> torch.Tensor | HiddenStates:
-        """x (B, T, d) through every block and the final norm, as :meth:`hidden_states` returns it."""
+            start = cache[0].length if cache else 0  # positions already in the cache
+            check_pad(pad, B, start + T)
+            if positions is None:
+                positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+                end = start + T
+            else:
+                end = int(positions.max()) + 1 if positions.numel() else 0
+            x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
+            rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
+            mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
+            inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
+                                     need_weights=return_attn)
         patterns = []  # each layer's attention weights (B, h, T, Tk), or None
         for i, block in enumerate(self.blocks):
             x, weights = block(x, inputs=inputs, cache=cache[i] if cache else None)  # (B, T, d)
@@ -139,15 +135,14 @@ class TransformerLM(Tapped):
         x = self.ln_final(self.norm_f, x)
         return HiddenStates(x, patterns) if return_attn else x
 
-    def _fixed_shape_step(self, ids: torch.Tensor, cache: list[KVCache], slot: torch.Tensor,
-                          return_attn: bool) -> torch.Tensor | HiddenStates:
-        """:meth:`hidden_states` of one token per row ids (B, 1) at cache slot ``slot`` (1,), reading every slot."""
+    def _fixed_shape_inputs(self, ids: torch.Tensor, cache: list[KVCache], slot: torch.Tensor,
+                            return_attn: bool) -> tuple[torch.Tensor, AttentionInputs]:
+        """(x (B, 1, d), inputs) of one token per row ids (B, 1) at cache slot ``slot`` (1,), reading every slot."""
         capacity = cache[0].capacity
         x = self.embeddings(ids, slot, capacity)  # (B, 1, d)
         rope, score_bias = self.embeddings.attention_inputs(slot, n_queries=1, n_keys=capacity, end=capacity)
         visible = (torch.arange(capacity, device=ids.device) <= slot).view(1, 1, 1, capacity)  # filled slots
-        inputs = AttentionInputs(mask=visible, rope=rope, score_bias=score_bias, need_weights=return_attn, slot=slot)
-        return self._blocks(x, inputs, cache, return_attn)
+        return x, AttentionInputs(mask=visible, rope=rope, score_bias=score_bias, need_weights=return_attn, slot=slot)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""

@@ -13,8 +13,8 @@ class Linear(nn.Linear):
     """``nn.Linear`` (same parameters, same numbers): y = x Wᵀ + b, x (..., in) -> (..., out).
 
     ``product`` is None (``F.linear``) or a function (x, weight, bias) -> the same product computed another
-    way, set by a caller that asks for it: generation sets :class:`glassformer.runtime.linear.FewRowProduct`
-    while it decodes (a faster route for one-token steps, measured per machine) and removes it after."""
+    way, set by a caller that asks for it: generation sets a few-row product while it decodes (a faster
+    route for one-token steps, measured per machine, kept outside nn/) and removes it after."""
 
     product: Product | None = None
 
