@@ -96,7 +96,7 @@ class _EdgeRun:
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
-        self.h, self.hd = model.config.n_heads, model.config.d_model // model.config.n_heads
+        self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
@@ -135,25 +135,22 @@ class _EdgeRun:
 
     def _qkv(self, layer: int, kind: str) -> Callable:
         block = self.model.blocks[layer]
-        offset = KINDS.index(kind) * self.h * self.hd
 
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, hd) as projected
             stream = self.stream[layer]
+            weight, bias = block.self_attn.head_rows(kind)  # (h, hd, d), (h, hd) or None
             heads = []
             for head in range(self.h):
-                rows = slice(offset + head * self.hd, offset + (head + 1) * self.hd)
-                bias = None if block.self_attn.qkv.bias is None else block.self_attn.qkv.bias[rows]
                 normed = block.attn_norm(self._input(f"L{layer}H{head}.{kind}", stream))  # (B, T, d)
-                heads.append(torch.nn.functional.linear(normed, block.self_attn.qkv.weight[rows], bias))
+                heads.append(torch.nn.functional.linear(normed, weight[head], None if bias is None else bias[head]))
             return torch.stack(heads, dim=2).to(x.dtype)  # (B, T, h, hd)
         return hook
 
     def _z(self, layer: int) -> Callable:
-        o_proj = self.model.blocks[layer].self_attn.o_proj
+        attention = self.model.blocks[layer].self_attn
 
         def hook(z: torch.Tensor, _: Any) -> torch.Tensor:  # (B, T, h, hd)
-            w = o_proj.weight.view(o_proj.weight.shape[0], self.h, self.hd)  # (d, h, hd)
-            writes = torch.einsum("bthe,dhe->bthd", z, w)  # (B, T, h, d): each head's write
+            writes = attention.per_head_output(z)  # (B, T, h, d): each head's write
             for head in range(self.h):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z

@@ -94,10 +94,8 @@ class LogitAttribution(NamedTuple):
 
 
 def _head_outputs(z: torch.Tensor, attention: nn.Module) -> torch.Tensor:
-    """Each head's output in the residual stream: z (B, h, hd) through its columns of ``o_proj`` -> (B, h, d)."""
-    h, hd = attention.n_heads, attention.head_dim
-    w_o = attention.o_proj.weight.view(-1, h, hd)  # (d, h, hd)
-    return torch.einsum("bhe,dhe->bhd", z.double(), w_o.double())
+    """Each head's output in the residual stream, in float64: z (B, h, hd) -> (B, h, d)."""
+    return attention.per_head_output(z.double())
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
-from ..nn.taps import Tapped
+from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 
@@ -36,7 +36,7 @@ class EncoderDecoder(Tapped):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides, built from
     a config or keywords: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
     Parts: ``embeddings``, ``dec_embedding`` (BART's, or None), ``enc``, ``dec``, ``enc_norm`` and ``dec_norm``
-    (hook points "encoder_ln_final", "decoder_ln_final"), ``head``."""
+    (their hook points: ``encoder_ln_final``, ``decoder_ln_final``), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -44,9 +44,11 @@ class EncoderDecoder(Tapped):
         self.embeddings = Embeddings(config)
         self.dec_embedding = BartDecoderEmbedding(config) if config.split_positions else None
         self.enc = make_blocks(config, config.n_enc)
+        self.encoder_ln_final = NormTaps(statistics=config.norm_first)  # enc_norm's hook points, in forward order
         self.dec = make_blocks(config, config.n_dec, cross=True)
-        self.enc_norm = final_norm(config)
+        self.enc_norm = final_norm(config)  # post-norm: the final norms are identities
         self.dec_norm = final_norm(config)
+        self.decoder_ln_final = NormTaps(statistics=config.norm_first)
         self.head = output_head(config)
         init_weights(self, config, config.n_enc + config.n_dec)
 
@@ -83,7 +85,7 @@ class EncoderDecoder(Tapped):
             x, weights = block(x, inputs=inputs)
             if attn_log is not None:
                 attn_log["enc"].append(weights["self"])
-        return self.tap("encoder_ln_final", self.enc_norm(x))
+        return self.encoder_ln_final(self.enc_norm, x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None,
                tgt_pad: torch.Tensor | None = None, attn_log: dict[str, list] | None = None, *,
@@ -110,7 +112,7 @@ class EncoderDecoder(Tapped):
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])
-        return self.logits(self.tap("decoder_ln_final", self.dec_norm(x)))
+        return self.logits(self.decoder_ln_final(self.dec_norm, x))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project decoder states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
