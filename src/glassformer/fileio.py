@@ -228,6 +228,7 @@ _RECOGNISERS = {
     ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
     ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
     ".bin": _is_token_file,
+    ".yaml": lambda p: b"\nwriter: glassformer\n" in _head(p),  # a transcoder folder's config.yaml
 }
 
 
@@ -477,6 +478,11 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace the file ``path`` with ``text`` (UTF-8) by :func:`atomic_write`."""
     atomic_write(path, text)
+
+
+def move_in(source: str | Path, target: str | Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
+    os.replace(source, target)
 
 
 def fsync_file(path: str | Path) -> None:

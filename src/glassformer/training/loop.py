@@ -15,7 +15,7 @@ from torch import nn
 from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
-from ..errors import GlassformerError
+from ..errors import GlassformerError, MeasurementError
 from ..fileio import fsync_file, run_lock
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
@@ -298,7 +298,7 @@ class Trainer:
         if self.dist.is_main:  # what is trained and from where, schedule warnings, a precision other than float32
             resumed = self.resumed_from
             lines = [describe_model(self.model, config.block_size, self.n_params)] if config.progress else []
-            if config.progress and resumed is not None:
+            if resumed is not None:  # said under progress: false too (like the warnings below): not progress
                 lines.append(resume_line(config.out_dir, self.step, config.max_steps, resumed["checkpoint"]))
             lines += schedule_warnings(config, self.step, resumed["training"] if resumed is not None else None)
             lines += [self.precision.describe()] if config.precision != "float32" else []
@@ -325,7 +325,11 @@ class Trainer:
                 loss = self.train_step()
                 threads.tick()
                 if self.microscope is not None and self.microscope.due(self.step):
-                    self.microscope.record(self.model, self.step)
+                    try:
+                        self.microscope.record(self.model, self.step)
+                    except MeasurementError:  # the user's code failed: keep this step's training, then say so
+                        self._checked_save()
+                        raise
                 stop = self._stop_agreed and self.step < config.max_steps
                 at_eval = config.eval_every and self.step % config.eval_every == 0
                 if self.step % config.log_every == 0 or at_eval or self.step == config.max_steps:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..budget import check_evaluation_fits, check_training_fits
+from ..budget import check_evaluation_fits, check_threads, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs, iter_text, split_ids
 from ..data.prepare import _fingerprint, prepare
 from ..data.shards import looks_like_tokens, open_shards
@@ -43,10 +43,13 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
 
 def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2SeqBatches | None = None) -> None:
     """Refuse (before allocating) a run, or (given ``batches``) its evaluation batch, that cannot fit."""
+    if config.num_threads:
+        check_threads(config.num_threads)
     world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
     processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
-                        config.max_memory, processes, sharded=config.parallel == "fsdp")
+                        config.max_memory, processes, sharded=config.parallel == "fsdp",
+                        moments=1 if config.optimizer == "muon" else 2)  # Muon: one momentum on most weights
     if batches is not None and batches.val is not None and len(batches.val):
         # an evaluation batch holds eval_batch_size rows, or the fewer windows (pairs) the split has
         held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else \
@@ -143,6 +146,11 @@ def _prepare(config: TrainConfig) -> Run:
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
+    if config.watch:  # the microscope's probe too (watch.probe_length, probe_batch): before the token cache is made
+        from ..interpret.microscope import check_watch  # (as the Trainer imports it: only for a watched run)
+
+        smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
+        check_watch(config.watch, config.model_config(smallest), config.max_memory)
     if config.objective == "seq2seq":
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
 
