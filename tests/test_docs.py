@@ -353,7 +353,7 @@ def test_readme_and_its_translation_have_the_same_sections():
         sections = [part.count("\n```") for part in re.split(r"^## ", text, flags=re.M)]  # fences per section
         code = [_without_comments(b.text) for b in blocks(page) if b.language in ("python", "bash")]
         verbs = sorted(set(re.findall(r"glassformer (demo|prepare|train|recipe|eval|generate|translate|inspect|"
-                                      r"convert|embed|sae|transcoders|bench)\b", text)))
+                                      r"convert|embed|sae|transcoders|graph|bench)\b", text)))
         return len(sections), code, verbs
 
     english, chinese = outline("README.md"), outline("README.zh-CN.md")
