@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import BadFileError, MissingFileError, first_line, is_int, is_number, shown
+from .errors import BadFileError, GlassformerError, MissingFileError, first_line, is_int, is_number, shown
 
 MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
@@ -155,6 +155,29 @@ def load_yaml(path: str | Path, what: str = "config file") -> Any:
         raise BadFileError(f"{where} expands (through its aliases) to more than {MAX_YAML_NODES:,} "
                            "values; write the values out or use fewer nested aliases")
     return data
+
+
+def parse_yaml_text(text: str, where: str, error: type[GlassformerError] = BadFileError) -> Any:
+    """The YAML value of ``text`` (a list or mapping typed on a command line), with aliases and anchors refused
+    (a line of ``*a`` can stand for billions of values) and at most :data:`MAX_YAML_NODES` values; else ``error``
+    naming ``where``."""
+    import yaml
+
+    if len(text) > MAX_YAML_BYTES:
+        raise error(f"{where} is {len(text):,} characters, too long for a value (at most {MAX_YAML_BYTES:,})")
+    try:
+        aliased = any(isinstance(token, (yaml.AliasToken, yaml.AnchorToken)) for token in yaml.scan(text))
+        value = None if aliased else yaml.safe_load(text)
+    except yaml.YAMLError as problem:
+        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}): got {shown(text)}") from None
+    except (ValueError, RecursionError) as problem:
+        raise error(str(_unreadable(where, problem))) from None
+    if aliased:
+        raise error(f"{where} uses a YAML anchor or alias (&name, *name), which a value given here may not: "
+                    "write the values out")
+    if expanded_size(value) > MAX_YAML_NODES:
+        raise error(f"{where} stands for more than {MAX_YAML_NODES:,} values")
+    return value
 
 
 def check_zip_sizes(file: str | Path) -> None:
