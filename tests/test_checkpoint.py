@@ -126,7 +126,12 @@ def test_commit_keeps_the_previous_checkpoint_until_the_pointer_moves(tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == ["best", "ckpt-000001", "last"]  # no temp folder left
 
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash at the pointer")))
+    def crash_at_the_pointer(source, target):  # the folder's own files are written (atomically) as usual
+        if Path(target).name != "last":
+            return real_replace(source, target)
+        raise OSError("crash at the pointer")
+
+    monkeypatch.setattr(os, "replace", crash_at_the_pointer)
     with pytest.raises(OSError, match="crash at the pointer"):  # the folder is complete, the pointer not moved
         commit_checkpoint(out, 2, model, tok, training=None, train_state={"step": 2})
     monkeypatch.setattr(os, "replace", real_replace)

@@ -140,11 +140,14 @@ def test_overrides_from_argv_then_applied_to_a_config():
 
     pairs = overrides_from_argv(["--lr", "3e-4", "--model.n_layers=2", "--max-steps", "7", "--data", "[a, b]",
                                  "--compile", "true"])
-    assert pairs == [("lr", "3e-4"), ("model.n_layers", 2), ("max_steps", 7), ("data", ["a", "b"]), ("compile", True)]
+    assert pairs == [("lr", "3e-4"), ("model.n_layers", "2"), ("max_steps", "7"), ("data", "[a, b]"),
+                     ("compile", "true")]  # the text as written: the config types each by its field
     base = {"lr": 1.0, "model": {"d_model": 16}}
     merged = apply_overrides(base, pairs)
-    assert merged["model"] == {"d_model": 16, "n_layers": 2} and merged["max_steps"] == 7
-    assert TrainConfig.from_dict({k: v for k, v in merged.items() if k != "data"}).lr == 3e-4  # typed by the config
+    assert merged["model"] == {"d_model": 16, "n_layers": "2"} and merged["max_steps"] == "7"
+    typed = TrainConfig.from_dict(merged)
+    assert (typed.lr, typed.model, typed.max_steps, typed.data, typed.compile) == (3e-4, {"d_model": 16, "n_layers": 2},
+                                                                                  7, ["a", "b"], True)
     assert base == {"lr": 1.0, "model": {"d_model": 16}}  # the input is not modified
     config = TrainConfig.from_yaml(None, {"block_size": "12", "model.n_heads": 2})  # a mapping works too
     assert config.block_size == 12 and config.model == {"n_heads": 2}

@@ -216,7 +216,7 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
     from glassformer.errors import GlassformerError
 
     target = tmp_path / "f.json"
-    target.write_text("{}\n")  # a file glassformer may replace (JSON); a user's .txt would be refused first
+    target.write_text('[{"prompt": "a", "text": "b"}]\n')  # generate --json's: glassformer may replace it
 
     def chunks():
         yield b"new"
@@ -224,7 +224,7 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
 
     with pytest.raises(GlassformerError, match="disk is full"):
         atomic_write(target, chunks())
-    assert target.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    assert target.read_text() == '[{"prompt": "a", "text": "b"}]\n' and [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 # ---------------------------------------------------------------------- the rule as a property

@@ -8,10 +8,11 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import GlassformerError, NotOursError
 
@@ -166,16 +167,65 @@ def _head(path: Path, size: int = 4096) -> bytes:
         return handle.read(size)
 
 
-JSON_KEYS: dict[str, frozenset[str]] = {  # keys glassformer's JSON files of these names always hold
-    "results.json": frozenset({"task", "generation"}),  # a recipe's results, the demo's
-    "metrics.json": frozenset({"tokens"}),  # an SAE's held-out metrics
-    "features.json": frozenset({"features"}),
-    "lesson2.json": frozenset({"attention_vs_torch"}),
-    "tracker.json": frozenset({"run_id"}),
-    "microscope.json": frozenset({"watch"}),
-    "config.json": frozenset({"vocab_size", "model_type"}),  # a checkpoint's ModelConfig, a Hugging Face config
-    "sae.json": frozenset({"format"}),
+def _object(*keys: str) -> Callable[[Any], bool]:
+    """A JSON object holding every one of ``keys``."""
+    return lambda value: isinstance(value, dict) and all(key in value for key in keys)
+
+
+def _rows(*keys: str) -> Callable[[Any], bool]:
+    """A non-empty JSON list of objects, each holding every one of ``keys``."""
+    return lambda value: (isinstance(value, list) and bool(value)
+                          and all(isinstance(row, dict) and all(key in row for key in keys) for row in value))
+
+
+def _kernel_choices(value: Any) -> bool:
+    """The kernel-choice cache: {"CPU | torch VERSION | N threads": {case: choice}}."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(key, str) and " | torch " in key and isinstance(choices, dict) for key, choices in value.items())
+
+
+def _special_tokens_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(k.endswith("_token") and isinstance(v, str) for k, v in value.items())
+
+
+HF_TOKENIZER_KEYS = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
+                     "post_processor", "decoder", "model")  # what the tokenizers library always writes
+MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
+OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
+OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
+
+# Ownership by content: what glassformer's JSON holds under each name it writes, and (ANY_NAME) what it writes
+# where a user names the file. A JSON file that matches none, a user's package.json or list, is never replaced.
+JSON_KINDS: dict[str, tuple[Callable[[Any], bool], ...]] = {
+    "results.json": (_object("task"), _object("generation", "checkpoint")),  # a recipe's results, the demo's
+    "metrics.json": (_object("tokens"),),  # an SAE's held-out metrics
+    "features.json": (_object("features"),),
+    "lesson2.json": (_object("attention_vs_torch"),),
+    "tracker.json": (_object("run_id"),),
+    "microscope.json": (_object("watch"),),
+    "config.json": (_object("vocab_size"), _object("model_type")),  # a checkpoint's ModelConfig, a Hugging Face config
+    "sae.json": (_object("format"),),
+    "summary.json": (_object("step", "stopped"),),  # glassformer train's run summary
+    "attribution.json": (_object("estimate", "exact"),),  # the induction recipe's attribution patching
+    "training.json": (_object("objective"),),  # a checkpoint's TrainConfig
+    "tokenizer.json": (OWN_TOKENIZER, OWN_HF_TOKENIZER, _object(*HF_TOKENIZER_KEYS)),
+    "tokenizer_config.json": (_object("tokenizer_class"),),
+    "special_tokens_map.json": (_special_tokens_map,),
+    "kernel-choices.json": (_kernel_choices,),
 }
+ANY_NAME: tuple[Callable[[Any], bool], ...] = (
+    _rows("prompt", "text"),  # generate --json
+    _rows("step", "chosen", "top_k"),  # generate --trace --json
+    _object("machine", "settings"),  # bench --out
+    _object("machine", "checks"),  # bench --defaults --out
+    MODEL_CONFIG, OWN_TOKENIZER, OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
+)
+JSON_KEYS = frozenset(JSON_KINDS)  # the names whose content glassformer knows (the rest: ANY_NAME)
+
+
+def is_own_json(name: str, value: Any) -> bool:
+    """Whether the JSON ``value`` of a file called ``name`` is one glassformer writes (:data:`JSON_KINDS`)."""
+    return any(kind(value) for kind in JSON_KINDS.get(name, ANY_NAME))
 
 
 def _is_json_file(path: Path) -> bool:
@@ -185,9 +235,7 @@ def _is_json_file(path: Path) -> bool:
         value = json.loads(path.read_bytes())
     except (ValueError, RecursionError):
         return False
-    if path.name in JSON_KEYS:
-        return isinstance(value, dict) and not JSON_KEYS[path.name].isdisjoint(value)
-    return isinstance(value, (dict, list))
+    return is_own_json(path.name, value)
 
 
 def _is_records_file(path: Path) -> bool:
