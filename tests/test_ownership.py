@@ -335,3 +335,65 @@ def test_user_files_survive_every_writer_byte_for_byte(tmp_path, ckpt):
         atomic_write(root / "export", "text")
     assert snapshot(root) == before
     torch.manual_seed(0)
+
+
+# ---------------------------------------------------------------------- JSON: glassformer's own records only
+USERS_JSON = {  # a user's JSON under names glassformer writes (or one the user gives it): never replaced
+    "package.json": b'{"name": "mine", "version": "1.0.0", "dependencies": {}}\n',
+    "summary.json": b'{"step": 3, "my": "experiment log"}\n',
+    "tokenizer.json": b'{"my": "tokenizer notes"}\n',
+    "bench.json": b'{"results": [1, 2, 3]}\n',
+    "g.json": b'[1, 2, 3]\n',
+    "rows.json": b'[{"prompt": "mine"}]\n',
+    "kernel-choices.json": b'{"my": "cache"}\n',
+    "training.json": b'{"epochs": 3}\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(USERS_JSON))
+def test_a_users_json_is_not_glassformers(tmp_path, name):
+    """Valid JSON is not enough: glassformer replaces a JSON file only when it holds one of its own records."""
+    path = tmp_path / name
+    path.write_bytes(USERS_JSON[name])
+    with pytest.raises(NotOursError, match="did not write"):
+        atomic_write(path, "{}")
+    assert path.read_bytes() == USERS_JSON[name]
+
+
+def test_a_users_json_survives_generate_and_convert(tmp_path, ckpt, capsys):
+    """``generate --json package.json`` and a convert destination holding a user's tokenizer.json: one line each,
+    every byte kept."""
+    package = tmp_path / "package.json"
+    package.write_bytes(USERS_JSON["package.json"])
+    dest = tmp_path / "export"
+    dest.mkdir()
+    (dest / "tokenizer.json").write_bytes(USERS_JSON["tokenizer.json"])
+    before = snapshot(tmp_path)
+    for argv in (["generate", str(ckpt), "--prompt", "he", "--max_new_tokens", "1", "--json", str(package)],
+                 ["convert", str(ckpt), str(dest)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.count("glassformer: error:") == 1
+    assert snapshot(tmp_path) == before
+
+
+def test_glassformers_own_json_is_recognised(tmp_path, ckpt, capsys):
+    """What glassformer writes it may write again: a config, each tokenizer kind, a Hugging Face export,
+    generate's JSON, a run summary, records of older versions kept in tests."""
+    from glassformer.fileio import recognised
+    from glassformer.training import load
+
+    model, tok = load(ckpt)
+    written = [model.config.to_json(tmp_path / "config-copy.json") and tmp_path / "config-copy.json"]
+    for kind in (tok, CharTokenizer.from_text(TEXT, specials=["pad"])):
+        kind.save(tmp_path / f"{type(kind).__name__}.json")
+        written.append(tmp_path / f"{type(kind).__name__}.json")
+    assert main(["convert", str(ckpt), str(tmp_path / "hf")]) == 0
+    written += sorted((tmp_path / "hf").glob("*.json"))
+    g = tmp_path / "g.json"
+    for _ in range(2):  # the second run replaces the first one's file
+        assert main(["generate", str(ckpt), "--prompt", "he", "--max_new_tokens", "1", "--json", str(g)]) == 0
+    capsys.readouterr()
+    written.append(g)
+    (tmp_path / "summary.json").write_text('{"step": 2, "stopped": "max_steps", "train_loss": null}\n')
+    written.append(tmp_path / "summary.json")
+    assert {p.name: recognised(p) for p in written} == {p.name: True for p in written}

@@ -150,6 +150,9 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
         if not recognised(path) and not _same_bytes(path, data):
             raise NotOursError(f"{what} {str(path)!r} holds a file glassformer did not write (recognised by "
                                "content); move it away or choose another path")
+        if isinstance(data, (str, bytes, bytearray)) and not same_kind(path, data):
+            raise NotOursError(f"{what} {str(path)!r} holds glassformer's {path.suffix or 'file'} record, and what "
+                               "would replace it is another kind of file: choose another path")
     if path.parent.exists() and not path.parent.is_dir():
         raise NotOursError(f"{what} {str(path)!r}: {str(path.parent)!r} is a file, not a folder")
     return path
@@ -225,23 +228,30 @@ JSON_KEYS = frozenset(JSON_KINDS)  # the names whose content glassformer knows (
 
 def is_own_json(name: str, value: Any) -> bool:
     """Whether the JSON ``value`` of a file called ``name`` is one glassformer writes (:data:`JSON_KINDS`)."""
-    return any(kind(value) for kind in JSON_KINDS.get(name, ANY_NAME))
+    return bool(_json_kinds(name, value))
 
 
-def _is_json_file(path: Path) -> bool:
-    if os.lstat(path).st_size > RECOGNISED_JSON_BYTES:
-        return False
+def _json_kinds(name: str, value: Any) -> set[Any]:
+    return {number for number, kind in enumerate(JSON_KINDS.get(name, ANY_NAME)) if kind(value)}
+
+
+Read = Callable[[int | None], bytes]  # the first n bytes of a content (None: all of it)
+
+
+def _is_json(name: str, read: Read, size: int) -> set[Any]:
+    if size > RECOGNISED_JSON_BYTES:
+        return set()
     try:
-        value = json.loads(path.read_bytes())
+        value = json.loads(read(None))
     except (ValueError, RecursionError):
-        return False
-    return is_own_json(path.name, value)
+        return set()
+    return _json_kinds(name, value)
 
 
-def _is_records_file(path: Path) -> bool:
-    line = _head(path, 1 << 16).split(b"\n", 1)[0]
+def _is_records(name: str, read: Read, size: int) -> bool:
+    line = read(1 << 16).split(b"\n", 1)[0]
     if not line.strip():
-        return os.lstat(path).st_size == len(line)
+        return size == len(line)
     try:
         record = json.loads(line)
     except ValueError:
@@ -252,28 +262,51 @@ def _is_records_file(path: Path) -> bool:
 RECOGNISED_JSON_BYTES = 256 << 20
 MARKER = "glassformer"  # in glassformer's PNGs (``Software``) and HTML pages (``generator``)
 
-_RECOGNISERS = {
-    ".json": _is_json_file,
-    ".jsonl": _is_records_file,
-    ".html": lambda p: MARKER.encode() in _head(p) and b"<!doctype html" in _head(p).lower(),
-    ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
-    ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
-    ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
+_RECOGNISERS: dict[str, Callable[[str, Read, int], bool | set[Any]]] = {  # a content's kinds, or whether it is one
+    ".json": _is_json,
+    ".jsonl": _is_records,
+    ".html": lambda n, read, size: MARKER.encode() in read(4096) and b"<!doctype html" in read(4096).lower(),
+    ".png": lambda n, read, size: read(8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in read(4096),
+    ".safetensors": lambda n, read, size: read(9)[8:9] == b"{",
+    ".pt": lambda n, read, size: read(4) == b"PK\x03\x04",
 }
+
+
+def _kinds(name: str, read: Read, size: int) -> set[Any]:
+    """The kinds of glassformer's files a content called ``name`` is (none: not one glassformer wrote)."""
+    if name == LOCK_FILE:
+        return {LOCK_FILE} if re.fullmatch(rb"\d{0,20}\n?", read(64)) is not None else set()
+    check = _RECOGNISERS.get(Path(name).suffix.lower())
+    found = check(name, read, size) if check else False
+    return found if isinstance(found, set) else {name} if found else set()
+
+
+def _file_kinds(path: Path) -> set[Any]:
+    return _kinds(path.name, lambda n: path.read_bytes() if n is None else _head(path, n), os.lstat(path).st_size)
 
 
 def recognised(path: str | Path) -> bool:
     """Whether glassformer may replace the file ``path``: empty, or in the format its name promises (by content)."""
     path = Path(path)
     try:
-        if os.lstat(path).st_size == 0:
-            return True
-        if path.name == LOCK_FILE:
-            return re.fullmatch(rb"\d{0,20}\n?", _head(path, 64)) is not None
-        check = _RECOGNISERS.get(path.suffix.lower())
-        return bool(check and check(path))
+        return os.lstat(path).st_size == 0 or bool(_file_kinds(path))
     except OSError:
         return False
+
+
+def same_kind(path: str | Path, data: str | bytes) -> bool:
+    """Whether ``data`` is the same kind of glassformer file as the file ``path`` (empty or absent: any): its
+    record is replaced only by one of the same kind (never a checkpoint's model.safetensors by a page, nor a
+    tokenizer by one of another format)."""
+    path = Path(path)
+    data = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else bytes(data)
+    try:
+        if not data or os.lstat(path).st_size == 0:
+            return True
+        mine = _file_kinds(path)
+    except OSError:
+        return True
+    return bool(mine & _kinds(path.name, lambda n: data if n is None else data[:n], len(data)))
 
 
 @contextmanager

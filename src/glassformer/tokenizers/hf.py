@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside
-from ..fileio import atomic_write, claim_outputs, rust_path
+from ..fileio import atomic_write, check_output_file, rust_path
 from ..loaders import load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
@@ -131,7 +131,8 @@ class HFTokenizer(Tokenizer):
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens}
         files = {"tokenizer.json": self.hf.to_str(pretty=True), "special_tokens_map.json": json.dumps(tokens, indent=2),
                  "tokenizer_config.json": json.dumps(config, indent=2)}
-        claim_outputs([path / name for name in files], what="tokenizer file")  # all three, before any is written
+        for name, text in files.items():  # all three, before any is written
+            check_output_file(path / name, (), "tokenizer file", text + "\n")
         path.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             atomic_write(path / name, text + "\n", what="tokenizer file")
