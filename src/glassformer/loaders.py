@@ -12,6 +12,7 @@ from .errors import BadFileError, GlassformerError, MissingFileError, first_line
 MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
+MAX_STEP = 1 << 53  # a record's step: beyond it no training goes, nor a float (a chart's axis) holds it exactly
 MAX_TOKENIZER_LENGTH = 1 << 24  # padding/truncation lengths a tokenizer.json may ask (Rust allocates them)
 
 
@@ -76,7 +77,7 @@ def _shape(value: Any, where: str) -> Any:
 
 
 def read_records(file: str | Path, numbers: bool = False, uniform: bool = False) -> list[dict[str, Any]]:
-    """The records (each with an integer ``step`` >= 0) of a JSON-lines file ([] when none, a torn last line dropped).
+    """The records (each with an integer ``step`` in [0, 2**53]) of a JSON-lines file ([] when none, a torn last line dropped).
     ``numbers``: other values are numbers or null; ``uniform``: made like the first, :data:`UNIFORM_EXEMPT` aside."""
     file = Path(file)
     if not file.is_file():
@@ -95,8 +96,8 @@ def read_records(file: str | Path, numbers: bool = False, uniform: bool = False)
                 break  # torn last line: the record was never complete
             raise
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise BadFileError(f"{where} is not a record with an integer 'step' >= 0")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise BadFileError(f"{where} is not a record with an integer 'step' in [0, 2**53]")
         if numbers:
             bad = next((k for k, v in record.items() if not (v is None or is_number(v))), None)
             if bad is not None:
