@@ -224,7 +224,8 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
 
     with pytest.raises(GlassformerError, match="disk is full"):
         atomic_write(target, chunks())
-    assert target.read_text() == '[{"prompt": "a", "text": "b"}]\n' and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    assert target.read_text() == '[{"prompt": "a", "text": "b"}]\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 # ---------------------------------------------------------------------- the rule as a property
@@ -397,3 +398,21 @@ def test_glassformers_own_json_is_recognised(tmp_path, ckpt, capsys):
     (tmp_path / "summary.json").write_text('{"step": 2, "stopped": "max_steps", "train_loss": null}\n')
     written.append(tmp_path / "summary.json")
     assert {p.name: recognised(p) for p in written} == {p.name: True for p in written}
+
+
+def test_replay_never_replaces_a_trainings_microscope_records(tmp_path):
+    """``replay_checkpoints(run, run)``: the run folder holds the checkpoints read and the training's own
+    microscope.jsonl (its records became one); refused before any checkpoint is loaded, every byte kept."""
+    from glassformer.training.replay import replay_checkpoints
+
+    train(config(tmp_path, max_steps=2, eval_every=2, eval_batches=1, watch={"every": 1, "probe_length": 3,
+                                                                               "probe_batch": 2}))
+    run = tmp_path / "run"
+    assert len((run / "microscope.jsonl").read_text().splitlines()) == 3
+    before = snapshot(tmp_path)
+    for checkpoints, out in ((run, run), (run / "ckpt-000002", run), (run / "ckpt-000002", run / "ckpt-000002"),
+                             ([run / "ckpt-000002"], tmp_path)):
+        with pytest.raises(NotOursError):
+            replay_checkpoints(checkpoints, out)
+    assert snapshot(tmp_path) == before
+    assert [r["step"] for r in replay_checkpoints(run, tmp_path / "replayed")] == [2]  # elsewhere: replayed

@@ -77,8 +77,9 @@ def _shape(value: Any, where: str) -> Any:
 
 
 def read_records(file: str | Path, numbers: bool = False, uniform: bool = False) -> list[dict[str, Any]]:
-    """The records (each with an integer ``step`` in [0, 2**53]) of a JSON-lines file ([] when none, a torn last line dropped).
-    ``numbers``: other values are numbers or null; ``uniform``: made like the first, :data:`UNIFORM_EXEMPT` aside."""
+    """The records (each with an integer ``step`` in [0, 2**53]) of a JSON-lines file ([] when none, a torn last
+    line dropped). ``numbers``: other values are numbers or null; ``uniform``: made like the first,
+    :data:`UNIFORM_EXEMPT` aside."""
     file = Path(file)
     if not file.is_file():
         return []

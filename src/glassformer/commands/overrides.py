@@ -6,7 +6,6 @@ import difflib
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..errors import UsageError
 from ..validate import CommandLineText

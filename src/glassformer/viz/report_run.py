@@ -150,8 +150,9 @@ def _check_records(records: list[dict[str, Any]], file: Path) -> None:
     for key, extra in BY_LAYER.items():
         if not isinstance(first[key], list) or len(first[key]) != layers + extra:
             raise BadFileError(f"{where}: {key!r} must be a list of {layers + extra} values, got {shown(first[key])}")
-    if not isinstance(first["attention"], dict) or not all(_table(v, len(v), len(v)) for v in first["attention"].values()):
-        raise BadFileError(f"{where}: 'attention' must map 'layer.head' to square tables, got {shown(first['attention'])}")
+    snapshots = first["attention"]
+    if not isinstance(snapshots, dict) or not all(_table(v, len(v), len(v)) for v in snapshots.values()):
+        raise BadFileError(f"{where}: 'attention' must map 'layer.head' to square tables, got {shown(snapshots)}")
     scalars = [first[k] for k in ("loss_first", "loss_repeat")]
     if any(isinstance(v, (list, dict)) for v in scalars):
         raise BadFileError(f"{where}: 'loss_first' and 'loss_repeat' must be numbers or null, got {shown(scalars)}")
