@@ -171,6 +171,8 @@ BROKEN_RUNS = {  # what a run folder may hold -> the one line inspect prints
                                 "'induction' must be a table"),
     "norms of the wrong length": (lambda run: _edit_records(run, lambda i, r: r.update(weight_norm=[1.0])),
                                   "'weight_norm' must be a list of 2"),
+    "an icl score that is a list": (lambda run: _edit_records(run, lambda i, r: r.update(icl_score=[1.0])),
+                                    "'icl_score' must be a number"),
     "attribution without estimate": (lambda run: (run / "attribution.json").write_text(
         '{"exact": [[0.1, 0.2]], "correlation": 0.5}'), "has no 'estimate'"),
     "attribution with text for numbers": (lambda run: (run / "attribution.json").write_text(json.dumps(

@@ -153,9 +153,12 @@ def _check_records(records: list[dict[str, Any]], file: Path) -> None:
     snapshots = first["attention"]
     if not isinstance(snapshots, dict) or not all(_table(v, len(v), len(v)) for v in snapshots.values()):
         raise BadFileError(f"{where}: 'attention' must map 'layer.head' to square tables, got {shown(snapshots)}")
-    scalars = [first[k] for k in ("loss_first", "loss_repeat")]
-    if any(isinstance(v, (list, dict)) for v in scalars):
-        raise BadFileError(f"{where}: 'loss_first' and 'loss_repeat' must be numbers or null, got {shown(scalars)}")
+    for key in ("loss_first", "loss_repeat", "icl_score"):
+        if isinstance(first.get(key), (list, dict)):
+            raise BadFileError(f"{where}: {key!r} must be a number or null, got {shown(first[key])}")
+    by_position = first.get("loss_by_position", [])
+    if not isinstance(by_position, list) or any(isinstance(v, (list, dict)) for v in by_position):
+        raise BadFileError(f"{where}: 'loss_by_position' must be a list of numbers, got {shown(by_position)}")
 
 
 def _check_attribution(a: dict[str, Any], file: Path) -> None:
