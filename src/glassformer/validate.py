@@ -85,6 +85,9 @@ def typed_text(name: str, kind: str, text: str) -> Any:
         try:
             return int(text) if base == "int" else float(text)
         except ValueError:
+            number = _float(text)  # an int field given 2.0 or 1e3: the int it is
+            if base == "int" and number is not None and math.isfinite(number) and number.is_integer():
+                return int(number)
             raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}") from None
     if base == "bool":
         if text.strip().lower() not in BOOLEANS:
@@ -95,6 +98,13 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     if base.split("[")[0] in ("list", "dict", "tuple"):
         return parse_yaml_text(text, name, ArgumentTypeError)
     return text
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def untyped(value: Any) -> Any:
