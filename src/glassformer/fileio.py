@@ -193,9 +193,9 @@ def _special_tokens_map(value: Any) -> bool:
 
 HF_TOKENIZER_KEYS = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
                      "post_processor", "decoder", "model")  # what the tokenizers library always writes
-MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
-OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
-OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
+_MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
+_OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
+_OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
 
 # Ownership by content: what glassformer's JSON holds under each name it writes, and (ANY_NAME) what it writes
 # where a user names the file. A JSON file that matches none, a user's package.json or list, is never replaced.
@@ -211,7 +211,7 @@ JSON_KINDS: dict[str, tuple[Callable[[Any], bool], ...]] = {
     "summary.json": (_object("step", "stopped"),),  # glassformer train's run summary
     "attribution.json": (_object("estimate", "exact"),),  # the induction recipe's attribution patching
     "training.json": (_object("objective"),),  # a checkpoint's TrainConfig
-    "tokenizer.json": (OWN_TOKENIZER, OWN_HF_TOKENIZER, _object(*HF_TOKENIZER_KEYS)),
+    "tokenizer.json": (_OWN_TOKENIZER, _OWN_HF_TOKENIZER, _object(*HF_TOKENIZER_KEYS)),
     "tokenizer_config.json": (_object("tokenizer_class"),),
     "special_tokens_map.json": (_special_tokens_map,),
     "kernel-choices.json": (_kernel_choices,),
@@ -221,7 +221,7 @@ ANY_NAME: tuple[Callable[[Any], bool], ...] = (
     _rows("step", "chosen", "top_k"),  # generate --trace --json
     _object("machine", "settings"),  # bench --out
     _object("machine", "checks"),  # bench --defaults --out
-    MODEL_CONFIG, OWN_TOKENIZER, OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
+    _MODEL_CONFIG, _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
 )
 JSON_KEYS = frozenset(JSON_KINDS)  # the names whose content glassformer knows (the rest: ANY_NAME)
 
