@@ -107,9 +107,10 @@ def _float(text: str) -> float | None:
         return None
 
 
-def untyped(value: Any) -> Any:
-    """A command-line value for a key no field types (a recipe's own keys): an int, a finite float, true/false or
-    null when the text is one, YAML (bounded, no aliases) when it starts with ``[`` or ``{``, else the text."""
+def untyped(value: Any, name: str = "value") -> Any:
+    """A command-line value for a key ``name`` no field types (a recipe's own keys): an int, a finite float,
+    true/false or null when the text is one, YAML (bounded, no aliases) when it starts with ``[`` or ``{``, else
+    the text; anything that is no :class:`CommandLineText` as it is."""
     if not isinstance(value, CommandLineText):
         return value
     text = str(value).strip()
@@ -124,7 +125,7 @@ def untyped(value: Any) -> Any:
     if text.startswith(("[", "{")):
         from .loaders import parse_yaml_text
 
-        return parse_yaml_text(text, "a recipe value", ArgumentTypeError)
+        return parse_yaml_text(text, name, ArgumentTypeError)
     return str(value)
 
 

@@ -70,7 +70,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
         raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
     data = apply_overrides(data, overrides, sections=("model", "recipe", "watch"))
-    spec = {key: untyped(value) for key, value in data.pop("recipe").items()}  # no field types these keys
+    spec = {key: untyped(value, f"recipe.{key}") for key, value in data.pop("recipe").items()}  # no field types them
     if spec.get("task") not in TASKS:
         raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
     claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
