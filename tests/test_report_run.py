@@ -143,20 +143,23 @@ def _edit_records(run, change) -> None:
 def _not_finite(index, record) -> None:
     if index == 3:
         record["loss_repeat"], record["lens_loss"][0], record["resid_norm"][1] = math.nan, math.inf, None
-        record["induction"][0][1], record["entropy"][1][0] = math.nan, None
+        record["induction"][0][1], record["entropy"][1][0], record["duplicate"][0][0] = math.nan, None, 10**400
 
 
 def test_a_non_finite_value_is_null_in_the_page_and_drawn_as_a_gap(tmp_path):
-    """NaN, infinity and null in microscope.jsonl: the page's data is strict JSON (JSON.parse refused the NaN
-    token, so the page stayed blank), each such value null; the charts leave it out."""
+    """NaN, infinity, null and a 400-digit number in microscope.jsonl and metrics.jsonl: the page's data is
+    strict JSON (JSON.parse refused the NaN token, so the page stayed blank), each such value null; the charts
+    leave it out."""
     run = fake_run(tmp_path / "run", layers=2, heads=2)
     _edit_records(run, _not_finite)
+    with open(run / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 13, "train_loss": NaN}\n{"step": 14, "train_loss": 1' + "0" * 400 + "}\n")
     page = write_run_page(run).read_text(encoding="utf-8")
     text = page.split('id="gf-run-data">')[1].split("</script>")[0]
     data = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the page's data"))
     shown = data["records"][3]
     assert (shown["loss_repeat"], shown["lens_loss"][0], shown["resid_norm"][1], shown["induction"][0][1],
-            shown["entropy"][1][0]) == (None,) * 5
+            shown["entropy"][1][0], shown["duplicate"][0][0]) == (None,) * 6
     assert data["records"][2]["loss_repeat"] == pytest.approx(4.0 - 3 * 4 / 12)
 
 
@@ -178,6 +181,11 @@ BROKEN_RUNS = {  # what a run folder may hold -> the one line inspect prints
     "attribution with text for numbers": (lambda run: (run / "attribution.json").write_text(json.dumps(
         {"estimate": [["x"]], "exact": [[0.1]], "correlation": 0.5, "top_estimate": [], "top_exact": [],
          "clean_metric": 1.0, "corrupted_metric": 0.0})), "'estimate' must be a table of numbers"),
+    "settings whose probe_lengths is a number": (lambda run: (run / META).write_text(
+        '{"watch": {"probe_lengths": 5}}'), "probe_lengths a list"),
+    "attribution with a 400-digit head": (lambda run: (run / "attribution.json").write_text(json.dumps(
+        {"estimate": [[0.5]], "exact": [[0.1]], "correlation": 0.5, "top_estimate": [[0, 10**400, 0.5]],
+         "top_exact": [], "clean_metric": 1.0, "corrupted_metric": 0.0})), "'top_estimate' must be a list of"),
     "settings whose watch is a list": (lambda run: (run / META).write_text('{"watch": [1], "tokens": []}'),
                                        "'watch' must be an object"),
 }

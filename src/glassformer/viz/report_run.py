@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError, shown
+from ..errors import BadFileError, GlassformerError, MissingFileError, is_int, shown
 from ..fileio import atomic_write, check_output_file
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
@@ -96,22 +96,25 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
                                "(give a run's out_dir, or a checkpoint folder with --text)")
     from ..training.metrics import read_metrics
 
-    metrics = read_metrics(out / METRICS)
-    records = read_records(out / RECORDS, uniform=True)  # the page draws every record alike
+    metrics = [_floats(m) for m in read_metrics(out / METRICS)]
+    records = [_floats(r) for r in read_records(out / RECORDS, uniform=True)]  # the page draws every record alike
     bad = next((k for k in (records[0].get("attention") or {} if records else {})
                 if not re.fullmatch(r"\d{1,4}\.\d{1,4}", str(k))), None)
     if bad is not None:
         raise BadFileError(f"{str(out / RECORDS)!r}: attention key {bad[:40]!r} is not 'layer.head' (e.g. '1.0')")
     _check_records(records, out / RECORDS)
     meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
-    if not isinstance(meta.get("watch", {}), dict) or not _strings(meta.get("tokens", [])):
-        raise BadFileError(f"microscope settings {str(out / META)!r}: 'watch' must be an object and 'tokens' a list "
-                           "of strings")
+    watch = meta.get("watch", {})
+    if not isinstance(watch, dict) or not _strings(meta.get("tokens", [])) or not isinstance(
+            watch.get("probe_lengths") or [], list):
+        raise BadFileError(f"microscope settings {str(out / META)!r}: 'watch' must be an object (its probe_lengths "
+                           "a list) and 'tokens' a list of strings")
     place = next((p for p in (out / "last" / "config.json", out / "model" / "config.json") if p.is_file()), None)
     config = _object(place, "config file") if place else {}
     attribution = _object(out / ATTRIBUTION, "attribution file") if (out / ATTRIBUTION).is_file() else None
     if attribution is not None:
         _check_attribution(attribution, out / ATTRIBUTION)
+        attribution = {k: v if k.startswith("top_") else _floats(v) for k, v in attribution.items()}
     return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
             "attribution": attribution}
 
@@ -175,9 +178,25 @@ def _check_attribution(a: dict[str, Any], file: Path) -> None:
         if not (_number(a[key]) or a[key] is None):
             raise BadFileError(f"{where}: {key!r} must be a number, got {shown(a[key])}")
     for key in ("top_estimate", "top_exact"):
-        if not (isinstance(a[key], list) and all(isinstance(t, list) and len(t) == 3 and all(map(_number, t))
-                                                 for t in a[key])):
+        if not (isinstance(a[key], list) and all(
+                isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
+                and _number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
             raise BadFileError(f"{where}: {key!r} must be a list of [layer, head, effect], got {shown(a[key])}")
+
+
+def _floats(value: Any) -> Any:
+    """Every number of ``value`` (nested too; a ``step`` aside) as a float: an int too large for one is infinity,
+    which the page shows as a gap."""
+    if isinstance(value, dict):
+        return {k: v if k == "step" else _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return value
 
 
 def _number(value: Any) -> bool:
