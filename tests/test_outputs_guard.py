@@ -260,7 +260,7 @@ RAW_INTO_OWN = {
     "interop.hf_dir.save_hf_dir": "into atomic_directory's temporary folder",
     "interpret.sae.model._write": "into save_sae's temporary folder",
     "training.checkpoint._write_files": "into save_checkpoint's / commit_checkpoint's temporary folder",
-    "training.trackers._write_state": "a temporary tracker.json renamed over the one claimed at the start",
+    "training.trackers._write_state": "a new temporary name (open 'x') renamed over the claimed tracker.json",
     "viz.plots._save": "savefig into a BytesIO, then atomic_write",
     "interpret.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
     "training.loop.Trainer._log": "appends to metrics.jsonl, claimed and rewritten when the run starts",
