@@ -10,6 +10,7 @@ import torch
 
 from glassformer import ModelConfig, TransformerLM
 from glassformer.generation import format_trace, trace_generation
+from glassformer.runtime import tune
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 
@@ -17,6 +18,7 @@ LINES = ["春天来了，花开了。", "夏天来了，蝉叫了。", "秋天�
 CONTEXT, STEPS = 16, 320
 
 if __name__ == "__main__":
+    tune()  # one thread per free core: threads spinning against a busy core made this lesson 23x slower
     torch.manual_seed(1212)
     corpus = "\n".join(LINES) + "\n"
     tokenizer = CharTokenizer.from_text(corpus)

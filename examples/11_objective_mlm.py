@@ -10,6 +10,7 @@ import torch
 from glassformer import TransformerLM
 from glassformer.data import mask_tokens
 from glassformer.generation import fill_mask
+from glassformer.runtime import tune
 from glassformer.textwidth import pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
@@ -18,6 +19,7 @@ SENTENCES = ["the cat sat on the mat.", "the dog sat on the log.", "a cat ate th
 STEPS = 300
 
 if __name__ == "__main__":
+    tune()  # one thread per free core: threads spinning against a busy core made the tiny LM lesson 23x slower
     torch.manual_seed(0)
     tokenizer = CharTokenizer.from_text("".join(SENTENCES), specials=["pad", "mask"])
     width = max(map(len, SENTENCES))

@@ -364,8 +364,12 @@ def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
     from glassformer.runtime import kernel_choice
 
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernel_choice, "_choices", {"linear few-row route: 1 x 8 -> 8": True,
-                                                    "precision bfloat16 | train | lm": False})
+    for name in ("_kept_in", "_writes", "_choices"):  # the command points the module at the file: restored after
+        monkeypatch.setattr(kernel_choice, name, getattr(kernel_choice, name))
+    record = {"final": True, "measured": "2026-12-01T00:00:00+00:00", "how": "3 rounds x 7 pairs", "ratios": [0.5]}
+    (tmp_path / "kernel-choices.json").write_text(json.dumps({kernel_choice.machine(): {
+        "linear few-row route: 1 x 8 -> 8": {**record, "special": True},
+        "precision bfloat16 | train | lm": {**record, "special": False}}}))
     assert main(["bench", "--kernel_choices"]) == 0
     out = capsys.readouterr().out
     assert "linear few-row route: 1 x 8 -> 8: the route" in out and str(tmp_path) in out

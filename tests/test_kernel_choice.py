@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import stat
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from glassformer.runtime import kernel_choice
 from glassformer.runtime.linear import MIN_WEIGHT, linear
@@ -22,11 +26,21 @@ from glassformer.runtime.linear import MIN_WEIGHT, linear
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """A kernel-choice cache file asked for (as runtime.tune(kernel_cache=True) or glassformer bench do)."""
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernel_choice, "_choices", None)
-    monkeypatch.setattr(kernel_choice, "_session", set())
+    kept(monkeypatch, kernel_choice.cache_file())
     loaded(monkeypatch, 0)  # an idle machine unless a test says otherwise
     return tmp_path / "kernel-choices.json"
+
+
+def kept(monkeypatch, file, write=True) -> None:
+    """Keep choices in ``file`` for this test (restored after it), starting with none in memory."""
+    for name in ("_kept_in", "_writes", "_choices", "_session", "_warned", "ignored"):
+        monkeypatch.setattr(kernel_choice, name, getattr(kernel_choice, name))
+    monkeypatch.setattr(kernel_choice, "_session", set())
+    monkeypatch.setattr(kernel_choice, "_warned", set())
+    monkeypatch.setattr(kernel_choice, "ignored", [])
+    kernel_choice.use_cache(file, write=write)
 
 
 def loaded(monkeypatch, others: float | None) -> None:
@@ -152,7 +166,7 @@ def test_a_read_only_cache_folder_still_chooses(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(blocked / "below-a-file"))
-    new_process(monkeypatch)
+    kept(monkeypatch, kernel_choice.cache_file())
     loaded(monkeypatch, 0)
     scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("case", ways) is True
@@ -297,3 +311,122 @@ def test_a_choice_holds_for_the_thread_count_it_was_measured_at(cache, monkeypat
         assert verdicts == {"2 threads": True, "1 threads": False}
     finally:
         torch.set_num_threads(before)
+
+
+# --- Kept only where asked, read through the bounded loader (issues 43 and 47) ---------------------------------
+
+
+def test_a_library_call_measures_in_its_process_and_keeps_no_file(tmp_path, monkeypatch):
+    """Without tune(kernel_cache=...) or the bench command, a choice is measured once per process and no
+    file is read or written (a FIFO where the cache would be is never opened)."""
+    monkeypatch.setenv("GLASSFORMER_CACHE_DIR", str(tmp_path))
+    os.mkfifo(tmp_path / "kernel-choices.json")
+    kept(monkeypatch, None)
+    loaded(monkeypatch, 0)
+    calls = scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True and calls
+    measured = len(calls)
+    assert kernel_choice.choose("case", ways) is True and len(calls) == measured  # once per process
+    assert kernel_choice.kept_in() is None and os.listdir(tmp_path) == ["kernel-choices.json"]
+    assert stat.S_ISFIFO(os.stat(tmp_path / "kernel-choices.json").st_mode)
+
+
+def test_tune_asks_for_the_cache_file_and_the_commands_read_it(cache, monkeypatch):
+    """runtime.tune(kernel_cache=True) reads and writes the user's file; a command other than bench reads it
+    and writes nothing new; tune(kernel_cache=False) goes back to this process only."""
+    from glassformer import cli
+    from glassformer.runtime import tune
+
+    scripted(monkeypatch, 1.0, 0.5)
+    assert tune(threads=None, kernel_cache=True).kernel_cache == cache
+    assert kernel_choice.choose("kept", ways) is True
+    assert "kept" in json.loads(cache.read_text())[kernel_choice.machine()]
+    before = cache.read_text()
+    cli._read_kernel_choices(write=False)
+    calls = scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("kept", ways) is True and calls == []  # read from the file
+    assert kernel_choice.choose("new", ways) is True and calls  # measured here ...
+    assert cache.read_text() == before  # ... and not written
+    assert tune(threads=None, kernel_cache=False).kernel_cache is None and kernel_choice.choices() == {}
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _zero_link(path):
+    path.symlink_to("/dev/zero")
+
+
+def _huge(path):
+    with open(path, "wb") as file:  # sparse: 800 MB that take no disk
+        file.truncate(800_000_000)
+
+
+def _deep(path):
+    path.write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _list(path):
+    path.write_text("[1, 2]")
+
+
+@pytest.mark.parametrize("make", [_fifo, _zero_link, _huge, _deep, _list])
+def test_an_unusable_cache_file_is_one_warning_and_left_alone(cache, monkeypatch, capsys, make):
+    """A FIFO, a link to /dev/zero, an 800 MB file, deep nesting, a list: never a hang, a MemoryError or a
+    RecursionError: one warning line (once per process), the choice measured here, the file not replaced."""
+    make(cache)
+    before = os.lstat(cache)
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True
+    kernel_choice.reset_choices()
+    assert kernel_choice.choose("case", ways) is True
+    err = capsys.readouterr().err
+    assert err.count("glassformer: warning: kernel-choice cache") == 1 and len(err.strip().splitlines()) == 1
+    after = os.lstat(cache)
+    assert (after.st_ino, after.st_size, after.st_mode) == (before.st_ino, before.st_size, before.st_mode)
+
+
+def test_bench_lists_entries_of_wrong_types_in_one_line(cache, monkeypatch, capsys):
+    from glassformer.cli import main
+
+    good = {"special": True, "final": True, "measured": "2026-12-01T00:00:00+00:00", "ratios": [0.5], "how": "x",
+            "others_running": 0}
+    bad = [{**good, "ratios": "abc"}, {**good, "others_running": "x"}, {**good, "ratios": [float("nan")]},
+           {**good, "how": 5}, {**good, "threads": 1.5}, {**good, "final": "yes"}, {**good, "measured": 7},
+           {**good, "ratios": [10**400]}, {**good, "others_running": -(10**300)}]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    entries = {"good": good, **{f"bad{i}": b for i, b in enumerate(bad)}}
+    cache.write_text(json.dumps({kernel_choice.machine(): entries}))
+    assert main(["bench", "--kernel_choices"]) == 0
+    out = capsys.readouterr().out
+    assert "good: the route" in out and "bad" not in out
+    assert f"{len(bad)} more entries in a form glassformer does not write: ignored" in out
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+RECORD = st.fixed_dictionaries({}, optional={key: JSON for key in (
+    "special", "final", "measured", "ratios", "how", "others_running", "threads")}) | st.fixed_dictionaries({
+        "special": st.sampled_from([True, False, None]), "final": st.booleans(),
+        "measured": st.sampled_from(["2026-12-01T00:00:00+00:00", "", "not a date", "2026-12-01"]),
+        "ratios": st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(), max_size=4)},
+    optional={"how": JSON, "others_running": JSON, "threads": JSON})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=JSON | st.dictionaries(st.just("MACHINE") | st.text(max_size=4),
+                                      JSON | st.dictionaries(st.text(max_size=4), RECORD | JSON, max_size=4),
+                                      max_size=3))
+def test_any_cache_content_gives_a_choice_or_one_warning(cache, monkeypatch, content):
+    """Whatever JSON the file holds (this machine's entry included: "MACHINE"), choose() answers a bool,
+    records() and describe() read every kept record, and nothing raises."""
+    text = json.dumps(content).replace('"MACHINE"', json.dumps(kernel_choice.machine()))
+    cache.write_text(text)
+    kept(monkeypatch, cache)
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) in (True, False)
+    for record in kernel_choice.records().values():
+        assert isinstance(kernel_choice.describe(record), str)
+    assert all(isinstance(v, bool) for v in kernel_choice.choices().values())

@@ -161,19 +161,21 @@ def test_each_verb_says_whether_its_thread_count_follows_the_load(monkeypatch, w
     assert getattr(args, "follows_load", False) is follows
 
 
-def test_a_loop_applies_the_thread_count_when_nothing_did(monkeypatch):
-    """A script that imported glassformer (not the command): the first LoadFollower (the trainer's,
-    evaluation's) applies the count the machine gives; later ones and ``on=False`` leave it."""
-    applied = []
+def test_a_loop_never_applies_a_thread_count_by_itself(monkeypatch):
+    """A script that imported glassformer and did not ask (no runtime.tune, not the command): the trainer's and
+    evaluation's LoadFollower neither apply a plan nor follow the load; once the policy is in force they do."""
+    applied, followed = [], []
     monkeypatch.setattr(threads, "_at_start", None)
+    monkeypatch.setattr(threads, "_applied", None)
     monkeypatch.setattr(threads, "apply", lambda chosen=None: applied.append(chosen))
-    threads.LoadFollower(on=False)
-    assert applied == []
-    threads.LoadFollower()
-    assert applied == [None]
-    monkeypatch.setattr(threads, "_at_start", threads.plan(others=0, cpus=2, env={}))
-    threads.LoadFollower()
-    assert applied == [None]
+    monkeypatch.setattr(threads, "follow_load", lambda: followed.append(1))
+    follower = threads.LoadFollower(first_s=0.0)
+    follower.tick()
+    assert applied == [] and followed == []
+    monkeypatch.setattr(threads, "_applied", 2)  # tune() / the command applied a count
+    follower.tick()
+    threads.LoadFollower(first_s=0.0, on=False).tick()  # the config fixed the threads
+    assert applied == [] and followed == [1]
 
 
 @pytest.fixture
@@ -230,6 +232,7 @@ def test_following_the_load_leaves_what_others_chose(policy_on, how):
 
 def test_the_load_follower_measures_at_most_every_few_seconds(monkeypatch):
     calls, clock = [], [100.0]
+    monkeypatch.setattr(threads, "_applied", 2)  # the policy was asked for
     monkeypatch.setattr(threads, "follow_load", lambda: calls.append(clock[0]))
     monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
     follower, off = threads.LoadFollower(first_s=2.0, every_s=10.0), threads.LoadFollower(on=False)
@@ -302,3 +305,58 @@ def test_evaluation_follows_the_load_between_batches(monkeypatch):
     model = TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8)
     validation.evaluate(model, batches, batch_size=2)
     assert len(ticks) >= 2
+
+
+LIBRARY_PROBE = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("glassformer.runtime.threads", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+module.others_running = lambda samples=5, gap_s=0.0: 1.0  # a busy core: the policy, if asked, would act
+module.usable_cpus = lambda: 4  # 4 CPUs, one of them busy: the policy would run 3 threads
+module.os.cpu_count = lambda: 4
+import torch
+torch.set_num_threads(1)  # the script's own count (one thread: fast on a busy test machine)
+from glassformer.generation import generate
+from glassformer.training import TrainConfig, Trainer, evaluate, prepare_run
+seen = lambda: {"threads": torch.get_num_threads(), "env": {k: v for k, v in os.environ.items() if "OMP" in k
+                                                             or k.startswith(("KMP", "MKL", "GLASSFORMER_T"))}}
+before = seen()
+out = sys.argv[2]
+corpus = os.path.join(out, "corpus.txt")
+with open(corpus, "w") as f:
+    f.write("to be or not to be, that is the question\\n" * 40)
+cfg = TrainConfig(data=[corpus], tokenizer="char", max_steps=3, block_size=8, batch_size=2, eval_every=0,
+                  log_every=3, out_dir=os.path.join(out, "run"), progress=False, precision="auto",
+                  model={"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "max_len": 8})
+run = prepare_run(cfg)
+module.LoadFollower.__init__.__defaults__ = (0.0, 0.0, True)  # the load looked at every step, were it asked
+Trainer(cfg, run.model, run.tokenizer, run.batches).train()
+evaluate(run.model, run.batches, batch_size=2, progress=False)
+generate(run.model.eval(), torch.zeros(1, 1, dtype=torch.long), 4)
+after_library = seen()
+from glassformer.runtime import tune
+policy = tune()
+print(json.dumps({"before": before, "after_library": after_library, "after_tune": seen(),
+                  "policy": policy.describe(), "cache": sorted(os.listdir(os.environ["GLASSFORMER_CACHE_DIR"]))}))
+"""
+
+
+def test_library_calls_change_no_thread_count_or_variable_unless_asked(tmp_path):
+    """A fresh interpreter on a 4-CPU machine the policy calls busy (scripted), none of the user's thread
+    variables set: Trainer.train (precision auto: a kernel choice is measured), evaluate and generate leave torch's
+    thread count, the OpenMP variables and the kernel-choice cache folder as they were; tune() then applies
+    the policy (three threads beside the busy core). The command applies it for every verb (tests above)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*threads.WAIT_VARS, *threads.THREAD_VARS, threads.SWITCH)}
+    env["PYTHONPATH"] = str(SRC)
+    env["GLASSFORMER_CACHE_DIR"] = str(tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    file = SRC / "glassformer" / "runtime" / "threads.py"
+    out = subprocess.run([sys.executable, "-c", LIBRARY_PROBE, str(file), str(tmp_path)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["before"] == seen["after_library"] == {"threads": 1, "env": {}}
+    assert seen["cache"] == []  # kernel choices measured in the process, no file written
+    assert seen["after_tune"]["threads"] == 3 and "3 of 4 CPUs" in seen["policy"]

@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        from .runtime import threads  # the thread policy, applied by the command (never by the import)
+        from .runtime import tune  # the speed policy, asked for by the command (never by the import)
 
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
-        threads.prepare(follows_load=getattr(args, "follows_load", False) is True)
-        threads.apply()
+        tune(follows_load=getattr(args, "follows_load", False) is True)
+        _read_kernel_choices(write=getattr(args, "keeps_kernel_choices", False) is True)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -103,6 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
         print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def _read_kernel_choices(write: bool) -> None:
+    """Every verb reads the kernel choices kept in the user's cache; only ``bench`` (``keeps_kernel_choices``)
+    writes what it measures there (the other verbs measure what is missing in their own process)."""
+    from .runtime import kernel_choice
+
+    kernel_choice.use_cache(True, write=write)
 
 
 @contextlib.contextmanager

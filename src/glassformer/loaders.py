@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,18 +46,26 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise _unreadable(where, error) from None
 
 
-def load_json(path: str | Path, what: str = "file") -> Any:
-    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable."""
+def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable (not a
+    regular file: a FIFO, a device, a folder; more than ``max_bytes``; not JSON; nested too deeply)."""
     path = Path(path)
     where = f"{what} {str(path)!r}"
-    if not path.exists():
-        raise MissingFileError(f"{where} does not exist")
-    if not path.is_file():
-        raise BadFileError(f"{where} is not a file")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise BadFileError(f"{where} is {path.stat().st_size:,} bytes, too large for a JSON {what} "
-                           f"(at most {MAX_JSON_BYTES:,})")
-    return parse_json(path.read_bytes(), where)
+    try:  # non-blocking: a FIFO put there (even after a check) must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise MissingFileError(f"{where} does not exist") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadFileError(f"{where} is not a file")
+        raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(max_bytes + 1)  # a file growing meanwhile is still read no further
+    if len(data) > max_bytes:
+        raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
+    return parse_json(data, where)
 
 
 UNIFORM_EXEMPT = frozenset({"step", "measurements"})  # keys read_records(uniform=True) leaves uncompared

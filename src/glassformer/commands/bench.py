@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "precision, decode_route, threads, compile)")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,13 +99,16 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel_choices or args.reset_kernel_choices:
         if args.reset_kernel_choices:
             kernel_choice.reset_choices()
-        print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.cache_file()}):")
+        print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.kept_in() or kernel_choice.cache_file()}):")
         for case, record in sorted(kernel_choice.records().items()):
             ways = ("bfloat16", "float32") if case.startswith("precision") else ("the route", "F.linear")
             print(f"  {case}: {ways[0] if kernel_choice.effective(record) else ways[1]}\n"
                   f"      {kernel_choice.describe(record)}")
         if not kernel_choice.choices():
             print("  none yet (each is measured the first time it is needed)")
+        if kernel_choice.ignored:
+            print(f"  {len(kernel_choice.ignored)} more entr{'ies' if len(kernel_choice.ignored) > 1 else 'y'} in "
+                  "a form glassformer does not write: ignored (measured again)")
         return 0
     out = args.out
     if args.defaults:

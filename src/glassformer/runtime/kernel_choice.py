@@ -3,16 +3,22 @@
 A kernel trick that wins on one CPU can lose on another, so the special way is taken only when every
 one of ``ROUNDS`` rounds (each the median of ``PAIRS`` interleaved ratios) has it at most ``MARGIN`` of
 the plain way's time; rounds that disagree, a measurement under load (:mod:`.threads`) and choices older
-than ``MAX_AGE_DAYS`` are measured again by the next process. Choices are kept per machine (CPU, torch,
-threads) in ``$GLASSFORMER_CACHE_DIR/kernel-choices.json``; ``glassformer bench --kernel_choices`` lists them.
+than ``MAX_AGE_DAYS`` are measured again by the next process. A library call measures in its own process
+only; choices are kept in a file only where asked (:func:`glassformer.runtime.tune` with ``kernel_cache``, and
+``glassformer bench``; the other commands read that file): per machine (CPU, torch, threads) in
+``$GLASSFORMER_CACHE_DIR/kernel-choices.json``, read through the bounded JSON loader (a FIFO, a device, a huge or
+deeply nested file, wrong types: a one-line warning, and measured again). ``glassformer bench --kernel_choices``
+lists them.
 """
 
 import contextlib
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +26,9 @@ from typing import Any
 
 import torch
 
+from ..errors import BadFileError, MissingFileError
 from ..fileio import atomic_write
+from ..loaders import load_json
 from .threads import others_running, spare_cpus
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen
@@ -29,6 +37,7 @@ GRAD_PAIRS = 3  # ... for a training step (long: 3 rounds x 3 pairs cost about 2
 ROUNDS = 3  # rounds per measurement: they must agree
 MIN_SAMPLE_S = 2e-4  # each timing repeats the call until it lasts at least this long
 MAX_AGE_DAYS = 30  # a choice older than this is measured again
+MAX_CACHE_BYTES = 1 << 22  # a few hundred bytes per choice: a larger cache file is not one glassformer wrote
 
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
 _choices: dict[str, Record | bool] | None = None  # loaded lazily from the file (a bool: a choice set by hand)
@@ -38,6 +47,10 @@ _answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they 
 # a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
+_kept_in: Path | bool = False  # the file choices are read from (True: cache_file(); False: this process only)
+_writes = False  # whether new choices are written to it
+_warned: set[str] = set()  # unusable cache files already reported (once per process)
+ignored: list[str] = []  # the cases of this machine the file holds in a form glassformer does not write
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides CPU kernel speed
 
 
@@ -84,24 +97,75 @@ def machine() -> str:
     return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
+def use_cache(file: str | Path | bool | None, write: bool = True) -> None:
+    """Read this machine's choices from ``file`` (True: :func:`cache_file`, wherever ``$GLASSFORMER_CACHE_DIR``
+    points when it is read) and, with ``write``, keep new ones there; None or False: choices are measured in
+    this process and forgotten at its end (the default of a library call)."""
+    global _kept_in, _writes, _choices
+    _kept_in = file if isinstance(file, bool) else False if file is None else Path(file)
+    _writes = write and _kept_in is not False
+    _choices = None  # read from the new place at the next choice
+    _session.clear()
+
+
+def kept_in() -> Path | None:
+    """The file choices are read from now (None: measured in this process only)."""
+    return cache_file() if _kept_in is True else _kept_in or None
+
+
 def _valid(record: object) -> bool:
-    """Whether a stored entry is a full record (a bare bool is the old format: measured again)."""
-    return (isinstance(record, dict) and record.get("special") in (True, False, None)
-            and isinstance(record.get("final"), bool) and isinstance(record.get("measured"), str))
+    """Whether a stored entry is a full record with the types :func:`describe` reads (a bare bool is the old
+    format, anything else was not written by glassformer: both are measured again)."""
+    if not (isinstance(record, dict) and record.get("special") in (True, False, None)
+            and isinstance(record.get("final"), bool) and isinstance(record.get("measured"), str)):
+        return False
+    ratios, others = record.get("ratios", []), record.get("others_running")
+    return (isinstance(record.get("how", ""), str) and isinstance(ratios, list) and len(ratios) <= 100
+            and all(_finite(r) for r in ratios) and (others is None or _finite(others))
+            and (record.get("threads") is None or type(record.get("threads")) is int))
 
 
-def _read_file() -> dict:
-    try:
-        data = json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def _finite(value: object) -> bool:
+    """A JSON number a ratio or a load can be: a finite float, or an int a float holds exactly."""
+    return type(value) is float and math.isfinite(value) or type(value) is int and abs(value) <= 2**53
+
+
+def _warn_once(file: Path, why: str) -> None:
+    """One line on standard error, once per process and file: the cache file cannot be used."""
+    if str(file) not in _warned:
+        _warned.add(str(file))
+        print(f"glassformer: warning: {why}; kernel choices are measured again in this process and the file is "
+              "left as it is (delete it to start again)", file=sys.stderr, flush=True)
+
+
+def _read_file() -> dict | None:
+    """The cache file's content ({} where there is none or none is used; None where it cannot be used:
+    warned once, and never replaced)."""
+    file = kept_in()
+    if file is None:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = load_json(file, "kernel-choice cache", max_bytes=MAX_CACHE_BYTES)
+    except MissingFileError:
+        return {}
+    except (BadFileError, OSError) as error:  # OSError: unreadable (permissions), a dangling link loop...
+        _warn_once(file, str(error).rstrip("."))
+        return None
+    if not isinstance(data, dict):
+        _warn_once(file, f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of "
+                         "machines")
+        return None
+    return data
 
 
 def _load() -> dict[str, Record | bool]:
     """This machine's valid choices from the file (the rest are measured again)."""
-    mine = _read_file().get(machine(), {})
-    return {k: v for k, v in mine.items() if _valid(v)} if isinstance(mine, dict) else {}
+    mine = (_read_file() or {}).get(machine(), {})
+    if not isinstance(mine, dict):
+        ignored[:] = [machine()]
+        return {}
+    ignored[:] = [str(k) for k, v in mine.items() if not _valid(v)]
+    return {k: v for k, v in mine.items() if _valid(v)}
 
 
 def _loaded() -> dict[str, Record | bool]:
@@ -117,15 +181,20 @@ def _loaded() -> dict[str, Record | bool]:
 
 
 def _save(choices: dict[str, Record | bool]) -> None:
-    """Write this machine's choices next to other machines' (atomically; silently skipped if read-only)."""
-    path = cache_file()
+    """Write this machine's choices next to other machines' (atomically) where a file was asked for with writing;
+    skipped silently where it cannot be written (a read-only home), and where the file there cannot be read."""
+    file = kept_in()
+    if not _writes or file is None:
+        return
+    data = _read_file()
+    if data is None:
+        return
     try:
-        data = _read_file()
         data[machine()] = dict(sorted(choices.items()))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(data, indent=1), what="kernel-choice cache")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(file, json.dumps(data, indent=1), what="kernel-choice cache")
     except (OSError, ValueError):  # ValueError: a full disk (GlassformerError), or a folder in the way
-        pass  # a read-only home: the choice still holds for this process
+        pass  # the choice still holds for this process
 
 
 def _seconds_per_call(fn: Callable[[], object]) -> float:

@@ -1,4 +1,6 @@
-"""How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP.
+"""How many threads the machine can give *now*, and how they wait: chosen before torch starts OpenMP, and applied
+only when asked (:func:`glassformer.runtime.tune`, which the ``glassformer`` command calls; a library call alone
+changes nothing).
 
 On a busy machine torch's threads spin waiting for one that got part of a core (up to 30x slower), so: as many
 threads as cores are free (from ``/proc``), re-measured in long loops, and passive waiting when busy unless the
@@ -195,18 +197,26 @@ def follow_load() -> ThreadPlan | None:
     return chosen
 
 
+def fix(count: int) -> None:
+    """Set torch's thread count to ``count`` as asked (:func:`glassformer.runtime.tune`): loops leave it there."""
+    global _applied
+    import torch
+
+    torch.set_num_threads(count)
+    _applied = None  # asked for: not a count that follows the load
+
+
 class LoadFollower:
-    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``);
-    when ``on``, applies a plan first (:func:`apply`) if none was yet."""
+    """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``), when
+    ``on`` and a thread count chosen by the policy is in force (:func:`apply`, asked for by
+    :func:`glassformer.runtime.tune` or the command): a loop alone never changes the thread count."""
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
         self.every_s, self.on = every_s, on
-        if on and _at_start is None:
-            apply()
         self.next = time.monotonic() + first_s
 
     def tick(self) -> None:
-        """Follow the load when it is time (a clock read otherwise)."""
-        if self.on and time.monotonic() >= self.next:
+        """Follow the load when it is time and the policy was asked for (a clock read otherwise)."""
+        if self.on and _applied is not None and time.monotonic() >= self.next:
             follow_load()
             self.next = time.monotonic() + self.every_s

@@ -72,7 +72,9 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     parallel: str = option("ddp", choices=PARALLEL)  # under torchrun: "ddp" or "fsdp" (FSDP2's fully_shard)
     fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
-    num_threads: int | None = option(None, ge=0, le=4096)  # torch CPU threads; None: torch's default
+    # torch CPU threads, set by the Trainer when given (>= 1: asked for, process-wide as torch.set_num_threads);
+    # None or 0: the Trainer leaves threads alone (glassformer.runtime.tune or the command decides: docs/training.md)
+    num_threads: int | None = option(None, ge=0, le=4096)
     out_dir: str = "out"
     resume: bool = False  # continue from out_dir/last when it exists
     cache_dir: str | None = None  # memory-mapped token cache; None: out_dir/cache

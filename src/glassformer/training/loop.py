@@ -61,7 +61,7 @@ class Trainer:
         if config.batch_size % (self.dist.world_size * config.grad_accum):  # (batch_size >= 1: validated)
             raise GlassformerError(f"batch_size={config.batch_size} must be a multiple of processes x grad_accum = "
                                    f"{self.dist.world_size} x {config.grad_accum}")
-        if config.num_threads:
+        if config.num_threads:  # asked for by the config; None/0: threads are left alone (runtime.tune decides)
             torch.set_num_threads(config.num_threads)
         self.model = model.to(self.dist.device)
         self.n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before FSDP shards it
@@ -318,7 +318,8 @@ class Trainer:
         stopped, last_loss, started, eval_metrics = "done", math.nan, time.perf_counter(), {}
         tokens_at_start = self.tokens_seen  # a resumed run's rate counts this run's tokens only
         window_start, window_tokens = time.perf_counter(), self.tokens_seen
-        threads = LoadFollower(on=not config.num_threads)  # threads follow the load (runtime/threads.py)
+        # the thread count follows the load where the policy was asked for (runtime.tune; the command asks)
+        threads = LoadFollower(on=not config.num_threads)
         try:
             while self.step < config.max_steps:
                 loss = self.train_step()

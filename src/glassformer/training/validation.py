@@ -22,7 +22,7 @@ def evaluate(model: nn.Module, batches: LMBatches | Seq2SeqBatches, batch_size: 
     was_training = model.training
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # loss sum, count, correct
-    threads = LoadFollower()  # a long evaluation follows the machine's load too
+    threads = LoadFollower()  # a long evaluation follows the load too, where the policy was asked for (runtime.tune)
     heartbeat = Heartbeat("evaluating", eval_batch_count(batches, batch_size, max_batches),
                           enabled=None if progress else False)
     try:

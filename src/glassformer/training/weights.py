@@ -1,14 +1,15 @@
 """Weights files read like untrusted input: headers are checked against the config (:func:`check_sizes`,
 :func:`meta_specs`) before anything is allocated; only then are the tensors read (:func:`load_tensors`)."""
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from ..errors import BadFileError
@@ -73,26 +74,24 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
 
 def meta_specs(config: ModelConfig) -> dict[str, tuple[torch.Size, torch.dtype]]:
     """The state dict's shapes and dtypes of the model ``config`` builds, on the ``meta`` device (no memory)."""
-    with torch.device("meta"), _initialisers_skipped():
+    with torch.device("meta"), _MetaFillsSkipped():
         model = build_model(config)
     return {name: (tensor.shape, tensor.dtype) for name, tensor in model.state_dict().items()}
 
 
-_INITIALISERS = ("normal_", "uniform_", "kaiming_uniform_", "xavier_uniform_", "trunc_normal_", "zeros_", "ones_",
-                 "constant_")
+class _MetaFillsSkipped(TorchFunctionMode):
+    """While active (this thread only, for one ``with``), random and constant fills of a ``meta`` tensor return it
+    untouched: a meta tensor has no values, and the first fill loads torch's meta kernels (about 1 s). Nothing of
+    torch is replaced; real tensors are filled as usual."""
 
+    FILLS = frozenset({"normal_", "uniform_", "trunc_normal_", "kaiming_uniform_", "xavier_uniform_", "zero_",
+                       "fill_", "constant_", "zeros_", "ones_"})
 
-@contextlib.contextmanager
-def _initialisers_skipped() -> Iterator[None]:
-    """``torch.nn.init``'s fills as no-ops (a first random fill of a meta tensor imports ~800 modules)."""
-    saved = {name: getattr(torch.nn.init, name) for name in _INITIALISERS}
-    try:
-        for name in _INITIALISERS:
-            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
-        yield
-    finally:
-        for name, fill in saved.items():
-            setattr(torch.nn.init, name, fill)
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if getattr(func, "__name__", "") in self.FILLS and args and isinstance(args[0], torch.Tensor) \
+                and args[0].is_meta:
+            return args[0]
+        return func(*args, **(kwargs or {}))
 
 
 def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:

@@ -69,7 +69,7 @@ class SAETrainConfig:
     log_every: int = option(100, ge=1)
     seed: int = option(0, ge=0, le=MAX_SEED)
     device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
-    num_threads: int | None = option(None, ge=1, le=4096)
+    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
     resume: bool = False
     progress: bool = True
     log: str = "none"  # trackers (the glassformer sae command): "tensorboard", "wandb", both joined by a comma
