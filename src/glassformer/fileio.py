@@ -223,15 +223,10 @@ ANY_NAME: tuple[Callable[[Any], bool], ...] = (
     _object("machine", "checks"),  # bench --defaults --out
     _MODEL_CONFIG, _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
 )
-JSON_KEYS = frozenset(JSON_KINDS)  # the names whose content glassformer knows (the rest: ANY_NAME)
-
-
-def is_own_json(name: str, value: Any) -> bool:
-    """Whether the JSON ``value`` of a file called ``name`` is one glassformer writes (:data:`JSON_KINDS`)."""
-    return bool(_json_kinds(name, value))
 
 
 def _json_kinds(name: str, value: Any) -> set[Any]:
+    """Which of :data:`JSON_KINDS` (by name, else :data:`ANY_NAME`) the JSON ``value`` is (none: a user's)."""
     return {number for number, kind in enumerate(JSON_KINDS.get(name, ANY_NAME)) if kind(value)}
 
 
