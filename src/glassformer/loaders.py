@@ -61,8 +61,12 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         if not stat.S_ISREG(info.st_mode):
             raise BadFileError(f"{where} is not a file")
         raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(max_bytes + 1)  # a file growing meanwhile is still read no further
+    with os.fdopen(fd, "rb") as file:  # in pieces: read(max_bytes + 1) sets aside max_bytes at once (1 GiB)
+        pieces, size = [], 0
+        while size <= max_bytes and (piece := file.read(min(1 << 20, max_bytes + 1 - size))):
+            pieces.append(piece)  # a file growing meanwhile is still read no further than max_bytes + 1
+            size += len(piece)
+        data = b"".join(pieces)
     if len(data) > max_bytes:
         raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
     return parse_json(data, where)

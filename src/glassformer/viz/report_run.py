@@ -185,10 +185,10 @@ def _check_attribution(a: dict[str, Any], file: Path) -> None:
 
 
 def _floats(value: Any) -> Any:
-    """Every number of ``value`` (nested too; a ``step`` aside) as a float: an int too large for one is infinity,
-    which the page shows as a gap."""
+    """Every number of ``value`` (nested too; ``step`` and a user's ``measurements`` aside) as a float: an int too
+    large for one is infinity, which the page shows as a gap."""
     if isinstance(value, dict):
-        return {k: v if k == "step" else _floats(v) for k, v in value.items()}
+        return {k: v if k in ("step", "measurements") else _floats(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_floats(v) for v in value]
     if isinstance(value, int) and not isinstance(value, bool):
