@@ -152,8 +152,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     dry = args.device == "cpu"
     summary: dict[str, Any] = {
         "format": 1, "started": now_iso(), "finished": None, "device": args.device, "dry_run": dry,
-        "total_budget_s": args.total_s, "stages": {n: {"status": "not run", "budget_s": STAGES[n][dry]}
-                                                  for n in names}}
+        "total_budget_s": args.total_s,
+        "stages": {n: {"status": "not run", "budget_s": STAGES[n][dry] * args.budget_scale} for n in names}}
     deadline = time.perf_counter() + args.total_s
 
     def finish(*_: object) -> None:
@@ -170,7 +170,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     try:
         for name in names:
             left = deadline - time.perf_counter()
-            budget = min(STAGES[name][dry], left)
+            budget = min(STAGES[name][dry] * args.budget_scale, left)
             if budget < 5:
                 summary["stages"][name] = {"status": "skipped", "budget_s": 0.0,
                                            "reason": f"the total budget of {args.total_s:.0f} s was spent"}
@@ -735,9 +735,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--total-s", type=float, default=TOTAL_S, help="time budget of the whole run (s)")
     parser.add_argument("--compile-backend", default=None,
                         help="torch.compile backend for every stage (the dry run's test uses aot_eager)")
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="multiply every stage's budget (the suite's dry run on a busy machine: a hang guard)")
     parser.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # internal: run one stage
     parser.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not (math.isfinite(args.budget_scale) and args.budget_scale > 0):
+        parser.error(f"--budget-scale must be a finite number > 0, got {args.budget_scale}")
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         parser.error(f"--device must be cuda or cpu, got {args.device!r}")
     return args

@@ -41,5 +41,5 @@ def test_no_thread_setting_of_the_caller_reaches_a_run(monkeypatch):
     (["--rounds", "0"], "--rounds and --threads must be at least 1"),
 ])
 def test_bad_options_are_one_line(words, message):
-    done = subprocess.run([sys.executable, str(SCRIPT), *words], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(SCRIPT), *words], capture_output=True, text=True, timeout=600)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

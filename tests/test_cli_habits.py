@@ -8,7 +8,7 @@ import json
 import pytest
 
 from glassformer.cli import main
-from training_helpers import CORPUS, config, train
+from training_helpers import CORPUS, config, train, without_heartbeats
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_train_off_a_terminal_prints_a_line_per_log_and_says_when_it_evaluates(t
     assert main(["train", "--data", str(corpus), "--out_dir", str(tmp_path / "run"), "--max_steps", "4",
                  "--eval_every", "2", "--log_every", "2", "--block_size", "8", "--batch_size", "4",
                  "--model.d_model", "16", "--model.n_heads", "2", "--model.d_ff", "32"]) == 0
-    err = capsys.readouterr().err.splitlines()  # capsys's stderr is no terminal: no bar, lines instead
+    err = without_heartbeats(capsys.readouterr().err.splitlines())  # capsys's stderr is no terminal: lines
     assert err[0].startswith("preparing the data: char tokenizer and token cache from 1 file(s)")
     assert err[1].startswith("model: TransformerLM causal, 2 layers x 16 wide, 2 heads")  # then the steps
     assert [line.split(" | ")[:2] for line in err[2:5]] == [

@@ -30,7 +30,7 @@ def _run(argv: list[str], lang_env: str | None) -> subprocess.CompletedProcess:
     if lang_env is not None:
         env["LANG"] = lang_env
     return subprocess.run([sys.executable, "-c", SCRIPT.format(argv=argv)], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=600)
 
 
 @pytest.mark.parametrize("argv, lang_env", [
@@ -69,6 +69,36 @@ def test_usage_errors_in_chinese() -> None:
     assert "torch loaded: False" in done.stdout
     done = _run(["eval"], "zh_CN.UTF-8")
     assert "glassformer eval：错误：缺少以下必需参数：checkpoint" in done.stderr
+
+
+@pytest.mark.parametrize("argv, lang_env, message", [
+    (["--lang", "zh", "train", "--max_stpes", "5"], None,
+     "glassformer：错误：未知选项 --max_stpes（你是不是想写 --max_steps？）；glassformer train --help 列出了所有的键"),
+    (["recipe", "x", "--zzz", "1"], "zh_CN.UTF-8",
+     "glassformer：错误：未知选项 --zzz；glassformer train --help 列出了所有的键"),
+    (["train", "--lang", "zh", "--lr"], None, "glassformer：错误：覆盖项 --lr 缺少值"),
+    (["train", "--lr"], "C", "glassformer: error: override --lr has no value"),
+    (["train", "--max_stpes", "5"], "C",
+     "glassformer: error: unknown option --max_stpes (did you mean --max_steps?); glassformer train --help "
+     "lists the keys"),
+])
+def test_option_errors_in_the_command_lines_language(argv: list[str], lang_env: str | None, message: str) -> None:
+    """The option errors glassformer finds itself (train's and recipe's keys) speak the language argparse's do."""
+    done = _run(argv, lang_env)
+    assert done.returncode == 2 and done.stderr == message + "\n" and "torch loaded: False" in done.stdout
+
+
+@pytest.mark.parametrize("argv, lang_env, hint", [
+    (["trian", "--data", "x.txt"], "C", " (did you mean train?) (see 'glassformer --help')"),
+    (["--lang", "zh", "genrate"], None, "（你是不是想写 generate？）（参见 'glassformer --help'）"),
+])
+def test_a_mistyped_verb_gets_the_closest_one(argv: list[str], lang_env: str | None, hint: str) -> None:
+    done = _run(argv, lang_env)
+    assert done.returncode == 2 and done.stderr.endswith(hint + "\n") and done.stderr.count("\n") == 1
+    assert repr(argv[-1] if argv[0] == "--lang" else argv[0]) in done.stderr
+    assert "torch loaded: False" in done.stdout
+    far = _run(["xyzzy"], "C")
+    assert far.returncode == 2 and "invalid choice: 'xyzzy'" in far.stderr and "did you mean" not in far.stderr
 
 
 def test_lang_resolution_and_hand_on() -> None:
@@ -189,6 +219,33 @@ def test_verb_help_in_chinese_fits_the_terminal(verb: str, capsys: pytest.Captur
     wide = [line for line in out.split("\n") if display_width(line) > 80 and not line.isascii()
             and not line.startswith("  --")]  # train's key list: one key a line, as in English
     assert wide == []
+
+
+@pytest.mark.parametrize("columns", [80, 100, 50])
+def test_train_key_comments_keep_their_column_in_chinese(columns: int, capsys: pytest.CaptureFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train --help`` under zh: a key's comment too long for the terminal wraps under itself (its column,
+    as every other comment's), or under the key on a terminal too narrow for the column; no line too wide."""
+    from glassformer.cli import main
+    from glassformer.textwidth import display_width
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with pytest.raises(SystemExit):
+        main(["--lang", "zh", "train", "--help"])
+    lines = capsys.readouterr().out.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("  --objective "))
+    block = lines[start:next(i for i in range(start, len(lines)) if not lines[i].startswith("  "))]
+    keys = [re.fullmatch(r"(  --\w+ \S+ +)\S.*", line) for line in block]
+    column = display_width(next(key for key in keys if key)[1])
+    wide = columns - 2 - column >= 20  # the comments beside the keys
+    assert column == 35 and len(block) > 50
+    for line, key in zip(block, keys):
+        assert display_width(line) <= columns - 2 or line.isascii(), line
+        if key:
+            assert display_width(key[1]) == column, line  # every comment in one column
+        elif not line.startswith("  --"):  # a comment's continuation
+            assert line.startswith(" " * (column if wide else 6)) and line[column if wide else 6] != " ", line
+    assert sum(key is None for key in keys) >= (3 if wide else 1), "the test shows wrapped comments"
 
 
 def test_generate_help_in_chinese_without_torch() -> None:

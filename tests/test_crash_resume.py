@@ -28,6 +28,8 @@ import time
 
 import pytest
 
+import training_helpers as helpers
+
 DRIVER = r'''
 import json, os, re, shutil, signal, sys, traceback
 from pathlib import Path
@@ -180,7 +182,7 @@ print(json.dumps({"io_calls": io_calls, "reports": reports}))
 def test_sigkill_anywhere_then_resume_ends_bit_identical(tmp_path):
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path)], capture_output=True, text=True,
-                          timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          timeout=1800, env={**os.environ, "OMP_NUM_THREADS": "1"})  # ~50 s idle: a hang guard
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["io_calls"] >= 40  # three saves and the start: the kills cover every step of each save
@@ -222,14 +224,13 @@ def test_sigterm_stops_glassformer_train_after_saving(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([*command, "--max_steps", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        metrics = out / "metrics.jsonl"
-        if metrics.is_file() and metrics.read_text().count("\n") >= 3:  # training (and its handlers) started
-            break
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=60)
+    try:
+        helpers.wait_until_training(process, out)  # training (and its handlers) started: SIGTERM meets them
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "Traceback" not in stderr
     summary = json.loads(stdout.splitlines()[0])
@@ -239,7 +240,7 @@ def test_sigterm_stops_glassformer_train_after_saving(tmp_path):
     assert stdout.splitlines()[1] == f"checkpoints in {out / 'last'}"  # only what exists
 
     done = subprocess.run([*command, "--max_steps", str(step + 2), "--resume", "true"], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
               if "train_loss" in json.loads(line)]

@@ -62,6 +62,7 @@ SKIPPED = {
     ("docs/training.md", "PyPI"),           # pip install of the tracker extras: `make test` installed them
     ("docs/training.md", "a server"),       # tensorboard serves until stopped; wandb sync uploads
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
+    ("docs/transcoders.md", "minutes"),     # the induction model and its transcoders: ~15 min; output quoted
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
     ("docs/learn/zh-CN/report.md", "root"),  # the Chinese twin of the two above (the same blocks)
@@ -89,6 +90,8 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
     (r"\bglassformer bench\b|benchmarks/bench_train.py", ["--only", "attn", "--quick", "--rounds", "1", "--sizes",
                                                           "small", "--no_hf"]),
     (r"benchmarks/bench_matvec.py", ["--rounds", "1", "--rows", "1", "--layers", "1"]),
+    (r"\bglassformer transcoders\b", ["--steps", "3", "--batch_size", "64", "--buffer_size", "256",
+                                      "--feature_windows", "2", "--eval_batches", "1", "--progress", "false"]),
 ]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # Python code (comments aside) and shell commands that ran in this session's folder: the same command
@@ -264,7 +267,7 @@ def workdir(tmp_path_factory) -> Path:
     finally:
         WARM_BIN = None
         os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        server.wait(timeout=600)
         shutil.rmtree(warm, ignore_errors=True)
 
 
@@ -350,7 +353,7 @@ def test_readme_and_its_translation_have_the_same_sections():
         sections = [part.count("\n```") for part in re.split(r"^## ", text, flags=re.M)]  # fences per section
         code = [_without_comments(b.text) for b in blocks(page) if b.language in ("python", "bash")]
         verbs = sorted(set(re.findall(r"glassformer (demo|train|recipe|eval|generate|translate|inspect|convert|embed|"
-                                      r"sae|bench)\b", text)))
+                                      r"sae|transcoders|bench)\b", text)))
         return len(sections), code, verbs
 
     english, chinese = outline("README.md"), outline("README.zh-CN.md")

@@ -152,6 +152,16 @@ def test_bad_training_overrides_and_out_dir_are_one_line(files, capsys):
     one_line(capsys, ["train", "--data", files["text"], "--out_dir", files["text"] / "sub"], "which is a file")
     one_line(capsys, ["train", "--data", files["text"], "--model.norm_eps", "nan"], "model: norm_eps must be a finite")
     one_line(capsys, ["train", "--data", files["text"], "--lr", "inf"], "lr must be a finite number > 0.0, got inf")
+    out = files["root"] / "never-made"  # issue 47: refused at construction, before any folder (a raw ValueError
+    for key in ("--eval_batches", "--eval_batch_size", "--max_steps"):  # from islice after cache/ and loss.png)
+        one_line(capsys, ["train", "--data", files["text"], "--out_dir", out, key, str(10**20)],
+                 f"{key[2:]} must be an int in [")
+        assert not out.exists()
+    for key, message in (("--watch.probe_length", "watch.probe_length(s) up to 1099511627776 need max_len >= "),
+                         ("--watch.probe_batch", "the microscope's repeated-tokens probe (watch.probe_batch=")):
+        one_line(capsys, ["train", "--data", files["text"], "--out_dir", out, "--progress", "false", key, str(2**40)],
+                 message)
+        assert not out.exists()  # refused before the token cache (out/cache) was made
     bad = files["root"] / "latin1.yaml"
     bad.write_bytes("lr: 0.1 # caf\xe9\n".encode("latin-1"))
     one_line(capsys, ["train", "--config", bad], "is not UTF-8 text")
@@ -237,7 +247,7 @@ def test_a_closed_pipe_stops_quietly(tmp_path):
                       "parser = argparse.ArgumentParser()\nparser.set_defaults(func=spam)\n"
                       "cli.build_parser = lambda: parser\nsys.exit(cli.main([]))\n", encoding="utf-8")
     done = subprocess.run(["bash", "-o", "pipefail", "-c", f"'{sys.executable}' '{script}' | head -1"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert done.stdout == "line 0\n" and done.stderr == "" and done.returncode == 141
 
 
@@ -256,9 +266,9 @@ def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130():
             "sys.meta_path.insert(0, Hook())\n"
             "from glassformer import cli\n"
             "sys.exit(cli.main(['generate', 'no-such-checkpoint', '--prompt', 'a']))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 130 and done.stderr == "glassformer: interrupted\n"
     library = subprocess.run([sys.executable, "-c", "import glassformer, glassformer.cli, signal; "
                               "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=600)
     assert library.returncode == 0, library.stderr  # a library user's Ctrl-C stays Python's

@@ -25,7 +25,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.chdir(tmp_path)  # the kernel's IPC sockets go here
     kernel = KernelManager(kernel_name="python3", transport="ipc")  # local sockets, no TCP port
-    client = nbclient.NotebookClient(notebook, km=kernel, timeout=300, resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(notebook, km=kernel, timeout=600, resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, naming the cell, when one fails
 
     code = [c for c in notebook.cells if c.cell_type == "code"]

@@ -171,7 +171,7 @@ def test_recipes_default_to_auto_and_dtype_still_overrides():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassformer", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "glassformer", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_commands_take_precision(tmp_path):

@@ -40,7 +40,7 @@ SHORTEN = {
     "shakespeare_char_sae.yaml": ["--block_size", "16", "--model.n_layers", "3", "--model.max_len", "16",
                                   "--recipe.steps", "3", "--recipe.batch_size", "32", "--recipe.buffer_size", "64",
                                   "--recipe.model_batch", "4", "--recipe.feature_windows", "4",
-                                  "--recipe.eval_batches", "1"],
+                                  "--recipe.eval_batches", "1", "--recipe.log_every", "1"],
     "induction_heads.yaml": ["--block_size", "24", "--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
                              "--recipe.probe_length", "8", "--recipe.probe_batch", "4"],
 }
@@ -79,7 +79,12 @@ def test_recipe_runs_shortened(name, data_dir, tmp_path, capsys):
     results = json.loads((tmp_path / "out/results.json").read_text(encoding="utf-8"))
     assert results["config"]["max_steps"] == 2 and results["wall_s"] > 0
     task = results["task"]
-    printed = capsys.readouterr().out  # a short summary, not the JSON (that is in results.json)
+    captured = capsys.readouterr()
+    printed = captured.out  # a short summary, not the JSON (that is in results.json)
+    # into a file (capsys is no terminal) every recipe beats: its stages, and a line per logged training step
+    assert "recipe: " in captured.err and "step 2/2 | train_loss " in captured.err, captured.err
+    if task == "sae":  # and its SAE a line per logged SAE step
+        assert "\nsae step 3/3 | " in captured.err, captured.err
     lines = printed.splitlines()
     assert lines[0].startswith(f"recipe {task}") and lines[-1] == f"everything in {tmp_path / 'out'}/results.json"
     assert len(lines) < 60 and not printed.lstrip().startswith("{")
@@ -172,7 +177,7 @@ def test_load_recipe_takes_a_mapping_and_split_overrides(tmp_path):
 
 def test_python_m_glassformer_is_the_command_line():
     done = subprocess.run([sys.executable, "-m", "glassformer", "recipe", "--help"], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
     assert done.returncode == 0 and "usage: glassformer recipe" in done.stdout
     assert "shakespeare_char_fast" in done.stdout  # the shipped recipes are listed
 

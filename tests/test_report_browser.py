@@ -33,7 +33,7 @@ def open_report(browser, path: Path):
     page.on("requestfailed", lambda r: problems.append(f"failed request: {r.url}"))
     page.on("request", lambda r: requests.append(r.url))
     page.goto(path.as_uri())
-    page.wait_for_selector("body[data-ready='true']", timeout=15_000)
+    page.wait_for_selector("body[data-ready='true']", timeout=120_000)  # ms: a bound on a hang, not a verdict
     assert requests == [path.as_uri()], "the page must load nothing but itself"
     return page, problems
 

@@ -259,17 +259,24 @@ def test_command_trains_writes_pages_and_resumes(tmp_path, corpus, capsys):
     save_checkpoint(tmp_path / "run" / "best", model, TOK)
     words = ["sae", str(tmp_path / "run" / "best"), "--hook", "blocks.1.hook_resid_post", "--data", str(corpus),
              "--d_sae", "32", "--k", "4", "--steps", "6", "--batch_size", "64", "--buffer_size", "128",
-             "--context", "16", "--model_batch", "4", "--progress", "false", "--feature_windows", "8",
-             "--eval_batches", "1", "--save_every", "3"]
+             "--context", "16", "--model_batch", "4", "--feature_windows", "8", "--eval_batches", "1",
+             "--save_every", "3", "--log_every", "2"]
     assert main(words) == 0
     out = tmp_path / "run" / "sae-blocks.1.hook_resid_post"
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert json.loads(printed.splitlines()[0])["steps"] == 6 and str(out / "sae") in printed
+    # into a file (capsys is no terminal): a line per logged step, as train prints
+    assert [line.split(" | ")[0] for line in captured.err.splitlines() if line.startswith("sae step")] == [
+        "sae step 2/6", "sae step 4/6", "sae step 6/6"]
     sae = load_sae(out)
     assert sae.hook == "blocks.1.hook_resid_post" and (out / "features.html").is_file()
     assert json.loads((out / "metrics.json").read_text())["tokens"] == 64
-    assert main([*words, "--steps", "8", "--resume", "true"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[0])["steps"] == 8
+    assert main([*words, "--steps", "8", "--resume", "true", "--progress", "false"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.splitlines()[0])["steps"] == 8
+    assert f"resuming {out}/state at step 6 of 8\n" in captured.err  # progress: false keeps it ...
+    assert "sae step" not in captured.err  # ... and quiets the progress lines
     assert main([*words, "--lr", "nan"]) == 2
     assert "lr must be a finite number" in capsys.readouterr().err
 

@@ -83,7 +83,7 @@ def test_a_feature_address_opens_that_feature(browser, pages):
     wanted = summary["features"][-1]["id"]
     page = browser.new_page()
     page.goto(path.as_uri() + f"#feature-{wanted}")
-    page.wait_for_selector("body[data-ready='true']", timeout=15_000)
+    page.wait_for_selector("body[data-ready='true']", timeout=120_000)  # ms: a bound on a hang, not a verdict
     assert page.locator("#gf-sae-feature").get_attribute("data-feature") == str(wanted)
     page.close()
 

@@ -28,7 +28,7 @@ def dry_run(target: str, venv: Path, *variables: str) -> list[str]:
     # a clean make: the suite itself runs under `make test`, whose MAKEFLAGS/MAKELEVEL would add lines
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
     done = subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}", f"TORCH={PIN}", *variables],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 

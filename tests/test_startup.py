@@ -46,7 +46,7 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -98,6 +98,51 @@ def test_a_state_that_does_not_fit_the_run_is_one_line(run, tmp_path, change, ma
     assert "\n" not in str(error.value) and "train_state.pt" in str(error.value)
 
 
+def _groups(key, value):
+    """Set ``key`` in every saved parameter group."""
+    return lambda s: [group.update({key: value}) for group in s["optimizer"]["param_groups"]]
+
+
+def _entries(key, make):
+    """Set ``key`` in every parameter's saved state to ``make(entry)`` (None: remove it)."""
+    def change(s):
+        for entry in s["optimizer"]["state"].values():
+            value = make(entry)
+            entry.pop(key) if value is None else entry.update({key: value})
+    return change
+
+
+@pytest.mark.parametrize("change,match", [  # issue 47's held-out class: fields of the state torch reads
+    (_groups("amsgrad", True), r"amsgrad holds True, expected False \(this run's optimizer\)"),  # KeyError
+    (_groups("differentiable", True), "differentiable holds True, expected False"),  # RuntimeError (fused)
+    (_groups("capturable", True), "capturable holds True, expected False"),  # a CUDA-graph flag on the CPU
+    (_groups("maximize", True), "maximize holds True"),  # trained uphill, silently
+    (_groups("decoupled_weight_decay", False), "decoupled_weight_decay holds False, expected True"),
+    (_groups("lr", -1.0), r"lr holds -1.0, expected a number in \[0.0, inf\]"),
+    (_groups("eps", -1e-8), "eps holds -1e-08"),
+    (_groups("betas", (2.0, 0.99)), r"betas holds \(2.0, 0.99\), expected 2 finite numbers in \[0.0, 1.0\)"),
+    (_groups("weight_decay", -0.1), "weight_decay holds -0.1"),
+    (_entries("max_exp_avg_sq", lambda e: torch.zeros_like(e["exp_avg"])),
+     r"holds \['max_exp_avg_sq'\], not kept by this optimizer"),
+    (_entries("momentum_buffer", lambda e: torch.zeros_like(e["exp_avg"])), r"holds \['momentum_buffer'\]"),
+    (_entries("step", lambda e: None), r"lacks \['step'\]"),  # a KeyError in Adam's step
+])
+def test_a_state_field_torch_would_read_wrongly_is_one_line(run, tmp_path, change, match):
+    root = copy_run(run, tmp_path)
+    rewrite_state(root, change)
+    with pytest.raises(BadFileError, match=match) as error:
+        resume(root)
+    assert "\n" not in str(error.value) and "train_state.pt" in str(error.value)
+
+
+def test_a_muon_state_with_too_many_newton_schulz_steps_is_refused(tmp_path):
+    train(config(tmp_path, "run", max_steps=2, eval_every=2, optimizer="muon"))
+    rewrite_state(tmp_path, lambda s: [g.update(ns_steps=10_000) for g in s["optimizer"]["muon"]["param_groups"]])
+    with pytest.raises(BadFileError, match=r"optimizer\.muon\.param_groups\[0\]\.ns_steps holds 10000, expected a "
+                                           r"number in \[1, 100\]"):
+        resume(tmp_path, optimizer="muon")
+
+
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 truncated", b"\x80\x02]q\x00."])
 def test_zero_length_truncated_and_wrong_typed_state_files_are_one_line(run, tmp_path, content):
     root = copy_run(run, tmp_path)

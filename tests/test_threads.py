@@ -126,7 +126,7 @@ def test_the_command_sets_the_policy_before_torch(others, verb, wait, threads_no
     env["PYTHONPATH"] = str(SRC)
     file = SRC / "glassformer" / "runtime" / "threads.py"
     out = subprocess.run([sys.executable, "-c", PROBE, str(file), str(others), verb], capture_output=True,
-                         text=True, env=env, check=True, timeout=300).stdout
+                         text=True, env=env, check=True, timeout=600).stdout
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["wait"] == wait and seen["blocktime"] == (None if wait is None else "0")
     if threads_now is not None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from glassformer.errors import BadFileError
 from glassformer.tokenizers import (
     BPETokenizer,
     ByteTokenizer,
@@ -112,3 +115,39 @@ def test_char_and_byte_roundtrip_any_text(text):
     assert char.decode(char.encode(text)) == text
     assert char.encode_to_array(text).tolist() == char.encode(text)
     assert ByteTokenizer().decode(ByteTokenizer().encode(text)) == text
+
+
+# ---------------------------------------------------------------- a checkpoint's tokenizer.json as found
+def _edited_bpe(tmp_path, edit) -> tuple[BPETokenizer, Path]:
+    """A trained BPE tokenizer, and a tokenizer.json of it that ``edit`` changed (as a user or a tool could)."""
+    import json
+
+    tok = BPETokenizer.train(["the quick brown fox jumps over the lazy dog\n" * 20], vocab_size=300, specials=["pad"])
+    data = tok.to_dict()
+    edit(data["hf"])
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return tok, path
+
+
+@pytest.mark.parametrize("setting", [
+    {"truncation": {"direction": "Right", "max_length": 3, "strategy": "LongestFirst", "stride": 0}},
+    {"padding": {"strategy": {"Fixed": 40}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                 "pad_type_id": 0, "pad_token": "<pad>"}},
+])
+def test_a_tokenizer_json_that_truncates_or_pads_encodes_as_ours(tmp_path, setting):
+    """Issue 47: its padding or truncation changed the ids of every text (a prompt cut to 3 tokens, a corpus
+    padded to 40 per line), so eval, generate and training computed something else; glassformer cuts itself."""
+    tok, path = _edited_bpe(tmp_path, lambda hf: hf.update(setting))
+    loaded = Tokenizer.load(path)
+    text = "the lazy dog jumps over the quick brown fox\nand again\n"
+    assert loaded.encode(text) == tok.encode(text) and len(tok.encode(text)) > 3
+    assert loaded.encode_to_array(text).tolist() == tok.encode_to_array(text).tolist()
+
+
+def test_a_tokenizer_json_with_an_id_past_its_vocabulary_is_refused(tmp_path):
+    """An id the vocabulary's size does not cover fits no model row, and wrapped in a uint16 token cache."""
+    _, path = _edited_bpe(tmp_path, lambda hf: hf["model"]["vocab"].update(h=70_000))
+    with pytest.raises(BadFileError, match=r"tokenizer\.json: the 'hf' field: token 'h' has id 70000, past the "
+                                           r"vocabulary's \d+ ids"):
+        Tokenizer.load(path)

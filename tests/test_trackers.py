@@ -36,10 +36,11 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 def wandb_records(folder: Path) -> list:
     """Every record of the offline W&B run files under ``folder``, oldest run first. W&B's service
-    process writes them: each is read once it holds its run's final "exit" record (10 s at most)."""
+    process writes them: each is read once it holds its run's final "exit" record (a second or so; bounded at
+    10 minutes, a guard against a hung service on a busy machine, not a verdict)."""
     records: list = []
     for file in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
-        for _ in range(50):
+        for _ in range(3000):
             found = _run_file_records(file)
             if found and found[-1].WhichOneof("record_type") == "exit":
                 break

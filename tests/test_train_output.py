@@ -4,6 +4,7 @@ a resume, and the command that resumes after Ctrl-C. Tiny CPU runs (tests/traini
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -11,7 +12,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import MISSING, fields
 
 import pytest
@@ -44,7 +44,7 @@ def corpus(tmp_path):
 def test_the_model_line_names_the_shape_and_the_parameter_count(tmp_path, corpus, capsys):
     out = tmp_path / "run"
     assert main(["train", "--data", str(corpus), "--out_dir", str(out), "--max_steps", "2", *TINY]) == 0
-    err = capsys.readouterr().err.splitlines()
+    err = helpers.without_heartbeats(capsys.readouterr().err.splitlines())
     model, _ = glassformer.load(out / "best")
     n = count_params(model)
     assert err[1] == f"model: TransformerLM causal, 1 layer x 16 wide, 2 heads, vocab {model.config.vocab_size}, " \
@@ -121,16 +121,20 @@ def test_help_lists_every_key_with_its_default(capsys):
             assert shown == default or float(shown) == f.default, f.name
 
 
-def test_resume_says_what_it_resumes_counts_this_runs_tokens_and_warns(tmp_path, capsys):
+@pytest.mark.parametrize("progress", [True, False])
+def test_resume_says_what_it_resumes_counts_this_runs_tokens_and_warns(tmp_path, capsys, progress):
+    """``progress: false`` quiets progress only: the resume line and the warnings are said either way."""
     helpers.train(helpers.config(tmp_path, max_steps=4))
     capsys.readouterr()
-    cfg = helpers.config(tmp_path, max_steps=8, resume=True, progress=True)
+    cfg = helpers.config(tmp_path, max_steps=8, resume=True, progress=progress)
     trainer, result = helpers.train(cfg)
     err = capsys.readouterr().err
     out = tmp_path / "run"
     assert f"resuming {out}/ at step 4 of 8 (from {out / 'ckpt-000004'})" in err
     assert "warning: max_steps changed from 4 to 8 since the checkpoint" in err
     assert "add --lr_decay_steps 4 to keep the old schedule" in err
+    progress_lines = [line for line in err.splitlines() if line.startswith(("step ", "model: "))]
+    assert bool(progress_lines) is progress  # a line per record (no bar under capsys) and the model line
     tokens = 4 * cfg.batch_size * cfg.block_size  # the 4 steps of this call, not the 8 of the run
     assert result["tokens_per_s"] * result["wall_s"] == pytest.approx(tokens)
     assert trainer.tokens_seen == 2 * tokens
@@ -153,7 +157,7 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path, corpus, capsys, monkey
 
     def step_then_ctrl_c(self):
         loss = real(self)
-        if self.step == 2:
+        if self.step in (2, 5):
             os.kill(os.getpid(), signal.SIGINT)  # the trainer's handler: stop after the next step, saved
         return loss
 
@@ -166,9 +170,28 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path, corpus, capsys, monkey
     words = shlex.split(line.split("resume with: ", 1)[1])
     assert line.startswith("interrupted at step 3 of 10; resume with: glassformer train ")
     assert words == ["glassformer", *argv, "--resume", "true"]
+    assert main(words[1:]) == 130  # the printed command continues the run, interrupted again after step 6
+    err = capsys.readouterr().err
+    assert f"resuming {out}/ at step 3 of 10" in err
+    again = err.splitlines()[-1]
+    assert again.startswith("interrupted at step 6 of 10; resume with: ")
+    assert shlex.split(again.split("resume with: ", 1)[1]) == words  # --resume true once, not twice
     monkeypatch.setattr(Trainer, "train_step", real)
-    assert main(words[1:]) == 0  # the printed command continues the run
-    assert f"resuming {out}/ at step 3 of 10" in capsys.readouterr().err
+    assert main(words[1:]) == 0
+    assert f"resuming {out}/ at step 6 of 10" in capsys.readouterr().err
+
+
+def test_the_resume_command_replaces_any_resume_word():
+    from glassformer.commands.train import resume_command
+
+    def command(*overrides: str) -> str:
+        return resume_command(argparse.Namespace(config=None, overrides=list(overrides)))
+
+    want = "glassformer train --max_steps 5 --resume true"
+    assert command("--max_steps", "5") == want
+    for given in (["--resume", "true"], ["--resume", "false"], ["--resume=true"], ["--resume=yes"]):
+        assert command(*given, "--max_steps", "5") == want, given
+    assert command("--max-steps", "5", "--resume", "true") == "glassformer train --max-steps 5 --resume true"
 
 
 def test_an_interrupted_command_line_run_prints_the_resume_command(tmp_path, corpus):
@@ -179,14 +202,9 @@ def test_an_interrupted_command_line_run_prints_the_resume_command(tmp_path, cor
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        for _ in range(1200):
-            if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 3:
-                break
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
+        helpers.wait_until_training(process, out)  # the trainer's handler is in place: no race with the import
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
+        stdout, stderr = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
             process.kill()

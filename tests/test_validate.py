@@ -18,7 +18,7 @@ from glassformer.generation import GenerationConfig
 from glassformer.interpret.microscope import WatchConfig
 from glassformer.interpret.sae import SAEConfig, SAETrainConfig
 from glassformer.training import TrainConfig
-from glassformer.validate import check_fields, option
+from glassformer.validate import MAX_INT_FIELD, check_fields, option
 
 VALID = {  # each config class with the fields of one valid config (the rest at their defaults)
     ModelConfig: {"vocab_size": 10},
@@ -51,6 +51,8 @@ def bad_values(f: dataclasses.Field) -> list:
         bad += [spec["gt"]] if "gt" in spec else []
         bad += [spec["le"] + 1] if "le" in spec else []
         bad += [spec["lt"]] if "lt" in spec else []
+    if kind == "int" and not {"le", "lt"} & set(spec):  # issue 47: an int past any count a run reaches (a raw
+        bad.append(MAX_INT_FIELD + 1)  # islice ValueError for eval_batches=10**20, after folders were made)
     if "choices" in spec:
         bad.append("no-such-choice")
     return bad

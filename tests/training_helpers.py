@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import time
+from pathlib import Path
+
 from glassformer.training import TrainConfig, Trainer, prepare_run
+
+# A heartbeat line (glassformer/progress.py), printed only when a step outlasts ~10 s: on a busy machine any step may.
+HEARTBEAT = re.compile(r"[^|]+: .*(, | in )[\d,]+ s")
+
+
+def without_heartbeats(lines: list[str]) -> list[str]:
+    """``lines`` without heartbeat lines, for a test that reads lines by position."""
+    return [line for line in lines if not HEARTBEAT.fullmatch(line)]
+
 
 CORPUS = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
 
@@ -24,3 +38,19 @@ def train(cfg: TrainConfig) -> tuple[Trainer, dict]:
     run = prepare_run(cfg)
     trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
     return trainer, trainer.train()
+
+
+def wait_until_training(process: subprocess.Popen, out_dir: Path, records: int = 3, limit_s: float = 600.0) -> None:
+    """Return once ``process`` (a ``glassformer train`` writing ``out_dir``) has logged ``records`` records to
+    ``out_dir/metrics.jsonl``: its stop handlers are installed, so a signal sent now meets them, however busy
+    the machine. The limit only bounds a hung run (it fails the test, never decides it)."""
+    metrics = out_dir / "metrics.jsonl"
+    deadline = time.monotonic() + limit_s
+    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").count("\n") >= records):
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended (status {process.returncode}) before it logged {records} records: "
+                                 f"{process.stderr.read()[-2000:] if process.stderr else ''}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the run logged fewer than {records} records in {limit_s:.0f} s")
+        time.sleep(0.05)

@@ -17,7 +17,8 @@ from .errors import GlassformerError
 
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
 VERBS_WITH_LANG = ("demo", "inspect")  # verbs with their own --lang option (it is handed on to them)
-VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae", "bench")
+VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae",
+         "transcoders", "bench")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -68,6 +69,14 @@ def main(argv: list[str] | None = None) -> int:
             for choice in verbs._choices_actions:  # the verbs' one-line summaries
                 choice.help = VERB_HELP_ZH.get(choice.dest, choice.help)
             translate_help(verbs)
+        verb = next((word for word in words if not word.startswith("-")), None)
+        close = difflib.get_close_matches(verb, VERBS, n=1, cutoff=0.6) if verb not in (None, *VERBS) else []
+        if close:  # a mistyped verb (trian): argparse's refusal, and the verb it is closest to
+            choices = ", ".join(map(repr, VERBS))
+            refusal = argparse._("invalid choice: %(value)r (choose from %(choices)s)") % {"value": verb,
+                                                                                          "choices": choices}
+            parser.error(argparse._("argument %(argument_name)s: %(message)s") % {
+                "argument_name": "VERB", "message": refusal} + cli_text("did_you_mean_verb", lang, verb=close[0]))
         glued = next((word for word in words if word.startswith("--") and word.endswith("=--")), None)
         if glued is not None:  # argparse drops a value "--" and passes [] on as the option's value
             parser.error(f"{glued}: '--' is not a value; give the option a real one")
@@ -101,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so that flushing stdout at exit does not fail again
         return 141  # 128 + SIGPIPE, what a shell reports for a program killed by a closed pipe
     except (GlassformerError, OSError) as error:  # anything else is a bug: its traceback shows
-        print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
+        text = getattr(error, "text", None)  # a usage error of the command line (an unknown option): its language
+        if lang != "en" and text is not None:
+            print(cli_text("error", lang, prog="glassformer", message=cli_text(text[0], lang, **text[1])),
+                  file=sys.stderr)
+        else:
+            print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
 
 

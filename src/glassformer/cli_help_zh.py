@@ -32,7 +32,7 @@ def wrap_columns(text: str, width: int) -> list[str]:
         if token.isspace():
             line += [" "] if line else []
             continue
-        if line and display_width("".join(line).rstrip() + token) > width:
+        if line and display_width("".join(line) + token) > width:  # the space before token counts
             keep = len(line)
             if token in _CLOSING:  # closing punctuation never starts a line: what it closes comes down too
                 keep -= 1
@@ -110,9 +110,22 @@ def translate_help(verbs: argparse._SubParsersAction) -> None:
 
 
 def _wrap_line(line: str, width: int) -> str:
-    """One epilog line wrapped to ``width`` columns, its indent kept; example commands stay whole."""
+    """One epilog line wrapped to ``width`` columns, its indent kept; example commands stay whole. A key line
+    (``  --lr 1e-3      峰值学习率``) keeps its column: the comment wraps under itself (under the key, 6 columns
+    in, when the terminal leaves it fewer than 20 columns)."""
     indent = line[:len(line) - len(line.lstrip())]
     example = line.lstrip().startswith("glassformer ") and line.isascii()
     if display_width(line) <= width or example:
         return line
+    key = _KEY_LINE.fullmatch(line)
+    if key:
+        head, comment = key[1], line[len(key[1]):]
+        column = display_width(head)
+        if width - column >= _MIN_COMMENT:
+            first, *rest = wrap_columns(comment, width - column)
+            return "\n".join([head + first, *(" " * column + part for part in rest)])
+        return "\n".join([head.rstrip(), *(" " * 6 + part for part in wrap_columns(comment, width - 6))])
     return "\n".join(indent + part for part in wrap_columns(line, width - len(indent)))
+
+
+_MIN_COMMENT = 20  # columns a key's comment needs beside it before it goes under the key instead

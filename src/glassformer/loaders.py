@@ -268,7 +268,12 @@ def rust_tokenizer(data: Any, file: str | Path) -> Any:
     from tokenizers import Tokenizer
 
     check_tokenizer_json(data, file)
-    return rust_call(lambda: Tokenizer.from_str(json.dumps(data)), file)
+    tokenizer = rust_call(lambda: Tokenizer.from_str(json.dumps(data)), file)
+    vocab, size = tokenizer.get_vocab(with_added_tokens=True), tokenizer.get_vocab_size(with_added_tokens=True)
+    token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
+    if top >= size:  # its ids would not fit the model's rows nor a token cache sized by vocab_size
+        raise BadFileError(f"{_named(file)}: token {token!r} has id {top}, past the vocabulary's {size} ids")
+    return tokenizer
 
 
 def rust_call(build: Any, file: str | Path) -> Any:

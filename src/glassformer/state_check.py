@@ -38,26 +38,56 @@ def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtyp
 
 
 OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
+# What torch's constructors accept for a hyperparameter (load_state_dict checks none of it): [low, high), a
+# closed high where the bound is inclusive. ns_steps: Newton-Schulz iterations, each a few matrix products.
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "lr": (0.0, math.inf, True), "eps": (0.0, math.inf, True), "weight_decay": (0.0, math.inf, True),
+    "betas": (0.0, 1.0, False), "momentum": (0.0, 1.0, False), "ns_steps": (1, 100, True)}
+
+
+def _in_range(name: str, value: float) -> bool:
+    low, high, closed = RANGES.get(name, (-math.inf, math.inf, True))
+    return low <= value and (value <= high if closed else value < high)
+
+
+def _range_text(name: str) -> str:
+    low, high, closed = RANGES[name]
+    return f"in [{low}, {high}{']' if closed else ')'}"
 
 
 def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
-    if fresh is None or (isinstance(fresh, bool) and key.rsplit(".", 1)[-1] in OPTIONAL_FLAGS):
+    name = key.rsplit(".", 1)[-1]
+    if fresh is None or (isinstance(fresh, bool) and name in OPTIONAL_FLAGS):
         if not (value is None or isinstance(value, bool)):
             raise _bad(file, key, value, "true, false or None")
-    elif isinstance(fresh, bool):
-        if not isinstance(value, bool):  # amsgrad=None reached fused AdamW's kernel as a TypeError
-            raise _bad(file, key, value, "true or false")
+    elif isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
+        if value is not fresh:  # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its
+            # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
+            raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
     elif isinstance(fresh, (int, float)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise _bad(file, key, value, "a finite number")
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
             raise _bad(file, key, value, "an int in [-10000, 10000]")
+        if not _in_range(name, value):
+            raise _bad(file, key, value, f"a number {_range_text(name)}")
     elif isinstance(fresh, (tuple, list)):
         if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
-                and all(is_number(v) and math.isfinite(v) for v in value)):
-            raise _bad(file, key, value, f"{len(fresh)} finite numbers")
+                and all(is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
+            shown_range = f" {_range_text(name)}" if name in RANGES else ""
+            raise _bad(file, key, value, f"{len(fresh)} finite numbers{shown_range}")
     elif isinstance(fresh, str) and value != fresh:
         raise _bad(file, key, value, repr(fresh))
+
+
+def _moments(group: dict[str, Any]) -> set[str] | None:
+    """The entries a parameter's state holds under the optimizer of ``group`` (a fresh one's): Adam's count and
+    two moments (and the running maximum under amsgrad), Muon's momentum; None for an optimizer not known here."""
+    if "betas" in group:
+        return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
+    if "momentum" in group:
+        return {"momentum_buffer"}
+    return None
 
 
 def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "optimizer") -> None:
@@ -79,6 +109,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
     if not isinstance(groups, list) or len(groups) != len(fresh):
         raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
     params: dict[int, nn.Parameter] = {}
+    needed: dict[int, set[str] | None] = {}  # per parameter index: the entries its state must hold
     for g, (group, mine, live) in enumerate(zip(groups, fresh, part.param_groups, strict=True)):
         where = f"{key}.param_groups[{g}]"
         if not isinstance(group, dict) or group.get("params") != mine["params"]:
@@ -90,6 +121,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
             elif name != "params" and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
                 raise BadFileError(f"{file}: {where} lacks {name!r} (this run's optimizer has {shown(value)})")
         params.update(zip(mine["params"], live["params"], strict=True))
+        needed.update(dict.fromkeys(mine["params"], _moments(mine)))
     state = saved["state"]
     if not isinstance(state, dict):
         raise _bad(file, f"{key}.state", state, "a dict")
@@ -111,8 +143,14 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
                     raise _bad(file, f"{where}.step", value, f"one number in [0, {MAX_STEP}]")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP:
                 raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
-        if "momentum_buffer" not in entry and not {"exp_avg", "exp_avg_sq", "step"} <= set(entry):
-            raise BadFileError(f"{file}: {where} lacks {sorted({'exp_avg', 'exp_avg_sq', 'step'} - set(entry))}")
+        wanted = needed[index]
+        if wanted is None and "momentum_buffer" not in entry:
+            wanted = {"exp_avg", "exp_avg_sq", "step"}
+        if wanted is not None and set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
+            missing, extra = sorted(wanted - set(entry)), sorted(set(entry) - wanted)
+            raise BadFileError(f"{file}: {where} " + "; ".join(
+                [*([f"lacks {missing}"] if missing else []), *([f"holds {extra}, not kept by this optimizer"]
+                                                                 if extra else [])]))
 
 
 def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module, optimizer: Any,

@@ -34,6 +34,9 @@ _TYPES = {  # a field's annotated type -> (does a value have it, how a message n
 }
 
 
+MAX_INT_FIELD = 2**53  # an int field without its own bound: a count no run reaches (and JSON keeps exactly)
+
+
 def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None:
     """Check every field of the dataclass ``config`` against its annotation and :func:`option`: an
     ArgumentTypeError for a wrong type, a GlassformerError out of range or choices (NaN, inf and bools for
@@ -54,6 +57,8 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
             low = spec["ge"] if "ge" in spec else spec["gt"] + 1 if "gt" in spec else None
             high = spec["le"] if "le" in spec else spec["lt"] - 1 if "lt" in spec else None
             check_int(name, value, low, high)
+            if high is None and value > MAX_INT_FIELD:  # past any count a run reaches: [low, 2**53] named
+                check_int(name, value, low, MAX_INT_FIELD)
         elif kinds[0] == "float":
             check_number(name, value, spec.get("ge", spec.get("gt")), spec.get("le", spec.get("lt")),
                          low_open="gt" in spec, high_open="lt" in spec)

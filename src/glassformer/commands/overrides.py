@@ -6,7 +6,9 @@ import difflib
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from ..cli_zh import cli_text
 from ..errors import UsageError
 from ..validate import CommandLineText
 
@@ -22,14 +24,22 @@ def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, CommandLineText]
     pairs, words = [], iter(argv)
     for word in words:
         if not word.startswith("--") or len(word) == 2:
-            raise UsageError(f"expected an override like --key value, got {word!r}")
+            raise usage_error("override_form", word=word)
         key, equals, text = word[2:].partition("=")
         if not equals:
             text = next(words, None)
             if text is None:
-                raise UsageError(f"override {word} has no value")
+                raise usage_error("override_no_value", word=word)
         pairs.append((key.replace("-", "_"), CommandLineText(text)))
     return pairs
+
+
+def usage_error(key: str, **fields: Any) -> UsageError:
+    """A UsageError with the CLI text ``key`` of locale/cli.json (English); ``cli.main`` prints it in the command
+    line's language from the ``text`` it carries."""
+    error = UsageError(cli_text(key, "en", **fields))
+    error.text = (key, fields)
+    return error
 
 
 def did_you_mean(word: str, known: Collection[str], prefix: str = "--") -> str:
@@ -62,6 +72,10 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
             hint = f" (did you mean {prefix}{close[0]}.{rest}?)" if close else ""
         else:
             hint = did_you_mean(key, known[""], prefix)
+        if where == "option" and not source:  # the command line's: in its language (cli.main)
+            close_key = hint[len(" (did you mean "):-len("?)")]
+            raise usage_error("unknown_option_close" if hint else "unknown_option", option=f"{prefix}{key}",
+                              close=close_key, verb=verb)
         place = f" in {source}" if source else ""
         raise UsageError(f"unknown {where} {prefix}{key}{place}{hint}; glassformer {verb} --help lists the keys")
 

@@ -118,7 +118,7 @@ def resume_command(args: argparse.Namespace) -> str:
     if args.config is not None:
         words += ["--config", str(args.config)]
     for word in overrides:
-        key = word.replace("-", "_")
+        key = "--" + word[2:].replace("-", "_") if word.startswith("--") else word  # --resume, --resume=true
         if key == "--resume":
             next(overrides, None)  # and its value
         elif not key.startswith("--resume="):

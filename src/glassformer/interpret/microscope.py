@@ -229,18 +229,8 @@ class Microscope:
                 raise GlassformerError(f"watch.heads: [{layer}, {head}] is out of range for {L} layers x {h} heads")
         self.heads = [list(p) for p in watch.heads] or (
             [[i, j] for i in range(L) for j in range(h)] if L * h <= 16 else [[i, 0] for i in range(L)])
-        extra = 1 if bos is not None else 0
-        self.probe_length = watch.probe_length or max(2, min(20, (c.max_len - extra) // 2))
-        self.lengths = sorted(set(watch.probe_lengths or probe_lengths(self.probe_length)) | {self.probe_length},
-                              reverse=True)
-        if 2 * self.lengths[0] + extra > c.max_len:
-            raise GlassformerError(f"watch.probe_length(s) up to {self.lengths[0]} need max_len >= "
-                                   f"{2 * self.lengths[0] + extra}, the model has {c.max_len}")
-        # every probe's forward keeps all layers' attention patterns: estimated before the first record
-        longest, (rows, length), held = 2 * self.lengths[0] + extra, probe_text.shape, model_bytes(c)
-        check_fits(probe_bytes(c, watch.probe_batch, longest),
-                   f"the microscope's repeated-tokens probe (watch.probe_batch={shown(watch.probe_batch)} rows of "
-                   f"{longest} tokens, {describe(c)})", max_memory, held)
+        self.probe_length, self.lengths = probe_plan(watch, c, 1 if bos is not None else 0, max_memory)
+        (rows, length), held = probe_text.shape, model_bytes(c)
         check_fits(probe_bytes(c, rows, length, residuals=True),
                    f"the microscope's text probe (watch.text_rows={shown(watch.text_rows)}: {rows:,} rows of "
                    f"{length} tokens, {describe(c)})", max_memory, held)
@@ -364,6 +354,28 @@ class Microscope:
                 "weight_norm": [round(v, 4) for v in weight_norm], "attention": snapshots,
                 "loss_by_position": [round(v, 4) for v in by_position.tolist()],
                 "icl_score": round(icl_score(by_position), 5) if by_position.numel() >= 3 else None}
+
+
+def probe_plan(watch: WatchConfig, c: Any, extra: int, max_memory: Any = None) -> tuple[int, list[int]]:
+    """The repeated-tokens probe's length and every length recorded (longest first) for a model of config ``c``
+    (``extra``: 1 when a <bos> starts each probe row); a GlassformerError when the longest does not fit
+    ``c.max_len`` or its forward (all layers' attention patterns kept) does not fit in memory."""
+    probe_length = watch.probe_length or max(2, min(20, (c.max_len - extra) // 2))
+    lengths = sorted(set(watch.probe_lengths or probe_lengths(probe_length)) | {probe_length}, reverse=True)
+    longest = 2 * lengths[0] + extra
+    if longest > c.max_len:
+        raise GlassformerError(f"watch.probe_length(s) up to {lengths[0]} need max_len >= {longest}, the model "
+                               f"has {c.max_len}")
+    check_fits(probe_bytes(c, watch.probe_batch, longest),
+               f"the microscope's repeated-tokens probe (watch.probe_batch={shown(watch.probe_batch)} rows of "
+               f"{longest} tokens, {describe(c)})", max_memory, model_bytes(c))
+    return probe_length, lengths
+
+
+def check_watch(watch: dict[str, Any], c: Any, max_memory: Any = None) -> None:
+    """Before a run reads its data or makes a folder: ``watch`` (a TrainConfig's) against the model config ``c``
+    as :func:`probe_plan` checks it, without a <bos> (the run's :class:`Microscope` checks again, exactly)."""
+    probe_plan(WatchConfig.from_dict(watch), c, 0, max_memory)
 
 
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,

@@ -143,8 +143,13 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
         parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
-    for name, model_config, steps in parts:
+    from .run import say  # (run.py imports this module)
+
+    for number, (name, model_config, steps) in enumerate(parts, 1):
         run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
+        say(f"{'attention-only' if name == 'attn_only' else 'GPT-2'} model ({number} of {len(parts)}): {steps} steps "
+            f"into {run_config.out_dir}, its heads scored every {spec.get('measure_every', 10)} steps (a line per "
+            f"{config.log_every} steps when no progress bar is drawn)", config.progress)
         torch.manual_seed(config.seed)
         model = build_model(model_config)
         history, validation = _train_and_measure(run_config, model, task, spec, steps)
@@ -153,6 +158,7 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                                "by_probe_length": by_probe_length(model, task, spec),
                                "validation": validation, "out_dir": run_config.out_dir}
         model.eval()  # attribution patching against exact patching, per head; the run page shows both
+        say(f"attribution and exact patching of every head ({run_config.out_dir}/{ATTRIBUTION})", config.progress)
         run["attribution"] = induction_patching(model, length, batch, low=task.low, bos=task.bos)
         atomic_write_text(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
         if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in

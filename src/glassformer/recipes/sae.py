@@ -11,6 +11,7 @@ import torch
 from ..interpret.sae import ActivationSource, SAETrainConfig, SparseAutoencoder, run_sae
 from ..training import TrainConfig, load, prepare_run
 from ..viz.report_sae import write_feature_pages
+from .run import say
 
 RECIPE_KEYS = ("task", "corpus", "source", "features_listed", "naming_batches")  # the rest: SAE keys
 NAME_LINE = re.compile(r"[A-Z][A-Za-z' ]{0,30}:")  # a speaker's line: "ROMEO:", "First Citizen:"
@@ -87,12 +88,16 @@ def _context_text(context: dict[str, Any], vocab: dict[str, str]) -> str:
 def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], train: Any) -> dict[str, Any]:
     """Train the model with ``train(config, model, tokenizer, batches)``, then the SAE;
     returns {"training", "sae": {"metrics", "training", "out_dir", "features_html", "features", ...}}."""
+    say(f"preparing the data: {config.tokenizer} tokenizer and token cache ({spec.get('corpus') or 'your files'})",
+        config.progress)
     run = prepare_run(config)
     training = train(config, run.model, run.tokenizer, run.batches)
     checkpoint = Path(config.out_dir) / "best"
     model, tokenizer = load(checkpoint)
     sae_config = SAETrainConfig.from_dict({"data": list(config.data), "progress": config.progress,
                                            **{k: v for k, v in spec.items() if k not in RECIPE_KEYS}})
+    say(f"sparse autoencoder on {sae_config.hook} of {checkpoint}: {sae_config.steps} steps (a line per "
+        f"{sae_config.log_every} steps when no progress bar is drawn)", config.progress)
     found = run_sae(sae_config, model, tokenizer, checkpoint=checkpoint)
     listed = int(spec.get("features_listed", 40))
     features, pages, summary = [], None, found["features"]

@@ -25,6 +25,8 @@ class BPETokenizer(Tokenizer):
 
     def __init__(self, hf: HFTokenizer, specials: Sequence[str] = ()):
         self.hf = hf
+        hf.no_padding()  # a tokenizer.json that pads or truncates (its "padding", "truncation") would change the
+        hf.no_truncation()  # ids of every text: glassformer cuts and batches itself, as HFTokenizer does
         self.specials = check_specials(specials)
         self.special_tokens = {}
         for name in self.specials:

@@ -298,7 +298,7 @@ class Trainer:
         if self.dist.is_main:  # what is trained and from where, schedule warnings, a precision other than float32
             resumed = self.resumed_from
             lines = [describe_model(self.model, config.block_size, self.n_params)] if config.progress else []
-            if config.progress and resumed is not None:
+            if resumed is not None:  # said under progress: false too (like the warnings below): not progress
                 lines.append(resume_line(config.out_dir, self.step, config.max_steps, resumed["checkpoint"]))
             lines += schedule_warnings(config, self.step, resumed["training"] if resumed is not None else None)
             lines += [self.precision.describe()] if config.precision != "float32" else []

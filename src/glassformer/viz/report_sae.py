@@ -1,5 +1,5 @@
-"""Feature pages of a sparse autoencoder: one self-contained, offline HTML page listing the features of
-:func:`glassformer.interpret.sae.feature_summary` (drawn by report_assets/sae.js)."""
+"""Feature pages of a sparse autoencoder (or of one layer of transcoders): one self-contained, offline HTML page
+listing the features of :func:`glassformer.interpret.sae.feature_summary` (drawn by report_assets/sae.js)."""
 
 import html
 import math
@@ -12,10 +12,9 @@ from .i18n import text as tr
 from .report import _asset, _script_json, page_start, script_element
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
-METRIC_NAMES = (("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"), ("dense", "d"),
-                ("ce_clean", ".4f"), ("ce_sae", ".4f"), ("ce_zero", ".4f"), ("ce_recovered", ".3f"),
-                ("tokens", ",d"))
-
+METRIC_NAMES = (("nmse", ".3f"), ("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"),
+                ("dense", "d"), ("ce_clean", ".4f"), ("ce_sae", ".4f"), ("ce_replaced", ".4f"), ("ce_zero", ".4f"),
+                ("ce_zero_mlps", ".4f"), ("ce_recovered", ".3f"), ("tokens", ",d"))
 
 
 def _metrics_table(metrics: dict[str, Any], lang: str = "en") -> str:
@@ -41,9 +40,9 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 
     title = title or tr("sae.title", lang, hook=summary.get("hook", ""))
     live = len(summary["features"])
-    facts = tr("sae.facts", lang, hook=summary.get("hook", "?"), kind=summary.get("kind", "?"),
-               features=f"{summary['d_sae']:,}", live=f"{live:,}", tokens=f"{summary['tokens']:,}",
-               dead=f"{len(summary['dead']):,}")
+    facts = tr("sae.facts_transcoder" if "layer" in summary else "sae.facts", lang, hook=summary.get("hook", "?"),
+               kind=summary.get("kind", "?"), features=f"{summary['d_sae']:,}", live=f"{live:,}",
+               tokens=f"{summary['tokens']:,}", dead=f"{len(summary['dead']):,}", layer=summary.get("layer", "?"))
     note = summary.get("logit_note")
     data = {**summary, "labels": js_labels(lang, "sae.js.")}
     return f"""{page_start(title, lang, _asset("sae.css"), script=_asset("sae.js"))}
@@ -82,3 +81,23 @@ def write_feature_pages(summary: dict[str, Any], out: str | Path, *, metrics: di
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, page)
     return path
+
+
+def write_transcoder_pages(summaries: list[dict[str, Any]], out_dir: str | Path, *,
+                           metrics: dict[str, Any] | None = None, lang: str = "en") -> list[Path]:
+    """One page per layer, ``out_dir/features-L{i}.html``, for the summaries of
+    :func:`glassformer.interpret.transcoders.transcoder_feature_summaries`; ``metrics``: those of
+    ``evaluate_transcoders`` (each page shows its layer's and the whole replacement's)."""
+    pages = []
+    for summary in summaries:
+        layer = int(summary["layer"])
+        shown: dict[str, Any] = {}
+        if metrics:
+            shown = {key: metrics[key][layer] for key in ("nmse", "explained_variance", "l0", "dead") if key in metrics}
+            shown.update({key: metrics[key] for key in ("ce_clean", "ce_replaced", "ce_recovered", "tokens")
+                          if key in metrics})
+            if "ce_zero" in metrics:
+                shown["ce_zero_mlps"] = metrics["ce_zero"]
+        pages.append(write_feature_pages(summary, Path(out_dir) / f"features-L{layer}.html", metrics=shown,
+                                         title=tr("sae.transcoder_title", resolve_lang(lang), layer=layer), lang=lang))
+    return pages

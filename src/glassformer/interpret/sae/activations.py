@@ -86,17 +86,28 @@ class InputBatch:
 class ActivationSource:
     """A hook's activations on pieces read at random places of plain text ``files``: windows of ``context``
     tokens for a TransformerLM (a prefix-LM's prefix: ``prefix_len``, default half; a bidirectional model's
-    loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder."""
+    loss masks ``mlm_fraction``), ``source<TAB>target`` lines for an EncoderDecoder. ``hook`` may be a list
+    of hook points of one width (a transcoder's MLP inputs and outputs): rows are then (N, len(hook), d_in)."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, hook: str, files: list[str | Path], *,
+    def __init__(self, model: nn.Module, tokenizer: Any, hook: str | list[str], files: list[str | Path], *,
                  context: int = 64, batch: int = 32, split: str = "train", val_fraction: float = 0.1,
                  seed: int = 0, prefix_len: int | None = None, mlm_fraction: float = 0.15):
         if not isinstance(model, (TransformerLM, EncoderDecoder)):
             raise GlassformerError(f"model must be a glassformer TransformerLM or EncoderDecoder, got "
                                    f"{type(model).__name__}")
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.point = hook_point(model, hook)
+        self.several = isinstance(hook, (list, tuple))
+        if self.several and not hook:
+            raise GlassformerError("hook must name at least one hook point")
+        self.points = [hook_point(model, name) for name in (hook if self.several else [hook])]
+        self.point = self.points[0]
         self.d_in = hook_width(model, self.point)
+        for point in self.points[1:]:
+            if hook_width(model, point) != self.d_in:
+                raise GlassformerError(f"hooks read together must have one width: {self.point.name!r} has "
+                                       f"{self.d_in}, {point.name!r} has {hook_width(model, point)}")
+        order = list(hook_points(model))
+        self.last = max(self.points, key=lambda p: order.index(p.name)).name  # the forward stops after it
         self.encdec = isinstance(model, EncoderDecoder)
         self.context = check_int("context", context, 1 if self.encdec else 2, model.config.max_len)
         self.batch = check_int("batch", batch, 1, 1 << 16)
@@ -223,23 +234,33 @@ class ActivationSource:
 
     @torch.no_grad()
     def activations(self, inputs: InputBatch) -> torch.Tensor:
-        """The hook's tensor for ``inputs`` as (B, T, d_in) (the forward stops at the hook)."""
+        """The hook's tensor for ``inputs`` as (B, T, d_in), or with several hooks (B, T, hooks, d_in) (the
+        forward stops at the last one)."""
+        seen: dict[str, torch.Tensor] = {}
+
         def capture(x: torch.Tensor, hook: HookPoint) -> None:
-            raise _Captured(x.detach())
+            seen[hook.name] = x.detach()
+            if hook.name == self.last:
+                raise _Captured(x)
 
         try:
-            with hooks(self.model, [(self.point.name, capture)]):
+            with hooks(self.model, [(p.name, capture) for p in self.points]):
                 self.model(*inputs.args, **inputs.kwargs)
-        except _Captured as done:
-            return self.flat(done.tensor)
-        raise GlassformerError(f"hook {self.point.name!r} did not fire for this input")
+        except _Captured:
+            if not self.several:
+                return self.flat(seen[self.point.name])
+            missing = [p.name for p in self.points if p.name not in seen]
+            if not missing:
+                return torch.stack([self.flat(seen[p.name]) for p in self.points], dim=2)
+        raise GlassformerError(f"hook {self.last!r} did not fire for this input")
 
     def flat(self, x: torch.Tensor) -> torch.Tensor:
         """A hook's tensor (B, T, ...) as (B, T, d_in): per-head axes joined, as SAELens reads hook_z."""
         return x.reshape(*x.shape[:2], -1).float()
 
     def next_rows(self) -> torch.Tensor:
-        """One batch's activations at every valid position: (N, d_in) rows, N <= batch x context."""
+        """One batch's activations at every valid position: (N, d_in) rows (several hooks: (N, hooks, d_in)),
+        N <= batch x context."""
         inputs = self.next_inputs()
         return self.activations(inputs)[inputs.valid]
 

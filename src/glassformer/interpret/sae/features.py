@@ -22,10 +22,13 @@ def _label(tokenizer: Any, i: int) -> str:
 
 @torch.no_grad()
 def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: int = 128, *, top: int = 8,
-                    before: int = 16, after: int = 4, bins: int = 20, logit_tokens: int = 8) -> dict[str, Any]:
+                    before: int = 16, after: int = 4, bins: int = 20, logit_tokens: int = 8,
+                    residual: bool | None = None) -> dict[str, Any]:
     """The JSON-able data of the feature pages from ``windows`` inputs of a held-out ``source``: ``top``
     contexts per feature (``before`` and ``after`` tokens around each peak), ``bins`` histogram bins and
-    ``logit_tokens`` output tokens pushed up and down; features most frequent first."""
+    ``logit_tokens`` output tokens pushed up and down; features most frequent first. ``sae``: anything with
+    ``encode``, ``W_dec`` (d_sae, d), ``hook`` and ``config.d_sae``/``config.kind`` (one layer of a transcoder
+    set too); ``residual``: whether W_dec writes to the residual stream (None: as the source's hook says)."""
     check_int("windows", windows, 1, 1 << 20)
     for name, value, low in (("top", top, 1), ("before", before, 0), ("after", after, 0), ("bins", bins, 1),
                              ("logit_tokens", logit_tokens, 0)):
@@ -72,7 +75,7 @@ def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: i
         rows, cols = (f > 0).nonzero(as_tuple=True)
         b = (f[rows, cols] / peak[cols] * bins).long().clamp(max=bins - 1)
         hist.view(-1).index_add_(0, cols * bins + b, torch.ones_like(b))
-    effects = _logit_effects(sae, source, logit_tokens)
+    effects = _logit_effects(sae, source, logit_tokens, residual)
     n_tokens = int(valid.sum())
     features, used = [], set()
     order = sorted(range(d_sae), key=lambda i: (-int(fired[i]), i))
@@ -104,12 +107,14 @@ def feature_summary(sae: SparseAutoencoder, source: ActivationSource, windows: i
                                                             "layer reads, so no output tokens are listed"}
 
 
-def _logit_effects(sae: SparseAutoencoder, source: ActivationSource, n: int):
+def _logit_effects(sae: SparseAutoencoder, source: ActivationSource, n: int, residual: bool | None = None):
     """((top values, top ids), (bottom values, bottom ids)) of W_dec through the unembedding, or None."""
     point, model = source.point, source.model
-    if n == 0 or point.stack == "encoder_blocks" or point.short not in RESIDUAL_KINDS:
+    if residual is None:
+        residual = point.stack != "encoder_blocks" and point.short in RESIDUAL_KINDS
+    if n == 0 or not residual:
         return None
-    if sae.config.d_in != model.config.d_model or not hasattr(model, "logits"):
+    if sae.W_dec.shape[-1] != model.config.d_model or not hasattr(model, "logits"):
         return None
     directions = sae.W_dec.detach()  # (d_sae, d)
     zero = torch.zeros(1, model.config.d_model, device=directions.device)

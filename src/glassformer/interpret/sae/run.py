@@ -91,6 +91,8 @@ def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: P
     resumed = trainer.resume() if config.resume else False
     if config.resume and not resumed:
         print(f"resume: {out} holds no SAE state to resume from; starting at step 0", file=sys.stderr)
+    elif resumed:  # said under progress: false too (it is not progress)
+        print(f"resuming {out}/{STATE_DIR} at step {trainer.step} of {config.steps}", file=sys.stderr, flush=True)
     if on_record is not None:
         start = trainer.step if resumed else None
         trainer.on_record = lambda record: on_record(record, start)

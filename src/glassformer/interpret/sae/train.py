@@ -4,30 +4,25 @@ Losses: "relu" ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ with dead featur
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ...budget import check_fits, forward_bytes, model_bytes, sae_bytes
 from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
-from ...fileio import atomic_directory, restore_moved_aside
 from ...loaders import expand_home
 from ...validate import check_fields, from_mapping, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median
+from .loop import STATE_DIR, STATE_FILE, ActivationTrainer, check_last_fired
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
-STATE_DIR, STATE_FILE, STATE_FORMAT = "state", "train_state.pt", "glassformer-sae-state/1"
+STATE_FORMAT = "glassformer-sae-state/1"
+__all__ = ["STATE_DIR", "STATE_FILE", "SAETrainConfig", "SAETrainer", "default_out_dir"]
 # Keys that must be the same to resume: they decide what the saved state means.
 SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
                   "seed", "normalize", "val_fraction", "prefix_len", "data")
@@ -97,25 +92,6 @@ class SAETrainConfig:
         return from_mapping(cls, data, "SAE config")
 
 
-@contextlib.contextmanager
-def _stop_at_step_end(stop: list[int]) -> Iterator[None]:
-    """In the main thread, Ctrl-C or SIGTERM appends its number to ``stop``; a second one acts at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.append(signum)
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
     """Where ``glassformer sae`` writes by default: next to the checkpoint, ``CHECKPOINT/../sae-HOOK``."""
     return Path(checkpoint).parent / f"sae-{hook}"
@@ -132,17 +108,18 @@ def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, 
                      f"buffer_size={config.buffer_size})", held=held)
 
 
-class SAETrainer:
+class SAETrainer(ActivationTrainer):
     """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
     ``source`` (default: ``config.data``) gives rows of width ``d_in`` from ``next_rows()``."""
 
+    STATE_FORMAT = STATE_FORMAT
+    STATE_NAMES = SAE_FILES | {STATE_FILE}
+    SAME_ON_RESUME = SAME_ON_RESUME
+    what, title, hint = "sae", "SAE", "lower lr (or l1_coefficient)"
+
     def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, d_in: int | None = None):
-        if config.out_dir is None:
-            raise GlassformerError("out_dir must be set (glassformer sae puts it next to the checkpoint)")
-        self.config, self.out = config, Path(config.out_dir)
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        super().__init__(config)
         if source is None:
             if model is None:
                 raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
@@ -164,11 +141,7 @@ class SAETrainer:
         self.sae.to(self.device)
         self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
         self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
-        self.stop_signal: int | None = None  # the signal that stopped the last train(), if one did
-        self.step = 0
         self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
-        self.history: list[dict[str, float]] = []
-        self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
 
     def initialize(self, rows: torch.Tensor) -> None:
         """Step 0: the input scale and the decoder bias (geometric median) from rows (N, d_in)."""
@@ -176,14 +149,6 @@ class SAETrainer:
             if self.config.normalize:
                 self.sae.config.input_scale = estimate_input_scale(rows)
             self.sae.b_dec.copy_(geometric_median(rows[:8192] * self.sae.config.input_scale))
-
-    def lr_at(self, step: int) -> float:
-        """The learning rate of step ``step``: linear warm-up, constant, then linear decay to 0."""
-        c = self.config
-        scale = min(1.0, (step + 1) / c.lr_warmup_steps) if c.lr_warmup_steps else 1.0
-        if c.lr_decay_steps and step >= c.steps - c.lr_decay_steps:
-            scale *= (c.steps - step) / c.lr_decay_steps
-        return c.lr * scale
 
     def dead(self) -> torch.Tensor:
         """(d_sae,) bool: features that fired in none of the last ``dead_window`` steps."""
@@ -259,95 +224,27 @@ class SAETrainer:
         self.last_fired[dead.cpu()] = self.step
         return len(dead)
 
-    def train(self, stop_at: int | None = None) -> dict[str, Any]:
-        """Train to ``config.steps`` (or stop after step ``stop_at``), saving the state every ``save_every``
-        steps and at the end. Ctrl-C or SIGTERM stops at the end of the current step, saves, and raises
-        KeyboardInterrupt (:attr:`stop_signal` says which). Returns {"steps", "history", "final"}."""
-        c = self.config
-        end = c.steps if stop_at is None else min(stop_at, c.steps)
-        if self.step == 0:
-            self.initialize(self.buffer.peek())
-        bar = tqdm(total=c.steps, initial=self.step, disable=None if c.progress else True, desc="sae")
-        stop: list[int] = []
-        with bar, _stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
-            last = self._steps(end, bar, stop)
-        self.save_state()
-        if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
-            self.stop_signal = stop[0]
-            raise KeyboardInterrupt
-        return {"steps": self.step, "history": self.history, "final": last}
+    def postfix(self, last: dict[str, float]) -> dict[str, str]:
+        """The progress bar's figures."""
+        return {"sq_err": f"{last['sq_err']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
 
-    def _steps(self, end: int, bar: Any, stop: list[int]) -> dict[str, float]:
-        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses."""
-        c, last = self.config, {}
-        while self.step < end and not stop:
-            last = self.train_step(self.buffer.next_batch())
-            bar.update(1)
-            if self.step % c.log_every == 0 or self.step == c.steps:
-                record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
-                self.history.append(record)
-                if self.on_record is not None:
-                    self.on_record(record)
-                bar.set_postfix(sq_err=f"{last['sq_err']:.3g}", l0=f"{last['l0']:.1f}", dead=f"{last['dead']:.2f}")
-            if not math.isfinite(last["loss"]):
-                raise GlassformerError(f"the SAE's loss became {last['loss']} at step {self.step}; "
-                                       "lower lr (or l1_coefficient)")
-            if c.save_every and self.step % c.save_every == 0 and self.step < end:
-                self.save_state()
-        return last
+    def module_state(self, folder: Path) -> dict[str, Any]:
+        """The SAE as sae.safetensors + sae.json in ``folder``; the resampling generator and last_fired."""
+        _write(folder, self.sae, {"step": self.step})
+        return {"generator": self.generator.get_state(), "last_fired": self.last_fired}
 
-    def save_state(self) -> Path:
-        """Write ``out_dir/state/`` (the SAE, Adam, buffer, generators, step) atomically; returns it."""
-        folder = self.out / STATE_DIR
-        state = {"format": STATE_FORMAT, "step": self.step, "optimizer": self.optimizer.state_dict(),
-                 "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
-                 "last_fired": self.last_fired, "history": self.history,
-                 "config": {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}}
-        with atomic_directory(folder, SAE_FILES | {STATE_FILE}) as temp:
-            _write(temp, self.sae, {"step": self.step})
-            torch.save(state, temp / STATE_FILE)
-        return folder
-
-    def resume(self) -> bool:
-        """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
-        the keys when it was written with another config in ``SAME_ON_RESUME``."""
-        from ...loaders import load_state_file
-        from ...state_check import _count, check_optimizer_state
-
-        folder = self.out / STATE_DIR
-        file = folder / STATE_FILE
-        restore_moved_aside(folder, SAE_FILES | {STATE_FILE})  # killed between a save's two renames
-        if not file.is_file():
-            return False
-        state = load_state_file(file)  # the trainer's reader: bounded sizes, tensors and plain containers only
-        if state.get("format") != STATE_FORMAT or not isinstance(state.get("config"), dict):
-            raise BadFileError(f"{file} is not an SAE training state of this glassformer")
-        _count(str(file), "step", state.get("step"))  # a negative step is refused, as the trainer's
-        check_optimizer_state(state.get("optimizer"), self.optimizer, str(file))  # shapes before a fused kernel
-        for key in ("buffer", "generator", "last_fired", "history"):
-            if key not in state:
-                raise BadFileError(f"{file}: the key {key!r} is missing")
-        ours = {k: v for k, v in self.config.to_dict().items() if k in SAME_ON_RESUME}
-        differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
-        if differ:
-            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
-            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
+    def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
+        """The SAE, generator and last_fired a state saved."""
+        if "generator" not in state:
+            raise BadFileError(f"{file}: the key 'generator' is missing")
+        fired = check_last_fired(state, file, (self.sae.config.d_sae,))
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
             raise BadFileError(f"{str(folder)!r} holds an SAE of another size")
         self.sae.config.input_scale = saved.config.input_scale
         self.sae.load_state_dict(saved.state_dict())
-        self.optimizer.load_state_dict(state["optimizer"])
         try:
-            self.buffer.load_state_dict(state["buffer"])
             self.generator.set_state(state["generator"])
-        except (RuntimeError, TypeError, KeyError, AttributeError) as error:
-            raise BadFileError(f"{file}: the buffer or generator state is not one glassformer saved "
-                               f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
-        fired = state["last_fired"]
-        if not torch.is_tensor(fired) or fired.shape != (self.sae.config.d_sae,) or fired.dtype != torch.long:
-            raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape ({self.sae.config.d_sae},)")
+        except (RuntimeError, TypeError) as error:
+            raise BadFileError(f"{file}: the generator state is not one glassformer saved ({error})") from None
         self.last_fired = fired
-        self.history = list(state["history"])
-        self.step = int(state["step"])
-        return True

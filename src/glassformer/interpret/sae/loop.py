@@ -1,0 +1,201 @@
+"""What every trainer on a model's activations shares (SAEs, transcoders): the step loop with its progress
+bar and records, Ctrl-C/SIGTERM at a step's end, and a saved state that a resume continues bit for bit.
+
+A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of its state folder), ``SAME_ON_RESUME`` and
+``what``, builds ``config``, ``buffer``, ``optimizer``, and provides :meth:`initialize`, :meth:`train_step`,
+:meth:`module_state` / :meth:`load_module_state` (its own part of the state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ...errors import BadFileError, GlassformerError
+from ...fileio import atomic_directory, restore_moved_aside
+from ...progress import showing
+
+STATE_DIR, STATE_FILE = "state", "train_state.pt"
+
+
+def record_line(what: str, record: dict[str, float], steps: int) -> str:
+    """One logged record as a line where no bar is drawn: ``sae step 100/1500 | loss 0.0123 | l0 16``."""
+    return " | ".join([f"{what} step {record['step']}/{steps}",
+                       *(f"{key} {value:.4g}" for key, value in record.items() if key != "step")])
+
+
+@contextlib.contextmanager
+def stop_at_step_end(stop: list[int]) -> Iterator[None]:
+    """In the main thread, Ctrl-C or SIGTERM appends its number to ``stop``; a second one acts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class ActivationTrainer:
+    """The loop and the resumable state of a trainer on activation rows (see the module docstring)."""
+
+    STATE_FORMAT = ""
+    STATE_NAMES: frozenset[str] = frozenset({STATE_FILE})
+    SAME_ON_RESUME: tuple[str, ...] = ()
+    what = "module"  # the progress bar's name and the command's ("sae", "transcoders")
+    title = "module"  # the messages' name for it ("SAE")
+    hint = "lower lr"  # what to try when the loss stops being finite
+
+    def __init__(self, config: Any):
+        if config.out_dir is None:
+            raise GlassformerError(f"out_dir must be set (glassformer {self.what} puts it next to the checkpoint)")
+        self.config, self.out = config, Path(config.out_dir)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.stop_signal: int | None = None  # the signal that stopped the last train(), if one did
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
+
+    # -- what a subclass provides ------------------------------------------------------------------------
+    def initialize(self, rows: torch.Tensor) -> None:
+        """Step 0's set-up from the first rows the buffer holds."""
+
+    def train_step(self, rows: torch.Tensor) -> dict[str, float]:
+        """One optimiser step; returns at least "loss" and the figures the progress bar shows."""
+        raise NotImplementedError
+
+    def postfix(self, last: dict[str, float]) -> dict[str, str]:
+        """The progress bar's figures after a logged step."""
+        return {k: f"{last[k]:.3g}" for k in ("loss", "l0") if k in last}
+
+    def module_state(self, folder: Path) -> dict[str, Any]:
+        """Write the trained module's own files into ``folder``; return its extra entries of the state file."""
+        return {}
+
+    def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
+        """Restore what :meth:`module_state` saved (``state`` already checked for the shared keys)."""
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        """The learning rate of step ``step``: linear warm-up, constant, then linear decay to 0."""
+        c = self.config
+        scale = min(1.0, (step + 1) / c.lr_warmup_steps) if c.lr_warmup_steps else 1.0
+        if c.lr_decay_steps and step >= c.steps - c.lr_decay_steps:
+            scale *= (c.steps - step) / c.lr_decay_steps
+        return c.lr * scale
+
+    def train(self, stop_at: int | None = None) -> dict[str, Any]:
+        """Train to ``config.steps`` (or stop after step ``stop_at``), saving the state every ``save_every``
+        steps and at the end. Ctrl-C or SIGTERM stops at the end of the current step, saves, and raises
+        KeyboardInterrupt (:attr:`stop_signal` says which). Returns {"steps", "history", "final"}."""
+        c = self.config
+        end = c.steps if stop_at is None else min(stop_at, c.steps)
+        if self.step == 0:
+            self.initialize(self.buffer.peek())
+        show = c.progress and showing()
+        bar = tqdm(total=c.steps, initial=self.step, disable=None if show else True, desc=self.what)  # None: a tty
+        stop: list[int] = []
+        with bar, stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
+            last = self._steps(end, bar, stop, lines=show and bar.disable)
+        self.save_state()
+        if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
+            self.stop_signal = stop[0]
+            raise KeyboardInterrupt
+        return {"steps": self.step, "history": self.history, "final": last}
+
+    def _steps(self, end: int, bar: Any, stop: list[int], lines: bool = False) -> dict[str, float]:
+        """:meth:`train`'s loop to step ``end`` (or until ``stop`` is filled); returns the last losses.
+        ``lines``: no bar is drawn (a log file, a pipe), so each logged record is a line on stderr."""
+        c, last = self.config, {}
+        while self.step < end and not stop:
+            last = self.train_step(self.buffer.next_batch())
+            bar.update(1)
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                record = {"step": self.step, **{k: round(v, 6) for k, v in last.items()}}
+                self.history.append(record)
+                if self.on_record is not None:
+                    self.on_record(record)
+                if lines:
+                    print(record_line(self.what, record, c.steps), file=sys.stderr, flush=True)
+                bar.set_postfix(**self.postfix(last))
+            if not math.isfinite(last["loss"]):
+                raise GlassformerError(f"the {self.title}'s loss became {last['loss']} at step {self.step}; "
+                                       f"{self.hint}")
+            if c.save_every and self.step % c.save_every == 0 and self.step < end:
+                self.save_state()
+        return last
+
+    # -- the saved state ---------------------------------------------------------------------------------
+    def same_on_resume(self) -> dict[str, Any]:
+        """The config's keys that decide what a saved state means."""
+        return {k: v for k, v in self.config.to_dict().items() if k in self.SAME_ON_RESUME}
+
+    def save_state(self) -> Path:
+        """Write ``out_dir/state/`` (the module, Adam, buffer, step, history...) atomically; returns it."""
+        folder = self.out / STATE_DIR
+        with atomic_directory(folder, self.STATE_NAMES) as temp:
+            state = {"format": self.STATE_FORMAT, "step": self.step, "optimizer": self.optimizer.state_dict(),
+                     "buffer": self.buffer.state_dict(), "history": self.history, "config": self.same_on_resume(),
+                     **self.module_state(temp)}
+            torch.save(state, temp / STATE_FILE)
+        return folder
+
+    def resume(self) -> bool:
+        """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
+        the keys when it was written with another config in ``SAME_ON_RESUME``."""
+        from ...loaders import load_state_file
+        from ...state_check import _count, check_optimizer_state
+
+        folder = self.out / STATE_DIR
+        file = folder / STATE_FILE
+        restore_moved_aside(folder, self.STATE_NAMES)  # killed between a save's two renames
+        if not file.is_file():
+            return False
+        state = load_state_file(file)  # the trainer's reader: bounded sizes, tensors and plain containers only
+        if state.get("format") != self.STATE_FORMAT or not isinstance(state.get("config"), dict):
+            raise BadFileError(f"{file} is not a {self.title} training state of this glassformer")
+        ours = self.same_on_resume()
+        differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
+        if differ:  # first: a changed key explains the shapes that would not fit below
+            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
+            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
+        _count(str(file), "step", state.get("step"))  # a negative step is refused, as the trainer's
+        check_optimizer_state(state.get("optimizer"), self.optimizer, str(file))  # shapes before a fused kernel
+        for key in ("buffer", "history"):
+            if key not in state:
+                raise BadFileError(f"{file}: the key {key!r} is missing")
+        self.load_module_state(folder, state, file)
+        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.buffer.load_state_dict(state["buffer"])
+        except (RuntimeError, TypeError, KeyError, AttributeError) as error:
+            raise BadFileError(f"{file}: the buffer state is not one glassformer saved "
+                               f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+        self.history = list(state["history"])
+        self.step = int(state["step"])
+        return True
+
+
+def check_last_fired(state: dict[str, Any], file: Path, shape: tuple[int, ...]) -> torch.Tensor:
+    """The state's ``last_fired`` (the step after which each feature last fired), checked: int64 of ``shape``."""
+    fired = state.get("last_fired")
+    if not torch.is_tensor(fired) or tuple(fired.shape) != shape or fired.dtype != torch.long:
+        raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape {shape}")
+    return fired

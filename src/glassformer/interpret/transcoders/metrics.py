@@ -1,0 +1,98 @@
+"""How good transcoders are on held-out text, per layer: ``nmse`` (‖y − ŷ‖² / ‖y − ȳ‖², the normalised MSE of
+the MLP output), ``explained_variance`` (1 − nmse), ``l0`` (features per token), ``dead`` (never active on
+the sample); and the model's loss as it is, with every MLP replaced by its transcoder (each reading the
+replaced model's own MLP inputs) and with every MLP zeroed: ``ce_recovered`` = (zero − replaced) / (zero − clean).
+"""
+
+from typing import Any
+
+import torch
+
+from ...errors import check_int
+from ..hooks import hooks
+from ..points import HookPoint
+from ..sae.activations import ActivationSource
+from .model import TrainableTranscoders
+
+
+def replacement_hooks(transcoders: TrainableTranscoders, inputs: list[str], outputs: list[str]) -> list:
+    """Hooks that put ``transcoders`` in place of every MLP: each input hook encodes its layer, each output hook
+    returns the prediction from the features of that layer and the ones before (a cross-layer set's)."""
+    features: list[torch.Tensor | None] = [None] * len(inputs)
+    seen: list[torch.Tensor | None] = [None] * len(inputs)
+
+    def read(layer: int):
+        def encode(x: torch.Tensor, hook: HookPoint) -> None:
+            seen[layer] = x
+            features[layer] = transcoders.encode_layer(x.float(), layer)
+        return encode
+
+    def write(layer: int):
+        def decode(y: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+            return transcoders.decode_layer(features, layer, seen[layer].float()).to(y.dtype)
+        return decode
+
+    return ([(name, read(i)) for i, name in enumerate(inputs)] + [(name, write(i)) for i, name in enumerate(outputs)])
+
+
+@torch.no_grad()
+def evaluate_transcoders(transcoders: TrainableTranscoders, source: ActivationSource,
+                         batches: int = 8) -> dict[str, Any]:
+    """Every metric of the module docstring on ``batches`` model batches from a "val" ``source`` whose hooks are
+    every layer's MLP input then every layer's MLP output; the ``ce_*`` ones only when the inputs have a loss.
+    Per-layer figures are lists (layer 0 first); ``nmse_max`` is the worst layer's."""
+    check_int("batches", batches, 1)
+    L = transcoders.config.n_layers
+    names = [p.name for p in source.points]
+    inputs, outputs = names[:L], names[L:]
+    model = source.model
+    n, l0 = 0, torch.zeros(L, dtype=torch.float64)
+    sq_err = torch.zeros(L, dtype=torch.float64)
+    sq_sum = torch.zeros(L, dtype=torch.float64)
+    total = torch.zeros(L, transcoders.config.d_model, dtype=torch.float64)
+    fired = torch.zeros(L, transcoders.config.d_transcoder, dtype=torch.long)
+    ce: list[tuple[float, float, float]] = []  # (clean, replaced, zeroed) per batch with a loss
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, hook: HookPoint) -> None:
+        kept[hook.name] = x.detach()
+
+    def zero(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+    for _ in range(batches):
+        batch = source.next_inputs()
+        kept.clear()
+        with hooks(model, [(name, keep) for name in names]):
+            logits = model(*batch.args, **batch.kwargs)
+        x = torch.stack([kept[name] for name in inputs], dim=2)[batch.valid].float()  # (N, L, d)
+        y = torch.stack([kept[name] for name in outputs], dim=2)[batch.valid].double()
+        f = transcoders.encode(x)
+        predicted = transcoders.decode(f, x).double()
+        n += len(x)
+        sq_err += (y - predicted).pow(2).sum((0, 2)).cpu()
+        sq_sum += y.pow(2).sum((0, 2)).cpu()
+        total += y.sum(0).cpu()
+        active = f != 0
+        l0 += active.sum((0, 2)).double().cpu()
+        fired += active.sum(0).cpu()
+        clean = batch.loss(logits)
+        if clean is None:
+            continue
+        with hooks(model, replacement_hooks(transcoders, inputs, outputs)):
+            replaced = batch.loss(model(*batch.args, **batch.kwargs))
+        with hooks(model, [(name, zero) for name in outputs]):
+            zeroed = batch.loss(model(*batch.args, **batch.kwargs))
+        ce.append((float(clean), float(replaced), float(zeroed)))
+    variance = sq_sum - total.pow(2).sum(-1) / n  # Σ‖y − ȳ‖² per layer
+    nmse = [float(e / v) if v > 0 else float("nan") for e, v in zip(sq_err, variance, strict=True)]
+    found: dict[str, Any] = {
+        "tokens": n, "nmse": nmse, "nmse_max": max(nmse), "explained_variance": [1 - v for v in nmse],
+        "l0": (l0 / n).tolist(), "dead": (fired == 0).sum(-1).tolist(), "d_transcoder": transcoders.config.d_transcoder,
+        "kind": transcoders.config.kind, "activation": transcoders.config.activation}
+    if ce:
+        clean, replaced, zeroed = (sum(row[i] for row in ce) / len(ce) for i in range(3))
+        gap = zeroed - clean
+        found.update(ce_clean=clean, ce_replaced=replaced, ce_zero=zeroed,
+                     ce_recovered=(zeroed - replaced) / gap if abs(gap) > 1e-9 else float("nan"))
+    return found

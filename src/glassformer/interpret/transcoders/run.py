@@ -1,0 +1,179 @@
+"""One call from a model (or a checkpoint) to trained, measured transcoders with their feature pages:
+``out_dir`` becomes circuit-tracer's local transcoder folder (``config.yaml`` + safetensors files, which
+``circuit_tracer`` and :func:`~glassformer.interpret.transcoders.load_transcoders` read) and also holds
+``metrics.json``, ``features.json``, ``features-L{i}.html`` and the training ``state/`` (docs/transcoders.md).
+"""
+
+import json
+import os
+import re
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ...errors import GlassformerError, NotOursError
+from ...fileio import (
+    LOCK_FILE,
+    atomic_write_text,
+    check_output_file,
+    claim_outputs,
+    fsync_dir,
+    fsync_tree,
+    owned_folder,
+    remove_owned,
+    remove_path,
+    restore_moved_aside,
+    run_lock,
+)
+from ..sae.activations import ActivationSource
+from ..sae.loop import STATE_DIR, STATE_FILE
+from .features import transcoder_feature_summaries
+from .format import CONFIG, Transcoders, file_names, is_transcoder_folder, write_transcoder_files
+from .metrics import evaluate_transcoders
+from .model import TrainableTranscoders
+from .train import TranscoderTrainConfig, TranscoderTrainer, default_out_dir, mlp_hooks
+
+OUTPUT_FILES = ("metrics.json", "features.json", "tracker.json", LOCK_FILE)
+"""The files a transcoder run writes into its out_dir beside the transcoder files, the pages and state/."""
+TRANSCODER_FILE = re.compile(r"config\.yaml|layer_\d+\.safetensors|W_(enc|dec)_\d+\.safetensors")
+STAGING = "transcoders"  # the transcoder files are written into .transcoders.tmp-* first
+
+
+def page_names(n_layers: int) -> list[str]:
+    """The feature pages of a run on ``n_layers`` layers: features-L0.html, features-L1.html, ..."""
+    return [f"features-L{i}.html" for i in range(n_layers)]
+
+
+def _transcoder_names(n_layers: int) -> set[str]:
+    """Every name a transcoder folder of ``n_layers`` layers may hold (either kind)."""
+    return {CONFIG} | {name for i in range(n_layers)
+                       for name in (f"layer_{i}.safetensors", f"W_enc_{i}.safetensors", f"W_dec_{i}.safetensors")}
+
+
+def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
+    """Refuse, touching nothing, an out_dir whose transcoder files, state/ or outputs glassformer did not write."""
+    if out.exists() and not out.is_dir():
+        raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
+    state = out / STATE_DIR
+    if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
+        raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
+                           "(it was left untouched)")
+    found = sorted(p.name for p in out.iterdir() if TRANSCODER_FILE.fullmatch(p.name)) if out.is_dir() else []
+    if found and not is_transcoder_folder(out):
+        raise NotOursError(f"out_dir {str(out)!r} holds {found[0]!r}, which is not part of a transcoder folder "
+                           "glassformer wrote; choose another out_dir (it was left untouched)")
+    config = out / CONFIG  # ours (said so above): it may be replaced while a single-linked regular file
+    ours = config.read_bytes() if config.is_file() and not config.is_symlink() else None
+    check_output_file(config, inputs, "transcoder output", data=ours)
+    claim_outputs([out / name for name in (*OUTPUT_FILES, *page_names(n_layers), *found) if name != CONFIG], inputs,
+                  "transcoder output")
+
+
+def _tidy_out_dir(out: Path, n_layers: int, resume: bool) -> None:
+    """With out_dir locked: undo what a kill left mid-save, and start afresh unless resuming."""
+    restore_moved_aside(out / STATE_DIR, {STATE_FILE})
+    for name, names in ((STATE_DIR, {STATE_FILE}), (STAGING, _transcoder_names(n_layers))):
+        for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
+            if owned_folder(leftover, names, content=False):  # a save cut short: its files may be cut too
+                remove_path(leftover)
+    if not resume:
+        remove_owned(out / STATE_DIR, {STATE_FILE}, what="transcoder state folder")
+
+
+def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
+    """Make ``out`` (a folder the caller owns and checked) circuit-tracer's transcoder folder for ``tc``: the
+    files are written into ``.transcoders.tmp-*`` inside it first and moved in one by one, config.yaml last;
+    transcoder files of an earlier run that ``tc`` does not have are removed."""
+    names = file_names(tc)
+    staging = out / f".{STAGING}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        write_transcoder_files(staging, tc)
+        fsync_tree(staging)
+        for name in [*names[1:], names[0]]:
+            os.replace(staging / name, out / name)
+        for path in out.iterdir():
+            if TRANSCODER_FILE.fullmatch(path.name) and path.name not in names and path.is_file():
+                path.unlink()
+        fsync_dir(out)
+    finally:
+        remove_path(staging)
+
+
+def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any, *,
+                    checkpoint: str | Path | None = None,
+                    on_record: Callable[[dict[str, float], int | None], None] | None = None) -> dict[str, Any]:
+    """Train ``config``'s transcoders for every MLP of ``model``, measure them on held-out text, write them as
+    circuit-tracer's folder and their feature pages' data; ``on_record(record, resumed step or None)`` sees each
+    logged record. Returns {"out_dir", "transcoders", "metrics", "features" (or None), "training"}."""
+    n_layers = len(mlp_hooks(model)[0])
+    if config.out_dir is None:
+        if checkpoint is None:
+            raise GlassformerError("out_dir must be set when no checkpoint folder is given")
+        config.out_dir = str(default_out_dir(checkpoint, config.kind))
+    out = Path(config.out_dir)
+    _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []), n_layers)
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock(out):  # a second run (or another writer) of out_dir is refused, before it removes anything
+            _tidy_out_dir(out, n_layers, config.resume)
+            return _run_locked(config, model, tokenizer, out, checkpoint, on_record)
+    except BaseException:  # a refusal (past the memory budget, a model without MLPs) leaves no empty folder
+        for folder in made:
+            try:
+                folder.rmdir()  # only when empty: a state an interrupted run saved stays
+            except OSError:
+                break
+        raise
+
+
+def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any, out: Path,
+                checkpoint: str | Path | None,
+                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
+    """:func:`run_transcoders`'s body, run while ``out`` is locked."""
+    started = time.perf_counter()
+    trainer = TranscoderTrainer(config, model, tokenizer)
+    resumed = trainer.resume() if config.resume else False
+    if config.resume and not resumed:
+        print(f"resume: {out} holds no transcoder state to resume from; starting at step 0", file=sys.stderr)
+    if on_record is not None:
+        start = trainer.step if resumed else None
+        trainer.on_record = lambda record: on_record(record, start)
+    training = trainer.train()
+    wall = time.perf_counter() - started
+    files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
+    transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
+    context = config.context or model.config.max_len
+    inputs, outputs = mlp_hooks(model)
+    held_out = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
+                                batch=config.model_batch, split="val", val_fraction=config.val_fraction,
+                                seed=config.seed + 10, prefix_len=config.prefix_len)
+    metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
+    metrics.update(steps=trainer.step, wall_s=round(wall, 2),
+                   checkpoint=None if checkpoint is None else str(checkpoint))
+    write_transcoder_folder(out, files)
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    summaries = None
+    if config.feature_windows:
+        summaries = transcoder_feature_summaries(transcoders, model, tokenizer, config.data, config.feature_windows,
+                                                 context=context, batch=config.model_batch,
+                                                 val_fraction=config.val_fraction, seed=config.seed + 20,
+                                                 prefix_len=config.prefix_len)
+        atomic_write_text(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
+    return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
+            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
+
+
+def train_transcoders(model: nn.Module, tokenizer: Any, data: list[str | Path], *, out_dir: str | Path,
+                      **options: Any) -> TrainableTranscoders:
+    """Train transcoders for every MLP of ``model`` over the text files ``data``; keys of
+    :class:`TranscoderTrainConfig` as keywords (``kind="clt"``, ``steps=500``...). Writes ``out_dir`` as
+    :func:`run_transcoders` does and returns the transcoders (their metrics: ``out_dir/metrics.json``)."""
+    config = TranscoderTrainConfig.from_dict({"data": [str(d) for d in data], "out_dir": str(out_dir), **options})
+    return run_transcoders(config, model, tokenizer)["transcoders"]

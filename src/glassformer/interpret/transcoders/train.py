@@ -1,0 +1,297 @@
+"""Training transcoders on a model's MLP inputs and outputs: the config, the loop, dead features, resumable
+state (the SAE trainer's loop, :class:`~glassformer.interpret.sae.loop.ActivationTrainer`).
+
+Loss: the normalised MSE of every layer's predicted MLP output, ‖y − ŷ‖² / Var(y), averaged over layers, plus
+"relu": λ·Σ f·‖W_dec‖ (L1 weighted by what each feature writes); "jumprelu": λ·L0 with straight-through
+gradients to the thresholds (Rajamanoharan et al. 2024); "topk": α·AuxK on dead features (Gao et al. 2024).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...budget import FLOAT, check_fits, forward_bytes, model_bytes
+from ...config import ModelConfig
+from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
+from ...loaders import expand_home
+from ...models import TransformerLM
+from ...validate import check_fields, from_mapping, option
+from ..sae.activations import ActivationBuffer, ActivationSource
+from ..sae.loop import STATE_FILE, ActivationTrainer, check_last_fired
+from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, step
+
+STATE_FORMAT = "glassformer-transcoder-state/1"
+# Keys that must be the same to resume: they decide what the saved state means.
+SAME_ON_RESUME = ("kind", "activation", "d_transcoder", "expansion", "k", "skip", "batch_size", "buffer_size",
+                  "context", "model_batch", "seed", "normalize", "val_fraction", "prefix_len", "data")
+
+
+@dataclass
+class TranscoderTrainConfig:
+    """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides)."""
+
+    data: list[str] = option(factory=list)  # text files the model reads
+    out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../transcoders-KIND
+    kind: str = option("plt", choices=KINDS)  # "plt": one transcoder per MLP; "clt": cross-layer
+    activation: str = option("jumprelu", choices=ACTIVATIONS)  # "jumprelu" (L0), "relu" (L1), "topk" (plt only)
+    d_transcoder: int | None = option(None, ge=1)  # features per layer; None: expansion x d_model
+    expansion: int = option(8, ge=1)
+    k: int = option(16, ge=1)  # topk: features per layer and token
+    skip: bool = False  # plt: a learned linear skip connection W_skip (Paulo et al. 2025)
+    sparsity_coefficient: float = option(2e-3, ge=0.0)  # λ of jumprelu's L0 or relu's L1 penalty
+    sparsity_warmup_steps: int = option(0, ge=0)  # λ ramps from 0 over these steps
+    bandwidth: float = option(0.05, gt=0.0)  # jumprelu: ε of the straight-through estimators
+    threshold: float = option(1.0, ge=0.0)  # jumprelu: every threshold's start (pre-activations start ~N(0, 1))
+    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
+    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_model // 2
+    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
+    lr: float = option(1e-3, gt=0.0)
+    lr_warmup_steps: int = option(0, ge=0)
+    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
+    beta1: float = option(0.9, ge=0.0, lt=1.0)
+    beta2: float = option(0.999, ge=0.0, lt=1.0)
+    batch_size: int = option(1024, ge=1)  # tokens per step (each with every layer's MLP input and output)
+    steps: int = option(2000, ge=1)
+    buffer_size: int = 16384  # tokens mixed in the shuffling buffer
+    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
+    model_batch: int = option(32, ge=1)  # windows per forward of the model
+    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
+    normalize: bool = True  # train on activations scaled to an average norm of √d (folded in when saved)
+    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
+    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
+    feature_windows: int = option(64, ge=0)  # windows read for each layer's feature page (0: no pages)
+    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
+    log_every: int = option(100, ge=1)
+    seed: int = option(0, ge=0, le=MAX_SEED)
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
+    resume: bool = False
+    progress: bool = True
+    log: str = "none"  # trackers (the glassformer transcoders command): "tensorboard", "wandb", both joined by ","
+
+    def __post_init__(self) -> None:
+        check_fields(self, coerce=True)
+        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)
+        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
+        check_device_name(self.device)
+        if self.kind == "clt" and self.activation == "topk":
+            raise GlassformerError("activation 'topk' is for kind 'plt'; a cross-layer transcoder (kind 'clt') "
+                                   "takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
+        if self.kind == "clt" and self.skip:
+            raise GlassformerError("skip is for kind 'plt': circuit-tracer's cross-layer files hold no W_skip")
+
+    def validate(self) -> TranscoderTrainConfig:
+        """Check every key again (after one was changed); return self."""
+        self.__post_init__()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key as plain JSON values."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TranscoderTrainConfig:
+        """Build and check; an unknown key is an error naming it and the known ones."""
+        return from_mapping(cls, data, "transcoder config")
+
+
+def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
+    """The hook points transcoders of ``model`` read and predict: (every block's MLP input
+    ``blocks.i.ln2.hook_normalized``, every block's ``blocks.i.hook_mlp_out``). A GlassformerError for a model
+    without MLPs, a post-norm one, or an EncoderDecoder."""
+    if not isinstance(model, TransformerLM):
+        raise GlassformerError(f"transcoders are trained on a glassformer TransformerLM, got {type(model).__name__}")
+    c = model.config
+    if c.attn_only or c.n_layers == 0:
+        raise GlassformerError("this model has no MLPs (attn_only or no blocks): there is nothing for "
+                               "transcoders to replace")
+    if not c.norm_first:
+        raise GlassformerError("transcoders read the normed input of each MLP (ln2.hook_normalized) of a pre-norm "
+                               "block; this model is post-norm (norm_first: false)")
+    return ([f"blocks.{i}.{INPUT_HOOK}" for i in range(c.n_layers)],
+            [f"blocks.{i}.{OUTPUT_HOOK}" for i in range(c.n_layers)])
+
+
+def default_out_dir(checkpoint: str | Path, kind: str) -> Path:
+    """Where ``glassformer transcoders`` writes by default: ``CHECKPOINT/../transcoders-KIND``."""
+    return Path(checkpoint).parent / f"transcoders-{kind}"
+
+
+def transcoder_bytes(config: TranscoderTrainConfig, n_layers: int, d_model: int, d_transcoder: int) -> int:
+    """At least what training the transcoders takes: weights with gradients and Adam's two moments, the
+    buffer of (MLP input, MLP output) rows, and a step's features, pre-activations and their gradients."""
+    spans = n_layers * (n_layers + 1) // 2 if config.kind == "clt" else n_layers
+    weights = n_layers * d_transcoder * d_model + spans * d_transcoder * d_model + n_layers * (2 * d_transcoder
+                                                                                                + d_model)
+    if config.skip:
+        weights += n_layers * d_model * d_model
+    rows = (config.buffer_size + 2 * config.batch_size) * 2 * n_layers * d_model
+    step_ = 6 * config.batch_size * n_layers * d_transcoder
+    return (4 * weights + rows + step_) * FLOAT
+
+
+def _check_transcoders_fit(config: TranscoderTrainConfig, model: nn.Module | None, n_layers: int, d_model: int,
+                           d_transcoder: int) -> None:
+    """Refuse, before allocating, transcoders whose training cannot fit beside the model's forward passes."""
+    need, held = transcoder_bytes(config, n_layers, d_model, d_transcoder), 0
+    if isinstance(getattr(model, "config", None), ModelConfig):
+        context = config.context or model.config.max_len
+        need, held = need + forward_bytes(model.config, config.model_batch, context), model_bytes(model.config)
+    width = f"d_transcoder={d_transcoder}" if config.d_transcoder else \
+        f"d_transcoder={d_transcoder} (expansion={config.expansion} x d_model)"
+    check_fits(need, f"{config.kind} transcoders with {width} on {n_layers} layers of d_model={d_model} "
+                     f"(batch_size={config.batch_size}, buffer_size={config.buffer_size})", held=held)
+
+
+class TranscoderTrainer(ActivationTrainer):
+    """Trains transcoders for every MLP of ``model``; :meth:`train` runs it, :meth:`resume` continues.
+    ``source`` (default: ``config.data`` through the model) gives rows (N, 2·n_layers, d_model): every layer's
+    MLP input, then every layer's MLP output."""
+
+    STATE_FORMAT = STATE_FORMAT
+    STATE_NAMES = frozenset({STATE_FILE})
+    SAME_ON_RESUME = SAME_ON_RESUME
+    what, title, hint = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)"
+
+    def __init__(self, config: TranscoderTrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
+                 source: Any = None, n_layers: int | None = None, d_model: int | None = None):
+        super().__init__(config)
+        if source is None:
+            if model is None:
+                raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
+            inputs, outputs = mlp_hooks(model)
+            context = config.context or model.config.max_len
+            source = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
+                                      batch=config.model_batch, split="train", val_fraction=config.val_fraction,
+                                      seed=config.seed, prefix_len=config.prefix_len)
+            n_layers, d_model = len(inputs), source.d_in
+        if n_layers is None or d_model is None:
+            raise GlassformerError("n_layers and d_model are needed with a source of rows")
+        self.source = source
+        d_transcoder = config.d_transcoder or config.expansion * d_model
+        _check_transcoders_fit(config, model, n_layers, d_model, d_transcoder)
+        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.transcoders = TrainableTranscoders(
+                TranscoderConfig(n_layers=n_layers, d_model=d_model, d_transcoder=d_transcoder, kind=config.kind,
+                                 activation=config.activation, k=min(config.k, d_transcoder), skip=config.skip))
+        tc = self.transcoders
+        tc.bandwidth = config.bandwidth
+        if tc.threshold is not None:
+            with torch.no_grad():
+                tc.threshold.fill_(config.threshold)
+        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        tc.to(self.device)
+        self.optimizer = torch.optim.Adam(tc.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
+        self.n_layers = n_layers
+        self.variance = torch.ones(n_layers, device=self.device)  # Var(y) per layer in training units (step 0)
+        self.last_fired = torch.zeros(n_layers, d_transcoder, dtype=torch.long)  # the step after which each fired
+
+    def split(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows (N, 2L, d) -> (MLP inputs (N, L, d), MLP outputs (N, L, d))."""
+        if rows.dim() != 3 or rows.shape[1] != 2 * self.n_layers:
+            raise GlassformerError(f"transcoder rows must be (N, 2 x n_layers={2 * self.n_layers}, d_model), got "
+                                   f"{tuple(rows.shape)}")
+        return rows[:, :self.n_layers], rows[:, self.n_layers:]
+
+    def initialize(self, rows: torch.Tensor) -> None:
+        """Step 0: input and output scales (average norm √d), b_dec the outputs' mean, and each layer's
+        output variance (the normalised MSE's denominator), from rows (N, 2L, d)."""
+        x, y = self.split(rows[:8192].to(self.device))
+        tc, d = self.transcoders, x.shape[-1]
+        with torch.no_grad():
+            if self.config.normalize:
+                for scale, acts in ((tc.input_scale, x), (tc.output_scale, y)):
+                    norms = acts.norm(dim=-1).mean(0)  # (L,)
+                    scale.copy_(torch.where(norms > 0, d ** 0.5 / norms.clamp_min(1e-30), torch.ones_like(norms)))
+            y = y * tc.output_scale[:, None]
+            tc.b_dec.copy_(y.mean(0))
+            variance = (y - y.mean(0)).pow(2).sum(-1).mean(0)  # (L,)
+            self.variance = torch.where(variance > 0, variance, torch.ones_like(variance))
+
+    def dead(self) -> torch.Tensor:
+        """(L, F) bool: features that fired in none of the last ``dead_window`` steps."""
+        return self.step - self.last_fired >= self.config.dead_window
+
+    def train_step(self, rows: torch.Tensor) -> dict[str, float]:
+        """One optimiser step on rows (N, 2L, d); returns the losses, L0, dead fraction, worst layer's NMSE."""
+        c, tc = self.config, self.transcoders
+        x, y = self.split(rows.to(self.device))
+        scale = tc.output_scale[:, None]
+        pre = tc.pre_activations(x)  # (N, L, F)
+        f = tc.activate(pre)
+        error = (tc.decode(f, x) - y) * scale  # (N, L, d), training units
+        nmse = error.pow(2).sum(-1).mean(0) / self.variance  # (L,)
+        loss = nmse.mean()
+        parts = {"nmse": float(loss.detach()), "nmse_max": float(nmse.detach().max())}
+        ramp = min(1.0, (self.step + 1) / c.sparsity_warmup_steps) if c.sparsity_warmup_steps else 1.0
+        if c.activation == "relu":
+            sparsity = (f * tc.decoder_norms()).sum(-1).mean()
+            loss = loss + c.sparsity_coefficient * ramp * sparsity
+            parts["l1"] = float(sparsity.detach())
+        elif c.activation == "jumprelu":
+            sparsity = step(pre, tc.threshold, tc.bandwidth).sum(-1).mean()
+            loss = loss + c.sparsity_coefficient * ramp * sparsity
+        else:
+            loss = loss + self._aux_loss(pre, error)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if tc.threshold is not None:
+            with torch.no_grad():
+                tc.threshold.clamp_(min=0.0)  # a negative threshold would let negative pre-activations through
+        self.step += 1
+        active = f.detach() != 0
+        self.last_fired[active.any(0).cpu()] = self.step
+        parts.update(loss=float(loss.detach()), l0=float(active.float().sum(-1).mean()),
+                     dead=float(self.dead().float().mean()))
+        return parts
+
+    def _aux_loss(self, pre: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+        """TopK's AuxK: the dead features' top ``aux_k`` pre-activations predict what the live ones missed."""
+        c, tc = self.config, self.transcoders
+        dead = self.dead().to(pre.device)  # (L, F)
+        n_dead = int(dead.sum(-1).max())  # a layer with fewer dead features gets -inf, so zeros, for the rest
+        if n_dead == 0 or c.aux_coefficient == 0:
+            return pre.new_zeros(())
+        k_aux = min(c.aux_k or max(1, tc.config.d_model // 2), n_dead)
+        values, index = pre.masked_fill(~dead, float("-inf")).topk(k_aux, dim=-1)  # (N, L, k_aux)
+        f_aux = torch.zeros_like(pre).scatter(-1, index, torch.relu(values))
+        written = tc.decode(f_aux, bias=False) * tc.output_scale[:, None]
+        aux = (written + error.detach()).pow(2).sum(-1).mean(0) / self.variance  # the part error leaves, per layer
+        return c.aux_coefficient * aux.mean()
+
+    def postfix(self, last: dict[str, float]) -> dict[str, str]:
+        """The progress bar's figures."""
+        return {"nmse": f"{last['nmse']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
+
+    def module_state(self, folder: Path) -> dict[str, Any]:
+        """The transcoders' tensors (unfolded: scales apart), each layer's variance and last_fired."""
+        return {"transcoders": {k: v.detach().cpu() for k, v in self.transcoders.state_dict().items()},
+                "variance": self.variance.cpu(), "last_fired": self.last_fired}
+
+    def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
+        """The transcoders, variances and last_fired a state saved, each checked against this run's shapes."""
+        fired = check_last_fired(state, file, tuple(self.last_fired.shape))
+        saved, ours = state.get("transcoders"), self.transcoders.state_dict()
+        if not isinstance(saved, dict) or set(saved) != set(ours):
+            raise BadFileError(f"{file}: 'transcoders' must hold the tensors {sorted(ours)}")
+        for name, tensor in saved.items():
+            if not torch.is_tensor(tensor) or tensor.shape != ours[name].shape or tensor.dtype != ours[name].dtype:
+                raise BadFileError(f"{file}: transcoders tensor {name!r} must be {ours[name].dtype} of shape "
+                                   f"{tuple(ours[name].shape)}")
+        variance = state.get("variance")
+        if not torch.is_tensor(variance) or variance.shape != (self.n_layers,) or variance.dtype != torch.float32:
+            raise BadFileError(f"{file}: variance must be a float32 tensor of shape ({self.n_layers},)")
+        self.transcoders.load_state_dict(saved)
+        self.variance = variance.to(self.device)
+        self.last_fired = fired
