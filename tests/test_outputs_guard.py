@@ -264,13 +264,13 @@ RAW_INTO_OWN = {
     "viz.plots._save": "savefig into a BytesIO, then atomic_write",
     "interpret.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
     "training.loop.Trainer._log": "appends to metrics.jsonl, claimed and rewritten when the run starts",
+    "interpret.transcoders.format.write_transcoder_files": "each file claimed first; its callers stage a new folder",
 }
 # Public writers of a run's own files: covered by the verb whose WRITES declares them.
 BY_VERB = {
     "data.corpus.encode_files": "train", "interpret.microscope.Microscope.start": "train",
     "interpret.microscope.Microscope.record": "train",
-    "interpret.sae.run.run_sae": "sae", "interpret.sae.run.train_sae": "sae", "interpret.sae.train.SAETrainer.train":
-    "sae", "interpret.sae.train.SAETrainer.save_state": "sae", "recipes.corpora.download": "recipe",
+    "interpret.sae.run.run_sae": "sae", "interpret.sae.run.train_sae": "sae", "recipes.corpora.download": "recipe",
     "recipes.corpora.corpus_file": "recipe", "recipes.corpora.tinyshakespeare": "recipe", "recipes.corpora.multi30k":
     "recipe", "recipes.corpora.multi30k_pairs": "recipe", "recipes.induction.run_induction": "recipe",
     "recipes.run.run_recipe": "recipe", "runtime.kernel_choice.choose": "generate",
@@ -278,6 +278,11 @@ BY_VERB = {
     "training.loop.Trainer.train": "train", "training.loop.Trainer.train_step": "train",
     "training.resume.tidy_run_dir": "train", "training.run_dir.recover_run": "train",
     "training.trackers.Trackers.log": "train", "training.trackers.open_trackers": "train",
+    "interpret.sae.loop.ActivationTrainer.train": "sae", "interpret.sae.loop.ActivationTrainer.save_state": "sae",
+    "interpret.transcoders.run.run_transcoders": "transcoders", "interpret.transcoders.run.train_transcoders":
+    "transcoders", "interpret.transcoders.format.write_transcoder_files": "transcoders",
+    "interpret.transcoders.format.save_transcoders": "transcoders", "viz.report_sae.write_transcoder_pages":
+    "transcoders",
 }
 
 

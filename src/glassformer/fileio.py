@@ -290,9 +290,9 @@ def recognised(path: str | Path) -> bool:
 
 
 def same_kind(path: str | Path, data: str | bytes) -> bool:
-    """Whether ``data`` is the same kind of glassformer file as the file ``path`` (empty or absent: any): its
-    record is replaced only by one of the same kind (never a checkpoint's model.safetensors by a page, nor a
-    tokenizer by one of another format)."""
+    """Whether ``data`` is the same kind of glassformer file as the file ``path`` (empty, absent or of no kind
+    glassformer recognises, e.g. the same bytes: any): its record is replaced only by one of the same kind
+    (never a checkpoint's model.safetensors by a page, nor a tokenizer by one of another format)."""
     path = Path(path)
     data = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else bytes(data)
     try:
@@ -301,7 +301,7 @@ def same_kind(path: str | Path, data: str | bytes) -> bool:
         mine = _file_kinds(path)
     except OSError:
         return True
-    return bool(mine & _kinds(path.name, lambda n: data if n is None else data[:n], len(data)))
+    return not mine or bool(mine & _kinds(path.name, lambda n: data if n is None else data[:n], len(data)))
 
 
 @contextmanager
