@@ -55,6 +55,8 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise MissingFileError(f"{where} does not exist") from None
+    except ValueError:  # a NUL byte, which no path name holds
+        raise MissingFileError(f"{where} does not exist (a path name cannot hold a NUL byte)") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
         os.close(fd)
