@@ -89,8 +89,9 @@ def test_ulimit_v_binds_minus_what_is_already_mapped(tmp_path):
     page = resource.getpagesize()
     sources = _machine(tmp_path, rlimit=3 * GB, mapped_pages=GB // page)
     room = memory_room(sources)
-    assert room.bytes == 3 * GB - GB // page * page
-    assert room.source.startswith("left under ulimit -v (RLIMIT_AS 3 GB")
+    assert room.bytes == 3 * GB - GB // page * page - budget.address_reserve()
+    assert room.source.startswith("left under ulimit -v (RLIMIT_AS 3 GB, 1000 MB already mapped, ")
+    assert room.source.endswith(" kept for threads and libraries)")
 
 
 def test_the_least_of_the_three_binds(tmp_path):
@@ -111,7 +112,7 @@ def test_the_refusal_names_the_limit_that_bound_it(tmp_path, monkeypatch):
         check_fits(8 * 10**8, "x=2")
     (tmp_path / "u").mkdir()
     monkeypatch.setattr(budget, "SOURCES", _machine(tmp_path / "u", rlimit=GB))
-    with pytest.raises(OutOfMemoryError, match=r"more than the 1 GB left under ulimit -v"):
+    with pytest.raises(OutOfMemoryError, match=r"more than the [0-9]+ MB left under ulimit -v \(RLIMIT_AS 1 GB"):
         check_fits(2 * GB, "x=3")
 
 
@@ -196,8 +197,8 @@ def test_train_refuses_a_probe_batch_beyond_max_memory(tmp_path, capsys):
 
 
 def test_an_sae_too_wide_for_the_memory_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
-    """glassformer sae --d_sae 1048576: 4 copies of 2 x 16 x 2^20 weights (537 MB) and a step's
-    (64, 2^20) pre-activations and features (537 MB) cannot fit in a machine with 512 MB free."""
+    """glassformer sae --d_sae 1048576: 4 copies of 2 x 16 x 2^20 weights (537 MB) and the final metrics'
+    (32 x 64 positions, 2^20) pre-activations and features (17.2 GB) cannot fit in a machine with 512 MB free."""
     from glassformer import ModelConfig, build_model
     from glassformer.tokenizers import CharTokenizer
     from glassformer.training import save_checkpoint
@@ -213,7 +214,8 @@ def test_an_sae_too_wide_for_the_memory_is_refused_before_allocating(tmp_path, m
         code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert "an SAE with d_sae=1048576 on d_in=16 (batch_size=64, buffer_size=128) needs at least 1.1 GB" in err, err
+    assert ("an SAE with d_sae=1048576 on d_in=16 (batch_size=64, buffer_size=128, 2,048 positions encoded at once "
+            "for the metrics and feature pages) needs at least 17.7 GB") in err, err
     assert "more than the 537 MB available on this machine" in err, err
     assert seen.largest < 2**20, seen  # the model's weights were loaded; nothing of the SAE's size
     assert not (tmp_path / "run" / "sae-blocks.0.hook_resid_post").exists()  # no empty out_dir left behind
@@ -225,6 +227,10 @@ def test_the_sae_estimate_counts_weights_adam_the_step_and_the_buffer():
     assert sae_bytes(512, 2**20, 1024, 32768) >= 4 * (2 * 512 * 2**20) * 4 + 2 * 1024 * 2**20 * 4 + 32768 * 512 * 4
     assert sae_bytes(512, 2**20 + 1, 1024, 32768) > sae_bytes(512, 2**20, 1024, 32768)
     assert sae_bytes(512, 2**20, 1024, 32769) > sae_bytes(512, 2**20, 1024, 32768)
+    step = 2 * 512 * 2**20 + 2 * 1024 * 2**20  # Adam's two temporaries and the batch's features
+    assert sae_bytes(512, 2**20, 1024, 32768, eval_rows=0) >= (4 * 2 * 512 + 32768 * 512 / 2**20) * 2**20 * 4 + step * 4
+    assert sae_bytes(512, 2**20, 1024, 32768, eval_rows=4096) - sae_bytes(512, 2**20, 1024, 32768) == \
+        (2 * 4096 * 2**20 - step) * 4  # the metrics' features, larger than the step's
 
 
 def _pairs_file(path, size: int) -> int:
@@ -306,5 +312,5 @@ def test_the_room_is_the_least_of_what_each_limit_leaves(tmp_path_factory, avail
     if limit is not None:
         expected.append(max(limit - max(used - cache, 0), 0))
     if rlimit is not None:
-        expected.append(max(rlimit - pages * resource.getpagesize(), 0))
+        expected.append(max(rlimit - pages * resource.getpagesize() - budget.address_reserve(), 0))
     assert memory_room(sources).bytes == min(expected)

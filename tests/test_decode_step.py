@@ -1,6 +1,6 @@
-"""The lean decoding step (glassformer.runtime.decode.LeanStep) and the decoder's static cache: the
-same tokens and logits as the model's own forward, the model's path whenever a hook is set, and ids
-checked once where they enter (never by the decoder's or the trainer's steps)."""
+"""Cached decoding steps are the model's own forward on a preallocated (static) cache: the same tokens and
+logits as a recomputation, hooks fire at every step, fixed-shape steps (CUDA graphs) give the same numbers,
+and ids are checked once where they enter (never by the decoder's or the trainer's steps)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import glassformer.models.lm as lm_module
 from glassformer import EncoderDecoder, TransformerLM
 from glassformer.errors import GlassformerError
 from glassformer.generation import IncrementalDecoder, generate
-from glassformer.runtime.decode import LeanStep
 
 V = 53
 CASES = {
@@ -39,31 +38,13 @@ def lm(**kw) -> TransformerLM:
     return model.eval()
 
 
-def model_path_only(monkeypatch) -> None:
-    """The decoder calls the model itself at every step (as before the lean step existed)."""
-    monkeypatch.setattr(LeanStep, "supports", staticmethod(lambda model: False))
-
-
-def count_lean_calls(monkeypatch) -> list[int]:
-    calls = []
-    real = LeanStep.__call__
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(LeanStep, "__call__", counted)
-    return calls
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_lean_step_gives_the_models_tokens_and_logits(case, monkeypatch):
+def test_cached_steps_give_the_models_tokens_and_logits(case):
+    """Every cached step is the model's own forward on its preallocated cache: the logits of a recomputation
+    from scratch, and the tokens of generation without a cache."""
     model = lm(**CASES[case])
-    assert LeanStep.supports(model)
     prompts = [[3, 5, 7, 9, 11], [2, 4]]  # left-padded: per-row positions and a padding mask
-    calls = count_lean_calls(monkeypatch)
-    lean = generate(model, prompts, 20, do_sample=False)
-    assert len(calls) == 19  # every step after the prompt's
+    cached = generate(model, prompts, 20, do_sample=False)
     prefix = {"prefix_len": 4} if case == "prefix" else {}
     decoder = IncrementalDecoder(model, torch.tensor([[1, 2, 3, 4]]), None, 6,
                                  prefix_len=torch.tensor([4]) if prefix else None)
@@ -74,56 +55,44 @@ def test_lean_step_gives_the_models_tokens_and_logits(case, monkeypatch):
             logits = decoder.next_logits()
             full = model(decoder.sequences(), **prefix)[:, -1]  # recomputed from scratch by the model
             torch.testing.assert_close(logits, full, rtol=0, atol=1e-5)
-    model_path_only(monkeypatch)
-    assert torch.equal(lean, generate(model, prompts, 20, do_sample=False))
+    if case != "prefix":
+        assert torch.equal(cached, generate(model, prompts, 20, do_sample=False, use_cache=False))
 
 
-def test_lean_step_follows_the_sliding_window(monkeypatch):
-    """Past max_len the window is recomputed by the model; the lean steps go on in the new cache."""
+def test_cached_steps_follow_the_sliding_window():
+    """Past max_len the window is recomputed by the model; the cached steps go on in the new cache."""
     model = lm(**CASES["gpt2"])
-    out = generate(model, [1, 2, 3], 70)  # max_len 48: slides
-    model_path_only(monkeypatch)
-    assert torch.equal(out, generate(model, [1, 2, 3], 70))
+    assert torch.equal(generate(model, [1, 2, 3], 70), generate(model, [1, 2, 3], 70, use_cache=False))
 
 
-def test_a_hook_sends_every_step_through_the_model(monkeypatch):
+def test_hooks_fire_at_every_step():
+    """The steps are the model's forward: module hooks and hook points see the prompt, then each new token."""
     model = lm()
-    calls = count_lean_calls(monkeypatch)
     seen = []
     handle = model.blocks[1].register_forward_hook(lambda module, args, out: seen.append(out[0].shape[1]))
     generate(model, [1, 2, 3], 5)
     handle.remove()
-    assert calls == [] and seen == [3, 1, 1, 1, 1]  # the prompt, then each cached step
-    model.blocks[0].ffn.taps = {"post": lambda x: seen.append(x.shape[1]) or x}  # a hook point
+    assert seen == [3, 1, 1, 1, 1]  # the prompt, then each cached step
+    model.blocks[0].ffn.hook_post.fn = lambda x: seen.append(x.shape[1]) or x  # a hook point
     generate(model, [1, 2, 3], 3)
-    assert calls == [] and seen[5:] == [3, 1, 1]
-    model.blocks[0].ffn.taps = None
-    generate(model, [1, 2, 3], 3)
-    assert len(calls) == 2
+    model.blocks[0].ffn.hook_post.fn = None
+    assert seen[5:] == [3, 1, 1]
 
 
-def test_set_lean_step_off_sends_every_step_through_the_model(monkeypatch):
-    """The switch ``glassformer bench --defaults`` times the lean step against: same tokens, no lean call."""
-    from glassformer.runtime.decode import set_lean_step
+def test_generation_replaces_no_forward_and_restores_the_products():
+    """The few-row product is a flag each linear layer's own forward reads (set while generating, then
+    restored); no module gets an instance ``forward``."""
+    from glassformer.nn.linear import Linear
+    from glassformer.runtime.linear import FewRowProduct
 
-    model = lm(**CASES["llama"])
-    lean = generate(model, [[3, 5, 7], [2]], 8)
-    calls = count_lean_calls(monkeypatch)
-    previous = set_lean_step(False)
-    try:
-        plain = generate(model, [[3, 5, 7], [2]], 8)
-    finally:
-        assert set_lean_step(previous) is False
-    assert previous is True and calls == [] and torch.equal(lean, plain)
-    generate(model, [1, 2], 3)
-    assert len(calls) == 2  # back on
-
-
-def test_unknown_parts_keep_the_model_path():
     model = lm()
-    model.blocks[0].ffn.up = torch.nn.Sequential(model.blocks[0].ffn.up)  # e.g. a wrapped projection
-    assert not LeanStep.supports(model)
-    assert not LeanStep.supports(EncoderDecoder(vocab_size=V, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32))
+    layers = [m for m in model.modules() if isinstance(m, Linear)]
+    seen = []
+    model.blocks[0].ffn.up.register_forward_pre_hook(lambda m, args: seen.append(type(m.product)))
+    generate(model, [1, 2, 3], 3)
+    assert seen == [FewRowProduct] * 3
+    assert all(m.product is None and "forward" not in vars(m) for m in model.modules() if m in layers)
+    assert not any("forward" in vars(m) for m in model.modules())
 
 
 def test_the_cache_is_allocated_once_when_it_is_small():
@@ -166,8 +135,7 @@ def test_decoding_steps_never_check_ids(monkeypatch):
                 logits = decoder.next_logits()
         assert calls == ["ids"]
         calls.clear()
-    model_path_only(monkeypatch)  # the model's own forward, called by the decoder, does not check either
-    generate(lm(), [1, 2, 3], 6)
+    generate(lm(), [1, 2, 3], 6)  # the model's own forward, called by the decoder, does not check either
     assert calls == ["ids"]
 
 
@@ -250,7 +218,7 @@ def static_steps():
 
 
 @pytest.mark.parametrize("case", sorted(set(CASES) - {"alibi-mqa"}))
-def test_fixed_shape_steps_give_the_lean_steps_logits(case, static_steps):
+def test_fixed_shape_steps_give_the_models_logits(case, static_steps):
     """set_static_steps("static"): every step writes its keys at a slot given as a tensor and attends over
     the whole preallocated cache under a mask (the shapes a CUDA graph replays); the logits equal the
     model's from scratch, and the tokens the ordinary steps'."""
@@ -275,7 +243,7 @@ def test_fixed_shape_steps_give_the_lean_steps_logits(case, static_steps):
 
 def test_fixed_shape_steps_only_where_the_shapes_can_be_fixed(static_steps, monkeypatch):
     """Padding (per-row masks), ALiBi (a bias that follows the slot), a hook, or the mode off: the
-    ordinary lean step or the model, never the fixed-shape step."""
+    ordinary cached step, never the fixed-shape step."""
     from glassformer.runtime.decode import StaticSteps, set_static_steps
 
     taken = []
@@ -284,9 +252,9 @@ def test_fixed_shape_steps_only_where_the_shapes_can_be_fixed(static_steps, monk
     generate(lm(), [[1, 2, 3], [4, 5]], 5)  # left padding
     generate(lm(**CASES["alibi-mqa"]), [1, 2, 3], 5)
     model = lm()
-    model.blocks[0].ffn.taps = {"post": lambda x: x}
+    model.blocks[0].ffn.hook_post.fn = lambda x: x
     generate(model, [1, 2, 3], 5)
-    model.blocks[0].ffn.taps = None
+    model.blocks[0].ffn.hook_post.fn = None
     assert taken == []
     set_static_steps("graphs")  # no CUDA here: the same fixed-shape step, without a graph
     generate(model, [1, 2, 3], 5)

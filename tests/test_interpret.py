@@ -35,6 +35,7 @@ from glassformer.interpret import (
     run_with_patch,
 )
 from glassformer.nn.feedforward import activate
+from glassformer.nn.taps import Tap
 
 V = 40
 SMALL = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=32)
@@ -74,7 +75,7 @@ def lm_kwargs(model: TransformerLM) -> dict:
 
 
 def no_taps(model) -> bool:
-    return all(getattr(m, "taps", None) is None for m in model.modules())
+    return all(m.fn is None for m in model.modules() if isinstance(m, Tap))
 
 
 # ---------------------------------------------------------------------------------------------- names
@@ -135,8 +136,8 @@ def test_idle_hooks_change_nothing_and_leave_nothing_behind():
     assert no_taps(model)
     with hooks(model, [("pattern", lambda p, hook: None)]) as outer:
         with hooks(model, [("blocks.0.attn.hook_pattern", lambda p, hook: p * 1)]):
-            assert len(model.blocks[0].self_attn.taps["pattern"].fns) == 2
-        assert len(model.blocks[0].self_attn.taps["pattern"].fns) == 1
+            assert len(model.blocks[0].self_attn.hook_pattern.fn.fns) == 2
+        assert len(model.blocks[0].self_attn.hook_pattern.fn.fns) == 1
         outer.remove()
         outer.remove()
     assert no_taps(model)

@@ -15,7 +15,7 @@ from glassformer.interpret.attribution import (
     exact_head_patching,
     top_heads,
 )
-from glassformer.interpret.points import ON_DEMAND
+from glassformer.nn.taps import Tap
 
 V = 40
 
@@ -41,7 +41,7 @@ def test_estimate_is_exact_where_the_metric_is_linear(kw):
     model = lm(**kw)
     clean, corrupted = pair()
     result = attribution_patching(model, clean, corrupted, logit_sum)
-    every = {p.name for p in hook_points(model).values() if p.short not in ON_DEMAND}  # per-head forms: by name
+    every = {p.name for p in hook_points(model).values() if not p.module.on_demand}  # per-head forms: by name
     assert set(result.total) == every  # every point, rot_q/k and norm points included
     _, corrupted_cache = run_with_cache(model, corrupted)
     with torch.no_grad():
@@ -64,7 +64,7 @@ def test_three_passes_for_every_point():
     with hooks(model, [("hook_embed", lambda x, hook: calls.append(x.shape))]):
         attribution_patching(model, clean, corrupted, logit_sum)
     assert len(calls) == 2  # one clean forward, one corrupted forward (and its backward)
-    assert all(getattr(m, "taps", None) is None for m in model.modules())  # nothing left attached
+    assert all(m.fn is None for m in model.modules() if isinstance(m, Tap))  # nothing left attached
 
 
 def test_heads_agree_with_exact_patching_where_small_changes():

@@ -1,17 +1,16 @@
 """runtime.linear and runtime.decode: the few-row route equals F.linear, is taken only where it should be,
-is applied from outside the model (parameters, state dict, hooks untouched), and can be turned off."""
+is a flag the model's own linear layers read (parameters, state dict, hooks untouched), and can be turned off."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from glassformer import TransformerLM
 from glassformer.generation import generate
 from glassformer.nn import TransformerBlock
 from glassformer.runtime import kernel_choice
-from glassformer.runtime.decode import few_row_route
-from glassformer.runtime.linear import FEW_ROWS, MIN_WEIGHT, linear, set_batched_matvec
+from glassformer.runtime.decode import few_row_products
+from glassformer.runtime.linear import FEW_ROWS, MIN_WEIGHT, FewRowProduct, linear, set_batched_matvec
 
 
 @pytest.fixture
@@ -68,28 +67,28 @@ def test_weight_size_threshold():
     assert 1536 * 384 >= MIN_WEIGHT > 512 * 128  # baby's matrices take the route, small's do not
 
 
-def test_the_route_is_applied_from_outside_and_leaves_the_model_as_it_was(bmm_calls):
-    """Inside ``few_row_route`` the big projections and the output layer take the route (same logits to
-    rounding, same hooks firing); the model's classes, parameters and state dict never change, and
-    on leaving every module runs its class's own forward again."""
+def test_the_route_is_a_flag_the_layers_own_forward_reads_and_leaves_the_model_as_it_was(bmm_calls):
+    """Inside ``few_row_products`` the big projections and the output layer take the route (same logits to
+    rounding, same hooks firing) through their own forward; parameters and state dict never change, no
+    forward is replaced, and on leaving every layer's ``product`` is None again."""
     torch.manual_seed(0)
     model = TransformerLM(vocab_size=600, d_model=256, n_heads=4, n_layers=1, d_ff=1024, max_len=16).eval()
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))  # plain projections
     fired = []
     model.blocks[0].ffn.up.register_forward_hook(lambda m, args, out: fired.append(out.shape))
     ids = torch.randint(0, 600, (1, 1))
     with torch.no_grad():
         plain = model(ids)
         assert bmm_calls == []
-        with few_row_route(model):
+        with few_row_products(model):
             routed = model(ids)
-            assert "forward" in model.blocks[0].ffn.up.__dict__ and "forward" in model.head.__dict__
+            assert isinstance(model.blocks[0].ffn.up.product, FewRowProduct) and model.head.product is not None
         after = model(ids)
     assert len(bmm_calls) == 4  # ffn.up, ffn.down (256 x 1024), the tied head (600 x 256); qkv (768 x 256)
     torch.testing.assert_close(routed, plain, rtol=1e-5, atol=1e-5)
     assert torch.equal(after, plain) and len(fired) == 3
-    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert all(getattr(m, "product", None) is None for m in model.modules())
     assert model.state_dict().keys() == state.keys()
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
 
@@ -135,9 +134,9 @@ def test_block_drops_each_sublayer_output_once():
 
 
 @pytest.mark.parametrize("batch", [1, 8])
-def test_where_the_route_does_not_pay_a_decoding_step_gives_the_modules_their_own_forward_back(monkeypatch, batch):
-    """Measured slower (or too many rows, batch 8): after the first decoding step no projection keeps
-    the per-call wrapper, so decoding costs what plain F.linear costs; results are unchanged."""
+def test_where_the_route_does_not_pay_the_product_is_f_linear(monkeypatch, batch):
+    """Measured slower (or too many rows, batch 8): each shape's choice is F.linear itself, asked once;
+    results are bit for bit the plain ones."""
     monkeypatch.setattr(kernel_choice, "_choices", {})
     monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: False)
     torch.manual_seed(0)
@@ -145,11 +144,11 @@ def test_where_the_route_does_not_pay_a_decoding_step_gives_the_modules_their_ow
     prompt, step = torch.randint(0, 600, (batch, 5)), torch.randint(0, 600, (batch, 1))
     with torch.no_grad():
         plain = model(step)
-        with few_row_route(model):
-            model(prompt)  # a prompt (5 positions) decides nothing: the wrappers stay
-            assert "forward" in model.blocks[0].ffn.up.__dict__
+        with few_row_products(model):
+            model(prompt)
             routed = model(step)
-            assert not any("forward" in m.__dict__ for m in model.modules())
+            product = model.blocks[0].ffn.up.product
+    assert product.ways and all(way is F.linear for way in product.ways.values())
     torch.testing.assert_close(routed, plain, rtol=0, atol=0)
 
 

@@ -26,6 +26,7 @@ import torch
 from glassformer import ModelConfig, build_model
 from glassformer.cli import VERBS, main
 from glassformer.fileio import Writes
+from glassformer.interpret.transcoders import random_transcoders, save_transcoders
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 
@@ -59,6 +60,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
              "s2s": save_checkpoint(root / "s2s", build_model(ModelConfig(**small, arch="encoder-decoder", n_enc=1,
                                                                           n_dec=1)), tok),
              "text": root / "in.txt", "run": root / "run", "config": root / "train.yaml", "tang": FORTUNES}
+    found["tc"] = save_transcoders(random_transcoders(1, 16, 8, scale=4.0), root / "tc")
     found["text"].write_text(TEXT * 4, encoding="utf-8")
     found["run"].mkdir()
     (found["run"] / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n{"step": 2, "val_loss": 2.9}\n')
@@ -282,7 +284,7 @@ BY_VERB = {
     "interpret.transcoders.run.run_transcoders": "transcoders", "interpret.transcoders.run.train_transcoders":
     "transcoders", "interpret.transcoders.format.write_transcoder_files": "transcoders",
     "interpret.transcoders.format.save_transcoders": "transcoders", "viz.report_sae.write_transcoder_pages":
-    "transcoders",
+    "transcoders", "interpret.graph.files.save_graph_pt": "graph", "viz.report_graph.write_graph_page": "graph",
 }
 
 

@@ -147,8 +147,8 @@ def test_error_types_live_in_errors():
                                 {"norm_first": False, "pos": "learned", "n_token_types": 2, "embed_norm": True},
                                 {"arch": "encoder-decoder"}, {"arch": "encoder-decoder", "norm_first": False}])
 def test_declared_hook_points_are_the_taps_forward_reaches_in_order(kw):
-    """The parts declare their hook points (``TransformerBlock.hook_points``, ``Embeddings.hook_points``)
-    and interpret/points.py only names them: with every point hooked, a forward reaches exactly the
+    """The parts declare their hook points (``Tap`` modules, registered in forward order) and
+    interpret/points.py only names them: with every point hooked, a forward reaches exactly the
     declared points, in the declared order."""
     import torch
 
@@ -160,8 +160,7 @@ def test_declared_hook_points_are_the_taps_forward_reaches_in_order(kw):
     model = (EncoderDecoder if config.arch == "encoder-decoder" else TransformerLM)(config).eval()
     points, reached = hook_points(model), []
     for name, point in points.items():
-        point.module.taps = dict(point.module.taps or {})
-        point.module.taps[point.tap] = lambda x, name=name: (reached.append(name), x)[1]
+        point.module.fn = lambda x, name=name: (reached.append(name), x)[1]
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         model(ids, ids) if config.arch == "encoder-decoder" else model(ids)

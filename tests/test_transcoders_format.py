@@ -57,7 +57,7 @@ def test_model_must_fit(tmp_path):
 def test_a_folder_of_someone_else_is_not_replaced(tmp_path):
     (tmp_path / "tc").mkdir()
     (tmp_path / "tc" / "notes.txt").write_text("mine")
-    with pytest.raises(NotOursError, match="left untouched"):
+    with pytest.raises(NotOursError, match="replaces only folders it wrote"):
         save_transcoders(random_transcoders(1, 4, 4), tmp_path / "tc")
     assert (tmp_path / "tc" / "notes.txt").read_text() == "mine"
 

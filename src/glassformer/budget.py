@@ -4,6 +4,7 @@ allocating against ``max_memory`` or the least of MemAvailable, the cgroup limit
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,48 @@ def _rlimit_room(sources: MemorySources) -> Room | None:
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         pages = 0
     size = pages * os.sysconf("SC_PAGE_SIZE")
-    return Room(max(soft - size, 0), f"left under ulimit -v (RLIMIT_AS {human(soft)}, {human(size)} already mapped)")
+    reserve = address_reserve()
+    return Room(max(soft - size - reserve, 0), f"left under ulimit -v (RLIMIT_AS {human(soft)}, {human(size)} already "
+                                               f"mapped, {human(reserve)} kept for threads and libraries)")
+
+
+LIBRARY_RESERVE = 256 * 10**6  # address space taken after the check by libraries loaded on first use, allocator slack
+THREAD_RESERVE = 72 * 10**6  # per compute thread: its stack (8 MB) and its malloc arena (64 MB of address space)
+
+
+def address_reserve() -> int:
+    """Address space a process maps beyond its data once it computes (libraries loaded on first use, each
+    thread's stack and malloc arena): it counts against ``ulimit -v`` though little of it becomes memory."""
+    threads = os.cpu_count() or 1
+    with contextlib.suppress(AttributeError, OSError):
+        threads = len(os.sched_getaffinity(0))
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        threads = int(omp)
+    if "torch" in sys.modules:  # what the process has set (num_threads applied) wins
+        with contextlib.suppress(Exception):
+            threads = sys.modules["torch"].get_num_threads()
+    return LIBRARY_RESERVE + min(threads, 1024) * THREAD_RESERVE
+
+
+def check_threads(threads: int, name: str = "num_threads") -> None:
+    """Refuse ``threads`` compute threads when their stacks and malloc arenas cannot fit in ``ulimit -v``, or when
+    ``ulimit -u`` (RLIMIT_NPROC) cannot start them: the thread library would end the process with no message."""
+    room = _rlimit_room(SOURCES)
+    need = (threads - 1) * THREAD_RESERVE  # the main thread's are mapped already
+    if room is not None and need > room.bytes:
+        raise OutOfMemoryError(f"{name}={threads} needs at least {human(need)} of address space (a stack and a malloc "
+                               f"arena per thread), more than the {human(room.bytes)} {room.source}; refused before "
+                               "starting them: ask for fewer threads")
+    soft = -1
+    with contextlib.suppress(ImportError, OSError, ValueError, AttributeError):
+        import resource
+
+        soft = SOURCES.getrlimit(resource.RLIMIT_NPROC)[0]
+        soft = -1 if soft == resource.RLIM_INFINITY else soft
+    if 0 <= soft <= threads:
+        raise GlassformerError(f"{name}={threads} is more threads than ulimit -u allows this user ({soft}); "
+                               "ask for fewer threads")
 
 
 def memory_room(sources: MemorySources | None = None) -> Room | None:
@@ -165,8 +207,9 @@ def memory_room(sources: MemorySources | None = None) -> Room | None:
 def human(n: int) -> str:
     """Bytes for a message: ``3.6 GB``, ``128 TB``, ``1.2e+21 bytes``."""
     for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}" if n < 10**4 * size else f"{float(n):.3g} bytes"
+        if n >= size:  # 999.7 MB reads "1000 MB", not "1e+03 MB"
+            digits = 3 if n < 999.5 * size else 4
+            return f"{n / size:.{digits}g} {unit}" if n < 10**4 * size else f"{float(n):.3g} bytes"
     return f"{n} bytes"
 
 
@@ -215,14 +258,16 @@ def model_bytes(config: ModelConfig) -> int:
 
 
 def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
-                   processes: int = 1, sharded: bool = False) -> int:
-    """At least what one process of training takes: weights, gradients and one optimizer moment (split over
-    ``processes`` when ``sharded``), and per micro-batch position the kept activations and logits."""
+                   processes: int = 1, sharded: bool = False, moments: int = 2) -> int:
+    """At least what one process of training takes: weights, gradients and the optimizer's ``moments`` (AdamW: 2;
+    split over ``processes`` when ``sharded``), and per micro-batch position the kept activations and logits."""
     processes = max(processes, 1)
     rows = max(batch_size // (max(grad_accum, 1) * processes), 1)
     tokens = rows * block_size
-    per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff) + 2 * config.vocab_size
-    state = 2 * model_bytes(config) // (processes if sharded else 1)
+    # per block: the kept activations, and each head's attention row (measured: CPU attention keeps them)
+    per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff + config.n_heads * block_size) + \
+        2 * config.vocab_size
+    state = (1 + moments) * model_bytes(config) // (processes if sharded else 1)
     return model_bytes(config) + state + tokens * per_token * FLOAT
 
 
@@ -246,11 +291,11 @@ def check_int64(name: str, value: Any) -> None:
 
 
 def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
-                        max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
+                        max_memory: Any = None, processes: int = 1, sharded: bool = False, moments: int = 2) -> None:
     """Refuse a training run (:func:`training_bytes`) that cannot fit in one process's budget."""
     for name, value in (("batch_size", batch_size), ("block_size", block_size), *vars(config).items()):
         check_int64(name, value)
-    check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded),
+    check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded, moments),
                f"training {describe(config)} with batch_size={shown(batch_size)}, block_size={shown(block_size)}"
                f"{f', grad_accum={grad_accum}' if grad_accum > 1 else ''}", max_memory)
 
@@ -272,10 +317,13 @@ def probe_bytes(config: ModelConfig, rows: int, length: int, residuals: bool = F
     return forward_bytes(config, rows, length) + rows * kept * FLOAT
 
 
-def sae_bytes(d_in: int, d_sae: int, batch_size: int, buffer_size: int) -> int:
-    """At least what training a sparse autoencoder takes (weights, Adam state, activations, buffer)."""
+def sae_bytes(d_in: int, d_sae: int, batch_size: int, buffer_size: int, eval_rows: int = 0) -> int:
+    """At least what training a sparse autoencoder takes: weights, gradients and Adam's two moments, the buffer,
+    and the larger of a step (two weight-sized temporaries, the batch's features) and the final evaluation's
+    features (``eval_rows``: the positions of one model batch, encoded at once)."""
     weights = 2 * d_in * d_sae + d_sae + d_in
-    return (4 * weights + 2 * batch_size * d_sae + buffer_size * d_in) * FLOAT + 8 * d_sae
+    step = 2 * d_in * d_sae + 2 * batch_size * d_sae
+    return (4 * weights + max(step, 2 * eval_rows * d_sae) + buffer_size * d_in) * FLOAT + 8 * d_sae
 
 
 def check_similarity_fits(count: int, max_memory: Any = None) -> None:

@@ -18,7 +18,7 @@ from .errors import GlassformerError
 # Verbs in the order --help lists them; each names a module in glassformer.commands.
 VERBS_WITH_LANG = ("demo", "inspect")  # verbs with their own --lang option (it is handed on to them)
 VERBS = ("demo", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae",
-         "transcoders", "bench")
+         "transcoders", "graph", "bench")
 
 
 class OneLineParser(argparse.ArgumentParser):

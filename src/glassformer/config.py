@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, is_int, shown
-from .loaders import load_json, parse_json
+from .loaders import MAX_CONFIG_BYTES, load_json, parse_json
 from .validate import check_fields, from_mapping, option
 
 # The choices of the string fields (nn/ reads ACTIVATIONS and NORMS from here).
@@ -117,7 +117,7 @@ class ModelConfig:
         text = str(text_or_path)
         # JSON text starts with "{" (a Path, or a file named "{...}", is a file)
         if not isinstance(text_or_path, str) or not text.lstrip().startswith("{") or os.path.isfile(text):
-            data = load_json(text_or_path, "config file")
+            data = load_json(text_or_path, "config file", MAX_CONFIG_BYTES)
             try:
                 return cls.from_dict(data)
             except GlassformerError as error:

@@ -40,6 +40,10 @@ class NotOursError(GlassformerError):
     """A path where glassformer would write holds something it did not write (or an input)."""
 
 
+class MeasurementError(GlassformerError):
+    """A user's measurement (``watch.measurements``, ``Microscope.add``) failed: raised, exited or returned too much."""
+
+
 class OutOfMemoryError(GlassformerError):
     """What was asked cannot fit in the memory available (or in ``max_memory``); refused before allocating."""
 

@@ -264,6 +264,7 @@ _RECOGNISERS: dict[str, Callable[[str, Read, int], bool | set[Any]]] = {  # a co
     ".png": lambda n, read, size: read(8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in read(4096),
     ".safetensors": lambda n, read, size: read(9)[8:9] == b"{",
     ".pt": lambda n, read, size: read(4) == b"PK\x03\x04",
+    ".yaml": lambda n, read, size: b"\nwriter: glassformer\n" in read(4096),  # a transcoder folder's config.yaml
 }
 
 
@@ -492,6 +493,11 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace the file ``path`` with ``text`` (UTF-8) by :func:`atomic_write`."""
     atomic_write(path, text)
+
+
+def move_in(source: str | Path, target: str | Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
+    os.replace(source, target)
 
 
 def fsync_file(path: str | Path) -> None:

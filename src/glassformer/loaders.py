@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import re
 import stat
 import sys
 from pathlib import Path
@@ -10,7 +11,10 @@ from typing import Any
 
 from .errors import BadFileError, GlassformerError, MissingFileError, first_line, is_int, is_number, shown
 
-MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file larger than 1 GiB is not one
+MAX_JSON_BYTES = 1 << 28  # a tokenizer file larger than 256 MiB is not one (the largest known: ~35 MB); parsing
+# JSON costs ~5x the file's size in memory (a 300 MB config.json cost 1.56 GB)
+MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index) larger than 16 MiB is not one
+MAX_ADDED_TOKEN_CHARS = 4096  # an added token longer than this is not a token (the matcher costs ~100x its size)
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
 MAX_STEP = 1 << 53  # a record's step: beyond it no training goes, nor a float (a chart's axis) holds it exactly
@@ -26,12 +30,21 @@ def _unreadable(where: str, error: ValueError | RecursionError) -> BadFileError:
     return BadFileError(f"{where} holds a number with more than {digits:,} digits")  # Python's int limit
 
 
+def _expand(path: str) -> str:
+    expanded = os.path.expandvars(os.path.expanduser(path))
+    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in path else None
+    if unset:
+        raise GlassformerError(f"path {path!r} names the environment variable {unset.group(0)}, which is not set")
+    return expanded
+
+
 def expand_home(value: Any) -> Any:
-    """A path option (or a list of them) with ``~`` expanded as a shell does; anything else as it is."""
+    """A path option (or a list of them) with ``~``, ``$NAME`` and ``${NAME}`` expanded as a shell does (a YAML
+    file's paths are no shell's: ``out_dir: $HOME/x``); an unset variable is an error; anything else as it is."""
     if isinstance(value, str):
-        return os.path.expanduser(value)
+        return _expand(value)
     if isinstance(value, list):
-        return [os.path.expanduser(v) if isinstance(v, str) else v for v in value]
+        return [_expand(v) if isinstance(v, str) else v for v in value]
     return value
 
 
@@ -48,7 +61,8 @@ def parse_json(text: str | bytes, where: str) -> Any:
 
 def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
     """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable (not a
-    regular file: a FIFO, a device, a folder; more than ``max_bytes``; not JSON; nested too deeply)."""
+    regular file: a FIFO, a device, a folder; more than ``max_bytes``, :data:`MAX_CONFIG_BYTES` for configs; not
+    JSON; nested too deeply)."""
     path = Path(path)
     where = f"{what} {str(path)!r}"
     try:  # non-blocking: a FIFO put there (even after a check) must not wait for a writer
@@ -63,12 +77,10 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         if not stat.S_ISREG(info.st_mode):
             raise BadFileError(f"{where} is not a file")
         raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
-    with os.fdopen(fd, "rb") as file:  # in pieces: read(max_bytes + 1) sets aside max_bytes at once (1 GiB)
-        pieces, size = [], 0
-        while size <= max_bytes and (piece := file.read(min(1 << 20, max_bytes + 1 - size))):
-            pieces.append(piece)  # a file growing meanwhile is still read no further than max_bytes + 1
-            size += len(piece)
-        data = b"".join(pieces)
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(info.st_size + 1)  # read(n) sets n bytes aside first: the file's size, not the bound
+        if len(data) > info.st_size:  # it grew meanwhile: still read no further than the bound
+            data += file.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
     return parse_json(data, where)
@@ -246,6 +258,12 @@ def check_tokenizer_json(data: Any, file: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadFileError(f"{_named(file)} must hold a JSON object (a Hugging Face tokenizer), "
                            f"got {type(data).__name__}")
+    added = data.get("added_tokens")
+    for i, token in enumerate(added if isinstance(added, list) else []):
+        content = token.get("content") if isinstance(token, dict) else None
+        if isinstance(content, str) and len(content) > MAX_ADDED_TOKEN_CHARS:
+            raise BadFileError(f"{_named(file)}: added_tokens[{i}] is {len(content):,} characters long, expected "
+                               f"at most {MAX_ADDED_TOKEN_CHARS:,} (a token, not a text)")
     lengths: list[tuple[str, Any]] = []
     for part, keys in (("padding", ("pad_to_multiple_of",)), ("truncation", ("max_length", "stride"))):
         value = data.get(part)

@@ -21,7 +21,7 @@ from .timing import cpu_line, paired, paired_ratio, time_call, with_setting
 from .train import ADAMW, train_step
 
 TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
-CHECKS = ("newton_schulz", "precision", "decode_route", "decode_step", "threads", "compile")
+CHECKS = ("newton_schulz", "precision", "decode_route", "threads", "compile")
 
 
 def recipe_model(n_layers: int = 2) -> TransformerLM:
@@ -103,17 +103,6 @@ def check_decode_route(rounds: int, calls: int, new_tokens: int) -> dict[str, An
                   calls)
 
 
-def check_decode_step(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
-    """Batch-1 greedy decoding through the lean step (the default) against the model's own forward at every
-    token (the same numbers, more Python per token)."""
-    from ..runtime.decode import set_lean_step
-
-    decode = _decoding(new_tokens)
-    return _timed("lean step", "model forward", "a decoder-only model of plain blocks, no hooks",
-                  (with_setting(set_lean_step, True, decode), with_setting(set_lean_step, False, decode)),
-                  rounds, calls)
-
-
 def _set_threads(n: int) -> int:
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -174,7 +163,6 @@ def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tupl
         "newton_schulz": lambda: check_newton_schulz(rounds, calls),
         "precision": lambda: check_precision(rounds, 1, batch),
         "decode_route": lambda: check_decode_route(rounds, 1, 8 if quick else 64),
-        "decode_step": lambda: check_decode_step(rounds, 1, 8 if quick else 64),
         "threads": lambda: check_threads(rounds, calls, batch),
         "compile": lambda: check_compile(rounds, calls, batch),
     }

@@ -10,7 +10,7 @@ import torch
 from ..data.padding import pad_rows
 from ..errors import ArgumentTypeError, GlassformerError, is_int, shown
 from ..nn.masks import check_prefix_len
-from ..runtime.decode import decoding_attention, few_row_route
+from ..runtime.decode import decoding_attention, few_row_products
 from .beam import beam_search
 from .config import MAX_LENGTH_PENALTY, GenerationConfig, generation_config
 from .incremental import IncrementalDecoder
@@ -113,13 +113,13 @@ def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[obje
 
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
-    """Eval mode, no autograd and the decoding speed policy (:mod:`glassformer.runtime.decode`) while
-    generating; the model's train/eval state is restored afterwards."""
+    """Eval mode, no autograd and the decoding choices (:mod:`glassformer.runtime.decode`: the few-row product,
+    on a GPU attention kernels off cuDNN) while generating; the model's train/eval state is restored afterwards."""
     was_training = model.training
     model.eval()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
-        with _no_autograd(device), few_row_route(model), decoding_attention(device):
+        with _no_autograd(device), few_row_products(model), decoding_attention(device):
             yield
     finally:
         model.train(was_training)

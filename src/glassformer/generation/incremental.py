@@ -7,8 +7,7 @@ recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay ident
 import torch
 
 from ..errors import GlassformerError, check_token_ids
-from ..nn.masks import padding_mask
-from ..runtime.decode import LeanStep, StaticSteps, static_mode
+from ..runtime.decode import StaticSteps, static_mode
 from .protocol import Generative
 
 STATIC_POSITIONS = 4096
@@ -50,8 +49,6 @@ class IncrementalDecoder:
         if prefix_len is not None:
             self.prefix_end = prefix_len + (pad.sum(dim=1) if pad is not None else 0)
         self.capacity = min(self.limit, self.window)
-        self.lean = LeanStep(model) if use_cache and not self.seq2seq and LeanStep.supports(model) else None
-        self.slots = torch.arange(self.capacity, device=ids.device)  # position p of an unpadded row: slots[p:p + 1]
         self.cache = None
         self.static: StaticSteps | None = None  # fixed-shape steps (runtime.decode.set_static_steps)
         self.window_start = 0  # first column the model sees
@@ -119,19 +116,10 @@ class IncrementalDecoder:
         if self.seq2seq:
             memory = self.memory if cache is None or cache[0].cross_attn.length == 0 else None
             return self.model.decode(new, memory, self.src_pad, cache=cache, check_ids=False)[:, -1].float()
-        if cache is not None and new.shape[1] == 1 and StaticSteps.applies(self.lean, cache, pad):
+        if cache is not None and new.shape[1] == 1 and StaticSteps.applies(self.model, cache, pad):
             if self.static is None or self.static.cache is not cache:  # one per cache (a window rerun makes a new one)
-                self.static = StaticSteps(self.lean, cache, new.shape[0], graphs=static_mode() == "graphs")
+                self.static = StaticSteps(self.model, cache, new.shape[0], graphs=static_mode() == "graphs")
             return self.static(new, first - start)
-        if cache is not None and new.shape[1] == 1 and self.lean is not None and self.lean.usable():
-            # one token per row through LeanStep (the same numbers with less Python)
-            slot = first - start  # this token's slot in the window (= the cache's length)
-            if pad is None:
-                positions, mask = self.slots[slot:slot + 1], None  # (1,)
-            else:  # real tokens counted per row
-                positions, mask = left_pad_positions(pad)[:, slot:], padding_mask(pad)  # (B, 1), (B, 1, 1, slot + 1)
-            hidden = self.lean(new, positions, slot + 1, self.cache, mask)  # (B, 1, d)
-            return self.model.logits(hidden)[:, 0].float()
         positions = None if pad is None else left_pad_positions(pad)[:, first - start:]  # (B, T) real tokens only
         prefix = None
         if self.prefix_end is not None:  # in window coordinates; only the first call's mask uses it

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, shown
 from ..fileio import atomic_directory, rust_path
-from ..loaders import load_json
+from ..loaders import MAX_CONFIG_BYTES, load_json
 from ..models import EncoderDecoder, TransformerLM
 from ..safetensors_header import read_header
 from ..tokenizers import Tokenizer
@@ -98,7 +98,7 @@ def load_hf_dir(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Tra
         raise MissingFileError(f"Hugging Face model folder {str(path)!r} does not exist")
     if not (path / "config.json").is_file():
         raise MissingFileError(f"{str(path)!r} has no config.json (is it a Hugging Face model folder?)")
-    hf_config = load_json(check_inside(path, "config.json"), "config file")
+    hf_config = load_json(check_inside(path, "config.json"), "config file", MAX_CONFIG_BYTES)
     if not isinstance(hf_config, dict):
         raise BadFileError(f"{str(path / 'config.json')!r} must hold a JSON object, got {type(hf_config).__name__}")
     files = weight_files(path)

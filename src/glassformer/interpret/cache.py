@@ -223,7 +223,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         if not isinstance(norm, (LayerNorm, RMSNorm)) or not model.blocks[0].norm_first:
             return residual_stack
         if recompute_ln and final:
-            return norm.plain(residual_stack)
+            return norm(residual_stack)
         if isinstance(norm, LayerNorm):
             residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
         key = "ln_final.hook_scale" if final else act_name("ln2_scale" if mlp_input else "ln1_scale", layer)

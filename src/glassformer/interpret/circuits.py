@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
+from ..budget import check_fits, forward_bytes
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids, shown
 from ..models import TransformerLM
 from .hooks import Hooks, run_with_cache
 
@@ -65,9 +66,11 @@ class EdgeGraph:
     def index(self, edges: Sequence[tuple[str, str]]) -> torch.Tensor:
         """(S, R) bool: True at the given edges; an error naming an unknown or impossible edge."""
         chosen = torch.zeros_like(self.allowed)
+        if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
+            raise ArgumentTypeError(f"edges must be a list of (sender, receiver) pairs, got {shown(edges)}")
         for edge in edges:
-            if not isinstance(edge, (tuple, list)) or len(edge) != 2:
-                raise ArgumentTypeError(f"an edge is a (sender, receiver) pair, got {edge!r}")
+            if not isinstance(edge, (tuple, list)) or len(edge) != 2 or not all(isinstance(n, str) for n in edge):
+                raise ArgumentTypeError(f"an edge is a (sender, receiver) pair of names, got {shown(edge)}")
             sender, receiver = edge
             if sender not in self.senders or receiver not in self.receivers:
                 raise GlassformerError(f"no edge {sender!r} -> {receiver!r}: senders are {self.senders[:6]}..., "
@@ -93,7 +96,7 @@ class _EdgeRun:
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
-        self.h, self.hd = model.config.n_heads, model.config.d_model // model.config.n_heads
+        self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
@@ -132,25 +135,22 @@ class _EdgeRun:
 
     def _qkv(self, layer: int, kind: str) -> Callable:
         block = self.model.blocks[layer]
-        offset = KINDS.index(kind) * self.h * self.hd
 
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, hd) as projected
             stream = self.stream[layer]
+            weight, bias = block.self_attn.head_rows(kind)  # (h, hd, d), (h, hd) or None
             heads = []
             for head in range(self.h):
-                rows = slice(offset + head * self.hd, offset + (head + 1) * self.hd)
-                bias = None if block.self_attn.qkv.bias is None else block.self_attn.qkv.bias[rows]
                 normed = block.attn_norm(self._input(f"L{layer}H{head}.{kind}", stream))  # (B, T, d)
-                heads.append(torch.nn.functional.linear(normed, block.self_attn.qkv.weight[rows], bias))
+                heads.append(torch.nn.functional.linear(normed, weight[head], None if bias is None else bias[head]))
             return torch.stack(heads, dim=2).to(x.dtype)  # (B, T, h, hd)
         return hook
 
     def _z(self, layer: int) -> Callable:
-        o_proj = self.model.blocks[layer].self_attn.o_proj
+        attention = self.model.blocks[layer].self_attn
 
         def hook(z: torch.Tensor, _: Any) -> torch.Tensor:  # (B, T, h, hd)
-            w = o_proj.weight.view(o_proj.weight.shape[0], self.h, self.hd)  # (d, h, hd)
-            writes = torch.einsum("bthe,dhe->bthd", z, w)  # (B, T, h, d): each head's write
+            writes = attention.per_head_output(z)  # (B, T, h, d): each head's write
             for head in range(self.h):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z
@@ -170,17 +170,24 @@ class _EdgeRun:
 def _checked_inputs(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor) -> EdgeGraph:
     graph = EdgeGraph.of(model)
     for name, ids in (("clean", clean), ("corrupted", corrupted)):
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
-            raise ArgumentTypeError(f"{name} must be a (B, T) tensor of token ids, got {type(ids).__name__}")
+        check_token_ids(ids, model.config.vocab_size, name)
+        if 0 in ids.shape:
+            raise GlassformerError(f"{name} must hold at least one sequence of at least one token, got shape "
+                                   f"{tuple(ids.shape)}")
     if clean.shape != corrupted.shape:
         raise GlassformerError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} must have one shape")
     return graph
 
 
-def _metric_value(metric: Metric, logits: torch.Tensor) -> torch.Tensor:
+def _metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
+    if not callable(metric):
+        raise ArgumentTypeError(f"metric must be a function of the logits, got {shown(metric)}")
     value = metric(logits)
-    if not isinstance(value, torch.Tensor) or value.dim() != 0:
-        raise GlassformerError(f"metric must return a 0-dim tensor from the logits, got {value!r:.60}")
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.dtype.is_floating_point:
+        raise GlassformerError(f"metric must return a 0-dim float tensor from the logits, got {shown(value)}")
+    if differentiable and not value.requires_grad:
+        raise GlassformerError("metric must be differentiable: its value does not depend on the logits through "
+                               "torch operations (no .item(), argmax or a new tensor)")
     return value
 
 
@@ -237,6 +244,13 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
         raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
     check_int("steps", steps, 1, 256)
     graph = _checked_inputs(model, clean, corrupted)
+    # kept at once: each sender's clean, corrupted and delta writes, each receiver's leaf, gradient and sum,
+    # both in float64 for the product, and a forward pass
+    positions = clean.numel() * model.config.d_model
+    check_fits((5 * len(graph.senders) + 5 * len(graph.receivers)) * positions * 4
+               + forward_bytes(model.config, clean.shape[0], clean.shape[1]),
+               f"edge_attribution over {len(graph.senders)} senders x {len(graph.receivers)} receivers on "
+               f"{tuple(clean.shape)} tokens")
     with torch.no_grad():
         clean_logits, clean_writes = sender_writes(model, clean)
         corrupted_logits, corrupted_writes = sender_writes(model, corrupted)
@@ -249,7 +263,7 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
         leaf = torch.zeros_like(grad_sum, requires_grad=True)
         embed = embed_corrupted + alpha * (embed_clean - embed_corrupted) if method == "eap-ig" else None
         with torch.enable_grad():
-            value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean))
+            value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean), True)
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad
     grads = grad_sum / len(alphas)  # (R, B, T, d)

@@ -28,7 +28,7 @@ class _Attached:
 
     @property
     def backward(self) -> bool:
-        """Whether a backward hook is attached here (see ``Tapped.tapped_backward``)."""
+        """Whether a backward hook is attached here (see ``Tap.wants_grad``)."""
         return any(backward for _, backward in self.fns)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -79,24 +79,19 @@ class Hooks:
             raise
 
     def _attach(self, point: HookPoint, entry: tuple[HookFn, bool]) -> None:
-        module = point.module
-        if module.taps is None:
-            module.taps = {}
-        if point.tap not in module.taps:
-            module.taps[point.tap] = _Attached(point)
-        module.taps[point.tap].fns.append(entry)
+        tap = point.module
+        if tap.fn is None:
+            tap.fn = _Attached(point)
+        tap.fn.fns.append(entry)
         self._attached.append((point, entry))
 
     def remove(self) -> None:
         """Detach every function this object attached (others' hooks stay); idempotent."""
         for point, entry in reversed(self._attached):
-            module = point.module
-            attached = module.taps[point.tap]
-            attached.fns.remove(entry)
-            if not attached.fns:
-                del module.taps[point.tap]
-            if not module.taps:
-                module.taps = None  # nothing attached: every tap is one attribute test again
+            tap = point.module
+            tap.fn.fns.remove(entry)
+            if not tap.fn.fns:
+                tap.fn = None  # nothing attached: the tap is one attribute test again
         self._attached = []
 
     def __enter__(self) -> "Hooks":

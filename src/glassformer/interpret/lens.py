@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError
+from ..errors import ArgumentTypeError, GlassformerError, check_int, check_token_id, check_token_ids, shown
 from ..models import EncoderDecoder, TransformerLM
 from ..nn.norms import RMSNorm
 from .hooks import ActivationCache, run_with_cache
@@ -94,10 +94,8 @@ class LogitAttribution(NamedTuple):
 
 
 def _head_outputs(z: torch.Tensor, attention: nn.Module) -> torch.Tensor:
-    """Each head's output in the residual stream: z (B, h, hd) through its columns of ``o_proj`` -> (B, h, d)."""
-    h, hd = attention.n_heads, attention.head_dim
-    w_o = attention.o_proj.weight.view(-1, h, hd)  # (d, h, hd)
-    return torch.einsum("bhe,dhe->bhd", z.double(), w_o.double())
+    """Each head's output in the residual stream, in float64: z (B, h, hd) -> (B, h, d)."""
+    return attention.per_head_output(z.double())
 
 
 @torch.no_grad()
@@ -120,8 +118,15 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
     names += [act_name(short, i, stack) for i in range(L) for short in
               ("z", *(("cross_z",) if cross else ()), *(("mlp_out",) if mlp else ()))]
     cache = _cached(model, inputs, cache, names, kwargs)
+    B, T = cache[names[1]].shape[:2]
+    check_int("position", position, -T, T - 1)
+    if isinstance(token, torch.Tensor):
+        if token.dim() > 1 or token.dim() == 1 and len(token) not in (1, B) or token.is_floating_point():
+            raise ArgumentTypeError(f"token must be an int id or a (B={B},) integer tensor, got {shown(token)}")
+        check_token_ids(token.reshape(1, -1).long(), model.config.vocab_size, "token")
+    else:
+        check_token_id("token", token, model.config.vocab_size)
     final = cache[names[1]][:, position].double()  # (B, d)
-    B = final.shape[0]
     tokens = torch.as_tensor(token, device=final.device).long().expand(B)  # (B,)
     w_u = (model.emb.weight if model.head.weight is None else model.head.weight)[tokens].double()  # (B, d)
     gain = norm.weight.double() if getattr(norm, "weight", None) is not None else 1.0

@@ -8,6 +8,7 @@ user's ``measurements``) to ``out_dir/microscope.jsonl`` (docs/interpret.md).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 import os
@@ -21,7 +22,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..budget import check_fits, describe, model_bytes, probe_bytes
-from ..errors import ArgumentTypeError, GlassformerError, check_int, shown
+from ..errors import (
+    ArgumentTypeError,
+    GlassformerError,
+    MeasurementError,
+    check_int,
+    check_token_ids,
+    first_line,
+    shown,
+)
 from ..fileio import atomic_write_text
 from ..loaders import read_records
 from ..models import TransformerLM
@@ -172,43 +181,81 @@ Measurement = Callable[[nn.Module, Probe], Any]
 
 
 def _import_measurement(name: str, spec: str) -> Measurement:
-    """The function ``spec`` ("package.module:function") names."""
+    """The function ``spec`` ("package.module:function") names, taking (model, probe)."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as error:
-        raise GlassformerError(f"watch.measurements.{name}: cannot import {spec!r} ({error})") from None
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 (the user's module: any error, SystemExit included, is one line)
+        raise MeasurementError(f"watch.measurements.{name}: cannot import {spec!r} "
+                               f"({type(error).__name__}: {first_line(error)[:200]})") from None
+    return _checked_function(f"watch.measurements.{name}", spec, fn)
+
+
+def _checked_function(where: str, spec: str, fn: Any) -> Measurement:
+    """``fn`` when it can be called as ``fn(model, probe)``, else an error naming ``where``."""
     if not callable(fn):
-        raise ArgumentTypeError(f"watch.measurements.{name}: {spec!r} is not a function")
+        raise ArgumentTypeError(f"{where}: {spec!r} is not a function")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise ArgumentTypeError(f"{where}: {spec!r} must take two arguments (model, probe), its signature is "
+                                f"{inspect.signature(fn)}") from None
+    except ValueError:  # a builtin without a signature: called as it is
+        pass
     return fn
 
 
+MAX_MEASURED_DEPTH = 32  # lists and dicts inside one another in a measurement's result, at most
+
+
+def _measured(name: str, fn: Measurement, model: nn.Module, probe: Probe) -> Any:
+    """``fn(model, probe)`` checked: whatever it raises (SystemExit included, Ctrl-C aside) is a MeasurementError."""
+    try:
+        value = fn(model, probe)
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 (user code: one line naming it)
+        raise MeasurementError(f"measurement {name!r} failed: {type(error).__name__}: "
+                               f"{first_line(error)[:200]}") from None
+    return _checked_value(name, value)
+
+
 def _checked_value(name: str, value: Any) -> Any:
-    """A measurement's result as JSON-able numbers (tensors as lists)."""
+    """A measurement's result as JSON-able numbers (tensors as lists), its size checked before any conversion."""
     count = 0
 
-    def clean(v: Any) -> Any:
+    def counted(n: int) -> None:
         nonlocal count
+        count += n
+        if count > MAX_MEASURED_NUMBERS:
+            raise MeasurementError(f"measurement {name!r} returned more than {MAX_MEASURED_NUMBERS:,} numbers; at "
+                                   "most that many fit a record (return a summary)")
+
+    def clean(v: Any, depth: int) -> Any:
+        if depth > MAX_MEASURED_DEPTH:
+            raise MeasurementError(f"measurement {name!r} returned lists or dicts nested more than "
+                                   f"{MAX_MEASURED_DEPTH} deep (or holding themselves)")
         if isinstance(v, torch.Tensor):
+            counted(v.numel())  # before any copy
             v = v.detach().double().cpu()
-            count += v.numel()
             return v.item() if v.dim() == 0 else v.tolist()
         if isinstance(v, bool) or v is None or isinstance(v, str):
+            counted(1)
             return v
         if isinstance(v, (int, float)):
-            count += 1
+            counted(1)
             return v
         if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
+            counted(1)
+            return [clean(x, depth + 1) for x in v]
         if isinstance(v, dict):
-            return {str(k): clean(x) for k, x in v.items()}
-        raise ArgumentTypeError(f"measurement {name!r} returned a {type(v).__name__}; expected numbers, "
-                                "tensors, or lists and dicts of them")
-    out = clean(value)
-    if count > MAX_MEASURED_NUMBERS:
-        raise GlassformerError(f"measurement {name!r} returned {count:,} numbers; at most "
-                               f"{MAX_MEASURED_NUMBERS:,} fit a record (return a summary)")
-    return out
+            counted(1)
+            return {str(k): clean(x, depth + 1) for k, x in v.items()}
+        raise MeasurementError(f"measurement {name!r} returned a {type(v).__name__}; expected numbers, "
+                               "tensors, or lists and dicts of them")
+    return clean(value, 0)
 
 
 class Microscope:
@@ -248,7 +295,7 @@ class Microscope:
         if not callable(fn):
             raise ArgumentTypeError(f"measurement {name!r} must be a function (model, probe) -> numbers, "
                                     f"got {type(fn).__name__}")
-        self.measurements[name] = fn
+        self.measurements[name] = _checked_function(f"measurement {name!r}", getattr(fn, "__name__", "fn"), fn)
 
     def start(self, out_dir: str | Path, step: int, model: nn.Module) -> None:
         """Begin (or continue after ``step``) the series in ``out_dir``; record step 0 on a fresh run."""
@@ -317,7 +364,7 @@ class Microscope:
         devices = [model.emb.weight.device] if model.emb.weight.device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices), torch.enable_grad():
-                return {name: _checked_value(name, fn(model, probe)) for name, fn in self.measurements.items()}
+                return {name: _measured(name, fn, model, probe) for name, fn in self.measurements.items()}
         finally:
             for p, g in zip(params, grads):
                 p.grad = g
@@ -406,6 +453,11 @@ def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | N
         if scope is None:
             low = max(tokenizer.special_tokens.values(), default=-1) + 1
             low = low if low < tokenizer.vocab_size // 2 else 0
+            if probe_text is not None:
+                check_token_ids(probe_text, tokenizer.vocab_size, "probe_text")
+                if probe_text.shape[0] < 1 or not 2 <= probe_text.shape[1] <= model.config.max_len:
+                    raise GlassformerError(f"probe_text must be (R >= 1, T) ids with 2 <= T <= max_len="
+                                           f"{model.config.max_len}, got shape {tuple(probe_text.shape)}")
             if probe_text is None:
                 probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, min(64, model.config.max_len)),
                                            generator=torch.Generator().manual_seed(1))

@@ -122,7 +122,7 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
             raise ArgumentTypeError(f"a head's layer must be an int or an attention's name, got {layer!r}")
         if name not in points:
             raise GlassformerError(f"no attention {name.removesuffix('.hook_z')!r} in this model")
-        n_heads = points[name].module.n_heads
+        n_heads = points[name].owner.n_heads
         if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < n_heads:
             raise GlassformerError(f"head {head!r} of {name.removesuffix('.hook_z')} is out of range: expected "
                                    f"0 <= head < {n_heads}")
@@ -193,7 +193,7 @@ def head_ablation_effects(model: nn.Module, *inputs: torch.Tensor, metric: Metri
     cache = None
     if mode == "mean":
         _, cache = run_with_cache(model, *inputs, names=z_names, **kwargs)
-    n_heads = hook_points(model)[z_names[0]].module.n_heads
+    n_heads = hook_points(model)[z_names[0]].owner.n_heads
     effects = torch.empty(len(z_names), n_heads)
     for row, name in enumerate(z_names):
         for head in range(n_heads):

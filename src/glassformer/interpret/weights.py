@@ -216,19 +216,16 @@ class Weights:
             self._read(model, blocks, fold_ln)
 
     def _read(self, model: nn.Module, blocks: list, fold_ln: bool) -> None:
-        h, kv, hd = self.n_heads, self.n_kv_heads, self.d_head
+        h, kv = self.n_heads, self.n_kv_heads
         stacks: dict[str, list[torch.Tensor]] = {}
         for block in blocks:
-            attn = block.self_attn
+            attn = block.self_attn  # its per-head views: (heads, d, hd) for q, k, v; (h, hd, d) for o
             d = attn.qkv.in_features
-            w = attn.qkv.weight.detach().view(h + 2 * kv, hd, d).transpose(-2, -1)  # (heads, d, hd)
-            b = (attn.qkv.bias.detach().view(h + 2 * kv, hd) if attn.qkv.bias is not None
-                 else w.new_zeros(h + 2 * kv, hd))
+            w = torch.cat([attn.W_Q, attn.W_K, attn.W_V]).detach()  # (h + 2 kv, d, hd)
+            b = torch.cat([attn.head_bias("q"), attn.head_bias("k"), attn.head_bias("v")]).detach()
             w, b = _folded(block.attn_norm, w, b) if fold_ln else (w, b)
             parts = {"W_Q": w[:h], "W_K": w[h:h + kv], "W_V": w[h + kv:], "b_Q": b[:h], "b_K": b[h:h + kv],
-                     "b_V": b[h + kv:],
-                     "W_O": attn.o_proj.weight.detach().view(d, h, hd).permute(1, 2, 0),  # (h, hd, d)
-                     "b_O": _bias(attn.o_proj, d)}
+                     "b_V": b[h + kv:], "W_O": attn.W_O.detach(), "b_O": attn.head_bias("o").detach()}
             if block.ffn is not None:
                 ffn = block.ffn
                 w_in, b_in = ffn.up.weight.detach().T, _bias(ffn.up, ffn.up.out_features)  # (d, f), (f,)

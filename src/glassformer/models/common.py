@@ -9,7 +9,7 @@ from ..config import ModelConfig
 from ..nn.block import TransformerBlock
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
-from ..nn.taps import Tapped
+from ..nn.taps import NormTaps, Tap, Tapped
 from .families import learned_positions
 from .head import OutputHead
 
@@ -20,7 +20,7 @@ def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleLi
         TransformerBlock(config.d_model, config.n_heads, config.d_ff, cross=cross, norm_first=config.norm_first,
                          activation=config.activation, bias=config.bias, n_kv_heads=config.n_kv_heads,
                          dropout=config.dropout, norm=config.norm, norm_eps=config.norm_eps,
-                         ffn=not config.attn_only)
+                         ffn=not config.attn_only, rope=config.pos == "rope")
         for _ in range(n)])
 
 
@@ -34,8 +34,8 @@ class Embeddings(Tapped):
     """Token ids -> vectors (:meth:`forward`), and the position inputs attention needs (:meth:`attention_inputs`).
 
     Parts: ``tok`` (V, d) token table; ``pos`` learned positions; ``types`` segment table; ``norm``
-    embedding norm. Hook points ((B, T, d) each): "embed" (scaled token vectors), "pos_embed",
-    "token_type_embed", "embed_norm"."""
+    embedding norm. Hook points ((B, T, d) each): ``hook_embed`` (scaled token vectors), ``hook_pos_embed``
+    (sinusoidal or learned positions), ``hook_token_type_embed``, ``embed_ln`` (the norm's)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -43,9 +43,16 @@ class Embeddings(Tapped):
         self.scheme, self.max_len = c.pos, c.max_len  # position scheme: see ModelConfig.pos
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
+        self.hook_embed = Tap()
         self.pos = learned_positions(c) if c.pos == "learned" else None
+        if c.pos in ("sinusoidal", "learned"):
+            self.hook_pos_embed = Tap()
         self.types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
+        if c.n_token_types:
+            self.hook_token_type_embed = Tap()
         self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embed_norm else None
+        if c.embed_norm:
+            self.embed_ln = NormTaps()
         self.dropout = nn.Dropout(c.dropout)
         self.head_dim, self.rope_theta = c.head_dim, c.rope_theta
         if c.pos == "sinusoidal":  # (max_len, d), computed once
@@ -62,7 +69,7 @@ class Embeddings(Tapped):
         x = self.tok(ids)  # (B, T, d)
         if self.scale != 1.0:
             x = x * self.scale
-        return self.tap("embed", x)
+        return self.hook_embed(x)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, token_type_ids: torch.Tensor | None = None,
                 *, pos: nn.Module | None = None, norm: nn.Module | None = None) -> torch.Tensor:
@@ -81,22 +88,15 @@ class Embeddings(Tapped):
             x = x + self._tap_positions(pos(positions), x)  # + (T, d) or (B, T, d)
         if self.types is not None:
             types = self.types(torch.zeros_like(ids) if token_type_ids is None else token_type_ids)  # (B, T, d)
-            x = x + self.tap("token_type_embed", types)
+            x = x + self.hook_token_type_embed(types)
         if norm is not None:
-            x = self.tap("embed_norm", norm(x))
+            x = self.embed_ln(norm, x)
         return self.dropout(x) if self.training else x
-
-    def hook_points(self) -> list[tuple[str, nn.Module, str, nn.Module | None]]:
-        """The taps :meth:`forward` reaches, in order, as :meth:`TransformerBlock.hook_points` lists them."""
-        points = [("embed", self, "embed", None)]
-        points += [("pos_embed", self, "pos_embed", None)] if self.scheme in ("sinusoidal", "learned") else []
-        points += [("token_type_embed", self, "token_type_embed", None)] if self.types is not None else []
-        return points + ([("embed_ln", self, "embed_norm", self.norm)] if self.norm is not None else [])
 
     def _tap_positions(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The "pos_embed" hook point: hooks see (B, T, d), as in TransformerLens (untapped, the (T, d)
         rows are added by broadcasting)."""
-        return self.tap("pos_embed", pos.expand_as(x).contiguous()) if self.tapped("pos_embed") else pos
+        return self.hook_pos_embed(pos.expand_as(x).contiguous()) if self.hook_pos_embed.hooked else pos
 
     def attention_inputs(self, positions: torch.Tensor, *, n_queries: int, n_keys: int,
                          end: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:

@@ -4,6 +4,7 @@ Bidirectional encoder blocks turn the source into ``memory`` (B, S, d); each dec
 cross-attention (queries from the target, keys and values from ``memory``) between its causal
 self-attention and its feed-forward, so every generated token can look back at every source position."""
 
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -12,9 +13,10 @@ from torch import nn
 from ..config import ModelConfig, config_from_args
 from ..errors import check_int, check_memory, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
+from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
-from ..nn.taps import Tapped
+from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 
@@ -34,7 +36,7 @@ class EncoderDecoder(Tapped):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides, built from
     a config or keywords: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
     Parts: ``embeddings``, ``dec_embedding`` (BART's, or None), ``enc``, ``dec``, ``enc_norm`` and ``dec_norm``
-    (hook points "encoder_ln_final", "decoder_ln_final"), ``head``."""
+    (their hook points: ``encoder_ln_final``, ``decoder_ln_final``), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -42,9 +44,11 @@ class EncoderDecoder(Tapped):
         self.embeddings = Embeddings(config)
         self.dec_embedding = BartDecoderEmbedding(config) if config.split_positions else None
         self.enc = make_blocks(config, config.n_enc)
+        self.encoder_ln_final = NormTaps(statistics=config.norm_first)  # enc_norm's hook points, in forward order
         self.dec = make_blocks(config, config.n_dec, cross=True)
-        self.enc_norm = final_norm(config)
+        self.enc_norm = final_norm(config)  # post-norm: the final norms are identities
         self.dec_norm = final_norm(config)
+        self.decoder_ln_final = NormTaps(statistics=config.norm_first)
         self.head = output_head(config)
         init_weights(self, config, config.n_enc + config.n_dec)
 
@@ -81,7 +85,7 @@ class EncoderDecoder(Tapped):
             x, weights = block(x, inputs=inputs)
             if attn_log is not None:
                 attn_log["enc"].append(weights["self"])
-        return self.tap("encoder_ln_final", self.enc_norm(x))
+        return self.encoder_ln_final(self.enc_norm, x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_pad: torch.Tensor | None = None,
                tgt_pad: torch.Tensor | None = None, attn_log: dict[str, list] | None = None, *,
@@ -108,7 +112,7 @@ class EncoderDecoder(Tapped):
             if attn_log is not None:
                 attn_log["self"].append(weights["self"])
                 attn_log["cross"].append(weights["cross"])
-        return self.logits(self.tap("decoder_ln_final", self.dec_norm(x)))
+        return self.logits(self.decoder_ln_final(self.dec_norm, x))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project decoder states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
@@ -123,6 +127,11 @@ class EncoderDecoder(Tapped):
         memory = self.encode(src, src_pad, log, check_ids=check_ids)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log, check_ids=check_ids)  # (B, T, V)
         return EncoderDecoderOutput(logits, log) if return_attn else logits
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
                   preallocate: bool = False) -> list[LayerCache]:

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..nn.linear import Product
 
 
 class OutputHead(nn.Module):
@@ -12,7 +13,10 @@ class OutputHead(nn.Module):
 
     W is the token embedding matrix when ``config.tie`` (Press & Wolf 2017), else a (V, d) ``weight``
     of its own (initialised as ``nn.Linear`` does); b is ``bias`` (V,) when ``config.head_bias``
-    (BERT's MLM decoder, BART's final_logits_bias), zero at the start when tied."""
+    (BERT's MLM decoder, BART's final_logits_bias), zero at the start when tied. ``product``: as
+    :class:`glassformer.nn.linear.Linear`'s, chosen by a caller (None: ``F.linear``)."""
+
+    product: Product | None = None
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -28,4 +32,6 @@ class OutputHead(nn.Module):
     def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """hidden (..., d) -> logits (..., V); ``embedding`` (V, d) is the output weight when tied."""
         weight = embedding if self.weight is None else self.weight  # (V, d)
-        return F.linear(hidden, weight, self.bias)  # (..., V)
+        if self.product is None:
+            return F.linear(hidden, weight, self.bias)  # (..., V)
+        return self.product(hidden, weight, self.bias)

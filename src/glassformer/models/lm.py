@@ -4,6 +4,7 @@
     attn="bidirectional"  encoder-only (BERT): each position sees the whole sequence -> masked-LM
     attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal"""
 
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -12,9 +13,10 @@ from torch import nn
 from ..config import ModelConfig, config_from_args
 from ..errors import GlassformerError, check_int, check_pad, check_token_ids
 from ..nn.attention import AttentionInputs
+from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
-from ..nn.taps import Tapped
+from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import output_head
 
@@ -43,7 +45,7 @@ class TransformerLM(Tapped):
 
     Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
     arguments: ``TransformerLM(vocab_size=100, d_model=64, n_heads=4, n_layers=2, d_ff=256)``.
-    Parts: ``embeddings``, ``blocks``, ``norm_f`` (hook point "ln_final"), ``head``."""
+    Parts: ``embeddings``, ``blocks``, ``norm_f`` (its hook points: ``ln_final``), ``head``."""
 
     def __init__(self, vocab_size: int | ModelConfig, *args: Any, **kwargs: Any):
         super().__init__()
@@ -51,6 +53,7 @@ class TransformerLM(Tapped):
         self.embeddings = Embeddings(config)
         self.blocks = make_blocks(config, config.n_layers)
         self.norm_f = final_norm(config)
+        self.ln_final = NormTaps(statistics=config.norm_first)  # post-norm: norm_f is the identity
         self.head = output_head(config)
         init_weights(self, config, config.n_layers)
 
@@ -94,7 +97,8 @@ class TransformerLM(Tapped):
     def hidden_states(self, ids: torch.Tensor, pad: torch.Tensor | None = None,
                       prefix_len: int | torch.Tensor | None = None, return_attn: bool = False, *,
                       positions: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
-                      cache: list[KVCache] | None = None, check_ids: bool = True) -> torch.Tensor | HiddenStates:
+                      cache: list[KVCache] | None = None, check_ids: bool = True,
+                      slot: torch.Tensor | None = None) -> torch.Tensor | HiddenStates:
         """The last layer's (normalised) hidden states (B, T, d) of ids (B, T): contextual embeddings.
 
         Args:
@@ -103,28 +107,42 @@ class TransformerLM(Tapped):
             return_attn: return a :class:`HiddenStates` with each layer's attention weights too.
             positions: (T,) or (B, T) position of each token; default ``cached .. cached + T - 1``.
             cache: one :class:`KVCache` per layer (see :meth:`new_cache`), filled as a side effect.
-            check_ids: check ids are in [0, vocab_size) (on a GPU it waits); False for ids checked before."""
+            check_ids: check ids are in [0, vocab_size) (on a GPU it waits); False for ids checked before.
+            slot: fixed shapes (CUDA graphs): a (1,) tensor, the cache slot of this one-token step; every slot
+                of the preallocated ``cache`` is read, those after ``slot`` masked (no host sync, no new shape)."""
         if check_ids:
             check_token_ids(ids, self.config.vocab_size)
         B, T = ids.shape
-        start = cache[0].length if cache else 0  # positions already in the cache
-        check_pad(pad, B, start + T)
-        if positions is None:
-            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
-            end = start + T
+        if slot is not None:
+            x, inputs = self._fixed_shape_inputs(ids, cache, slot, return_attn)
         else:
-            end = int(positions.max()) + 1 if positions.numel() else 0
-        x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
-        rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
-        mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
-        inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
-                                 need_weights=return_attn)
+            start = cache[0].length if cache else 0  # positions already in the cache
+            check_pad(pad, B, start + T)
+            if positions is None:
+                positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+                end = start + T
+            else:
+                end = int(positions.max()) + 1 if positions.numel() else 0
+            x = self.embeddings(ids, positions, end, token_type_ids)  # (B, T, d)
+            rope, score_bias = self.embeddings.attention_inputs(positions, n_queries=T, n_keys=start + T, end=end)
+            mask, is_causal = self._attention_mask(T, pad, prefix_len, ids.device, start=start, batch=B)
+            inputs = AttentionInputs(mask=mask, is_causal=is_causal, rope=rope, score_bias=score_bias,
+                                     need_weights=return_attn)
         patterns = []  # each layer's attention weights (B, h, T, Tk), or None
         for i, block in enumerate(self.blocks):
             x, weights = block(x, inputs=inputs, cache=cache[i] if cache else None)  # (B, T, d)
             patterns.append(weights["self"])
-        x = self.tap("ln_final", self.norm_f(x))
+        x = self.ln_final(self.norm_f, x)
         return HiddenStates(x, patterns) if return_attn else x
+
+    def _fixed_shape_inputs(self, ids: torch.Tensor, cache: list[KVCache], slot: torch.Tensor,
+                            return_attn: bool) -> tuple[torch.Tensor, AttentionInputs]:
+        """(x (B, 1, d), inputs) of one token per row ids (B, 1) at cache slot ``slot`` (1,), reading every slot."""
+        capacity = cache[0].capacity
+        x = self.embeddings(ids, slot, capacity)  # (B, 1, d)
+        rope, score_bias = self.embeddings.attention_inputs(slot, n_queries=1, n_keys=capacity, end=capacity)
+        visible = (torch.arange(capacity, device=ids.device) <= slot).view(1, 1, 1, capacity)  # filled slots
+        return x, AttentionInputs(mask=visible, rope=rope, score_bias=score_bias, need_weights=return_attn, slot=slot)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
@@ -138,6 +156,11 @@ class TransformerLM(Tapped):
             hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
             return LMOutput(self.logits(hidden), attn)
         return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
         """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions (default

@@ -7,21 +7,23 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import check_head_counts
 from ..errors import ArgumentTypeError, GlassformerError, check_mask
+from .freezing import held
 from .kv_cache import KVCache
+from .linear import Linear
 from .masks import causal_mask
 from .positions import apply_rope
-from .taps import Tapped
+from .taps import Tap, Tapped
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                                  *, is_causal: bool = False, score_bias: torch.Tensor | None = None,
                                  dropout_p: float = 0.0, scale: float | None = None, need_weights: bool = True,
-                                 tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 tap_scores: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                                 tap_pattern: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                                 frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
 
     Each query is compared with every key; the softmax of the scores weights an average of the
@@ -35,13 +37,15 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         is_causal: also hide future keys; with Tq < Tk the queries are the *last* Tq positions.
         score_bias: float, broadcastable to (..., h, Tq, Tk), added to the scores (ALiBi).
         need_weights: True: this explicit softmax; False: :func:`fused_attention`, no weights.
-        tap: ``tap("attn_scores", scores)`` (masked, before the softmax), ``tap("pattern", weights)``.
+        tap_scores, tap_pattern: hook points for the scores (masked, before the softmax) and the weights.
+        frozen: hold the weights constant for autograd (:mod:`glassformer.nn.freezing`): the same numbers,
+            gradients reach v alone.
     Returns:
         (out (..., h, Tq, d_v), weights (..., h, Tq, Tk) or None); a query with no visible key gets zeros."""
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
     check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if need_weights:
+    if need_weights or (frozen and dropout_p > 0):  # frozen with dropout: one draw, so value and gradient agree
         visible = _visible_keys(mask, is_causal, n_queries=q.shape[-2], n_keys=k.shape[-2],
                                 device=q.device)  # (..., Tq, Tk) or None
         scores = (q @ k.transpose(-1, -2)) * scale  # (..., h, Tq, Tk)
@@ -49,17 +53,23 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             scores = scores + score_bias
         if visible is not None:
             scores = scores.masked_fill(~visible, float("-inf"))
-        if tap is not None:
-            scores = tap("attn_scores", scores)
+        if tap_scores is not None:
+            scores = tap_scores(scores)
         weights = torch.softmax(scores, dim=-1)  # (..., h, Tq, Tk)
         if visible is not None:
             weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing visible: 0/0 -> 0
-        if tap is not None:
-            weights = tap("pattern", weights)
+        if frozen:
+            weights = weights.detach()
+        if tap_pattern is not None:
+            weights = tap_pattern(weights)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         return dropped @ v, weights  # (..., h, Tq, d_v)
-    return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
-                           scale=scale), None
+    out = fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p, scale=scale)
+    if frozen:  # the kernel's numbers, the gradient of (constant pattern) @ v
+        linear, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
+                                                 scale=scale, frozen=True)
+        out = held(out, linear)
+    return out, None
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, is_causal: bool,
@@ -107,8 +117,9 @@ def _visible_keys(mask: torch.Tensor | None, is_causal: bool, *, n_queries: int,
 class AttentionInputs:
     """What attention needs besides the vectors, built once per forward pass for every block: the self-
     and cross-attention masks (bool, True = may attend), causality (a flag: the fused kernel needs no
-    mask), RoPE's (cos, sin), each (T, hd) or (B, T, hd), ALiBi's score bias (B, h, T, Tk), and
-    whether to return the weights (explicit softmax) or None (fused kernel)."""
+    mask), RoPE's (cos, sin), each (T, hd) or (B, T, hd), ALiBi's score bias (B, h, T, Tk),
+    whether to return the weights (explicit softmax) or None (fused kernel), and ``slot`` (1,): a fixed-shape
+    decoding step's cache slot (:meth:`KVCache.update`)."""
 
     mask: torch.Tensor | None = None
     memory_mask: torch.Tensor | None = None
@@ -116,6 +127,7 @@ class AttentionInputs:
     rope: tuple[torch.Tensor, torch.Tensor] | None = None
     score_bias: torch.Tensor | None = None
     need_weights: bool = True
+    slot: torch.Tensor | None = None
 
     @staticmethod
     def given(inputs: "AttentionInputs | None", mask: torch.Tensor | None = None,
@@ -136,27 +148,35 @@ class MultiHeadAttention(Tapped):
     cross-attention applies its query rows to ``x`` and its key/value rows to the memory. With
     ``n_kv_heads`` < ``n_heads`` keys and values have fewer heads (GQA; MQA when n_kv_heads = 1).
 
-    Hook points: "q", "k", "v" (B, T, heads, hd); "rot_q", "rot_k" (B, heads, T, hd) after RoPE;
-    "attn_scores", "pattern" (B, h, Tq, Tk) (hooking them moves this layer to the explicit path);
-    "z" (B, Tq, h, hd) before ``o_proj``; "result" (B, Tq, h, d) each head's write, without the bias."""
+    Hook points (:class:`~glassformer.nn.taps.Tap`), in forward order: ``hook_q``, ``hook_k``, ``hook_v``
+    (B, T, heads, hd); with ``rope``, ``hook_rot_q``, ``hook_rot_k`` after the rotation; ``hook_attn_scores``,
+    ``hook_pattern`` (B, h, Tq, Tk) (hooking them moves this layer to the explicit path); ``hook_z``
+    (B, Tq, h, hd) before ``o_proj``; ``hook_result`` (B, Tq, h, d) each head's write, without the bias.
+    ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`)."""
 
-    TAPS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "result")  # in forward order
+    frozen_mode = False
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, rope: bool = False):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         check_head_counts(n_heads, n_kv_heads, d_model)
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
         # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
+        self.o_proj = Linear(d_model, d_model, bias=bias)
+        self.hook_q, self.hook_k, self.hook_v = Tap(2), Tap(2), Tap(2)
+        self.rope = rope  # rotated queries and keys get hook points of their own
+        if rope:
+            self.hook_rot_q, self.hook_rot_k = Tap(2, heads_first=True), Tap(2, heads_first=True)
+        self.hook_attn_scores, self.hook_pattern = Tap(1, position_axis=2), Tap(1, position_axis=2)
+        self.hook_z, self.hook_result = Tap(2), Tap(2, on_demand=True)
 
-    def _heads(self, t: torch.Tensor, n: int, name: str) -> torch.Tensor:
-        """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head; tapped as ``name``."""
+    def _heads(self, t: torch.Tensor, n: int, tap: Tap) -> torch.Tensor:
+        """(B, T, n * hd) -> (B, n, T, hd): one slice of the width per head, through ``tap``."""
         B, T, _ = t.shape
-        return self.tap(name, t.view(B, T, n, self.head_dim)).transpose(1, 2)  # (B, n, T, hd)
+        return tap(t.view(B, T, n, self.head_dim)).transpose(1, 2)  # (B, n, T, hd)
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention's keys and values: memory (B, S, d) through the key/value rows of ``qkv``
@@ -164,7 +184,7 @@ class MultiHeadAttention(Tapped):
         dq = self.n_heads * self.head_dim
         kv_bias = None if self.qkv.bias is None else self.qkv.bias[dq:]
         k, v = F.linear(memory, self.qkv.weight[dq:], kv_bias).split(self.n_kv_heads * self.head_dim, dim=-1)
-        return self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")
+        return self._heads(k, self.n_kv_heads, self.hook_k), self._heads(v, self.n_kv_heads, self.hook_v)
 
     def project_per_head(self, x: torch.Tensor) -> torch.Tensor:
         """``qkv`` with an input per head: x (B, T, h + 2 kv, d) (queries', keys', values' heads)
@@ -173,9 +193,49 @@ class MultiHeadAttention(Tapped):
         return (y if self.qkv.bias is None else y + self.qkv.bias.view(-1, self.head_dim)).flatten(2)
 
     def per_head_output(self, z: torch.Tensor) -> torch.Tensor:
-        """``o_proj`` head by head: z (B, T, h, hd) -> (B, T, h, d); their sum + ``o_proj.bias`` is the output."""
-        weight = self.o_proj.weight.view(-1, self.n_heads, self.head_dim)  # (d, h, hd)
-        return torch.einsum("bthe,dhe->bthd", z, weight)
+        """``o_proj`` head by head, each head's write into the stream: z (..., h, hd) -> (..., h, d); their sum
+        + ``o_proj.bias`` is the output. The one place a head's output is computed (hooks, caches, lenses and
+        circuits call it); the weight is cast to z's dtype (a lens in float64)."""
+        weight = self.o_proj.weight.view(-1, self.n_heads, self.head_dim).to(z.dtype)  # (d, h, hd)
+        return torch.einsum("...he,dhe->...hd", z, weight)
+
+    # Per-head views of the weights, TransformerLens's layout (views of the parameters: gradients flow).
+    def head_rows(self, kind: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows of ``qkv`` that compute ``kind`` ("q", "k" or "v"), one block per head: weight (heads, hd, d)
+        and bias (heads, hd) or None. ``F.linear(x, weight[i], bias[i])`` is head i's query (key, value)."""
+        h, kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        start, n = {"q": (0, h), "k": (h, kv), "v": (h + kv, kv)}[kind]
+        weight = self.qkv.weight.view(h + 2 * kv, hd, -1)[start:start + n]
+        bias = None if self.qkv.bias is None else self.qkv.bias.view(h + 2 * kv, hd)[start:start + n]
+        return weight, bias
+
+    @property
+    def W_Q(self) -> torch.Tensor:  # noqa: N802 (TransformerLens's names)
+        """Queries per head, (h, d, hd): q_i = x W_Q[i] + b_Q[i]."""
+        return self.head_rows("q")[0].transpose(-2, -1)
+
+    @property
+    def W_K(self) -> torch.Tensor:  # noqa: N802
+        """Keys per key/value head, (kv, d, hd)."""
+        return self.head_rows("k")[0].transpose(-2, -1)
+
+    @property
+    def W_V(self) -> torch.Tensor:  # noqa: N802
+        """Values per key/value head, (kv, d, hd)."""
+        return self.head_rows("v")[0].transpose(-2, -1)
+
+    @property
+    def W_O(self) -> torch.Tensor:  # noqa: N802
+        """Each head's columns of ``o_proj``, (h, hd, d): head i writes z_i W_O[i]."""
+        return self.o_proj.weight.view(-1, self.n_heads, self.head_dim).permute(1, 2, 0)
+
+    def head_bias(self, kind: str) -> torch.Tensor:
+        """b_Q (h, hd), b_K, b_V (kv, hd) for ``kind`` "q", "k", "v"; b_O (d,) for "o"; zeros without biases."""
+        if kind == "o":
+            bias = self.o_proj.bias
+            return bias if bias is not None else self.o_proj.weight.new_zeros(self.o_proj.out_features)
+        weight, bias = self.head_rows(kind)
+        return bias if bias is not None else weight.new_zeros(weight.shape[:2])
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
                 inputs: AttentionInputs | None = None, cache: KVCache | None = None,
@@ -186,22 +246,26 @@ class MultiHeadAttention(Tapped):
         ``mask`` alone (weights returned) or the model's :class:`AttentionInputs`. ``cache``: self-attention
         appends the new keys/values, cross-attention fills it once. ``head_inputs``: an input per head."""
         B, Tq, _ = x.shape
-        dq, dkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        dq = self.n_heads * self.head_dim
         cross = kv is not None or (cache is not None and cache.static)
         inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
             qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
-            q, k, v = qkv.split([dq, dkv, dkv], dim=-1)  # (B, Tq, dq), (B, Tq, dkv), (B, Tq, dkv)
-            q = self._heads(q, self.n_heads, "q")  # (B, h, Tq, hd)
-            k, v = self._heads(k, self.n_kv_heads, "k"), self._heads(v, self.n_kv_heads, "v")  # (B, kv, Tq, hd)
+            h, n_kv = self.n_heads, self.n_kv_heads
+            heads = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim)  # every head's query, key, value side by side
+            q = self.hook_q(heads[:, :, :h]).transpose(1, 2)  # (B, h, Tq, hd)
+            k = self.hook_k(heads[:, :, h:h + n_kv]).transpose(1, 2)  # (B, kv, Tq, hd)
+            v = self.hook_v(heads[:, :, h + n_kv:]).transpose(1, 2)  # (B, kv, Tq, hd)
             if inputs.rope is not None:
-                q, k = self.tap("rot_q", apply_rope(q, *inputs.rope)), self.tap("rot_k", apply_rope(k, *inputs.rope))
+                q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)  # (B, h or kv, Tq, hd)
+                if self.rope:
+                    q, k = self.hook_rot_q(q), self.hook_rot_k(k)
             if cache is not None:
-                k, v = cache.update(k, v)  # (B, kv, cached + Tq, hd)
+                k, v = cache.update(k, v, inputs.slot)  # (B, kv, cached + Tq, hd); slot: (B, kv, capacity, hd)
             mask, is_causal, score_bias = inputs.mask, inputs.is_causal, inputs.score_bias
         else:
             q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(F.linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, "q")  # (B, h, Tq, hd)
+            q = self._heads(F.linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, self.hook_q)  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:
@@ -211,14 +275,16 @@ class MultiHeadAttention(Tapped):
                 if cache is not None:
                     k, v = cache.update(k, v)
             mask, is_causal, score_bias = inputs.memory_mask, False, None
-        explicit = inputs.need_weights or self.tapped("attn_scores", "pattern")  # this layer alone leaves the kernel
+        explicit = (inputs.need_weights or self.hook_attn_scores.fn is not None
+                    or self.hook_pattern.fn is not None)  # hooked: this layer alone leaves the kernel
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=explicit, tap=self.tap)  # (B, h, Tq, hd)
-        out = self.tap("z", out.transpose(1, 2))  # (B, Tq, h, hd)
+            dropout_p=self.dropout if self.training else 0.0, need_weights=explicit,
+            tap_scores=self.hook_attn_scores, tap_pattern=self.hook_pattern, frozen=self.frozen_mode)  # (B, h, Tq, hd)
+        out = self.hook_z(out.transpose(1, 2))  # (B, Tq, h, hd)
         weights = weights if inputs.need_weights else None
-        if self.tapped("result"):  # o_proj head by head: each head's write, then their sum
-            result = self.tap("result", self.per_head_output(out))  # (B, Tq, h, d)
+        if self.hook_result.fn is not None:  # o_proj head by head: each head's write, then their sum
+            result = self.hook_result(self.per_head_output(out))  # (B, Tq, h, d)
             return result.sum(2) + (0.0 if self.o_proj.bias is None else self.o_proj.bias), weights
         out = out.reshape(B, Tq, dq)  # heads side by side again: (B, Tq, d)
         return self.o_proj(out), weights

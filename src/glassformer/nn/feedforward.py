@@ -2,11 +2,11 @@
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import ACTIVATIONS
 from ..validate import check_choice
-from .taps import Tapped
+from .linear import Linear
+from .taps import Tap, Tapped
 
 
 def activate(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -28,23 +28,25 @@ class FeedForward(Tapped):
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
     GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
-    Hook points: "pre" (..., d_ff) before the activation (the gate's, when gated), "pre_linear"
-    (gated only: ``up(x)``), "post" (..., d_ff) what ``down`` reads."""
-
-    TAPS = ("pre", "pre_linear", "post")  # in forward order
+    Hook points: ``hook_pre`` (..., d_ff) before the activation (the gate's, when gated), ``hook_pre_linear``
+    (gated only: ``up(x)``), ``hook_post`` (..., d_ff) what ``down`` reads."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True):
         super().__init__()
         self.activation = check_choice("activation", activation, ACTIVATIONS)
         self.gated = activation in ("swiglu", "geglu")
-        self.up = nn.Linear(d_model, d_ff, bias=bias)
-        self.gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None
-        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.up = Linear(d_model, d_ff, bias=bias)
+        self.gate = Linear(d_model, d_ff, bias=bias) if self.gated else None
+        self.down = Linear(d_ff, d_model, bias=bias)
+        self.hook_pre = Tap()
+        if self.gated:
+            self.hook_pre_linear = Tap()
+        self.hook_post = Tap()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d)."""
         if self.gate is not None:
-            hidden = activate(self.activation, self.tap("pre", self.gate(x))) * self.tap("pre_linear", self.up(x))
+            hidden = activate(self.activation, self.hook_pre(self.gate(x))) * self.hook_pre_linear(self.up(x))
         else:
-            hidden = activate(self.activation, self.tap("pre", self.up(x)))  # (..., d_ff)
-        return self.down(self.tap("post", hidden))  # (..., d)
+            hidden = activate(self.activation, self.hook_pre(self.up(x)))  # (..., d_ff)
+        return self.down(self.hook_post(hidden))  # (..., d)

@@ -29,8 +29,17 @@ class KVCache:
         """How many positions the buffers hold now (they grow up to ``max_len``)."""
         return self.k.shape[2]
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append (B, kv, T, hd) keys/values; return all filled keys/values (B, kv, length, hd)."""
+    def update(self, k: torch.Tensor, v: torch.Tensor,
+               slot: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append (B, kv, T, hd) keys/values; return all filled keys/values (B, kv, length, hd).
+
+        ``slot`` (1,) (fixed shapes, a buffer allocated at full size): write the one new position there and
+        return the whole buffers (B, kv, capacity, hd), ``length`` left to the caller; attention masks the
+        unfilled slots."""
+        if slot is not None:
+            self.k.index_copy_(2, slot, k.to(self.k.dtype))  # autocast: bfloat16 -> the cache's dtype
+            self.v.index_copy_(2, slot, v.to(self.v.dtype))
+            return self.k, self.v
         T = k.shape[2]
         if self.length + T > self.max_len:
             raise GlassformerError(f"KV cache holds {self.max_len} positions; cannot add {T} to {self.length}")
@@ -43,7 +52,7 @@ class KVCache:
         self.k[:, :, self.length:self.length + T] = k
         self.v[:, :, self.length:self.length + T] = v
         self.length += T
-        return self.keys(), self.values()
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]  # (B, kv, length, hd)
 
     def keys(self) -> torch.Tensor:
         """The filled keys, (B, kv, length, hd) (a view of the buffer)."""

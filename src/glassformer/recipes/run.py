@@ -4,6 +4,7 @@ TrainConfig key (default ``precision: auto``); ``recipe.KEY`` overrides the reci
 """
 
 import json
+import math
 import os
 import sys
 import time
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from ..data import read_pairs
-from ..errors import GlassformerError, MissingFileError
+from ..errors import MAX_SEED, GlassformerError, MissingFileError, check_known_keys, is_int, is_number, shown
 from ..fileio import atomic_write, claim_outputs
 from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
@@ -58,6 +59,50 @@ class Recipe:
     spec: dict[str, Any]
 
 
+def _ints(low: int) -> Any:
+    return lambda v: isinstance(v, list) and bool(v) and all(is_int(x) and x >= low for x in v)
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+_POSITIVE = (lambda v: is_int(v) and v >= 1, "an int >= 1")
+_COMMON = {"task": (lambda v: v in TASKS, f"one of {TASKS}"), "corpus": (lambda v: v is None or v in CORPORA,
+           f"one of {CORPORA} or null"), "seed": (lambda v: is_int(v) and 0 <= v <= MAX_SEED, "an int >= 0"),
+           "source": (lambda v: isinstance(v, str), "a path")}
+# each task's options: (is it valid, what is expected); the sae and prefix-vs-causal tasks check their own further
+RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
+    "lm": {"prompts": (lambda v: _strings(v) and bool(v), "a non-empty list of strings"),
+           "sample_tokens": _POSITIVE,
+           "temperature": (lambda v: is_number(v) and 0 < v < math.inf, "a finite number > 0"),
+           "top_k": (lambda v: v is None or is_int(v) and v >= 1, "an int >= 1 or null"),
+           "stop": (lambda v: v is None or _strings(v), "a list of strings or null")},
+    "mlm": {"examples": _POSITIVE},
+    "translation": {"test_split": (lambda v: isinstance(v, str), "a split name"),
+                    "beams": (_ints(1), "a non-empty list of ints >= 1"), "batch_size": _POSITIVE,
+                    "length_penalty": (lambda v: is_number(v) and math.isfinite(v), "a finite number")},
+    "prefix-vs-causal": {k: (lambda v: True, "") for k in ("kind", "alphabet", "min_len", "max_len", "eval_examples",
+                                                          "max_count")},
+    "induction": {**{k: _POSITIVE for k in ("vocab", "min_len", "max_len", "measure_every", "probe_length",
+                                            "probe_batch", "gpt2_steps", "gpt2_d_ff")},
+                  "control_lengths": (_ints(1), "a non-empty list of ints >= 1"),
+                  "gpt2": (lambda v: isinstance(v, bool), "true or false")},
+}
+
+
+def check_recipe_section(spec: dict[str, Any]) -> None:
+    """Refuse a ``recipe:`` section with a key its task does not read or a value of the wrong kind, naming it."""
+    if spec.get("task") not in TASKS:
+        raise GlassformerError(f"recipe.task must be one of {TASKS}, got {shown(spec.get('task'))}")
+    known = {**_COMMON, **RECIPE_OPTIONS.get(spec["task"], {})}
+    if spec["task"] != "sae":  # the sae task passes its other keys to SAETrainConfig, which checks them
+        check_known_keys(spec, set(known), f"recipe (task {spec['task']})")
+    for key, value in spec.items():
+        if key in known and not known[key][0](value):
+            raise GlassformerError(f"recipe.{key} must be {known[key][1]}, got {shown(value)}")
+
+
 def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
                 data_dir: str | Path | None = None, download: bool = False) -> Recipe:
     """Read a recipe (a YAML file, or its content as a mapping, not modified), apply ``overrides``
@@ -71,8 +116,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
         raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
     data = apply_overrides(data, overrides, sections=("model", "recipe", "watch"))
     spec = {key: untyped(value, f"recipe.{key}") for key, value in data.pop("recipe").items()}  # no field types them
-    if spec.get("task") not in TASKS:
-        raise GlassformerError(f"recipe.task must be one of {TASKS}, got {spec.get('task')!r}")
+    check_recipe_section(spec)
     claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
     _attach_corpus(spec, data, data_dir, download)
     if "precision" not in data and "dtype" not in data:

@@ -4,7 +4,9 @@ A decoding step is memory-bound (reading the weights). On some CPUs computing W 
 blocks (``torch.bmm``) reads them ~1.5x faster than ``F.linear``; on others it is 2x slower, so each shape
 is timed once (:func:`.kernel_choice.choose`), as decoding reads the weight: from memory when the model is
 larger than the CPU's last cache (``streamed``), else from the cache. Only float32 on the CPU, no autograd
-or autocast, at most ``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements; :func:`.decode.few_row_route` applies it.
+or autocast, at most ``FEW_ROWS`` rows and ``MIN_WEIGHT`` elements. A caller asks for it by setting a
+:class:`FewRowProduct` as the ``product`` of the model's linear layers (:func:`.decode.few_row_products`,
+which generation enters while it decodes): the choice is made inside each layer's own forward.
 """
 
 import math
@@ -67,6 +69,25 @@ def route_pays(x: torch.Tensor, weight: torch.Tensor, streamed: bool = False) ->
     """Whether :func:`linear` takes the route for ``x`` and ``weight`` (None: not a few-row product)."""
     rows = _few_rows(x, weight)
     return _route_pays(rows, weight, streamed) if rows else None
+
+
+class FewRowProduct:
+    """A ``product`` for :class:`glassformer.nn.linear.Linear` and the output head: ``F.linear``'s product, by the
+    route where it pays here for that many rows and that weight shape. Asked once per (rows, shape): one
+    object serves one generation, in which grad mode and autocast do not change. ``streamed``: as
+    :func:`linear`'s."""
+
+    def __init__(self, streamed: bool = False) -> None:
+        self.streamed = streamed
+        self.ways: dict[tuple[int, torch.Size], Callable[..., torch.Tensor]] = {}
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x (..., in) -> (..., out), equal to ``F.linear(x, weight, bias)`` up to float32 rounding."""
+        key = (x.numel() // weight.shape[1], weight.shape)
+        way = self.ways.get(key)
+        if way is None:
+            way = self.ways[key] = routed if route_pays(x, weight, self.streamed) else F.linear
+        return way(x, weight, bias)
 
 
 def streams(model: torch.nn.Module) -> bool:

@@ -117,6 +117,8 @@ class Tokenizer(ABC):
     def check_id(self, token_id: int) -> int:
         """``token_id`` as an int; an error when it is outside [0, vocab_size) or not an integer."""
         try:
+            if isinstance(token_id, bool):  # True is 1 to operator.index, not an id
+                raise TypeError
             token_id = operator.index(token_id)
         except TypeError:
             raise ArgumentTypeError(f"token id must be an int, got {shown(token_id)}") from None

@@ -1,17 +1,18 @@
 """HFTokenizer: a pretrained Hugging Face tokenizer (tokenizer.json, BERT's vocab.txt, GPT-2's
 vocab.json + merges.txt) behind glassformer's tokenizer interface. Needs only ``tokenizers``."""
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, first_line
 from ..fileio import atomic_write, check_output_file, rust_path
-from ..loaders import load_json, rust_call, rust_tokenizer
+from ..loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
@@ -58,7 +59,7 @@ class HFTokenizer(Tokenizer):
         settings: dict[str, Any] = {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
             if check_inside(path, name).is_file():
-                data = load_json(path / name, "tokenizer settings")
+                data = load_json(path / name, "tokenizer settings", MAX_CONFIG_BYTES)
                 if not isinstance(data, dict):
                     raise BadFileError(f"{str(path / name)!r} must hold a JSON object, got {type(data).__name__}")
                 settings.update(data)
@@ -90,7 +91,9 @@ class HFTokenizer(Tokenizer):
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Text -> ids, as ``transformers`` encodes: by default with the tokenizer's own specials."""
-        return self.hf.encode(check_text(text), add_special_tokens=add_special_tokens).ids
+        text = check_text(text)
+        with _rust_errors("encode"):
+            return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Several texts at once (in parallel, in Rust); no padding."""
@@ -98,11 +101,14 @@ class HFTokenizer(Tokenizer):
             raise ArgumentTypeError("texts must be a sequence of str")
         for i, text in enumerate(texts):
             check_text(text, f"texts[{i}]")
-        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+        with _rust_errors("encode"):
+            return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text by the tokenizer's decoder; specials dropped unless ``skip_special_tokens=False``."""
-        return self.hf.decode([self.check_id(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        ids = [self.check_id(i) for i in ids]
+        with _rust_errors("decode"):
+            return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str:
         """One id's token string as the vocabulary spells it."""
@@ -136,6 +142,21 @@ class HFTokenizer(Tokenizer):
         path.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             atomic_write(path / name, text + "\n", what="tokenizer file")
+
+
+@contextlib.contextmanager
+def _rust_errors(doing: str) -> Iterator[None]:
+    """A ``tokenizers`` failure while ``doing`` (a bare Exception, or a Rust panic such as a regex's backtracking
+    limit) as one GlassformerError; Ctrl-C stays Ctrl-C."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GlassformerError):
+        raise
+    except BaseException as error:  # noqa: BLE001 (pyo3's PanicException derives from BaseException)
+        detail = first_line(error)
+        hint = ": the tokenizer's vocabulary lacks the unknown token its model names" if "Missing" in detail and \
+            "token from the vocabulary" in detail else ""
+        raise GlassformerError(f"the tokenizer could not {doing} the text ({detail[:200]}){hint}") from None
 
 
 def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:

@@ -15,7 +15,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
 from ..fileio import atomic_directory, is_disk_full, new_directory, remove_owned, replace_symlink, rust_path, shown_text
-from ..loaders import load_json, load_state_file
+from ..loaders import MAX_CONFIG_BYTES, load_json, load_state_file
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..safetensors_header import torch_dtype
@@ -128,6 +128,9 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         raise GlassformerError(f"map_location must be a device such as 'cpu' or 'cuda', got {map_location!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise GlassformerError(f"map_location={map_location!r} asks for a GPU, but torch {torch.__version__} sees no "
+                               "CUDA device here: use map_location='cpu'")
     config_file, tokenizer_file, weights_file = [_need(path, name) for name in (CONFIG, TOKENIZER, WEIGHTS)]
     config = ModelConfig.from_json(config_file)
     tokenizer = Tokenizer.load(tokenizer_file)
@@ -154,7 +157,8 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
     model = build_model(config)
     model.load_state_dict(weights)
     model.to(device).eval()
-    training = load_json(check_inside(path, TRAINING), "training config") if (path / TRAINING).is_file() else None
+    training = load_json(check_inside(path, TRAINING), "training config", MAX_CONFIG_BYTES) \
+        if (path / TRAINING).is_file() else None
     if (path / TRAINING).is_file() and not isinstance(training, dict):
         raise BadFileError(f"training config {str(path / TRAINING)!r} must hold a JSON object, "
                            f"got {type(training).__name__}")

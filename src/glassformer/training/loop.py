@@ -15,7 +15,7 @@ from torch import nn
 from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
-from ..errors import GlassformerError
+from ..errors import GlassformerError, MeasurementError
 from ..fileio import fsync_file, run_lock
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
@@ -325,7 +325,11 @@ class Trainer:
                 loss = self.train_step()
                 threads.tick()
                 if self.microscope is not None and self.microscope.due(self.step):
-                    self.microscope.record(self.model, self.step)
+                    try:
+                        self.microscope.record(self.model, self.step)
+                    except MeasurementError:  # the user's code failed: keep this step's training, then say so
+                        self._checked_save()
+                        raise
                 stop = self._stop_agreed and self.step < config.max_steps
                 at_eval = config.eval_every and self.step % config.eval_every == 0
                 if self.step % config.log_every == 0 or at_eval or self.step == config.max_steps:

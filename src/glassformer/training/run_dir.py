@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import BadFileError, GlassformerError
+from ..errors import BadFileError, GlassformerError, first_line
 from ..fileio import (
     LOCK_FILE,
     NotOursError,
@@ -70,14 +70,18 @@ def resolve_pointer(path: str | Path) -> Path:
 def read_pointed(path: str | Path, read: Callable[[Path], Read], attempts: int = 20) -> Read:
     """``read(folder)`` on the one folder ``path`` (or a run's pointer) names; when reading fails because
     a trainer moved the pointer meanwhile, the new folder is read (up to ``attempts`` times)."""
-    for _ in range(attempts - 1):
-        folder = resolve_pointer(path)
+    tries = 0
+    while True:
+        folder, tries = resolve_pointer(path), tries + 1
         try:
             return read(folder)
-        except (GlassformerError, OSError):
+        except Exception as error:  # torch's and safetensors' RuntimeErrors too: a file removed while read
             if folder == Path(path) or resolve_pointer(path) == folder:
-                raise
-    return read(resolve_pointer(path))
+                raise  # nothing moved: the folder's own error (or a bug) as it is
+            if tries >= attempts:
+                raise GlassformerError(f"{str(path)!r} moved to another checkpoint {tries} times while it was "
+                                       "read (a training is writing it): try again, or read a ckpt-NNNNNN folder "
+                                       f"({first_line(error)[:120]})") from None
 
 
 def find_resumable(out_dir: str | Path) -> Path | None:

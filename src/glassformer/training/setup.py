@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..budget import check_evaluation_fits, check_training_fits
+from ..budget import check_evaluation_fits, check_threads, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs, iter_text, split_ids
 from ..models import build_model
 from ..progress import quiet
@@ -36,10 +36,13 @@ def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
 
 def _check_fits(config: TrainConfig, vocab_size: int, batches: LMBatches | Seq2SeqBatches | None = None) -> None:
     """Refuse (before allocating) a run, or (given ``batches``) its evaluation batch, that cannot fit."""
+    if config.num_threads:
+        check_threads(config.num_threads)
     world = os.environ.get("WORLD_SIZE", "1")  # torchrun's; each process holds its share of the batch
     processes = int(world) if world.isdigit() and int(world) > 0 else 1
     check_training_fits(config.model_config(vocab_size), config.batch_size, config.block_size, config.grad_accum,
-                        config.max_memory, processes, sharded=config.parallel == "fsdp")
+                        config.max_memory, processes, sharded=config.parallel == "fsdp",
+                        moments=1 if config.optimizer == "muon" else 2)  # Muon: one momentum on most weights
     if batches is not None and batches.val is not None and len(batches.val):
         # an evaluation batch holds eval_batch_size rows, or the fewer windows (pairs) the split has
         held = len(batches.val) if isinstance(batches, Seq2SeqBatches) else \

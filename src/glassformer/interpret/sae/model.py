@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
-from ...fileio import atomic_directory, rust_path
+from ...fileio import atomic_directory, rust_path, shown_text
 from ...loaders import load_json
 from ...validate import check_fields, option
 
@@ -142,7 +142,7 @@ def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) ->
     with rust_path(folder / WEIGHTS, write=True) as name_for_rust:
         save_file(weights, name_for_rust, metadata={"format": "pt"})
     meta = {"format": FORMAT, **asdict(sae.config), "info": info or {}}
-    (folder / CONFIG).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / CONFIG).write_text(shown_text(json.dumps(meta, indent=2, ensure_ascii=False)) + "\n", encoding="utf-8")
 
 
 def is_sae_folder(path: str | Path) -> bool:
@@ -203,7 +203,7 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
     d_in, d_sae = config.d_in, config.d_sae
     expected = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
     try:
-        with safe_open(str(weights_file), framework="pt") as handle:  # shapes from the header: nothing allocated
+        with rust_path(weights_file) as name_for_rust, safe_open(name_for_rust, framework="pt") as handle:  # header
             shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
         if shapes != expected:
             raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")

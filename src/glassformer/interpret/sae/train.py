@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...budget import check_fits, forward_bytes, model_bytes, sae_bytes
+from ...budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
 from ...loaders import expand_home
@@ -99,13 +99,19 @@ def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
 
 def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
     """Refuse, before allocating, an SAE whose training cannot fit beside the model's forward passes."""
-    need, held = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0
+    if config.num_threads:
+        check_threads(config.num_threads)
+    need, held, rows = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0, ""
     if isinstance(getattr(model, "config", None), ModelConfig):
         context = config.context or model.config.max_len
+        # the final metrics encode a model batch's positions at once, the feature pages up to 4,096 at a time
+        encoded = max(config.model_batch * context, min(4096, config.feature_windows * context))
+        need = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size, encoded)
         need, held = need + forward_bytes(model.config, config.model_batch, context), model_bytes(model.config)
+        rows = f", {encoded:,} positions encoded at once for the metrics and feature pages"
     width = f"d_sae={d_sae}" if config.d_sae else f"d_sae={d_sae} (expansion={config.expansion} x d_in)"
     check_fits(need, f"an SAE with {width} on d_in={d_in} (batch_size={config.batch_size}, "
-                     f"buffer_size={config.buffer_size})", held=held)
+                     f"buffer_size={config.buffer_size}{rows})", held=held)
 
 
 class SAETrainer(ActivationTrainer):

@@ -20,9 +20,7 @@ and a folder that does not fit gets one :class:`BadFileError` line.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,8 +28,8 @@ from typing import Any
 
 import torch
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, NotOursError, check_inside
-from ...fileio import claim_outputs, new_directory, rust_path
+from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside
+from ...fileio import atomic_directory, claim_outputs, rust_path
 from ...loaders import load_yaml
 from ...safetensors_header import read_header, torch_dtype
 
@@ -82,18 +80,22 @@ class Transcoders:
 
     @property
     def n_layers(self) -> int:
+        """Blocks covered (one LayerTranscoder each)."""
         return len(self.layers)
 
     @property
     def d_model(self) -> int:
+        """The model's width d."""
         return int(self.layers[0].b_dec.shape[0])
 
     @property
     def d_transcoder(self) -> int:
+        """Features per layer."""
         return int(self.layers[0].b_enc.shape[0])
 
     @property
     def skip(self) -> bool:
+        """Whether the layers have a linear skip connection (W_skip)."""
         return self.layers[0].W_skip is not None
 
     def check(self, where: str = "transcoders") -> Transcoders:
@@ -153,9 +155,9 @@ def check_fits(model: torch.nn.Module, n_layers: int, d_model: int, input_hook: 
 
 
 def _config(tc: Transcoders) -> dict[str, Any]:
-    config: dict[str, Any] = {**tc.extra, "model_kind": PLT if tc.kind == "plt" else CLT,
+    config: dict[str, Any] = {"model_kind": PLT if tc.kind == "plt" else CLT, "writer": WRITER,
                               "feature_input_hook": tc.feature_input_hook,
-                              "feature_output_hook": tc.feature_output_hook, "writer": WRITER}
+                              "feature_output_hook": tc.feature_output_hook}
     if tc.scan is not None:
         config["scan"] = tc.scan
     if tc.activation != "jumprelu":
@@ -164,7 +166,7 @@ def _config(tc: Transcoders) -> dict[str, Any]:
         config["k"] = tc.k
     if tc.kind == "plt":
         config["transcoders"] = [f"layer_{i}.safetensors" for i in range(tc.n_layers)]
-    return config
+    return {**config, **{k: v for k, v in tc.extra.items() if k not in config}}  # other keys last, as read
 
 
 def _files(tc: Transcoders) -> dict[str, dict[str, torch.Tensor]]:
@@ -219,27 +221,15 @@ def is_transcoder_folder(path: str | Path) -> bool:
 
 
 def save_transcoders(tc: Transcoders, path: str | Path, names: Collection[str] = ()) -> Path:
-    """Write ``tc`` as the folder ``path`` (staged beside it, then renamed into place); an existing ``path`` is
-    replaced only when it is a transcoder folder glassformer wrote holding nothing but transcoder files and
-    ``names`` (other files such a folder may hold)."""
+    """Write ``tc`` as the folder ``path``, atomically; an existing ``path`` is replaced only when it holds
+    nothing but files glassformer wrote there (transcoder files and ``names``: other files such a folder may
+    hold), else a NotOursError and nothing is touched."""
     path = Path(path)
-    if path.exists() or path.is_symlink():
-        stray = [] if path.is_symlink() or not path.is_dir() else sorted(
-            p.name for p in path.iterdir() if not (_owned_name(p.name) or p.name in names) or not p.is_file())
-        if path.is_symlink() or not is_transcoder_folder(path) or stray:
-            held = f"the file {stray[0]!r}" if stray else "something else"
-            raise NotOursError(f"{str(path)!r} exists and holds {held} than a transcoder folder glassformer "
-                               "wrote; choose another place (it was left untouched)")
-    staging = path.parent / f".{path.name}.new-{os.getpid()}"
-    with new_directory(staging) as temp:
+    owned = set(file_names(tc)) | set(names)
+    if path.is_dir():
+        owned |= {p.name for p in path.iterdir() if _owned_name(p.name)}
+    with atomic_directory(path, owned) as temp:
         write_transcoder_files(temp, tc)
-    if path.exists():
-        old = path.parent / f".{path.name}.old-{os.getpid()}"
-        os.replace(path, old)
-        os.replace(staging, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(staging, path)
     return path
 
 

@@ -24,6 +24,7 @@ from ...fileio import (
     claim_outputs,
     fsync_dir,
     fsync_tree,
+    move_in,
     owned_folder,
     remove_owned,
     remove_path,
@@ -96,7 +97,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         write_transcoder_files(staging, tc)
         fsync_tree(staging)
         for name in [*names[1:], names[0]]:
-            os.replace(staging / name, out / name)
+            move_in(staging / name, out / name)
         for path in out.iterdir():
             if TRANSCODER_FILE.fullmatch(path.name) and path.name not in names and path.is_file():
                 path.unlink()

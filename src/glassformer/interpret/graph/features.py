@@ -1,0 +1,79 @@
+"""What a graph's page shows about a feature: the tokens its decoder promotes through the unembedding, and
+its strongest activations over some text (top examples)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..hooks import hooks
+from ..transcoders.format import Transcoders
+from .attribute import activate, point_name, unembedding
+
+
+def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[int, int]], *,
+                 token_text: Any, ids: torch.Tensor | None = None, window: int = 64, top_logits: int = 5,
+                 top_examples: int = 3) -> dict[str, dict[str, Any]]:
+    """{node id: info} for ``features`` ({node id: (layer, feature)}).
+
+    Args:
+        token_text: ``token_text(id) -> str`` for the page.
+        ids: token ids of some text (N,), read in windows of ``window`` tokens for the top examples; None: none.
+
+    Returns:
+        per feature ``top_logits`` [[token, value]] (W_U @ decoder, a CLT's decoders summed over the layers it
+        writes to), and with ``ids`` ``examples`` [{tokens, values, peak}] and ``max``.
+    """
+    W_U = unembedding(model)  # (V, d)
+    info: dict[str, dict[str, Any]] = {}
+    for key, (layer, feat) in features.items():
+        dec = tc.layers[layer].W_dec[feat]
+        direction = dec if dec.ndim == 1 else dec.sum(0)
+        values, top = (W_U @ direction).topk(min(top_logits, W_U.shape[0]))
+        info[key] = {"top_logits": [[token_text(int(t)), float(v)] for t, v in zip(top, values, strict=True)]}
+    if ids is None or not features or ids.numel() < 2:
+        return info
+    by_layer: dict[int, list[tuple[str, int]]] = {}
+    for key, (layer, feat) in features.items():
+        by_layer.setdefault(layer, []).append((key, feat))
+    found: dict[str, list[tuple[float, int, int]]] = {key: [] for key in features}  # (value, start, position)
+    kept: dict[int, torch.Tensor] = {}
+    window = max(2, min(window, model.config.max_len))
+    starts = list(range(0, max(ids.numel() - 1, 1), window))
+    pairs = [(point_name(tc.feature_input_hook, layer), _keeper(kept, layer)) for layer in by_layer]
+    with torch.no_grad(), hooks(model, pairs):
+        for start in starts:
+            chunk = ids[start:start + window]
+            model(chunk[None])
+            for layer, wanted in by_layer.items():
+                w = tc.layers[layer]
+                acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)  # (t, d_tc)
+                for key, feat in wanted:
+                    value, pos = acts[:, feat].max(0)
+                    if float(value) > 0:
+                        found[key].append((float(value), start, int(pos)))
+    for key, hits in found.items():
+        hits.sort(reverse=True)
+        examples = []
+        for _, start, pos in hits[:top_examples]:
+            layer, feat = features[key]
+            chunk = ids[start:start + window]
+            with torch.no_grad(), hooks(model, [pairs[list(by_layer).index(layer)]]):
+                model(chunk[None])
+            w = tc.layers[layer]
+            acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)[:, feat]
+            lo, hi = max(0, pos - 12), min(chunk.numel(), pos + 4)
+            examples.append({"tokens": [token_text(int(t)) for t in chunk[lo:hi]],
+                             "values": [round(float(v), 4) for v in acts[lo:hi]], "peak": pos - lo})
+        info[key]["examples"] = examples
+        info[key]["max"] = hits[0][0] if hits else 0.0
+    return info
+
+
+def _keeper(kept: dict[int, torch.Tensor], layer: int) -> Any:
+    """A hook that keeps the first row of what it sees under ``kept[layer]``."""
+    def keep(x: torch.Tensor, hook: object) -> None:
+        kept[layer] = x[0].float()
+    return keep
