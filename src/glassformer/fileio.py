@@ -215,6 +215,7 @@ JSON_KINDS: dict[str, tuple[Callable[[Any], bool], ...]] = {
     "tokenizer_config.json": (_object("tokenizer_class"),),
     "special_tokens_map.json": (_special_tokens_map,),
     "kernel-choices.json": (_kernel_choices,),
+    "graph.json": (_object("metadata", "qParams", "nodes", "links"),),  # glassformer graph (circuit-tracer's format)
 }
 ANY_NAME: tuple[Callable[[Any], bool], ...] = (
     _rows("prompt", "text"),  # generate --json
