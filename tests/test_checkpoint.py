@@ -44,10 +44,10 @@ def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_one(tmp_path, 
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
 
-    def crash(self, where):
+    def crash(self):
         raise OSError("disk full")
 
-    monkeypatch.setattr(CharTokenizer, "save", crash)
+    monkeypatch.setattr(CharTokenizer, "to_dict", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, model, tok)
     assert (path / "model.safetensors").read_bytes() == before
@@ -119,14 +119,19 @@ def test_commit_keeps_the_previous_checkpoint_until_the_pointer_moves(tmp_path, 
     commit_checkpoint(out, 1, model, tok, training=None, train_state={"step": 1}, best=True)
     assert os.readlink(out / "last") == os.readlink(out / "best") == "ckpt-000001"
 
-    monkeypatch.setattr(CharTokenizer, "save", lambda self, where: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(CharTokenizer, "to_dict", lambda self: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):  # fails while writing the folder
         commit_checkpoint(out, 2, model, tok, training=None, train_state={"step": 2})
     monkeypatch.undo()
     assert sorted(p.name for p in out.iterdir()) == ["best", "ckpt-000001", "last"]  # no temp folder left
 
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash at the pointer")))
+    def crash_at_the_pointer(source, target):  # the folder's own files are written (atomically) as usual
+        if Path(target).name != "last":
+            return real_replace(source, target)
+        raise OSError("crash at the pointer")
+
+    monkeypatch.setattr(os, "replace", crash_at_the_pointer)
     with pytest.raises(OSError, match="crash at the pointer"):  # the folder is complete, the pointer not moved
         commit_checkpoint(out, 2, model, tok, training=None, train_state={"step": 2})
     monkeypatch.setattr(os, "replace", real_replace)
@@ -145,7 +150,7 @@ def test_a_crash_inside_the_folder_swap_is_undone_by_the_next_save(tmp_path, mon
     model, tok, path = make(tmp_path)
     before = (path / "model.safetensors").read_bytes()
     os.replace(path, tmp_path / ".ckpt.old-4242")  # what the crash left
-    monkeypatch.setattr(CharTokenizer, "save", lambda self, where: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(CharTokenizer, "to_dict", lambda self: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, model, tok)
     assert (path / "model.safetensors").read_bytes() == before

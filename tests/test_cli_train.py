@@ -140,11 +140,14 @@ def test_overrides_from_argv_then_applied_to_a_config():
 
     pairs = overrides_from_argv(["--lr", "3e-4", "--model.n_layers=2", "--max-steps", "7", "--data", "[a, b]",
                                  "--compile", "true"])
-    assert pairs == [("lr", "3e-4"), ("model.n_layers", 2), ("max_steps", 7), ("data", ["a", "b"]), ("compile", True)]
+    assert pairs == [("lr", "3e-4"), ("model.n_layers", "2"), ("max_steps", "7"), ("data", "[a, b]"),
+                     ("compile", "true")]  # the text as written: the config types each by its field
     base = {"lr": 1.0, "model": {"d_model": 16}}
     merged = apply_overrides(base, pairs)
-    assert merged["model"] == {"d_model": 16, "n_layers": 2} and merged["max_steps"] == 7
-    assert TrainConfig.from_dict({k: v for k, v in merged.items() if k != "data"}).lr == 3e-4  # typed by the config
+    assert merged["model"] == {"d_model": 16, "n_layers": "2"} and merged["max_steps"] == "7"
+    typed = TrainConfig.from_dict(merged)
+    assert (typed.lr, typed.model, typed.max_steps, typed.data, typed.compile) == (3e-4, {"d_model": 16, "n_layers": 2},
+                                                                                  7, ["a", "b"], True)
     assert base == {"lr": 1.0, "model": {"d_model": 16}}  # the input is not modified
     config = TrainConfig.from_yaml(None, {"block_size": "12", "model.n_heads": 2})  # a mapping works too
     assert config.block_size == 12 and config.model == {"n_heads": 2}
@@ -190,3 +193,32 @@ def test_train_draws_the_loss_curve_even_when_training_diverges(tmp_path, capsys
     logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1, 2, 2]  # two training records and the evaluation at step 2
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"  # drawn from the history the failed run left
+
+
+def test_command_line_values_are_typed_by_the_field_they_set(tmp_path, capsys):
+    """Strings as written (a YAML comment cut ``exp #2`` to ``exp``; ``null``, ``yes``, ``0123`` changed type),
+    numbers as numbers, YAML only for lists and mappings; an alias bomb refused at once, in one line."""
+    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.training import TrainConfig, apply_overrides
+
+    argv = ["--out_dir", str(tmp_path / "exp #2"), "--src", "a\nb", "--cache_dir", "null", "--device", "cpu",
+            "--tokenizer_vocab_size", "0123", "--resume", "yes", "--num_threads", "null", "--model", "{n_layers: 2}",
+            "--data", "notes #1.txt", "--specials", "[pad]", "--watch.heads", "[[0, 0]]", "--lr=1e-3"]
+    config = TrainConfig.from_dict(apply_overrides({}, overrides_from_argv(argv)))
+    assert (config.out_dir, config.src, config.cache_dir, config.tokenizer_vocab_size, config.resume) == (
+        str(tmp_path / "exp #2"), "a\nb", "null", 123, True)
+    assert (config.num_threads, config.model, config.data, config.specials, config.watch, config.lr) == (
+        None, {"n_layers": 2}, ["notes #1.txt"], ["pad"], {"heads": [[0, 0]]}, 1e-3)
+    from glassformer.validate import untyped  # a recipe's own keys: no field types them
+
+    assert [untyped(v) for _, v in overrides_from_argv(["--a", "0.5", "--b", "[4, 8]", "--c", "true", "--d", "x #y",
+                                                        "--e", "12", "--f", "nan"])] == [0.5, [4, 8], True, "x #y", 12,
+                                                                                         "nan"]
+    bomb = "[" + ", ".join(["&a [x, x, x, x, x, x, x, x]", *["*a"] * 9]) + "]"
+    for key, value, message in (("--model", "{a: &b [1, 2], c: *b}", "alias"), ("--data", bomb, "alias"),
+                                ("--max_steps", "ten", "max_steps must be a number"),
+                                ("--compile", "maybe", "compile must be true or false")):
+        assert main(["train", "--out_dir", str(tmp_path / "o"), key, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "exp").exists() and not (tmp_path / "o").exists()

@@ -79,8 +79,8 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
     (r"\bglassformer (train|recipe)\b|-m glassformer(\.cli)? train\b", TINY_TRAINING),
     (r"\bglassformer recipe \S*multi30k", ["--model.n_enc", "1", "--model.n_dec", "1", "--tokenizer_vocab_size",
                                            "300", "--recipe.beams", "[2]"]),
-    (r"\bglassformer recipe \S*(mlm_shakespeare_bpe|tang_poems)", ["--tokenizer_vocab_size", "300",
-                                                                   "--recipe.examples", "2"]),
+    (r"\bglassformer recipe \S*(mlm_shakespeare_bpe|tang_poems)", ["--tokenizer_vocab_size", "300"]),
+    (r"\bglassformer recipe \S*mlm_shakespeare_bpe", ["--recipe.examples", "2"]),  # an MLM recipe's key
     (r"\bglassformer recipe \S*tang_poems", ["--recipe.source", shlex.quote(str(TANG_FIXTURE))]),  # no fortunes-zh
     (r"\bglassformer recipe \S*prefix_", ["--recipe.eval_examples", "16"]),
     (r"\bglassformer recipe \S*induction", ["--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",

@@ -530,3 +530,51 @@ def test_a_damaged_torch_state_loads_or_is_one_error(cut, flips, deflate):
     path.write_bytes(bytes(content[:max(cut, 1)] if cut < len(content) else content))
     with contextlib.suppress(GlassformerError):
         assert isinstance(load_state_file(path), dict)
+
+
+# ------------------------------------------------------------------------- command-line values typed by field
+ARGV_TEXT = st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=24)  # what argv can hold
+YAML_WORDS = st.sampled_from(["exp #2", "a\nb", "null", "yes", "{x}", "0123", "[a]", "&a x", "*a", "- x", "key: v",
+                              "~", "!!python/object x", "'q'", " lead", "1e3", "%TAG"])
+STRING_VALUES = st.one_of(YAML_WORDS, ARGV_TEXT, st.builds(lambda a, w, b: a + w + b, ARGV_TEXT, YAML_WORDS, ARGV_TEXT))
+STRING_KEYS = ("out_dir", "cache_dir", "device", "max_memory", "src")
+
+
+@FEW
+@given(key=st.sampled_from(STRING_KEYS), text=STRING_VALUES, glued=st.booleans())
+def test_a_string_option_takes_the_text_as_written(key, text, glued):
+    """``--out_dir 'exp #2'``, ``$'a\\nb'``, ``null``, ``yes``, ``{x}``, ``0123``: a string field holds exactly
+    what was typed (it was read as YAML: a comment cut it, null and yes changed type)."""
+    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.training import apply_overrides
+
+    argv = [f"--{key}={text}"] if glued else [f"--{key}", text]
+    data = apply_overrides({}, overrides_from_argv(argv))
+    try:
+        config = TrainConfig.from_dict(data)
+    except GlassformerError:  # a device or size that is no such thing; a folder name the folder check refuses
+        return
+    expected = os.path.expanduser(text) if key in ("out_dir", "cache_dir", "src") else text
+    assert getattr(config, key) == expected
+
+
+@FEW
+@given(text=st.one_of(ARGV_TEXT, st.sampled_from(["[a.txt, b.txt]", "{n_layers: 2}", "[[0, 1]]", "&a [1, *a]", "null",
+                                                  "0123", "yes", "1e-3", "nan", "[" * 3000])),
+       key=st.sampled_from(["max_steps", "lr", "compile", "num_threads", "model.n_layers",
+                                            "watch.every", "data", "model", "watch.heads", "specials"]))
+def test_a_typed_option_is_its_type_or_one_error(text, key):
+    """A number, bool, list or mapping option: parsed as its field's type (YAML, bounded and without aliases,
+    only for lists and mappings), or one GlassformerError naming the option."""
+    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.training import apply_overrides
+
+    try:
+        config = TrainConfig.from_dict(apply_overrides({}, overrides_from_argv([f"--{key}", text])))
+    except GlassformerError:
+        return
+    head, _, rest = key.partition(".")
+    value = getattr(config, head)[rest] if rest else getattr(config, head)
+    kind = {"max_steps": int, "lr": float, "compile": bool, "n_layers": int, "every": int, "data": list,
+            "model": dict, "heads": list, "specials": (list, type(None)), "num_threads": (int, type(None))}
+    assert isinstance(value, kind[rest or head]) and not isinstance(value, str)

@@ -35,6 +35,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
     ("textwidth", "errors"),  # a bad alignment is a GlassformerError
     ("validate", "errors"),  # the config validator builds on the argument checks
+    ("validate", "loaders"),  # a command-line list or mapping is read by the bounded YAML reader
     ("progress", "errors"),  # a heartbeat checks its interval
     ("loaders", "errors"),   # every way a file can be unusable is a BadFileError
     ("recipes", "viz"),      # a recipe draws its loss curve and samples

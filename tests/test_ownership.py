@@ -216,7 +216,7 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
     from glassformer.errors import GlassformerError
 
     target = tmp_path / "f.json"
-    target.write_text("{}\n")  # a file glassformer may replace (JSON); a user's .txt would be refused first
+    target.write_text('[{"prompt": "a", "text": "b"}]\n')  # generate --json's: glassformer may replace it
 
     def chunks():
         yield b"new"
@@ -224,7 +224,8 @@ def test_atomic_write_leaves_no_temp_file_when_the_disk_is_full(tmp_path):
 
     with pytest.raises(GlassformerError, match="disk is full"):
         atomic_write(target, chunks())
-    assert target.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    assert target.read_text() == '[{"prompt": "a", "text": "b"}]\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 # ---------------------------------------------------------------------- the rule as a property
@@ -335,3 +336,83 @@ def test_user_files_survive_every_writer_byte_for_byte(tmp_path, ckpt):
         atomic_write(root / "export", "text")
     assert snapshot(root) == before
     torch.manual_seed(0)
+
+
+# ---------------------------------------------------------------------- JSON: glassformer's own records only
+USERS_JSON = {  # a user's JSON under names glassformer writes (or one the user gives it): never replaced
+    "package.json": b'{"name": "mine", "version": "1.0.0", "dependencies": {}}\n',
+    "summary.json": b'{"step": 3, "my": "experiment log"}\n',
+    "tokenizer.json": b'{"my": "tokenizer notes"}\n',
+    "bench.json": b'{"results": [1, 2, 3]}\n',
+    "g.json": b'[1, 2, 3]\n',
+    "rows.json": b'[{"prompt": "mine"}]\n',
+    "kernel-choices.json": b'{"my": "cache"}\n',
+    "training.json": b'{"epochs": 3}\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(USERS_JSON))
+def test_a_users_json_is_not_glassformers(tmp_path, name):
+    """Valid JSON is not enough: glassformer replaces a JSON file only when it holds one of its own records."""
+    path = tmp_path / name
+    path.write_bytes(USERS_JSON[name])
+    with pytest.raises(NotOursError, match="did not write"):
+        atomic_write(path, "{}")
+    assert path.read_bytes() == USERS_JSON[name]
+
+
+def test_a_users_json_survives_generate_and_convert(tmp_path, ckpt, capsys):
+    """``generate --json package.json`` and a convert destination holding a user's tokenizer.json: one line each,
+    every byte kept."""
+    package = tmp_path / "package.json"
+    package.write_bytes(USERS_JSON["package.json"])
+    dest = tmp_path / "export"
+    dest.mkdir()
+    (dest / "tokenizer.json").write_bytes(USERS_JSON["tokenizer.json"])
+    before = snapshot(tmp_path)
+    for argv in (["generate", str(ckpt), "--prompt", "he", "--max_new_tokens", "1", "--json", str(package)],
+                 ["convert", str(ckpt), str(dest)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.count("glassformer: error:") == 1
+    assert snapshot(tmp_path) == before
+
+
+def test_glassformers_own_json_is_recognised(tmp_path, ckpt, capsys):
+    """What glassformer writes it may write again: a config, each tokenizer kind, a Hugging Face export,
+    generate's JSON, a run summary, records of older versions kept in tests."""
+    from glassformer.fileio import recognised
+    from glassformer.training import load
+
+    model, tok = load(ckpt)
+    written = [model.config.to_json(tmp_path / "config-copy.json") and tmp_path / "config-copy.json"]
+    for kind in (tok, CharTokenizer.from_text(TEXT, specials=["pad"])):
+        kind.save(tmp_path / f"{type(kind).__name__}.json")
+        written.append(tmp_path / f"{type(kind).__name__}.json")
+    assert main(["convert", str(ckpt), str(tmp_path / "hf")]) == 0
+    written += sorted((tmp_path / "hf").glob("*.json"))
+    g = tmp_path / "g.json"
+    for _ in range(2):  # the second run replaces the first one's file
+        assert main(["generate", str(ckpt), "--prompt", "he", "--max_new_tokens", "1", "--json", str(g)]) == 0
+    capsys.readouterr()
+    written.append(g)
+    (tmp_path / "summary.json").write_text('{"step": 2, "stopped": "max_steps", "train_loss": null}\n')
+    written.append(tmp_path / "summary.json")
+    assert {p.name: recognised(p) for p in written} == {p.name: True for p in written}
+
+
+def test_replay_never_replaces_a_trainings_microscope_records(tmp_path):
+    """``replay_checkpoints(run, run)``: the run folder holds the checkpoints read and the training's own
+    microscope.jsonl (its records became one); refused before any checkpoint is loaded, every byte kept."""
+    from glassformer.training.replay import replay_checkpoints
+
+    train(config(tmp_path, max_steps=2, eval_every=2, eval_batches=1, watch={"every": 1, "probe_length": 3,
+                                                                               "probe_batch": 2}))
+    run = tmp_path / "run"
+    assert len((run / "microscope.jsonl").read_text().splitlines()) == 3
+    before = snapshot(tmp_path)
+    for checkpoints, out in ((run, run), (run / "ckpt-000002", run), (run / "ckpt-000002", run / "ckpt-000002"),
+                             ([run / "ckpt-000002"], tmp_path)):
+        with pytest.raises(NotOursError):
+            replay_checkpoints(checkpoints, out)
+    assert snapshot(tmp_path) == before
+    assert [r["step"] for r in replay_checkpoints(run, tmp_path / "replayed")] == [2]  # elsewhere: replayed

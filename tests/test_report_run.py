@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -128,4 +129,88 @@ def test_run_page_in_a_browser(browser, tmp_path, layers, heads):  # noqa: F811
     assert float(marker) == pytest.approx(48 + 492 * 2 / 12)  # the plot's left edge + 2/12 of its width
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, "the page must not scroll sideways (wide heatmaps scroll inside their box)"
+    page.close()
+
+
+def _edit_records(run, change) -> None:
+    """Rewrite the run's microscope.jsonl with ``change(index, record)`` applied to each record."""
+    records = [json.loads(line) for line in (run / RECORDS).read_text().splitlines()]
+    for index, record in enumerate(records):
+        change(index, record)
+    (run / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))  # NaN written as Python does
+
+
+def _not_finite(index, record) -> None:
+    if index == 3:
+        record["loss_repeat"], record["lens_loss"][0], record["resid_norm"][1] = math.nan, math.inf, None
+        record["induction"][0][1], record["entropy"][1][0], record["duplicate"][0][0] = math.nan, None, 10**400
+
+
+def test_a_non_finite_value_is_null_in_the_page_and_drawn_as_a_gap(tmp_path):
+    """NaN, infinity, null and a 400-digit number in microscope.jsonl and metrics.jsonl: the page's data is
+    strict JSON (JSON.parse refused the NaN token, so the page stayed blank), each such value null; the charts
+    leave it out."""
+    run = fake_run(tmp_path / "run", layers=2, heads=2)
+    _edit_records(run, _not_finite)
+    with open(run / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 13, "train_loss": NaN}\n{"step": 14, "train_loss": 1' + "0" * 400 + "}\n")
+    page = write_run_page(run).read_text(encoding="utf-8")
+    text = page.split('id="gf-run-data">')[1].split("</script>")[0]
+    data = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the page's data"))
+    shown = data["records"][3]
+    assert (shown["loss_repeat"], shown["lens_loss"][0], shown["resid_norm"][1], shown["induction"][0][1],
+            shown["entropy"][1][0], shown["duplicate"][0][0]) == (None,) * 6
+    assert data["records"][2]["loss_repeat"] == pytest.approx(4.0 - 3 * 4 / 12)
+
+
+BROKEN_RUNS = {  # what a run folder may hold -> the one line inspect prints
+    "a step of 1 and 400 zeros": (lambda run: (run / "metrics.jsonl").write_text(
+        '{"step": 1' + "0" * 400 + ', "train_loss": 2.0}\n'), "integer 'step' in"),
+    "a huge step in the records": (lambda run: _edit_records(
+        run, lambda i, r: r.update(step=10**400) if i == 6 else None), "integer 'step' in"),
+    "records without loss_first": (lambda run: _edit_records(run, lambda i, r: r.pop("loss_first")),
+                                   "no 'loss_first'"),
+    "a table that is not one": (lambda run: _edit_records(run, lambda i, r: r.update(induction=[1.0, 2.0])),
+                                "'induction' must be a table"),
+    "norms of the wrong length": (lambda run: _edit_records(run, lambda i, r: r.update(weight_norm=[1.0])),
+                                  "'weight_norm' must be a list of 2"),
+    "an icl score that is a list": (lambda run: _edit_records(run, lambda i, r: r.update(icl_score=[1.0])),
+                                    "'icl_score' must be a number"),
+    "attribution without estimate": (lambda run: (run / "attribution.json").write_text(
+        '{"exact": [[0.1, 0.2]], "correlation": 0.5}'), "has no 'estimate'"),
+    "attribution with text for numbers": (lambda run: (run / "attribution.json").write_text(json.dumps(
+        {"estimate": [["x"]], "exact": [[0.1]], "correlation": 0.5, "top_estimate": [], "top_exact": [],
+         "clean_metric": 1.0, "corrupted_metric": 0.0})), "'estimate' must be a table of numbers"),
+    "settings whose probe_lengths is a number": (lambda run: (run / META).write_text(
+        '{"watch": {"probe_lengths": 5}}'), "probe_lengths a list"),
+    "attribution with a 400-digit head": (lambda run: (run / "attribution.json").write_text(json.dumps(
+        {"estimate": [[0.5]], "exact": [[0.1]], "correlation": 0.5, "top_estimate": [[0, 10**400, 0.5]],
+         "top_exact": [], "clean_metric": 1.0, "corrupted_metric": 0.0})), "'top_estimate' must be a list of"),
+    "settings whose watch is a list": (lambda run: (run / META).write_text('{"watch": [1], "tokens": []}'),
+                                       "'watch' must be an object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_RUNS))
+def test_inspect_of_a_damaged_run_folder_is_one_line(tmp_path, capsys, case):
+    """``inspect RUN`` on a run folder someone edited: one line naming the file and what is wrong, no page."""
+    run = fake_run(tmp_path / "run", layers=2, heads=2)
+    damage, message = BROKEN_RUNS[case]
+    damage(run)
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("glassformer: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (run / "run.html").exists()
+
+
+@pytest.mark.browser
+def test_a_run_page_with_non_finite_values_draws_in_a_browser(browser, tmp_path):  # noqa: F811
+    """The page of a run whose records hold NaN, infinity and null draws (no script error) at every step."""
+    run = fake_run(tmp_path / "run", layers=2, heads=2)
+    _edit_records(run, _not_finite)
+    page, problems = open_report(browser, write_run_page(run))
+    for step in range(7):
+        page.locator("#gf-step").fill(str(step))
+        assert page.get_attribute("body", "data-step") == str(2 * step)  # each step shown, step 6 (NaN) too
+    assert problems == [] and page.locator("#gf-norm-rows tr").count() == 3
     page.close()

@@ -102,10 +102,13 @@ class ModelConfig:
         return from_mapping(cls, data)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        """The config as JSON text; also written to ``path`` when given."""
+        """The config as JSON text; also written to ``path`` when given (:func:`glassformer.fileio.atomic_write`:
+        a link, a FIFO or a file glassformer did not write there is refused)."""
+        from .fileio import atomic_write
+
         text = json.dumps(self.to_dict(), indent=2) + "\n"
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            atomic_write(path, text, what="model config")
         return text
 
     @classmethod

@@ -8,10 +8,11 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import GlassformerError, NotOursError
 
@@ -149,6 +150,9 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), what:
         if not recognised(path) and not _same_bytes(path, data):
             raise NotOursError(f"{what} {str(path)!r} holds a file glassformer did not write (recognised by "
                                "content); move it away or choose another path")
+        if isinstance(data, (str, bytes, bytearray)) and not same_kind(path, data):
+            raise NotOursError(f"{what} {str(path)!r} holds glassformer's {path.suffix or 'file'} record, and what "
+                               "would replace it is another kind of file: choose another path")
     if path.parent.exists() and not path.parent.is_dir():
         raise NotOursError(f"{what} {str(path)!r}: {str(path.parent)!r} is a file, not a folder")
     return path
@@ -166,35 +170,86 @@ def _head(path: Path, size: int = 4096) -> bytes:
         return handle.read(size)
 
 
-JSON_KEYS: dict[str, frozenset[str]] = {  # keys glassformer's JSON files of these names always hold
-    "results.json": frozenset({"task", "generation"}),  # a recipe's results, the demo's
-    "metrics.json": frozenset({"tokens"}),  # an SAE's held-out metrics
-    "features.json": frozenset({"features"}),
-    "lesson2.json": frozenset({"attention_vs_torch"}),
-    "tracker.json": frozenset({"run_id"}),
-    "microscope.json": frozenset({"watch"}),
-    "config.json": frozenset({"vocab_size", "model_type"}),  # a checkpoint's ModelConfig, a Hugging Face config
-    "sae.json": frozenset({"format"}),
-    "manifest.json": frozenset({"format"}),  # a shards folder's (data/shards.py)
+def _object(*keys: str) -> Callable[[Any], bool]:
+    """A JSON object holding every one of ``keys``."""
+    return lambda value: isinstance(value, dict) and all(key in value for key in keys)
+
+
+def _rows(*keys: str) -> Callable[[Any], bool]:
+    """A non-empty JSON list of objects, each holding every one of ``keys``."""
+    return lambda value: (isinstance(value, list) and bool(value)
+                          and all(isinstance(row, dict) and all(key in row for key in keys) for row in value))
+
+
+def _kernel_choices(value: Any) -> bool:
+    """The kernel-choice cache: {"CPU | torch VERSION | N threads": {case: choice}}."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(key, str) and " | torch " in key and isinstance(choices, dict) for key, choices in value.items())
+
+
+def _special_tokens_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(k.endswith("_token") and isinstance(v, str) for k, v in value.items())
+
+
+HF_TOKENIZER_KEYS = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
+                     "post_processor", "decoder", "model")  # what the tokenizers library always writes
+_MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
+_OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
+_OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
+
+# Ownership by content: what glassformer's JSON holds under each name it writes, and (ANY_NAME) what it writes
+# where a user names the file. A JSON file that matches none, a user's package.json or list, is never replaced.
+JSON_KINDS: dict[str, tuple[Callable[[Any], bool], ...]] = {
+    "results.json": (_object("task"), _object("generation", "checkpoint")),  # a recipe's results, the demo's
+    "metrics.json": (_object("tokens"),),  # an SAE's held-out metrics
+    "features.json": (_object("features"),),
+    "lesson2.json": (_object("attention_vs_torch"),),
+    "tracker.json": (_object("run_id"),),
+    "microscope.json": (_object("watch"),),
+    "config.json": (_object("vocab_size"), _object("model_type")),  # a checkpoint's ModelConfig, a Hugging Face config
+    "sae.json": (_object("format"),),
+    "summary.json": (_object("step", "stopped"),),  # glassformer train's run summary
+    "attribution.json": (_object("estimate", "exact"),),  # the induction recipe's attribution patching
+    "training.json": (_object("objective"),),  # a checkpoint's TrainConfig
+    "tokenizer.json": (_OWN_TOKENIZER, _OWN_HF_TOKENIZER, _object(*HF_TOKENIZER_KEYS)),
+    "tokenizer_config.json": (_object("tokenizer_class"),),
+    "special_tokens_map.json": (_special_tokens_map,),
+    "kernel-choices.json": (_kernel_choices,),
+    "graph.json": (_object("metadata", "qParams", "nodes", "links"),),  # glassformer graph (circuit-tracer's format)
+    "manifest.json": (lambda value: isinstance(value, dict) and value.get("format") == "glassformer-shards",),
+    "progress.json": (lambda value: isinstance(value, dict) and value.get("format") == "glassformer-prepare-progress",),
 }
+ANY_NAME: tuple[Callable[[Any], bool], ...] = (
+    _rows("prompt", "text"),  # generate --json
+    _rows("step", "chosen", "top_k"),  # generate --trace --json
+    _object("machine", "settings"),  # bench --out
+    _object("machine", "checks"),  # bench --defaults --out
+    _MODEL_CONFIG, _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
+)
 
 
-def _is_json_file(path: Path) -> bool:
-    if os.lstat(path).st_size > RECOGNISED_JSON_BYTES:
-        return False
+def _json_kinds(name: str, value: Any) -> set[Any]:
+    """Which of :data:`JSON_KINDS` (by name, else :data:`ANY_NAME`) the JSON ``value`` is (none: a user's)."""
+    return {number for number, kind in enumerate(JSON_KINDS.get(name, ANY_NAME)) if kind(value)}
+
+
+Read = Callable[[int | None], bytes]  # the first n bytes of a content (None: all of it)
+
+
+def _is_json(name: str, read: Read, size: int) -> set[Any]:
+    if size > RECOGNISED_JSON_BYTES:
+        return set()
     try:
-        value = json.loads(path.read_bytes())
+        value = json.loads(read(None))
     except (ValueError, RecursionError):
-        return False
-    if path.name in JSON_KEYS:
-        return isinstance(value, dict) and not JSON_KEYS[path.name].isdisjoint(value)
-    return isinstance(value, (dict, list))
+        return set()
+    return _json_kinds(name, value)
 
 
-def _is_records_file(path: Path) -> bool:
-    line = _head(path, 1 << 16).split(b"\n", 1)[0]
+def _is_records(name: str, read: Read, size: int) -> bool:
+    line = read(1 << 16).split(b"\n", 1)[0]
     if not line.strip():
-        return os.lstat(path).st_size == len(line)
+        return size == len(line)
     try:
         record = json.loads(line)
     except ValueError:
@@ -202,48 +257,56 @@ def _is_records_file(path: Path) -> bool:
     return isinstance(record, dict) and type(record.get("step")) is int
 
 
-def _is_token_file(path: Path) -> bool:
-    """A token shard (modded-nanogpt's magic number) or a raw token file the shards manifest beside it lists."""
-    if _head(path, 4) == (20240520).to_bytes(4, "little"):
-        return True
-    manifest = path.parent / "manifest.json"
-    try:
-        value = json.loads(manifest.read_bytes()) if os.lstat(manifest).st_size < RECOGNISED_JSON_BYTES else None
-    except (OSError, ValueError, RecursionError):
-        return False
-    if not isinstance(value, dict) or value.get("format") != "glassformer-shards":
-        return False
-    entries = [e for split in ("train", "val") if isinstance(value.get(split), list) for e in value[split]]
-    return any(isinstance(e, dict) and e.get("file") == path.name for e in entries)
-
-
 RECOGNISED_JSON_BYTES = 256 << 20
 MARKER = "glassformer"  # in glassformer's PNGs (``Software``) and HTML pages (``generator``)
 
-_RECOGNISERS = {
-    ".json": _is_json_file,
-    ".jsonl": _is_records_file,
-    ".html": lambda p: MARKER.encode() in _head(p) and b"<!doctype html" in _head(p).lower(),
-    ".png": lambda p: _head(p, 8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in _head(p),
-    ".safetensors": lambda p: _head(p, 9)[8:9] == b"{",
-    ".pt": lambda p: _head(p, 4) == b"PK\x03\x04",
-    ".bin": _is_token_file,
-    ".yaml": lambda p: b"\nwriter: glassformer\n" in _head(p),  # a transcoder folder's config.yaml
+_RECOGNISERS: dict[str, Callable[[str, Read, int], bool | set[Any]]] = {  # a content's kinds, or whether it is one
+    ".json": _is_json,
+    ".jsonl": _is_records,
+    ".html": lambda n, read, size: MARKER.encode() in read(4096) and b"<!doctype html" in read(4096).lower(),
+    ".png": lambda n, read, size: read(8) == b"\x89PNG\r\n\x1a\n" and MARKER.encode() in read(4096),
+    ".safetensors": lambda n, read, size: read(9)[8:9] == b"{",
+    ".pt": lambda n, read, size: read(4) == b"PK\x03\x04",
+    ".yaml": lambda n, read, size: b"\nwriter: glassformer\n" in read(4096),  # a transcoder folder's config.yaml
+    ".bin": lambda n, read, size: read(4) == (20240520).to_bytes(4, "little"),  # a token shard (data/shards.py)
 }
+
+
+def _kinds(name: str, read: Read, size: int) -> set[Any]:
+    """The kinds of glassformer's files a content called ``name`` is (none: not one glassformer wrote)."""
+    if name == LOCK_FILE:
+        return {LOCK_FILE} if re.fullmatch(rb"\d{0,20}\n?", read(64)) is not None else set()
+    check = _RECOGNISERS.get(Path(name).suffix.lower())
+    found = check(name, read, size) if check else False
+    return found if isinstance(found, set) else {name} if found else set()
+
+
+def _file_kinds(path: Path) -> set[Any]:
+    return _kinds(path.name, lambda n: path.read_bytes() if n is None else _head(path, n), os.lstat(path).st_size)
 
 
 def recognised(path: str | Path) -> bool:
     """Whether glassformer may replace the file ``path``: empty, or in the format its name promises (by content)."""
     path = Path(path)
     try:
-        if os.lstat(path).st_size == 0:
-            return True
-        if path.name == LOCK_FILE:
-            return re.fullmatch(rb"\d{0,20}\n?", _head(path, 64)) is not None
-        check = _RECOGNISERS.get(path.suffix.lower())
-        return bool(check and check(path))
+        return os.lstat(path).st_size == 0 or bool(_file_kinds(path))
     except OSError:
         return False
+
+
+def same_kind(path: str | Path, data: str | bytes) -> bool:
+    """Whether ``data`` is the same kind of glassformer file as the file ``path`` (empty, absent or of no kind
+    glassformer recognises, e.g. the same bytes: any): its record is replaced only by one of the same kind
+    (never a checkpoint's model.safetensors by a page, nor a tokenizer by one of another format)."""
+    path = Path(path)
+    data = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else bytes(data)
+    try:
+        if not data or os.lstat(path).st_size == 0:
+            return True
+        mine = _file_kinds(path)
+    except OSError:
+        return True
+    return not mine or bool(mine & _kinds(path.name, lambda n: data if n is None else data[:n], len(data)))
 
 
 @contextmanager

@@ -17,6 +17,7 @@ MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard in
 MAX_ADDED_TOKEN_CHARS = 4096  # an added token longer than this is not a token (the matcher costs ~100x its size)
 MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
+MAX_STEP = 1 << 53  # a record's step: beyond it no training goes, nor a float (a chart's axis) holds it exactly
 MAX_TOKENIZER_LENGTH = 1 << 24  # padding/truncation lengths a tokenizer.json may ask (Rust allocates them)
 
 
@@ -68,6 +69,8 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise MissingFileError(f"{where} does not exist") from None
+    except ValueError:  # a NUL byte, which no path name holds
+        raise MissingFileError(f"{where} does not exist (a path name cannot hold a NUL byte)") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
         os.close(fd)
@@ -101,8 +104,9 @@ def _shape(value: Any, where: str) -> Any:
 
 
 def read_records(file: str | Path, numbers: bool = False, uniform: bool = False) -> list[dict[str, Any]]:
-    """The records (each with an integer ``step`` >= 0) of a JSON-lines file ([] when none, a torn last line dropped).
-    ``numbers``: other values are numbers or null; ``uniform``: made like the first, :data:`UNIFORM_EXEMPT` aside."""
+    """The records (each with an integer ``step`` in [0, 2**53]) of a JSON-lines file ([] when none, a torn last
+    line dropped). ``numbers``: other values are numbers or null; ``uniform``: made like the first,
+    :data:`UNIFORM_EXEMPT` aside."""
     file = Path(file)
     if not file.is_file():
         return []
@@ -120,8 +124,8 @@ def read_records(file: str | Path, numbers: bool = False, uniform: bool = False)
                 break  # torn last line: the record was never complete
             raise
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise BadFileError(f"{where} is not a record with an integer 'step' >= 0")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise BadFileError(f"{where} is not a record with an integer 'step' in [0, 2**53]")
         if numbers:
             bad = next((k for k, v in record.items() if not (v is None or is_number(v))), None)
             if bad is not None:
@@ -180,6 +184,29 @@ def load_yaml(path: str | Path, what: str = "config file") -> Any:
         raise BadFileError(f"{where} expands (through its aliases) to more than {MAX_YAML_NODES:,} "
                            "values; write the values out or use fewer nested aliases")
     return data
+
+
+def parse_yaml_text(text: str, where: str, error: type[GlassformerError] = BadFileError) -> Any:
+    """The YAML value of ``text`` (a list or mapping typed on a command line), with aliases and anchors refused
+    (a line of ``*a`` can stand for billions of values) and at most :data:`MAX_YAML_NODES` values; else ``error``
+    naming ``where``."""
+    import yaml
+
+    if len(text) > MAX_YAML_BYTES:
+        raise error(f"{where} is {len(text):,} characters, too long for a value (at most {MAX_YAML_BYTES:,})")
+    try:
+        aliased = any(isinstance(token, (yaml.AliasToken, yaml.AnchorToken)) for token in yaml.scan(text))
+        value = None if aliased else yaml.safe_load(text)
+    except yaml.YAMLError as problem:
+        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}): got {shown(text)}") from None
+    except (ValueError, RecursionError) as problem:
+        raise error(str(_unreadable(where, problem))) from None
+    if aliased:
+        raise error(f"{where} uses a YAML anchor or alias (&name, *name), which a value given here may not: "
+                    "write the values out")
+    if expanded_size(value) > MAX_YAML_NODES:
+        raise error(f"{where} stands for more than {MAX_YAML_NODES:,} values")
+    return value
 
 
 def check_zip_sizes(file: str | Path) -> None:

@@ -5,15 +5,18 @@ import math
 from typing import Any
 
 
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinity (nested in lists, tuples and dicts too) as None: strict JSON's null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    return value
+
+
 def record_line(record: dict[str, Any], compact: bool = False) -> str:
     """``record`` as one line of strict JSON, any NaN or infinity (nested too) as null; ``compact``: no spaces."""
-    def clean(value: Any) -> Any:
-        if isinstance(value, float):
-            return value if math.isfinite(value) else None
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        return value
-    return json.dumps(clean(record), allow_nan=False, separators=(",", ":") if compact else None) + "\n"
+    return json.dumps(finite_or_null(record), allow_nan=False, separators=(",", ":") if compact else None) + "\n"
 

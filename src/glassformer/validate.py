@@ -1,6 +1,7 @@
 """One validator for every config dataclass: a field's type comes from its annotation, its range or
 choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_fields`."""
 
+import math
 from collections.abc import Sequence
 from dataclasses import MISSING, field, fields
 from typing import Any
@@ -42,12 +43,12 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
     ints refused). ``prefix`` goes before each name; ``coerce`` first stores :func:`coerced` values back."""
     for f in fields(config):
         name, value, kinds = prefix + f.name, getattr(config, f.name), [k.strip() for k in f.type.split("|")]
+        if coerce:
+            value = coerced(name, f.type, value)
+            object.__setattr__(config, f.name, value)
         if value is None and "None" in kinds:
             continue
         kinds = [k for k in kinds if k != "None"]
-        if coerce:
-            value = coerced(name, kinds[0], value)
-            object.__setattr__(config, f.name, value)
         known = [_TYPES.get(k, _TYPES.get(k.split("[")[0])) for k in kinds]
         if None not in known and not any(has_type(value) for has_type, _ in known):
             raise ArgumentTypeError(f"{name} must be {known[0][1]}, got {shown(value)}")
@@ -65,9 +66,80 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
             check_choice(name, value, spec["choices"])
 
 
+class CommandLineText(str):
+    """A value as typed on the command line (``--out_dir 'exp #2'``): :func:`coerced` reads it as the type of
+    the field it sets, never guessing from the text (a string field keeps it as written)."""
+
+
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def typed_text(name: str, kind: str, text: str) -> Any:
+    """Command-line ``text`` as the annotated type ``kind`` of the field ``name``: a string as written (``#``,
+    ``null``, ``yes``, ``{x}`` and newlines included), a number or a bool parsed as one, ``null`` for an
+    optional field that is no string, YAML (bounded, no aliases) only for a list or mapping; else an error."""
+    from .loaders import parse_yaml_text
+
+    kinds = [k.strip() for k in kind.split("|")]
+    base = next((k for k in kinds if k != "None"), "str")
+    if base == "str":
+        return text
+    if "None" in kinds and text.strip().lower() in ("null", "none", "~"):
+        return None
+    if base in ("int", "float"):
+        try:
+            return int(text) if base == "int" else float(text)
+        except ValueError:
+            number = _float(text)  # an int field given 2.0 or 1e3: the int it is
+            if base == "int" and number is not None and math.isfinite(number) and number.is_integer():
+                return int(number)
+            raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}") from None
+    if base == "bool":
+        if text.strip().lower() not in BOOLEANS:
+            raise ArgumentTypeError(f"{name} must be true or false, got {shown(text)}")
+        return BOOLEANS[text.strip().lower()]
+    if base == "list[str]" and not text.lstrip().startswith("["):
+        return [text]  # one file name, as written
+    if base.split("[")[0] in ("list", "dict", "tuple"):
+        return parse_yaml_text(text, name, ArgumentTypeError)
+    return text
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def untyped(value: Any, name: str = "value") -> Any:
+    """A command-line value for a key ``name`` no field types (a recipe's own keys): an int, a finite float,
+    true/false or null when the text is one, YAML (bounded, no aliases) when it starts with ``[`` or ``{``, else
+    the text; anything that is no :class:`CommandLineText` as it is."""
+    if not isinstance(value, CommandLineText):
+        return value
+    text = str(value).strip()
+    for parse in (int, float):
+        try:
+            number = parse(text)
+        except ValueError:
+            continue
+        return number if parse is int or math.isfinite(number) else str(value)
+    if text.lower() in ("true", "false", "null"):
+        return {"true": True, "false": False, "null": None}[text.lower()]
+    if text.startswith(("[", "{")):
+        from .loaders import parse_yaml_text
+
+        return parse_yaml_text(text, name, ArgumentTypeError)
+    return str(value)
+
+
 def coerced(name: str, kind: str, value: Any) -> Any:
     """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" -> 12, a string ->
-    [string], an int -> float); else unchanged, for the type check to name."""
+    [string], an int -> float; a :class:`CommandLineText` by :func:`typed_text`); else unchanged, for the type
+    check to name."""
+    if isinstance(value, CommandLineText):
+        return typed_text(name, kind, str(value))
     kind = kind.split("|")[0].strip()
     if kind == "list[str]" and isinstance(value, str):
         return [value]

@@ -8,17 +8,17 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..cli_zh import cli_text
 from ..errors import UsageError
+from ..validate import CommandLineText
 
 
-def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, Any]]:
-    """``["--lr", "0.01", "--model.n_layers=2"]`` -> ``[("lr", 0.01), ("model.n_layers", 2)]``, in order.
+def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, CommandLineText]]:
+    """``["--lr", "0.01", "--model.n_layers=2"]`` -> ``[("lr", "0.01"), ("model.n_layers", "2")]``, in order.
 
-    Values are read as YAML (``true``, ``5``, ``[a.txt, b.txt]``; ``3e-4`` stays a string, which the config
-    converts); dashes in a key become underscores, dots are kept. A word that is not ``--key``, or a
+    Each value is the text as written, a :class:`~glassformer.validate.CommandLineText` that the config reads as
+    the type of the field it sets (``--out_dir 'exp #2'`` is that folder, ``--lr 3e-4`` a float, ``--data '[a.txt,
+    b.txt]'`` a list); dashes in a key become underscores, dots are kept. A word that is not ``--key``, or a
     ``--key`` without a value, is a UsageError.
     """
     pairs, words = [], iter(argv)
@@ -30,11 +30,7 @@ def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, Any]]:
             text = next(words, None)
             if text is None:
                 raise usage_error("override_no_value", word=word)
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        pairs.append((key.replace("-", "_"), value))
+        pairs.append((key.replace("-", "_"), CommandLineText(text)))
     return pairs
 
 

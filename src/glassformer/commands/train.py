@@ -101,10 +101,12 @@ def precheck(args: argparse.Namespace) -> None:
 def count_follows_load(config: object, pairs: list[tuple[str, object]]) -> bool:
     """Whether a run of the YAML content ``config`` plus override ``pairs`` leaves the thread count to
     glassformer: no ``num_threads``, or 0 / null (the Trainer then follows the load)."""
+    from ..validate import coerced
+
     count = config.get("num_threads") if isinstance(config, dict) else None
     for key, value in pairs:
         if key == "num_threads":
-            count = value
+            count = coerced("num_threads", "int | None", value)  # "0" typed: 0
     return count is None or count == 0
 
 

@@ -211,11 +211,26 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
                     == fingerprint and _outputs_intact(folder, old)):
                 old["up_to_date"] = True
                 return old
+    _drop_raw_files(folder)
     claim_outputs([manifest_file, folder / TOKENIZER_FILE, folder / PROGRESS, folder / shard_name("train", 0, fmt),
                    folder / shard_name("val", 0, fmt)], inputs, "prepared data")
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder):
         return _prepare(folder, sources, val_sources, inputs, given or named, settings, fingerprint, on_shard)
+
+
+def _drop_raw_files(folder: Path) -> None:
+    """Remove the ``train.bin``/``val.bin`` an earlier ``--format nanogpt`` preparation wrote there: raw ids carry
+    no mark, so the proof is the earlier manifest's SHA-256 of each (a file that differs is left alone)."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+        old = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        if old.get("format") != shards.MANIFEST_FORMAT or old.get("shard_format") != "nanogpt":
+            return
+        for entry in old["train"] + old["val"]:
+            path = folder / entry["file"]
+            if entry["file"] in ("train.bin", "val.bin") and path.is_file() and not path.is_symlink() \
+                    and file_hash(path) == entry["sha256"]:
+                remove_path(path)
 
 
 def _same_settings(old: dict[str, Any], settings: dict[str, Any], given: Tokenizer | None) -> bool:

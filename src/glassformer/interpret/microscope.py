@@ -13,13 +13,12 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 
 from ..budget import check_fits, describe, model_bytes, probe_bytes
@@ -36,7 +35,7 @@ from ..fileio import atomic_write_text
 from ..loaders import read_records
 from ..models import TransformerLM
 from ..records import record_line
-from ..validate import check_fields, from_mapping, option
+from ..validate import CommandLineText, check_fields, coerced, from_mapping, option
 from .detectors import head_scores, probe_lengths, repeated_tokens
 from .hooks import run_with_cache
 from .lens import residual_names
@@ -73,19 +72,13 @@ class WatchConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
-        """Build and check a ``watch:`` mapping (a command line's strings read as YAML)."""
-        return from_mapping(cls, {k: _parsed(v) for k, v in data.items()} if isinstance(data, dict) else data,
-                            "watch")
-
-
-def _parsed(value: Any) -> Any:
-    """A command line's string ("10", "[[0, 3]]") as the YAML value it spells; anything else as it is."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
+        """Build and check a ``watch:`` mapping; a string value (every field is a number, list or mapping) is
+        read as its field's type (:func:`glassformer.validate.typed_text`: YAML only for lists and mappings)."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        if isinstance(data, dict):
+            data = {k: coerced(f"watch.{k}", kinds[k], CommandLineText(v) if isinstance(v, str) else v)
+                    if k in kinds else v for k, v in data.items()}
+        return from_mapping(cls, data, "watch")
 
 
 def _rounded(t: torch.Tensor, digits: int = 4) -> Any:

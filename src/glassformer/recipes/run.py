@@ -21,6 +21,7 @@ from ..generation import bleu, fill_mask, generate_text, translate
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
 from ..training.config import Overrides, apply_overrides, read_yaml
+from ..validate import untyped
 from ..viz.plots import plot_losses
 from . import corpora
 from .induction import run_induction
@@ -114,7 +115,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     if not isinstance(data, dict) or not isinstance(data.get("recipe"), dict):
         raise GlassformerError(f"{where} must be a mapping with a 'recipe:' section (task, corpus, ...)")
     data = apply_overrides(data, overrides, sections=("model", "recipe", "watch"))
-    spec = data.pop("recipe")
+    spec = {key: untyped(value, f"recipe.{key}") for key, value in data.pop("recipe").items()}  # no field types them
     check_recipe_section(spec)
     claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
     _attach_corpus(spec, data, data_dir, download)

@@ -133,8 +133,11 @@ class Tokenizer(ABC):
         return [self.id_to_token(int(i)) for i in ids]
 
     def save(self, path: str | Path) -> None:
-        """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint)."""
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint) by :func:`glassformer.fileio.atomic_write`
+        (a link, a FIFO or a file glassformer did not write at ``path`` is refused)."""
+        from ..fileio import atomic_write
+
+        atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False), what="tokenizer file")
 
     @staticmethod
     def load(path: str | Path) -> "Tokenizer":

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, first_line
-from ..fileio import rust_path
+from ..fileio import atomic_write, check_output_file, rust_path
 from ..loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
@@ -130,16 +130,18 @@ class HFTokenizer(Tokenizer):
         """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` into the
         folder ``path``, for ``transformers.AutoTokenizer.from_pretrained``."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        with rust_path(path / "tokenizer.json", write=True) as name_for_rust:
-            self.hf.save(name_for_rust)
         tokens = {f"{role}_token": token for role, token in self.special_strings.items()}
         for role, name in (("bos", "cls_token"), ("eos", "sep_token")):  # BERT calls them cls and sep
             if role in self.special_strings:
                 tokens[name] = self.special_strings[role]
-        (path / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n", encoding="utf-8")
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **tokens}
-        (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        files = {"tokenizer.json": self.hf.to_str(pretty=True), "special_tokens_map.json": json.dumps(tokens, indent=2),
+                 "tokenizer_config.json": json.dumps(config, indent=2)}
+        for name, text in files.items():  # all three, before any is written
+            check_output_file(path / name, (), "tokenizer file", text + "\n")
+        path.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            atomic_write(path / name, text + "\n", what="tokenizer file")
 
 
 @contextlib.contextmanager

@@ -92,8 +92,9 @@ def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training:
     weights = {k: v.detach().to("cpu").contiguous() for k, v in full.items()}
     with rust_path(folder / WEIGHTS, write=True) as name_for_rust:
         save_file(weights, name_for_rust, metadata={"format": "pt"})
-    model.config.to_json(folder / CONFIG)
-    tokenizer.save(folder / TOKENIZER)
+    # into the new folder (nothing else is there): plain writes, whose temporary names no crash could leave behind
+    (folder / CONFIG).write_text(model.config.to_json(), encoding="utf-8")
+    (folder / TOKENIZER).write_text(json.dumps(tokenizer.to_dict(), ensure_ascii=False), encoding="utf-8")
     if training is not None:
         (folder / TRAINING).write_text(shown_text(json.dumps(training, indent=2, ensure_ascii=False)) + "\n",
                                        encoding="utf-8")  # a data path that is not UTF-8: \udcXX

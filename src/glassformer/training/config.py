@@ -108,7 +108,8 @@ class TrainConfig:
             raise type(error)(f"model: {error}") from None
         if self.watch:
             from ..interpret.microscope import WatchConfig
-            WatchConfig.from_dict(self.watch)
+            watch = WatchConfig.from_dict(self.watch)
+            self.watch = {key: getattr(watch, key) for key in self.watch}  # typed: training.json holds numbers
         check_device_name(self.device)
         _check_folder("out_dir", self.out_dir)
         parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)

@@ -7,9 +7,11 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, MissingFileError, check_int
+from ..errors import GlassformerError, MissingFileError, NotOursError, check_int
+from ..fileio import check_not_source
 from ..interpret.microscope import Measurement, replay
 from .checkpoint import load
+from .metrics import METRICS
 
 Checkpoints = Sequence[str | Path] | dict[int, str | Path] | str | Path
 
@@ -39,6 +41,14 @@ def replay_checkpoints(checkpoints: Checkpoints, out_dir: str | Path | None = No
                        measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
                        probe_text: torch.Tensor | None = None,
                        map_location: str | torch.device = "cpu") -> list[dict[str, Any]]:
-    """The microscope's records of each checkpoint (loaded one at a time), by step; see ``microscope.replay``."""
-    series = ((step, *load(folder, map_location)) for step, folder in checkpoint_steps(checkpoints))
+    """The microscope's records of each checkpoint (loaded one at a time), by step; see ``microscope.replay``.
+    ``out_dir`` may not hold a checkpoint read nor a training's records (its microscope.jsonl would be replaced):
+    a NotOursError, before any checkpoint is loaded."""
+    steps = checkpoint_steps(checkpoints)
+    if out_dir is not None:
+        check_not_source(out_dir, [folder for _, folder in steps], "replay out_dir")
+        if (Path(out_dir) / METRICS).exists() or (Path(out_dir) / "last").exists():
+            raise NotOursError(f"replay out_dir {str(out_dir)!r} is a training's run folder (it has {METRICS} or "
+                               "last): its microscope.jsonl would be replaced; choose another out_dir")
+    series = ((step, *load(folder, map_location)) for step, folder in steps)
     return replay(series, out_dir, measurements=measurements, watch=watch, probe_text=probe_text)

@@ -135,8 +135,9 @@ class Trackers(Tracker):
 
 def _write_state(out: Path, state: dict[str, Any]) -> None:
     """``out_dir/tracker.json`` replaced at once (no fsync: it is written at every log)."""
-    temp = out / f".{STATE}.tmp-{os.getpid()}"
-    temp.write_text(json.dumps(state) + "\n", encoding="utf-8")
+    temp = out / f".{STATE}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    with open(temp, "x", encoding="utf-8") as handle:  # a new name: never through a link someone put there
+        handle.write(json.dumps(state) + "\n")
     os.replace(temp, out / STATE)
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..fileio import atomic_write
+from ..records import finite_or_null
 from .i18n import HTML_LANG
 from .i18n import text as tr
 from .report_gather import AttentionView, ReportData, gather
@@ -51,8 +52,9 @@ def _asset(name: str) -> str:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside a <script> element: no '<', '>' or '&' can end it early."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Strict JSON safe inside a <script> element: no '<', '>' or '&' can end it early, NaN and infinity as null
+    (``JSON.parse`` refuses a NaN token: the page would stay blank; its script draws null as a gap)."""
+    text = json.dumps(finite_or_null(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
+from ..fileio import atomic_write, check_output_file
 from ..interpret.circuits import Circuit
 from .report import page_start
 
@@ -97,10 +98,11 @@ def circuit_html(circuit: Circuit, title: str = "Circuit", lang: str = "en") -> 
 
 
 def write_circuit_page(circuit: Circuit, out: str | Path, title: str = "Circuit") -> Path:
-    """Write :func:`circuit_html` to ``out`` (its folder is created); returns the path."""
+    """Write :func:`circuit_html` to ``out`` (its folder is created) by :func:`glassformer.fileio.atomic_write`: a
+    link, a FIFO or a file glassformer did not write there is refused (NotOursError); returns the path."""
     path = Path(out)
     if path.is_dir():
         raise GlassformerError(f"out {str(path)!r} is a folder; give the HTML file to write")
+    check_output_file(path, (), "circuit page")  # before the folder is made
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(circuit_html(circuit, title), encoding="utf-8")
-    return path
+    return atomic_write(path, circuit_html(circuit, title), what="circuit page")

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..errors import BadFileError, GlassformerError, MissingFileError, is_int, shown
 from ..fileio import atomic_write, check_output_file
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
@@ -96,18 +96,121 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
                                "(give a run's out_dir, or a checkpoint folder with --text)")
     from ..training.metrics import read_metrics
 
-    metrics = read_metrics(out / METRICS)
-    records = read_records(out / RECORDS, uniform=True)  # the page draws every record alike
+    metrics = [_floats(m) for m in read_metrics(out / METRICS)]
+    records = [_floats(r) for r in read_records(out / RECORDS, uniform=True)]  # the page draws every record alike
     bad = next((k for k in (records[0].get("attention") or {} if records else {})
                 if not re.fullmatch(r"\d{1,4}\.\d{1,4}", str(k))), None)
     if bad is not None:
         raise BadFileError(f"{str(out / RECORDS)!r}: attention key {bad[:40]!r} is not 'layer.head' (e.g. '1.0')")
+    _check_records(records, out / RECORDS)
     meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
+    watch = meta.get("watch", {})
+    if not isinstance(watch, dict) or not _strings(meta.get("tokens", [])) or not isinstance(
+            watch.get("probe_lengths") or [], list):
+        raise BadFileError(f"microscope settings {str(out / META)!r}: 'watch' must be an object (its probe_lengths "
+                           "a list) and 'tokens' a list of strings")
     place = next((p for p in (out / "last" / "config.json", out / "model" / "config.json") if p.is_file()), None)
     config = _object(place, "config file") if place else {}
     attribution = _object(out / ATTRIBUTION, "attribution file") if (out / ATTRIBUTION).is_file() else None
+    if attribution is not None:
+        _check_attribution(attribution, out / ATTRIBUTION)
+        attribution = {k: v if k.startswith("top_") else _floats(v) for k, v in attribution.items()}
     return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
             "attribution": attribution}
+
+
+TABLES = ("previous_token", "induction", "duplicate", "entropy")  # (layers, heads) each
+BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _table(value: Any, rows: int | None = None, columns: int | None = None) -> bool:
+    """Whether ``value`` is a non-empty list of equally long non-empty lists (of ``rows`` x ``columns``)."""
+    return (isinstance(value, list) and bool(value) and all(isinstance(row, list) and row for row in value)
+            and len({len(row) for row in value}) == 1 and rows in (None, len(value))
+            and columns in (None, len(value[0])))
+
+
+def _check_records(records: list[dict[str, Any]], file: Path) -> None:
+    """What the page draws of each record is there, shaped as the microscope writes it (``read_records(uniform=
+    True)`` made every record like the first, its values numbers or null); else a BadFileError naming the key."""
+    if not records:
+        return
+    first, where = records[0], f"{str(file)!r}"
+    missing = next((k for k in ("loss_first", "loss_repeat", *TABLES, *BY_LAYER, "attention") if k not in first), None)
+    if missing is not None:
+        raise BadFileError(f"{where}: its records have no {missing!r}, which the microscope writes in each")
+    if not _table(first["induction"]):
+        raise BadFileError(f"{where}: 'induction' must be a table of layers x heads, got {shown(first['induction'])}")
+    layers, heads = len(first["induction"]), len(first["induction"][0])
+    for key in TABLES:
+        if not _table(first[key], layers, heads):
+            raise BadFileError(f"{where}: {key!r} must be a table of {layers} x {heads} (layers x heads) like "
+                               f"'induction', got {shown(first[key])}")
+    for key, extra in BY_LAYER.items():
+        if not isinstance(first[key], list) or len(first[key]) != layers + extra:
+            raise BadFileError(f"{where}: {key!r} must be a list of {layers + extra} values, got {shown(first[key])}")
+    snapshots = first["attention"]
+    if not isinstance(snapshots, dict) or not all(_table(v, len(v), len(v)) for v in snapshots.values()):
+        raise BadFileError(f"{where}: 'attention' must map 'layer.head' to square tables, got {shown(snapshots)}")
+    for key in ("loss_first", "loss_repeat", "icl_score"):
+        if isinstance(first.get(key), (list, dict)):
+            raise BadFileError(f"{where}: {key!r} must be a number or null, got {shown(first[key])}")
+    by_position = first.get("loss_by_position", [])
+    if not isinstance(by_position, list) or any(isinstance(v, (list, dict)) for v in by_position):
+        raise BadFileError(f"{where}: 'loss_by_position' must be a list of numbers, got {shown(by_position)}")
+
+
+def _check_attribution(a: dict[str, Any], file: Path) -> None:
+    """The keys of attribution patching's result, each of its kind (else a BadFileError naming the key)."""
+    where = f"attribution file {str(file)!r}"
+    missing = next((k for k in ("estimate", "exact", "correlation", "top_estimate", "top_exact", "clean_metric",
+                                "corrupted_metric") if k not in a), None)
+    if missing is not None:
+        raise BadFileError(f"{where} has no {missing!r}")
+    for key in ("estimate", "exact"):
+        if not _table(a[key]) or not all(_number(v) for row in a[key] for v in row):
+            raise BadFileError(f"{where}: {key!r} must be a table of numbers (layers x heads), got {shown(a[key])}")
+    for key in ("correlation", "clean_metric", "corrupted_metric"):
+        if not (_number(a[key]) or a[key] is None):
+            raise BadFileError(f"{where}: {key!r} must be a number, got {shown(a[key])}")
+    for key in ("top_estimate", "top_exact"):
+        if not (isinstance(a[key], list) and all(
+                isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
+                and _number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
+            raise BadFileError(f"{where}: {key!r} must be a list of [layer, head, effect], got {shown(a[key])}")
+
+
+def _floats(value: Any) -> Any:
+    """Every number of ``value`` (nested too; ``step`` and a user's ``measurements`` aside) as a float: an int too
+    large for one is infinity, which the page shows as a gap."""
+    if isinstance(value, dict):
+        return {k: v if k in ("step", "measurements") else _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return value
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _best(values: list[Any]) -> float | None:
+    """The largest finite number of ``values``; None when there is none (drawn as a gap)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return max(finite) if finite else None
+
+
+def _fixed(value: Any, spec: str) -> str:
+    return format(value, spec) if _number(value) and math.isfinite(value) else "-"
 
 
 def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -134,13 +237,14 @@ def _charts(run: dict[str, Any], found: dict[str, Any] | None, lang: str = "en")
                  for k in ("first", "repeat")]
         charts.append(chart(probe, "run.chart.probe", "run.axis.nats", "gf-chart-probe"))
         best = [(tr("run.series.best_layer", lang, kind=tr(f"run.short.{kind}", lang), layer=layer),
-                 [(r["step"], max(r[kind][layer])) for r in records])
+                 [(r["step"], _best(r[kind][layer])) for r in records])
                 for kind in ("previous_token", "induction") for layer in range(len(records[0][kind]))]
         if len(best) <= 8:
             charts.append(chart(best, "run.chart.best_per_layer", "run.axis.score", "gf-chart-best"))
         else:  # many layers: the best head of the whole model per kind
             whole = [(tr("run.series.best_head", lang, kind=tr(f"run.short.{k}", lang)),
-                      [(r["step"], max(map(max, r[k]))) for r in records]) for k in ("previous_token", "induction")]
+                      [(r["step"], _best([v for row in r[k] for v in row])) for r in records])
+                     for k in ("previous_token", "induction")]
             charts.append(chart(whole, "run.chart.best", "run.axis.score", "gf-chart-best"))
         icl = [(r["step"], r["icl_score"]) for r in records if r.get("icl_score") is not None]
         charts.append(chart([(tr("run.series.icl", lang), icl)], "run.chart.icl", "run.axis.icl", "gf-chart-icl"))
@@ -157,13 +261,13 @@ def _charts(run: dict[str, Any], found: dict[str, Any] | None, lang: str = "en")
 
 def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
     """Attribution patching's per-head estimate beside exact patching."""
-    scale = max(abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row) or 1.0
+    scale = _best([abs(v) for table in (a["estimate"], a["exact"]) for row in table for v in row]) or 1.0
 
     def top(heads: list) -> str:
         return ", ".join(f"L{layer}H{head} ({effect:+.2f})" for layer, head, effect in heads)
 
-    caption = tr("run.attribution.intro", lang, corrupted=f"{a['corrupted_metric']:.2f}",
-                 clean=f"{a['clean_metric']:.2f}", correlation=f"{a['correlation']:.3f}",
+    caption = tr("run.attribution.intro", lang, corrupted=_fixed(a["corrupted_metric"], ".2f"),
+                 clean=_fixed(a["clean_metric"], ".2f"), correlation=_fixed(a["correlation"], ".3f"),
                  estimate=top(a["top_estimate"]), exact=top(a["top_exact"]))
     tables = "".join(f'<figure><figcaption>{html.escape(tr(f"run.attribution.{k}", lang))}</figcaption>'
                      f'{_head_table(a[k], f"gf-head-table gf-{k}", (47, 95, 208), scale, "+.2f", lang)}</figure>'

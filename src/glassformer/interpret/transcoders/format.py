@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ...fileio import atomic_directory, rust_path
+from ...fileio import atomic_directory, claim_outputs, rust_path
 from ...loaders import load_yaml
 from ...safetensors_header import read_header, torch_dtype
 
@@ -202,6 +202,7 @@ def write_transcoder_files(folder: str | Path, tc: Transcoders) -> None:
 
     tc.check()
     folder = Path(folder)
+    claim_outputs([folder / name for name in file_names(tc)], what="transcoder file")  # no link, FIFO, user's file
     for name, tensors in _files(tc).items():
         plain = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()}
         with rust_path(folder / name, write=True) as name_for_rust:

@@ -42,6 +42,8 @@
     }
   }
   const range = (n, f) => Array.from({length: n}, (_, i) => f(i));
+  const fixed = (v, digits) => (v === null || v === undefined ? "–" : v.toFixed(digits));  // null: not finite
+  const finite = (values) => values.filter((v) => v !== null);
   function heads_cell(n) { return Math.max(10, Math.min(40, Math.floor(560 / n))); }
   function show(index) {
     const r = records[index];
@@ -50,7 +52,8 @@
     document.body.dataset.step = r.step;
     document.querySelectorAll(".gf-heatmap canvas").forEach((c) => {
       const rows = r[c.dataset.kind];
-      const hi = c.dataset.kind === "entropy" ? Math.max(...records.map((x) => Math.max(...x.entropy.flat()))) : 1;
+      const hi = c.dataset.kind === "entropy" ? Math.max(1e-9, ...records.map((x) => Math.max(...finite(x.entropy.flat()))))
+        : 1;
       const cw = heads_cell(rows[0].length), ch = Math.max(12, Math.min(24, cw));
       grid(c, rows, 0, hi, cw, ch, range(rows.length, (i) => `L${i}`), range(rows[0].length, String));
       c.gfRows = rows; c.gfCell = [cw, ch]; c.gfStep = r.step;
@@ -63,8 +66,8 @@
     const norms = document.getElementById("gf-norm-rows");
     if (norms) {
       norms.innerHTML = r.resid_norm.map((v, i) => `<tr><td>${i < r.weight_norm.length ? fill(T.block, {block: i}) :
-        T.after_last}</td><td>${v.toFixed(2)}</td><td>${i < r.weight_norm.length ? r.weight_norm[i].toFixed(2) :
-        ""}</td><td>${r.lens_loss[i].toFixed(3)}</td></tr>`).join("");
+        T.after_last}</td><td>${fixed(v, 2)}</td><td>${i < r.weight_norm.length ? fixed(r.weight_norm[i], 2) :
+        ""}</td><td>${fixed(r.lens_loss[i], 3)}</td></tr>`).join("");
     }
     document.querySelectorAll("svg.gf-chart:not(.gf-static)").forEach((svg) => {
       const x0 = +svg.dataset.x0, x1 = +svg.dataset.x1, left = +svg.dataset.left, w = +svg.dataset.width;
@@ -85,11 +88,12 @@
   const lens = document.getElementById("gf-lens-canvas");
   if (lens && records.length) {  // layers (rows) x steps (columns), loss shaded against its range
     const rows = records[0].lens_loss.map((_, layer) => records.map((r) => r.lens_loss[layer]));
-    const all = rows.flat();
+    const all = finite(rows.flat());
     const cw = Math.max(2, Math.min(16, Math.floor(900 / records.length)));
     const ch = Math.max(6, Math.min(20, Math.floor(400 / rows.length)));
     const labels = range(rows.length, (i) => (i < rows.length - 1 ? `L${i}` : "out"));
-    grid(lens, rows.map((row) => row.map((v) => -v)), -Math.max(...all), -Math.min(...all), cw, ch, labels,
+    grid(lens, rows.map((row) => row.map((v) => (v === null ? null : -v))), -Math.max(...all), -Math.min(...all), cw, ch,
+         labels,
          records.map((r) => String(r.step)));
   }
   if (records.length) {

@@ -58,6 +58,8 @@
     return copy;
   }
 
+  const fixed = (v, digits) => (Number.isFinite(v) ? v.toFixed(digits) : "\u2013");  // null: not finite
+
   function drawList() {
     const query = search.value.trim();
     const found = ordered().filter((f) => matches(f, query));
@@ -66,7 +68,7 @@
       const item = el("li", "gf-sae-item");
       item.dataset.id = String(f.id);
       item.append(el("strong", null, "#" + f.id + " "), el("code", null, visible(peakText(f)).replace(/ /g, "\u2423").slice(0, 24)),
-        el("span", "gf-sae-freq", (100 * f.frequency).toFixed(2) + "%"));
+        el("span", "gf-sae-freq", fixed(100 * f.frequency, 2) + "%"));
       if (f.id === current) item.classList.add("gf-active");
       item.addEventListener("click", () => show(f.id));
       list.append(item);
@@ -95,7 +97,7 @@
       r.append(t);
       svg.append(r);
     });
-    for (const [x, text, anchor] of [[0, "0", "start"], [w, f.max.toFixed(2), "end"]]) {
+    for (const [x, text, anchor] of [[0, "0", "start"], [w, fixed(f.max, 2), "end"]]) {
       const t = document.createElementNS(ns, "text");
       t.setAttribute("x", String(x));
       t.setAttribute("y", String(h + 13));
@@ -129,7 +131,7 @@
     const table = el("table", cls);
     for (const [id, v] of pairs) {
       const row = el("tr");
-      row.append(el("td", null, visible(label(id))), el("td", null, (v >= 0 ? "+" : "") + v.toFixed(2)));
+      row.append(el("td", null, visible(label(id))), el("td", null, (v >= 0 ? "+" : "") + fixed(v, 2)));
       table.append(row);
     }
     box.append(table);
@@ -144,7 +146,7 @@
     detail.replaceChildren();
     detail.dataset.feature = String(id);
     detail.append(el("h3", null, tr("feature", {id: id})),
-      el("p", "gf-caption", tr("fires", {pct: (100 * f.frequency).toFixed(3), max: f.max.toFixed(3)})));
+      el("p", "gf-caption", tr("fires", {pct: fixed(100 * f.frequency, 3), max: fixed(f.max, 3)})));
     detail.append(el("h4", null, tr("hist")), histogram(f));
     detail.append(el("h4", null, tr("contexts")));
     for (const c of f.contexts) detail.append(context(c, f));
