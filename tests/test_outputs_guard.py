@@ -270,7 +270,8 @@ RAW_INTO_OWN = {
 }
 # Public writers of a run's own files: covered by the verb whose WRITES declares them.
 BY_VERB = {
-    "data.corpus.encode_files": "train", "interpret.microscope.Microscope.start": "train",
+    "data.corpus.encode_files": "train", "data.prepare.prepare": "prepare",
+    "interpret.microscope.Microscope.start": "train",
     "interpret.microscope.Microscope.record": "train",
     "interpret.sae.run.run_sae": "sae", "interpret.sae.run.train_sae": "sae", "recipes.corpora.download": "recipe",
     "recipes.corpora.corpus_file": "recipe", "recipes.corpora.tinyshakespeare": "recipe", "recipes.corpora.multi30k":

@@ -205,7 +205,7 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     manifest_file = folder / MANIFEST
     if manifest_file.is_file():
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-            old = json.loads(manifest_file.read_text(encoding="utf-8"))
+            old = _read_json(manifest_file)
             if (old.get("format") == shards.MANIFEST_FORMAT and _same_settings(old, settings, given)
                     and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
                     == fingerprint and _outputs_intact(folder, old)):
@@ -219,11 +219,21 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
         return _prepare(folder, sources, val_sources, inputs, given or named, settings, fingerprint, on_shard)
 
 
+def _read_json(path: Path) -> Any:
+    """A JSON file glassformer wrote there earlier, read only when it is a regular file (never a FIFO, a device or
+    a link: a ValueError then, which the callers take as "none")."""
+    from ..loaders import load_json
+
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"{str(path)!r} is not a regular file")
+    return load_json(path, "prepared data file")
+
+
 def _drop_raw_files(folder: Path) -> None:
     """Remove the ``train.bin``/``val.bin`` an earlier ``--format nanogpt`` preparation wrote there: raw ids carry
     no mark, so the proof is the earlier manifest's SHA-256 of each (a file that differs is left alone)."""
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-        old = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        old = _read_json(folder / MANIFEST)
         if old.get("format") != shards.MANIFEST_FORMAT or old.get("shard_format") != "nanogpt":
             return
         for entry in old["train"] + old["val"]:
@@ -379,7 +389,7 @@ def _listed_files(folder: Path) -> set[str]:
     names: set[str] = set()
     for file in (folder / MANIFEST, folder / PROGRESS):
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-            listed = json.loads(file.read_text(encoding="utf-8"))
+            listed = _read_json(file)
             names |= {e["file"] for split in ("train", "val") for e in listed[split]
                       if re.fullmatch(r"(train|val)(_\d{6})?\.bin", e["file"])}
     return names
@@ -391,7 +401,7 @@ def _read_progress(folder: Path, settings: dict[str, Any], fingerprint: list[dic
     if not path.is_file():
         return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = _read_json(path)
         if (state.get("settings") != settings or state.get("sources") != fingerprint
                 or state.get("tokenizer_sha256") != file_hash(folder / TOKENIZER_FILE)):
             return None
