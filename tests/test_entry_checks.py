@@ -244,3 +244,17 @@ def test_reading_a_small_json_file_sets_aside_its_size_not_the_bound(tmp_path):
     with allocations() as seen:
         assert load_json(tmp_path / "t.json", "tokenizer file") == {"a": 1}
     assert seen.total() < 2**20, seen
+
+
+def test_attention_names_a_width_that_is_not_d_model():
+    """MultiHeadAttention given x of the wrong width: one GlassformerError naming the width and d_model (it was
+    torch's RuntimeError from the projection), self- and cross-attention alike; the right width still works."""
+    from glassformer import MultiHeadAttention
+
+    attention = MultiHeadAttention(16, 4)
+    with pytest.raises(GlassformerError, match=r"x has width 8 .*expects d_model=16"):
+        attention(torch.zeros(2, 3, 8))
+    with pytest.raises(GlassformerError, match=r"x has width 8 .*expects d_model=16"):
+        attention(torch.zeros(2, 3, 8), torch.zeros(2, 5, 16))
+    out, _ = attention(torch.zeros(2, 3, 16))
+    assert out.shape == (2, 3, 16)

@@ -237,6 +237,14 @@ class MultiHeadAttention(Tapped):
         weight, bias = self.head_rows(kind)
         return bias if bias is not None else weight.new_zeros(weight.shape[:2])
 
+    def _width_error(self, name: str, x: torch.Tensor, error: RuntimeError) -> Exception:
+        """The error for a projection torch refused: a GlassformerError when ``x``'s width is not d_model,
+        else torch's own ``error`` (a genuine bug keeps its message)."""
+        if x.shape[-1] != self.qkv.in_features:
+            return GlassformerError(f"{name} has width {x.shape[-1]} (shape {tuple(x.shape)}); this attention "
+                                    f"expects d_model={self.qkv.in_features}")
+        return error
+
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
                 inputs: AttentionInputs | None = None, cache: KVCache | None = None,
                 head_inputs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -250,7 +258,10 @@ class MultiHeadAttention(Tapped):
         cross = kv is not None or (cache is not None and cache.static)
         inputs = AttentionInputs.given(inputs, memory_mask=mask) if cross else AttentionInputs.given(inputs, mask)
         if not cross:
-            qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
+            try:
+                qkv = self.qkv(x) if head_inputs is None else self.project_per_head(head_inputs)
+            except RuntimeError as error:  # checked only when torch refuses: nothing per call
+                raise self._width_error("x", x, error) from None
             h, n_kv = self.n_heads, self.n_kv_heads
             heads = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim)  # every head's query, key, value side by side
             q = self.hook_q(heads[:, :, :h]).transpose(1, 2)  # (B, h, Tq, hd)
@@ -265,7 +276,11 @@ class MultiHeadAttention(Tapped):
             mask, is_causal, score_bias = inputs.mask, inputs.is_causal, inputs.score_bias
         else:
             q_bias = None if self.qkv.bias is None else self.qkv.bias[:dq]
-            q = self._heads(F.linear(x, self.qkv.weight[:dq], q_bias), self.n_heads, self.hook_q)  # (B, h, Tq, hd)
+            try:
+                q = F.linear(x, self.qkv.weight[:dq], q_bias)  # (B, Tq, h * hd)
+            except RuntimeError as error:
+                raise self._width_error("x", x, error) from None
+            q = self._heads(q, self.n_heads, self.hook_q)  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
             elif kv is None:
