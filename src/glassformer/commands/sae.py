@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from ..fileio import Writes
 
@@ -29,51 +30,84 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, overrides=[])
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train as the config and overrides say; print the metrics and where everything went; 0."""
+def activation_run(args: argparse.Namespace, config_class: Any, what: str, prefix: str) -> tuple[Any, Any, "Tracked"]:
+    """What ``sae`` and ``transcoders`` share before training: ``config_class`` from --config's YAML and the
+    overrides (--data required), the checkpoint on the config's device, and trackers opened at the first record
+    (``prefix``/key) -> (config, checkpoint, tracked)."""
     from ..errors import GlassformerError, UsageError
-    from ..interpret.sae import SAETrainConfig, run_sae
     from ..training.checkpoint import load_checkpoint
     from ..training.config import apply_overrides, read_yaml
     from ..training.distributed import pick_device
-    from ..training.trackers import Trackers, open_trackers, parse_log
+    from ..training.trackers import parse_log
+    from .overrides import overrides_from_argv
+
+    data = read_yaml(args.config, f"{what} config file") if args.config is not None else {}
+    if not isinstance(data, dict):
+        raise GlassformerError(f"{what} config file {str(args.config)!r} must hold a mapping of keys to values")
+    config = config_class.from_dict(apply_overrides(data, overrides_from_argv(args.overrides), sections=()))
+    if not config.data:
+        raise UsageError("--data is required: one or more text files to read activations from")
+    checkpoint = load_checkpoint(args.checkpoint, map_location=pick_device(config.device))
+    parse_log(config.log)  # an unknown tracker or a missing extra: one line, before any work
+    return config, checkpoint, Tracked(config, prefix)
+
+
+class Tracked:
+    """The run's trackers, opened at the first record (out_dir is settled by then); a no-op until then."""
+
+    def __init__(self, config: Any, prefix: str):
+        self.config, self.prefix, self.trackers = config, prefix, None
+
+    def __call__(self, record: dict[str, float], resumed_from: int | None) -> None:
+        """Log one training record under ``prefix/``."""
+        from ..training.trackers import open_trackers
+
+        if self.trackers is None:
+            self.trackers = open_trackers(self.config.log, self.config.out_dir, self.config.to_dict(), resumed_from)
+        self.trackers.log(int(record["step"]), {f"{self.prefix}/{k}": v for k, v in record.items() if k != "step"})
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Log ``scalars`` at ``step`` where trackers were opened."""
+        if self.trackers is not None:
+            self.trackers.log(step, scalars)
+
+    def close(self) -> None:
+        """Close the trackers (where opened)."""
+        if self.trackers is not None:
+            self.trackers.close()
+
+
+def shown(value: object) -> object:
+    """``value`` with floats rounded to 4 digits and NaN/inf as None (JSON-safe), lists and dicts walked."""
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [shown(v) for v in value]
+    if isinstance(value, dict):
+        return {k: shown(v) for k, v in value.items()}
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as the config and overrides say; print the metrics and where everything went; 0."""
+    from ..interpret.sae import SAETrainConfig, run_sae
     from ..viz.i18n import resolve_lang
     from ..viz.i18n import text as ui_text
     from ..viz.report_sae import write_feature_pages
-    from .overrides import overrides_from_argv
 
-    data = read_yaml(args.config, "SAE config file") if args.config is not None else {}
-    if not isinstance(data, dict):
-        raise GlassformerError(f"SAE config file {str(args.config)!r} must hold a mapping of keys to values")
-    config = SAETrainConfig.from_dict(apply_overrides(data, overrides_from_argv(args.overrides), sections=()))
-    if not config.data:
-        raise UsageError("--data is required: one or more text files to read activations from")
-    device = pick_device(config.device)
-    checkpoint = load_checkpoint(args.checkpoint, map_location=device)
-    parse_log(config.log)  # an unknown tracker or a missing extra: one line, before any work
-    trackers: list[Trackers] = []
-
-    def to_trackers(record: dict[str, float], resumed_from: int | None) -> None:
-        if not trackers:  # opened at the first record: out_dir is settled by then
-            trackers.append(open_trackers(config.log, config.out_dir, config.to_dict(), resumed_from))
-        trackers[0].log(int(record["step"]), {f"sae/{k}": v for k, v in record.items() if k != "step"})
-
+    config, checkpoint, tracked = activation_run(args, SAETrainConfig, "SAE", "sae")
     try:
         result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint,
-                         on_record=to_trackers)
-        if trackers:
-            trackers[0].log(result["training"]["steps"], {f"sae_eval/{k}": v for k, v in result["metrics"].items()})
+                         on_record=tracked)
+        tracked.log(result["training"]["steps"], {f"sae_eval/{k}": v for k, v in result["metrics"].items()})
     finally:
-        for tracker in trackers:
-            tracker.close()
+        tracked.close()
     pages = None
     if result["features"] is not None:
         pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
                                     metrics=result["metrics"], title=f"SAE features: {config.hook}",
                                     lang=resolve_lang(None))  # the locale's language (en or zh)
-    shown = {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
-             for k, v in result["metrics"].items()}
-    print(json.dumps({"metrics": shown, "steps": result["training"]["steps"],
+    print(json.dumps({"metrics": shown(result["metrics"]), "steps": result["training"]["steps"],
                       "wall_s": result["training"]["wall_s"]}))
     print(ui_text("cli.sae_in", args.ui_lang, path=Path(result["out_dir"]) / "sae")
           + (ui_text("cli.feature_pages", args.ui_lang, pages=pages) if pages else ""))
