@@ -74,7 +74,8 @@ def test_compile_auto_compiles_only_what_pays(fake_compile, monkeypatch):
     assert decode.wants_compiled(model, "auto", 1, 14, 10) is False  # another shape would compile again
     decode.compiled_models[model].gain = 1.0  # not faster: the eager step
     assert decode.wants_compiled(model, "auto", 1, 13, 10) is False
-    assert decode.wants_compiled(model, True, 1, 14, 1) is True and decode.wants_compiled(model, False, 1, 13, 10**9) is False
+    assert decode.wants_compiled(model, True, 1, 14, 1) is True
+    assert decode.wants_compiled(model, False, 1, 13, 10**9) is False
 
 
 def test_compile_auto_drops_a_compiled_step_measured_slower(fake_compile, monkeypatch):

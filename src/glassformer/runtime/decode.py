@@ -18,7 +18,6 @@ from ..nn.linear import Linear
 from ..nn.taps import Tap
 from .linear import FewRowProduct, streams
 
-
 _products: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, FewRowProduct]]" = weakref.WeakKeyDictionary()
 
 
@@ -82,10 +81,10 @@ def decode_step(model: nn.Module, ids: torch.Tensor, cache: list, slot: torch.Te
 
 
 COMPILE_CHOICES = (False, True, "auto")
-AUTO_COMPILE_TOKENS = 50_000
+AUTO_COMPILE_TOKENS = 200_000
 """``compile="auto"`` compiles a model not compiled yet only for at least this many new tokens (rows x new
-tokens): compiling *baby*'s step took 20-50 s on a 2-core AMD EPYC and saved ~1 ms a token (docs/benchmarks.md,
-"Decoding")."""
+tokens): compiling *baby*'s step took 119 s on a busy 2-core AMD EPYC (Zen 4) and then saved 0.26 ms of a
+4.5 ms token at 1 thread (docs/benchmarks.md, "Decoding at twice Hugging Face")."""
 MARGIN = 0.9  # "auto" keeps a compiled step only where it took at most this share of the eager step's time
 
 
