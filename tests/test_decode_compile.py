@@ -93,6 +93,26 @@ def test_compile_auto_drops_a_compiled_step_measured_slower(fake_compile, monkey
     assert len(taken) == 1 + 9
 
 
+def test_compile_auto_falls_back_to_eager_where_compiling_fails(monkeypatch):
+    """A compile that fails (no C compiler, say): "auto" decodes eagerly, the same tokens, and does not try those
+    shapes again in this process; compile=True, asked for, shows the error."""
+    def failing(fn, **options):
+        def compiled(*args):
+            raise RuntimeError("no compiler here")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing)
+    monkeypatch.setattr(decode, "_compiled_step", [])
+    monkeypatch.setattr(decode, "compiled_models", decode.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(decode, "AUTO_COMPILE_TOKENS", 1)
+    model = lm()
+    assert torch.equal(generate(model, [1, 2, 3], 10, compile="auto"), generate(model, [1, 2, 3], 10))
+    assert decode.compiled_models[model].gain == 0.0
+    assert decode.wants_compiled(model, "auto", 1, 13, 10) is False
+    with pytest.raises(RuntimeError, match="no compiler here"):
+        generate(model, [1, 2, 3], 10, compile=True)
+
+
 def test_compiled_steps_only_where_the_shapes_can_be_fixed(fake_compile):
     """Left padding and hooks keep the ordinary cached step (a hook attached during generation too: the next
     step runs it); nothing is compiled for them."""

@@ -168,9 +168,16 @@ compiled, and left for the eager step where the first compiled one measured slow
         shape = (self.ids.shape[0], self.capacity)
         if shape in known.shapes:
             return _compiled_step[0](self.model, self.ids, self.cache, self.slot)
-        self._run()  # eager first: kernel choices (the few-row route) are measured outside the trace
+        eager = self._run()  # eager first: kernel choices (the few-row route) are measured outside the trace
         start = time.perf_counter()
-        out = _compiled_step[0](self.model, self.ids, self.cache, self.slot)  # writes the slot again: same numbers
+        try:
+            out = _compiled_step[0](self.model, self.ids, self.cache, self.slot)  # writes the slot again: same numbers
+        except Exception:  # no C compiler, a graph torch cannot trace...: asked for, the error; "auto", eager
+            if not self.auto:
+                raise
+            known.shapes.add(shape)
+            known.gain, self.compiled = 0.0, False
+            return eager
         known.compile_s = known.compile_s or time.perf_counter() - start
         known.shapes.add(shape)
         known.gain = self._gain()
