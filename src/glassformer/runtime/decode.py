@@ -34,7 +34,9 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     setting = (streams(model), torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
                torch.get_autocast_dtype("cpu"), torch.get_num_threads())
     products = _products.setdefault(model, {})
-    product = products.get(setting) or products.setdefault(setting, FewRowProduct(setting[0]))
+    product = products.get(setting)
+    if product is None:
+        product = products[setting] = FewRowProduct(setting[0])
     try:
         for m in layers:
             m.product = product
@@ -80,7 +82,6 @@ def decode_step(model: nn.Module, ids: torch.Tensor, cache: list, slot: torch.Te
     return model.logits(hidden)[:, 0].float()  # (B, V)
 
 
-COMPILE_CHOICES = (False, True, "auto")
 AUTO_COMPILE_TOKENS = 200_000
 """``compile="auto"`` compiles a model not compiled yet only for at least this many new tokens (rows x new
 tokens): compiling *baby*'s step took 119 s on a busy 2-core AMD EPYC (Zen 4) and then saved 0.26 ms of a
@@ -116,8 +117,8 @@ def wants_compiled(model: nn.Module, choice: bool | str, batch: int, capacity: i
 
 class StaticSteps:
     """One-token decoding steps whose shapes never change, so a CUDA graph (``graphs``, CUDA only) can replay
-    them, or ``torch.compile`` can compile them once for every later step and call (``compiled`` True, or "auto":
-compiled, and left for the eager step where the first compiled one measured slower).
+    them, or ``torch.compile`` can compile them once for every later step and call (``compiled`` True, or
+    "auto": compiled, and left for the eager step where the first compiled one measured slower).
 
     The model's own forward with ``slot`` (:meth:`TransformerLM.hidden_states`): keys and values written into
     the preallocated ``cache`` at a slot given as a tensor, attention over all ``capacity`` slots with unfilled
