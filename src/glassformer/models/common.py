@@ -38,7 +38,7 @@ class HookVerbs:
 
     def run_with_hooks(self, *inputs: Any, **kwargs: Any) -> Any:
         """:func:`glassformer.interpret.run_with_hooks` on this model."""
-        from ..interpret.hooks import run_with_hooks  # deferred: models/ sits below interpret/ (tests/test_import_layers.py)
+        from ..interpret.hooks import run_with_hooks  # deferred: models/ is below interpret/ (test_import_layers)
 
         return run_with_hooks(self, *inputs, **kwargs)
 
