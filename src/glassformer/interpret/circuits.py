@@ -202,8 +202,10 @@ def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
                   edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """metric(patched) - metric(unpatched), patching only the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``):
-    "noising" runs on ``clean`` with the edges carrying the corrupted writes, "denoising" the other way."""
+    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``) carry,
+    positive when they carry the clean behaviour (docs/interpret.md, "One sign"). "noising" runs ``clean``
+    with the edges carrying the corrupted writes: metric(clean) - metric(patched), what cutting them loses;
+    "denoising" runs ``corrupted`` with the edges carrying the clean writes: metric(patched) - metric(corrupted)."""
     if direction not in ("noising", "denoising"):
         raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
     graph = _checked_inputs(model, clean, corrupted)
@@ -211,14 +213,15 @@ def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Te
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
     _, other_writes = sender_writes(model, other_ids)
     base = float(_metric_value(metric, model(base_ids)))
-    patched = _EdgeRun(model, graph, other_writes, weight).run(base_ids)
-    return float(_metric_value(metric, patched)) - base
+    patched = float(_metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
+    return base - patched if direction == "noising" else patched - base
 
 
 @dataclass
 class EdgeScores:
-    """Every edge's attribution (:func:`edge_attribution`): ``scores`` (S, R), the estimated metric change
-    when the edge's write goes from corrupted to clean (0 where there is no edge)."""
+    """Every edge's attribution (:func:`edge_attribution`): ``scores`` (S, R), the estimated metric(clean) -
+    metric(the edge alone corrupted), path patching's noising sign (positive: the edge carries the clean
+    behaviour; docs/interpret.md, "One sign"); 0 where there is no edge."""
 
     graph: EdgeGraph
     scores: torch.Tensor
@@ -239,7 +242,8 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
                      method: str = "eap-ig", steps: int = 8) -> EdgeScores:
     """Score every edge at once: ``(write_clean - write_corrupted) . d metric / d receiver input``, the
     gradient taken on the clean run ("eap") or averaged over ``steps`` embeddings from the corrupted to the
-    clean one ("eap-ig", closer to exact patching)."""
+    clean one ("eap-ig", closer to exact patching): an estimate of :func:`path_patching` (noising) of each
+    edge alone, with its sign (docs/interpret.md, "One sign")."""
     if method not in ("eap", "eap-ig"):
         raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
     check_int("steps", steps, 1, 256)
