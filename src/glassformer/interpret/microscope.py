@@ -159,7 +159,8 @@ def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window
     sign = 1.0 if start - min(smooth) >= max(smooth) - start else -1.0  # a rise is a fall of -x
     level = [sign * (v - start) for v in smooth]  # 0 at the start, falling
     drop = -min(level)
-    noise = 1.4826 * statistics.median(abs(y - v) for y, v in zip(ys, smooth))  # a robust standard deviation of the records around the curve
+    # a robust standard deviation of the records around the smoothed curve
+    noise = 1.4826 * statistics.median(abs(y - v) for y, v in zip(ys, smooth))
     floor = 1e-9 * max(abs(v) for v in smooth)  # rounding: what a noise-free series still has
     if drop <= 0 or drop < min_snr * max(noise, floor):
         return None
