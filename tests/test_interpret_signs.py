@@ -62,3 +62,70 @@ def test_patching_every_edge_recovers_the_whole_difference_with_a_plus_sign():
     assert span > 0
     assert path_patching(model, clean, corrupted, metric, every) == pytest.approx(span, abs=1e-5)
     assert path_patching(model, clean, corrupted, metric, every, direction="denoising") == pytest.approx(span, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- circuit ablation
+def _direct(model, x):
+    """The logits of a residual stream ``x`` (B, T, d), read as the model reads its last layer's."""
+    return model.logits(model.norm_f(x))
+
+
+def test_circuit_ablation_modes_against_hand_computed_streams():
+    from glassformer.interpret import circuit_metric, run_with_cache
+    from glassformer.interpret.circuits import circuit_logits, resample_rows, sender_writes
+
+    model, clean, corrupted, metric = _setup()
+    direct = [("embed", "logits")]  # the circuit: the embedding's path into the logits alone
+    with torch.no_grad():
+        embed = run_with_cache(model, clean, names="blocks.0.hook_resid_pre")[1]["blocks.0.hook_resid_pre"]
+        _, clean_w = sender_writes(model, clean)
+        _, ref = sender_writes(model, corrupted)  # (S, B, T, d), S = embed + 4 heads
+        bias = sum(block.self_attn.o_proj.bias for block in model.blocks)  # not a sender's write: always there
+        others = slice(1, None)
+        expected = {
+            "zero": _direct(model, embed + bias),
+            "mean": _direct(model, embed + bias + ref[others].mean(1, keepdim=True).sum(0)),
+            "corrupted": _direct(model, embed + bias + ref[others].sum(0)),
+            "resample": _direct(model, embed + bias + ref[others][:, resample_rows(3, 5)].sum(0)),
+        }
+        for ablation, reference in expected.items():
+            got = circuit_logits(model, clean, corrupted, direct, ablation=ablation, seed=5)
+            torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+        assert circuit_metric(model, clean, corrupted, metric, direct, ablation="zero") == pytest.approx(
+            float(metric(expected["zero"])), abs=1e-5)
+        # per position: the edge kept at the last position only; the others ablated (zero) everywhere else
+        got = circuit_logits(model, clean, corrupted, [("embed", "logits", -1)], ablation="zero")
+        torch.testing.assert_close(got[:, -1], expected["zero"][:, -1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[:, :-1], _direct(model, (embed - clean_w[0] + bias))[:, :-1].expand_as(
+            got[:, :-1]), rtol=1e-5, atol=1e-5)
+    order = resample_rows(5, 0)
+    assert sorted(order.tolist()) == list(range(5)) and bool((order != torch.arange(5)).all())
+
+
+def test_find_circuit_ablation_and_its_errors():
+    from glassformer.errors import GlassformerError
+    from glassformer.interpret import circuit_metric, find_circuit
+    from glassformer.interpret.circuits import circuit_logits
+
+    model, clean, corrupted, metric = _setup()
+    circuit = find_circuit(model, clean, corrupted, metric, method="eap", ablation="mean", target=0.8)
+    assert circuit.ablation == "mean" and circuit.to_dict()["ablation"] == "mean"
+    assert circuit.corrupted_metric == pytest.approx(circuit_metric(model, clean, corrupted, metric, [],
+                                                                    ablation="mean"))
+    kept = [(s, r) for s, r, _ in circuit.edges]
+    torch.testing.assert_close(circuit.logits, circuit_logits(model, clean, corrupted, kept, ablation="mean"))
+    assert float(metric(circuit.logits)) == pytest.approx(circuit.circuit_metric, abs=1e-6)
+    with pytest.raises(GlassformerError, match=r"^ablation must be one of 'corrupted', 'mean', 'zero', 'resample', "
+                                               r"got 'means'$"):
+        circuit_metric(model, clean, corrupted, metric, [], ablation="means")
+    with pytest.raises(GlassformerError, match=r"position must be an int in \[-10, 10\)"):
+        circuit_metric(model, clean, corrupted, metric, [("embed", "logits", 10)])
+    with pytest.raises(GlassformerError, match="at least 2 rows"):
+        circuit_metric(model, clean[:1], corrupted[:1], metric, [], ablation="resample")
+
+
+def test_edge_scores_per_position_sum_to_the_edge_score():
+    model, clean, corrupted, metric = _setup()
+    scores = edge_attribution(model, clean, corrupted, metric, method="eap")
+    assert scores.by_position.shape == (*scores.scores.shape, T)
+    torch.testing.assert_close(scores.by_position.sum(-1), scores.scores, rtol=1e-5, atol=1e-6)
