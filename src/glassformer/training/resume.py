@@ -84,12 +84,13 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
     return Resumed(state, history, path, dict(checkpoint.training or {}))
 
 
-def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]]) -> Path | None:
+def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]],
+                 keep: list[Path] | None = None) -> Path | None:
     """Put ``out`` in order before training (rank 0): repair a resumed run's pointers and remove a crash's
-    leftovers (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None); rewrite
-    ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""
+    leftovers but ``keep`` (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None);
+    rewrite ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""
     if resumed is None:
         clear_run(out)
-    last = recover_run(out, resumed, best_step) if resumed is not None else None
+    last = recover_run(out, resumed, best_step, keep) if resumed is not None else None
     atomic_write_text(out / METRICS, "".join(metrics_line(h) for h in history))
     return last
