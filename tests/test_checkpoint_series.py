@@ -76,6 +76,20 @@ def test_a_resumed_run_keeps_the_series_before_its_step(tmp_path):
     run = prepare_run(cfg)
     Trainer(cfg, run.model, run.tokenizer, run.batches).train()
     assert _folders(tmp_path / "run") == [0, 1, 2, 3, 4, 5, 6]
+    cfg = config(tmp_path, max_steps=8, eval_every=2, lr_decay_steps=8, resume=True)  # no series asked now
+    run = prepare_run(cfg)
+    Trainer(cfg, run.model, run.tokenizer, run.batches).train()
+    best = int((tmp_path / "run" / "best").readlink().name[5:])
+    assert set(_folders(tmp_path / "run")) == {0, 1, 2, 3, 4, 5, 6, 8, best}  # the earlier series stays
+    state_file = tmp_path / "run" / "last" / "train_state.pt"
+    state = torch.load(state_file, weights_only=True)
+    assert state["kept"] == [0, 1, 2, 3, 4, 5, 6]  # carried by each checkpoint: a later resume keeps them too
+    state["kept"] = [0, 99]
+    torch.save(state, state_file)
+    cfg = config(tmp_path, max_steps=10, eval_every=2, lr_decay_steps=8, resume=True)
+    run = prepare_run(cfg)
+    with pytest.raises(GlassformerError, match=r"kept.*a list of at most 1,000,000 steps from 0 to the state's step"):
+        Trainer(cfg, run.model, run.tokenizer, run.batches).train()
 
 
 def test_a_series_that_does_not_fit_the_disk_is_refused_before_training(tmp_path, monkeypatch):

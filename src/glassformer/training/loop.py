@@ -126,6 +126,7 @@ class Trainer:
         folder = None
         if best:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+        self.run_state.kept = self._kept_steps()  # carried by the checkpoint: a resume keeps them whatever it asks
         weights = full_model_state(self.model) if self.sharded else None  # FSDP: every rank gathers, rank 0 gets
         train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
@@ -139,7 +140,11 @@ class Trainer:
 
     def _series_folders(self) -> list[Path]:
         """The kept series' folders written by now (:mod:`~glassformer.training.series`)."""
-        return [step_folder(self.out, s) for s in self.series if s <= self.step]
+        return [step_folder(self.out, s) for s in self._kept_steps()]
+
+    def _kept_steps(self) -> list[int]:
+        """The steps up to now whose checkpoints stay: this run's series and what earlier parts of it kept."""
+        return sorted(s for s in {*self.series, *self.run_state.kept} if s <= self.step)
 
     def _state_is_finite(self) -> bool:
         """Weights and optimizer state (this rank's shards) hold no NaN or infinity; one device sync."""

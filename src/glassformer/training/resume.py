@@ -28,6 +28,7 @@ class TrainState:
     best_val: float = math.inf
     best_step: int = -1
     tokens_seen: int = 0
+    kept: list[int] = field(default_factory=list)  # the steps of a kept series (keep_checkpoints) so far
 
 
 @dataclass
@@ -46,7 +47,7 @@ def state_to_dict(state: TrainState, model: nn.Module, optimizer: torch.optim.Op
     states, the precision and (float16) the loss scaler; under FSDP a collective (rank 0 gets it all)."""
     saved = {"format": STATE_FORMAT, "step": state.step, "best_val": state.best_val, "best_step": state.best_step,
              "tokens_seen": state.tokens_seen, "optimizer": full_optimizer_state(model, optimizer),
-             "rng_cpu": torch.get_rng_state(), "precision": precision}
+             "rng_cpu": torch.get_rng_state(), "precision": precision, "kept": list(state.kept)}
     if scaler.is_enabled():
         saved["scaler"] = scaler.state_dict()
     if torch.cuda.is_available() and device.type == "cuda":
@@ -79,7 +80,8 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
     if "rng_cuda" in saved and device.type == "cuda":
         torch.cuda.set_rng_state(saved["rng_cuda"], device)
     state = TrainState(step=int(saved["step"]), best_val=float(saved["best_val"]),
-                       best_step=int(saved.get("best_step", -1)), tokens_seen=int(saved["tokens_seen"]))
+                       best_step=int(saved.get("best_step", -1)), tokens_seen=int(saved["tokens_seen"]),
+                       kept=[int(s) for s in saved.get("kept", [])])
     history = [h for h in read_metrics(out / METRICS) if h["step"] <= state.step]
     return Resumed(state, history, path, dict(checkpoint.training or {}))
 
