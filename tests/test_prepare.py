@@ -354,6 +354,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o2").exists()  # nothing written for a bad option
+    missing = tmp_path / "missing.jsonl"  # the missing file is named before options that need it
+    assert main(["prepare", str(missing), "--tokenizer", "bpe", "--out", str(tmp_path / "o3")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"corpus file '{missing}' does not exist" in err, err
 
 
 TINY = ["--block_size", "8", "--batch_size", "4", "--eval_every", "0", "--progress", "false", "--model.d_model", "16",
