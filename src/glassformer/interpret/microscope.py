@@ -465,7 +465,7 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
 
 def recorded_probe(run_dir: str | Path) -> tuple[torch.Tensor, dict[str, Any]] | None:
     """(probe text (R, T) ids, watch settings) a training run's microscope recorded in ``run_dir/microscope.json``
-    (None when there is no such file, or it is older than the probe text in it); a BadFileError for a crafted one."""
+    (None without that file, or for one written before it held the probe text); a BadFileError for a crafted one."""
     file = Path(run_dir) / META
     if not file.is_file():
         return None
