@@ -220,7 +220,7 @@ def test_a_run_without_a_phase_change_says_so(induction, tmp_path):
     import shutil
 
     from glassformer.interpret.microscope import RECORDS, read_records
-    from glassformer.records import record_line
+    from glassformer.io.records import record_line
     from glassformer.viz.report_run import write_run_page
 
     _, _, run = induction

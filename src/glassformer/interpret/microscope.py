@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..budget import check_fits, describe, model_bytes, probe_bytes
 from ..errors import (
     ArgumentTypeError,
     GlassformerError,
@@ -31,10 +30,11 @@ from ..errors import (
     first_line,
     shown,
 )
-from ..fileio import atomic_write_text
-from ..loaders import read_records
+from ..io.budget import check_fits, describe, model_bytes, probe_bytes
+from ..io.fileio import atomic_write_text
+from ..io.loaders import read_records
+from ..io.records import record_line
 from ..models import TransformerLM
-from ..records import record_line
 from ..validate import CommandLineText, check_fields, coerced, from_mapping, option
 from .detectors import head_scores, probe_lengths, repeated_tokens
 from .hooks import run_with_cache

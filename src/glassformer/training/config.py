@@ -8,11 +8,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
-from ..loaders import expand_home, load_yaml
+from ..io.budget import parse_size
+from ..io.loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from ..validate import check_fields, coerced, from_mapping, option
@@ -181,7 +181,7 @@ CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "in
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty; :func:`glassformer.loaders.load_yaml`: safe and bounded).
+    """The YAML document of ``path`` ({} when empty; :func:`glassformer.io.loaders.load_yaml`: safe and bounded).
     A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
     return load_yaml(path, what)
 

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError, MeasurementError
-from ..fileio import fsync_file, run_lock
+from ..io.fileio import fsync_file, run_lock
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer

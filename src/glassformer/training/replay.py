@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, MissingFileError, NotOursError, check_int
-from ..fileio import check_not_source
 from ..interpret.microscope import Measurement, replay
+from ..io.fileio import check_not_source
 from .checkpoint import load
 from .metrics import METRICS
 
