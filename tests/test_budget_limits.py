@@ -171,7 +171,7 @@ def test_a_probe_batch_that_cannot_fit_is_refused_before_any_probe():
     import torch
 
     from glassformer import ModelConfig, build_model
-    from glassformer.interpret.microscope import Microscope, WatchConfig
+    from glassformer.training.microscope import Microscope, WatchConfig
 
     model = build_model(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=64))
     watch = WatchConfig.from_dict({"probe_batch": 10**8})

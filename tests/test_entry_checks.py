@@ -136,8 +136,8 @@ def test_older_api_checks(model, tmp_path):
 
 
 def test_replay_checks_its_probe_text(model):
-    from glassformer.interpret.microscope import replay
     from glassformer.tokenizers import CharTokenizer
+    from glassformer.training.microscope import replay
 
     tok = CharTokenizer.from_text("abcdefghijklmnop")
     for text in (torch.arange(6), torch.zeros(0, 6, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long)):

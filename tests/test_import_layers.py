@@ -47,7 +47,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("bench", "interop"),
     ("training", "runtime"),    # precision and device choices
     ("generation", "runtime"),  # the few-row decoding route
-    ("training", "interpret"),  # the trainer runs the training microscope (config.watch) at its evaluations
+    ("training", "interpret"),  # the training microscope (config.watch) records interpret's measurements
     ("cli.commands", "cli.zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.

@@ -265,15 +265,15 @@ RAW_INTO_OWN = {
     "training.checkpoint._write_files": "into save_checkpoint's / commit_checkpoint's temporary folder",
     "training.trackers._write_state": "a new temporary name (open 'x') renamed over the claimed tracker.json",
     "viz.plots._save": "savefig into a BytesIO, then atomic_write",
-    "interpret.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
+    "training.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
     "training.loop.Trainer._log": "appends to metrics.jsonl, claimed and rewritten when the run starts",
     "interpret.transcoders.format.write_transcoder_files": "each file claimed first; its callers stage a new folder",
 }
 # Public writers of a run's own files: covered by the verb whose WRITES declares them.
 BY_VERB = {
     "data.corpus.encode_files": "train", "data.prepare.prepare": "prepare",
-    "interpret.microscope.Microscope.start": "train",
-    "interpret.microscope.Microscope.record": "train",
+    "training.microscope.Microscope.start": "train",
+    "training.microscope.Microscope.record": "train",
     "interpret.sae.run.run_sae": "sae", "interpret.sae.run.train_sae": "sae", "recipes.corpora.download": "recipe",
     "recipes.corpora.corpus_file": "recipe", "recipes.corpora.tinyshakespeare": "recipe", "recipes.corpora.multi30k":
     "recipe", "recipes.corpora.multi30k_pairs": "recipe", "recipes.induction.run_induction": "recipe",

@@ -81,7 +81,7 @@ class TrainConfig:
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
-    watch: dict = option(factory=dict)  # the training microscope (interpret/microscope.py); {}: off
+    watch: dict = option(factory=dict)  # the training microscope (training/microscope.py); {}: off
 
     def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
@@ -107,7 +107,7 @@ class TrainConfig:
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
         if self.watch:
-            from ..interpret.microscope import WatchConfig
+            from .microscope import WatchConfig
             watch = WatchConfig.from_dict(self.watch)
             self.watch = {key: getattr(watch, key) for key in self.watch}  # typed: training.json holds numbers
         check_device_name(self.device)

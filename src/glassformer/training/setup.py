@@ -147,7 +147,7 @@ def _prepare(config: TrainConfig) -> Run:
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.watch:  # the microscope's probe too (watch.probe_length, probe_batch): before the token cache is made
-        from ..interpret.microscope import check_watch  # (as the Trainer imports it: only for a watched run)
+        from .microscope import check_watch  # (as the Trainer imports it: only for a watched run)
 
         smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
         check_watch(config.watch, config.model_config(smallest), config.max_memory)
