@@ -195,3 +195,12 @@ def test_the_circle_check_catches_a_circle(tmp_path):
     finally:
         PACKAGE = saved
     assert ["glassformer.models.a", "glassformer.models.b", "glassformer.models.a"] in cycles, cycles
+
+
+def test_viz_modules_share_only_public_names():
+    """What viz/'s pages share is public (viz/page.py: the frame of every page), never another module's
+    ``_private`` name."""
+    private = [f"{path.name}:{node.lineno} {alias.name}" for path in sorted((PACKAGE / "viz").glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
+               for alias in node.names if alias.name.startswith("_")]
+    assert private == []
