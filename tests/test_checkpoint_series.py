@@ -4,7 +4,7 @@ before training and checked against what is free, and the microscope's replay ov
 import pytest
 import torch
 
-from glassformer.commands.overrides import overrides_from_argv
+from glassformer.cli.commands.overrides import overrides_from_argv
 from glassformer.errors import GlassformerError
 from glassformer.training import TrainConfig, Trainer, prepare_run
 from glassformer.training.replay import replay_checkpoints
@@ -59,7 +59,8 @@ def test_a_run_keeps_its_series_says_its_disk_and_replays_it(tmp_path, capsys):
     # the series replays with the run's own probe: its records equal the run's at those steps
     records = replay_checkpoints(out, tmp_path / "replayed")
     assert {0, 2, 4, 6} <= {r["step"] for r in records}
-    from glassformer.interpret.microscope import RECORDS, read_records
+    from glassformer.io.loaders import read_records
+    from glassformer.training.microscope import RECORDS
 
     live = {r["step"]: r for r in read_records(out / RECORDS)}
     for record in records:

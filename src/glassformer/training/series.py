@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..budget import human
 from ..errors import GlassformerError, shown
+from ..io.budget import human
 
 KEEP_CHOICES = "'none', 'log' or a number of steps N >= 1 (every N-th step's checkpoint is kept)"
 
