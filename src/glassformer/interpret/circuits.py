@@ -250,7 +250,7 @@ class EdgeScores:
 
     def top(self, k: int = 10) -> list[tuple[str, str, float]]:
         """The ``k`` edges of largest |score|: [(sender, receiver, score)], largest first."""
-        flat = self.scores.abs().masked_fill(~self.graph.allowed, -1.0).flatten()
+        flat = self.scores.abs().masked_fill(~self.graph.allowed.to(self.scores.device), -1.0).flatten()
         order = flat.argsort(descending=True)[:check_int("k", k, 1)].tolist()
         R = len(self.graph.receivers)
         return [(self.graph.senders[i // R], self.graph.receivers[i % R], float(self.scores.flatten()[i]))
@@ -292,7 +292,7 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
         grad_sum += grad
     grads = grad_sum / len(alphas)  # (R, B, T, d)
     by_position = torch.einsum("sbtd,rbtd->srt", delta.double(), grads.double())  # (S, R, T) per query position
-    by_position = by_position.masked_fill(~graph.allowed[..., None], 0.0)
+    by_position = by_position.masked_fill(~graph.allowed[..., None].to(by_position.device), 0.0)
     return EdgeScores(graph, by_position.sum(-1).float(), float(_metric_value(metric, clean_logits)),
                       float(_metric_value(metric, corrupted_logits)), method, by_position.float())
 
