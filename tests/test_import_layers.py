@@ -216,3 +216,20 @@ def test_viz_modules_share_only_public_names():
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
                for alias in node.names if alias.name.startswith("_")]
     assert private == []
+
+
+def test_a_deferred_import_is_allowed_only_inside_a_function(tmp_path):
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    for room in ("models", "interpret"):
+        (fake / room).mkdir(parents=True)
+    (fake / "interpret" / "hooks.py").write_text("", encoding="utf-8")
+    (fake / "models" / "common.py").write_text("from ..interpret import hooks\n\n\ndef f():\n"
+                                               "    from ..interpret.hooks import run\n", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        problems = _violations()
+    finally:
+        PACKAGE = saved
+    in_models = [p for p in problems if p.startswith("models/common.py")]
+    assert len(in_models) == 1 and in_models[0].startswith("models/common.py:1 imports glassformer.interpret"), problems
