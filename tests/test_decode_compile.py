@@ -148,3 +148,31 @@ def test_really_compiled_steps_give_the_eager_tokens():
     model = lm(pos="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False)
     prompts = [[3, 5, 7]]
     assert torch.equal(generate(model, prompts, 20, compile=True), generate(model, prompts, 20))
+
+
+def test_the_route_switch_holds_from_one_generation_to_the_next(monkeypatch):
+    """Each model keeps one few-row product per setting across generate calls: the route taken where measured
+    faster, and set_batched_matvec(False) turns it off for the next call on the same model (no bmm)."""
+    from glassformer.runtime import kernel_choice
+    from glassformer.runtime.linear import MIN_WEIGHT, set_batched_matvec
+
+    monkeypatch.setattr(kernel_choice, "_choices", {})
+    monkeypatch.setattr(kernel_choice, "_session", set())
+    monkeypatch.setattr(kernel_choice, "_kept_in", False)
+    monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7, rounds=3: True)
+    monkeypatch.setattr(kernel_choice, "load_now", lambda: 0)
+    bmm = []
+    real = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=1, d_ff=1024, max_len=32).eval()
+    assert model.blocks[0].ffn.up.weight.numel() >= MIN_WEIGHT
+    routed = generate(model, [1, 2, 3], 6)
+    assert bmm
+    bmm.clear()
+    previous = set_batched_matvec(False)
+    try:
+        plain = generate(model, [1, 2, 3], 6)
+    finally:
+        set_batched_matvec(previous)
+    assert bmm == [] and torch.equal(routed, plain)

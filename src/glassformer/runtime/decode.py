@@ -16,7 +16,7 @@ from torch import nn
 from ..models.head import OutputHead
 from ..nn.linear import Linear
 from ..nn.taps import Tap
-from .linear import FewRowProduct, streams
+from .linear import FewRowProduct, batched_matvec, streams
 
 _products: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, FewRowProduct]]" = weakref.WeakKeyDictionary()
 
@@ -29,10 +29,10 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     model's up to float32 rounding."""
     layers = [m for m in model.modules() if isinstance(m, (Linear, OutputHead))]
     before = [m.product for m in layers]
-    # one per model and setting (its answers hold for one grad mode, autocast state and thread count): a compiled
-    # step sees the same object from one call to the next
+    # one per model and setting (its answers hold for one grad mode, autocast state, thread count and route
+    # switch): a compiled step sees the same object from one call to the next
     setting = (streams(model), torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
-               torch.get_autocast_dtype("cpu"), torch.get_num_threads())
+               torch.get_autocast_dtype("cpu"), torch.get_num_threads(), batched_matvec())
     products = _products.setdefault(model, {})
     product = products.get(setting)
     if product is None:
