@@ -74,10 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--reset_kernel_choices", action="store_true",
                         help="forget this machine's kernel choices (measured again when next needed), then stop")
     parser.add_argument("--defaults", action="store_true",
-                        help="time each default choice (Newton-Schulz precision, precision auto, the decode route, "
-                             "threads, compile) against its plain alternative here; exit 1 when one loses "
-                             "(with --quick: under a minute, no compile; --only picks checks: newton_schulz, "
-                             "precision, decode_route, threads, compile)")
+                        help="time each default choice (Newton-Schulz precision, precision auto, bfloat16 attention, "
+                             "the decode route, threads, compile) against its plain alternative here; exit 1 when one "
+                             "loses (with --quick: under a minute, no compile; --only picks checks: newton_schulz, "
+                             "precision, bf16_attention, decode_route, threads, compile)")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
     parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache

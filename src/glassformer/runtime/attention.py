@@ -2,13 +2,14 @@
 
 torch's CPU flash kernel takes as long in bfloat16 as in float32 (docs/benchmarks.md), while a bfloat16 ``bmm``
 runs on the CPU's bfloat16 dot-product units (avx512_bf16, AMX) at several times float32's speed.
-:func:`blocked_attention` computes softmax(q kᵀ·scale) v block by block (Dao et al. 2022, FlashAttention): every
-product is a bfloat16 ``matmul``, the softmax is kept in float32 (a running maximum and sum across key blocks),
-causal blocks wholly in the future are skipped, and the backward pass recomputes each block's probabilities from
-the saved log-sum-exp instead of keeping the (T, T) pattern. Whether it is faster is measured per machine and
-shape class (:func:`.kernel_choice.choose`, with autograd): :class:`Bf16Attention` is the ``kernel`` a caller sets
-on :class:`glassformer.nn.attention.MultiHeadAttention` (:func:`use_bf16_attention`); everywhere else, and on a
-CPU without bfloat16 units, the block's own :func:`~glassformer.nn.attention.fused_attention` runs.
+:func:`blocked_attention` computes softmax(q kᵀ·scale) v one block of ``BLOCK_Q`` queries at a time (after Dao et
+al. 2022, FlashAttention): both products are bfloat16 ``bmm``s, the softmax runs in float32 inside torch's kernel
+over the block's whole visible key row (so no running maximum is needed: a block's memory is BLOCK_Q x Tk per
+head), keys after a causal block's last query are never multiplied, and the backward pass recomputes each block's
+weights instead of keeping the (T, T) pattern. Whether it is faster is measured per machine and shape class
+(:func:`.kernel_choice.choose`, with autograd): :class:`Bf16Attention` is the ``kernel`` a caller sets on
+:class:`glassformer.nn.attention.MultiHeadAttention` (:func:`use_bf16_attention`); everywhere else, and on a CPU
+without bfloat16 units, the block's own :func:`~glassformer.nn.attention.fused_attention` runs.
 """
 
 import math
@@ -32,10 +33,12 @@ def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device
 def _blocks(n_queries: int, n_keys: int, is_causal: bool) -> list[tuple[int, int, int]]:
     """[(qs, qe, keys)]: query block [qs, qe) sees keys [0, keys); causal blocks see no key after their last
     query (bottom-right aligned: query i sits at key position Tk - Tq + i)."""
-    causal = is_causal and n_queries > 1
-    return [(qs, min(qs + BLOCK_Q, n_queries),
-             max(0, min(n_keys, n_keys - n_queries + qs + BLOCK_Q)) if causal else n_keys)
-            for qs in range(0, n_queries, BLOCK_Q)]
+    blocks = []
+    for qs in range(0, n_queries, BLOCK_Q):
+        qe = min(qs + BLOCK_Q, n_queries)
+        causal = is_causal and n_queries > 1
+        blocks.append((qs, qe, max(0, min(n_keys, n_keys - n_queries + qe)) if causal else n_keys))
+    return blocks
 
 
 def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, first: int | None) -> torch.Tensor:
