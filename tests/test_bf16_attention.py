@@ -55,8 +55,10 @@ def _inputs(n_queries: int) -> list[torch.Tensor]:
     return [torch.randn(s, generator=g).to(torch.bfloat16) for s in shapes]
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["weights kept", "weights recomputed"])
 @pytest.mark.parametrize("name", list(MASKS))
-def test_forward_and_gradients_equal_float32_attention_within_bfloat16_rounding(name):
+def test_forward_and_gradients_equal_float32_attention_within_bfloat16_rounding(name, kept, monkeypatch):
+    monkeypatch.setattr(bf16_attention, "KEEP_WEIGHTS_KEYS", T if kept else T - 1)
     kind, is_causal, n_queries = MASKS[name]
     mask = _mask(kind)
     inputs = _inputs(n_queries)

@@ -5,11 +5,12 @@ runs on the CPU's bfloat16 dot-product units (avx512_bf16, AMX) at several times
 :func:`blocked_attention` computes softmax(q kᵀ·scale) v one block of ``BLOCK_Q`` queries at a time (after Dao et
 al. 2022, FlashAttention): both products are bfloat16 ``bmm``s, the softmax runs in float32 inside torch's kernel
 over the block's whole visible key row (so no running maximum is needed: a block's memory is BLOCK_Q x Tk per
-head), keys after a causal block's last query are never multiplied, and the backward pass recomputes each block's
-weights instead of keeping the (T, T) pattern. Whether it is faster is measured per machine and shape class
-(:func:`.kernel_choice.choose`, with autograd): :class:`Bf16Attention` is the ``kernel`` a caller sets on
-:class:`glassformer.nn.attention.MultiHeadAttention` (:func:`use_bf16_attention`); everywhere else, and on a CPU
-without bfloat16 units, the block's own :func:`~glassformer.nn.attention.fused_attention` runs.
+head), and keys after a causal block's last query are never multiplied. The backward pass reuses each block's
+weights up to ``KEEP_WEIGHTS_KEYS`` keys (faster) and recomputes them beyond (no (T, T) pattern kept).
+Whether it is faster is measured per machine and shape class (:func:`.kernel_choice.choose`, with autograd):
+:class:`Bf16Attention` is the ``kernel`` a caller sets on :class:`glassformer.nn.attention.MultiHeadAttention`
+(:func:`use_bf16_attention`); everywhere else, and on a CPU without bfloat16 units, the block's own
+:func:`~glassformer.nn.attention.fused_attention` runs.
 """
 
 import math
@@ -22,6 +23,8 @@ from .kernel_choice import choose, cpu_features
 from .precision import BF16_FLAGS
 
 BLOCK_Q = 64  # queries per block: small blocks skip more of a causal pattern, larger ones call fewer products
+KEEP_WEIGHTS_KEYS = 512  # up to this many keys the forward's weights are kept for backward (at most BLOCK_Q x 512
+# bfloat16 numbers per query block and head, ~1.2 KB a token per head at T 256); beyond it they are recomputed
 
 
 def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device) -> torch.Tensor:
@@ -62,7 +65,9 @@ class _BlockedAttention(torch.autograd.Function):
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 is_causal: bool, scale: float) -> torch.Tensor:
         Tq, Tk = q.shape[1], k.shape[1]
+        keep = any(ctx.needs_input_grad[:3]) and Tk <= KEEP_WEIGHTS_KEYS  # else backward recomputes them
         out = q.new_zeros(*q.shape[:-1], v.shape[-1])  # (N, Tq, dv): causal rows with no key stay 0
+        kept = []
         with torch.autocast("cpu", enabled=False):
             q_scaled = q * scale  # (N, Tq, d); exact for a power-of-two scale (head width 4, 16, 64, 256)
             for qs, qe, keys in _blocks(Tq, Tk, is_causal):
@@ -70,17 +75,19 @@ class _BlockedAttention(torch.autograd.Function):
                     p = _probabilities(q_scaled[:, qs:qe], k[:, :keys], None if mask is None else
                                        mask[:, qs:qe, :keys], Tk - Tq + qs if is_causal and Tq > 1 else None)
                     torch.bmm(p, v[:, :keys], out=out[:, qs:qe])  # (N, bq, dv)
-        ctx.save_for_backward(q_scaled, k, v, out, mask)
+                    kept += [p] if keep else []
+        ctx.save_for_backward(q_scaled, k, v, out, mask, *kept)
         ctx.is_causal, ctx.scale = is_causal, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q_scaled, k, v, out, mask = ctx.saved_tensors
+        q_scaled, k, v, out, mask, *kept = ctx.saved_tensors
         Tq, Tk = q_scaled.shape[1], k.shape[1]
         grad_out = grad_out.to(q_scaled.dtype).contiguous()
         dq = torch.empty_like(q_scaled)  # (N, Tq, d): each query block's rows written once
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # (N, Tk, d), (N, Tk, dv): summed over query blocks
+        weights = iter(kept)
         with torch.autocast("cpu", enabled=False):
             delta = (grad_out.float() * out.float()).sum(-1, keepdim=True).to(out.dtype)  # (N, Tq, 1): rowsum(dO∘O)
             for qs, qe, keys in _blocks(Tq, Tk, ctx.is_causal):
@@ -88,8 +95,9 @@ class _BlockedAttention(torch.autograd.Function):
                     dq[:, qs:qe] = 0
                     continue
                 qb, gb = q_scaled[:, qs:qe], grad_out[:, qs:qe]  # (N, bq, d), (N, bq, dv)
-                p = _probabilities(qb, k[:, :keys], None if mask is None else mask[:, qs:qe, :keys],
-                                   Tk - Tq + qs if ctx.is_causal and Tq > 1 else None)  # recomputed, (N, bq, keys)
+                p = next(weights) if kept else _probabilities(
+                    qb, k[:, :keys], None if mask is None else mask[:, qs:qe, :keys],
+                    Tk - Tq + qs if ctx.is_causal and Tq > 1 else None)  # (N, bq, keys): kept or recomputed
                 torch.baddbmm(dv[:, :keys], p.transpose(1, 2), gb, out=dv[:, :keys])  # summed in float32 inside
                 ds = torch.bmm(gb, v[:, :keys].transpose(1, 2)).sub_(delta[:, qs:qe]).mul_(p)  # softmax's backward
                 torch.bmm(ds, k[:, :keys], out=dq[:, qs:qe]).mul_(ctx.scale)
