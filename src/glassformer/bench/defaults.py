@@ -85,6 +85,7 @@ def check_newton_schulz(rounds: int, calls: int) -> dict[str, Any]:
 def check_precision(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """``precision: auto`` for the recipe's training step (batch x 64) against the other precision."""
     model = recipe_model()
+    use_bf16_attention(model)  # as the Trainer does before it measures
     steps = {name: _step(model, batch, name) for name in ("float32", "bfloat16")}
     case = f"train | {model_case(model.config)} | batch {batch}x64"
     chosen = resolve_precision("auto", "cpu", lambda: (steps["float32"], steps["bfloat16"]), case)
@@ -111,9 +112,11 @@ def check_bf16_attention(rounds: int, calls: int, batch: int) -> dict[str, Any]:
 
     blocked, fused = with_kernel(True), with_kernel(False)
     blocked()  # the kernel's choice is measured (once per shape class) before anything is timed
-    taken = [case for case, on in kernel_choice.choices().items() if case.startswith("attention bfloat16") and on]
+    cases = {case: record for case, record in kernel_choice.records().items() if case.startswith("attention bfloat16")}
+    taken = [case for case, record in cases.items() if kernel_choice.effective(record)]
     if not taken:
-        return _same("fused kernel", "the blocked bfloat16 kernel measured not clearly faster here")
+        how = "; ".join(f"{case}: {kernel_choice.describe(record)}" for case, record in cases.items())
+        return _same("fused kernel", f"the blocked bfloat16 kernel is not taken here ({how or 'not measured'})")
     return _timed("blocked bfloat16", "fused kernel", f"measured faster for {'; '.join(taken)}", (blocked, fused),
                   rounds, calls)
 

@@ -33,12 +33,12 @@ def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device
     return torch.arange(n_keys, device=device) > rows  # (n_queries, n_keys)
 
 
-def _blocks(n_queries: int, n_keys: int, is_causal: bool) -> list[tuple[int, int, int]]:
-    """[(qs, qe, keys)]: query block [qs, qe) sees keys [0, keys); causal blocks see no key after their last
-    query (bottom-right aligned: query i sits at key position Tk - Tq + i)."""
+def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int]]:
+    """[(qs, qe, keys)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); causal blocks see no key
+    after their last query (bottom-right aligned: query i sits at key position Tk - Tq + i)."""
     blocks = []
-    for qs in range(0, n_queries, BLOCK_Q):
-        qe = min(qs + BLOCK_Q, n_queries)
+    for qs in range(0, n_queries, size):
+        qe = min(qs + size, n_queries)
         causal = is_causal and n_queries > 1
         blocks.append((qs, qe, max(0, min(n_keys, n_keys - n_queries + qe)) if causal else n_keys))
     return blocks
@@ -70,14 +70,14 @@ class _BlockedAttention(torch.autograd.Function):
         kept = []
         with torch.autocast("cpu", enabled=False):
             q_scaled = q * scale  # (N, Tq, d); exact for a power-of-two scale (head width 4, 16, 64, 256)
-            for qs, qe, keys in _blocks(Tq, Tk, is_causal):
+            for qs, qe, keys in _blocks(Tq, Tk, is_causal, BLOCK_Q):
                 if keys:
                     p = _probabilities(q_scaled[:, qs:qe], k[:, :keys], None if mask is None else
                                        mask[:, qs:qe, :keys], Tk - Tq + qs if is_causal and Tq > 1 else None)
                     torch.bmm(p, v[:, :keys], out=out[:, qs:qe])  # (N, bq, dv)
                     kept += [p] if keep else []
         ctx.save_for_backward(q_scaled, k, v, out, mask, *kept)
-        ctx.is_causal, ctx.scale = is_causal, scale
+        ctx.is_causal, ctx.scale, ctx.block = is_causal, scale, BLOCK_Q
         return out
 
     @staticmethod
@@ -90,7 +90,7 @@ class _BlockedAttention(torch.autograd.Function):
         weights = iter(kept)
         with torch.autocast("cpu", enabled=False):
             delta = (grad_out.float() * out.float()).sum(-1, keepdim=True).to(out.dtype)  # (N, Tq, 1): rowsum(dO∘O)
-            for qs, qe, keys in _blocks(Tq, Tk, ctx.is_causal):
+            for qs, qe, keys in _blocks(Tq, Tk, ctx.is_causal, ctx.block):
                 if not keys:
                     dq[:, qs:qe] = 0
                     continue
