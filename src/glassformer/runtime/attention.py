@@ -120,7 +120,7 @@ def blocked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     *batch, Tq, _ = q.shape
     Tk = k.shape[-2]
-    if mask is not None:  # (N, Tq, Tk), N = B·h; a view where the mask broadcasts over rows
+    if mask is not None:  # (N, Tq, Tk), N = B·h (copied where it broadcast)
         mask = mask.expand(*batch, Tq, Tk).reshape(-1, Tq, Tk)
     out = _BlockedAttention.apply(q.reshape(-1, Tq, q.shape[-1]), k.reshape(-1, Tk, k.shape[-1]),
                                   v.reshape(-1, Tk, v.shape[-1]), mask, is_causal, scale)  # (N, Tq, dv)
@@ -135,17 +135,35 @@ def bf16_units() -> bool:
 class Bf16Attention:
     """A ``kernel`` for :class:`~glassformer.nn.attention.MultiHeadAttention`: :func:`blocked_attention` for
     bfloat16 queries on a CPU with bfloat16 units where measured faster than the block's fused kernel for that
-    shape class, the fused kernel everywhere else (float32, dropout, a score bias, another device)."""
+    shape class, the fused kernel everywhere else (float32, dropout, a score bias, another device). The CPU is
+    read once, and each shape's answer asked once, per object (one serves a model)."""
+
+    def __init__(self) -> None:
+        self.units: bool | None = None  # whether the CPU has bfloat16 units, read at the first bfloat16 call
+        self.answers: dict[tuple, bool] = {}  # (q's shape, Tk, mask shape, causal, autograd) -> blocked or not
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
                  is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float, scale: float) -> torch.Tensor:
         """Arguments and result as :func:`~glassformer.nn.attention.fused_attention`: out (B, h, Tq, dv)."""
         if (q.dtype == torch.bfloat16 and q.device.type == "cpu" and score_bias is None and dropout_p == 0
-                and q.dim() == 4 and q.shape[-2] > 1 and k.dtype == v.dtype == q.dtype and blocked_pays(q, k, mask,
-                                                                                                       is_causal)):
+                and q.dim() == 4 and q.shape[-2] > 1 and k.dtype == v.dtype == q.dtype and self.pays(q, k, mask,
+                                                                                                      is_causal)):
             return blocked_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
         return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
                                scale=scale)
+
+    def pays(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
+        """Whether the blocked kernel takes this work: never without bfloat16 units, else :func:`blocked_pays`."""
+        if self.units is None:
+            self.units = bf16_units()
+        if not self.units:
+            return False
+        key = (q.shape, k.shape[-2], None if mask is None else mask.shape, is_causal,
+               torch.is_grad_enabled() and q.requires_grad)
+        answer = self.answers.get(key)
+        if answer is None:
+            answer = self.answers[key] = blocked_pays(q, k, mask, is_causal)
+        return answer
 
 
 def _length_class(n: int) -> int:
@@ -154,10 +172,8 @@ def _length_class(n: int) -> int:
 
 
 def blocked_pays(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
-    """Whether :func:`blocked_attention` beats the fused kernel here for this shape class: never without bfloat16
-    units; else measured once per (training or not, causal or masked, B·h, lengths, head width) with autograd."""
-    if not bf16_units():
-        return False
+    """Whether :func:`blocked_attention` beats the fused kernel here for this shape class (on a CPU with bfloat16
+    units): measured once per (training or not, causal or masked, B·h, lengths, head width), with autograd."""
     B, h, Tq, d = q.shape
     Tk, grad = k.shape[-2], torch.is_grad_enabled() and q.requires_grad
     kind = "causal" if is_causal and mask is None else "masked" if mask is not None else "full"
