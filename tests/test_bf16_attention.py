@@ -180,3 +180,20 @@ def test_work_the_blocked_kernel_does_not_cover_goes_to_the_fused_kernel(measure
     assert torch.equal(out, fused_attention(q, k, v, None, is_causal=True, score_bias=bias, dropout_p=dropout,
                                             scale=0.25))
     assert asked == []
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_the_trainer_asks_for_it_in_a_bfloat16_run_on_a_cpu(tmp_path, measured, monkeypatch, precision):
+    from training_helpers import config, train
+
+    asked, _ = measured
+    calls = []
+    monkeypatch.setattr(bf16_attention, "blocked_attention",
+                        lambda *a, **k: calls.append(a[0].shape) or blocked_attention(*a, **k))
+    trainer, result = train(config(tmp_path, "x", max_steps=2, eval_every=0, precision=precision))
+    kernels = {type(m.kernel).__name__ for m in trainer.model.modules() if isinstance(m, MultiHeadAttention)}
+    assert result["step"] == 2 and result["precision"] == precision
+    if precision == "bfloat16":  # every layer has the kernel; the training step's shape was measured and taken
+        assert kernels == {"Bf16Attention"} and asked and calls
+    else:
+        assert kernels == {"NoneType"} and not asked and not calls
