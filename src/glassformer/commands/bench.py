@@ -83,6 +83,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
 
 
+WAYS = {  # a kernel choice's case prefix -> (its special way, its plain way), as --kernel_choices names them
+    "precision": ("bfloat16", "float32"), "muon newton-schulz bfloat16": ("bfloat16", "float32"),
+    "attention bfloat16 blocked": ("the blocked bfloat16 kernel", "torch's kernel"),
+}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark parts (or ``--defaults``, ``--kernel_choices``), print the tables and write
     the JSON to ``args.out``; returns 0 (``--defaults``: 1 when a default loses)."""
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             kernel_choice.reset_choices()
         print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.kept_in() or kernel_choice.cache_file()}):")
         for case, record in sorted(kernel_choice.records().items()):
-            ways = ("bfloat16", "float32") if case.startswith("precision") else ("the route", "F.linear")
+            ways = next((w for prefix, w in WAYS.items() if case.startswith(prefix)), ("the route", "F.linear"))
             print(f"  {case}: {ways[0] if kernel_choice.effective(record) else ways[1]}\n"
                   f"      {kernel_choice.describe(record)}")
         if not kernel_choice.choices():
