@@ -81,9 +81,10 @@ def node_name(graph: Graph, index: int, strings: Sequence[str]) -> str:
     return f"logit {strings[what]!r}"
 
 
-def strongest_path(graph: Graph, logit: int = 0) -> list[int]:
-    """Node indices of the strongest path from a prompt token to logit node ``logit`` (0: the likeliest): the
-    path whose product of row-normalised |A| (the weights influence sums over) is largest; token first."""
+def strongest_path(graph: Graph, logit: int = 0, position: int | None = None) -> list[int]:
+    """Node indices of the strongest path from a prompt token (the one at ``position``, None: any) to logit node
+    ``logit`` (0: the likeliest): the path whose product of row-normalised |A| (the weights influence sums
+    over) is largest; token first."""
     B = normalized(graph.adjacency_matrix)  # (N, N), rows = targets
     N, f, T, L = B.shape[0], graph.n_features, graph.n_pos, graph.n_layers
     best = torch.zeros(N)
@@ -96,7 +97,7 @@ def strongest_path(graph: Graph, logit: int = 0) -> list[int]:
             break
         best, step = torch.where(better, value, best), torch.where(better, into, step)
     tokens = torch.arange(f + L * T, f + (L + 1) * T)
-    node = int(tokens[best[tokens].argmax()])
+    node = int(tokens[best[tokens].argmax()]) if position is None else f + L * T + position
     path = [node]
     while step[node] >= 0:
         node = int(step[node])
@@ -140,10 +141,12 @@ def edge_by_head(model: torch.nn.Module, tc: Any, ids: torch.Tensor, graph: Grap
 def value_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target_id: int,
                    ) -> dict[str, float]:
     """{"L{l}H{h}": the fall of the target's log-probability at the last position when only the token
-    embeddings' path into head h's values carries the corrupted prompt} (path patching, noising)."""
+    embeddings' path into head h's values carries the corrupted prompt} (path patching, noising), averaged
+    over the rows of ``corrupted`` (B, T), each a corrupted version of the one row of ``clean`` (1, T)."""
     def metric(logits: torch.Tensor) -> torch.Tensor:
         return logits[:, -1].float().log_softmax(-1)[:, target_id].mean()
 
+    clean = clean.expand(corrupted.shape[0], -1)
     out = {}
     for layer, block in enumerate(model.blocks):
         for head in range(block.self_attn.n_heads):
@@ -168,21 +171,26 @@ def key_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.T
 
 
 def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequence[str], prompt: str,
-               corrupted: torch.Tensor, **settings: Any) -> dict[str, Any]:
+               swaps: Sequence[int], **settings: Any) -> dict[str, Any]:
     """The graph of ``ids`` and what it shows: scores, its strongest path, the first edge of that path by head,
-    and path patching of the path's token into each head's values (``corrupted``: ``ids`` with that token
-    changed). Returns a JSON-ready dict; the graph itself under "graph"."""
+    and path patching of the path's token into each head's values, averaged over the prompt with that token
+    changed to each of the first 8 of ``swaps`` that differ from it. Returns a JSON-ready dict; the graph itself
+    under "graph"."""
     graph = attribute(model, tc, ids, prompt=prompt, **settings)
     replacement, completeness = graph.scores()
     pruned = graph.prune(0.8, 0.98)
     path = strongest_path(graph)
     by_head = edge_by_head(model, tc, ids, graph, path[1], path[0], **settings)
     target_id = int(graph.logit_ids[0])
-    patched = value_patching(model, ids[None], corrupted[None], target_id)
+    source = graph.node_kind(path[0])[2]  # the path's token's position
+    others = [t for t in swaps if t != int(ids[source])][:8]
+    corrupted = ids.repeat(len(others), 1)  # (k, T): the path's token changed to each of 8 others
+    corrupted[:, source] = torch.tensor(others)
+    patched = value_patching(model, ids[None], corrupted, target_id)
     influence = graph.influence()
     top = influence[:graph.n_features].argsort(descending=True)[:8].tolist()
     return {
-        "graph": graph, "pruned": pruned, "path_nodes": path,
+        "graph": graph, "path_nodes": path,
         "prompt": prompt, "tokens": len(ids), "logits": [strings[int(i)] for i in graph.logit_ids],
         "logit_probabilities": [round(float(p), 4) for p in graph.logit_probabilities],
         "active_features": int(graph.active_features.shape[0]), "nodes": int(graph.adjacency_matrix.shape[0]),
@@ -192,6 +200,7 @@ def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequ
         "path_edges": [round(float(graph.adjacency_matrix[b, a]), 4) for a, b in zip(path, path[1:])],
         "first_edge_by_head": {k: round(v, 4) for k, v in by_head.items()},
         "graph_head": max(by_head, key=by_head.get),
+        "swapped": {"position": source, "token": strings[int(ids[source])], "into": [strings[t] for t in others]},
         "value_path_patching": {k: round(v, 4) for k, v in patched.items()},
         "patching_head": max(patched, key=patched.get),
         "top_features": [{"node": node_name(graph, i, strings), "influence": round(float(influence[i]), 4)}
@@ -256,19 +265,16 @@ def transcoders(model: Any, tokenizer: Any, corpus: Path, out: Path, steps: int,
             **{k: round(m[k], 4) for k in ("ce_clean", "ce_replaced", "ce_zero", "ce_recovered") if k in m}}
 
 
-def induction_prompt(task: RepeatedSegments, length: int, repeat: int,
-                     seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, one_changed, copy_changed): ``<bos>`` + ``length`` distinct random tokens + their first ``repeat``
-    again; the same with the first copy's token at position ``repeat + 1`` (the one to be copied next) changed;
-    the same with the whole first copy changed (nothing to look back at)."""
+def induction_prompt(task: RepeatedSegments, length: int, repeat: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, copy_changed): ``<bos>`` + ``length`` distinct random tokens + their first ``repeat`` again, and
+    the same with the whole first copy changed to tokens not in the prompt (nothing to look back at)."""
     g = torch.Generator().manual_seed(seed)
     segment = (torch.randperm(task.tokenizer.vocab_size - task.low, generator=g)[:length] + task.low).tolist()
     ids = torch.tensor([task.bos, *segment, *segment[:repeat]])
     unused = torch.tensor(sorted(set(range(task.low, task.tokenizer.vocab_size)) - set(segment)))
-    one_changed, copy_changed = ids.clone(), ids.clone()
-    one_changed[repeat + 1] = unused[0]
+    copy_changed = ids.clone()
     copy_changed[1:1 + length] = unused[:length]
-    return ids, one_changed, copy_changed
+    return ids, copy_changed
 
 
 def circuit_tracer_scores(model: Any, tokenizer: Any, tc_dir: Path, ids: torch.Tensor, graph: Graph, out: Path,
@@ -321,11 +327,12 @@ def induction(args: argparse.Namespace) -> dict[str, Any]:
     else:
         result["transcoders"] = json.loads((out / "transcoders" / "metrics.json").read_text())
     tc = load_transcoders(out / "transcoders", model)
-    ids, corrupted, copy_changed = induction_prompt(task, 12, args.repeat, seed=3)
+    ids, copy_changed = induction_prompt(task, 12, args.repeat, seed=3)
     strings = [task.tokenizer.decode([i]) if i != task.bos else "<bos>" for i in range(task.tokenizer.vocab_size)]
     prompt = "".join(strings[int(i)] for i in ids[1:])
     settings = {"max_n_logits": 5, "desired_logit_prob": 0.95, "batch_size": 64}
-    read = read_graph(model, tc, ids, strings, prompt, corrupted, **settings)
+    unused = [int(t) for t in copy_changed[1:13]]  # tokens not in the prompt
+    read = read_graph(model, tc, ids, strings, prompt, unused, **settings)
     graph = read.pop("graph")
     result["graph"] = read
     path_head = read["patching_head"]
@@ -362,10 +369,9 @@ def shakespeare(args: argparse.Namespace) -> dict[str, Any]:
     tc = load_transcoders(out / "transcoders", model)
     text = args.char_prompt
     ids = torch.tensor(tokenizer.encode(text))
-    corrupted = torch.tensor(tokenizer.encode(text[:-2] + args.char_swap + text[-1]))
     strings = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
-    read = read_graph(model, tc, ids, strings, text, corrupted, max_n_logits=5, desired_logit_prob=0.95,
-                      batch_size=64)
+    read = read_graph(model, tc, ids, strings, text, tokenizer.encode(args.char_swaps), max_n_logits=5,
+                      desired_logit_prob=0.95, batch_size=64)
     read.pop("graph")
     result["graph"] = read
     return result
@@ -375,14 +381,15 @@ def shakespeare(args: argparse.Namespace) -> dict[str, Any]:
 # the picture
 
 
-def draw(graph: Graph, read: dict[str, Any], strings: Sequence[str], path: Path) -> None:
-    """The pruned graph as a PNG: x the position, y the layer (tokens below, logits above), edges by weight
+def draw(graph: Graph, read: dict[str, Any], strings: Sequence[str], image: Path, node_threshold: float = 0.95) -> None:
+    """The graph pruned at ``node_threshold`` (looser than the 0.8 of the JSON, so that the features next in
+    influence show too) as a PNG: x the position, y the layer (tokens below, logits above), edges by weight
     (blue +, red -), the strongest path drawn thick."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pruned, A = read["pruned"], graph.adjacency_matrix
+    pruned, A = graph.prune(node_threshold, 0.98), graph.adjacency_matrix
     kept = pruned.node_mask.nonzero().flatten().tolist()
     L, T = graph.n_layers, graph.n_pos
     spots: dict[int, tuple[float, float]] = {}
@@ -398,8 +405,8 @@ def draw(graph: Graph, read: dict[str, Any], strings: Sequence[str], path: Path)
     fig, ax = plt.subplots(figsize=(12, 5.5))
     edges = pruned.edge_mask.nonzero().tolist()
     biggest = max((abs(float(A[t, s])) for t, s in edges), default=1.0)
-    path = read["path_nodes"]
-    on_path = set(zip(path, path[1:]))
+    strongest = read["path_nodes"]
+    on_path = set(zip(strongest, strongest[1:]))
     for t, s in edges:
         if s in spots and t in spots:
             w = float(A[t, s])
@@ -409,28 +416,29 @@ def draw(graph: Graph, read: dict[str, Any], strings: Sequence[str], path: Path)
     colours = {"feature": "#444444", "error": "#bbbbbb", "token": "#2ca02c", "logit": "#ff7f0e"}
     for n, (x, y) in spots.items():
         kind = graph.node_kind(n)[0]
-        ax.scatter([x], [y], s=60 if n in path else 30, color=colours[kind], zorder=2,
-                   edgecolors="black" if n in path else "none")
+        ax.scatter([x], [y], s=60 if n in strongest else 30, color=colours[kind], zorder=2,
+                   edgecolors="black" if n in strongest else "none")
     for pos in range(T):
         ax.text(pos, -0.7, strings[int(graph.input_tokens[pos])], ha="center", fontsize=9, family="monospace")
     for n in spots:
         if graph.node_kind(n)[0] == "logit":
             x, y = spots[n]
             ax.text(x, y + 0.35, strings[graph.node_kind(n)[3]], ha="center", fontsize=9, family="monospace")
-    for n in path[1:-1]:
+    for n in strongest[1:-1]:
         x, y = spots.get(n, (None, None))
         if x is not None:
-            ax.text(x + 0.15, y + 0.15, read["strongest_path"][path.index(n)].split(" @")[0], fontsize=8)
+            ax.text(x + 0.15, y + 0.15, read["strongest_path"][strongest.index(n)].split(" @")[0], fontsize=8)
     ax.set_yticks([0, *[2 * i + 1 for i in range(L)], 2 * L + 2], ["tokens", *[f"layer {i}" for i in range(L)],
                                                                     "logits"])
     ax.set_xticks([])
-    ax.set_title(f"{read['prompt']!r}: pruned attribution graph ({read['pruned_nodes']} of {read['nodes']} nodes); "
-                 f"thick: the strongest path", fontsize=10)
+    ax.set_title(f"{read['prompt']!r}: the attribution graph pruned at node threshold {node_threshold} "
+                 f"({int(pruned.node_mask.sum())} of {read['nodes']} nodes); thick: the strongest path", fontsize=10,
+                 pad=24)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    image.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(image, dpi=110)
     plt.close(fig)
 
 
@@ -465,9 +473,10 @@ def main() -> None:
     parser.add_argument("--tc_steps", type=int, default=1000, help="induction: transcoder steps")
     parser.add_argument("--d_transcoder", type=int, default=512, help="induction: features per layer")
     parser.add_argument("--repeat", type=int, default=5, help="induction: tokens of the copy in the prompt")
-    parser.add_argument("--char_tc_steps", type=int, default=1000, help="shakespeare: transcoder steps")
+    parser.add_argument("--char_tc_steps", type=int, default=600, help="shakespeare: transcoder steps")
     parser.add_argument("--char_prompt", default="\nROMEO:\nI will not go with th")
-    parser.add_argument("--char_swap", default="s", help="shakespeare: the corrupted prompt's second-last character")
+    parser.add_argument("--char_swaps", default="etaoinsrh", help="shakespeare: what the path's character "
+                        "becomes for path patching (8 that differ from it, the effects averaged)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--results", type=Path, default=ROOT / "docs/results/graph_mechanisms.json")
     parser.add_argument("--image", type=Path, default=ROOT / "docs/images/graph-induction.png")
