@@ -15,9 +15,12 @@ Two models, each with a per-layer transcoder set and the attribution graph of on
 For each graph: the strongest path from a prompt token to the top logit (the product of the row-normalised
 edge weights, as influence is computed), how much of that path's first edge runs through each attention head
 (the edge again with one head's output cut from the gradient: attention patterns are frozen, so the edge is a
-sum over heads' OV paths), and path patching (glassformer.interpret.path_patching) of the same token into
-each head's value input: the graph's head and path patching's head must be the same. Writes JSON to
-``--results`` and prints a table.
+sum over heads' OV paths), and path patching (glassformer.interpret.path_patching) of the same token, changed
+to 8 others in turn, into each head's value input, measuring the logit the graph explains: the graph's head
+and path patching's head are set side by side. For induction also the paths into that head's keys (the
+whole first copy changed). Writes JSON to ``--results``, the induction graph's picture to ``--image``, and
+prints a table (docs/learn/08-from-heads-to-features.md quotes them). Trained parts found in ``--out`` are
+read back (``--retrain``: train again).
 
     python examples/21_graph_mechanisms.py --out out/graph_mechanisms
 """
@@ -138,14 +141,23 @@ def edge_by_head(model: torch.nn.Module, tc: Any, ids: torch.Tensor, graph: Grap
     return shares
 
 
-def value_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target_id: int,
-                   ) -> dict[str, float]:
-    """{"L{l}H{h}": the fall of the target's log-probability at the last position when only the token
-    embeddings' path into head h's values carries the corrupted prompt} (path patching, noising), averaged
-    over the rows of ``corrupted`` (B, T), each a corrupted version of the one row of ``clean`` (1, T)."""
+def target_metric(target_id: int, kind: str = "logit"):
+    """The metric path patching measures at the last position: the target's logit minus the mean logit (what a
+    graph's logit node is: ``kind`` "logit") or its log-probability ("logprob")."""
     def metric(logits: torch.Tensor) -> torch.Tensor:
-        return logits[:, -1].float().log_softmax(-1)[:, target_id].mean()
+        last = logits[:, -1].float()
+        if kind == "logprob":
+            return last.log_softmax(-1)[:, target_id].mean()
+        return (last[:, target_id] - last.mean(-1)).mean()
+    return metric
 
+
+def value_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target_id: int,
+                   kind: str = "logit") -> dict[str, float]:
+    """{"L{l}H{h}": the fall of :func:`target_metric` when only the token embeddings' path into head h's values
+    carries the corrupted prompt} (path patching, noising), averaged over the rows of ``corrupted`` (B, T),
+    each a corrupted version of the one row of ``clean`` (1, T)."""
+    metric = target_metric(target_id, kind)
     clean = clean.expand(corrupted.shape[0], -1)
     out = {}
     for layer, block in enumerate(model.blocks):
@@ -157,11 +169,9 @@ def value_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch
 
 def key_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target_id: int,
                  receiver: str) -> dict[str, float]:
-    """{sender: the fall of the target's log-probability when only sender -> ``receiver`` (e.g. "L1H2.k")
-    carries the corrupted prompt}, for the embedding and every earlier head and MLP, and "all" of them."""
-    def metric(logits: torch.Tensor) -> torch.Tensor:
-        return logits[:, -1].float().log_softmax(-1)[:, target_id].mean()
-
+    """{sender: the fall of the target's logit (:func:`target_metric`) when only sender -> ``receiver`` (e.g.
+    "L1H2.k") carries the corrupted prompt}, for the embedding and every earlier head and MLP, and "all"."""
+    metric = target_metric(target_id)
     layer = int(receiver[1:receiver.index("H")])
     senders = ["embed", *(f"L{l}H{h}" for l in range(layer) for h in range(model.blocks[l].self_attn.n_heads)),
                *(f"MLP{l}" for l in range(layer) if model.blocks[l].ffn is not None)]
@@ -187,6 +197,7 @@ def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequ
     corrupted = ids.repeat(len(others), 1)  # (k, T): the path's token changed to each of 8 others
     corrupted[:, source] = torch.tensor(others)
     patched = value_patching(model, ids[None], corrupted, target_id)
+    by_logprob = value_patching(model, ids[None], corrupted, target_id, "logprob")
     influence = graph.influence()
     top = influence[:graph.n_features].argsort(descending=True)[:8].tolist()
     return {
@@ -203,6 +214,7 @@ def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequ
         "swapped": {"position": source, "token": strings[int(ids[source])], "into": [strings[t] for t in others]},
         "value_path_patching": {k: round(v, 4) for k, v in patched.items()},
         "patching_head": max(patched, key=patched.get),
+        "value_path_patching_logprob": {k: round(v, 4) for k, v in by_logprob.items()},
         "top_features": [{"node": node_name(graph, i, strings), "influence": round(float(influence[i]), 4)}
                          for i in top],
     }
@@ -418,6 +430,9 @@ def draw(graph: Graph, read: dict[str, Any], strings: Sequence[str], image: Path
         kind = graph.node_kind(n)[0]
         ax.scatter([x], [y], s=60 if n in strongest else 30, color=colours[kind], zorder=2,
                    edgecolors="black" if n in strongest else "none")
+    for kind, colour in colours.items():
+        ax.scatter([], [], s=30, color=colour, label=f"{kind}s" if kind != "error" else "error nodes")
+    ax.legend(loc="center left", fontsize=8, frameon=False)
     for pos in range(T):
         ax.text(pos, -0.7, strings[int(graph.input_tokens[pos])], ha="center", fontsize=9, family="monospace")
     for n in spots:
@@ -459,7 +474,7 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | {r['transcoders']['nmse']} | {g['replacement']} | {g['completeness']} | {theirs} | "
                      f"{' -> '.join(g['strongest_path'])} | {g['graph_head']} "
                      f"({g['first_edge_by_head'][g['graph_head']]:.2f}) | {g['patching_head']} "
-                     f"({g['value_path_patching'][g['patching_head']]:+.2f} nats) |")
+                     f"({g['value_path_patching'][g['patching_head']]:+.2f} logit) |")
     return "\n".join(lines)
 
 
