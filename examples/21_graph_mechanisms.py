@@ -224,6 +224,11 @@ def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequ
 # the induction model
 
 
+def seconds(path: Path) -> float | None:
+    """The training time a run wrote beside its model (None: not recorded)."""
+    return float(path.read_text()) if path.is_file() else None
+
+
 def induction_config(vocab_size: int) -> ModelConfig:
     """configs/induction_heads.yaml's model (d 64, 4 heads, 2 layers, RoPE, untied), with MLPs of 256."""
     return ModelConfig(vocab_size=vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=64, pos="rope",
@@ -329,8 +334,11 @@ def induction(args: argparse.Namespace) -> dict[str, Any]:
         model, task = load_checkpoint(out / "model").model.eval(), RepeatedSegments(62, 64, 6, 20, 0)
     else:
         model, task = train_induction(out, args.attn_steps, args.joint_steps)
-    heads = best_heads(measure(model, task, 0, 20, 32))
-    result: dict[str, Any] = {"model_s": round(time.perf_counter() - started, 1), "best_heads": heads}
+        (out / "model_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    record = measure(model, task, 0, 20, 32)
+    result: dict[str, Any] = {"model_s": seconds(out / "model_seconds.txt"), "best_heads": best_heads(record),
+                              "previous_token_scores": record["previous_token"],
+                              "induction_scores": record["induction"]}
     corpus = out / "segments.txt"
     write_corpus(corpus, task, 4000, seed=1)
     if not (out / "transcoders" / "config.yaml").is_file() or args.retrain:
@@ -364,14 +372,15 @@ def induction(args: argparse.Namespace) -> dict[str, Any]:
 
 def shakespeare(args: argparse.Namespace) -> dict[str, Any]:
     out = args.out / "shakespeare"
-    started = time.perf_counter()
     if not (out / "lm" / "best").is_dir() or args.retrain:
         subprocess.run([sys.executable, "-m", "glassformer", "recipe", "shakespeare_char_fast", "--out_dir",
                         str(out / "lm"), "--progress", "false", "--num_threads", str(args.threads),
                         "--recipe.sample_tokens", "1"], check=True, capture_output=True)
     model = load_checkpoint(out / "lm" / "best")
     tokenizer, model = model.tokenizer, model.model.eval()
-    result: dict[str, Any] = {"model_s": round(time.perf_counter() - started, 1)}
+    recipe = json.loads((out / "lm" / "results.json").read_text())
+    result: dict[str, Any] = {"model_s": round(recipe["wall_s"], 1),
+                              "val_loss": round(recipe["training"]["val_loss"], 4)}
     corpus = Path(__file__).resolve().parents[1] / "src/glassformer/recipes/data/tinyshakespeare/input.txt"
     if not (out / "transcoders" / "config.yaml").is_file() or args.retrain:
         result["transcoders"] = transcoders(model, tokenizer, corpus, out / "transcoders", args.char_tc_steps,
