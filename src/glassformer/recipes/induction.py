@@ -15,15 +15,18 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import step_generator
 from ..errors import GlassformerError, check_int
-from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
-from ..interpret.microscope import RECORDS, detect_phase_change, read_records
+from ..interpret.measurements import detect_phase_change
+from ..io.fileio import atomic_write_text
+from ..io.loaders import read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
+from ..training.microscope import RECORDS
 from ..viz.heads import plot_head_scores, plot_phase_change
+from .progress import say
 
 ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable in reports (62 at most)
 
@@ -143,7 +146,6 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
         parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
-    from .run import say  # (run.py imports this module)
 
     for number, (name, model_config, steps) in enumerate(parts, 1):
         run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
