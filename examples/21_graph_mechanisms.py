@@ -162,8 +162,8 @@ def value_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch
     out = {}
     for layer, block in enumerate(model.blocks):
         for head in range(block.self_attn.n_heads):
-            change = path_patching(model, clean, corrupted, metric, [("embed", f"L{layer}H{head}.v")])
-            out[f"L{layer}H{head}"] = -change  # path_patching gives metric(patched) - metric(clean)
+            # noising: metric(clean) - metric(patched), what the corrupted path takes away
+            out[f"L{layer}H{head}"] = path_patching(model, clean, corrupted, metric, [("embed", f"L{layer}H{head}.v")])
     return out
 
 
@@ -175,8 +175,8 @@ def key_patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.T
     layer = int(receiver[1:receiver.index("H")])
     senders = ["embed", *(f"L{l}H{h}" for l in range(layer) for h in range(model.blocks[l].self_attn.n_heads)),
                *(f"MLP{l}" for l in range(layer) if model.blocks[l].ffn is not None)]
-    out = {s: -path_patching(model, clean, corrupted, metric, [(s, receiver)]) for s in senders}
-    out["all"] = -path_patching(model, clean, corrupted, metric, [(s, receiver) for s in senders])
+    out = {s: path_patching(model, clean, corrupted, metric, [(s, receiver)]) for s in senders}
+    out["all"] = path_patching(model, clean, corrupted, metric, [(s, receiver) for s in senders])
     return out
 
 
