@@ -50,7 +50,7 @@ def test_mlps_zero_and_unchanged_before_the_switch_then_trained(tmp_path):
                if ".self_attn." in k and k.endswith("weight"))  # while attention trained
     across = _train(tmp_path / "resumed", 5, resume=True)  # resumed before the switch, stopped after it
     after = _mlp(across)
-    assert all(not torch.equal(after[k], held[k]) for k in held)  # every MLP tensor trained (up from the second step: down was 0)
+    assert all(not torch.equal(after[k], held[k]) for k in held)  # all trained (up: from step 2 on)
     end = _train(tmp_path / "resumed", 7, resume=True)  # resumed after the switch
     for key, value in straight.state_dict().items():
         assert torch.equal(value, end.state_dict()[key]), key  # bit-identical to the run straight through
