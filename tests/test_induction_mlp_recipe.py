@@ -12,7 +12,7 @@ from glassformer.errors import GlassformerError
 from glassformer.models import build_model
 from glassformer.recipes import find_recipe, load_recipe, run_recipe
 from glassformer.recipes.induction import MLPsJoinLate, RepeatedSegments, hold_mlps_at_zero
-from glassformer.training import TrainConfig
+from glassformer.training import TrainConfig, load_checkpoint
 
 SWITCH = 3
 
@@ -73,3 +73,18 @@ def test_mlp_from_step_needs_mlps_and_a_switch_inside_the_run(tmp_path, override
         run_recipe(recipe)
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "run" / "with_mlps").exists() and not (tmp_path / "run" / "attn_only").exists()
+
+
+@pytest.mark.parametrize("late", [0, 2])
+def test_the_recipe_holds_its_mlps_until_the_step(tmp_path, late):
+    torch.set_num_threads(1)
+    recipe = load_recipe(find_recipe("induction_heads_mlp"), {
+        "max_steps": 2, "recipe.mlp_from_step": late, "recipe.measure_every": 1, "recipe.probe_length": 8,
+        "recipe.probe_batch": 4, "recipe.control_lengths": [8], "block_size": 24, "batch_size": 4,
+        "model.d_model": 16, "model.n_heads": 2, "model.d_ff": 32, "out_dir": str(tmp_path / "run")})
+    run = run_recipe(recipe)["runs"]["with_mlps"]
+    down = load_checkpoint(tmp_path / "run" / "with_mlps" / "model").model.blocks[0].ffn.down.weight.detach()
+    if late:  # held to the end of this run: the MLPs still add exactly 0
+        assert run["mlp_from_step"] == 2 and float(down.abs().max()) == 0
+    else:  # 0: a plain run, nothing held back
+        assert "mlp_from_step" not in run and float(down.abs().max()) > 0

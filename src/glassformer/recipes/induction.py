@@ -162,7 +162,7 @@ class MLPsJoinLate(Trainer):
 
 def mlp_from_step(spec: dict[str, Any], model_config: ModelConfig, max_steps: int) -> int | None:
     """``spec["mlp_from_step"]`` checked against the model (it needs MLPs) and the run (at most ``max_steps``);
-    None when not set."""
+    None when not set (0: set, but nothing is held back)."""
     value = spec.get("mlp_from_step")
     if value is None:
         return None
@@ -220,10 +220,10 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
 
     for number, (name, model_config, steps) in enumerate(parts, 1):
         run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
-        late = mlp_from if name == "with_mlps" else None
-        what = {"attn_only": "attention-only", "gpt2": "GPT-2"}.get(name, "with MLPs" if late is None else
-                                                                     f"with MLPs, held at zero until step {late},")
-        say(f"{what} model ({number} of {len(parts)}): {steps} steps into {run_config.out_dir}, its heads scored every "
+        late = mlp_from if name == "with_mlps" and mlp_from else None  # 0: the MLPs train from the start (plain)
+        what = {"attn_only": "attention-only model", "gpt2": "GPT-2 model"}.get(
+            name, "model with MLPs" if late is None else f"model with MLPs (held at zero until step {late})")
+        say(f"{what} ({number} of {len(parts)}): {steps} steps into {run_config.out_dir}, its heads scored every "
             f"{spec.get('measure_every', 10)} steps (a line per {config.log_every} steps when no progress bar is "
             f"drawn)", config.progress)
         torch.manual_seed(config.seed)
