@@ -149,6 +149,8 @@ class MLPsJoinLate(Trainer):
         joined = self.step >= self.mlp_from_step
         for p in self.mlp:
             p.requires_grad_(joined)
+            if not joined:
+                p.grad = None  # a gradient left by anyone else would move them
         return super().train_step()
 
     def train(self) -> dict[str, Any]:
