@@ -2,11 +2,12 @@
 
 Two models, each with a per-layer transcoder set and the attribution graph of one prompt:
 
-- **induction**: the induction recipe's model with MLPs (2 layers, d 64, RoPE, GELU MLPs of 256). A plain run
-  with MLPs does not form the induction pair within 1,500 steps (docs/results.md), so the MLPs join late: for
-  ``--attn_steps`` steps they are held at zero (their output layer zeroed, every MLP weight frozen) and the
-  attention-only model forms its previous-token and induction heads; then everything trains ``--joint_steps``
-  more. The prompt: ``<bos>`` and 12 random tokens, then the first ``--repeat`` of them again; the graph explains
+- **induction**: ``glassformer recipe induction_heads_mlp`` (configs/induction_heads_mlp.yaml: the induction
+  recipe's model with MLPs, 2 layers, d 64, RoPE, GELU MLPs of 256). A plain run with MLPs does not form the
+  induction pair within 1,500 steps (docs/results.md), so the recipe's MLPs join late (``recipe.mlp_from_step``,
+  here ``--attn_steps``): until then they are held at zero (their output layer zeroed, every MLP weight frozen)
+  and the attention-only model forms its previous-token and induction heads; then everything trains to
+  ``--steps``. The prompt: ``<bos>`` and 12 random tokens, then the first ``--repeat`` of them again; the graph explains
   the next token of the copy. Its scores are set beside circuit-tracer 0.5.0's on the same files (the model
   exported as a Hugging Face GPT-NeoX folder; the reference venv of tests/test_graph_vs_circuit_tracer.py).
 - **shakespeare**: ``glassformer recipe shakespeare_char_fast`` (2 layers, d 128), its transcoders, and the graph
@@ -41,15 +42,13 @@ from typing import Any
 
 import torch
 
-from glassformer.config import ModelConfig
 from glassformer.interpret import path_patching
 from glassformer.interpret.graph import Graph, attribute, frontend_json, save_graph_pt
 from glassformer.interpret.graph.graph import normalized
 from glassformer.interpret.hooks import hooks
 from glassformer.interpret.transcoders import TranscoderTrainConfig, load_transcoders, run_transcoders
-from glassformer.models import build_model
 from glassformer.recipes.induction import ALPHABET, RepeatedSegments, best_heads, measure
-from glassformer.training import TrainConfig, Trainer, load_checkpoint, save_checkpoint
+from glassformer.training import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "circuit_tracer_reference.py"
@@ -224,40 +223,13 @@ def read_graph(model: torch.nn.Module, tc: Any, ids: torch.Tensor, strings: Sequ
 # the induction model
 
 
-def seconds(path: Path) -> float | None:
-    """The training time a run wrote beside its model (None: not recorded)."""
-    return float(path.read_text()) if path.is_file() else None
-
-
-def induction_config(vocab_size: int) -> ModelConfig:
-    """configs/induction_heads.yaml's model (d 64, 4 heads, 2 layers, RoPE, untied), with MLPs of 256."""
-    return ModelConfig(vocab_size=vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=64, pos="rope",
-                       tie=False, scale_embeddings=False, init_std=0.02)
-
-
-def train_induction(out: Path, attn_steps: int, joint_steps: int, seed: int = 0) -> tuple[Any, RepeatedSegments]:
-    """The induction model: ``attn_steps`` with the MLPs held at zero, then ``joint_steps`` of everything
-    (constant lr 3e-3, batches of 32 rows of 64 tokens, the recipe's settings)."""
-    task = RepeatedSegments(62, 64, 6, 20, seed)
-    torch.manual_seed(seed)
-    model = build_model(induction_config(task.tokenizer.vocab_size))
-    mlp = [p for block in model.blocks for p in block.ffn.parameters()]
-    with torch.no_grad():
-        for block in model.blocks:
-            block.ffn.down.weight.zero_()
-            block.ffn.down.bias.zero_()
-    for part, steps, frozen in (("attention", attn_steps, True), ("joint", joint_steps, False)):
-        for p in mlp:
-            p.requires_grad_(not frozen)
-        config = TrainConfig.from_dict({
-            "block_size": 64, "batch_size": 32, "max_steps": steps, "lr": 3e-3, "lr_schedule": "constant",
-            "warmup_steps": 100, "weight_decay": 0.0, "eval_every": 0, "progress": False, "precision": "float32",
-            "seed": seed + (part == "joint"), "out_dir": str(out / f"train-{part}")})
-        task.seed = config.seed  # the joint part reads other batches than the first
-        Trainer(config, model, task.tokenizer, task).train()
-    task.seed = seed
-    save_checkpoint(out / "model", model, task.tokenizer)
-    return model.eval(), task
+def train_induction(out: Path, attn_steps: int, steps: int, threads: int) -> dict[str, Any]:
+    """``glassformer recipe induction_heads_mlp`` into ``out``: the MLPs held at zero for ``attn_steps`` steps, then
+    everything to ``steps`` (constant lr 3e-3, batches of 32 rows of 64 tokens); the recipe's results.json."""
+    subprocess.run([sys.executable, "-m", "glassformer", "recipe", "induction_heads_mlp", "--out_dir", str(out),
+                    "--progress", "false", "--num_threads", str(threads), "--max_steps", str(steps),
+                    "--recipe.mlp_from_step", str(attn_steps)], check=True, capture_output=True)
+    return json.loads((out / "results.json").read_text())
 
 
 def write_corpus(path: Path, task: RepeatedSegments, rows: int, seed: int) -> None:
@@ -329,14 +301,14 @@ def circuit_tracer_scores(model: Any, tokenizer: Any, tc_dir: Path, ids: torch.T
 def induction(args: argparse.Namespace) -> dict[str, Any]:
     out = args.out / "induction"
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    if (out / "model").is_dir() and not args.retrain:
-        model, task = load_checkpoint(out / "model").model.eval(), RepeatedSegments(62, 64, 6, 20, 0)
-    else:
-        model, task = train_induction(out, args.attn_steps, args.joint_steps)
-        (out / "model_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    if not (out / "recipe" / "results.json").is_file() or args.retrain:
+        train_induction(out / "recipe", args.attn_steps, args.steps, args.threads)
+    recipe = json.loads((out / "recipe" / "results.json").read_text())
+    model = load_checkpoint(out / "recipe" / "with_mlps" / "model").model.eval()
+    task = RepeatedSegments(62, 64, 6, 20, 0)
     record = measure(model, task, 0, 20, 32)
-    result: dict[str, Any] = {"model_s": seconds(out / "model_seconds.txt"), "best_heads": best_heads(record),
+    result: dict[str, Any] = {"model_s": round(recipe["wall_s"], 1), "mlp_from_step": recipe["recipe"]["mlp_from_step"],
+                              "steps": recipe["config"]["max_steps"], "best_heads": best_heads(record),
                               "previous_token_scores": record["previous_token"],
                               "induction_scores": record["induction"]}
     corpus = out / "segments.txt"
@@ -492,8 +464,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/graph_mechanisms"))
     parser.add_argument("--only", choices=["induction", "shakespeare"], help="one model only")
     parser.add_argument("--retrain", action="store_true", help="train again what is already in --out")
-    parser.add_argument("--attn_steps", type=int, default=500, help="induction: steps with the MLPs held at zero")
-    parser.add_argument("--joint_steps", type=int, default=700, help="induction: steps of everything after")
+    parser.add_argument("--attn_steps", type=int, default=500, help="induction: steps with the MLPs held at zero "
+                        "(the recipe's mlp_from_step)")
+    parser.add_argument("--steps", type=int, default=1200, help="induction: steps in all (the recipe's max_steps)")
     parser.add_argument("--tc_steps", type=int, default=1000, help="induction: transcoder steps")
     parser.add_argument("--d_transcoder", type=int, default=512, help="induction: features per layer")
     parser.add_argument("--repeat", type=int, default=5, help="induction: tokens of the copy in the prompt")

@@ -87,7 +87,8 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
     "induction": {**{k: _POSITIVE for k in ("vocab", "min_len", "max_len", "measure_every", "probe_length",
                                             "probe_batch", "gpt2_steps", "gpt2_d_ff")},
                   "control_lengths": (_ints(1), "a non-empty list of ints >= 1"),
-                  "gpt2": (lambda v: isinstance(v, bool), "true or false")},
+                  "gpt2": (lambda v: isinstance(v, bool), "true or false"),
+                  "mlp_from_step": (lambda v: v is None or is_int(v) and v >= 0, "an int >= 0 or null")},
 }
 
 
