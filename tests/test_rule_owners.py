@@ -106,8 +106,8 @@ def test_each_owner_exists_and_each_caller_uses_it(rule, owner, callers):
 
 def test_the_check_catches_a_wrong_row():
     assert _owners("`errors.no_such_check`")[1] == ["errors.no_such_check"]
-    assert not _caller_ok("make_norm", {"check_token_id"})
-    assert _caller_ok("make_norm", {"check_choice"})
+    assert not _caller_ok("ModelConfig", {"check_token_id"})
+    assert _caller_ok("ModelConfig", {"check_fields"})
 
 
 def _nodes(kind: type) -> list[tuple[str, ast.AST]]:

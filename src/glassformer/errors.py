@@ -183,24 +183,6 @@ def check_memory(memory: torch.Tensor | None, src_pad: torch.Tensor | None, batc
     check_pad(src_pad, batch, memory.shape[1], name="src_pad")
 
 
-def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """An attention mask must be a bool tensor broadcastable to the scores' shape (..., h, Tq, Tk)."""
-    import torch
-
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != torch.Size(scores_shape):
-        raise GlassformerError(f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
-                               f"shape {tuple(scores_shape)} (batch..., Tq, Tk)")
-
-
 def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
                      batch: int | None = None) -> int | torch.Tensor:
     """``prefix_len`` (an int, or a (B,) integer tensor made long) when in [0, ``length``] and of ``batch`` rows."""

@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig, config_from_args
-from ..errors import GlassformerError, check_int, check_pad, check_token_ids
+from ..errors import GlassformerError, check_int, check_pad, check_prefix_len, check_token_ids
 from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
-from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
+from ..nn.masks import causal_mask, padding_mask, prefix_mask
 from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, final_norm, init_weights, make_blocks
 from .families import output_head
