@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from glassformer import load
-from glassformer.commands.overrides import overrides_from_argv
+from glassformer.cli.commands.overrides import overrides_from_argv
 from glassformer.training import DistInfo, TrainConfig, Trainer, load_checkpoint, prepare_run
 from glassformer.training.distributed import grad_sync, wrap_for_training
 

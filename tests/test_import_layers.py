@@ -17,35 +17,38 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # import higher ones. Above the library: the package's face (__init__.py), the verbs, the CLI that
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
-    "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0, "validate": 0, "progress": 0,
+    "errors": 0, "io": 0, "io.fileio": 0, "io.records": 0, "io.loaders": 0, "_version": 0, "io.textwidth": 0,
+    "validate": 0, "io.progress": 0,
     "locale": 0,  # the message catalogues (JSON data and their reader)
-    "config": 1, "tokenizers": 1, "safetensors_header": 1,
-    "nn": 2, "data": 2, "budget": 2, "state_check": 2,
+    "config": 1, "tokenizers": 1, "io.safetensors_header": 1,
+    "nn": 2, "data": 2, "io.budget": 2, "io.state_check": 2,
     "models": 3,
     "training": 4, "generation": 4, "runtime": 4,
     "checks": 4, "interpret": 4,
     "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
     "__init__": 6,
-    "commands": 7, "cli_zh": 7, "cli_help_zh": 7, "cli": 8, "__main__": 9,
+    "cli.commands": 7, "cli.zh": 7, "cli.help_zh": 7, "cli": 8, "__main__": 9,
 }
+# The two packages of the periphery hold modules of several layers: each of their modules is a room of its own.
+SPLIT = ("io", "cli")
 # Rooms on the same layer that may use each other, one way only (the other way is then an error).
 SIDEWAYS: set[tuple[str, str]] = {
     ("data", "nn"),          # none today; allowed: data may build masks
-    ("fileio", "errors"),    # the ownership rule refuses with glassformer's own error
-    ("records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
-    ("textwidth", "errors"),  # a bad alignment is a GlassformerError
+    ("io.fileio", "errors"),    # the ownership rule refuses with glassformer's own error
+    ("io.records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
+    ("io.textwidth", "errors"),  # a bad alignment is a GlassformerError
     ("validate", "errors"),  # the config validator builds on the argument checks
-    ("validate", "loaders"),  # a command-line list or mapping is read by the bounded YAML reader
-    ("progress", "errors"),  # a heartbeat checks its interval
-    ("loaders", "errors"),   # every way a file can be unusable is a BadFileError
+    ("validate", "io.loaders"),  # a command-line list or mapping is read by the bounded YAML reader
+    ("io.progress", "errors"),  # a heartbeat checks its interval
+    ("io.loaders", "errors"),   # every way a file can be unusable is a BadFileError
     ("recipes", "viz"),      # a recipe draws its loss curve and samples
     ("lessons", "viz"),      # a lesson draws its attention maps
     ("recipes", "interop"),
     ("bench", "interop"),
     ("training", "runtime"),    # precision and device choices
     ("generation", "runtime"),  # the few-row decoding route
-    ("training", "interpret"),  # the trainer runs the training microscope (config.watch) at its evaluations
-    ("commands", "cli_zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
+    ("training", "interpret"),  # the training microscope (config.watch) records interpret's measurements
+    ("cli.commands", "cli.zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
@@ -55,10 +58,12 @@ ONLY: dict[str, set[str]] = {
 
 
 def _room(module: str) -> str:
-    """'glassformer.nn.attention' -> 'nn'; 'glassformer' -> '__init__'."""
+    """'glassformer.nn.attention' -> 'nn'; 'glassformer.io.fileio' -> 'io.fileio'; 'glassformer' -> '__init__'."""
     parts = module.split(".")
     if parts[-1] == "__main__":
         return "__main__"
+    if len(parts) > 2 and parts[1] in SPLIT:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -87,15 +92,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 target = node.module or ""
             if target.split(".")[0] != "glassformer":
                 continue
-            if node.module is None or target == "glassformer":
-                # `from . import x` / `from .. import x`: x may be a submodule or a name of the package
-                for alias in node.names:
-                    sub = f"{target}.{alias.name}"
-                    is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                        (PACKAGE.parent / Path(*sub.split("."))).is_dir()
-                    found.append((node.lineno, sub if is_module else target))
-            else:
-                found.append((node.lineno, target))
+            for alias in node.names:  # `from ..io import progress`: x may be a submodule or a name of the package
+                sub = f"{target}.{alias.name}"
+                is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                    (PACKAGE.parent / Path(*sub.split("."))).is_dir()
+                found.append((node.lineno, sub if is_module else target))
     return found
 
 

@@ -184,7 +184,9 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
     import shutil
 
     from glassformer.interpret.circuits import induction_circuit
-    from glassformer.interpret.microscope import RECORDS, Probe, read_records
+    from glassformer.interpret.measurements import Probe
+    from glassformer.io.loaders import read_records
+    from glassformer.training.microscope import RECORDS
     from glassformer.viz.report_run import write_run_page
 
     model, tokenizer, run = induction
@@ -219,8 +221,9 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
 def test_a_run_without_a_phase_change_says_so(induction, tmp_path):
     import shutil
 
-    from glassformer.interpret.microscope import RECORDS, read_records
-    from glassformer.records import record_line
+    from glassformer.io.loaders import read_records
+    from glassformer.io.records import record_line
+    from glassformer.training.microscope import RECORDS
     from glassformer.viz.report_run import write_run_page
 
     _, _, run = induction

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from glassformer.errors import GlassformerError
-from glassformer.interpret.microscope import META, RECORDS, WatchConfig, read_records
+from glassformer.io.loaders import read_records
 from glassformer.training import prepare_run
+from glassformer.training.microscope import META, RECORDS, WatchConfig
 from training_helpers import config, train
 
 WATCH = {"every": 2, "probe_length": 3, "probe_batch": 2, "text_rows": 2, "snapshot_tokens": 6}
@@ -153,7 +154,7 @@ def test_measurements_named_in_the_watch_block_are_imported(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- phase change
 def test_phase_change_detector_finds_an_abrupt_lasting_drop_and_nothing_else():
-    from glassformer.interpret.microscope import detect_phase_change
+    from glassformer.interpret.measurements import detect_phase_change
 
     steps = list(range(0, 1000, 20))
     g = torch.Generator().manual_seed(0)
@@ -175,7 +176,7 @@ def test_phase_change_detector_finds_an_abrupt_lasting_drop_and_nothing_else():
 
 
 def test_icl_score_is_late_minus_early_loss():
-    from glassformer.interpret.microscope import icl_score
+    from glassformer.interpret.measurements import icl_score
 
     loss = torch.linspace(3.0, 1.0, 100)
     assert icl_score(loss) == pytest.approx(float(loss[95:].mean() - loss[8:13].mean()), abs=1e-6)
@@ -220,8 +221,8 @@ def test_a_fixed_distance_head_is_not_called_induction():
 
 
 def test_bad_measurements_and_series_are_errors_naming_them(tmp_path):
-    from glassformer.interpret.microscope import replay
     from glassformer.training import Trainer
+    from glassformer.training.microscope import replay
     from glassformer.training.replay import checkpoint_steps
 
     with pytest.raises(GlassformerError, match=r"watch.probe_lengths\[\]"):

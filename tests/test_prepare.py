@@ -384,7 +384,7 @@ def test_progress_lines_say_tokens_per_second_and_eta(tmp_path, monkeypatch, cap
     """Off a terminal too (capsys is no terminal): a line every ~10 s of the heartbeat's clock."""
     import re
 
-    from glassformer import progress
+    from glassformer.io import progress
 
     clock = iter(range(0, 10**6, 4))  # 4 s more at each reading
     monkeypatch.setattr(progress, "seconds", lambda: float(next(clock)))

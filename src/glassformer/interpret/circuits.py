@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..budget import check_fits, forward_bytes
 from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids, shown
+from ..io.budget import check_fits, forward_bytes
 from ..models import TransformerLM
 from .hooks import Hooks, run_with_cache
 

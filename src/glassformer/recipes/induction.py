@@ -15,14 +15,16 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import step_generator
 from ..errors import GlassformerError, check_int
-from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
-from ..interpret.microscope import RECORDS, detect_phase_change, read_records
+from ..interpret.measurements import detect_phase_change
+from ..io.fileio import atomic_write_text
+from ..io.loaders import read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
+from ..training.microscope import RECORDS
 from ..viz.heads import plot_head_scores, plot_phase_change
 
 ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable in reports (62 at most)

@@ -16,8 +16,8 @@ import torch
 
 from ..data import read_pairs
 from ..errors import MAX_SEED, GlassformerError, MissingFileError, check_known_keys, is_int, is_number, shown
-from ..fileio import atomic_write, claim_outputs
 from ..generation import bleu, fill_mask, generate_text, translate
+from ..io.fileio import atomic_write, claim_outputs
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
 from ..training.config import Overrides, apply_overrides, read_yaml

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from ..errors import BadFileError, MissingFileError
-from ..fileio import atomic_write
-from ..loaders import load_json
+from ..io.fileio import atomic_write
+from ..io.loaders import load_json
 from .threads import others_running, spare_cpus
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen

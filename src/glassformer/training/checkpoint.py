@@ -14,11 +14,19 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ..fileio import atomic_directory, is_disk_full, new_directory, remove_owned, replace_symlink, rust_path, shown_text
-from ..loaders import MAX_CONFIG_BYTES, load_json, load_state_file
+from ..io.fileio import (
+    atomic_directory,
+    is_disk_full,
+    new_directory,
+    remove_owned,
+    replace_symlink,
+    rust_path,
+    shown_text,
+)
+from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
+from ..io.safetensors_header import torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
-from ..safetensors_header import torch_dtype
 from ..tokenizers import Tokenizer
 
 # A run's folder is run_dir.py's; its names are re-exported here, where callers have always imported them.

@@ -8,11 +8,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
-from ..loaders import expand_home, load_yaml
+from ..io.budget import parse_size
+from ..io.loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from ..validate import check_fields, coerced, from_mapping, option
@@ -81,7 +81,7 @@ class TrainConfig:
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
-    watch: dict = option(factory=dict)  # the training microscope (interpret/microscope.py); {}: off
+    watch: dict = option(factory=dict)  # the training microscope (training/microscope.py); {}: off
 
     def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
@@ -107,7 +107,7 @@ class TrainConfig:
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
         if self.watch:
-            from ..interpret.microscope import WatchConfig
+            from .microscope import WatchConfig
             watch = WatchConfig.from_dict(self.watch)
             self.watch = {key: getattr(watch, key) for key in self.watch}  # typed: training.json holds numbers
         check_device_name(self.device)
@@ -181,7 +181,7 @@ CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "in
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty; :func:`glassformer.loaders.load_yaml`: safe and bounded).
+    """The YAML document of ``path`` ({} when empty; :func:`glassformer.io.loaders.load_yaml`: safe and bounded).
     A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
     return load_yaml(path, what)
 

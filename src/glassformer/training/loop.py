@@ -16,7 +16,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError, MeasurementError
-from ..fileio import fsync_file, run_lock
+from ..io.fileio import fsync_file, run_lock
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
@@ -77,7 +77,7 @@ class Trainer:
         self.sharded = is_sharded(self.model)
         self.microscope = None  # interpretability probes at each evaluation (config.watch; rank 0, unsharded)
         if config.watch and self.dist.is_main and not self.sharded:
-            from ..interpret.microscope import microscope_for_run
+            from .microscope import microscope_for_run
             self.microscope = microscope_for_run(config.watch, self.model, tokenizer, batches, config.eval_every,
                                                  config.max_steps, config.block_size, config.max_memory)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),

@@ -1,4 +1,4 @@
-"""Replay the training microscope over saved checkpoints (:func:`glassformer.interpret.microscope.replay`)."""
+"""Replay the training microscope over saved checkpoints (:func:`glassformer.training.microscope.replay`)."""
 
 import re
 from collections.abc import Sequence
@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, MissingFileError, NotOursError, check_int
-from ..fileio import check_not_source
-from ..interpret.microscope import Measurement, replay
+from ..io.fileio import check_not_source
 from .checkpoint import load
 from .metrics import METRICS
+from .microscope import Measurement, replay
 
 Checkpoints = Sequence[str | Path] | dict[int, str | Path] | str | Path
 

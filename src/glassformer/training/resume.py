@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from ..errors import GlassformerError
-from ..fileio import atomic_write_text
-from ..state_check import check_resume_matches, check_train_state
+from ..io.fileio import atomic_write_text
+from ..io.state_check import check_resume_matches, check_train_state
 from .checkpoint import STATE, load_checkpoint
 from .config import TrainConfig
 from .distributed import full_optimizer_state, load_full_state

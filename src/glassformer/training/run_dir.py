@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import BadFileError, GlassformerError, first_line
-from ..fileio import (
+from ..io.fileio import (
     LOCK_FILE,
     NotOursError,
     check_output_file,

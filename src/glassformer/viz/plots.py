@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError
-from ..fileio import MARKER, atomic_write, check_output_file
+from ..io.fileio import MARKER, atomic_write, check_output_file
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fileio import atomic_write
-from ..records import finite_or_null
+from ..io.fileio import atomic_write
+from ..io.records import finite_or_null
 from .i18n import HTML_LANG
 from .i18n import text as tr
 from .report_gather import AttentionView, ReportData, gather

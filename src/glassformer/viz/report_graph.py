@@ -9,7 +9,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
+from ..io.fileio import atomic_write_text
 from .report import _asset, _script_json, page_start, script_element
 
 LABELS = {"promotes": "tokens its decoder promotes (through the unembedding)", "examples": "top examples",

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadFileError, GlassformerError, MissingFileError, is_int, shown
-from ..fileio import atomic_write, check_output_file
 from ..interpret.attribution import ATTRIBUTION
-from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
-from ..loaders import load_json
+from ..interpret.measurements import detect_phase_change
+from ..io.fileio import atomic_write, check_output_file
+from ..io.loaders import load_json, read_records
+from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report import _asset, _script_json, _shown, page_start, script_element

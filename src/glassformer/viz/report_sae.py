@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
+from ..io.fileio import atomic_write_text
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report import _asset, _script_json, page_start, script_element

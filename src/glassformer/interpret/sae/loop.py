@@ -21,8 +21,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
-from ...fileio import atomic_directory, restore_moved_aside
-from ...progress import showing
+from ...io.fileio import atomic_directory, restore_moved_aside
+from ...io.progress import showing
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
 
@@ -160,8 +160,8 @@ class ActivationTrainer:
     def resume(self) -> bool:
         """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
         the keys when it was written with another config in ``SAME_ON_RESUME``."""
-        from ...loaders import load_state_file
-        from ...state_check import _count, check_optimizer_state
+        from ...io.loaders import load_state_file
+        from ...io.state_check import _count, check_optimizer_state
 
         folder = self.out / STATE_DIR
         file = folder / STATE_FILE

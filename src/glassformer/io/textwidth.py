@@ -7,7 +7,7 @@ import string
 import unicodedata
 from typing import Any
 
-from .errors import GlassformerError
+from ..errors import GlassformerError
 
 ALIGNS = ("<", ">", "^")
 

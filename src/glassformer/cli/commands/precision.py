@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported when a command runs, not when the command line is parsed
-    from ..runtime.precision import Precision
+    from ...runtime.precision import Precision
 
 
 def add_precision(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
 def choose_precision(asked: str, model: Any, work: Callable[[], object], what: str) -> Precision:
     """Resolve ``--precision`` for ``model``; "auto" times ``work`` (a short piece of the command's job) in
     float32 and under bfloat16 autocast. ``what`` names the job and its shape ("generate | 1 row")."""
-    from ..runtime.precision import autocast, check_precision, model_case, resolve_precision
+    from ...runtime.precision import autocast, check_precision, model_case, resolve_precision
 
     check_precision(asked, "--precision")
     device = next(model.parameters()).device

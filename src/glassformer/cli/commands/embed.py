@@ -4,8 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import MissingFileError
-from ..fileio import Writes
+from ...errors import MissingFileError
+from ...io.fileio import Writes
 
 WRITES: tuple[Writes, ...] = ()  # prints its vectors; writes no file
 
@@ -40,11 +40,11 @@ def run(args: argparse.Namespace) -> int:
     """Print one JSON line per text (its vector) or the cosine similarity matrix; returns 0."""
     import torch.nn.functional as F
 
-    from ..budget import check_fits, check_similarity_fits, describe, forward_bytes, parse_size
-    from ..errors import GlassformerError, UsageError, check_int
-    from ..generation import sentence_embeddings
-    from ..interop.hf_dir import is_hf_dir, load_hf_dir
-    from ..training.checkpoint import load
+    from ...errors import GlassformerError, UsageError, check_int
+    from ...generation import sentence_embeddings
+    from ...interop.hf_dir import is_hf_dir, load_hf_dir
+    from ...io.budget import check_fits, check_similarity_fits, describe, forward_bytes, parse_size
+    from ...training.checkpoint import load
 
     check_int("--digits", args.digits, 0, 16)
     empty = [i + 1 for i, text in enumerate(args.texts) if not text]

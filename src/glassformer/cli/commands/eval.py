@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 from .precision import add_precision
 
 WRITES: tuple[Writes, ...] = ()  # prints its scores; writes no file
@@ -39,13 +39,13 @@ def run(args: argparse.Namespace) -> int:
     """Score ``args.checkpoint`` on the given data and print the metrics as one JSON line; returns 0."""
     import numpy as np
 
-    from ..budget import check_fits, describe, forward_bytes, parse_size
-    from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
-    from ..data.shards import looks_like_tokens, open_shards
-    from ..errors import GlassformerError, UsageError, check_int
-    from ..training import check_model_for, evaluate, load_checkpoint
-    from ..training.objectives import OBJECTIVE_ATTN, batch_loss
-    from ..viz.i18n import text as ui_text
+    from ...data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
+    from ...data.shards import looks_like_tokens, open_shards
+    from ...errors import GlassformerError, UsageError, check_int
+    from ...io.budget import check_fits, describe, forward_bytes, parse_size
+    from ...training import check_model_for, evaluate, load_checkpoint
+    from ...training.objectives import OBJECTIVE_ATTN, batch_loss
+    from ...viz.i18n import text as ui_text
     from .precision import choose_precision
 
     if args.max_memory is not None:

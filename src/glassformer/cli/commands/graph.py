@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 GRAPH_FILES = ("graph.pt", "graph.json", "graph.html")
 WRITES = (Writes(("graph", "{ck}", "--transcoders", "{tc}", "--prompt", "hello", "--out", "{out}"),
@@ -55,16 +55,16 @@ def run(args: argparse.Namespace) -> int:
     """Build the graph, write the three files, print a summary line; 0."""
     import torch
 
-    from ..data.text import read_text
-    from ..errors import UsageError, check_number
-    from ..fileio import atomic_directory, check_not_source
-    from ..interpret.graph import attribute
-    from ..interpret.graph.features import feature_info
-    from ..interpret.graph.files import frontend_json, graph_bytes_pt
-    from ..interpret.transcoders import load_transcoders
-    from ..progress import Heartbeat
-    from ..training.checkpoint import load_checkpoint
-    from ..viz.report_graph import graph_html, node_id
+    from ...data.text import read_text
+    from ...errors import UsageError, check_number
+    from ...interpret.graph import attribute
+    from ...interpret.graph.features import feature_info
+    from ...interpret.graph.files import frontend_json, graph_bytes_pt
+    from ...interpret.transcoders import load_transcoders
+    from ...io.fileio import atomic_directory, check_not_source
+    from ...io.progress import Heartbeat
+    from ...training.checkpoint import load_checkpoint
+    from ...viz.report_graph import graph_html, node_id
 
     for name in ("node_threshold", "edge_threshold", "desired_logit_prob"):
         check_number(f"--{name}", getattr(args, name), 0.0, 1.0)

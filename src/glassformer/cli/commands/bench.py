@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)  # test_outputs_guard
 
@@ -88,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
     the JSON to ``args.out``; returns 0 (``--defaults``: 1 when a default loses)."""
     import torch
 
-    from ..bench import format_table, run_suite
-    from ..bench.defaults import CHECKS, check_defaults, format_defaults
-    from ..bench.runner import DEFAULT_PARTS
-    from ..errors import UsageError, check_int, check_number
-    from ..fileio import atomic_write, claim_outputs
-    from ..runtime import kernel_choice
-    from ..runtime.device import pick_device
+    from ...bench import format_table, run_suite
+    from ...bench.defaults import CHECKS, check_defaults, format_defaults
+    from ...bench.runner import DEFAULT_PARTS
+    from ...errors import UsageError, check_int, check_number
+    from ...io.fileio import atomic_write, claim_outputs
+    from ...runtime import kernel_choice
+    from ...runtime.device import pick_device
 
     if args.kernel_choices or args.reset_kernel_choices:
         if args.reset_kernel_choices:

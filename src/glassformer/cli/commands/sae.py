@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("sae", "{ck}", "--hook", "blocks.0.hook_resid_post", "--data", "{text}", "--steps", "2",
                   "--out_dir", "{out}"),
@@ -34,11 +34,11 @@ def activation_run(args: argparse.Namespace, config_class: Any, what: str, prefi
     """What ``sae`` and ``transcoders`` share before training: ``config_class`` from --config's YAML and the
     overrides (--data required), the checkpoint on the config's device, and trackers opened at the first record
     (``prefix``/key) -> (config, checkpoint, tracked)."""
-    from ..errors import GlassformerError, UsageError
-    from ..training.checkpoint import load_checkpoint
-    from ..training.config import apply_overrides, read_yaml
-    from ..training.distributed import pick_device
-    from ..training.trackers import parse_log
+    from ...errors import GlassformerError, UsageError
+    from ...training.checkpoint import load_checkpoint
+    from ...training.config import apply_overrides, read_yaml
+    from ...training.distributed import pick_device
+    from ...training.trackers import parse_log
     from .overrides import overrides_from_argv
 
     data = read_yaml(args.config, f"{what} config file") if args.config is not None else {}
@@ -60,7 +60,7 @@ class Tracked:
 
     def __call__(self, record: dict[str, float], resumed_from: int | None) -> None:
         """Log one training record under ``prefix/``."""
-        from ..training.trackers import open_trackers
+        from ...training.trackers import open_trackers
 
         if self.trackers is None:
             self.trackers = open_trackers(self.config.log, self.config.out_dir, self.config.to_dict(), resumed_from)
@@ -90,10 +90,10 @@ def shown(value: object) -> object:
 
 def run(args: argparse.Namespace) -> int:
     """Train as the config and overrides say; print the metrics and where everything went; 0."""
-    from ..interpret.sae import SAETrainConfig, run_sae
-    from ..viz.i18n import resolve_lang
-    from ..viz.i18n import text as ui_text
-    from ..viz.report_sae import write_feature_pages
+    from ...interpret.sae import SAETrainConfig, run_sae
+    from ...viz.i18n import resolve_lang
+    from ...viz.i18n import text as ui_text
+    from ...viz.report_sae import write_feature_pages
 
     config, checkpoint, tracked = activation_run(args, SAETrainConfig, "SAE", "sae")
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import GlassformerError, NotOursError
+from ..errors import GlassformerError, NotOursError
 
 MODEL_FILES = frozenset({"model.safetensors", "config.json", "tokenizer.json", "training.json", "train_state.pt",
                          "tokenizer_config.json", "special_tokens_map.json"})  # what a model folder holds

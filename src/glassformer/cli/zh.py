@@ -1,10 +1,10 @@
 """The command line's own frame in Chinese (argparse's messages, the top-level help, the verbs' summaries,
-the "did you mean" hint), from locale/cli.json; each verb's own help is in cli_help_zh.py. Torch-free."""
+the "did you mean" hint), from locale/cli.json; each verb's own help is in cli/help_zh.py. Torch-free."""
 
 import os
 from collections.abc import Mapping, Sequence
 
-from .locale import catalogue
+from ..locale import catalogue
 
 _CLI = catalogue("cli")
 ARGPARSE_ZH: dict[str, str] = _CLI["argparse"]  # argparse's own strings (its gettext keys), same %-placeholders

@@ -8,9 +8,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli_zh import cli_text
-from ..errors import UsageError
-from ..validate import CommandLineText
+from ...errors import UsageError
+from ...validate import CommandLineText
+from ..zh import cli_text
 
 
 def overrides_from_argv(argv: Sequence[str]) -> list[tuple[str, CommandLineText]]:

@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
-from ..errors import MissingFileError
-from ..fileio import Writes
+from ...errors import MissingFileError
+from ...io.fileio import Writes
 
 WRITES = (Writes(("convert", "{ck}", "{out}/hf"), ("{out}/hf/config.json", "{out}/hf/model.safetensors")),)
 
@@ -31,11 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst`` (direction from what SRC is); print a one-line summary; 0."""
-    from ..errors import GlassformerError
-    from ..fileio import check_not_source, check_replaceable
-    from ..interop.hf_dir import is_hf_dir, load_hf_dir, save_hf_dir
-    from ..models import count_params
-    from ..training.checkpoint import load, save_checkpoint
+    from ...errors import GlassformerError
+    from ...interop.hf_dir import is_hf_dir, load_hf_dir, save_hf_dir
+    from ...io.fileio import check_not_source, check_replaceable
+    from ...models import count_params
+    from ...training.checkpoint import load, save_checkpoint
 
     if not args.src.is_dir():
         raise MissingFileError(f"{str(args.src)!r} is not a folder")

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("transcoders", "{ck}", "--data", "{text}", "--steps", "2", "--out_dir", "{out}"),
                  ("{out}/config.yaml", "{out}/layer_0.safetensors", "{out}/metrics.json", "{out}/features.json",
@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train as the config and overrides say; print the metrics and where everything went; 0."""
-    from ..interpret.transcoders import TranscoderTrainConfig, run_transcoders
-    from ..viz.i18n import resolve_lang
-    from ..viz.i18n import text as ui_text
-    from ..viz.report_sae import write_transcoder_pages
+    from ...interpret.transcoders import TranscoderTrainConfig, run_transcoders
+    from ...viz.i18n import resolve_lang
+    from ...viz.i18n import text as ui_text
+    from ...viz.report_sae import write_transcoder_pages
     from .sae import activation_run, shown
 
     config, checkpoint, tracked = activation_run(args, TranscoderTrainConfig, "transcoder", "transcoders")

@@ -5,13 +5,13 @@ import argparse
 import json
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("recipe", "tang_poems_char", "--out_dir", "{out}", "--recipe.source", "{tang}", "--max_steps", "2"),
                  ("{out}/results.json", "{out}/tang300.txt", "{out}/metrics.jsonl")),)
 
 
-SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "configs"  # read here: importing recipes loads torch
+SHIPPED = Path(__file__).resolve().parents[2] / "recipes" / "configs"  # read here: importing recipes loads torch
 
 
 def _shipped() -> list[str]:
@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
-    from ..errors import GlassformerError
-    from ..loaders import load_yaml
+    from ...errors import GlassformerError
+    from ...io.loaders import load_yaml
     from .overrides import check_keys, overrides_from_argv
     from .train import count_follows_load, known_keys
 
@@ -68,9 +68,9 @@ def precheck(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the recipe with its overrides (keys checked by :func:`precheck`) and print a short summary of its
     results (``--json``: the results without config and recipe); 0."""
-    from ..recipes import find_recipe, load_recipe, run_recipe
-    from ..recipes.summary import recipe_summary
-    from ..training.report import use_language
+    from ...recipes import find_recipe, load_recipe, run_recipe
+    from ...recipes.summary import recipe_summary
+    from ...training.report import use_language
     from .overrides import overrides_from_argv
 
     use_language(args.ui_lang)  # the trainer's lines in the command line's language

@@ -4,7 +4,7 @@ a training run's folder."""
 import argparse
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 from .precision import add_precision
 
 WRITES = (Writes(("inspect", "{ck}", "--text", "ab", "--out", "{out}/r.html"), ("{out}/r.html",)),
@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _load(args: argparse.Namespace):
     """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
-    from ..errors import GlassformerError, UsageError
+    from ...errors import GlassformerError, UsageError
 
     if (args.checkpoint is None) == (args.preset is None):
         raise UsageError("give either CHECKPOINT or --preset (a random model), not "
@@ -84,8 +84,8 @@ def _load(args: argparse.Namespace):
     if args.attn is not None and args.preset is None:
         raise UsageError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
     if args.checkpoint is not None:
-        from ..interop.hf_dir import is_hf_dir, load_hf_dir
-        from ..training.checkpoint import load
+        from ...interop.hf_dir import is_hf_dir, load_hf_dir
+        from ...training.checkpoint import load
 
         if not is_hf_dir(args.checkpoint):
             return load(args.checkpoint)
@@ -95,9 +95,9 @@ def _load(args: argparse.Namespace):
         return model, tokenizer
     import torch
 
-    from ..config import ModelConfig
-    from ..models import build_model
-    from ..tokenizers.byte import ByteTokenizer
+    from ...config import ModelConfig
+    from ...models import build_model
+    from ...tokenizers.byte import ByteTokenizer
 
     tokenizer = ByteTokenizer(["pad", "bos", "eos", "mask"])
     overrides = {"vocab_size": tokenizer.vocab_size, "dropout": 0.0}
@@ -113,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
     run folder; returns 0."""
     import torch
 
-    from ..errors import UsageError, check_seed
-    from ..fileio import claim_outputs
-    from ..viz.i18n import resolve_lang
-    from ..viz.i18n import text as ui_text
-    from ..viz.report import check_report_options, write_report
-    from ..viz.report_run import is_run_dir, write_run_page
+    from ...errors import UsageError, check_seed
+    from ...io.fileio import claim_outputs
+    from ...viz.i18n import resolve_lang
+    from ...viz.i18n import text as ui_text
+    from ...viz.report import check_report_options, write_report
+    from ...viz.report_run import is_run_dir, write_run_page
     from .precision import choose_precision, forward_work
 
     lang = resolve_lang(args.lang, "--lang")

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("demo", "--out", "{out}"), ("{out}/results.json", "{out}/loss_curve.png",
                                            "{out}/attention_layer1.png", "{out}/run/metrics.jsonl")),
@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     model does not generate the lesson's expected line, else 0."""
     import torch
 
-    from ..lessons import tiny_char
-    from ..viz.i18n import resolve_lang, text
+    from ...lessons import tiny_char
+    from ...viz.i18n import resolve_lang, text
 
     lang = resolve_lang(args.lang, "--lang")  # before training: a typo fails at once
     if args.lesson2:
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_lesson2(out: Path, lang: str = "en") -> int:
     """Run lesson 2's experiments, print their summary and write the findings to ``out/lesson2.json``; 0."""
-    from ..fileio import atomic_write, claim_outputs
-    from ..lessons import lesson2
-    from ..viz.i18n import text
+    from ...io.fileio import atomic_write, claim_outputs
+    from ...lessons import lesson2
+    from ...viz.i18n import text
 
     claim_outputs([out / "lesson2.json"], what="--out")  # a user's file, a link: refused before the work
     findings = lesson2.run_all()

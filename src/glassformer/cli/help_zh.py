@@ -6,8 +6,8 @@ import argparse
 import re
 import shutil
 
-from .locale import catalogue
-from .textwidth import display_width
+from ..io.textwidth import display_width
+from ..locale import catalogue
 
 _CLI = catalogue("cli")
 DESCRIPTION_ZH: dict[str, str] = _CLI["description"]  # each verb's description (under its usage line)

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 from .precision import add_precision
 
 WRITES = (Writes(("translate", "{s2s}", "{text}", "--max_new_tokens", "2", "--output", "{out}/t.txt"),
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _read_sources(files: list[Path]) -> list[str]:
     """The lines of ``files`` in order, or of standard input when there are none (or just '-')."""
-    from ..data import read_lines
+    from ...data import read_lines
 
     if not files or files == [Path("-")]:
         return sys.stdin.read().splitlines()
@@ -47,13 +47,13 @@ def _read_sources(files: list[Path]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
-    from ..budget import check_fits, describe, generation_bytes, parse_size
-    from ..data import read_lines
-    from ..errors import GlassformerError, check_int, check_number
-    from ..fileio import atomic_write, check_output_file
-    from ..generation import bleu, check_max_new_tokens, translate
-    from ..generation.api import MAX_LENGTH_PENALTY
-    from ..training import load
+    from ...data import read_lines
+    from ...errors import GlassformerError, check_int, check_number
+    from ...generation import bleu, check_max_new_tokens, translate
+    from ...generation.api import MAX_LENGTH_PENALTY
+    from ...io.budget import check_fits, describe, generation_bytes, parse_size
+    from ...io.fileio import atomic_write, check_output_file
+    from ...training import load
     from .precision import choose_precision
 
     check_int("--beams", args.beams, 1)

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("train", "--config", "{config}", "--out_dir", "{out}"),
                  ("{out}/metrics.jsonl", "{out}/loss.png", "{out}/microscope.jsonl", "{out}/microscope.json",
@@ -24,7 +24,7 @@ def keys_help() -> str:
     """The help's list of config keys, defaults and meanings, read from the dataclasses' source (no torch)."""
     from .overrides import dataclass_keys
 
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]
     lines = ["config keys (in the YAML file, or as --key value; default, then what it is):"]
     for name, default, comment in dataclass_keys(package / "training" / "config.py", "TrainConfig"):
         lines.append((f"  --{name} {_shown_default(default)}".ljust(34) + f" {comment}").rstrip())
@@ -61,7 +61,7 @@ def known_keys() -> dict[str, set[str] | None]:
     from the dataclasses' source like :func:`keys_help` (no torch)."""
     from .overrides import dataclass_keys
 
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]
     train = {name for name, _, _ in dataclass_keys(package / "training" / "config.py", "TrainConfig")}
     model = {name for name, _, _ in dataclass_keys(package / "config.py", "ModelConfig")}
     return {"": train | {"dtype"},  # dtype: precision's old name
@@ -71,7 +71,7 @@ def known_keys() -> dict[str, set[str] | None]:
 def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> object:
     """Refuse an unknown key of the YAML file or of the command line, naming the closest known one; returns
     the file's content (None without a file)."""
-    from ..loaders import load_yaml
+    from ...io.loaders import load_yaml
     from .overrides import check_keys
 
     known = known_keys()
@@ -101,7 +101,7 @@ def precheck(args: argparse.Namespace) -> None:
 def count_follows_load(config: object, pairs: list[tuple[str, object]]) -> bool:
     """Whether a run of the YAML content ``config`` plus override ``pairs`` leaves the thread count to
     glassformer: no ``num_threads``, or 0 / null (the Trainer then follows the load)."""
-    from ..validate import coerced
+    from ...validate import coerced
 
     count = config.get("num_threads") if isinstance(config, dict) else None
     for key, value in pairs:
@@ -132,12 +132,12 @@ def run(args: argparse.Namespace) -> int:
     error) draw ``out_dir/loss.png``. Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM
     (143) stopped the run after saving a checkpoint (then the command that resumes is printed).
     """
-    from ..fileio import atomic_write, claim_outputs
-    from ..training import TrainConfig, Trainer, prepare_run
-    from ..training.checkpoint import find_resumable
-    from ..training.distributed import init_distributed, shutdown
-    from ..training.report import say, summary_lines, use_language
-    from ..viz.plots import plot_losses
+    from ...io.fileio import atomic_write, claim_outputs
+    from ...training import TrainConfig, Trainer, prepare_run
+    from ...training.checkpoint import find_resumable
+    from ...training.distributed import init_distributed, shutdown
+    from ...training.report import say, summary_lines, use_language
+    from ...viz.plots import plot_losses
     from .overrides import overrides_from_argv
 
     use_language(args.ui_lang)  # the command line's language (--lang zh, a zh locale)

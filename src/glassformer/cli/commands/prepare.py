@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 
 WRITES = (Writes(("prepare", "{text}", "--tokenizer", "char", "--out", "{out}"),
                  ("{out}/manifest.json", "{out}/tokenizer.json", "{out}/train_000000.bin", "{out}/progress.json",
@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     """Prepare as the options say; print what was written (or that it was up to date); 0."""
     import time
 
-    from ..budget import parse_size
-    from ..data.prepare import prepare
+    from ...data.prepare import prepare
+    from ...io.budget import parse_size
 
     sample = None if args.tokenizer_sample == "all" else parse_size(args.tokenizer_sample, "--tokenizer_sample")
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The ``glassformer VERB [options]`` command line (a verb: ``commands/<verb>.py``). A GlassformerError or an
+"""The ``glassformer VERB [options]`` command line (a verb: ``cli/commands/<verb>.py``). A GlassformerError or an
 OSError prints one line (status 2); any other exception is a bug and keeps its traceback."""
 
 import argparse
@@ -10,12 +10,12 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from ._version import __version__
-from .cli_help_zh import translate_help
-from .cli_zh import VERB_HELP_ZH, argparse_zh, cli_lang, cli_text, move_lang
-from .errors import GlassformerError
+from .._version import __version__
+from ..errors import GlassformerError
+from .help_zh import translate_help
+from .zh import VERB_HELP_ZH, argparse_zh, cli_lang, cli_text, move_lang
 
-# Verbs in the order --help lists them; each names a module in glassformer.commands.
+# Verbs in the order --help lists them; each names a module in glassformer.cli.commands.
 VERBS_WITH_LANG = ("demo", "inspect")  # verbs with their own --lang option (it is handed on to them)
 VERBS = ("demo", "prepare", "train", "recipe", "eval", "generate", "translate", "inspect", "convert", "embed", "sae",
          "transcoders", "graph", "bench")
@@ -24,7 +24,7 @@ VERBS = ("demo", "prepare", "train", "recipe", "eval", "generate", "translate", 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (``glassformer VERB: error: ... (see --help)``), status 2."""
 
-    lang = "en"  # "zh" while main parses a Chinese command line (cli_zh.py)
+    lang = "en"  # "zh" while main parses a Chinese command line (cli/zh.py)
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` as one line on standard error and exit with status 2."""
@@ -39,7 +39,7 @@ def build_parser(lang: str = "en") -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
-        importlib.import_module(f"glassformer.commands.{verb.replace('-', '_')}").register(sub)
+        importlib.import_module(f"glassformer.cli.commands.{verb.replace('-', '_')}").register(sub)
     for verb_parser in sub.choices.values():
         verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
         accept_dashes(verb_parser)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        from .runtime import tune  # the speed policy, asked for by the command (never by the import)
+        from ..runtime import tune  # the speed policy, asked for by the command (never by the import)
 
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 def _read_kernel_choices(write: bool) -> None:
     """Every verb reads the kernel choices kept in the user's cache; only ``bench`` (``keeps_kernel_choices``)
     writes what it measures there (the other verbs measure what is missing in their own process)."""
-    from .runtime import kernel_choice
+    from ..runtime import kernel_choice
 
     kernel_choice.use_cache(True, write=write)
 

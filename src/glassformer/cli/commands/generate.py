@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..fileio import Writes
+from ...io.fileio import Writes
 from .precision import add_precision
 
 WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2", "--json", "{out}/g.json"),
@@ -77,8 +77,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:
     """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
-    from ..errors import GlassformerError
-    from ..generation.processors import make_processors
+    from ...errors import GlassformerError
+    from ...generation.processors import make_processors
 
     values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
               if getattr(args, name) is not None}
@@ -96,10 +96,10 @@ def _warn_sampling_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
-    from ..budget import check_fits, describe, generation_bytes
-    from ..errors import UsageError, check_int
-    from ..generation import check_max_new_tokens, generate_text
-    from ..training import load
+    from ...errors import UsageError, check_int
+    from ...generation import check_max_new_tokens, generate_text
+    from ...io.budget import check_fits, describe, generation_bytes
+    from ...training import load
     from .precision import choose_precision
 
     if not all(args.prompt):
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
     if args.json is not None:  # never the checkpoint's own files, a link or a user's file: before any work
-        from ..fileio import claim_outputs
+        from ...io.fileio import claim_outputs
         claim_outputs([args.json], [args.checkpoint], "--json")
     model, tokenizer = load(args.checkpoint)
     rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any) -> None:
     """The generation of :func:`run` (printed, and written to ``--json``), once the model is loaded."""
-    from ..fileio import atomic_write
-    from ..generation import format_trace, generate_text, stream_text, trace_text
-    from ..viz.i18n import text as ui_text
+    from ...generation import format_trace, generate_text, stream_text, trace_text
+    from ...io.fileio import atomic_write
+    from ...viz.i18n import text as ui_text
 
     options = _options(args)
     continues = model.config.arch != "encoder-decoder"  # a decoder-only model continues its prompt
