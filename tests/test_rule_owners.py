@@ -115,9 +115,9 @@ def _nodes(kind: type) -> list[tuple[str, ast.AST]]:
 
 
 def test_token_id_ranges_are_checked_only_in_errors():
-    """``low <= id < vocab_size`` is written once (errors.check_token_id/check_token_ids)."""
+    """``low <= id < vocab_size`` is written once (io/checks.check_token_id, models/inputs.check_token_ids)."""
     where = {f for f, n in _nodes(ast.Compare) if len(n.ops) == 2 and "vocab_size" in _names(n.comparators[-1])}
-    assert where <= {"errors.py"}
+    assert where <= {"io/checks.py", "models/inputs.py"}
 
 
 def test_head_counts_are_divided_only_in_config():

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, BadFileError, GlassformerError, is_int, shown
+from .errors import ArgumentTypeError, BadFileError, GlassformerError
+from .io.checks import is_int, shown
 from .io.loaders import MAX_CONFIG_BYTES, load_json, parse_json
 from .validate import check_fields, from_mapping, option
 

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from ..data import read_pairs
-from ..errors import MAX_SEED, GlassformerError, MissingFileError, check_known_keys, is_int, is_number, shown
+from ..errors import GlassformerError, MissingFileError
 from ..generation import bleu, fill_mask, generate_text, translate
+from ..io.checks import MAX_SEED, check_known_keys, is_int, is_number, shown
 from ..io.fileio import atomic_write, claim_outputs
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run

@@ -13,7 +13,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
+from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..io.checks import check_inside
 from ..io.fileio import (
     atomic_directory,
     is_disk_full,

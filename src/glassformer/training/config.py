@@ -10,8 +10,9 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
+from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import parse_size
+from ..io.checks import MAX_SEED, check_device_name, check_known_keys, shown
 from ..io.loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_prefix_len
+from ..errors import ArgumentTypeError, GlassformerError
 from ..generation.api import pad_id_for, special_id
 from ..models.common import count_params
+from ..models.inputs import check_prefix_len
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report_interpret import gather_interpret

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from ...bench import format_table, run_suite
     from ...bench.defaults import CHECKS, check_defaults, format_defaults
     from ...bench.runner import DEFAULT_PARTS
-    from ...errors import UsageError, check_int, check_number
+    from ...errors import UsageError
+    from ...io.checks import check_int, check_number
     from ...io.fileio import atomic_write, claim_outputs
     from ...runtime import kernel_choice
     from ...runtime.device import pick_device
