@@ -120,7 +120,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     check_recipe_section(spec)
     claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
     _attach_corpus(spec, data, data_dir, download)
-    if "precision" not in data and "dtype" not in data:
+    if "precision" not in data:
         data["precision"] = "auto"  # recipes train in bfloat16 where it measures faster (docs/benchmarks.md)
     return Recipe(TrainConfig.from_dict(data), spec)
 
