@@ -64,7 +64,7 @@ def known_keys() -> dict[str, set[str] | None]:
     package = Path(__file__).resolve().parents[2]
     train = {name for name, _, _ in dataclass_keys(package / "training" / "config.py", "TrainConfig")}
     model = {name for name, _, _ in dataclass_keys(package / "config.py", "ModelConfig")}
-    return {"": train | {"dtype"},  # dtype: precision's old name
+    return {"": train,
             "model": model | {"vocab_size", "preset"}, "watch": None, "recipe": None}
 
 
