@@ -17,6 +17,7 @@ from ..data.shards import looks_like_tokens, open_shards
 from ..data.sources import list_sources
 from ..errors import GlassformerError
 from ..io.budget import check_evaluation_fits, check_threads, check_training_fits
+from ..io.fileio import check_folder
 from ..io.progress import quiet
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
@@ -143,16 +144,8 @@ def check_run(config: TrainConfig) -> None:
     if config.objective != "seq2seq" and not config.data:
         raise GlassformerError(f"objective {config.objective!r} needs data: one or more text files")
     for name in ("out_dir", "cache_dir"):
-        value = getattr(config, name)
-        if value is None:
-            continue
-        if not value.strip() or "\x00" in value:
-            raise GlassformerError(f"{name} must name a folder, got {value!r}")
-        path = Path(value)
-        place = next((place for place in (path, *path.parents) if place.exists()), None)  # the nearest that exists
-        if place is not None and not place.is_dir():
-            what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
-            raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")
+        if getattr(config, name) is not None:
+            check_folder(name, getattr(config, name))
     parse_log(config.log)
 
 
