@@ -56,7 +56,7 @@ SIDEWAYS: set[tuple[str, str]] = {
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
-    "nn": {"nn", "config", "errors", "validate"},
+    "nn": {"nn", "errors"},  # the blocks trust the validated config: no check module, no config rule
     "models": {"models", "nn", "config", "errors", "validate", "io.checks"},
 }
 

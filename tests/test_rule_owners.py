@@ -127,6 +127,13 @@ def test_head_counts_are_divided_only_in_config():
     assert where <= {"config.py"}
 
 
+def test_errors_holds_error_types_only():
+    """errors.py defines exception classes and nothing else: the checks live where the input enters (issue 43)."""
+    body = TREES[SRC / "errors.py"].body
+    kinds = {type(node).__name__ for node in body[1:]}  # after the docstring
+    assert kinds == {"ClassDef"}, kinds
+
+
 def test_atomic_renames_only_in_fileio():
     """``os.replace`` (the last step of an atomic write) belongs to io/fileio.py. training/trackers.py
     renames ``tracker.json`` itself, without fsync, at every log step: a known exception."""

@@ -109,6 +109,21 @@ def test_the_model_trusts_its_config(monkeypatch):
     assert made == [1]
 
 
+def test_a_training_config_is_a_pure_value(tmp_path):
+    """Making a TrainConfig reads no disk and asks for no package; the run's check (training.setup.check_run)
+    refuses what the disk or the environment cannot give, naming the key."""
+    from glassformer.training.setup import check_run
+
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("x")
+    config = TrainConfig(data=[str(a_file)], out_dir=str(a_file / "run"), cache_dir=str(tmp_path))
+    with pytest.raises(GlassformerError, match=r"out_dir .* is inside .*a.txt', which is a file; it must be a folder"):
+        check_run(config)
+    with pytest.raises(GlassformerError, match="objective 'clm' needs data"):
+        check_run(TrainConfig(out_dir=str(tmp_path)))
+    check_run(TrainConfig(data=[str(a_file)], out_dir=str(tmp_path / "run")))
+
+
 def test_a_changed_training_config_is_checked_again():
     config = TrainConfig(lr="3e-4")  # the command line's string becomes the field's type
     assert config.lr == 3e-4
