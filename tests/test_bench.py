@@ -283,7 +283,8 @@ def test_nanogpt_bad_files(tmp_path):
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--precision", "float32,float8"],
      "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'float8'"),
-    (["--precision", "fp16"], "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'fp16'"),
+    (["--precision", "fp16"],
+     "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'fp16'"),
     (["--precision", ","], "precision must name at least one of float32, bfloat16, float16, got none"),
     (["--nanogpt", "no/such/model.py"], "nanogpt must be nanoGPT's model.py (defining GPT and GPTConfig) or a "
                                         "folder holding it, got 'no/such/model.py': no such file"),

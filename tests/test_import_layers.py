@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
     "errors": 0, "io": 0, "io.fileio": 0, "io.records": 0, "io.loaders": 0, "_version": 0, "io.textwidth": 0,
-    "validate": 0, "io.progress": 0, "io.checks": 0,
+    "validate": 0, "io.progress": 0, "io.checks": 0, "io.signals": 0,
     "locale": 0,  # the message catalogues (JSON data and their reader)
     "config": 1, "tokenizers": 1, "io.safetensors_header": 1,
     "nn": 2, "data": 2, "io.budget": 2, "io.state_check": 2,
@@ -158,3 +158,53 @@ def test_the_checker_catches_an_upward_arrow(tmp_path):
                                          if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}))
 def test_every_room_has_a_layer(room):
     assert room in LAYERS
+
+
+def _cycles() -> list[list[str]]:
+    """Import circles between glassformer's modules (every import, lazy or TYPE_CHECKING ones too): each a
+    list of modules, the first one again at its end."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"}
+    graph = {name: sorted({m for _, m in _imports(path) if m in modules and m != name})
+             for name, path in modules.items()}
+    found, done = [], set()
+    for start in sorted(graph):  # depth first from each module; a module on the current path seen again: a circle
+        path, stack = [start], [iter(graph[start])]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                done.add(path.pop())
+                stack.pop()
+            elif nxt in path:
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return found
+
+
+def test_no_import_circle():
+    """No module imports itself back through others (models/common <-> models/families was one)."""
+    assert _cycles() == []
+
+
+def test_the_circle_check_catches_a_circle(tmp_path):
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    (fake / "models").mkdir(parents=True)
+    (fake / "models" / "a.py").write_text("from .b import x\n", encoding="utf-8")
+    (fake / "models" / "b.py").write_text("def f():\n    from glassformer.models import a\n", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        cycles = _cycles()
+    finally:
+        PACKAGE = saved
+    assert ["glassformer.models.a", "glassformer.models.b", "glassformer.models.a"] in cycles, cycles
+
+
+def test_viz_modules_share_only_public_names():
+    """What viz/'s pages share is public (viz/page.py: the frame of every page), never another module's
+    ``_private`` name."""
+    private = [f"{path.name}:{node.lineno} {alias.name}" for path in sorted((PACKAGE / "viz").glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
+               for alias in node.names if alias.name.startswith("_")]
+    assert private == []

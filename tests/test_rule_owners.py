@@ -141,6 +141,12 @@ def test_atomic_renames_only_in_fileio():
     assert where <= {"io/fileio.py", "training/trackers.py"}
 
 
+def test_signal_handlers_only_in_io_signals():
+    """``signal.signal`` (a trainer's Ctrl-C/SIGTERM at a step's end) belongs to io/signals.py's StopSignals."""
+    where = {f for f, n in _nodes(ast.Call) if ast.unparse(n.func) == "signal.signal"}
+    assert where <= {"io/signals.py"}
+
+
 def test_error_types_live_in_errors():
     """Every public error class of glassformer is defined in errors.py (other modules import it from
     there; a private class used for control flow, like sae's ``_Captured``, is not an error type).

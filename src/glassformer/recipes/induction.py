@@ -27,6 +27,7 @@ from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
 from ..training.microscope import RECORDS
 from ..viz.heads import plot_head_scores, plot_phase_change
+from .progress import say
 
 ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable in reports (62 at most)
 
@@ -146,7 +147,6 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
         parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
-    from .run import say  # (run.py imports this module)
 
     for number, (name, model_config, steps) in enumerate(parts, 1):
         run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})

@@ -6,7 +6,6 @@ TrainConfig key (default ``precision: auto``); ``recipe.KEY`` overrides the reci
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from ..validate import untyped
 from ..viz.plots import plot_losses
 from . import corpora
 from .induction import run_induction
+from .progress import say
 from .sequence_task import SequenceTask, exact_match
 
 TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction", "sae")
@@ -151,12 +151,6 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
         poems = corpora.tang_poems(spec.get("source", corpora.TANG300))
         text = corpora.write_poem_text(poems, Path(data.get("out_dir", "out")) / "tang300.txt")
         data["data"] = [str(text)]
-
-
-def say(text: str, show: bool = True) -> None:
-    """Tell the user on standard error what the recipe is doing now (``show``: the run's ``progress``)."""
-    if show and os.environ.get("RANK", "0") == "0":
-        print(f"recipe: {text}", file=sys.stderr, flush=True)
 
 
 def _load_average() -> float | None:

@@ -3,9 +3,7 @@
 import contextlib
 import json
 import math
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError, MeasurementError
 from ..io.fileio import fsync_file, run_lock
+from ..io.signals import StopSignals
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
@@ -40,8 +39,6 @@ from .run_dir import LAST
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
 from .validation import evaluate
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(GlassformerError):
@@ -89,7 +86,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stop_signal: int | None = None
         # a stop asked by Ctrl-C or SIGTERM in this process; one asked by any (agreed at the start of a step)
-        self._stop_requested = self._stop_agreed = False
+        self._stop_requests: list[int] = []  # Ctrl-C or SIGTERM while training (io/signals.py)
+        self._stop_agreed = False
         self.tracker: Tracker = Tracker()  # config.log's trackers, opened by train() on rank 0
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
         self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
@@ -205,7 +203,7 @@ class Trainer:
         config = self.config
         host = self._micro_batches()
         # the global batch's counted tokens, on the host (no device sync); under torchrun summed with the stop flag
-        counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), self._stop_requested
+        counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), bool(self._stop_requests)
         if self.dist.distributed:
             local = torch.tensor([counted, float(stop)], dtype=torch.float64, device=self.dist.device)
             counts = all_reduce_sum(local, self.dist).cpu()
@@ -266,12 +264,6 @@ class Trainer:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. {self._kept()}")
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._stop_requested = True
-        self.stop_signal = signum
-        # A second one stops at once: Ctrl-C raises KeyboardInterrupt, SIGTERM ends the process.
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-
     def _start(self) -> None:
         """Resume (when asked); on rank 0, put ``out_dir`` in order and start the microscope's records."""
         resumed = self.resume() if self.config.resume else False
@@ -310,8 +302,8 @@ class Trainer:
             self.tracker.text("precision", self.precision.describe())
             if self.microscope is not None:  # its scalars go to the trackers too (docs/training.md)
                 self.microscope.attach(self.tracker, fresh=resumed_at is None)
-        main_thread = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
+        stop_signals = StopSignals().catch()  # Ctrl-C or SIGTERM: saved after the step, then stopped
+        self._stop_requests = stop_signals.requests
         show = config.progress and self.dist.is_main
         self._bar = bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True,
                                desc="train", dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
@@ -352,6 +344,7 @@ class Trainer:
                 bar.update(1)
                 if stop:
                     stopped = "interrupted"
+                    self.stop_signal = self._stop_requests[0] if self._stop_requests else None
                     break
             if stopped == "done":
                 # A run resumed at its last step has evaluated and saved it already.
@@ -364,8 +357,7 @@ class Trainer:
             if made := choices():  # the kernel choices this run made
                 self.tracker.text("kernel_choices", json.dumps(made, indent=1))
             self.tracker.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            stop_signals.release()
         wall = time.perf_counter() - started
         return {"step": self.step, "stopped": stopped, "precision": self.precision.name,
                 "precision_reason": self.precision.reason, "train_loss": last_loss,

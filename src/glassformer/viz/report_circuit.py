@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import GlassformerError
 from ..interpret.circuits import Circuit
 from ..io.fileio import atomic_write, check_output_file
-from .report import page_start
+from .page import page_start
 
 SENDER = re.compile(r"embed|L\d{1,4}H\d{1,4}|MLP\d{1,4}")
 RECEIVER = re.compile(r"L\d{1,4}H\d{1,4}\.[qkv]|MLP\d{1,4}|logits")
