@@ -1,6 +1,7 @@
-"""glassformer's errors: a :class:`GlassformerError` is a mistake the user can fix, said in one line. Only the
-types live here; the checks that raise them live where the input enters (:mod:`glassformer.io.checks` for
-arguments, :mod:`glassformer.models.inputs` for a model's tensors)."""
+"""glassformer's error types, and nothing else (a GlassformerError is a mistake the user can fix, said in one line).
+
+The checks that raise them live where the input enters: :mod:`glassformer.io.checks` for arguments,
+:mod:`glassformer.models.inputs` for a model's tensors, each config's ``__post_init__`` for its fields."""
 
 
 class GlassformerError(ValueError):
