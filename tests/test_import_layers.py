@@ -54,6 +54,11 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("training", "interpret"),  # the training microscope (config.watch) records interpret's measurements
     ("cli.commands", "cli.zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
 }
+# Imports up the layers (and so round a circle) allowed inside a function only, never at import time: (file,
+# module). The one: TransformerLens's habit, model.run_with_hooks/run_with_cache calling interpret's verbs.
+DEFERRED: set[tuple[str, str]] = {
+    ("models/common.py", "glassformer.interpret.hooks"),
+}
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
     "nn": {"nn", "errors"},  # the blocks trust the validated config: no check module, no config rule
@@ -80,11 +85,16 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) for every glassformer import in ``path``, at any depth."""
+    """(line, absolute module) for every glassformer import in ``path``, at any depth; a pair of
+    :data:`DEFERRED` is left out where it is inside a function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    deferred = {m for f, m in DEFERRED if PACKAGE / f == path}
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "glassformer"]
         elif isinstance(node, ast.ImportFrom):
@@ -96,6 +106,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 target = node.module or ""
             if target.split(".")[0] != "glassformer":
                 continue
+            if target in deferred and id(node) in inside:
+                continue  # allowed inside a function: DEFERRED
             for alias in node.names:  # `from ..io import progress`: x may be a submodule or a name of the package
                 sub = f"{target}.{alias.name}"
                 is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
@@ -208,3 +220,20 @@ def test_viz_modules_share_only_public_names():
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
                for alias in node.names if alias.name.startswith("_")]
     assert private == []
+
+
+def test_a_deferred_import_is_allowed_only_inside_a_function(tmp_path):
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    for room in ("models", "interpret"):
+        (fake / room).mkdir(parents=True)
+    (fake / "interpret" / "hooks.py").write_text("", encoding="utf-8")
+    (fake / "models" / "common.py").write_text("from ..interpret import hooks\n\n\ndef f():\n"
+                                               "    from ..interpret.hooks import run\n", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        problems = _violations()
+    finally:
+        PACKAGE = saved
+    in_models = [p for p in problems if p.startswith("models/common.py")]
+    assert len(in_models) == 1 and in_models[0].startswith("models/common.py:1 imports glassformer.interpret"), problems

@@ -187,11 +187,11 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     check_int("--shard_tokens", shard_tokens, 1, (1 << 31) - 1)
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
     text_field = check_text_field(text_field)
+    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))  # a missing file first
+    val_sources = list_sources(list(val)) if val else []
     if tokenizer == "bpe" and vocab_size is None:
         raise GlassformerError("--tokenizer bpe needs --vocab_size (e.g. 8192)")
     check_int("--vocab_size", vocab_size, 1, allow_none=True)
-    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))
-    val_sources = list_sources(list(val)) if val else []
     folder = Path(out)
     inputs = [s.path for s in sources + val_sources]
     given = tokenizer if isinstance(tokenizer, Tokenizer) else None  # a tokenizer used as it is (not trained)

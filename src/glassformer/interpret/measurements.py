@@ -5,6 +5,7 @@ changes phase (docs/interpret.md). Each function reads a model and returns JSON-
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,33 +45,48 @@ def icl_score(loss_by_position: Sequence[float] | torch.Tensor, early: int | Non
         return float(loss[lo:lo + 5].mean()) if T >= 5 else float(loss[i])
     return around(late) - around(early)
 
-def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window: int = 5, min_drop: float = 0.3,
-                        max_width: float = 0.3) -> dict[str, Any] | None:
-    """Where a series, smoothed by a running median of ``window`` (odd) records, falls abruptly (by at least
-    ``min_drop`` of its start, 20% to 80% of it within ``max_width`` of the steps) and stays below halfway:
-    {"step", "from", "to", "width"}, or None (docs/interpret.md)."""
+def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window: int = 5, min_snr: float = 10.0,
+                        max_width: float = 0.3, min_after: int = 3) -> dict[str, Any] | None:
+    """Where a series, smoothed by a running median of ``window`` (odd) records, changes abruptly and for good:
+    a fall or a rise (whichever moves farther from the start) of at least ``min_snr`` times the records'
+    noise (their robust spread around the smoothed curve), 20% to 80% of it within ``max_width`` of the
+    steps, and at least ``min_after`` records after its middle, all past halfway. The same for ``x``,
+    ``-x``, ``1 - x``, ``x + 5``. Returns {"step", "from", "to", "width"} or None (docs/interpret.md)."""
     if len(steps) != len(values):
         raise GlassformerError(f"steps and values must have the same length, got {len(steps)} and {len(values)}")
     check_int("window", window, 1)
+    check_int("min_after", min_after, 1)
     if window % 2 == 0:
         raise GlassformerError(f"window must be odd, got {window}")
+    if not isinstance(min_snr, (int, float)) or isinstance(min_snr, bool) or not math.isfinite(min_snr) \
+            or min_snr <= 0:
+        raise GlassformerError(f"min_snr must be a finite number > 0, got {min_snr!r}")
     points = [(int(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(float(v))]
     if len(points) < 3:
         return None
     xs, ys = [s for s, _ in points], [v for _, v in points]
     half = min(window, len(points) - (1 - len(points) % 2)) // 2  # a running median of this many records either side
-    smooth = [float(torch.tensor(ys[max(0, i - half):i + half + 1]).median()) for i in range(len(ys))]
-    start, low = smooth[0], min(smooth)
-    drop = start - low
-    if start <= 0 or drop < min_drop * abs(start) or smooth[-1] > start - drop / 2:
+    smooth = [statistics.median(ys[max(0, i - half):i + half + 1]) for i in range(len(ys))]  # -x's is -(x's)
+    start = smooth[0]
+    sign = 1.0 if start - min(smooth) >= max(smooth) - start else -1.0  # a rise is a fall of -x
+    level = [sign * (v - start) for v in smooth]  # 0 at the start, falling
+    drop = -min(level)
+    # a robust standard deviation of the records around the smoothed curve
+    noise = 1.4826 * statistics.median(abs(y - v) for y, v in zip(ys, smooth))
+    floor = 1e-9 * max(abs(v) for v in smooth)  # rounding: what a noise-free series still has
+    if drop <= 0 or drop < min_snr * max(noise, floor):
         return None
 
-    def first_below(level: float) -> int:
-        return next(i for i, v in enumerate(smooth) if v <= level)
-    begin, middle, end = (first_below(start - f * drop) for f in (0.2, 0.5, 0.8))
+    def first_below(fraction: float) -> int:
+        return next(i for i, v in enumerate(level) if v <= -fraction * drop)
+    begin, middle, end = (first_below(f) for f in (0.2, 0.5, 0.8))
+    after = level[middle + 1:]
+    if len(after) < min_after or max(after) > -drop / 2:  # not lasting: too recent, or back above halfway
+        return None
     width = xs[end] - xs[max(begin - 1, 0)]
     if width > max_width * (xs[-1] - xs[0]):
         return None
+    low = start - sign * drop
     return {"step": xs[middle], "from": round(start, 5), "to": round(low, 5), "width": width}
 
 @dataclass

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import BadFileError, GlassformerError
-from .checks import is_number, shown
+from .checks import is_int, is_number, shown
 
 MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
 MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
@@ -154,6 +154,9 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
                                                                  if extra else [])]))
 
 
+MAX_KEPT = 1_000_000  # steps of a kept checkpoint series a train_state.pt may list
+
+
 def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module, optimizer: Any,
                       state_format: int, scaler_enabled: bool = False) -> None:
     """Refuse (:class:`BadFileError` naming ``file`` and the key) a resume state that does not fit the run: a
@@ -177,6 +180,10 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
         _tensor(file, "rng_cuda", state["rng_cuda"], expected, torch.uint8)
         if state["rng_cuda"].dim() != 1:
             raise _bad(file, "rng_cuda", state["rng_cuda"], "a 1-D uint8 tensor")
+    kept = state.get("kept", [])
+    if not isinstance(kept, list) or len(kept) > MAX_KEPT or not all(
+            is_int(s) and 0 <= s <= state["step"] for s in kept):
+        raise _bad(file, "kept", kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step")
     if "precision" in state and not isinstance(state["precision"], str):
         raise _bad(file, "precision", state["precision"], "a string")
     if "scaler" in state and scaler_enabled:

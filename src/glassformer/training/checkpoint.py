@@ -3,7 +3,7 @@ written atomically (a crash leaves the previous one intact) and loaded with no p
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,9 +177,10 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
 
 def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenizer: Tokenizer, *,
                       training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False,
-                      weights: dict[str, torch.Tensor] | None = None) -> Path:
+                      weights: dict[str, torch.Tensor] | None = None, keep: Iterable[Path] = ()) -> Path:
     """Save ``step``'s checkpoint (``weights``: a sharded model's full state) as ``out_dir/ckpt-NNNNNN`` unless
-    complete already, point ``last`` (and ``best``) at it, remove folders no pointer needs; returns the folder."""
+    complete already, point ``last`` (and ``best``) at it, remove folders no pointer needs and ``keep`` does
+    not name (a kept series); returns the folder."""
     out = Path(out_dir)
     folder = step_folder(out, step)
     if folder.exists() and _missing(folder):
@@ -190,5 +191,5 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     if best:
         replace_symlink(out / BEST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
     replace_symlink(out / LAST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    tidy_run(out, keep=[folder, _pointer(out, BEST)])
+    tidy_run(out, keep=[folder, _pointer(out, BEST), *keep])
     return folder

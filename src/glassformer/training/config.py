@@ -19,6 +19,7 @@ from ..tokenizers import KINDS, check_specials
 from ..validate import check_fields, coerced, from_mapping, option
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
+from .series import parse_keep
 from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
@@ -84,15 +85,19 @@ class TrainConfig:
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
     watch: dict = option(factory=dict)  # the training microscope (training/microscope.py); {}: off
+    keep_checkpoints: str = "none"  # a series kept beside last and best, for replay: "log" or N (every N steps)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
+        if isinstance(self.keep_checkpoints, int) and not isinstance(self.keep_checkpoints, bool):
+            self.keep_checkpoints = str(self.keep_checkpoints)  # YAML's keep_checkpoints: 100
         check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4
         for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
             setattr(self, name, expand_home(getattr(self, name)))
         if self.max_memory is not None:
             parse_size(self.max_memory, "max_memory")
+        self.keep_checkpoints = parse_keep(self.keep_checkpoints)
         if self.batch_size % self.grad_accum:
             raise GlassformerError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:

@@ -35,7 +35,8 @@ from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .report import describe_model, resume_line, say, schedule_warnings
 from .resume import TrainState, restore, state_to_dict, tidy_run_dir
-from .run_dir import LAST
+from .run_dir import LAST, step_folder
+from .series import check_series_disk, checkpoint_bytes, kept_steps
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
 from .validation import evaluate
@@ -92,6 +93,7 @@ class Trainer:
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
         self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
         self.resumed_from: dict[str, Any] | None = None  # set by resume(): {"step", "checkpoint", "training"}
+        self.series = kept_steps(config.keep_checkpoints, config.max_steps)  # kept beside last and best (replay)
 
     @property
     def step(self) -> int:
@@ -123,15 +125,25 @@ class Trainer:
         folder = None
         if best:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+        self.run_state.kept = self._kept_steps()  # carried by the checkpoint: a resume keeps them whatever it asks
         weights = full_model_state(self.model) if self.sharded else None  # FSDP: every rank gathers, rank 0 gets
         train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
             if (self.out / METRICS).is_file():
                 fsync_file(self.out / METRICS)  # the records the checkpoint covers reach the disk before it
             folder = commit_checkpoint(self.out, self.step, self.model, self.tokenizer, weights=weights,
-                                       training=self.config.to_dict(), train_state=train_state, best=best)
+                                       training=self.config.to_dict(), train_state=train_state, best=best,
+                                       keep=self._series_folders())
         self.last_checkpoint = self.out / LAST
         return folder
+
+    def _series_folders(self) -> list[Path]:
+        """The kept series' folders written by now (:mod:`~glassformer.training.series`)."""
+        return [step_folder(self.out, s) for s in self._kept_steps()]
+
+    def _kept_steps(self) -> list[int]:
+        """The steps up to now whose checkpoints stay: this run's series and what earlier parts of it kept."""
+        return sorted(s for s in {*self.series, *self.run_state.kept} if s <= self.step)
 
     def _state_is_finite(self) -> bool:
         """Weights and optimizer state (this rank's shards) hold no NaN or infinity; one device sync."""
@@ -270,7 +282,7 @@ class Trainer:
         if not self.dist.is_main:
             return
         self.last_checkpoint = tidy_run_dir(self.out, self.last_checkpoint if resumed else None, self.best_step,
-                                            self.history)
+                                            self.history, self._series_folders())
         if self.microscope is not None:  # the same rules for microscope.jsonl
             self.microscope.start(self.out, self.step, self.model)
 
@@ -295,6 +307,10 @@ class Trainer:
                 lines.append(resume_line(config.out_dir, self.step, config.max_steps, resumed["checkpoint"]))
             lines += schedule_warnings(config, self.step, resumed["training"] if resumed is not None else None)
             lines += [self.precision.describe()] if config.precision != "float32" else []
+            if self.series:  # what the kept series takes on disk, checked against what is free
+                sizes = [checkpoint_bytes(self.model, self.tokenizer, self.optimizer, config.to_dict(), stepped)
+                         for stepped in (True, False)]
+                lines.append(check_series_disk(self.out, self.series, *sizes, self.step if resumed else -1))
             for line in lines:
                 print(line, file=sys.stderr, flush=True)
             resumed_at = self.step if self.last_checkpoint is not None else None
@@ -314,6 +330,8 @@ class Trainer:
         # the thread count follows the load where the policy was asked for (runtime.tune; the command asks)
         threads = LoadFollower(on=not config.num_threads)
         try:
+            if self.step == 0 and self.series and self.series[0] == 0:  # the weights before training, for replay
+                self._checked_save()
             while self.step < config.max_steps:
                 loss = self.train_step()
                 threads.tick()
@@ -338,7 +356,7 @@ class Trainer:
                 if at_eval and self.step < config.max_steps:
                     self._evaluate_and_save()
                     bar.set_description_str("train")
-                elif stop:
+                elif stop or (self.step in self.series and self.step < config.max_steps):  # (the last: below)
                     self._check_finite(float(loss))
                     self._checked_save()
                 bar.update(1)

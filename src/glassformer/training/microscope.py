@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, MeasurementError
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MeasurementError
 from ..interpret.detectors import probe_lengths, repeated_tokens
 from ..interpret.measurements import Measurement, Probe, head_score_record, text_probe_record
 from ..io.budget import check_fits, describe, model_bytes, probe_bytes
 from ..io.checks import check_int, first_line, shown
 from ..io.fileio import atomic_write_text
-from ..io.loaders import read_records
+from ..io.loaders import load_json, read_records
 from ..io.records import record_line
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
@@ -136,6 +136,11 @@ def _checked_function(where: str, spec: str, fn: Any) -> Measurement:
     return fn
 
 
+def _spec(name: str, fn: Measurement, named: dict[str, str]) -> str:
+    """How ``microscope.json`` names a measurement: its ``watch.measurements`` string, else module:qualname."""
+    return named.get(name) or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
 MAX_MEASURED_DEPTH = 32  # lists and dicts inside one another in a measurement's result, at most
 
 
@@ -234,7 +239,10 @@ class Microscope:
         atomic_write_text(self.file, "".join(record_line(r, compact=True) for r in kept))
         watch = {**asdict(self.watch), "probe_length": self.probe_length, "probe_lengths": self.lengths}
         meta = {"tokens": self.tokens, "heads": self.heads, "watch": watch,
-                "n_layers": model.config.n_layers, "n_heads": model.config.n_heads}
+                "n_layers": model.config.n_layers, "n_heads": model.config.n_heads,
+                "measurements": {name: _spec(name, fn, self.watch.measurements)
+                                 for name, fn in self.measurements.items()},
+                "probe_text": self.probe_text.tolist()}  # what a replay reads (training.replay)
         atomic_write_text(out / META, json.dumps(meta, indent=1) + "\n")
         if step == 0:
             self.record(model, 0)
@@ -337,12 +345,34 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low, max_memory=max_memory)
 
 
+def recorded_probe(run_dir: str | Path) -> tuple[torch.Tensor, dict[str, Any]] | None:
+    """(probe text (R, T) ids, watch settings) a training run's microscope recorded in ``run_dir/microscope.json``
+    (None without that file, or for one written before it held the probe text); a BadFileError for a crafted one."""
+    file = Path(run_dir) / META
+    if not file.is_file():
+        return None
+    meta = load_json(file, "microscope settings")  # bounded in bytes (a crafted file too)
+    text = meta.get("probe_text") if isinstance(meta, dict) else None
+    if text is None:
+        return None
+    watch = meta.get("watch")
+    rows = text if isinstance(text, list) and text and isinstance(text[0], list) else [[]]
+    if not isinstance(watch, dict) or not all(
+            isinstance(r, list) and 2 <= len(r) == len(rows[0]) and all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in r) for r in rows):
+        raise BadFileError(f"microscope settings {str(file)!r}: probe_text must be rows of token ids (two or more "
+                           "each, all rows of one length) and watch an object")
+    watch = {k: v for k, v in watch.items() if k != "measurements"}  # functions are passed to replay, not imported
+    return torch.tensor(rows, dtype=torch.long), watch
+
+
 def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | None = None, *,
            measurements: dict[str, Measurement] | None = None, watch: dict[str, Any] | None = None,
            probe_text: torch.Tensor | None = None) -> list[dict[str, Any]]:
     """Record the microscope (and ``measurements``, as :meth:`Microscope.add` takes them) over a series of
     (step, model, tokenizer) triples of one shape into ``out_dir`` (None: nowhere); returns the records.
-    ``probe_text``: (R, T) ids, default random tokens (seed 1), ``text_rows`` x min(64, max_len)."""
+    ``probe_text``: (R, T) ids, default random tokens (seed 1), ``text_rows`` x min(64, max_len) (a training
+    run's replay reads its run's: :func:`recorded_probe`)."""
     config = WatchConfig.from_dict(dict(watch or {}))
     records: list[dict[str, Any]] = []
     scope: Microscope | None = None
