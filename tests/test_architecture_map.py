@@ -16,7 +16,7 @@ def _tool():
 def test_the_page_holds_the_map_of_the_code_as_it_is():
     tool = _tool()
     page = tool.PAGE.read_text(encoding="utf-8")
-    assert tool.with_map(page, tool.package_map()) == page, "stale: run python tools/architecture_map.py"
+    assert tool.drawn(page) == page, "stale: run python tools/architecture_map.py"
 
 
 def test_the_map_follows_a_new_module_and_a_new_import(tmp_path):
@@ -35,3 +35,10 @@ def test_the_map_follows_a_new_module_and_a_new_import(tmp_path):
     assert "| `nn/tap.py` | A tap: an identity on the path, e.g. a hook. |" in after
     assert "imports: `io`; imported by: no other room" in after
     assert "imports: nothing of glassformer; imported by: `nn`" in after
+
+
+def test_the_layers_are_the_import_tests_own():
+    tool = _tool()
+    diagram = tool.layer_diagram()
+    assert " 0  " in diagram and "io/fileio.py" in diagram.split(" 0  ", 1)[1].split("\n", 1)[0]
+    assert diagram.splitlines()[2] == " 9  __main__.py"

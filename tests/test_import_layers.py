@@ -173,8 +173,8 @@ def test_every_room_has_a_layer(room):
 
 
 def _cycles() -> list[list[str]]:
-    """Import circles between glassformer's modules (every import, lazy or TYPE_CHECKING ones too): each a
-    list of modules, the first one again at its end."""
+    """Import circles between glassformer's modules (every import, lazy or TYPE_CHECKING ones too, except a
+    :data:`DEFERRED` pair inside a function): each a list of modules, the first one again at its end."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"}
     graph = {name: sorted({m for _, m in _imports(path) if m in modules and m != name})
              for name, path in modules.items()}

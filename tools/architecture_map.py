@@ -1,12 +1,13 @@
 """Draw docs/architecture.md's package map from the code: every package (a room) of src/glassformer, what it
-imports from the other rooms, and each module with the first sentence of its docstring.
+imports from the other rooms, and each module with the first sentence of its docstring; and the layers the
+import test enforces (``LAYERS`` in tests/test_import_layers.py).
 
     python tools/architecture_map.py          # rewrite the map between the markers in docs/architecture.md
     python tools/architecture_map.py --check  # exit 1 (and say so) when the file is stale
 
-Only the part between ``BEGIN`` and ``END`` is written; the rest of the page stays by hand. The imports are read
-from the source (every import, lazy ones inside functions too), as tests/test_import_layers.py reads them.
-tests/test_architecture_map.py fails when the page and the code disagree.
+Only the parts between the ``BEGIN`` and ``END`` markers are written; the rest of the page stays by hand. The
+imports are read from the source (every import, lazy ones inside functions too), as tests/test_import_layers.py
+reads them. tests/test_architecture_map.py fails when the page and the code disagree.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "glassformer"
 PAGE = ROOT / "docs" / "architecture.md"
+LAYERS_TEST = ROOT / "tests" / "test_import_layers.py"
 BEGIN = "<!-- BEGIN package map: written by tools/architecture_map.py from the code; do not edit by hand -->"
 END = "<!-- END package map -->"
+BEGIN_LAYERS = "<!-- BEGIN layers: written by tools/architecture_map.py from tests/test_import_layers.py -->"
+END_LAYERS = "<!-- END layers -->"
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -93,17 +97,52 @@ def package_map(package: Path = PACKAGE) -> str:
     return "\n".join([*lines, END])
 
 
-def with_map(page: str, generated: str) -> str:
+def layer_diagram(test: Path = LAYERS_TEST) -> str:
+    """The layers, highest first, each with its rooms (``LAYERS`` of the import test; a module of io/ or cli/ is
+    a room of its own), as a text block between the layer markers."""
+    tree = ast.parse(test.read_text(encoding="utf-8"))
+    value = next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "LAYERS")
+    layers: dict[str, int] = ast.literal_eval(value)
+    lines = [BEGIN_LAYERS, "```text"]
+    for layer in sorted(set(layers.values()), reverse=True):
+        rooms = sorted(r for r, n in layers.items() if n == layer)
+        names = [_room_path(r, layers) for r in rooms]
+        row = f"{layer:2d} "
+        for name in names:  # wrapped at 100 columns, the continuation indented
+            if len(row) + len(name) > 100:
+                lines.append(row)
+                row = "   "
+            row += f" {name}"
+        lines.append(row)
+    return "\n".join([*lines, "```", END_LAYERS])
+
+
+def _room_path(room: str, layers: dict[str, int]) -> str:
+    """'nn' -> 'nn/', 'config' -> 'config.py', 'io.fileio' -> 'io/fileio.py', 'io' (split) -> 'io/__init__.py'."""
+    path = PACKAGE.joinpath(*room.split("."))
+    if room == "__init__":
+        return "__init__.py"
+    if any(r.startswith(f"{room}.") for r in layers):
+        return f"{room}/__init__.py"
+    return f"{room.replace('.', '/')}/" if path.is_dir() else f"{room.replace('.', '/')}.py"
+
+
+def with_map(page: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
     """``page`` with the text between the markers replaced by ``generated`` (which holds the markers)."""
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{PAGE}: the markers {BEGIN!r} and {END!r} are missing")
-    head, rest = page.split(BEGIN, 1)
-    return head + generated + rest.split(END, 1)[1]
+    if begin not in page or end not in page:
+        raise SystemExit(f"{PAGE}: the markers {begin!r} and {end!r} are missing")
+    head, rest = page.split(begin, 1)
+    return head + generated + rest.split(end, 1)[1]
+
+
+def drawn(page: str) -> str:
+    """``page`` with both generated parts as the code draws them now."""
+    return with_map(with_map(page, package_map()), layer_diagram(), BEGIN_LAYERS, END_LAYERS)
 
 
 def main(argv: list[str]) -> int:
     page = PAGE.read_text(encoding="utf-8")
-    fresh = with_map(page, package_map())
+    fresh = drawn(page)
     if "--check" in argv:
         if fresh != page:
             print(f"{PAGE} is stale: run python tools/architecture_map.py", file=sys.stderr)

@@ -164,6 +164,3 @@ def one_line(error: BaseException) -> str:
     text = " ".join(text.split()).encode("utf-8", "backslashreplace").decode("utf-8")  # a path name not UTF-8
     return text or type(error).__name__
 
-
-if __name__ == "__main__":
-    sys.exit(main())

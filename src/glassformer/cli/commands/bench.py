@@ -73,13 +73,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--reset_kernel_choices", action="store_true",
                         help="forget this machine's kernel choices (measured again when next needed), then stop")
     parser.add_argument("--defaults", action="store_true",
-                        help="time each default choice (Newton-Schulz precision, precision auto, the decode route, "
-                             "threads, compile) against its plain alternative here; exit 1 when one loses "
-                             "(with --quick: under a minute, no compile; --only picks checks: newton_schulz, "
-                             "precision, decode_route, threads, compile)")
+                        help="time each default choice (Newton-Schulz precision, precision auto, bfloat16 attention, "
+                             "the decode route, threads, compile) against its plain alternative here; exit 1 when one "
+                             "loses (with --quick: under a minute, no compile; --only picks checks: newton_schulz, "
+                             "precision, bf16_attention, decode_route, threads, compile)")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
     parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
+
+
+WAYS = {  # a kernel choice's case prefix -> (its special way, its plain way), as --kernel_choices names them
+    "precision": ("bfloat16", "float32"), "muon newton-schulz bfloat16": ("bfloat16", "float32"),
+    "attention bfloat16 blocked": ("the blocked bfloat16 kernel", "torch's kernel"),
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             kernel_choice.reset_choices()
         print(f"kernel choices of {kernel_choice.machine()} ({kernel_choice.kept_in() or kernel_choice.cache_file()}):")
         for case, record in sorted(kernel_choice.records().items()):
-            ways = ("bfloat16", "float32") if case.startswith("precision") else ("the route", "F.linear")
+            ways = next((w for prefix, w in WAYS.items() if case.startswith(prefix)), ("the route", "F.linear"))
             print(f"  {case}: {ways[0] if kernel_choice.effective(record) else ways[1]}\n"
                   f"      {kernel_choice.describe(record)}")
         if not kernel_choice.choices():
