@@ -158,7 +158,7 @@ class MultiHeadAttention(Tapped):
     (B, Tq, h, hd) before ``o_proj``; ``hook_result`` (B, Tq, h, d) each head's write, without the bias.
     ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
     (:func:`fused_attention`) or a function with its arguments computing the same attention another way, set by
-    a caller that asks for it (bfloat16 attention on the CPU's bfloat16 units, :mod:`glassformer.runtime.attention`,
+    a caller that asks for it (bfloat16 attention on the CPU's bfloat16 units, the blocked kernel of the speed policy,
     chosen by measurement and kept outside nn/)."""
 
     frozen_mode = False

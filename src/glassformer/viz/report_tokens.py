@@ -67,6 +67,8 @@ def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: in
 
 
 def cap_ids(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str = "en") -> list[int]:
+    """The first ``max_tokens`` of ``ids``; when some are cut, a note naming ``name`` (in ``lang``) is added to
+    ``notes`` so the page says what it leaves out."""
     if len(ids) > max_tokens:
         notes.append(tr("note.cap", lang, name=tr(f"note.name.{name}", lang), n=len(ids), max_tokens=max_tokens))
         return ids[:max_tokens]
