@@ -19,6 +19,8 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x, approximate="tanh")
     if name in ("silu", "swiglu"):
         return F.silu(x)
+    if name == "relu2":  # squared ReLU (Primer, So et al. 2021)
+        return F.relu(x).square()
     check_choice("activation", name, ACTIVATIONS)  # an unknown name stops here; a known one returned above
     raise AssertionError(f"activation {name!r} is in config.ACTIVATIONS but not implemented here")
 
@@ -27,7 +29,7 @@ class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
-    GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
+    GELU, Primer and the modded-nanogpt speedruns squared ReLU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
     Hook points: ``hook_pre`` (..., d_ff) before the activation (the gate's, when gated), ``hook_pre_linear``
     (gated only: ``up(x)``), ``hook_post`` (..., d_ff) what ``down`` reads."""
 
