@@ -29,7 +29,8 @@ class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
-    GELU, Primer and the modded-nanogpt speedruns squared ReLU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
+    GELU, Primer and the modded-nanogpt speedruns squared ReLU, and Llama SwiGLU (Shazeer 2020):
+    ``down(silu(gate(x)) * up(x))``, with a third matrix.
     Hook points: ``hook_pre`` (..., d_ff) before the activation (the gate's, when gated), ``hook_pre_linear``
     (gated only: ``up(x)``), ``hook_post`` (..., d_ff) what ``down`` reads."""
 
