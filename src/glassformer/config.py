@@ -18,7 +18,7 @@ ARCHS = ("lm", "encoder-decoder")
 ATTN_TYPES = ("causal", "bidirectional", "prefix")
 POS_TYPES = ("sinusoidal", "learned", "rope", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "relu2")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,7 @@ class ModelConfig:
     pos: str = option("sinusoidal", choices=POS_TYPES)  # sinusoidal 2017, learned GPT-2/BERT, rope Llama, alibi BLOOM
     tie: bool = True  # output projection shares the token embedding matrix (Press & Wolf 2017)
     norm_first: bool = True  # pre-norm (GPT-2 on) or post-norm (2017, BERT)
-    # relu 2017, gelu BERT, gelu_tanh GPT-2, swiglu Llama, relu2 = relu(x)² (So et al. 2021, modded-nanogpt)
-    activation: str = option("gelu", choices=ACTIVATIONS)
+    activation: str = option("gelu", choices=ACTIVATIONS)  # relu 2017, gelu BERT, gelu_tanh GPT-2, swiglu Llama
     norm: str = option("layernorm", choices=NORMS)  # "layernorm" or "rmsnorm" (Llama)
     norm_eps: float = option(1e-5, gt=0.0)  # epsilon of every norm (BERT: 1e-12, Llama: 1e-6)
     n_kv_heads: int | None = option(None, ge=1)  # key/value heads for GQA (1 = MQA); None = n_heads (plain MHA)

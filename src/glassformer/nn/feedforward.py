@@ -19,8 +19,6 @@ def activate(name: str, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x, approximate="tanh")
     if name in ("silu", "swiglu"):
         return F.silu(x)
-    if name == "relu2":  # squared ReLU (Primer, So et al. 2021)
-        return F.relu(x).square()
     check_choice("activation", name, ACTIVATIONS)  # an unknown name stops here; a known one returned above
     raise AssertionError(f"activation {name!r} is in config.ACTIVATIONS but not implemented here")
 
@@ -29,8 +27,12 @@ class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
+<<<<<<< HEAD
     GELU, Primer and the modded-nanogpt speedruns squared ReLU, and Llama SwiGLU (Shazeer 2020):
     ``down(silu(gate(x)) * up(x))``, with a third matrix.
+=======
+    GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
+>>>>>>> parent of fe18ef9 (activation relu2 (squared ReLU, Primer / modded-nanogpt) for the fast recipe to try)
     Hook points: ``hook_pre`` (..., d_ff) before the activation (the gate's, when gated), ``hook_pre_linear``
     (gated only: ``up(x)``), ``hook_post`` (..., d_ff) what ``down`` reads."""
 
