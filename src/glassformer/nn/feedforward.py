@@ -27,12 +27,7 @@ class FeedForward(Tapped):
     """Two linear maps with a non-linearity between: d -> d_ff -> d, applied to each position alone.
 
     The original Transformer uses ReLU with d_ff = 4d, GPT-2 GELU (tanh approximation), BERT exact
-<<<<<<< HEAD
-    GELU, Primer and the modded-nanogpt speedruns squared ReLU, and Llama SwiGLU (Shazeer 2020):
-    ``down(silu(gate(x)) * up(x))``, with a third matrix.
-=======
     GELU, and Llama SwiGLU (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, with a third matrix.
->>>>>>> parent of fe18ef9 (activation relu2 (squared ReLU, Primer / modded-nanogpt) for the fast recipe to try)
     Hook points: ``hook_pre`` (..., d_ff) before the activation (the gate's, when gated), ``hook_pre_linear``
     (gated only: ``up(x)``), ``hook_post`` (..., d_ff) what ``down`` reads."""
 
