@@ -144,9 +144,16 @@ def build_corpus(lines: list[str], megabytes: float, work: Path) -> Path:
     return path
 
 
-def run_one(name: str, corpus: Path, vocab: int, work: Path) -> dict:
-    """One contender in its own process: {"wall_s", "tokens", "peak_rss_mb"}."""
+def run_one(name: str, corpus: Path, vocab: int, work: Path, cap_gb: float = 0.0) -> dict:
+    """One contender in its own process: {"wall_s", "tokens", "peak_rss_mb"}; with ``cap_gb``, its address space
+    is limited to that many GB (so an approach that holds the whole corpus fails with MemoryError, not the machine)."""
+    import resource
     import shutil
+
+    def limit() -> None:
+        if cap_gb > 0:
+            cap = int(cap_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     out = work / f"out-{name}"
     shutil.rmtree(out, ignore_errors=True)
@@ -154,9 +161,10 @@ def run_one(name: str, corpus: Path, vocab: int, work: Path) -> dict:
         stale.unlink()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run([sys.executable, "-c", SCRIPTS[name], str(corpus), str(out), str(vocab)],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, preexec_fn=limit)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        error = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        return {"error": f"{error} (address space capped at {cap_gb:g} GB)" if cap_gb > 0 else error}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -169,6 +177,8 @@ def main() -> None:
     parser.add_argument("--text", type=Path, default=ROOT.parent / "shared" / "data", help="text to build from")
     parser.add_argument("--work", type=Path, default=Path("/tmp/glassformer-bench-data"), help="corpora, outputs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-output" / "bench_data.json")
+    parser.add_argument("--cap_gb", type=float, default=16.0,
+                        help="address-space cap per contender in GB (0: none); keeps the machine alive")
     args = parser.parse_args()
     from glassformer.runtime.kernel_choice import cpu_name
 
@@ -182,7 +192,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for round_ in range(args.rounds):
             for name in names if round_ % 2 == 0 else names[::-1]:
-                runs[name].append(run_one(name, corpus, args.vocab, args.work))
+                runs[name].append(run_one(name, corpus, args.vocab, args.work, args.cap_gb))
                 print(f"{size:g} MB {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
         summary = {}
         for name, found in runs.items():

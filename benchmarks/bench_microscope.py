@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from glassformer.bench.runner import machine
-from glassformer.interpret.microscope import Microscope
 from glassformer.training import TrainConfig, Trainer, prepare_run
+from glassformer.training.microscope import Microscope
 
 
 def timed_run(config_file: Path, overrides: dict, watch: bool) -> dict[str, float]:

@@ -677,8 +677,8 @@ def stage_decode(stage: Stage, graphs: bool = False) -> None:
 
 
 def stage_decode_compiled(stage: Stage) -> None:
-    """The first decoding case again, glassformer eager vs its ``hidden_states`` compiled with dynamic
-    shapes (so the growing cache does not recompile every step), bfloat16."""
+    """The first decoding case again, glassformer eager vs ``generate(..., compile=True)`` (each step the
+    model's forward compiled on a static cache: one compile per shape), bfloat16."""
     from glassformer.bench.generate import bench_decode_compile
 
     size = bench_size("gpt2", stage.tiny)

@@ -10,8 +10,8 @@ import torch
 from glassformer import TransformerLM
 from glassformer.data import mask_tokens
 from glassformer.generation import fill_mask
+from glassformer.io.textwidth import pad
 from glassformer.runtime import tune
-from glassformer.textwidth import pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 

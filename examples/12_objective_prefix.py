@@ -13,8 +13,8 @@ configs/prefix_reverse.yaml) and their figures are in docs/results.md.
 import torch
 
 from glassformer import TransformerLM
+from glassformer.io.textwidth import pad
 from glassformer.recipes import SequenceTask, exact_match
-from glassformer.textwidth import pad
 from glassformer.training import batch_loss
 
 STEPS, BATCH = 200, 64

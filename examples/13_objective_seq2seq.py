@@ -14,7 +14,7 @@ import torch
 from glassformer import EncoderDecoder
 from glassformer.data import collate_pairs, encode_pairs
 from glassformer.generation import translate
-from glassformer.textwidth import pad
+from glassformer.io.textwidth import pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import batch_loss
 

@@ -369,11 +369,13 @@ def test_cli_shows_and_resets_kernel_choices(tmp_path, monkeypatch, capsys):
     record = {"final": True, "measured": "2026-12-01T00:00:00+00:00", "how": "3 rounds x 7 pairs", "ratios": [0.5]}
     (tmp_path / "kernel-choices.json").write_text(json.dumps({kernel_choice.machine(): {
         "linear few-row route: 1 x 8 -> 8": {**record, "special": True},
-        "precision bfloat16 | train | lm": {**record, "special": False}}}))
+        "precision bfloat16 | train | lm": {**record, "special": False},
+        "attention bfloat16 blocked: train causal 48 rows": {**record, "special": True}}}))
     assert main(["bench", "--kernel_choices"]) == 0
     out = capsys.readouterr().out
     assert "linear few-row route: 1 x 8 -> 8: the route" in out and str(tmp_path) in out
     assert "precision bfloat16 | train | lm: float32" in out
+    assert "attention bfloat16 blocked: train causal 48 rows: the blocked bfloat16 kernel" in out
     assert main(["bench", "--reset_kernel_choices"]) == 0
     assert "none yet" in capsys.readouterr().out
     assert kernel_choice.choices() == {}

@@ -21,7 +21,7 @@ import torch
 
 from glassformer import ModelConfig, build_model
 from glassformer.cli import main
-from glassformer.fileio import replace_symlink
+from glassformer.io.fileio import replace_symlink
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import load_checkpoint, save_checkpoint
 from glassformer.training.checkpoint import commit_checkpoint
@@ -162,9 +162,9 @@ SAE_ORDER = ["state", "sae", "metrics.json", "features.html"]  # what an SAE run
 def test_a_full_disk_in_sae_is_one_line_and_leaves_no_partial_file(tmp_path, capsys, monkeypatch, where):
     from safetensors import SafetensorError
 
-    import glassformer.fileio as fileio
     import glassformer.interpret.sae.model as sae_model
     import glassformer.interpret.sae.train as sae_train
+    import glassformer.io.fileio as fileio
 
     model, tok = tiny()
     save_checkpoint(tmp_path / "ck", model, tok)

@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 
 from allocation_helpers import allocations
 from glassformer import ModelConfig, build_model
-from glassformer.budget import (
+from glassformer.errors import BadFileError, GlassformerError
+from glassformer.io.budget import (
     OutOfMemoryError,
     check_training_fits,
     param_count,
     parse_size,
     training_bytes,
 )
-from glassformer.errors import BadFileError, GlassformerError
-from glassformer.loaders import MAX_YAML_NODES, expanded_size
+from glassformer.io.loaders import MAX_YAML_NODES, expanded_size
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 
@@ -254,7 +254,7 @@ def test_any_combination_of_sizes_is_accepted_within_the_budget_or_refused_at_on
 
 def decide(model: dict, options: dict) -> None:
     """Build the config and check the training fits: refused with one line, or accepted within 1 GB."""
-    from glassformer.budget import INT64_MAX
+    from glassformer.io.budget import INT64_MAX
 
     try:
         config = ModelConfig(**model, n_heads=1, pos="learned")
@@ -269,7 +269,7 @@ def decide(model: dict, options: dict) -> None:
 
 
 def test_beams_times_prompts_is_estimated_as_a_product():
-    from glassformer.budget import check_fits, generation_bytes
+    from glassformer.io.budget import check_fits, generation_bytes
 
     config = ModelConfig.preset("gpt2-small")
     check_fits(generation_bytes(config, 4096, 1024), "4096 beams", max_memory="1TB")  # each cap alone: fine

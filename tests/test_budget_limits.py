@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocation_helpers import allocations
-from glassformer import budget
-from glassformer.budget import MemorySources, OutOfMemoryError, check_fits, memory_room
 from glassformer.cli import main
 from glassformer.errors import GlassformerError
+from glassformer.io import budget
+from glassformer.io.budget import MemorySources, OutOfMemoryError, check_fits, memory_room
 
 GB = 10**9
 
@@ -171,7 +171,7 @@ def test_a_probe_batch_that_cannot_fit_is_refused_before_any_probe():
     import torch
 
     from glassformer import ModelConfig, build_model
-    from glassformer.interpret.microscope import Microscope, WatchConfig
+    from glassformer.training.microscope import Microscope, WatchConfig
 
     model = build_model(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=64))
     watch = WatchConfig.from_dict({"probe_batch": 10**8})
@@ -222,7 +222,7 @@ def test_an_sae_too_wide_for_the_memory_is_refused_before_allocating(tmp_path, m
 
 
 def test_the_sae_estimate_counts_weights_adam_the_step_and_the_buffer():
-    from glassformer.budget import sae_bytes
+    from glassformer.io.budget import sae_bytes
 
     assert sae_bytes(512, 2**20, 1024, 32768) >= 4 * (2 * 512 * 2**20) * 4 + 2 * 1024 * 2**20 * 4 + 32768 * 512 * 4
     assert sae_bytes(512, 2**20 + 1, 1024, 32768) > sae_bytes(512, 2**20, 1024, 32768)

@@ -11,7 +11,7 @@ import torch
 
 import glassformer
 from glassformer import ModelConfig, build_model
-from glassformer.fileio import new_directory, replace_symlink
+from glassformer.io.fileio import new_directory, replace_symlink
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import load_checkpoint, load_state_file, save_checkpoint
 from glassformer.training.checkpoint import commit_checkpoint, find_resumable

@@ -134,7 +134,7 @@ def test_bad_config_file_and_checkpoint(tmp_path, capsys):
 
 
 def test_overrides_from_argv_then_applied_to_a_config():
-    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.cli.commands.overrides import overrides_from_argv
     from glassformer.errors import UsageError
     from glassformer.training import TrainConfig, apply_overrides
 
@@ -158,13 +158,13 @@ def test_overrides_from_argv_then_applied_to_a_config():
 
 
 def test_commands_do_not_import_the_cli():
-    """The verbs raise glassformer's own errors; nothing in glassformer.commands imports glassformer.cli."""
+    """The verbs raise glassformer's own errors; nothing in glassformer.cli.commands imports glassformer.cli."""
     import ast
     from pathlib import Path
 
-    import glassformer.commands
+    import glassformer.cli.commands
 
-    for path in Path(glassformer.commands.__file__).parent.glob("*.py"):
+    for path in Path(glassformer.cli.commands.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module == "cli" or (node.module or "").endswith("glassformer.cli")), path.name
@@ -198,7 +198,7 @@ def test_train_draws_the_loss_curve_even_when_training_diverges(tmp_path, capsys
 def test_command_line_values_are_typed_by_the_field_they_set(tmp_path, capsys):
     """Strings as written (a YAML comment cut ``exp #2`` to ``exp``; ``null``, ``yes``, ``0123`` changed type),
     numbers as numbers, YAML only for lists and mappings; an alias bomb refused at once, in one line."""
-    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.cli.commands.overrides import overrides_from_argv
     from glassformer.training import TrainConfig, apply_overrides
 
     argv = ["--out_dir", str(tmp_path / "exp #2"), "--src", "a\nb", "--cache_dir", "null", "--device", "cpu",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from glassformer.cli_zh import ARGPARSE_ZH, CLI_TEXT, cli_lang, move_lang
+from glassformer.cli.zh import ARGPARSE_ZH, CLI_TEXT, cli_lang, move_lang
 
 SCRIPT = """
 import sys
@@ -48,7 +48,7 @@ def test_help_frame_in_chinese_without_torch(argv: list[str], lang_env: str | No
 def test_every_verb_summary_in_chinese() -> None:
     """A new verb without a Chinese one-line summary fails here; the summaries show under zh."""
     from glassformer.cli import VERBS
-    from glassformer.cli_zh import VERB_HELP_ZH
+    from glassformer.cli.zh import VERB_HELP_ZH
 
     assert set(VERB_HELP_ZH) == set(VERBS)
     done = _run(["--help"], "zh_CN.UTF-8")
@@ -111,7 +111,7 @@ def test_lang_resolution_and_hand_on() -> None:
 
 
 def test_locale_rule_matches_viz() -> None:
-    from glassformer.cli_zh import locale_lang
+    from glassformer.cli.zh import locale_lang
     from glassformer.viz.i18n import locale_lang as viz_locale_lang
 
     for env in ({}, {"LANG": "zh_CN.UTF-8"}, {"LC_ALL": "C", "LANG": "zh_CN"}, {"LC_MESSAGES": "zh_TW"},
@@ -139,7 +139,7 @@ def _verb_parsers() -> dict:
 def test_every_option_help_has_chinese_and_none_is_stale() -> None:
     import argparse
 
-    from glassformer.cli_help_zh import HELP_ZH
+    from glassformer.cli.help_zh import HELP_ZH
 
     used = set()
     for verb, parser in _verb_parsers().items():
@@ -158,7 +158,7 @@ def test_every_description_group_and_epilog_has_chinese() -> None:
     """Descriptions and group titles all have Chinese ones; in each epilog, every line that is not an
     example command or a key list is Chinese after translation, and the examples are unchanged."""
     from glassformer.cli import VERBS
-    from glassformer.cli_help_zh import DESCRIPTION_ZH, GROUP_ZH, PARAGRAPH_ZH, PHRASE_ZH, translate_epilog
+    from glassformer.cli.help_zh import DESCRIPTION_ZH, GROUP_ZH, PARAGRAPH_ZH, PHRASE_ZH, translate_epilog
 
     assert set(DESCRIPTION_ZH) == set(VERBS)
     parsers = _verb_parsers()
@@ -186,8 +186,8 @@ def test_train_key_comments_have_chinese() -> None:
     from pathlib import Path
 
     import glassformer
-    from glassformer.cli_help_zh import TRAIN_KEY_ZH, translate_epilog
-    from glassformer.commands.overrides import dataclass_keys
+    from glassformer.cli.commands.overrides import dataclass_keys
+    from glassformer.cli.help_zh import TRAIN_KEY_ZH, translate_epilog
 
     config = Path(glassformer.__file__).parent / "training" / "config.py"
     commented = {name for name, _, comment in dataclass_keys(config, "TrainConfig") if comment}
@@ -205,8 +205,8 @@ def test_verb_help_in_chinese_fits_the_terminal(verb: str, capsys: pytest.Captur
     """Each verb's --help under zh: its description and every option's help in Chinese, no line wider than
     the terminal's 80 columns (Chinese characters count two) but for example commands and key lists."""
     from glassformer.cli import main
-    from glassformer.cli_help_zh import DESCRIPTION_ZH, HELP_ZH
-    from glassformer.textwidth import display_width
+    from glassformer.cli.help_zh import DESCRIPTION_ZH, HELP_ZH
+    from glassformer.io.textwidth import display_width
 
     monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit) as stop:
@@ -227,7 +227,7 @@ def test_train_key_comments_keep_their_column_in_chinese(columns: int, capsys: p
     """``train --help`` under zh: a key's comment too long for the terminal wraps under itself (its column,
     as every other comment's), or under the key on a terminal too narrow for the column; no line too wide."""
     from glassformer.cli import main
-    from glassformer.textwidth import display_width
+    from glassformer.io.textwidth import display_width
 
     monkeypatch.setenv("COLUMNS", str(columns))
     with pytest.raises(SystemExit):
@@ -256,8 +256,8 @@ def test_generate_help_in_chinese_without_torch() -> None:
 
 
 def test_wrap_columns_counts_columns_and_keeps_punctuation() -> None:
-    from glassformer.cli_help_zh import wrap_columns
-    from glassformer.textwidth import display_width
+    from glassformer.cli.help_zh import wrap_columns
+    from glassformer.io.textwidth import display_width
 
     text = "在整个文件上为检查点打分：损失、困惑度（字符级模型还有每字符比特数）。目标 training.json，除非另行给出。"
     for width in range(16, 60):  # from the longest word (training.json，) up

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from glassformer import load
-from glassformer.commands.overrides import overrides_from_argv
+from glassformer.cli.commands.overrides import overrides_from_argv
 from glassformer.training import DistInfo, TrainConfig, Trainer, load_checkpoint, prepare_run
 from glassformer.training.distributed import grad_sync, wrap_for_training
 
@@ -44,7 +44,7 @@ def train_two(corpus: Path, out: Path, *more: str) -> None:
     """Train in 2 CPU processes under torchrun with KEYS (then ``more``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-               "glassformer.cli", "train", "--json", "--data", str(corpus), "--out_dir", str(out), *KEYS, *more]
+               "glassformer", "train", "--json", "--data", str(corpus), "--out_dir", str(out), *KEYS, *more]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count('"stopped": "done"') == 1  # only rank 0 reports

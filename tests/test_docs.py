@@ -63,6 +63,8 @@ SKIPPED = {
     ("docs/training.md", "a server"),       # tensorboard serves until stopped; wandb sync uploads
     ("docs/benchmarks.md", "CUDA"),         # --device cuda: CI has no GPU
     ("docs/transcoders.md", "minutes"),     # the induction model and its transcoders: ~15 min; output quoted
+    ("docs/learn/08-from-heads-to-features.md", "minutes"),  # examples/21_graph_mechanisms.py: its JSON is read
+    ("docs/learn/zh-CN/08-from-heads-to-features.md", "minutes"),  # the Chinese twin of the block above
     ("docs/learn/report.md", "root"),       # sudo apt install: CI installs the package with .ci/system-deps
     ("docs/learn/report.md", "the suite"),  # pytest -m browser: `make test` runs those tests already
     ("docs/learn/zh-CN/report.md", "root"),  # the Chinese twin of the two above (the same blocks)

@@ -47,7 +47,7 @@ def test_a_huge_added_token_is_refused_before_the_tokenizer_is_built(tmp_path):
 
 
 def _rlimit(monkeypatch, tmp_path, address: int | None, nproc: int | None = None) -> None:
-    from glassformer import budget
+    from glassformer.io import budget
 
     (tmp_path / "statm").write_text("0 0 0 0 0 0 0\n")
 
@@ -60,7 +60,7 @@ def _rlimit(monkeypatch, tmp_path, address: int | None, nproc: int | None = None
 
 def test_thread_counts_are_checked_against_ulimit(monkeypatch, tmp_path):
     """num_threads 4096 under ulimit -v 3 GB ended the process in libgomp with no glassformer line."""
-    from glassformer.budget import check_threads
+    from glassformer.io.budget import check_threads
 
     _rlimit(monkeypatch, tmp_path, 3 * GB)
     check_threads(4)
@@ -73,8 +73,8 @@ def test_thread_counts_are_checked_against_ulimit(monkeypatch, tmp_path):
 
 
 def test_edge_attribution_is_estimated_before_it_allocates(model, monkeypatch, tmp_path):
-    from glassformer.budget import address_reserve
     from glassformer.interpret.circuits import edge_attribution
+    from glassformer.io.budget import address_reserve
 
     ids = torch.zeros(4096, 16, dtype=torch.long)  # 5 x (S=7 + R=15) writes of 4096 x 16 x 16 floats: 462 MB
     _rlimit(monkeypatch, tmp_path, 200 * 10**6 + address_reserve())
@@ -107,8 +107,8 @@ def test_circuit_arguments_are_checked(model):
 
 def test_older_api_checks(model, tmp_path):
     from glassformer.interpret.lens import direct_logit_attribution
+    from glassformer.io.state_check import check_optimizer_state
     from glassformer.nn.norms import RMSNorm
-    from glassformer.state_check import check_optimizer_state
     from glassformer.tokenizers import CharTokenizer
 
     ids = torch.randint(0, 20, (2, 6))
@@ -136,8 +136,8 @@ def test_older_api_checks(model, tmp_path):
 
 
 def test_replay_checks_its_probe_text(model):
-    from glassformer.interpret.microscope import replay
     from glassformer.tokenizers import CharTokenizer
+    from glassformer.training.microscope import replay
 
     tok = CharTokenizer.from_text("abcdefghijklmnop")
     for text in (torch.arange(6), torch.zeros(0, 6, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long)):
@@ -147,7 +147,7 @@ def test_replay_checks_its_probe_text(model):
 
 # ---------------------------------------------------------------------------- root cause 8: tokenizers, paths
 def _hf(tokenizer):
-    from glassformer.loaders import rust_tokenizer
+    from glassformer.io.loaders import rust_tokenizer
     from glassformer.tokenizers.hf import HFTokenizer
 
     return HFTokenizer(rust_tokenizer(json.loads(tokenizer.to_str()), "tokenizer.json"), {})
@@ -238,7 +238,7 @@ def test_reading_a_small_json_file_sets_aside_its_size_not_the_bound(tmp_path):
     """read(max_bytes + 1) set 256 MiB (1 GiB before) aside for every tokenizer.json read: under ulimit -v
     that is address space a 2-byte file took."""
     from allocation_helpers import allocations
-    from glassformer.loaders import load_json
+    from glassformer.io.loaders import load_json
 
     (tmp_path / "t.json").write_text('{"a": 1}')
     with allocations() as seen:

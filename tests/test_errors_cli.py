@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import glassformer.commands.convert as convert_verb
+import glassformer.cli.commands.convert as convert_verb
 from glassformer import ModelConfig, build_model
 from glassformer.cli import main
 from glassformer.errors import BadFileError, GlassformerError

@@ -470,9 +470,9 @@ DOCUMENTS = st.one_of(st.binary(max_size=80), JSONISH.map(lambda v: json.dumps(v
 @FAST
 @given(content=DOCUMENTS, numbers=st.booleans())
 def test_loaders_read_any_bytes_or_give_one_glassformer_error(content, numbers):
-    """Every reader of glassformer.loaders, fed arbitrary bytes, deep nesting and numbers past Python's
+    """Every reader of glassformer.io.loaders, fed arbitrary bytes, deep nesting and numbers past Python's
     int-digit limit: a value, or a GlassformerError; never a ValueError, RecursionError or panic."""
-    from glassformer.loaders import load_json, load_yaml, read_records
+    from glassformer.io.loaders import load_json, load_yaml, read_records
 
     path = ROOT / "document"
     path.write_bytes(content)
@@ -495,7 +495,7 @@ TRUNCATION = st.fixed_dictionaries({}, optional={
 @given(padding=st.one_of(st.none(), PADDING, JSONISH), truncation=st.one_of(st.none(), TRUNCATION, JSONISH))
 def test_a_tokenizer_json_with_any_padding_or_truncation_loads_or_is_one_error(padding, truncation):
     """Issue 31: a padding length of 2**40 aborted the process inside the Rust library."""
-    from glassformer.loaders import rust_tokenizer
+    from glassformer.io.loaders import rust_tokenizer
 
     data = json.loads(tokenizer("bpe").hf.to_str())
     data.update(padding=padding, truncation=truncation)
@@ -513,7 +513,7 @@ def test_a_damaged_torch_state_loads_or_is_one_error(cut, flips, deflate):
     """A real train_state.pt cut, with bytes changed, or its records deflated: a dict or one error."""
     import zipfile
 
-    from glassformer.loaders import load_state_file
+    from glassformer.io.loaders import load_state_file
 
     path = ROOT / "state.pt"
     torch.save({"step": 3, "m": torch.arange(200, dtype=torch.float32), "rng": torch.zeros(5, dtype=torch.uint8)}, path)
@@ -545,7 +545,7 @@ STRING_KEYS = ("out_dir", "cache_dir", "device", "max_memory", "src")
 def test_a_string_option_takes_the_text_as_written(key, text, glued):
     """``--out_dir 'exp #2'``, ``$'a\\nb'``, ``null``, ``yes``, ``{x}``, ``0123``: a string field holds exactly
     what was typed (it was read as YAML: a comment cut it, null and yes changed type)."""
-    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.cli.commands.overrides import overrides_from_argv
     from glassformer.training import apply_overrides
 
     argv = [f"--{key}={text}"] if glued else [f"--{key}", text]
@@ -566,7 +566,7 @@ def test_a_string_option_takes_the_text_as_written(key, text, glued):
 def test_a_typed_option_is_its_type_or_one_error(text, key):
     """A number, bool, list or mapping option: parsed as its field's type (YAML, bounded and without aliases,
     only for lists and mappings), or one GlassformerError naming the option."""
-    from glassformer.commands.overrides import overrides_from_argv
+    from glassformer.cli.commands.overrides import overrides_from_argv
     from glassformer.training import apply_overrides
 
     try:

@@ -17,35 +17,43 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # import higher ones. Above the library: the package's face (__init__.py), the verbs, the CLI that
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
-    "errors": 0, "fileio": 0, "records": 0, "loaders": 0, "_version": 0, "textwidth": 0, "validate": 0, "progress": 0,
+    "errors": 0, "io": 0, "io.fileio": 0, "io.records": 0, "io.loaders": 0, "_version": 0, "io.textwidth": 0,
+    "validate": 0, "io.progress": 0, "io.signals": 0,
     "locale": 0,  # the message catalogues (JSON data and their reader)
-    "config": 1, "tokenizers": 1, "safetensors_header": 1,
-    "nn": 2, "data": 2, "budget": 2, "state_check": 2,
+    "config": 1, "tokenizers": 1, "io.safetensors_header": 1,
+    "nn": 2, "data": 2, "io.budget": 2, "io.state_check": 2,
     "models": 3,
     "training": 4, "generation": 4, "runtime": 4,
     "checks": 4, "interpret": 4,
     "viz": 5, "interop": 5, "bench": 5, "recipes": 5, "lessons": 5,
     "__init__": 6,
-    "commands": 7, "cli_zh": 7, "cli_help_zh": 7, "cli": 8, "__main__": 9,
+    "cli.commands": 7, "cli.zh": 7, "cli.help_zh": 7, "cli": 8, "__main__": 9,
 }
+# The two packages of the periphery hold modules of several layers: each of their modules is a room of its own.
+SPLIT = ("io", "cli")
 # Rooms on the same layer that may use each other, one way only (the other way is then an error).
 SIDEWAYS: set[tuple[str, str]] = {
     ("data", "nn"),          # none today; allowed: data may build masks
-    ("fileio", "errors"),    # the ownership rule refuses with glassformer's own error
-    ("records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
-    ("textwidth", "errors"),  # a bad alignment is a GlassformerError
+    ("io.fileio", "errors"),    # the ownership rule refuses with glassformer's own error
+    ("io.records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
+    ("io.textwidth", "errors"),  # a bad alignment is a GlassformerError
     ("validate", "errors"),  # the config validator builds on the argument checks
-    ("validate", "loaders"),  # a command-line list or mapping is read by the bounded YAML reader
-    ("progress", "errors"),  # a heartbeat checks its interval
-    ("loaders", "errors"),   # every way a file can be unusable is a BadFileError
+    ("validate", "io.loaders"),  # a command-line list or mapping is read by the bounded YAML reader
+    ("io.progress", "errors"),  # a heartbeat checks its interval
+    ("io.loaders", "errors"),   # every way a file can be unusable is a BadFileError
     ("recipes", "viz"),      # a recipe draws its loss curve and samples
     ("lessons", "viz"),      # a lesson draws its attention maps
     ("recipes", "interop"),
     ("bench", "interop"),
     ("training", "runtime"),    # precision and device choices
     ("generation", "runtime"),  # the few-row decoding route
-    ("training", "interpret"),  # the trainer runs the training microscope (config.watch) at its evaluations
-    ("commands", "cli_zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
+    ("training", "interpret"),  # the training microscope (config.watch) records interpret's measurements
+    ("cli.commands", "cli.zh"),     # an option error carries the CLI's text (locale/cli.json) in English and Chinese
+}
+# Imports up the layers (and so round a circle) allowed inside a function only, never at import time: (file,
+# module). The one: TransformerLens's habit, model.run_with_hooks/run_with_cache calling interpret's verbs.
+DEFERRED: set[tuple[str, str]] = {
+    ("models/common.py", "glassformer.interpret.hooks"),
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
@@ -55,10 +63,12 @@ ONLY: dict[str, set[str]] = {
 
 
 def _room(module: str) -> str:
-    """'glassformer.nn.attention' -> 'nn'; 'glassformer' -> '__init__'."""
+    """'glassformer.nn.attention' -> 'nn'; 'glassformer.io.fileio' -> 'io.fileio'; 'glassformer' -> '__init__'."""
     parts = module.split(".")
     if parts[-1] == "__main__":
         return "__main__"
+    if len(parts) > 2 and parts[1] in SPLIT:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -71,11 +81,16 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) for every glassformer import in ``path``, at any depth."""
+    """(line, absolute module) for every glassformer import in ``path``, at any depth; a pair of
+    :data:`DEFERRED` is left out where it is inside a function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    deferred = {m for f, m in DEFERRED if PACKAGE / f == path}
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "glassformer"]
         elif isinstance(node, ast.ImportFrom):
@@ -87,15 +102,13 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 target = node.module or ""
             if target.split(".")[0] != "glassformer":
                 continue
-            if node.module is None or target == "glassformer":
-                # `from . import x` / `from .. import x`: x may be a submodule or a name of the package
-                for alias in node.names:
-                    sub = f"{target}.{alias.name}"
-                    is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                        (PACKAGE.parent / Path(*sub.split("."))).is_dir()
-                    found.append((node.lineno, sub if is_module else target))
-            else:
-                found.append((node.lineno, target))
+            if target in deferred and id(node) in inside:
+                continue  # allowed inside a function: DEFERRED
+            for alias in node.names:  # `from ..io import progress`: x may be a submodule or a name of the package
+                sub = f"{target}.{alias.name}"
+                is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                    (PACKAGE.parent / Path(*sub.split("."))).is_dir()
+                found.append((node.lineno, sub if is_module else target))
     return found
 
 
@@ -153,3 +166,70 @@ def test_the_checker_catches_an_upward_arrow(tmp_path):
                                          if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}))
 def test_every_room_has_a_layer(room):
     assert room in LAYERS
+
+
+def _cycles() -> list[list[str]]:
+    """Import circles between glassformer's modules (every import, lazy or TYPE_CHECKING ones too, except a
+    :data:`DEFERRED` pair inside a function): each a list of modules, the first one again at its end."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"}
+    graph = {name: sorted({m for _, m in _imports(path) if m in modules and m != name})
+             for name, path in modules.items()}
+    found, done = [], set()
+    for start in sorted(graph):  # depth first from each module; a module on the current path seen again: a circle
+        path, stack = [start], [iter(graph[start])]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                done.add(path.pop())
+                stack.pop()
+            elif nxt in path:
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return found
+
+
+def test_no_import_circle():
+    """No module imports itself back through others (models/common <-> models/families was one)."""
+    assert _cycles() == []
+
+
+def test_the_circle_check_catches_a_circle(tmp_path):
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    (fake / "models").mkdir(parents=True)
+    (fake / "models" / "a.py").write_text("from .b import x\n", encoding="utf-8")
+    (fake / "models" / "b.py").write_text("def f():\n    from glassformer.models import a\n", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        cycles = _cycles()
+    finally:
+        PACKAGE = saved
+    assert ["glassformer.models.a", "glassformer.models.b", "glassformer.models.a"] in cycles, cycles
+
+
+def test_viz_modules_share_only_public_names():
+    """What viz/'s pages share is public (viz/page.py: the frame of every page), never another module's
+    ``_private`` name."""
+    private = [f"{path.name}:{node.lineno} {alias.name}" for path in sorted((PACKAGE / "viz").glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
+               for alias in node.names if alias.name.startswith("_")]
+    assert private == []
+
+
+def test_a_deferred_import_is_allowed_only_inside_a_function(tmp_path):
+    global PACKAGE
+    fake = tmp_path / "glassformer"
+    for room in ("models", "interpret"):
+        (fake / room).mkdir(parents=True)
+    (fake / "interpret" / "hooks.py").write_text("", encoding="utf-8")
+    (fake / "models" / "common.py").write_text("from ..interpret import hooks\n\n\ndef f():\n"
+                                               "    from ..interpret.hooks import run\n", encoding="utf-8")
+    PACKAGE, saved = fake, PACKAGE
+    try:
+        problems = _violations()
+    finally:
+        PACKAGE = saved
+    in_models = [p for p in problems if p.startswith("models/common.py")]
+    assert len(in_models) == 1 and in_models[0].startswith("models/common.py:1 imports glassformer.interpret"), problems

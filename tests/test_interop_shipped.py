@@ -20,7 +20,8 @@ V = 50
 NARROW = {"d_model": 16, "n_heads": 2, "d_ff": 32}  # the shape's kind kept, its width cut (fast)
 # What each shipped causal LM exports as: bias-free GPT-2 gets zero biases, RoPE + LayerNorm is GPT-NeoX,
 # the attention-only induction model gets a zero feed-forward sub-layer.
-EXPORTS = {"induction_heads": "GPTNeoXForCausalLM", "prefix_lookahead": "GPT2LMHeadModel",
+EXPORTS = {"induction_heads": "GPTNeoXForCausalLM", "induction_heads_mlp": "GPTNeoXForCausalLM",
+           "prefix_lookahead": "GPT2LMHeadModel",
            "prefix_reverse": "GPT2LMHeadModel", "shakespeare_char": "GPT2LMHeadModel",
            "shakespeare_char_fast": "GPTNeoXForCausalLM", "shakespeare_char_gpu": "GPT2LMHeadModel",
            "shakespeare_char_sae": "GPT2LMHeadModel", "tang_poems_char": "GPT2LMHeadModel"}

@@ -87,7 +87,7 @@ def test_the_edge_graph_rewrites_the_model_exactly(changes):
     assert circuit_metric(model, clean, corrupted, metric, []) == pytest.approx(corrupted_m, abs=1e-5)
     assert abs(clean_m - corrupted_m) > 1e-3
     # patching every edge is the other run; no edge, this one
-    assert path_patching(model, clean, corrupted, metric, every) == pytest.approx(corrupted_m - clean_m, abs=1e-5)
+    assert path_patching(model, clean, corrupted, metric, every) == pytest.approx(clean_m - corrupted_m, abs=1e-5)
     assert path_patching(model, clean, corrupted, metric, every, direction="denoising") == pytest.approx(
         clean_m - corrupted_m, abs=1e-5)
     if not changes.get("attn_only"):
@@ -143,13 +143,13 @@ def test_eap_ig_finds_the_induction_circuit_and_path_patching_confirms_it(induct
     # K-composition: a previous-token head writes into an induction head's keys, found by EAP-IG alone
     k_edges = [(f"L0H{p}", f"L1H{i}.k") for p in previous for i in inductive]
     assert any(circuit.has_edge(s, r) for s, r in k_edges)
-    # path patching: corrupting those paths alone destroys most of the metric; the same heads into the
+    # path patching: corrupting those paths alone loses most of the metric (positive); the same heads into the
     # queries do nothing
     span = circuit.clean_metric - circuit.corrupted_metric
     through_keys = path_patching(model, clean, corrupted, metric, k_edges)
     q_edges = [(s, r[:-1] + "q") for s, r in k_edges]
     through_queries = path_patching(model, clean, corrupted, metric, q_edges)
-    assert through_keys < -0.5 * span and abs(through_queries) < 0.1 * span
+    assert through_keys > 0.5 * span and abs(through_queries) < 0.1 * span
     page = write_circuit_page(circuit, tmp_path / "circuit.html", "The induction circuit").read_text()
     assert "Content-Security-Policy" in page and "<svg" in page and f'data-edge="{k_edges[0][0]}' in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
@@ -163,7 +163,7 @@ def test_eap_ig_ranks_edges_like_exact_edge_patching(induction):
     graph = scores.graph
     exact = torch.zeros_like(scores.scores)
     for sender, receiver in graph.edges():  # one forward per edge: the metric lost when it alone is corrupted
-        exact[graph.senders.index(sender), graph.receivers.index(receiver)] = -path_patching(
+        exact[graph.senders.index(sender), graph.receivers.index(receiver)] = path_patching(
             model, clean, corrupted, metric, [(sender, receiver)])
     assert correlation(scores.scores[graph.allowed], exact[graph.allowed]) > 0.8
 
@@ -184,7 +184,9 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
     import shutil
 
     from glassformer.interpret.circuits import induction_circuit
-    from glassformer.interpret.microscope import RECORDS, Probe, read_records
+    from glassformer.interpret.measurements import Probe
+    from glassformer.io.loaders import read_records
+    from glassformer.training.microscope import RECORDS
     from glassformer.viz.report_run import write_run_page
 
     model, tokenizer, run = induction
@@ -219,8 +221,9 @@ def test_the_run_page_marks_the_phase_change_and_draws_the_circuit_of_each_snaps
 def test_a_run_without_a_phase_change_says_so(induction, tmp_path):
     import shutil
 
-    from glassformer.interpret.microscope import RECORDS, read_records
-    from glassformer.records import record_line
+    from glassformer.io.loaders import read_records
+    from glassformer.io.records import record_line
+    from glassformer.training.microscope import RECORDS
     from glassformer.viz.report_run import write_run_page
 
     _, _, run = induction

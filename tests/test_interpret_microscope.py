@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from glassformer.errors import GlassformerError
-from glassformer.interpret.microscope import META, RECORDS, WatchConfig, read_records
+from glassformer.io.loaders import read_records
 from glassformer.training import prepare_run
+from glassformer.training.microscope import META, RECORDS, WatchConfig
 from training_helpers import config, train
 
 WATCH = {"every": 2, "probe_length": 3, "probe_batch": 2, "text_rows": 2, "snapshot_tokens": 6}
@@ -153,7 +154,7 @@ def test_measurements_named_in_the_watch_block_are_imported(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- phase change
 def test_phase_change_detector_finds_an_abrupt_lasting_drop_and_nothing_else():
-    from glassformer.interpret.microscope import detect_phase_change
+    from glassformer.interpret.measurements import detect_phase_change
 
     steps = list(range(0, 1000, 20))
     g = torch.Generator().manual_seed(0)
@@ -175,7 +176,7 @@ def test_phase_change_detector_finds_an_abrupt_lasting_drop_and_nothing_else():
 
 
 def test_icl_score_is_late_minus_early_loss():
-    from glassformer.interpret.microscope import icl_score
+    from glassformer.interpret.measurements import icl_score
 
     loss = torch.linspace(3.0, 1.0, 100)
     assert icl_score(loss) == pytest.approx(float(loss[95:].mean() - loss[8:13].mean()), abs=1e-6)
@@ -220,8 +221,8 @@ def test_a_fixed_distance_head_is_not_called_induction():
 
 
 def test_bad_measurements_and_series_are_errors_naming_them(tmp_path):
-    from glassformer.interpret.microscope import replay
     from glassformer.training import Trainer
+    from glassformer.training.microscope import replay
     from glassformer.training.replay import checkpoint_steps
 
     with pytest.raises(GlassformerError, match=r"watch.probe_lengths\[\]"):
@@ -245,3 +246,55 @@ def test_bad_measurements_and_series_are_errors_naming_them(tmp_path):
         checkpoint_steps(tmp_path / "empty")
     with pytest.raises(GlassformerError, match="not a checkpoint folder"):
         checkpoint_steps([tmp_path / "ckpt-000010"])
+
+
+def test_phase_change_detector_reads_a_rise_or_a_fall_at_any_offset():
+    from glassformer.interpret.measurements import detect_phase_change
+
+    steps = list(range(0, 1000, 20))
+    noise = (torch.rand(len(steps), generator=torch.Generator().manual_seed(0)) - 0.5) * 0.02
+    score = [(0.05 if s < 400 else 0.9 if s > 460 else 0.5) + float(e) for s, e in zip(steps, noise)]  # rises
+    found = [detect_phase_change(steps, [f(v) for v in score])
+             for f in (lambda v: v, lambda v: -v, lambda v: 1 - v, lambda v: v + 5)]
+    assert all(f is not None for f in found), found
+    assert len({f["step"] for f in found}) == 1 and 400 <= found[0]["step"] <= 480
+    assert len({f["width"] for f in found}) == 1
+    assert found[1]["from"] == pytest.approx(-found[0]["from"]) and found[1]["to"] == pytest.approx(-found[0]["to"])
+
+
+@pytest.mark.parametrize("late", [2, 3])
+def test_a_drop_in_the_last_records_is_not_lasting(late):
+    from glassformer.interpret.measurements import detect_phase_change
+
+    steps = list(range(0, 400, 20))
+    values = [4.0 + 0.01 * (i % 3) for i in range(len(steps) - late)] + [1.0] * late
+    assert detect_phase_change(steps, values) is None
+    values = [4.0 + 0.01 * (i % 3) for i in range(len(steps) - 6)] + [1.0] * 6  # six records on: it lasts
+    assert detect_phase_change(steps, values)["step"] == steps[-6]
+
+
+def test_a_replay_of_a_watched_run_equals_its_records(tmp_path):
+    """Replayed over the run's own checkpoints with nothing but the folder: the run's probe text and settings,
+    so the text probe's numbers (lens loss, entropy, ICL score, loss by position) equal the records'."""
+    from glassformer.training import Trainer
+    from glassformer.training.replay import replay_checkpoints
+
+    cfg = config(tmp_path, max_steps=4, eval_every=2, watch={**WATCH, "text_rows": 3})
+    run = prepare_run(cfg)
+    trainer = Trainer(cfg, run.model, run.tokenizer, run.batches)
+    trainer.microscope.add("probe/loss", _probe_loss)
+    trainer.train()
+    meta = json.loads((tmp_path / "run" / META).read_text())
+    assert meta["measurements"] == {"probe/loss": f"{__name__}:_probe_loss"}
+    assert torch.equal(torch.tensor(meta["probe_text"]), trainer.microscope.probe_text)
+    live = {r["step"]: r for r in read_records(tmp_path / "run" / RECORDS)}
+    step, folder = 4, tmp_path / "run" / "ckpt-000004"
+    replayed = replay_checkpoints({step: folder}, tmp_path / "replayed", measurements={"probe/loss": _probe_loss})
+    record = replayed[0]
+    for key in ("lens_loss", "loss_by_position", "entropy", "resid_norm"):
+        assert torch.allclose(torch.tensor(record[key]), torch.tensor(live[step][key]), atol=1e-6), key
+    assert record["icl_score"] == pytest.approx(live[step]["icl_score"], abs=1e-6)
+    assert record["measurements"] == live[step]["measurements"]
+    (tmp_path / "run" / META).write_text(json.dumps({**meta, "probe_text": [[1, 2], [3]]}))
+    with pytest.raises(GlassformerError, match="probe_text must be rows of token ids"):
+        replay_checkpoints({step: folder})

@@ -12,7 +12,7 @@ import glassformer.tokenizers.hf as hf_module
 from glassformer import ModelConfig, build_model
 from glassformer.cli import main
 from glassformer.errors import BadFileError, GlassformerError
-from glassformer.loaders import check_tokenizer_json
+from glassformer.io.loaders import check_tokenizer_json
 from glassformer.tokenizers import BPETokenizer
 from glassformer.tokenizers.hf import HFTokenizer
 from glassformer.training import save_checkpoint
@@ -76,7 +76,7 @@ def test_a_state_file_inflating_past_its_size_is_refused_before_torch_load(tmp_p
     """Issue 31: a 3 MB train_state.pt whose record deflates to 3 GB cost 3.4 GB before the refusal."""
     import zipfile
 
-    from glassformer.loaders import load_state_file
+    from glassformer.io.loaders import load_state_file
 
     file = tmp_path / "train_state.pt"
     torch.save({"step": 1}, file)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from glassformer.interpret.microscope import RECORDS, read_records, record_scalars
+from glassformer.io.loaders import read_records
+from glassformer.training.microscope import RECORDS, record_scalars
 from training_helpers import config, train
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")

@@ -1,4 +1,4 @@
-"""One way out: every file a command declares (``WRITES`` in ``glassformer/commands/<verb>.py``) is
+"""One way out: every file a command declares (``WRITES`` in ``glassformer/cli/commands/<verb>.py``) is
 guarded. At each declared output this test puts, in turn, a user's file (and, at a JSON output, a user's
 JSON object and list), a symbolic link to one, a hard link to one, a FIFO and (for an output named on the
 command line) each of the command's inputs; the command must fail with one line and everything must
@@ -25,8 +25,8 @@ import torch
 
 from glassformer import ModelConfig, build_model
 from glassformer.cli import VERBS, main
-from glassformer.fileio import Writes
 from glassformer.interpret.transcoders import random_transcoders, save_transcoders
+from glassformer.io.fileio import Writes
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import save_checkpoint
 
@@ -41,11 +41,11 @@ HAZARDS = ("user file", "symlink", "hardlink", "fifo")  # and a user's JSON obje
 def declared() -> list[tuple[str, Writes]]:
     """Every (verb, Writes) the commands declare; a verb without WRITES fails the test below."""
     return [(verb, case) for verb in VERBS
-            for case in getattr(importlib.import_module(f"glassformer.commands.{verb}"), "WRITES", ())]
+            for case in getattr(importlib.import_module(f"glassformer.cli.commands.{verb}"), "WRITES", ())]
 
 
 def test_every_verb_declares_what_it_writes():
-    missing = [v for v in VERBS if not hasattr(importlib.import_module(f"glassformer.commands.{v}"), "WRITES")]
+    missing = [v for v in VERBS if not hasattr(importlib.import_module(f"glassformer.cli.commands.{v}"), "WRITES")]
     assert not missing, f"declare WRITES (an empty tuple for a verb that writes no file) in: {missing}"
 
 
@@ -159,8 +159,8 @@ def test_an_input_is_never_an_output(verb, case, file, inputs, tmp_path, capsys)
 def test_written_files_have_the_ordinary_mode_of_a_new_file(inputs, tmp_path):
     """Checkpoint files were 0600 (safetensors writes them private); now every file glassformer writes
     has the mode any new file gets: 0644 under umask 022, 0640 under 027."""
-    from glassformer.fileio import atomic_write
     from glassformer.interpret.sae import identity_sae, save_sae
+    from glassformer.io.fileio import atomic_write
     from glassformer.training import load
 
     model, tok = load(inputs["ck"])
@@ -225,11 +225,12 @@ def _calls(function: ast.AST) -> set[str]:
 
 def library_writers() -> dict[str, set[str]]:
     """"module.qualname" -> how it writes (a write call, or ``other()``: a function of its module that writes) for
-    every function of glassformer outside ``commands`` (covered by WRITES), ``lessons`` and ``fileio`` (the guard)."""
+    every function of glassformer outside ``cli.commands`` (covered by WRITES), ``lessons`` and ``io.fileio`` (the
+    guard)."""
     found: dict[str, set[str]] = {}
     for file in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(file.relative_to(PACKAGE).with_suffix("").parts)
-        if module.startswith(("commands", "lessons")) or module == "fileio":
+        if module.startswith(("cli.commands", "lessons")) or module == "io.fileio":
             continue
         functions: dict[str, set[str]] = {}
 
@@ -263,16 +264,16 @@ RAW_INTO_OWN = {
     "interpret.sae.model._write": "into save_sae's temporary folder",
     "training.checkpoint._write_files": "into save_checkpoint's / commit_checkpoint's temporary folder",
     "training.trackers._write_state": "a new temporary name (open 'x') renamed over the claimed tracker.json",
-    "viz.plots._save": "savefig into a BytesIO, then atomic_write",
-    "interpret.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
+    "viz.plots.save_figure": "savefig into a BytesIO, then atomic_write",
+    "training.microscope.Microscope.record": "appends to microscope.jsonl, which start() wrote by atomic_write",
     "training.loop.Trainer._log": "appends to metrics.jsonl, claimed and rewritten when the run starts",
     "interpret.transcoders.format.write_transcoder_files": "each file claimed first; its callers stage a new folder",
 }
 # Public writers of a run's own files: covered by the verb whose WRITES declares them.
 BY_VERB = {
     "data.corpus.encode_files": "train", "data.prepare.prepare": "prepare",
-    "interpret.microscope.Microscope.start": "train",
-    "interpret.microscope.Microscope.record": "train",
+    "training.microscope.Microscope.start": "train",
+    "training.microscope.Microscope.record": "train",
     "interpret.sae.run.run_sae": "sae", "interpret.sae.run.train_sae": "sae", "recipes.corpora.download": "recipe",
     "recipes.corpora.corpus_file": "recipe", "recipes.corpora.tinyshakespeare": "recipe", "recipes.corpora.multi30k":
     "recipe", "recipes.corpora.multi30k_pairs": "recipe", "recipes.induction.run_induction": "recipe",
@@ -318,6 +319,7 @@ API_WRITERS = {
     "tokenizers.base.Tokenizer.save": (lambda a, out: a["tok"].save(out), False),
     "tokenizers.hf.HFTokenizer.save_hf": (lambda a, out: _hf_tokenizer(a).save_hf(out.parent), False),
     "viz.plots.plot_losses": (lambda a, out: _plots().plot_losses([{"step": 1, "train_loss": 2.0}], out), False),
+    "viz.plots.save_figure": (lambda a, out: _plots().save_figure(_plots().pyplot().figure(), out), False),
     "viz.plots.plot_attention": (lambda a, out: _plots().plot_attention(torch.full((2, 2), 0.5), ["a", "b"], out),
                                  False),
     "viz.report.Report.save": (lambda a, out: _viz("report").Report("<!doctype html><p>page").save(out), False),
@@ -366,7 +368,7 @@ def test_raw_writes_go_only_into_what_glassformer_made():
     """``write_text``, ``write_bytes``, ``save_file``, ``savefig``, ``open(..., "w")`` outside fileio: only where
     :data:`RAW_INTO_OWN` says why nothing of a user's can be there; every other write goes through the guard."""
     raw = {name for name, how in library_writers().items() if how & RAW}
-    assert raw == set(RAW_INTO_OWN), f"write through glassformer.fileio.atomic_write instead: {raw - set(RAW_INTO_OWN)}"
+    assert raw == set(RAW_INTO_OWN), f"write through io.fileio.atomic_write instead: {raw - set(RAW_INTO_OWN)}"
 
 
 def test_every_public_writer_is_tried_or_covered_by_a_verb():

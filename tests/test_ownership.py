@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from glassformer import ModelConfig, build_model
 from glassformer.cli import main
-from glassformer.fileio import (
+from glassformer.io.fileio import (
     NotOursError,
     atomic_directory,
     atomic_write,
@@ -380,7 +380,7 @@ def test_a_users_json_survives_generate_and_convert(tmp_path, ckpt, capsys):
 def test_glassformers_own_json_is_recognised(tmp_path, ckpt, capsys):
     """What glassformer writes it may write again: a config, each tokenizer kind, a Hugging Face export,
     generate's JSON, a run summary, records of older versions kept in tests."""
-    from glassformer.fileio import recognised
+    from glassformer.io.fileio import recognised
     from glassformer.training import load
 
     model, tok = load(ckpt)

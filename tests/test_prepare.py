@@ -205,20 +205,30 @@ def test_rerun_on_the_same_input_does_nothing(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["documents"] == {"train": 5, "val": 0}
 
 
-def nanogpt_get_batch(data_dir: str, split: str, block_size: int, batch_size: int) -> tuple:
-    """nanoGPT's train.py ``get_batch`` (github.com/karpathy/nanoGPT, train.py lines 116-131 at 3adf61e1),
-    its CPU path, unchanged but for the globals made arguments."""
-    if split == 'train':
-        data = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    else:
-        data = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    ix = torch.randint(len(data) - block_size, (batch_size,))
-    x = torch.stack([torch.from_numpy((data[i:i+block_size]).astype(np.int64)) for i in ix])
-    y = torch.stack([torch.from_numpy((data[i+1:i+1+block_size]).astype(np.int64)) for i in ix])
-    return x, y
+def nanogpt_get_batch(checkout: Path, data_dir: str, block_size: int, batch_size: int):
+    """The ``get_batch`` function of a real nanoGPT checkout's train.py, taken from its source by name and run
+    with the globals it reads (its CPU path: ``device_type`` 'cpu'); nothing of nanoGPT is copied here."""
+    import ast
+
+    source = (checkout / "train.py").read_text(encoding="utf-8")
+    found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "get_batch"]
+    assert len(found) == 1, "nanoGPT's train.py has no get_batch"
+    scope = {"np": np, "torch": torch, "os": os, "data_dir": data_dir, "block_size": block_size,
+             "batch_size": batch_size, "device_type": "cpu", "device": "cpu"}
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(checkout / "train.py"), "exec"), scope)
+    return scope["get_batch"]
 
 
-def test_nanogpt_format_is_read_by_nanogpts_get_batch(tmp_path):
+def _nanogpt_checkout() -> Path:
+    """A nanoGPT checkout named by GLASSFORMER_NANOGPT (or ../nanogpt beside the repository), else a skip."""
+    named = os.environ.get("GLASSFORMER_NANOGPT") or str(Path(__file__).resolve().parents[2] / "nanogpt")
+    if not (Path(named) / "train.py").is_file():
+        pytest.skip(f"no nanoGPT checkout at {named} (set GLASSFORMER_NANOGPT to a clone of karpathy/nanoGPT)")
+    return Path(named)
+
+
+def _nanogpt_files(tmp_path: Path) -> tuple[dict, np.ndarray]:
+    """``--format nanogpt`` output of DOCS (one validation document in 4) and the train ids it must hold."""
     data = _write_jsonl(tmp_path / "d.jsonl", DOCS)
     manifest = prepare([str(data)], tmp_path / "out", "bpe", vocab_size=300, val_fraction=0.25, fmt="nanogpt")
     assert sorted(p.name for p in (tmp_path / "out").glob("*.bin")) == ["train.bin", "val.bin"]
@@ -226,16 +236,29 @@ def test_nanogpt_format_is_read_by_nanogpts_get_batch(tmp_path):
     want = np.concatenate([np.append(tokenizer.encode_to_array(d), tokenizer.eos_id)
                            for i, d in enumerate(DOCS) if i % 4 != 3])
     assert manifest["tokens"]["train"] == len(want)
+    return manifest, want
+
+
+def test_nanogpt_format_is_raw_uint16_of_the_documents(tmp_path):
+    _, want = _nanogpt_files(tmp_path)
+    train = np.fromfile(tmp_path / "out" / "train.bin", dtype=np.uint16)  # no header: raw uint16, as nanoGPT reads
+    assert np.array_equal(train, want)
+    assert np.array_equal(open_shards(tmp_path / "out").train[0:len(want)], want)  # and train --data reads it
+
+
+def test_nanogpt_format_is_read_by_a_nanogpt_checkouts_get_batch(tmp_path):
+    checkout = _nanogpt_checkout()
+    _, want = _nanogpt_files(tmp_path)
+    get_batch = nanogpt_get_batch(checkout, str(tmp_path / "out"), 8, 4)
     torch.manual_seed(0)
-    x, y = nanogpt_get_batch(str(tmp_path / "out"), "train", 8, 4)
+    x, y = get_batch("train")
     torch.manual_seed(0)
     starts = torch.randint(len(want) - 8, (4,))
     for row, start in enumerate(starts.tolist()):
         assert x[row].tolist() == want[start:start + 8].tolist()
         assert y[row].tolist() == want[start + 1:start + 9].tolist()
-    x, _ = nanogpt_get_batch(str(tmp_path / "out"), "val", 8, 2)
-    assert x.shape == (2, 8) and int(x.max()) < 300
-    assert np.array_equal(open_shards(tmp_path / "out").train[0:len(want)], want)  # and train --data reads it
+    x, _ = get_batch("val")
+    assert x.shape == (4, 8) and int(x.max()) < 300
 
 
 # ---- bad data: one line naming the file and line or row ------------------------------------------------------
@@ -354,6 +377,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o2").exists()  # nothing written for a bad option
+    missing = tmp_path / "missing.jsonl"  # the missing file is named before options that need it
+    assert main(["prepare", str(missing), "--tokenizer", "bpe", "--out", str(tmp_path / "o3")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"corpus file '{missing}' does not exist" in err, err
 
 
 TINY = ["--block_size", "8", "--batch_size", "4", "--eval_every", "0", "--progress", "false", "--model.d_model", "16",
@@ -384,7 +411,7 @@ def test_progress_lines_say_tokens_per_second_and_eta(tmp_path, monkeypatch, cap
     """Off a terminal too (capsys is no terminal): a line every ~10 s of the heartbeat's clock."""
     import re
 
-    from glassformer import progress
+    from glassformer.io import progress
 
     clock = iter(range(0, 10**6, 4))  # 4 s more at each reading
     monkeypatch.setattr(progress, "seconds", lambda: float(next(clock)))

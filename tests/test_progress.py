@@ -1,4 +1,4 @@
-"""Heartbeat lines of long steps (glassformer/progress.py): a line every ~10 s on a terminal or not,
+"""Heartbeat lines of long steps (glassformer/io/progress.py): a line every ~10 s on a terminal or not,
 nothing for a short step, quiet where the console is. Time comes from a fake clock, never the wall."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from glassformer import progress
 from glassformer.data import LMBatches, Seq2SeqBatches, corpus, encode_files
 from glassformer.errors import GlassformerError
+from glassformer.io import progress
+from glassformer.io.progress import Heartbeat, quiet
 from glassformer.models import TransformerLM
-from glassformer.progress import Heartbeat, quiet
 from glassformer.tokenizers import BPETokenizer, ByteTokenizer, bpe
 from glassformer.training import evaluate, prepare_run
 from glassformer.training.validation import eval_batch_count

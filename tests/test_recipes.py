@@ -43,6 +43,8 @@ SHORTEN = {
                                   "--recipe.eval_batches", "1", "--recipe.log_every", "1"],
     "induction_heads.yaml": ["--block_size", "24", "--recipe.gpt2_steps", "2", "--recipe.measure_every", "1",
                              "--recipe.probe_length", "8", "--recipe.probe_batch", "4"],
+    "induction_heads_mlp.yaml": ["--block_size", "24", "--recipe.mlp_from_step", "1", "--recipe.measure_every", "1",
+                                 "--recipe.probe_length", "8", "--recipe.probe_batch", "4"],
 }
 VERSE = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
          "ROMEO:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n\n")

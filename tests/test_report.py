@@ -228,6 +228,6 @@ def test_cli_inspect_reads_a_hugging_face_folder(tmp_path):
 
 
 def test_generation_table_shows_whitespace_tokens():
-    from glassformer.viz.report import _shown
+    from glassformer.viz.page import shown_token
 
-    assert [_shown(t) for t in ("\n", "  ", " the", "<b>")] == ["↵", "␣␣", " the", "&lt;b&gt;"]
+    assert [shown_token(t) for t in ("\n", "  ", " the", "<b>")] == ["↵", "␣␣", " the", "&lt;b&gt;"]

@@ -12,7 +12,7 @@ import torch
 
 from glassformer.cli import main
 from glassformer.errors import MissingFileError
-from glassformer.interpret.microscope import META, RECORDS
+from glassformer.training.microscope import META, RECORDS
 from glassformer.viz.report_run import gather_run, write_run_page
 from test_report_browser import open_report
 from training_helpers import config, train

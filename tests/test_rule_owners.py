@@ -6,7 +6,7 @@ The table stays written by hand, but it can no longer go wrong silently. For eac
 - every caller in backticks uses an owner: a def or class (``module.name`` or a bare name, looked up in
   all of src/) whose body names an owner, directly or through a function of its own module that does; a
   module or package (``generation/api``, ``nn/``) that names an owner somewhere; or a verb with a
-  ``commands/<verb>.py`` (``glassformer bench``, ``demo``). A name found nowhere fails.
+  ``cli/commands/<verb>.py`` (``glassformer bench``, ``demo``). A name found nowhere fails.
 Then a few cheap scans show that the rule is not written a second time elsewhere (token id ranges, head
 counts, atomic renames, error types).
 """
@@ -84,7 +84,7 @@ def _owners(cell: str) -> tuple[set[str], list[str]]:
 
 def _caller_ok(token: str, owners: set[str]) -> bool:
     verb = token.removeprefix("glassformer ")
-    if (SRC / "commands" / f"{verb}.py").exists():
+    if (SRC / "cli" / "commands" / f"{verb}.py").exists():
         return True
     package = _module(token)
     if package is not None or (SRC / token.strip("/")).is_dir():
@@ -128,10 +128,16 @@ def test_head_counts_are_divided_only_in_config():
 
 
 def test_atomic_renames_only_in_fileio():
-    """``os.replace`` (the last step of an atomic write) belongs to fileio.py. training/trackers.py
+    """``os.replace`` (the last step of an atomic write) belongs to io/fileio.py. training/trackers.py
     renames ``tracker.json`` itself, without fsync, at every log step: a known exception."""
     where = {f for f, n in _nodes(ast.Call) if ast.unparse(n.func) in ("os.replace", "os.rename")}
-    assert where <= {"fileio.py", "training/trackers.py"}
+    assert where <= {"io/fileio.py", "training/trackers.py"}
+
+
+def test_signal_handlers_only_in_io_signals():
+    """``signal.signal`` (a trainer's Ctrl-C/SIGTERM at a step's end) belongs to io/signals.py's StopSignals."""
+    where = {f for f, n in _nodes(ast.Call) if ast.unparse(n.func) == "signal.signal"}
+    assert where <= {"io/signals.py"}
 
 
 def test_error_types_live_in_errors():

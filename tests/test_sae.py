@@ -404,8 +404,8 @@ def test_a_state_moved_aside_by_a_crash_between_renames_is_resumed(tmp_path, cor
 def test_a_run_tidies_only_its_own_leftovers_and_never_while_another_holds_the_out_dir(tmp_path, corpus):
     """A kill mid-save leaves .state.tmp-*: the next run removes it (only when it holds glassformer's files);
     a second run of a locked out_dir is refused before it removes anything (the state of the first stays)."""
-    from glassformer.fileio import run_lock
     from glassformer.interpret.sae import run_sae
+    from glassformer.io.fileio import run_lock
 
     model, out = lm(), tmp_path / "run"
     SAETrainer(_config(out, corpus), model, TOK).train(stop_at=3)

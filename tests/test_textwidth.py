@@ -1,5 +1,5 @@
 """Traces and tables line up under Chinese text: widths are display columns (a CJK character takes two),
-not characters (glassformer.textwidth; issue 34)."""
+not characters (glassformer.io.textwidth; issue 34)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from glassformer import ModelConfig
 from glassformer.errors import GlassformerError
 from glassformer.generation import format_trace, trace_generation
+from glassformer.io.textwidth import clip, display_width, format_columns, pad
 from glassformer.models import build_model
-from glassformer.textwidth import clip, display_width, format_columns, pad
 from glassformer.tokenizers import CharTokenizer
 from glassformer.viz.i18n import text
 

@@ -182,7 +182,7 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path, corpus, capsys, monkey
 
 
 def test_the_resume_command_replaces_any_resume_word():
-    from glassformer.commands.train import resume_command
+    from glassformer.cli.commands.train import resume_command
 
     def command(*overrides: str) -> str:
         return resume_command(argparse.Namespace(config=None, overrides=list(overrides)))
@@ -225,7 +225,7 @@ def test_a_misspelled_key_in_the_config_file_gets_did_you_mean(tmp_path, corpus,
 
 
 def test_the_keys_read_from_the_source_are_the_dataclass_fields():
-    from glassformer.commands.train import known_keys
+    from glassformer.cli.commands.train import known_keys
 
     known = known_keys()
     assert known[""] == {f.name for f in fields(TrainConfig)} | {"dtype"}

@@ -15,9 +15,9 @@ import pytest
 from glassformer import ModelConfig, TransformerLM
 from glassformer.errors import ArgumentTypeError, GlassformerError
 from glassformer.generation import GenerationConfig
-from glassformer.interpret.microscope import WatchConfig
 from glassformer.interpret.sae import SAEConfig, SAETrainConfig
 from glassformer.training import TrainConfig
+from glassformer.training.microscope import WatchConfig
 from glassformer.validate import MAX_INT_FIELD, check_fields, option
 
 VALID = {  # each config class with the fields of one valid config (the rest at their defaults)

@@ -22,14 +22,14 @@ def test_plot_attention_writes_a_layer_by_head_grid(tmp_path):
 
 
 def _captured_figures(monkeypatch) -> list:
-    """Make plots._save remember each figure it writes (then write it as usual)."""
-    figures, real_save = [], plots._save
+    """Make plots.save_figure remember each figure it writes (then write it as usual)."""
+    figures, real_save = [], plots.save_figure
 
     def save(fig, path):
         figures.append(fig)
         return real_save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", save)
+    monkeypatch.setattr(plots, "save_figure", save)
     return figures
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from glassformer.training import TrainConfig, Trainer, prepare_run
 
-# A heartbeat line (glassformer/progress.py), printed only when a step outlasts ~10 s: on a busy machine any step may.
+# A heartbeat line (glassformer/io/progress.py), printed only when a step outlasts ~10 s: on a busy machine any
+# step may.
 HEARTBEAT = re.compile(r"[^|]+: .*(, | in )[\d,]+ s")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, is_int, shown
-from .loaders import MAX_CONFIG_BYTES, load_json, parse_json
+from .io.loaders import MAX_CONFIG_BYTES, load_json, parse_json
 from .validate import check_fields, from_mapping, option
 
 # The choices of the string fields (nn/ reads ACTIVATIONS and NORMS from here).
@@ -102,9 +102,9 @@ class ModelConfig:
         return from_mapping(cls, data)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        """The config as JSON text; also written to ``path`` when given (:func:`glassformer.fileio.atomic_write`:
+        """The config as JSON text; also written to ``path`` when given (:func:`glassformer.io.fileio.atomic_write`:
         a link, a FIFO or a file glassformer did not write there is refused)."""
-        from .fileio import atomic_write
+        from .io.fileio import atomic_write
 
         text = json.dumps(self.to_dict(), indent=2) + "\n"
         if path is not None:

@@ -78,7 +78,7 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     """Command-line ``text`` as the annotated type ``kind`` of the field ``name``: a string as written (``#``,
     ``null``, ``yes``, ``{x}`` and newlines included), a number or a bool parsed as one, ``null`` for an
     optional field that is no string, YAML (bounded, no aliases) only for a list or mapping; else an error."""
-    from .loaders import parse_yaml_text
+    from .io.loaders import parse_yaml_text
 
     kinds = [k.strip() for k in kind.split("|")]
     base = next((k for k in kinds if k != "None"), "str")
@@ -128,7 +128,7 @@ def untyped(value: Any, name: str = "value") -> Any:
     if text.lower() in ("true", "false", "null"):
         return {"true": True, "false": False, "null": None}[text.lower()]
     if text.startswith(("[", "{")):
-        from .loaders import parse_yaml_text
+        from .io.loaders import parse_yaml_text
 
         return parse_yaml_text(text, name, ArgumentTypeError)
     return str(value)

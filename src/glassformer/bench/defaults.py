@@ -13,6 +13,7 @@ from ..config import ModelConfig
 from ..errors import GlassformerError, check_number
 from ..models import TransformerLM
 from ..runtime import kernel_choice, threads
+from ..runtime.attention import bf16_units, use_bf16_attention
 from ..runtime.linear import set_batched_matvec
 from ..runtime.precision import model_case, resolve_precision
 from ..training.muon import resolve_ns_precision
@@ -21,7 +22,7 @@ from .timing import cpu_line, paired, paired_ratio, time_call, with_setting
 from .train import ADAMW, train_step
 
 TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
-CHECKS = ("newton_schulz", "precision", "decode_route", "threads", "compile")
+CHECKS = ("newton_schulz", "precision", "bf16_attention", "decode_route", "threads", "compile")
 
 
 def recipe_model(n_layers: int = 2) -> TransformerLM:
@@ -84,11 +85,40 @@ def check_newton_schulz(rounds: int, calls: int) -> dict[str, Any]:
 def check_precision(rounds: int, calls: int, batch: int) -> dict[str, Any]:
     """``precision: auto`` for the recipe's training step (batch x 64) against the other precision."""
     model = recipe_model()
+    use_bf16_attention(model)  # as the Trainer does before it measures
     steps = {name: _step(model, batch, name) for name in ("float32", "bfloat16")}
     case = f"train | {model_case(model.config)} | batch {batch}x64"
     chosen = resolve_precision("auto", "cpu", lambda: (steps["float32"], steps["bfloat16"]), case)
     other = "bfloat16" if chosen.name == "float32" else "float32"
     return _timed(chosen.name, other, chosen.reason, (steps[chosen.name], steps[other]), rounds, calls)
+
+
+def check_bf16_attention(rounds: int, calls: int, batch: int) -> dict[str, Any]:
+    """The recipe's bfloat16 training step (batch x 64) with the attention the Trainer gives it (the blocked
+    bfloat16 kernel where measured faster here) against torch's fused kernel."""
+    if not bf16_units():
+        return _same("fused kernel", "no bfloat16 units (avx512_bf16, amx_bf16): the block's fused kernel")
+    model = recipe_model()
+    step = _step(model, batch, "bfloat16")
+
+    def with_kernel(enabled: bool) -> Callable[[], None]:
+        def run() -> None:
+            use_bf16_attention(model, enabled)
+            try:
+                step()
+            finally:
+                use_bf16_attention(model, False)
+        return run
+
+    blocked, fused = with_kernel(True), with_kernel(False)
+    blocked()  # the kernel's choice is measured (once per shape class) before anything is timed
+    cases = {case: record for case, record in kernel_choice.records().items() if case.startswith("attention bfloat16")}
+    taken = [case for case, record in cases.items() if kernel_choice.effective(record)]
+    if not taken:
+        how = "; ".join(f"{case}: {kernel_choice.describe(record)}" for case, record in cases.items())
+        return _same("fused kernel", f"the blocked bfloat16 kernel is not taken here ({how or 'not measured'})")
+    return _timed("blocked bfloat16", "fused kernel", f"measured faster for {'; '.join(taken)}", (blocked, fused),
+                  rounds, calls)
 
 
 def check_decode_route(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
@@ -162,6 +192,7 @@ def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tupl
     runs: dict[str, Callable[[], dict[str, Any]]] = {
         "newton_schulz": lambda: check_newton_schulz(rounds, calls),
         "precision": lambda: check_precision(rounds, 1, batch),
+        "bf16_attention": lambda: check_bf16_attention(rounds, 1, batch),
         "decode_route": lambda: check_decode_route(rounds, 1, 8 if quick else 64),
         "threads": lambda: check_threads(rounds, calls, batch),
         "compile": lambda: check_compile(rounds, calls, batch),

@@ -82,15 +82,14 @@ def hf_generate(model: torch.nn.Module, ids: torch.Tensor, new: int) -> torch.Te
 
 def bench_decode_compile(size: Size, *, batch: int = 1, prompt: int = 1, new: int = 256, rounds: int = 3,
                          device: torch.device | str = "cpu", precision: str = "float32") -> dict[str, Any]:
-    """``torch.compile`` of each decoding step's ``hidden_states`` (dynamic shapes: the growing cache does
-    not recompile), both sides in ``precision``: first_call_s (compiling included), tokens_per_s eager and
-    compiled, and gain (eager / compiled seconds, paired)."""
+    """``generate(..., compile=True)`` (each one-token step through the model's forward compiled on a static
+    cache) against the eager steps, one model, both in ``precision``: first_call_s (compiling included),
+    tokens_per_s eager and compiled, and gain (eager / compiled seconds, paired)."""
     size = generation_size(size)
-    eager, compiled = glass_model(size, device).eval(), glass_model(size, device).eval()
-    compiled.hidden_states = torch.compile(compiled.hidden_states, dynamic=True)
+    model = glass_model(size, device).eval()
     ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
-    runs = {"eager": in_precision(lambda: generate(eager, ids, new), precision, device),
-            "compiled": in_precision(lambda: generate(compiled, ids, new), precision, device)}
+    runs = {"eager": in_precision(lambda: generate(model, ids, new), precision, device),
+            "compiled": in_precision(lambda: generate(model, ids, new, compile=True), precision, device)}
     first_call = time_call(runs["compiled"], device)
     timings = paired(runs, rounds=rounds, calls=1, device=device)
     return {

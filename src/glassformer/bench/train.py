@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import GlassformerError
+from ..runtime.attention import use_bf16_attention
 from ..training.optim import make_optimizer
 from .nanogpt import nanogpt_loss, nanogpt_model
 from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, train_flops_per_token
@@ -120,6 +121,8 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
     steps, memory, flops = {}, {}, {}
     for name in contenders:
         model = build_contender(name, size, device, nanogpt).train()
+        if name.startswith("glassformer") and torch.device(device).type == "cpu":
+            use_bf16_attention(model)  # as the Trainer does: bfloat16 attention where measured faster here
         optimizer = make_optimizer(model, **ADAMW)
         loss_fn = nanogpt_loss if name == "nanogpt" else logits_loss
         flops[name] = train_flops_per_token(size, _non_embedding_params(model), size.block)

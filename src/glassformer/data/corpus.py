@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadFileError, GlassformerError, NotOursError
-from ..fileio import atomic_write
-from ..progress import Heartbeat
+from ..io.fileio import atomic_write
+from ..io.progress import Heartbeat
 from ..tokenizers import Tokenizer
 from .text import check_file, iter_text
 

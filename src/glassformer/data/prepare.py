@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import progress as _progress
 from .._version import __version__
 from ..errors import BadFileError, GlassformerError, check_int, check_number
-from ..fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
-from ..progress import Heartbeat
+from ..io import progress as _progress
+from ..io.fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
+from ..io.progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer
 from . import shards
 from .shards import MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
@@ -38,7 +38,7 @@ _TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
 
 
 def progress_clock() -> float:
-    """The heartbeat's clock (``glassformer.progress.seconds``: tests replace it)."""
+    """The heartbeat's clock (``glassformer.io.progress.seconds``: tests replace it)."""
     return _progress.seconds()
 
 
@@ -186,11 +186,11 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     check_int("--shard_tokens", shard_tokens, 1, (1 << 31) - 1)
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
     text_field = check_text_field(text_field)
+    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))  # a missing file first
+    val_sources = list_sources(list(val)) if val else []
     if tokenizer == "bpe" and vocab_size is None:
         raise GlassformerError("--tokenizer bpe needs --vocab_size (e.g. 8192)")
     check_int("--vocab_size", vocab_size, 1, allow_none=True)
-    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))
-    val_sources = list_sources(list(val)) if val else []
     folder = Path(out)
     inputs = [s.path for s in sources + val_sources]
     given = tokenizer if isinstance(tokenizer, Tokenizer) else None  # a tokenizer used as it is (not trained)
@@ -222,7 +222,7 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
 def _read_json(path: Path) -> Any:
     """A JSON file glassformer wrote there earlier, read only when it is a regular file (never a FIFO, a device or
     a link: a ValueError then, which the callers take as "none")."""
-    from ..loaders import load_json
+    from ..io.loaders import load_json
 
     if path.is_symlink() or not path.is_file():
         raise ValueError(f"{str(path)!r} is not a regular file")

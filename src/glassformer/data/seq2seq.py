@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, check_int
-from ..loaders import parse_json
+from ..io.loaders import parse_json
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE
 from .padding import pad_rows

@@ -49,7 +49,7 @@ def header(count: int, version: int) -> bytes:
 
 
 def shard_bytes(ids: np.ndarray, version: int) -> list[bytes]:
-    """A shard's content (header, tokens) for ``ids`` (N,), as the chunks :func:`glassformer.fileio.atomic_write`
+    """A shard's content (header, tokens) for ``ids`` (N,), as the chunks :func:`glassformer.io.fileio.atomic_write`
     writes."""
     return [header(len(ids), version), np.ascontiguousarray(ids, dtype=VERSIONS[version]).tobytes()]
 
@@ -217,7 +217,7 @@ def _manifest_value(manifest: dict[str, Any], key: str, kind: type, path: Path) 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of a shards folder, its format checked (a BadFileError naming it when not glassformer's)."""
-    from ..loaders import load_json
+    from ..io.loaders import load_json
 
     path = folder / MANIFEST
     manifest = load_json(path, "shards manifest")

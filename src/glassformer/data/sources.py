@@ -58,13 +58,13 @@ def _arrow_folder(folder: Path) -> list[Path] | None:
     """The Arrow files of a Hugging Face ``save_to_disk`` folder in their order (a DatasetDict: its "train"
     split, else every split), or None when ``folder`` is not one."""
     if (folder / "dataset_dict.json").is_file():
-        from ..loaders import load_json
+        from ..io.loaders import load_json
 
         splits = load_json(folder / "dataset_dict.json", "dataset_dict.json").get("splits", [])
         chosen = ["train"] if "train" in splits else list(splits)
         return [f for split in chosen for f in (_arrow_folder(folder / str(split)) or [])]
     if (folder / "state.json").is_file():
-        from ..loaders import load_json
+        from ..io.loaders import load_json
 
         state = load_json(folder / "state.json", "state.json")
         files = state.get("_data_files") if isinstance(state, dict) else None

@@ -193,7 +193,7 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
         pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
         prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
         decoder = IncrementalDecoder(model, ids, pad, gen.max_new_tokens, use_cache=gen.use_cache,
-                                     prefix_len=prefix_len)  # (checks the prompt's ids, once)
+                                     prefix_len=prefix_len, compile=gen.compile)  # (checks the prompt's ids, once)
 
     criteria = list(stopping_criteria or [])
     if gen.stop_strings:

@@ -36,7 +36,11 @@ class GenerationConfig:
     temperature, top_k (0/None: off), top_p and min_p apply only with ``do_sample`` (checked always);
     ``num_beams`` > 1 is beam search. ``eos_token_id`` (an int or a sequence) and ``stop_strings`` are
     kept as tuples. ``pad_token_id`` None: the tokenizer's pad id, else the first eos id, else 0.
-    ``seed`` seeds a private generator. Token ids are checked against a vocabulary by :meth:`check_vocab`."""
+    ``seed`` seeds a private generator. ``compile`` (glassformer's own): one-token steps of an unpadded
+    decoder-only batch through the model's forward compiled by ``torch.compile`` on a static cache, the same
+    tokens; True, False (the default) or "auto" (only where it measured faster, or for enough tokens to pay
+    for compiling: :func:`glassformer.runtime.decode.wants_compiled`). Token ids are checked against a
+    vocabulary by :meth:`check_vocab`."""
 
     max_new_tokens: int = 20
     do_sample: bool = False
@@ -56,9 +60,12 @@ class GenerationConfig:
     decoder_start_token_id: int | None = option(None, ge=0)
     use_cache: bool = True
     stop_strings: Sequence[str] | None = ()
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)  # its own message for a too large count
+        if self.compile is not True and self.compile is not False and self.compile != "auto":
+            raise GlassformerError(f"compile must be True, False or 'auto', got {self.compile!r:.60}")
         check_fields(self)  # types and ranges, temperature to seed
         beams, copies = self.num_beams, self.num_return_sequences
         if beams == 1 and not self.do_sample and copies != 1:

@@ -7,7 +7,7 @@ recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay ident
 import torch
 
 from ..errors import GlassformerError, check_token_ids
-from ..runtime.decode import StaticSteps, static_mode
+from ..runtime.decode import StaticSteps, static_mode, wants_compiled
 from .protocol import Generative
 
 STATIC_POSITIONS = 4096
@@ -24,14 +24,18 @@ class IncrementalDecoder:
 
     ``ids`` (B, T): prompts (left-padded where ``pad`` is True) or decoder start tokens; they are
     checked once, here, so a step never waits for a GPU. ``prefix_len`` (B,): prefix-LM only, in
-    real tokens; ``memory`` (B, S, d) and ``src_pad``: encoder-decoder only. The search loops call
+    real tokens; ``memory`` (B, S, d) and ``src_pad``: encoder-decoder only. ``compile`` (True, False or "auto",
+    see :func:`glassformer.runtime.decode.wants_compiled`): one-token steps of an unpadded decoder-only batch
+    through the model's own forward compiled by ``torch.compile`` on a static cache. The search loops call
     ``start``, ``append``, ``next_logits`` and ``reorder``."""
 
     def __init__(self, model: Generative, ids: torch.Tensor, pad: torch.Tensor | None, max_new_tokens: int, *,
                  use_cache: bool = True, prefix_len: torch.Tensor | None = None,
-                 memory: torch.Tensor | None = None, src_pad: torch.Tensor | None = None) -> None:
+                 memory: torch.Tensor | None = None, src_pad: torch.Tensor | None = None,
+                 compile: bool | str = False) -> None:
         check_token_ids(ids, model.config.vocab_size)
-        self.model, self.use_cache = model, use_cache
+        self.model, self.use_cache, self.compile = model, use_cache, compile
+        self.max_new_tokens = max_new_tokens
         self.seq2seq = memory is not None
         self.memory, self.src_pad = memory, src_pad
         B, T = ids.shape
@@ -116,10 +120,16 @@ class IncrementalDecoder:
         if self.seq2seq:
             memory = self.memory if cache is None or cache[0].cross_attn.length == 0 else None
             return self.model.decode(new, memory, self.src_pad, cache=cache, check_ids=False)[:, -1].float()
-        if cache is not None and new.shape[1] == 1 and StaticSteps.applies(self.model, cache, pad):
-            if self.static is None or self.static.cache is not cache:  # one per cache (a window rerun makes a new one)
-                self.static = StaticSteps(self.model, cache, new.shape[0], graphs=static_mode() == "graphs")
-            return self.static(new, first - start)
+        if self.static is not None and self.static.cache is cache and not self.static.hooked():
+            return self.static(new, first - start)  # fixed shapes, decided once per cache
+        if cache is not None and new.shape[1] == 1:
+            B, capacity = new.shape[0], cache[0].capacity
+            wanted = self.compile and wants_compiled(self.model, self.compile, B, capacity, self.max_new_tokens)
+            choice = self.compile if wanted else False
+            if StaticSteps.applies(self.model, cache, pad, compiled=wanted):  # one per cache (a window rerun
+                self.static = StaticSteps(self.model, cache, B, graphs=static_mode() == "graphs",  # makes one)
+                                          compiled=choice)
+                return self.static(new, first - start)
         positions = None if pad is None else left_pad_positions(pad)[:, first - start:]  # (B, T) real tokens only
         prefix = None
         if self.prefix_end is not None:  # in window coordinates; only the first call's mask uses it

@@ -54,7 +54,8 @@ def decode_steps(decoder: IncrementalDecoder, max_new_tokens: int, processors: L
             tokens = torch.multinomial(sampling_probs(scores), 1, generator=generator)[:, 0]
         else:
             tokens = scores.argmax(dim=-1)
-        tokens = tokens.masked_fill(finished, pad_token_id)
+        if can_finish:  # else no row is ever finished
+            tokens = tokens.masked_fill(finished, pad_token_id)
         if eos_token_id:
             finished = finished | torch.isin(tokens, eos)
         decoder.append(tokens)

@@ -4,7 +4,7 @@ import html
 from typing import Any
 
 from ..errors import GlassformerError, check_int
-from ..textwidth import clip, display_width, pad
+from ..io.textwidth import clip, display_width, pad
 from .api import PromptLike, _eval_mode, iter_steps, setup_generation
 from .protocol import Generative
 

@@ -11,8 +11,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import ArgumentTypeError, GlassformerError
+from ..io.safetensors_header import Header
 from ..models import EncoderDecoder, TransformerLM, build_model
-from ..safetensors_header import Header
 from ..training.weights import check_sizes, meta_shapes, meta_tensors
 from .families import Family, family_of_class, family_of_config
 from .mapping import export_state, import_state

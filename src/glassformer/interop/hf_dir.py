@@ -13,10 +13,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, shown
-from ..fileio import atomic_directory, rust_path
-from ..loaders import MAX_CONFIG_BYTES, load_json
+from ..io.fileio import atomic_directory, rust_path
+from ..io.loaders import MAX_CONFIG_BYTES, load_json
+from ..io.safetensors_header import read_header
 from ..models import EncoderDecoder, TransformerLM
-from ..safetensors_header import read_header
 from ..tokenizers import Tokenizer
 from ..tokenizers.hf import HFTokenizer
 from ..training.weights import load_tensors

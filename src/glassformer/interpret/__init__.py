@@ -8,7 +8,7 @@ TransformerLens's hook names (docs/interpret.md).
 
 from . import sae  # sparse autoencoders: glassformer.interpret.sae
 from .attribution import Attribution, attribution_patching, correlation, exact_head_patching, top_heads
-from .circuits import Circuit, EdgeGraph, edge_attribution, find_circuit, path_patching
+from .circuits import Circuit, EdgeGraph, EdgeScores, circuit_metric, edge_attribution, find_circuit, path_patching
 from .detectors import (
     HeadScores,
     duplicate_token_scores,
@@ -31,11 +31,11 @@ from .patching import (
     patching_effects,
     run_with_patch,
 )
-from .points import HookPoint, act_name, hook_points, resolve
+from .points import HookPoint, act_name, get_act_name, hook_points, resolve
 from .weights import FactoredMatrix, Weights, composition_scores, weights
 
 __all__ = [
-    "hook_points", "HookPoint", "act_name", "resolve",
+    "hook_points", "HookPoint", "act_name", "get_act_name", "resolve",
     "weights", "Weights", "FactoredMatrix", "composition_scores",
     "hooks", "Hooks", "run_with_hooks", "run_with_cache", "ActivationCache", "record", "Recording",
     "patch_hooks", "run_with_patch", "patching_effects",
@@ -43,6 +43,6 @@ __all__ = [
     "logit_lens", "TopTokens", "residual_names", "direct_logit_attribution", "LogitAttribution",
     "repeated_tokens", "previous_token_scores", "induction_scores", "duplicate_token_scores", "head_scores",
     "probe_lengths", "scores_over_lengths",
-    "path_patching", "edge_attribution", "find_circuit", "Circuit", "EdgeGraph",
+    "path_patching", "edge_attribution", "find_circuit", "Circuit", "EdgeGraph", "EdgeScores", "circuit_metric",
     "HeadScores", "sae", "attribution_patching", "Attribution", "exact_head_patching", "correlation", "top_heads",
 ]

@@ -23,7 +23,8 @@ ATTRIBUTION = "attribution.json"  # a run folder's per-head comparison, drawn by
 
 @dataclass
 class Attribution:
-    """What :func:`attribution_patching` estimates, metric(patched) - metric(corrupted), by hook name: of
+    """What :func:`attribution_patching` estimates, metric(patched) - metric(corrupted) (docs/interpret.md,
+    "One sign"), by hook name: of
     patching one (query) position (``by_position`` (T,)), one head (``by_head`` (h,)), the whole point (``total``)."""
 
     by_position: dict[str, torch.Tensor]
@@ -69,7 +70,8 @@ def _checked(value: Any, needs_grad: bool) -> torch.Tensor:
 def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                          names: NameSpec = None, **kwargs: Any) -> Attribution:
     """Estimate activation patching (clean into corrupted, inputs of one shape) for every hook point in
-    ``names`` (None: all) at once; ``metric``: output -> a differentiable 0-dim tensor."""
+    ``names`` (None: all) at once; ``metric``: output -> a differentiable 0-dim tensor. Signs as
+    docs/interpret.md's "One sign" states."""
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)
     with torch.no_grad():
         clean_out, clean_cache = run_with_cache(model, *clean, names=names, **kwargs)
@@ -107,7 +109,8 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
 def exact_head_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                         kind: str = "z", **kwargs: Any) -> torch.Tensor:
     """(L, h): metric(patched) - metric(corrupted) when one head's ``kind`` (default its output ``hook_z``,
-    at every position) comes from the clean run; one forward per head (:func:`patching_effects`)."""
+    at every position) comes from the clean run; one forward per head (:func:`patching_effects`; docs/interpret.md,
+    "One sign")."""
     return patching_effects(model, clean, corrupted, metric, what=kind, per="head", **kwargs)
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..budget import check_fits, forward_bytes
 from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids, shown
+from ..io.budget import check_fits, forward_bytes
 from ..models import TransformerLM
 from .hooks import Hooks, run_with_cache
 
@@ -81,12 +81,29 @@ class EdgeGraph:
             chosen[i, j] = True
         return chosen
 
+    def index_positions(self, edges: Sequence[tuple], length: int) -> torch.Tensor:
+        """(S, R, T) bool: True at the given edges, each a (sender, receiver) pair (every position) or a
+        (sender, receiver, position) triple (that query position of the receiver alone, from 0; -1: the last)."""
+        if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
+            raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
+        chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
+        for edge in edges:
+            if isinstance(edge, (tuple, list)) and len(edge) == 3:
+                position = edge[2]
+                if isinstance(position, bool) or not isinstance(position, int) or not -length <= position < length:
+                    raise GlassformerError(f"edge {shown(edge)}: its position must be an int in [{-length}, "
+                                           f"{length}) for rows of {length} tokens")
+                chosen[..., position % length] |= self.index([tuple(edge[:2])])
+            else:
+                chosen |= self.index([edge])[..., None]
+        return chosen
+
 
 class _EdgeRun:
     """Hooks for one forward that record every sender's write and rewrite receiver r's input as
-    ``stream + sum_u weight[u, r] * (other[u] - write_u) + leaf[r]``; ``other`` (S, B, T, d) None: no
-    rewrite; ``leaf`` (R, B, T, d): zeros whose gradient is d metric / d receiver input; ``embed``: the
-    embedding to run from."""
+    ``stream + sum_u weight[u, r] * (other[u] - write_u) + leaf[r]``; ``weight`` (S, R) or (S, R, T) (per
+    position); ``other`` (S, B, T, d) None: no rewrite; ``leaf`` (R, B, T, d): zeros whose gradient is
+    d metric / d receiver input; ``embed``: the embedding to run from."""
 
     def __init__(self, model: TransformerLM, graph: EdgeGraph, other: torch.Tensor | None = None,
                  weight: torch.Tensor | None = None, leaf: torch.Tensor | None = None,
@@ -126,9 +143,10 @@ class _EdgeRun:
         """The receiver's input: the stream, rewritten (see the class text)."""
         j, x = self.r_index[receiver], stream
         if self.other is not None:
-            col = self.weight[:, j]
-            for i in col.nonzero().flatten().tolist():
-                x = x + col[i] * (self.other[i] - self.writes[self.graph.senders[i]])
+            col = self.weight[:, j]  # (S,), or (S, T): a weight per (query) position
+            for i in col.reshape(len(col), -1).any(1).nonzero().flatten().tolist():
+                w = col[i] if col.dim() == 1 else col[i][:, None]  # () or (T, 1), against (B, T, d)
+                x = x + w * (self.other[i] - self.writes[self.graph.senders[i]])
         if self.leaf is not None:
             x = x + self.leaf[j]
         return x
@@ -202,8 +220,10 @@ def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
                   edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """metric(patched) - metric(unpatched), patching only the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``):
-    "noising" runs on ``clean`` with the edges carrying the corrupted writes, "denoising" the other way."""
+    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``) carry,
+    positive when they carry the clean behaviour (docs/interpret.md, "One sign"). "noising" runs ``clean``
+    with the edges carrying the corrupted writes: metric(clean) - metric(patched), what cutting them loses;
+    "denoising" runs ``corrupted`` with the edges carrying the clean writes: metric(patched) - metric(corrupted)."""
     if direction not in ("noising", "denoising"):
         raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
     graph = _checked_inputs(model, clean, corrupted)
@@ -211,24 +231,26 @@ def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Te
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
     _, other_writes = sender_writes(model, other_ids)
     base = float(_metric_value(metric, model(base_ids)))
-    patched = _EdgeRun(model, graph, other_writes, weight).run(base_ids)
-    return float(_metric_value(metric, patched)) - base
+    patched = float(_metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
+    return base - patched if direction == "noising" else patched - base
 
 
 @dataclass
 class EdgeScores:
-    """Every edge's attribution (:func:`edge_attribution`): ``scores`` (S, R), the estimated metric change
-    when the edge's write goes from corrupted to clean (0 where there is no edge)."""
+    """Every edge's attribution (:func:`edge_attribution`): ``scores`` (S, R), the estimated metric(clean) -
+    metric(the edge alone corrupted), path patching's noising sign (positive: the edge carries the clean
+    behaviour; docs/interpret.md, "One sign"); 0 where there is no edge."""
 
     graph: EdgeGraph
     scores: torch.Tensor
     clean_metric: float
     corrupted_metric: float
     method: str
+    by_position: torch.Tensor | None = None  # (S, R, T): each edge's score at each query position of its receiver
 
     def top(self, k: int = 10) -> list[tuple[str, str, float]]:
         """The ``k`` edges of largest |score|: [(sender, receiver, score)], largest first."""
-        flat = self.scores.abs().masked_fill(~self.graph.allowed, -1.0).flatten()
+        flat = self.scores.abs().masked_fill(~self.graph.allowed.to(self.scores.device), -1.0).flatten()
         order = flat.argsort(descending=True)[:check_int("k", k, 1)].tolist()
         R = len(self.graph.receivers)
         return [(self.graph.senders[i // R], self.graph.receivers[i % R], float(self.scores.flatten()[i]))
@@ -239,15 +261,17 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
                      method: str = "eap-ig", steps: int = 8) -> EdgeScores:
     """Score every edge at once: ``(write_clean - write_corrupted) . d metric / d receiver input``, the
     gradient taken on the clean run ("eap") or averaged over ``steps`` embeddings from the corrupted to the
-    clean one ("eap-ig", closer to exact patching)."""
+    clean one ("eap-ig", closer to exact patching): an estimate of :func:`path_patching` (noising) of each
+    edge alone, with its sign (docs/interpret.md, "One sign")."""
     if method not in ("eap", "eap-ig"):
         raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
     check_int("steps", steps, 1, 256)
     graph = _checked_inputs(model, clean, corrupted)
     # kept at once: each sender's clean, corrupted and delta writes, each receiver's leaf, gradient and sum,
-    # both in float64 for the product, and a forward pass
+    # both in float64 for the product, the per-position scores, and a forward pass
     positions = clean.numel() * model.config.d_model
     check_fits((5 * len(graph.senders) + 5 * len(graph.receivers)) * positions * 4
+               + len(graph.senders) * len(graph.receivers) * clean.shape[1] * 12  # the per-position scores
                + forward_bytes(model.config, clean.shape[0], clean.shape[1]),
                f"edge_attribution over {len(graph.senders)} senders x {len(graph.receivers)} receivers on "
                f"{tuple(clean.shape)} tokens")
@@ -267,17 +291,18 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad
     grads = grad_sum / len(alphas)  # (R, B, T, d)
-    scores = torch.einsum("sbtd,rbtd->sr", delta.double(), grads.double()).float()
-    scores = scores.masked_fill(~graph.allowed, 0.0)
-    return EdgeScores(graph, scores, float(_metric_value(metric, clean_logits)),
-                      float(_metric_value(metric, corrupted_logits)), method)
+    by_position = torch.einsum("sbtd,rbtd->srt", delta.double(), grads.double())  # (S, R, T) per query position
+    by_position = by_position.masked_fill(~graph.allowed[..., None].to(by_position.device), 0.0)
+    return EdgeScores(graph, by_position.sum(-1).float(), float(_metric_value(metric, clean_logits)),
+                      float(_metric_value(metric, corrupted_logits)), method, by_position.float())
 
 
 @dataclass
 class Circuit:
     """A found circuit (:func:`find_circuit`): ``edges`` [(sender, receiver, score)] by |score|, largest
-    first; ``faithfulness`` (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted));
-    ``curve`` [(edges kept, faithfulness)] of the sizes tried."""
+    first; ``faithfulness`` (metric(circuit) - metric(corrupted)) / (metric(clean) - metric(corrupted)), where
+    ``corrupted_metric`` is the empty circuit's under ``ablation``; ``curve`` [(edges kept, faithfulness)] of
+    the sizes tried; ``logits`` (B, T, V) the circuit's run."""
 
     edges: list[tuple[str, str, float]]
     faithfulness: float
@@ -287,6 +312,8 @@ class Circuit:
     method: str
     total_edges: int
     curve: list[tuple[int, float]] = field(default_factory=list)
+    ablation: str = "corrupted"
+    logits: torch.Tensor | None = field(default=None, repr=False)  # (B, T, V) the circuit's run
 
     def has_edge(self, sender: str, receiver: str) -> bool:
         """Whether ``sender -> receiver`` is in the circuit."""
@@ -297,17 +324,62 @@ class Circuit:
         return {"edges": [[s, r, round(v, 5)] for s, r, v in self.edges], "faithfulness": round(self.faithfulness, 5),
                 "circuit_metric": self.circuit_metric, "clean_metric": self.clean_metric,
                 "corrupted_metric": self.corrupted_metric, "method": self.method, "total_edges": self.total_edges,
-                "curve": [[k, round(f, 5)] for k, f in self.curve]}
+                "curve": [[k, round(f, 5)] for k, f in self.curve], "ablation": self.ablation}
+
+
+ABLATIONS = ("corrupted", "mean", "zero", "resample")
+
+
+def resample_rows(batch: int, seed: int = 0) -> torch.Tensor:
+    """The row each row takes its writes from under ``ablation="resample"``: a seeded permutation of
+    ``batch`` rows with no row left in place (batch >= 2)."""
+    check_int("batch", batch, 2)
+    g = torch.Generator().manual_seed(check_int("seed", seed, 0))
+    shift = torch.randperm(batch, generator=g)  # a random cycle: row order[i] takes row order[i + 1]
+    order = torch.empty(batch, dtype=torch.long)
+    order[shift] = shift.roll(-1)
+    return order
+
+
+def _ablated_writes(writes: torch.Tensor, ablation: str, seed: int) -> torch.Tensor:
+    """What non-circuit edges carry, from the reference (corrupted) rows' writes (S, B, T, d)."""
+    if ablation not in ABLATIONS:
+        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
+    if ablation == "mean":
+        return writes.mean(1, keepdim=True).expand_as(writes)  # each position's mean over the rows
+    if ablation == "zero":
+        return torch.zeros_like(writes)
+    if ablation == "resample":
+        if writes.shape[1] < 2:
+            raise GlassformerError("ablation='resample' needs at least 2 rows (each row takes another's writes)")
+        return writes[:, resample_rows(writes.shape[1], seed).to(writes.device)]
+    return writes
 
 
 @torch.no_grad()
-def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
-                   edges: Sequence[tuple[str, str]]) -> float:
-    """The metric of the circuit ``edges`` alone: on clean input, every other edge carrying corrupted writes."""
+def circuit_logits(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor,
+                   edges: Sequence[tuple], *, ablation: str = "corrupted", seed: int = 0) -> torch.Tensor:
+    """(B, T, V) the logits of the circuit ``edges`` alone, run on ``clean``: every other edge carries, in place
+    of the sender's clean write, what ``ablation`` says, from the reference rows ``corrupted``: "corrupted"
+    (the same row's corrupted write), "mean" (each position's mean over the reference rows), "zero"
+    (nothing), "resample" (another reference row's write, :func:`resample_rows`; pass ``corrupted=clean`` for
+    the classic mean and resample ablations). An edge is a (sender, receiver) pair, or a (sender, receiver,
+    position) triple kept at that query position only (:meth:`EdgeGraph.index_positions`)."""
     graph = _checked_inputs(model, clean, corrupted)
-    weight = (graph.allowed & ~graph.index(edges)).float()
-    _, corrupted_writes = sender_writes(model, corrupted)
-    return float(_metric_value(metric, _EdgeRun(model, graph, corrupted_writes, weight).run(clean)))
+    kept = graph.index_positions(edges, clean.shape[1])  # (S, R, T)
+    weight = (graph.allowed[..., None] & ~kept).float()
+    if bool((kept == kept[..., :1]).all()):
+        weight = weight[..., 0]  # the same at every position: one weight per edge
+    _, reference = sender_writes(model, corrupted)
+    other = _ablated_writes(reference, ablation, seed)
+    return _EdgeRun(model, graph, other, weight.to(clean.device)).run(clean)
+
+
+def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
+                   edges: Sequence[tuple], *, ablation: str = "corrupted", seed: int = 0) -> float:
+    """``metric`` of :func:`circuit_logits` (the same arguments): the circuit ``edges`` alone, the rest ablated."""
+    logits = circuit_logits(model, clean, corrupted, edges, ablation=ablation, seed=seed)
+    return float(_metric_value(metric, logits))
 
 
 def faithfulness(value: float, clean: float, corrupted: float) -> float:
@@ -318,20 +390,27 @@ def faithfulness(value: float, clean: float, corrupted: float) -> float:
 
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
                  target: float = 0.9, method: str = "eap-ig", steps: int = 8,
-                 scores: EdgeScores | None = None) -> Circuit:
+                 scores: EdgeScores | None = None, ablation: str = "corrupted", seed: int = 0) -> Circuit:
     """The smallest set of top-ranked edges (by |EAP score|) whose circuit is ``target`` (0 to 1) faithful:
     sizes 1, 2, 4, ... are tried, then bisected; when none reaches ``target``, the whole graph.
-    ``method``, ``steps``: as :func:`edge_attribution`, ignored when ``scores`` is given."""
+    ``method``, ``steps``: as :func:`edge_attribution`, ignored when ``scores`` is given; ``ablation``, ``seed``:
+    what the other edges carry (:func:`circuit_logits`); faithfulness is measured from the empty circuit's
+    metric under that ablation (the corrupted metric for "corrupted"). The Circuit holds its run's ``logits``."""
     check_number("target", target, 0.0, 1.0)
+    if ablation not in ABLATIONS:
+        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
-    clean_m, corrupted_m = scores.clean_metric, scores.corrupted_metric
+    clean_m = scores.clean_metric
+    baseline = scores.corrupted_metric if ablation == "corrupted" else \
+        circuit_metric(model, clean, corrupted, metric, [], ablation=ablation, seed=seed)
     tried: dict[int, float] = {}  # edges kept -> the circuit's metric
 
     def faithful(k: int) -> float:
         if k not in tried:
-            tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]])
-        return faithfulness(tried[k], clean_m, corrupted_m)
+            tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
+                                      ablation=ablation, seed=seed)
+        return faithfulness(tried[k], clean_m, baseline)
 
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
@@ -344,8 +423,9 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if faithful(mid) >= target else (mid, hi)
         k = hi
-    return Circuit(ranked[:k], faithful(k), tried[k], clean_m, corrupted_m, scores.method, len(ranked),
-                   [(n, faithful(n)) for n in sorted(tried)])
+    logits = circuit_logits(model, clean, corrupted, [(s, r) for s, r, _ in ranked[:k]], ablation=ablation, seed=seed)
+    return Circuit(ranked[:k], faithful(k), tried[k], clean_m, baseline, scores.method, len(ranked),
+                   [(n, faithful(n)) for n in sorted(tried)], ablation, logits)
 
 
 def induction_task(repeated: torch.Tensor, length: int, start: int, low: int, vocab: int,

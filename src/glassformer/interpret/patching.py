@@ -81,7 +81,8 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
                      what: str = "resid_pre", per: str = "position", **kwargs: Any) -> torch.Tensor:
     """Patch one activation at a time from the clean run into the corrupted one (inputs of one shape: a
     tensor or a tuple): every layer's ``what`` point, one position (or head, ``per="head"``) at a time.
-    Returns (layers, positions or heads): metric(patched) - metric(corrupted)."""
+    Returns (layers, positions or heads): metric(patched) - metric(corrupted), positive where the activation
+    carries the clean behaviour (docs/interpret.md, "One sign")."""
     if per not in ("position", "head"):
         raise GlassformerError(f"per must be 'position' or 'head', got {per!r}")
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)

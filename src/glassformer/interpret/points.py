@@ -5,6 +5,7 @@ gives the same tensor ("blocks.0.attn.hook_z") and a short name for every layer 
 
 import difflib
 import functools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -143,6 +144,47 @@ def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str
     if STACKS[stack] == "decoder_blocks" and name.startswith("attn."):
         name = "self_" + name
     return f"{STACKS[stack]}.{layer}.{name}"
+
+
+# TransformerLens's ``get_act_name`` spellings: other names of a point, and of the part of a block it is in.
+_TL_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
+               "mlp_pre": "pre", "mlp_mid": "mid", "mlp_post": "post"}
+_TL_PARTS = {"a": "attn", "attention": "attn", "m": "mlp", "b": "", "block": "", "blocks": ""}
+_TL_ATTN = {"q", "k", "v", "z", "rot_q", "rot_k", "result", "pattern", "attn_scores"}
+_TL_MLP = {"pre", "post", "mid", "pre_linear"}
+
+
+def get_act_name(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
+    """TransformerLens's ``utils.get_act_name`` with its spellings: ``get_act_name("k", 6, "a")`` ->
+    "blocks.6.attn.hook_k", ``get_act_name("k6")``, ``get_act_name("scale4ln1")`` -> "blocks.4.ln1.hook_scale",
+    ``get_act_name("attn", 0)`` -> "blocks.0.attn.hook_pattern". A name glassformer has no point for (in any
+    model it builds) is a GlassformerError naming the closest ones; :func:`act_name` takes glassformer's short names."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentTypeError(f"get_act_name's name must be a non-empty string, got {name!r}")
+    if layer is not None and (isinstance(layer, bool) or not str(layer).isdigit()):
+        raise ArgumentTypeError(f"get_act_name's layer must be a block index (int >= 0), got {layer!r}")
+    outside, in_block = _reference_names()
+    known_in_block = set(in_block.values())
+    if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
+        full = name  # a full name already
+    else:
+        match = re.fullmatch(r"([a-z_]+?)(\d+)([a-z]?.*)", name)
+        if match is not None:
+            name, layer, layer_type = match.group(1), match.group(2), match.group(3) or None
+        name = _TL_ALIASES.get(name, name)
+        part = "attn" if name in _TL_ATTN else "mlp" if name in _TL_MLP else _TL_PARTS.get(layer_type, layer_type)
+        inner = f"{part}.hook_{name}" if part else f"hook_{name}"
+        full = (f"blocks.{int(layer)}.{inner}" if layer is not None
+                else f"ln_final.{inner}" if name in ("scale", "normalized") else inner)
+    parts = full.split(".")
+    inside = len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() and ".".join(parts[2:]) in known_in_block
+    if full in outside.values() or inside:
+        return full
+    known = [*outside.values(), *(f"blocks.0.{v}" for v in known_in_block)]
+    close = difflib.get_close_matches(full, known, n=3)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise GlassformerError(f"get_act_name({name!r}, {layer!r}, {layer_type!r}) gives {full!r}, which is no "
+                           f"glassformer hook point{hint}")
 
 
 def resolve(points: dict[str, HookPoint], names: NameSpec) -> list[HookPoint]:

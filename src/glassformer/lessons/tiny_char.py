@@ -14,8 +14,8 @@ import torch
 from ..checks import check_causality
 from ..config import ModelConfig
 from ..data import LMBatches
-from ..fileio import atomic_write, claim_outputs
 from ..generation import trace_generation
+from ..io.fileio import atomic_write, claim_outputs
 from ..models import build_model, count_params
 from ..nn.norms import make_norm
 from ..tokenizers import CharTokenizer

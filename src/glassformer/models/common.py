@@ -1,6 +1,7 @@
 """What TransformerLM and EncoderDecoder share: embeddings, blocks, the final norm and initialisation."""
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +29,24 @@ def final_norm(config: ModelConfig) -> nn.Module:
     """Pre-norm blocks leave their output un-normalised, so a final norm follows (GPT-2's ln_f);
     after post-norm blocks this is the identity."""
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
+
+
+class HookVerbs:
+    """TransformerLens's two verbs as methods: ``model.run_with_hooks(ids, fwd_hooks=[...])`` and
+    ``model.run_with_cache(ids)`` call :func:`glassformer.interpret.run_with_hooks` / ``run_with_cache`` (their
+    arguments and returns; imported when called: the model's own code needs no interpretability tool)."""
+
+    def run_with_hooks(self, *inputs: Any, **kwargs: Any) -> Any:
+        """:func:`glassformer.interpret.run_with_hooks` on this model."""
+        from ..interpret.hooks import run_with_hooks  # deferred: models/ is below interpret/ (test_import_layers)
+
+        return run_with_hooks(self, *inputs, **kwargs)
+
+    def run_with_cache(self, *inputs: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """:func:`glassformer.interpret.run_with_cache` on this model: (output, ActivationCache)."""
+        from ..interpret.hooks import run_with_cache  # deferred, as above
+
+        return run_with_cache(self, *inputs, **kwargs)
 
 
 class Embeddings(Tapped):

@@ -17,7 +17,7 @@ from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
 from ..nn.taps import NormTaps, Tapped
-from .common import Embeddings, final_norm, init_weights, make_blocks
+from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
@@ -32,7 +32,7 @@ class EncoderDecoderOutput(NamedTuple):
     attn: dict[str, list[torch.Tensor]]
 
 
-class EncoderDecoder(Tapped):
+class EncoderDecoder(HookVerbs, Tapped):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides, built from
     a config or keywords: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
     Parts: ``embeddings``, ``dec_embedding`` (BART's, or None), ``enc``, ``dec``, ``enc_norm`` and ``dec_norm``

@@ -3,8 +3,6 @@ know nothing of them; :func:`output_head` and :func:`learned_positions` pick the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -13,9 +11,6 @@ from ..nn.feedforward import activate
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions
 from .head import OutputHead
-
-if TYPE_CHECKING:  # common.py imports this module: the type alone, for the annotation
-    from .common import Embeddings
 
 
 class BertHeadTransform(nn.Module):
@@ -65,9 +60,9 @@ class BartDecoderEmbedding(nn.Module):
         self.pos = learned_positions(config)
         self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.embed_norm else None
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: Embeddings) -> torch.Tensor:
-        """ids (B, T), positions (T,) -> (B, T, d) through ``shared`` (the model's Embeddings) with this
-        position table and norm."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, shared: nn.Module) -> torch.Tensor:
+        """ids (B, T), positions (T,) -> (B, T, d) through ``shared`` (the model's ``Embeddings``, models/common.py,
+        which imports this module: not imported back) with this position table and norm."""
         return shared(ids, positions, end, pos=self.pos, norm=self.norm)
 
 

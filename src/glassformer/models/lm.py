@@ -17,7 +17,7 @@ from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
 from ..nn.taps import NormTaps, Tapped
-from .common import Embeddings, final_norm, init_weights, make_blocks
+from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
 from .families import output_head
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
@@ -40,7 +40,7 @@ class HiddenStates(NamedTuple):
     attn: list[torch.Tensor]
 
 
-class TransformerLM(Tapped):
+class TransformerLM(HookVerbs, Tapped):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
     Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
@@ -161,6 +161,28 @@ class TransformerLM(Tapped):
         """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
         unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
         return frozen(self)
+
+    # TransformerLens's stacked per-head weights (views of the parameters: gradients flow; interpret.weights
+    # folds norms and adds the rest)
+    @property
+    def W_Q(self) -> torch.Tensor:  # noqa: N802 (TransformerLens's names)
+        """Every layer's queries per head, (L, h, d, hd)."""
+        return torch.stack([block.self_attn.W_Q for block in self.blocks])
+
+    @property
+    def W_K(self) -> torch.Tensor:  # noqa: N802
+        """Every layer's keys per key/value head, (L, kv, d, hd)."""
+        return torch.stack([block.self_attn.W_K for block in self.blocks])
+
+    @property
+    def W_V(self) -> torch.Tensor:  # noqa: N802
+        """Every layer's values per key/value head, (L, kv, d, hd)."""
+        return torch.stack([block.self_attn.W_V for block in self.blocks])
+
+    @property
+    def W_O(self) -> torch.Tensor:  # noqa: N802
+        """Every layer's output columns per head, (L, h, hd, d)."""
+        return torch.stack([block.self_attn.W_O for block in self.blocks])
 
     def new_cache(self, batch: int, max_len: int | None = None, *, preallocate: bool = False) -> list[KVCache]:
         """Empty KV caches, one per layer, for ``batch`` rows and up to ``max_len`` positions (default

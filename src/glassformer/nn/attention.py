@@ -17,13 +17,17 @@ from .masks import causal_mask
 from .positions import apply_rope
 from .taps import Tap, Tapped
 
+Kernel = Callable[..., torch.Tensor]  # fused_attention's signature: (q, k, v, mask, *, is_causal, score_bias,
+# dropout_p, scale) -> out (..., h, Tq, d_v)
+
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                                  *, is_causal: bool = False, score_bias: torch.Tensor | None = None,
                                  dropout_p: float = 0.0, scale: float | None = None, need_weights: bool = True,
                                  tap_scores: Callable[[torch.Tensor], torch.Tensor] | None = None,
                                  tap_pattern: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                                 frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                 frozen: bool = False, kernel: Kernel | None = None,
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention as a soft dictionary lookup: softmax(q kᵀ / √d_k) v (Vaswani et al. 2017, eq. 1).
 
     Each query is compared with every key; the softmax of the scores weights an average of the
@@ -40,6 +44,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         tap_scores, tap_pattern: hook points for the scores (masked, before the softmax) and the weights.
         frozen: hold the weights constant for autograd (:mod:`glassformer.nn.freezing`): the same numbers,
             gradients reach v alone.
+        kernel: computes the fused path in place of :func:`fused_attention` (same arguments and numbers within
+            the dtype's rounding); None: :func:`fused_attention`.
     Returns:
         (out (..., h, Tq, d_v), weights (..., h, Tq, Tk) or None); a query with no visible key gets zeros."""
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
@@ -64,7 +70,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             weights = tap_pattern(weights)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         return dropped @ v, weights  # (..., h, Tq, d_v)
-    out = fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p, scale=scale)
+    out = (kernel or fused_attention)(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
+                                      scale=scale)
     if frozen:  # the kernel's numbers, the gradient of (constant pattern) @ v
         linear, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
                                                  scale=scale, frozen=True)
@@ -152,9 +159,13 @@ class MultiHeadAttention(Tapped):
     (B, T, heads, hd); with ``rope``, ``hook_rot_q``, ``hook_rot_k`` after the rotation; ``hook_attn_scores``,
     ``hook_pattern`` (B, h, Tq, Tk) (hooking them moves this layer to the explicit path); ``hook_z``
     (B, Tq, h, hd) before ``o_proj``; ``hook_result`` (B, Tq, h, d) each head's write, without the bias.
-    ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`)."""
+    ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
+    (:func:`fused_attention`) or a function with its arguments computing the same attention another way, set by
+    a caller that asks for it (bfloat16 attention on the CPU's bfloat16 units, :mod:`glassformer.runtime.attention`,
+    chosen by measurement and kept outside nn/)."""
 
     frozen_mode = False
+    kernel: Kernel | None = None
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
                  dropout: float = 0.0, rope: bool = False):
@@ -295,7 +306,8 @@ class MultiHeadAttention(Tapped):
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, is_causal=is_causal, score_bias=score_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=explicit,
-            tap_scores=self.hook_attn_scores, tap_pattern=self.hook_pattern, frozen=self.frozen_mode)  # (B, h, Tq, hd)
+            tap_scores=self.hook_attn_scores, tap_pattern=self.hook_pattern, frozen=self.frozen_mode,
+            kernel=self.kernel)  # (B, h, Tq, hd)
         out = self.hook_z(out.transpose(1, 2))  # (B, Tq, h, hd)
         weights = weights if inputs.need_weights else None
         if self.hook_result.fn is not None:  # o_proj head by head: each head's write, then their sum

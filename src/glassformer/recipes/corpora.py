@@ -11,7 +11,7 @@ from pathlib import Path
 from ..data.seq2seq import read_pairs
 from ..data.text import read_text
 from ..errors import GlassformerError, MissingFileError, check_number
-from ..fileio import atomic_write
+from ..io.fileio import atomic_write
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"

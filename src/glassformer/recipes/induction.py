@@ -1,6 +1,7 @@
 """Induction heads (Olsson et al. 2022) reproduced on a CPU: the ``induction`` recipe task. A 2-layer
 attention-only model reads random segments, each repeated, while the training microscope scores its heads;
-``recipe.gpt2`` also trains a GPT-2 model and scores it after a round trip through a Hugging Face folder.
+``recipe.gpt2`` also trains a GPT-2 model and scores it after a round trip through a Hugging Face folder;
+``recipe.mlp_from_step`` trains a model with MLPs whose MLPs join late (configs/induction_heads_mlp.yaml).
 """
 
 import json
@@ -15,15 +16,18 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import step_generator
 from ..errors import GlassformerError, check_int
-from ..fileio import atomic_write_text
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
-from ..interpret.microscope import RECORDS, detect_phase_change, read_records
+from ..interpret.measurements import detect_phase_change
+from ..io.fileio import atomic_write_text
+from ..io.loaders import read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, save_checkpoint
+from ..training.microscope import RECORDS
 from ..viz.heads import plot_head_scores, plot_phase_change
+from .progress import say
 
 ALPHABET = string.ascii_letters + string.digits  # the random tokens, readable in reports (62 at most)
 
@@ -110,17 +114,85 @@ def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, An
     return found
 
 
+def mlp_parameters(model: nn.Module, what: str = "recipe.mlp_from_step") -> list[nn.Parameter]:
+    """Every parameter of ``model``'s MLPs (feed-forward sub-layers); a GlassformerError naming ``what`` when the
+    model has none (``attn_only``)."""
+    if getattr(model.config, "attn_only", False) or not hasattr(model, "blocks"):
+        raise GlassformerError(f"{what} holds the MLPs back, but this model has none (model.attn_only: true); "
+                               f"expected a model with MLPs (attn_only: false)")
+    return [p for block in model.blocks for p in block.ffn.parameters()]
+
+
+def hold_mlps_at_zero(model: nn.Module) -> None:
+    """Zero every MLP's output layer (weight and bias): each MLP then adds exactly 0 to the residual stream."""
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ffn.down.weight.zero_()
+            if block.ffn.down.bias is not None:
+                block.ffn.down.bias.zero_()
+
+
+class MLPsJoinLate(Trainer):
+    """A Trainer whose MLP parameters get no gradient before step ``mlp_from_step``: the optimizer holds them
+    (so checkpoints and resume see one optimizer all along) but skips them while their gradient is None, so they
+    stay exactly as they are (no update, no weight decay, no optimizer state); from that step on they train, their
+    Adam moments starting from zero. Decided by the step at each update, so a resume on either side of the switch
+    continues the same run. With :func:`hold_mlps_at_zero` first, the MLPs add exactly 0 until they join."""
+
+    def __init__(self, *args: Any, mlp_from_step: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)  # the optimizer is made here, over every parameter
+        self.mlp_from_step = mlp_from_step
+        self.mlp = mlp_parameters(self.model)
+
+    def train_step(self) -> torch.Tensor:
+        """:meth:`Trainer.train_step`, with the MLPs frozen before ``mlp_from_step``."""
+        joined = self.step >= self.mlp_from_step
+        for p in self.mlp:
+            p.requires_grad_(joined)
+            if not joined:
+                p.grad = None  # a gradient left by anyone else would move them
+        return super().train_step()
+
+    def train(self) -> dict[str, Any]:
+        """:meth:`Trainer.train`; the MLPs require gradients again afterwards (whatever the step)."""
+        try:
+            return super().train()
+        finally:
+            for p in self.mlp:
+                p.requires_grad_(True)
+
+
+def mlp_from_step(spec: dict[str, Any], model_config: ModelConfig, max_steps: int) -> int | None:
+    """``spec["mlp_from_step"]`` checked against the model (it needs MLPs) and the run (at most ``max_steps``);
+    None when not set (0: set, but nothing is held back)."""
+    value = spec.get("mlp_from_step")
+    if value is None:
+        return None
+    check_int("recipe.mlp_from_step", value, 0)
+    if model_config.attn_only:
+        raise GlassformerError(f"recipe.mlp_from_step={value} holds the MLPs back, but the model has none "
+                               f"(model.attn_only: true); expected a model with MLPs (attn_only: false)")
+    if value > max_steps:
+        raise GlassformerError(f"recipe.mlp_from_step={value} must be at most max_steps={max_steps} (the MLPs "
+                               f"would never train)")
+    return value
+
+
 def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments, spec: dict[str, Any],
-                       max_steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train ``model`` with the microscope on (every ``measure_every`` steps); the history read back from the
-    run folder, and the validation."""
+                       max_steps: int, mlp_from: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train ``model`` with the microscope on (every ``measure_every`` steps), its MLPs held at zero and frozen
+    before step ``mlp_from`` (None: all along); the history read back from the run folder, and the validation."""
     every = check_int("recipe.measure_every", int(spec.get("measure_every", 10)), 1)
     length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
     if 2 * length + 1 > config.block_size:
         raise GlassformerError(f"recipe.probe_length={length} needs block_size >= {2 * length + 1}")
     watch = {"every": every, "probe_length": length, "probe_batch": batch, **config.watch}
     run_config = TrainConfig.from_dict({**config.to_dict(), "watch": watch, "max_steps": max_steps})
-    trainer = Trainer(run_config, model, task.tokenizer, task)
+    if mlp_from is None:
+        trainer = Trainer(run_config, model, task.tokenizer, task)
+    else:
+        hold_mlps_at_zero(model)  # a resumed run reads its weights back over these
+        trainer = MLPsJoinLate(run_config, model, task.tokenizer, task, mlp_from_step=mlp_from)
     trainer.train()
     kinds = ("step", "loss_first", "loss_repeat", "previous_token", "induction")
     history = [{k: r[k] for k in kinds} for r in read_records(Path(run_config.out_dir) / RECORDS)]
@@ -129,34 +201,42 @@ def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegm
 
 
 def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
-    """Train the attention-only model (and with ``spec["gpt2"]`` the GPT-2 one), measuring its heads; returns
-    {"attn_only": run, "gpt2": run}, each {"history", "phase_change_step", "final", "best_heads", ...}."""
+    """Train the recipe's model (and with ``spec["gpt2"]`` the GPT-2 one), measuring its heads; returns
+    {"attn_only": run, "gpt2": run}, each {"history", "phase_change_step", "final", "best_heads", ...}; the first
+    is "with_mlps" when the model has MLPs. ``spec["mlp_from_step"]`` (that model only): its MLPs are held at zero
+    and frozen until that step (:class:`MLPsJoinLate`)."""
     task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
                             int(spec.get("max_len", 20)), config.seed)
     length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
     out = Path(config.out_dir)
     runs: dict[str, Any] = {}
-    parts = [("attn_only", config.model_config(task.tokenizer.vocab_size), config.max_steps)]
+    first = config.model_config(task.tokenizer.vocab_size)
+    mlp_from = mlp_from_step(spec, first, config.max_steps)  # checked before any work
+    parts = [("attn_only" if first.attn_only else "with_mlps", first, config.max_steps)]
     if spec.get("gpt2"):
         c = parts[0][1]
         gpt2 = ModelConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers,
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
         parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
-    from .run import say  # (run.py imports this module)
 
     for number, (name, model_config, steps) in enumerate(parts, 1):
         run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
-        say(f"{'attention-only' if name == 'attn_only' else 'GPT-2'} model ({number} of {len(parts)}): {steps} steps "
-            f"into {run_config.out_dir}, its heads scored every {spec.get('measure_every', 10)} steps (a line per "
-            f"{config.log_every} steps when no progress bar is drawn)", config.progress)
+        late = mlp_from if name == "with_mlps" and mlp_from else None  # 0: the MLPs train from the start (plain)
+        what = {"attn_only": "attention-only model", "gpt2": "GPT-2 model"}.get(
+            name, "model with MLPs" if late is None else f"model with MLPs (held at zero until step {late})")
+        say(f"{what} ({number} of {len(parts)}): {steps} steps into {run_config.out_dir}, its heads scored every "
+            f"{spec.get('measure_every', 10)} steps (a line per {config.log_every} steps when no progress bar is "
+            f"drawn)", config.progress)
         torch.manual_seed(config.seed)
         model = build_model(model_config)
-        history, validation = _train_and_measure(run_config, model, task, spec, steps)
+        history, validation = _train_and_measure(run_config, model, task, spec, steps, late)
         run: dict[str, Any] = {"history": history, "phase_change_step": phase_change_step(history),
                                "final": history[-1], "best_heads": best_heads(history[-1]),
                                "by_probe_length": by_probe_length(model, task, spec),
                                "validation": validation, "out_dir": run_config.out_dir}
+        if late is not None:
+            run["mlp_from_step"] = late
         model.eval()  # attribution patching against exact patching, per head; the run page shows both
         say(f"attribution and exact patching of every head ({run_config.out_dir}/{ATTRIBUTION})", config.progress)
         run["attribution"] = induction_patching(model, length, batch, low=task.low, bos=task.bos)
@@ -166,7 +246,8 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
             loaded, _ = load_hf_dir(folder)
             after = measure(loaded, task, steps, length, batch)
             run.update(hf_folder=str(folder), loaded_through_interop=after, best_heads=best_heads(after))
-        title = "2-layer attention-only" if name == "attn_only" else "2-layer GPT-2 architecture"
+        title = {"attn_only": "attention-only", "gpt2": "GPT-2 architecture"}.get(name, "with MLPs")
+        title = f"{model_config.n_layers}-layer {title}"
         plot_phase_change(history, out / name / "phase_change.png", f"{title}: the phase change")
         plot_head_scores(history, out / name / "head_scores.png", f"{title}: every head over training")
         runs[name] = run

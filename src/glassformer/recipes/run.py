@@ -6,7 +6,6 @@ TrainConfig key (default ``precision: auto``); ``recipe.KEY`` overrides the reci
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,8 @@ import torch
 
 from ..data import read_pairs
 from ..errors import MAX_SEED, GlassformerError, MissingFileError, check_known_keys, is_int, is_number, shown
-from ..fileio import atomic_write, claim_outputs
 from ..generation import bleu, fill_mask, generate_text, translate
+from ..io.fileio import atomic_write, claim_outputs
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
 from ..training.config import Overrides, apply_overrides, read_yaml
@@ -25,6 +24,7 @@ from ..validate import untyped
 from ..viz.plots import plot_losses
 from . import corpora
 from .induction import run_induction
+from .progress import say
 from .sequence_task import SequenceTask, exact_match
 
 TASKS = ("lm", "mlm", "translation", "prefix-vs-causal", "induction", "sae")
@@ -87,7 +87,8 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
     "induction": {**{k: _POSITIVE for k in ("vocab", "min_len", "max_len", "measure_every", "probe_length",
                                             "probe_batch", "gpt2_steps", "gpt2_d_ff")},
                   "control_lengths": (_ints(1), "a non-empty list of ints >= 1"),
-                  "gpt2": (lambda v: isinstance(v, bool), "true or false")},
+                  "gpt2": (lambda v: isinstance(v, bool), "true or false"),
+                  "mlp_from_step": (lambda v: v is None or is_int(v) and v >= 0, "an int >= 0 or null")},
 }
 
 
@@ -150,12 +151,6 @@ def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | P
         poems = corpora.tang_poems(spec.get("source", corpora.TANG300))
         text = corpora.write_poem_text(poems, Path(data.get("out_dir", "out")) / "tang300.txt")
         data["data"] = [str(text)]
-
-
-def say(text: str, show: bool = True) -> None:
-    """Tell the user on standard error what the recipe is doing now (``show``: the run's ``progress``)."""
-    if show and os.environ.get("RANK", "0") == "0":
-        print(f"recipe: {text}", file=sys.stderr, flush=True)
 
 
 def _load_average() -> float | None:

@@ -11,7 +11,7 @@ import torch
 from ..interpret.sae import ActivationSource, SAETrainConfig, SparseAutoencoder, run_sae
 from ..training import TrainConfig, load, prepare_run
 from ..viz.report_sae import write_feature_pages
-from .run import say
+from .progress import say
 
 RECIPE_KEYS = ("task", "corpus", "source", "features_listed", "naming_batches")  # the rest: SAE keys
 NAME_LINE = re.compile(r"[A-Z][A-Za-z' ]{0,30}:")  # a speaker's line: "ROMEO:", "First Citizen:"

@@ -2,7 +2,8 @@
 
 A kernel trick that wins on one CPU can lose on another, so the special way is taken only when every
 one of ``ROUNDS`` rounds (each the median of ``PAIRS`` interleaved ratios) has it at most ``MARGIN`` of
-the plain way's time; rounds that disagree, a measurement under load (:mod:`.threads`) and choices older
+the plain way's time; rounds that disagree, a measurement under load (:mod:`.threads`; at one torch thread
+samples are the thread's CPU time, which a busy machine does not lengthen) and choices older
 than ``MAX_AGE_DAYS`` are measured again by the next process. A library call measures in its own process
 only; choices are kept in a file only where asked (:func:`glassformer.runtime.tune` with ``kernel_cache``, and
 ``glassformer bench``; the other commands read that file): per machine (CPU, torch, threads) in
@@ -27,8 +28,8 @@ from typing import Any
 import torch
 
 from ..errors import BadFileError, MissingFileError
-from ..fileio import atomic_write
-from ..loaders import load_json
+from ..io.fileio import atomic_write
+from ..io.loaders import load_json
 from .threads import others_running, spare_cpus
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen
@@ -197,13 +198,20 @@ def _save(choices: dict[str, Record | bool]) -> None:
         pass  # the choice still holds for this process
 
 
+def _clock() -> Callable[[], float]:
+    """What a sample is timed with: with one torch thread, the thread's CPU time (a core shared with other
+    programs does not enter it, so a busy machine measures as an idle one); else wall time."""
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 def _seconds_per_call(fn: Callable[[], object]) -> float:
-    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S."""
-    calls, start = 0, time.perf_counter()
+    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S (on :func:`_clock`)."""
+    clock = _clock()
+    calls, start = 0, clock()
     while True:
         fn()
         calls += 1
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         if elapsed >= MIN_SAMPLE_S:
             return elapsed / calls
 
@@ -239,8 +247,10 @@ def load_now() -> float | None:
 
 
 def _busy(others: float | None) -> bool:
-    """Whether ``others`` competing threads leave fewer CPUs spare than torch runs threads."""
-    return others is not None and spare_cpus(others) < torch.get_num_threads() - 0.5
+    """Whether ``others`` competing threads leave fewer CPUs spare than torch runs threads (one thread, timed
+    in its CPU time, is never busy)."""
+    threads = torch.get_num_threads()
+    return threads > 1 and others is not None and spare_cpus(others) < threads - 0.5
 
 
 def _now() -> datetime.datetime:

@@ -35,6 +35,11 @@ def set_batched_matvec(enabled: bool) -> bool:
     return previous
 
 
+def batched_matvec() -> bool:
+    """Whether the few-row route is on (:func:`set_batched_matvec`)."""
+    return _batched_matvec
+
+
 def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     """x's number of rows when the batched route applies to ``x Wᵀ``, else 0."""
     if not _batched_matvec or torch.is_grad_enabled() or weight.numel() < MIN_WEIGHT or weight.dim() != 2:

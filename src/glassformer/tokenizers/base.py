@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, check_token_id, shown
-from ..loaders import load_json
+from ..io.loaders import load_json
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 
@@ -133,9 +133,10 @@ class Tokenizer(ABC):
         return [self.id_to_token(int(i)) for i in ids]
 
     def save(self, path: str | Path) -> None:
-        """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint) by :func:`glassformer.fileio.atomic_write`
-        (a link, a FIFO or a file glassformer did not write at ``path`` is refused)."""
-        from ..fileio import atomic_write
+        """Write the tokenizer as JSON (``tokenizer.json`` in a checkpoint) by
+        :func:`glassformer.io.fileio.atomic_write` (a link, a FIFO or a file glassformer did not write at ``path`` is
+        refused)."""
+        from ..io.fileio import atomic_write
 
         atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False), what="tokenizer file")
 

@@ -9,8 +9,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ..errors import GlassformerError, check_int
-from ..loaders import rust_tokenizer
-from ..progress import Heartbeat
+from ..io.loaders import rust_tokenizer
+from ..io.progress import Heartbeat
 from .base import Tokenizer, check_specials, check_text, field
 
 MAX_VOCAB = 1 << 22  # 4,194,304 ids, 16x Gemma's; a larger request aborts the Rust trainer

@@ -11,8 +11,8 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, first_line
-from ..fileio import atomic_write, check_output_file, rust_path
-from ..loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
+from ..io.fileio import atomic_write, check_output_file, rust_path
+from ..io.loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.

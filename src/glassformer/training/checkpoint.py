@@ -3,7 +3,7 @@ written atomically (a crash leaves the previous one intact) and loaded with no p
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,19 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ..fileio import atomic_directory, is_disk_full, new_directory, remove_owned, replace_symlink, rust_path, shown_text
-from ..loaders import MAX_CONFIG_BYTES, load_json, load_state_file
+from ..io.fileio import (
+    atomic_directory,
+    is_disk_full,
+    new_directory,
+    remove_owned,
+    replace_symlink,
+    rust_path,
+    shown_text,
+)
+from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
+from ..io.safetensors_header import torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
-from ..safetensors_header import torch_dtype
 from ..tokenizers import Tokenizer
 
 # A run's folder is run_dir.py's; its names are re-exported here, where callers have always imported them.
@@ -173,9 +181,10 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
 
 def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenizer: Tokenizer, *,
                       training: dict[str, Any] | None, train_state: dict[str, Any], best: bool = False,
-                      weights: dict[str, torch.Tensor] | None = None) -> Path:
+                      weights: dict[str, torch.Tensor] | None = None, keep: Iterable[Path] = ()) -> Path:
     """Save ``step``'s checkpoint (``weights``: a sharded model's full state) as ``out_dir/ckpt-NNNNNN`` unless
-    complete already, point ``last`` (and ``best``) at it, remove folders no pointer needs; returns the folder."""
+    complete already, point ``last`` (and ``best``) at it, remove folders no pointer needs and ``keep`` does
+    not name (a kept series); returns the folder."""
     out = Path(out_dir)
     folder = step_folder(out, step)
     if folder.exists() and _missing(folder):
@@ -186,5 +195,5 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     if best:
         replace_symlink(out / BEST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
     replace_symlink(out / LAST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    tidy_run(out, keep=[folder, _pointer(out, BEST)])
+    tidy_run(out, keep=[folder, _pointer(out, BEST), *keep])
     return folder

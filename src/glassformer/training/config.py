@@ -8,16 +8,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..budget import parse_size
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
-from ..loaders import expand_home, load_yaml
+from ..io.budget import parse_size
+from ..io.loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from ..validate import check_fields, coerced, from_mapping, option
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
+from .series import parse_keep
 from .trackers import parse_log
 
 PARALLEL = ("ddp", "fsdp")  # how a torchrun run spreads the model over processes
@@ -82,16 +83,20 @@ class TrainConfig:
     progress: bool = True  # a progress bar on a terminal, else a line per log_every on stderr; false: quiet
     log: str = "none"  # trackers: "tensorboard", "wandb" (offline), "none"; both: "tensorboard,wandb"
     max_memory: str | None = None  # memory the run may use ("8GB", "512MiB", bytes); None: what the machine has free
-    watch: dict = option(factory=dict)  # the training microscope (interpret/microscope.py); {}: off
+    watch: dict = option(factory=dict)  # the training microscope (training/microscope.py); {}: off
+    keep_checkpoints: str = "none"  # a series kept beside last and best, for replay: "log" or N (every N steps)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
             self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
+        if isinstance(self.keep_checkpoints, int) and not isinstance(self.keep_checkpoints, bool):
+            self.keep_checkpoints = str(self.keep_checkpoints)  # YAML's keep_checkpoints: 100
         check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4
         for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
             setattr(self, name, expand_home(getattr(self, name)))
         if self.max_memory is not None:
             parse_size(self.max_memory, "max_memory")
+        self.keep_checkpoints = parse_keep(self.keep_checkpoints)
         if self.batch_size % self.grad_accum:
             raise GlassformerError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
@@ -108,7 +113,7 @@ class TrainConfig:
         except GlassformerError as error:
             raise type(error)(f"model: {error}") from None
         if self.watch:
-            from ..interpret.microscope import WatchConfig
+            from .microscope import WatchConfig
             watch = WatchConfig.from_dict(self.watch)
             self.watch = {key: getattr(watch, key) for key in self.watch}  # typed: training.json holds numbers
         check_device_name(self.device)
@@ -182,7 +187,7 @@ CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "in
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty; :func:`glassformer.loaders.load_yaml`: safe and bounded).
+    """The YAML document of ``path`` ({} when empty; :func:`glassformer.io.loaders.load_yaml`: safe and bounded).
     A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
     return load_yaml(path, what)
 

@@ -3,9 +3,7 @@
 import contextlib
 import json
 import math
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,13 @@ from tqdm.auto import tqdm  # a widget in Jupyter, text on a terminal
 
 from ..data import IGNORE, LMBatches, Seq2SeqBatches, take_rows
 from ..errors import GlassformerError, MeasurementError
-from ..fileio import fsync_file, run_lock
+from ..io.fileio import fsync_file, run_lock
+from ..io.signals import StopSignals
+from ..runtime.attention import use_bf16_attention
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
-from .checkpoint import LAST, commit_checkpoint
+from .checkpoint import LAST, commit_checkpoint, step_folder
 from .config import TrainConfig
 from .distributed import (
     DistInfo,
@@ -36,11 +36,10 @@ from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .report import describe_model, resume_line, say, schedule_warnings
 from .resume import TrainState, restore, state_to_dict, tidy_run_dir
+from .series import check_series_disk, checkpoint_bytes, kept_steps
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
 from .validation import evaluate
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(GlassformerError):
@@ -68,6 +67,8 @@ class Trainer:
         self.tokenizer, self.batches = tokenizer, batches
         self.out = Path(config.out_dir)
         self.run_state = TrainState()  # step, best_val, best_step, tokens_seen: what a checkpoint carries
+        if self.dist.device.type == "cpu" and config.precision in ("auto", "bfloat16") and not config.compile:
+            use_bf16_attention(self.model)  # bfloat16 attention on the bfloat16 units where measured faster here
         micro = self._to_device(self._micro_batches()[0]) if config.precision == "auto" and self.dist.is_main else None
         self.precision = choose_precision(config.precision, self.model, self.dist, micro)
         # float16's narrow range needs the loss scaled up before backward
@@ -77,7 +78,7 @@ class Trainer:
         self.sharded = is_sharded(self.model)
         self.microscope = None  # interpretability probes at each evaluation (config.watch; rank 0, unsharded)
         if config.watch and self.dist.is_main and not self.sharded:
-            from ..interpret.microscope import microscope_for_run
+            from .microscope import microscope_for_run
             self.microscope = microscope_for_run(config.watch, self.model, tokenizer, batches, config.eval_every,
                                                  config.max_steps, config.block_size, config.max_memory)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2),
@@ -88,11 +89,13 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stop_signal: int | None = None
         # a stop asked by Ctrl-C or SIGTERM in this process; one asked by any (agreed at the start of a step)
-        self._stop_requested = self._stop_agreed = False
+        self._stop_requests: list[int] = []  # Ctrl-C or SIGTERM while training (io/signals.py)
+        self._stop_agreed = False
         self.tracker: Tracker = Tracker()  # config.log's trackers, opened by train() on rank 0
         self._lines = False  # print a line per record (train() sets it where no progress bar is drawn)
         self._bar: Any = None  # the progress bar while train() runs: evaluation lines are written above it
         self.resumed_from: dict[str, Any] | None = None  # set by resume(): {"step", "checkpoint", "training"}
+        self.series = kept_steps(config.keep_checkpoints, config.max_steps)  # kept beside last and best (replay)
 
     @property
     def step(self) -> int:
@@ -124,15 +127,25 @@ class Trainer:
         folder = None
         if best:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
+        self.run_state.kept = self._kept_steps()  # carried by the checkpoint: a resume keeps them whatever it asks
         weights = full_model_state(self.model) if self.sharded else None  # FSDP: every rank gathers, rank 0 gets
         train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
             if (self.out / METRICS).is_file():
                 fsync_file(self.out / METRICS)  # the records the checkpoint covers reach the disk before it
             folder = commit_checkpoint(self.out, self.step, self.model, self.tokenizer, weights=weights,
-                                       training=self.config.to_dict(), train_state=train_state, best=best)
+                                       training=self.config.to_dict(), train_state=train_state, best=best,
+                                       keep=self._series_folders())
         self.last_checkpoint = self.out / LAST
         return folder
+
+    def _series_folders(self) -> list[Path]:
+        """The kept series' folders written by now (:mod:`~glassformer.training.series`)."""
+        return [step_folder(self.out, s) for s in self._kept_steps()]
+
+    def _kept_steps(self) -> list[int]:
+        """The steps up to now whose checkpoints stay: this run's series and what earlier parts of it kept."""
+        return sorted(s for s in {*self.series, *self.run_state.kept} if s <= self.step)
 
     def _state_is_finite(self) -> bool:
         """Weights and optimizer state (this rank's shards) hold no NaN or infinity; one device sync."""
@@ -204,7 +217,7 @@ class Trainer:
         config = self.config
         host = self._micro_batches()
         # the global batch's counted tokens, on the host (no device sync); under torchrun summed with the stop flag
-        counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), self._stop_requested
+        counted, stop = float(sum(int((mb["labels"] != IGNORE).sum()) for mb in host)), bool(self._stop_requests)
         if self.dist.distributed:
             local = torch.tensor([counted, float(stop)], dtype=torch.float64, device=self.dist.device)
             counts = all_reduce_sum(local, self.dist).cpu()
@@ -265,19 +278,13 @@ class Trainer:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. {self._kept()}")
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._stop_requested = True
-        self.stop_signal = signum
-        # A second one stops at once: Ctrl-C raises KeyboardInterrupt, SIGTERM ends the process.
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-
     def _start(self) -> None:
         """Resume (when asked); on rank 0, put ``out_dir`` in order and start the microscope's records."""
         resumed = self.resume() if self.config.resume else False
         if not self.dist.is_main:
             return
         self.last_checkpoint = tidy_run_dir(self.out, self.last_checkpoint if resumed else None, self.best_step,
-                                            self.history)
+                                            self.history, self._series_folders())
         if self.microscope is not None:  # the same rules for microscope.jsonl
             self.microscope.start(self.out, self.step, self.model)
 
@@ -302,6 +309,10 @@ class Trainer:
                 lines.append(resume_line(config.out_dir, self.step, config.max_steps, resumed["checkpoint"]))
             lines += schedule_warnings(config, self.step, resumed["training"] if resumed is not None else None)
             lines += [self.precision.describe()] if config.precision != "float32" else []
+            if self.series:  # what the kept series takes on disk, checked against what is free
+                sizes = [checkpoint_bytes(self.model, self.tokenizer, self.optimizer, config.to_dict(), stepped)
+                         for stepped in (True, False)]
+                lines.append(check_series_disk(self.out, self.series, *sizes, self.step if resumed else -1))
             for line in lines:
                 print(line, file=sys.stderr, flush=True)
             resumed_at = self.step if self.last_checkpoint is not None else None
@@ -309,8 +320,8 @@ class Trainer:
             self.tracker.text("precision", self.precision.describe())
             if self.microscope is not None:  # its scalars go to the trackers too (docs/training.md)
                 self.microscope.attach(self.tracker, fresh=resumed_at is None)
-        main_thread = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS} if main_thread else {}
+        stop_signals = StopSignals().catch()  # Ctrl-C or SIGTERM: saved after the step, then stopped
+        self._stop_requests = stop_signals.requests
         show = config.progress and self.dist.is_main
         self._bar = bar = tqdm(total=config.max_steps, initial=self.step, disable=None if show else True,
                                desc="train", dynamic_ncols=True, leave=False)  # disable=None: only on a terminal
@@ -321,6 +332,8 @@ class Trainer:
         # the thread count follows the load where the policy was asked for (runtime.tune; the command asks)
         threads = LoadFollower(on=not config.num_threads)
         try:
+            if self.step == 0 and self.series and self.series[0] == 0:  # the weights before training, for replay
+                self._checked_save()
             while self.step < config.max_steps:
                 loss = self.train_step()
                 threads.tick()
@@ -345,12 +358,13 @@ class Trainer:
                 if at_eval and self.step < config.max_steps:
                     self._evaluate_and_save()
                     bar.set_description_str("train")
-                elif stop:
+                elif stop or (self.step in self.series and self.step < config.max_steps):  # (the last: below)
                     self._check_finite(float(loss))
                     self._checked_save()
                 bar.update(1)
                 if stop:
                     stopped = "interrupted"
+                    self.stop_signal = self._stop_requests[0] if self._stop_requests else None
                     break
             if stopped == "done":
                 # A run resumed at its last step has evaluated and saved it already.
@@ -363,8 +377,7 @@ class Trainer:
             if made := choices():  # the kernel choices this run made
                 self.tracker.text("kernel_choices", json.dumps(made, indent=1))
             self.tracker.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            stop_signals.release()
         wall = time.perf_counter() - started
         return {"step": self.step, "stopped": stopped, "precision": self.precision.name,
                 "precision_reason": self.precision.reason, "train_loss": last_loss,

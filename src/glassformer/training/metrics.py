@@ -4,8 +4,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..loaders import read_records
-from ..records import record_line
+from ..io.loaders import read_records
+from ..io.records import record_line
 
 METRICS = "metrics.jsonl"
 

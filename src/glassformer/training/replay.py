@@ -1,4 +1,4 @@
-"""Replay the training microscope over saved checkpoints (:func:`glassformer.interpret.microscope.replay`)."""
+"""Replay the training microscope over saved checkpoints (:func:`glassformer.training.microscope.replay`)."""
 
 import re
 from collections.abc import Sequence
@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError, MissingFileError, NotOursError, check_int
-from ..fileio import check_not_source
-from ..interpret.microscope import Measurement, replay
+from ..io.fileio import check_not_source
 from .checkpoint import load
 from .metrics import METRICS
+from .microscope import Measurement, recorded_probe, replay
 
 Checkpoints = Sequence[str | Path] | dict[int, str | Path] | str | Path
 
@@ -42,6 +42,8 @@ def replay_checkpoints(checkpoints: Checkpoints, out_dir: str | Path | None = No
                        probe_text: torch.Tensor | None = None,
                        map_location: str | torch.device = "cpu") -> list[dict[str, Any]]:
     """The microscope's records of each checkpoint (loaded one at a time), by step; see ``microscope.replay``.
+    Checkpoints of a watched training run (folders beside its ``microscope.json``) replay with the run's probe
+    text and, unless ``watch`` is given, its watch settings: a record and its replay are equal.
     ``out_dir`` may not hold a checkpoint read nor a training's records (its microscope.jsonl would be replaced):
     a NotOursError, before any checkpoint is loaded."""
     steps = checkpoint_steps(checkpoints)
@@ -50,5 +52,10 @@ def replay_checkpoints(checkpoints: Checkpoints, out_dir: str | Path | None = No
         if (Path(out_dir) / METRICS).exists() or (Path(out_dir) / "last").exists():
             raise NotOursError(f"replay out_dir {str(out_dir)!r} is a training's run folder (it has {METRICS} or "
                                "last): its microscope.jsonl would be replaced; choose another out_dir")
+    if probe_text is None:  # a training run's series: its microscope's probe text and settings, as recorded
+        recorded = next(filter(None, map(recorded_probe, dict.fromkeys(folder.parent for _, folder in steps))), None)
+        if recorded is not None:
+            probe_text = recorded[0]
+            watch = recorded[1] if watch is None else watch
     series = ((step, *load(folder, map_location)) for step, folder in steps)
     return replay(series, out_dir, measurements=measurements, watch=watch, probe_text=probe_text)

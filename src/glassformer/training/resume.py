@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from ..errors import GlassformerError
-from ..fileio import atomic_write_text
-from ..state_check import check_resume_matches, check_train_state
+from ..io.fileio import atomic_write_text
+from ..io.state_check import check_resume_matches, check_train_state
 from .checkpoint import STATE, load_checkpoint
 from .config import TrainConfig
 from .distributed import full_optimizer_state, load_full_state
@@ -28,6 +28,7 @@ class TrainState:
     best_val: float = math.inf
     best_step: int = -1
     tokens_seen: int = 0
+    kept: list[int] = field(default_factory=list)  # the steps of a kept series (keep_checkpoints) so far
 
 
 @dataclass
@@ -46,7 +47,7 @@ def state_to_dict(state: TrainState, model: nn.Module, optimizer: torch.optim.Op
     states, the precision and (float16) the loss scaler; under FSDP a collective (rank 0 gets it all)."""
     saved = {"format": STATE_FORMAT, "step": state.step, "best_val": state.best_val, "best_step": state.best_step,
              "tokens_seen": state.tokens_seen, "optimizer": full_optimizer_state(model, optimizer),
-             "rng_cpu": torch.get_rng_state(), "precision": precision}
+             "rng_cpu": torch.get_rng_state(), "precision": precision, "kept": list(state.kept)}
     if scaler.is_enabled():
         saved["scaler"] = scaler.state_dict()
     if torch.cuda.is_available() and device.type == "cuda":
@@ -79,17 +80,19 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
     if "rng_cuda" in saved and device.type == "cuda":
         torch.cuda.set_rng_state(saved["rng_cuda"], device)
     state = TrainState(step=int(saved["step"]), best_val=float(saved["best_val"]),
-                       best_step=int(saved.get("best_step", -1)), tokens_seen=int(saved["tokens_seen"]))
+                       best_step=int(saved.get("best_step", -1)), tokens_seen=int(saved["tokens_seen"]),
+                       kept=[int(s) for s in saved.get("kept", [])])
     history = [h for h in read_metrics(out / METRICS) if h["step"] <= state.step]
     return Resumed(state, history, path, dict(checkpoint.training or {}))
 
 
-def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]]) -> Path | None:
+def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]],
+                 keep: list[Path] | None = None) -> Path | None:
     """Put ``out`` in order before training (rank 0): repair a resumed run's pointers and remove a crash's
-    leftovers (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None); rewrite
-    ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""
+    leftovers but ``keep`` (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None);
+    rewrite ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""
     if resumed is None:
         clear_run(out)
-    last = recover_run(out, resumed, best_step) if resumed is not None else None
+    last = recover_run(out, resumed, best_step, keep) if resumed is not None else None
     atomic_write_text(out / METRICS, "".join(metrics_line(h) for h in history))
     return last

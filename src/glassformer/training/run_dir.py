@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import BadFileError, GlassformerError, first_line
-from ..fileio import (
+from ..io.fileio import (
     LOCK_FILE,
     NotOursError,
     check_output_file,
@@ -114,10 +114,11 @@ def find_resumable(out_dir: str | Path) -> Path | None:
     return None
 
 
-def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1) -> Path:
+def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1, keep: list[Path] | None = None) -> Path:
     """Put ``out_dir`` in order after resuming from ``resumed``: ``last`` points at it, ``best`` at
-    ``best_step``'s folder (-1: none), and :func:`tidy_run` removes the rest. Returns the path naming the
-    resumed checkpoint from now on (``out_dir/last``, or ``resumed`` itself for the older layout)."""
+    ``best_step``'s folder (-1: none), and :func:`tidy_run` removes the rest but ``keep`` (a kept series).
+    Returns the path naming the resumed checkpoint from now on (``out_dir/last``, or ``resumed`` itself for
+    the older layout)."""
     out, resumed = Path(out_dir), Path(resumed)
     check_run_dir(out)
     step_layout = _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve()
@@ -126,7 +127,7 @@ def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1) -> Path
         if best_step >= 0 and not _missing(best):
             replace_symlink(out / BEST, best.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
         replace_symlink(out / LAST, resumed.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    tidy_run(out, keep=[resumed, _pointer(out, BEST)])
+    tidy_run(out, keep=[resumed, _pointer(out, BEST), *(keep or [])])
     return out / LAST if step_layout else resumed
 
 

@@ -11,14 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..budget import check_evaluation_fits, check_threads, check_training_fits
 from ..data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs, iter_text, split_ids
 from ..data.prepare import _fingerprint, prepare
 from ..data.shards import looks_like_tokens, open_shards
 from ..data.sources import list_sources
 from ..errors import GlassformerError
+from ..io.budget import check_evaluation_fits, check_threads, check_training_fits
+from ..io.progress import quiet
 from ..models import build_model
-from ..progress import quiet
 from ..tokenizers import Tokenizer, make_tokenizer
 from .checkpoint import TOKENIZER, check_run_dir, find_resumable
 from .config import TrainConfig
@@ -147,7 +147,7 @@ def _prepare(config: TrainConfig) -> Run:
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
     if config.watch:  # the microscope's probe too (watch.probe_length, probe_batch): before the token cache is made
-        from ..interpret.microscope import check_watch  # (as the Trainer imports it: only for a watched run)
+        from .microscope import check_watch  # (as the Trainer imports it: only for a watched run)
 
         smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
         check_watch(config.watch, config.model_config(smallest), config.max_memory)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
-from ..fileio import NotOursError
+from ..io.fileio import NotOursError
 
 KINDS = ("none", "tensorboard", "wandb")
 MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs

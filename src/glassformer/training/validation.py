@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..data import LMBatches, Seq2SeqBatches
-from ..progress import Heartbeat
+from ..io.progress import Heartbeat
 from ..runtime.precision import Precision
 from ..runtime.threads import LoadFollower
 from .objectives import batch_loss

@@ -13,10 +13,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from ..errors import BadFileError
-from ..fileio import rust_path
+from ..io.fileio import rust_path
+from ..io.safetensors_header import Header, read_header, torch_dtype
+from ..io.safetensors_header import first_line as _first_line
 from ..models import build_model
-from ..safetensors_header import Header, read_header, torch_dtype
-from ..safetensors_header import first_line as _first_line
 
 __all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
            "meta_specs", "meta_tensors", "load_tensors"]

@@ -5,13 +5,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .plots import _pyplot, _save
+from .plots import pyplot, save_figure
 
 
 def plot_phase_change(history: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """Loss on each copy and the best previous-token and induction scores against the step (two panels);
     returns the PNG's path."""
-    plt = _pyplot()
+    plt = pyplot()
     steps = [r["step"] for r in history]
     fig, (loss_ax, score_ax) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
     loss_ax.plot(steps, [r["loss_first"] for r in history], label="first copy (unpredictable)", color="tab:gray")
@@ -26,12 +26,12 @@ def plot_phase_change(history: Sequence[dict[str, Any]], path: str | Path, title
     score_ax.set_xlabel("training step")
     score_ax.set_ylim(0, 1.02)
     score_ax.legend(loc="center right")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_head_scores(history: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """Every head's scores against the step (a panel per layer and score, a line per head); returns the path."""
-    plt = _pyplot()
+    plt = pyplot()
     steps = [r["step"] for r in history]
     n_layers, n_heads = len(history[0]["induction"]), len(history[0]["induction"][0])
     fig, axes = plt.subplots(2, n_layers, figsize=(3.6 * n_layers, 5.2), sharex=True, sharey=True, squeeze=False)
@@ -47,4 +47,4 @@ def plot_head_scores(history: Sequence[dict[str, Any]], path: str | Path, title:
     axes[0][-1].legend(fontsize=8, loc="upper left")
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -6,8 +6,8 @@ import string
 from collections.abc import Mapping
 
 from ..errors import GlassformerError, shown
+from ..io.textwidth import format_columns
 from ..locale import catalogue
-from ..textwidth import format_columns
 
 LANGS = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>: picks the CJK glyph variants

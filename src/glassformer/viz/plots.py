@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..errors import GlassformerError
-from ..fileio import MARKER, atomic_write, check_output_file
+from ..io.fileio import MARKER, atomic_write, check_output_file
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "Source Han Sans SC")
@@ -28,7 +28,7 @@ def cjk_font_families() -> list[str]:
     return ["DejaVu Sans", BUNDLED_CJK_FAMILY] + [name for name in CJK_FONTS if name in installed][:1]
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
@@ -38,9 +38,9 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
     """Lay out, write as PNG (creating folders) and close ``fig``."""
-    plt = _pyplot()
+    plt = pyplot()
     fig.tight_layout()
     path = check_output_file(path, what="figure")  # never a link, a FIFO, a user's file: before drawing
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +53,7 @@ def _save(fig, path: str | Path) -> Path:
 
 def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "training") -> Path:
     """Write train and validation loss against step (``history``: ``Trainer.train``'s) as a PNG; returns its path."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, style in (("train_loss", "-"), ("val_loss", "o-")):
         points = [(h["step"], h[key]) for h in history if key in h]
@@ -64,7 +64,7 @@ def plot_losses(history: list[dict[str, Any]], path: str | Path, title: str = "t
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_attention(weights: torch.Tensor | Sequence[torch.Tensor], tokens: Sequence[str], path: str | Path, *,
@@ -73,7 +73,7 @@ def plot_attention(weights: torch.Tensor | Sequence[torch.Tensor], tokens: Seque
                    title: str | None = None) -> Path:
     """Write a PNG grid of attention heatmaps (a row per layer, a column per head) to ``path``; returns it.
     ``weights``: per-layer (B, h, Tq, Tk) tensors (``return_attn=True``), or one; ``tokens``: the key labels."""
-    plt = _pyplot()
+    plt = pyplot()
     per_layer = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     if not per_layer or any(w is None or w.dim() != 4 for w in per_layer):
         raise GlassformerError("weights must be (B, h, Tq, Tk) tensors, one per layer (use return_attn=True)")
@@ -104,4 +104,4 @@ def plot_attention(weights: torch.Tensor | Sequence[torch.Tensor], tokens: Seque
                     ax.set_yticks([])
         if title:
             fig.suptitle(title)
-        return _save(fig, path)
+        return save_figure(fig, path)

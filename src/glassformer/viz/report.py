@@ -1,22 +1,18 @@
 """write_report: one self-contained, offline HTML page (everything inline, no network by its Content-Security-Policy)
 of what a model does with one input: every head's attention, the forward pass's shapes, the generation trace."""
 
-import base64
-import hashlib
 import html
 import json
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..fileio import atomic_write
-from ..records import finite_or_null
-from .i18n import HTML_LANG
+from ..io.fileio import atomic_write
 from .i18n import text as tr
+from .page import CSP, asset, page_start, script_element, script_json, shown_token
 from .report_gather import AttentionView, ReportData, gather
 from .report_interpret import interpret_html
 from .report_tokens import MAX_STEPS, MAX_TOKENS, MAX_TOP_K, PAD_LABEL, check_report_options
@@ -25,49 +21,10 @@ __all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_
            "check_report_options", "gather", "render_html", "report_html", "write_report"]
 
 
-def page_start(title: str, lang: str, *styles: str, script: str | None = None) -> str:
-    """The start of every offline page glassformer writes, up to ``<body>``: language, content-security
-    policy (no network), report.css then ``styles`` (CSS text). ``script``: the page's one script, the only
-    text the policy lets run (by its SHA-256; None: no script runs).
-    """
-    css = "\n".join([_asset("report.css"), *styles])
-    return f"""<!DOCTYPE html>
-<html lang="{HTML_LANG[lang]}">
-<head>
-<meta charset="utf-8">
-<meta name="generator" content="glassformer">
-<meta http-equiv="Content-Security-Policy" content="{content_security_policy(script)}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>{html.escape(title)}</title>
-<style>
-{css}
-</style>
-</head>
-<body>"""
-
-
-def _asset(name: str) -> str:
-    return resources.files("glassformer.viz").joinpath("report_assets", name).read_text(encoding="utf-8")
-
-
-def _script_json(value: Any) -> str:
-    """Strict JSON safe inside a <script> element: no '<', '>' or '&' can end it early, NaN and infinity as null
-    (``JSON.parse`` refuses a NaN token: the page would stay blank; its script draws null as a gap)."""
-    text = json.dumps(finite_or_null(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def _table(rows: list[tuple[str, str]], cls: str, head: tuple[str, str]) -> str:
     body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows)
     return (f'<table class="{cls}"><thead><tr><th>{html.escape(head[0])}</th><th>{html.escape(head[1])}</th>'
             f"</tr></thead><tbody>{body}</tbody></table>")
-
-
-def _shown(token: str) -> str:
-    """A token with its whitespace made visible (as the page's script does): ↵ ⇥, and ␣ for spaces alone."""
-    token = token.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
-    return html.escape(token.replace(" ", "␣") if token and not token.strip(" ") else token)
 
 
 def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
@@ -78,8 +35,8 @@ def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
             chosen = " gf-chosen" if cand["id"] == step["chosen"] else ""
             bar = f'<span class="gf-bar" style="width:{100 * cand["p"]:.1f}%"></span>'
             cells.append(f'<td class="gf-cand{chosen}" title="id {cand["id"]}">{bar}<span class="gf-cand-text">'
-                         f'<code>{_shown(cand["label"])}</code> {cand["p"]:.3f}</span></td>')
-        chosen_label = _shown(step["chosen_label"])
+                         f'<code>{shown_token(cand["label"])}</code> {cand["p"]:.3f}</span></td>')
+        chosen_label = shown_token(step["chosen_label"])
         rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>{"".join(cells)}</tr>')
     head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))
     return (f'<p>{html.escape(tr("generation.continuation", lang))} <code class="gf-continuation">'
@@ -87,28 +44,6 @@ def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
             f'<table class="gf-generation"><thead><tr><th>{html.escape(tr("generation.step", lang))}</th>'
             f'<th>{html.escape(tr("generation.chosen", lang))}</th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
-
-
-CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-       "font-src 'none'; connect-src 'none'")
-
-
-def content_security_policy(script: str | None) -> str:
-    """:data:`CSP` with ``script-src`` allowing exactly ``script`` (by its SHA-256 hash), or nothing."""
-    if script is None:
-        return CSP
-    digest = base64.b64encode(hashlib.sha256(script_text(script).encode("utf-8")).digest()).decode("ascii")
-    return CSP.replace("script-src 'none'", f"script-src 'sha256-{digest}'")
-
-
-def script_text(script: str) -> str:
-    """The text inside the ``<script>`` element for ``script`` (what the policy's hash covers)."""
-    return f"\n{script}\n"
-
-
-def script_element(script: str) -> str:
-    """``<script>`` with ``script`` as :func:`page_start`'s policy allows it to run."""
-    return f"<script>{script_text(script)}</script>"
 
 
 def render_html(data: ReportData) -> str:
@@ -131,7 +66,7 @@ def render_html(data: ReportData) -> str:
         generation = (f'<section id="gf-generation"><h2>{label("section.generation")}</h2>'
                       f'<p>{label("generation.intro", steps=len(gen["steps"]), top_k=gen["top_k"])}</p>'
                       f"{_generation_html(gen, lang)}</section>")
-    return f"""{page_start(data.title, lang, script=_asset("report.js"))}
+    return f"""{page_start(data.title, lang, script=asset("report.js"))}
 <header>
 <h1>{html.escape(data.title)}</h1>
 <p class="gf-summary">{html.escape(data.summary)}</p>
@@ -144,7 +79,7 @@ def render_html(data: ReportData) -> str:
 <noscript>{label("noscript")}</noscript>
 </section>
 {generation}
-{interpret_html(data.interpret, _shown, lang) if data.interpret else ""}
+{interpret_html(data.interpret, shown_token, lang) if data.interpret else ""}
 <section id="gf-shapes"><h2>{label("section.shapes")}</h2>
 <p>{label("shapes.intro")}</p>
 {_table(shape_rows, "gf-shape-table", (tr("shapes.step", lang), tr("shapes.shape", lang)))}</section>
@@ -153,8 +88,8 @@ def render_html(data: ReportData) -> str:
 {_table(part_rows, "gf-param-table", (tr("model.part", lang), tr("model.parameters", lang)))}
 {_table(config_rows, "gf-config-table", (tr("model.field", lang), tr("model.value", lang)))}</section>
 <footer>{label("footer")}</footer>
-<script type="application/json" id="gf-data">{_script_json(data.to_json())}</script>
-{script_element(_asset("report.js"))}
+<script type="application/json" id="gf-data">{script_json(data.to_json())}</script>
+{script_element(asset("report.js"))}
 </body>
 </html>
 """

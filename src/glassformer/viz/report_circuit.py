@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
-from ..fileio import atomic_write, check_output_file
 from ..interpret.circuits import Circuit
-from .report import page_start
+from ..io.fileio import atomic_write, check_output_file
+from .page import page_start
 
 SENDER = re.compile(r"embed|L\d{1,4}H\d{1,4}|MLP\d{1,4}")
 RECEIVER = re.compile(r"L\d{1,4}H\d{1,4}\.[qkv]|MLP\d{1,4}|logits")
@@ -98,7 +98,7 @@ def circuit_html(circuit: Circuit, title: str = "Circuit", lang: str = "en") -> 
 
 
 def write_circuit_page(circuit: Circuit, out: str | Path, title: str = "Circuit") -> Path:
-    """Write :func:`circuit_html` to ``out`` (its folder is created) by :func:`glassformer.fileio.atomic_write`: a
+    """Write :func:`circuit_html` to ``out`` (its folder is created) by :func:`glassformer.io.fileio.atomic_write`: a
     link, a FIFO or a file glassformer did not write there is refused (NotOursError); returns the path."""
     path = Path(out)
     if path.is_dir():

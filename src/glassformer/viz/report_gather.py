@@ -15,7 +15,7 @@ from ..nn.masks import check_prefix_len
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report_interpret import gather_interpret
-from .report_tokens import _cap, _generation_trace, _labels, _pad, _to_ids, _trace_notes, check_report_options
+from .report_tokens import cap_ids, check_report_options, generation_trace, pad_ids, to_ids, token_labels, trace_notes
 from .shapes import shape_trace
 
 
@@ -102,12 +102,12 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
     lang = resolve_lang(lang)
     structure = "encoder-decoder" if config.arch == "encoder-decoder" else config.attn
     notes: list[str] = []
-    ids = _to_ids(text, tokenizer, "text", add_special_tokens)  # never empty
+    ids = to_ids(text, tokenizer, "text", add_special_tokens)  # never empty
     eos = special_id(tokenizer, "eos")
     if config.arch == "encoder-decoder" and isinstance(text, str) and eos is not None and ids[-1] != eos:
         ids.append(eos)  # a source ends with eos, as in glassformer's seq2seq data
-    ids = _cap(ids, max_tokens, "text", notes, lang)
-    tgt = None if target is None else _cap(_to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
+    ids = cap_ids(ids, max_tokens, "text", notes, lang)
+    tgt = None if target is None else cap_ids(to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
     pad_id = pad_id_for(tokenizer)
     asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation, notes=notes, lang=lang)
     was_training = model.training
@@ -122,7 +122,7 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
                 model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
             specials = getattr(tokenizer, "specials", None) or ()
             low = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # skip leading specials
-            interpret = gather_interpret(model, x, tokens, lambda ids: _labels(ids, tokenizer), low=low,
+            interpret = gather_interpret(model, x, tokens, lambda ids: token_labels(ids, tokenizer), low=low,
                                          bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix, **asked)
     finally:
         model.train(was_training)
@@ -154,11 +154,11 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
     elif prefix_len is not None:
         raise GlassformerError(f"prefix_len is only meaningful for attn='prefix' models; this model is attn={attn!r}")
     real = ids
-    ids, pad = _pad(ids, pad_to, pad_id)
+    ids, pad = pad_ids(ids, pad_to, pad_id)
     x = torch.tensor([ids], device=next(model.parameters()).device)
     pad_t = torch.tensor([pad], device=x.device) if any(pad) else None
     _, weights = model(x, pad=pad_t, prefix_len=prefix_len, return_attn=True)
-    tokens = _labels(ids, tokenizer, pad)
+    tokens = token_labels(ids, tokenizer, pad)
     caption = tr(f"caption.{attn}", lang, prefix_len=prefix_len) + (tr("caption.padded", lang) if any(pad) else "")
     views = [AttentionView("self", tr("view.self", lang), caption, tokens, tokens, _stack(weights), pad, pad,
                            prefix_len if attn == "prefix" else None)]
@@ -169,8 +169,8 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         if tgt is not None:  # the model's own answer to the prefix, as long as the target: compare the two
             real, generate = real[:prefix_len], min(generate, len(tgt))
             notes.append(tr("note.trace_target", lang, n=len(tgt)))
-        generation = _generation_trace(model, tokenizer, real, generate, top_k, **options)
-        _trace_notes(generation, notes, lang)
+        generation = generation_trace(model, tokenizer, real, generate, top_k, **options)
+        trace_notes(generation, notes, lang)
     elif attn == "bidirectional":
         notes.append(tr("note.encoder_only", lang))
     return views, shapes, generation, (x, pad_t, prefix_len, tokens)
@@ -187,19 +187,19 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
     generation = None
     if generate:
         steps = generate if tgt is None else min(generate, len(tgt) + 1)  # a target's length and its eos
-        generation = _generation_trace(model, tokenizer, src, steps, top_k, decoder_start_token_id=start)
-        _trace_notes(generation, notes, lang)
+        generation = generation_trace(model, tokenizer, src, steps, top_k, decoder_start_token_id=start)
+        trace_notes(generation, notes, lang)
     if tgt is None:
         tgt = generation["ids"] if generation else []
         notes.append(tr("note.no_target_encdec" if generation else "note.no_target_encdec_alone", lang))
-    src, src_pad = _pad(src, pad_to, pad_id)
+    src, src_pad = pad_ids(src, pad_to, pad_id)
     device = next(model.parameters()).device
     s = torch.tensor([src], device=device)
     t = torch.tensor([[start] + tgt], device=device)
     src_pad_t = torch.tensor([src_pad], device=device) if any(src_pad) else None
     _, log = model(s, t, src_pad=src_pad_t, return_attn=True)
-    src_tokens = _labels(src, tokenizer, src_pad)
-    tgt_tokens = _labels(t[0].tolist(), tokenizer)
+    src_tokens = token_labels(src, tokenizer, src_pad)
+    tgt_tokens = token_labels(t[0].tolist(), tokenizer)
     tgt_pad = [False] * len(tgt_tokens)
     padded = tr("caption.padded_source", lang) if any(src_pad) else ""
     views = [AttentionView("enc", tr("view.enc", lang), tr("caption.enc", lang) + padded,

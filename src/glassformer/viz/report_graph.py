@@ -9,8 +9,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
-from .report import _asset, _script_json, page_start, script_element
+from ..io.fileio import atomic_write_text
+from .page import asset, page_start, script_element, script_json
 
 LABELS = {"promotes": "tokens its decoder promotes (through the unembedding)", "examples": "top examples",
           "incoming": "strongest inputs", "outgoing": "strongest outputs"}
@@ -64,8 +64,8 @@ def graph_html(graph: Any, *, title: str | None = None, node_threshold: float = 
     data = graph_page_data(graph, node_threshold, edge_threshold, features)
     title = title or "Attribution graph"
     scores = data["scores"]
-    script = _asset("graph.js")
-    return f"""{page_start(title, "en", _asset("graph.css"), script=script)}
+    script = asset("graph.js")
+    return f"""{page_start(title, "en", asset("graph.css"), script=script)}
 <header>
 <h1>{html.escape(title)}</h1>
 <p class="gf-summary">prompt: <code>{html.escape(graph.prompt)}</code></p>
@@ -88,7 +88,7 @@ def graph_html(graph: Any, *, title: str | None = None, node_threshold: float = 
 <noscript>The graph is drawn by the page's script; graph.json holds the same nodes and edges.</noscript>
 </section>
 <footer>Made by glassformer: offline, nothing is loaded from the network.</footer>
-<script type="application/json" id="gf-graph-data">{_script_json(data)}</script>
+<script type="application/json" id="gf-graph-data">{script_json(data)}</script>
 {script_element(script)}
 </body>
 </html>

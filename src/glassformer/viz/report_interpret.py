@@ -63,8 +63,10 @@ def _shade(value: float, rgb: tuple[int, int, int], scale: float = 1.0) -> str:
     return f"background: rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha * 0.85:.3f})"
 
 
-def _head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], scale: float, fmt: str,
-                lang: str = "en") -> str:
+def head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], scale: float, fmt: str,
+               lang: str = "en") -> str:
+    """An (L, h) table of ``values``, each cell shaded by ``rgb`` (red below 0) as |value| / ``scale``, printed as
+    ``fmt`` (the report's and the run page's head tables)."""
     heads = len(values[0])
     head = "".join(f"<th>{html.escape(tr('table.head', lang, head=h))}</th>" for h in range(heads))
     body = "".join(
@@ -105,9 +107,9 @@ def interpret_html(data: dict[str, Any], shown: Callable[[str], str], lang: str 
             + label("heads.intro", length=h["length"], first=f"{h['loss_first']:.2f}",
                     repeat=f"{h['loss_repeat']:.2f}") + "</p>"
             f'<h3>{label("heads.previous")}</h3>'
-            + _head_table(h["previous_token"], "gf-head-table gf-prev", (70, 130, 220), 1.0, ".2f", lang)
+            + head_table(h["previous_token"], "gf-head-table gf-prev", (70, 130, 220), 1.0, ".2f", lang)
             + f'<h3>{label("heads.induction")}</h3>'
-            + _head_table(h["induction"], "gf-head-table gf-induction", (60, 160, 90), 1.0, ".2f", lang)
+            + head_table(h["induction"], "gf-head-table gf-induction", (60, 160, 90), 1.0, ".2f", lang)
             + "</section>")
     if "ablation" in data:
         a = data["ablation"]
@@ -115,5 +117,5 @@ def interpret_html(data: dict[str, Any], shown: Callable[[str], str], lang: str 
         parts.append(
             f'<section id="gf-ablation"><h2>{label("ablation.title")}</h2><p>'
             + label("ablation.intro", base=f"{a['base']:.3f}") + "</p>"
-            + _head_table(a["drop"], "gf-head-table gf-ablation", (230, 140, 40), scale, ".3f", lang) + "</section>")
+            + head_table(a["drop"], "gf-head-table gf-ablation", (230, 140, 40), scale, ".3f", lang) + "</section>")
     return "\n".join(parts)

@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadFileError, GlassformerError, MissingFileError, is_int, shown
-from ..fileio import atomic_write, check_output_file
 from ..interpret.attribution import ATTRIBUTION
-from ..interpret.microscope import META, RECORDS, detect_phase_change, read_records
-from ..loaders import load_json
+from ..interpret.measurements import detect_phase_change
+from ..io.fileio import atomic_write, check_output_file
+from ..io.loaders import load_json, read_records
+from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .report import _asset, _script_json, _shown, page_start, script_element
+from .page import asset, page_start, script_element, script_json, shown_token
 from .report_circuit import circuit_svg, is_circuit
-from .report_interpret import _head_table
+from .report_interpret import head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
@@ -270,7 +271,7 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
                  clean=_fixed(a["clean_metric"], ".2f"), correlation=_fixed(a["correlation"], ".3f"),
                  estimate=top(a["top_estimate"]), exact=top(a["top_exact"]))
     tables = "".join(f'<figure><figcaption>{html.escape(tr(f"run.attribution.{k}", lang))}</figcaption>'
-                     f'{_head_table(a[k], f"gf-head-table gf-{k}", (47, 95, 208), scale, "+.2f", lang)}</figure>'
+                     f'{head_table(a[k], f"gf-head-table gf-{k}", (47, 95, 208), scale, "+.2f", lang)}</figure>'
                      for k in ("estimate", "exact"))
     return (f'<section id="gf-attribution"><h2>{html.escape(tr("run.attribution.title", lang))}</h2>'
             f'<p class="gf-caption">{html.escape(caption, quote=False)}</p>'
@@ -324,7 +325,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
         heatmaps = "".join(f'<figure class="gf-heatmap"><figcaption>'
                            f'{label("run.heatmap", kind=tr(f"run.kind.{kind}", lang), layers=L, heads=h)}'
                            f'</figcaption><canvas data-kind="{kind}"></canvas></figure>' for kind in KINDS)
-        tokens = " ".join(f"<code>{_shown(t)}</code>" for t in meta.get("tokens", []))
+        tokens = " ".join(f"<code>{shown_token(t)}</code>" for t in meta.get("tokens", []))
         watch = meta.get("watch", {})
         lengths = ", ".join(str(n) for n in watch.get("probe_lengths") or [watch.get("probe_length", "?")])
         snaps = "".join(f'<figure class="gf-snap"><figcaption>'
@@ -352,12 +353,12 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
         body.append(_attribution_html(run["attribution"], lang))
     labels = {**js_labels(lang, "run.js."), "kinds": {kind: tr(f"run.short.{kind}", lang) for kind in KINDS}}
     data = {"records": records, "meta": meta, "labels": labels}
-    script = _asset("run.js")
-    return f"""{page_start(title, lang, _asset("run.css"), script=script)}
+    script = asset("run.js")
+    return f"""{page_start(title, lang, asset("run.css"), script=script)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
 <footer>{label("run.footer")}</footer>
-<script type="application/json" id="gf-run-data">{_script_json(data)}</script>
+<script type="application/json" id="gf-run-data">{script_json(data)}</script>
 {script_element(script)}
 </body>
 </html>

@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
+from ..io.fileio import atomic_write_text
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .report import _asset, _script_json, page_start, script_element
+from .page import asset, page_start, script_element, script_json
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
 METRIC_NAMES = (("nmse", ".3f"), ("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"),
@@ -45,7 +45,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
                tokens=f"{summary['tokens']:,}", dead=f"{len(summary['dead']):,}", layer=summary.get("layer", "?"))
     note = summary.get("logit_note")
     data = {**summary, "labels": js_labels(lang, "sae.js.")}
-    return f"""{page_start(title, lang, _asset("sae.css"), script=_asset("sae.js"))}
+    return f"""{page_start(title, lang, asset("sae.css"), script=asset("sae.js"))}
 <header>
 <h1>{html.escape(title)}</h1>
 <p class="gf-summary">{html.escape(facts)}</p>
@@ -66,8 +66,8 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 <noscript>{label("sae.noscript")}</noscript>
 </section>
 <footer>{label("footer")}</footer>
-<script type="application/json" id="gf-sae-data">{_script_json(data)}</script>
-{script_element(_asset("sae.js"))}
+<script type="application/json" id="gf-sae-data">{script_json(data)}</script>
+{script_element(asset("sae.js"))}
 </body>
 </html>
 """

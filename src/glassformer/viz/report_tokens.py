@@ -18,7 +18,7 @@ MAX_STEPS = 1024  # generation trace steps
 MAX_TOP_K = 100  # candidates shown per step
 
 
-def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
+def to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
     """Text (with a tokenizer) or token ids (a list, a (T,) or (1, T) tensor) -> a non-empty list of ids;
     ``add_special_tokens=None``: the tokenizer's default."""
     if isinstance(value, str):
@@ -43,7 +43,7 @@ def _to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | No
     return ids
 
 
-def _labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = None) -> list[str]:
+def token_labels(ids: Sequence[int], tokenizer: Any, pad: Sequence[bool] | None = None) -> list[str]:
     """The printable piece of each id (the id itself without a tokenizer); padding shows as <pad>."""
     if tokenizer is None:
         labels = [str(i) for i in ids]
@@ -65,14 +65,14 @@ def check_report_options(*, max_tokens: int = 128, generate: int = 16, top_k: in
     check_int(f"{prefix}pad_to", pad_to, 1, MAX_TOKENS, allow_none=True)
 
 
-def _cap(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str = "en") -> list[int]:
+def cap_ids(ids: list[int], max_tokens: int, name: str, notes: list[str], lang: str = "en") -> list[int]:
     if len(ids) > max_tokens:
         notes.append(tr("note.cap", lang, name=tr(f"note.name.{name}", lang), n=len(ids), max_tokens=max_tokens))
         return ids[:max_tokens]
     return ids
 
 
-def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], list[bool]]:
+def pad_ids(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], list[bool]]:
     """``ids`` right-padded to ``pad_to`` (>= len(ids)) with ``pad_id``, and the pad flags."""
     if pad_to is None:
         return ids, [False] * len(ids)
@@ -81,7 +81,7 @@ def _pad(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int], li
     return padded[0].tolist(), pad[0].tolist()
 
 
-def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
+def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
                       **options: Any) -> dict[str, Any]:
     """Per step of a greedy continuation: the top-k candidates and the choice."""
     from ..generation.trace import trace_generation
@@ -90,8 +90,8 @@ def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: i
     if eos is not None:
         options["eos_token_id"] = eos
     records = trace_generation(model, ids, steps, top_k=top_k, **options)
-    rows = [{"chosen": r["chosen"], "chosen_label": _labels([r["chosen"]], tokenizer)[0],
-             "candidates": [{"id": i, "label": _labels([i], tokenizer)[0], "p": p} for i, p in r["top_k"]]}
+    rows = [{"chosen": r["chosen"], "chosen_label": token_labels([r["chosen"]], tokenizer)[0],
+             "candidates": [{"id": i, "label": token_labels([i], tokenizer)[0], "p": p} for i, p in r["top_k"]]}
             for r in records]
     new_ids = [r["chosen"] for r in rows]
     text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
@@ -100,7 +100,7 @@ def _generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: i
     return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
 
 
-def _trace_notes(generation: dict[str, Any] | None, notes: list[str], lang: str = "en") -> None:
+def trace_notes(generation: dict[str, Any] | None, notes: list[str], lang: str = "en") -> None:
     """A note when the trace looks like an untrained model's: the same token chosen at every step."""
     if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
         notes.append(tr("note.trace_same", lang, token=repr(generation["steps"][0]["chosen_label"])))

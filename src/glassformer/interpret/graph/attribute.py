@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...budget import FLOAT
 from ...errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids
+from ...io.budget import FLOAT
 from ...nn.freezing import frozen
 from ..hooks import hooks
 from ..transcoders.format import Transcoders
@@ -270,7 +270,7 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     Returns:
         a :class:`Graph` (adjacency (N, N), rows = targets, columns = sources).
     """
-    from ...budget import check_fits
+    from ...io.budget import check_fits
 
     if not isinstance(tc, Transcoders):
         raise ArgumentTypeError(f"tc must be Transcoders (load_transcoders), got {type(tc).__name__}")
@@ -302,7 +302,7 @@ def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str
                desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
                max_feature_nodes: int | None, update_interval: int, max_memory: object,
                progress: Callable[[int, int], None] | None) -> Graph:
-    from ...budget import check_fits
+    from ...io.budget import check_fits
 
     setup = _setup(model, tc, ids)
     targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)

@@ -95,7 +95,7 @@ def graph_bytes_pt(graph: Graph, model_name: str = "glassformer") -> bytes:
 
 def save_graph_pt(graph: Graph, path: str | Path, model_name: str = "glassformer") -> Path:
     """Write ``graph`` to ``path`` as circuit-tracer's ``Graph.to_pt`` does, atomically."""
-    from ...fileio import atomic_write
+    from ...io.fileio import atomic_write
 
     atomic_write(path, graph_bytes_pt(graph, model_name))
     return Path(path)
@@ -105,7 +105,7 @@ def load_graph_pt(path: str | Path) -> Graph:
     """Read a graph file written by :func:`save_graph_pt` or by circuit-tracer's ``Graph.to_pt``: only
     tensors, plain containers and circuit-tracer's two records are unpickled, and every field is checked
     (shapes that fit each other, indices in range); anything else is one BadFileError line."""
-    from ...loaders import check_zip_sizes
+    from ...io.loaders import check_zip_sizes
 
     path = Path(path)
     if not path.is_file():

@@ -8,12 +8,9 @@ A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of its state folder
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +18,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
-from ...fileio import atomic_directory, restore_moved_aside
-from ...progress import showing
+from ...io.fileio import atomic_directory, restore_moved_aside
+from ...io.progress import showing
+from ...io.signals import StopSignals
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
 
@@ -31,25 +29,6 @@ def record_line(what: str, record: dict[str, float], steps: int) -> str:
     """One logged record as a line where no bar is drawn: ``sae step 100/1500 | loss 0.0123 | l0 16``."""
     return " | ".join([f"{what} step {record['step']}/{steps}",
                        *(f"{key} {value:.4g}" for key, value in record.items() if key != "step")])
-
-
-@contextlib.contextmanager
-def stop_at_step_end(stop: list[int]) -> Iterator[None]:
-    """In the main thread, Ctrl-C or SIGTERM appends its number to ``stop``; a second one acts at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.append(signum)
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class ActivationTrainer:
@@ -111,12 +90,11 @@ class ActivationTrainer:
             self.initialize(self.buffer.peek())
         show = c.progress and showing()
         bar = tqdm(total=c.steps, initial=self.step, disable=None if show else True, desc=self.what)  # None: a tty
-        stop: list[int] = []
-        with bar, stop_at_step_end(stop):  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
-            last = self._steps(end, bar, stop, lines=show and bar.disable)
+        with bar, StopSignals() as signals:  # a second Ctrl-C, mid-step: the state saved at a step's end is kept
+            last = self._steps(end, bar, signals.requests, lines=show and bar.disable)
         self.save_state()
-        if stop:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
-            self.stop_signal = stop[0]
+        if signals.requests:  # Ctrl-C or SIGTERM: stopped at the end of a step, saved; a resume continues bit for bit
+            self.stop_signal = signals.requests[0]
             raise KeyboardInterrupt
         return {"steps": self.step, "history": self.history, "final": last}
 
@@ -160,8 +138,8 @@ class ActivationTrainer:
     def resume(self) -> bool:
         """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
         the keys when it was written with another config in ``SAME_ON_RESUME``."""
-        from ...loaders import load_state_file
-        from ...state_check import _count, check_optimizer_state
+        from ...io.loaders import load_state_file
+        from ...io.state_check import _count, check_optimizer_state
 
         folder = self.out / STATE_DIR
         file = folder / STATE_FILE

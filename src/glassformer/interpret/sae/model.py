@@ -21,8 +21,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
-from ...fileio import atomic_directory, rust_path, shown_text
-from ...loaders import load_json
+from ...io.fileio import atomic_directory, rust_path, shown_text
+from ...io.loaders import load_json
 from ...validate import check_fields, option
 
 KINDS = ("relu", "topk")

@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from ...errors import GlassformerError
-from ...fileio import (
+from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
     claim_outputs,

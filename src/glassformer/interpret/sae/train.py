@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
-from ...loaders import expand_home
+from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
+from ...io.loaders import expand_home
 from ...validate import check_fields, from_mapping, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .loop import STATE_DIR, STATE_FILE, ActivationTrainer, check_last_fired

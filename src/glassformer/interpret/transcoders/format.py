@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside
-from ...fileio import atomic_directory, claim_outputs, rust_path
-from ...loaders import load_yaml
-from ...safetensors_header import read_header, torch_dtype
+from ...io.fileio import atomic_directory, claim_outputs, rust_path
+from ...io.loaders import load_yaml
+from ...io.safetensors_header import read_header, torch_dtype
 
 PLT, CLT = "transcoder_set", "cross_layer_transcoder"  # circuit-tracer's model_kind values
 ACTIVATIONS = ("relu", "jumprelu", "topk")
@@ -196,7 +196,7 @@ def file_names(tc: Transcoders) -> list[str]:
 
 def write_transcoder_files(folder: str | Path, tc: Transcoders) -> None:
     """Write ``tc``'s config.yaml and safetensors files into the existing ``folder`` (no atomicity: a caller
-    that adds files of its own writes all of them into one :func:`~glassformer.fileio.atomic_directory`)."""
+    that adds files of its own writes all of them into one :func:`~glassformer.io.fileio.atomic_directory`)."""
     import yaml
     from safetensors.torch import save_file
 

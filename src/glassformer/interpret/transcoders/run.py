@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from ...errors import GlassformerError, NotOursError
-from ...fileio import (
+from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
     check_output_file,

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...budget import FLOAT, check_fits, forward_bytes, model_bytes
 from ...config import ModelConfig
 from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
-from ...loaders import expand_home
+from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
+from ...io.loaders import expand_home
 from ...models import TransformerLM
 from ...validate import check_fields, from_mapping, option
 from ..sae.activations import ActivationBuffer, ActivationSource

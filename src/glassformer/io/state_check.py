@@ -1,0 +1,218 @@
+"""A resume state checked against the run it goes into before any kernel sees a tensor (``torch.load`` trusts
+every shape); a mismatch is one line naming the file, the key, what it holds and what was expected."""
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import BadFileError, GlassformerError, is_int, is_number, shown
+
+MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
+MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
+KNOWN_KEYS = MOMENTS | {"step"}
+
+
+def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
+    held = f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}" if torch.is_tensor(value) else shown(value)
+    return BadFileError(f"{file}: {key} holds {held}, expected {expected}")
+
+
+def _count(file: str, key: str, value: Any, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_STEP:
+        raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
+    return value
+
+
+def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None,
+            finite: bool = True) -> torch.Tensor:
+    wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
+    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
+            or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
+        raise _bad(file, key, value, wanted)
+    if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise BadFileError(f"{file}: {key} holds NaN or infinity")
+    return value
+
+
+OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
+# What torch's constructors accept for a hyperparameter (load_state_dict checks none of it): [low, high), a
+# closed high where the bound is inclusive. ns_steps: Newton-Schulz iterations, each a few matrix products.
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "lr": (0.0, math.inf, True), "eps": (0.0, math.inf, True), "weight_decay": (0.0, math.inf, True),
+    "betas": (0.0, 1.0, False), "momentum": (0.0, 1.0, False), "ns_steps": (1, 100, True)}
+
+
+def _in_range(name: str, value: float) -> bool:
+    low, high, closed = RANGES.get(name, (-math.inf, math.inf, True))
+    return low <= value and (value <= high if closed else value < high)
+
+
+def _range_text(name: str) -> str:
+    low, high, closed = RANGES[name]
+    return f"in [{low}, {high}{']' if closed else ')'}"
+
+
+def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
+    name = key.rsplit(".", 1)[-1]
+    if fresh is None or (isinstance(fresh, bool) and name in OPTIONAL_FLAGS):
+        if not (value is None or isinstance(value, bool)):
+            raise _bad(file, key, value, "true, false or None")
+    elif isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
+        if value is not fresh:  # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its
+            # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
+            raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
+    elif isinstance(fresh, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _bad(file, key, value, "a finite number")
+        if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
+            raise _bad(file, key, value, "an int in [-10000, 10000]")
+        if not _in_range(name, value):
+            raise _bad(file, key, value, f"a number {_range_text(name)}")
+    elif isinstance(fresh, (tuple, list)):
+        if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
+                and all(is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
+            shown_range = f" {_range_text(name)}" if name in RANGES else ""
+            raise _bad(file, key, value, f"{len(fresh)} finite numbers{shown_range}")
+    elif isinstance(fresh, str) and value != fresh:
+        raise _bad(file, key, value, repr(fresh))
+
+
+def _moments(group: dict[str, Any]) -> set[str] | None:
+    """The entries a parameter's state holds under the optimizer of ``group`` (a fresh one's): Adam's count and
+    two moments (and the running maximum under amsgrad), Muon's momentum; None for an optimizer not known here."""
+    if "betas" in group:
+        return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
+    if "momentum" in group:
+        return {"momentum_buffer"}
+    return None
+
+
+def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "optimizer") -> None:
+    """Refuse a saved optimizer state (``saved``, from ``file``) not shaped exactly as ``optimizer``'s (a torch
+    optimizer or glassformer's AdamW + Muon pair): the same parts and parameter groups, and per parameter
+    only known entries, tensors with the parameter's shape and dtype, step counts in range."""
+    parts = getattr(optimizer, "parts", None)
+    if isinstance(parts, dict):  # glassformer's AdamW + Muon pair: a state per part
+        if not isinstance(saved, dict) or set(saved) != set(parts):
+            raise _bad(file, key, saved, f"a dict with the parts {sorted(parts)}")
+        for name, part in parts.items():
+            check_optimizer_state(saved[name], part, file, f"{key}.{name}")
+        return
+    part = optimizer
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        raise _bad(file, key, saved, "a dict with 'state' and 'param_groups'")
+    fresh = part.state_dict()["param_groups"]
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(fresh):
+        raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
+    params: dict[int, nn.Parameter] = {}
+    needed: dict[int, set[str] | None] = {}  # per parameter index: the entries its state must hold
+    for g, (group, mine, live) in enumerate(zip(groups, fresh, part.param_groups, strict=True)):
+        where = f"{key}.param_groups[{g}]"
+        if not isinstance(group, dict) or group.get("params") != mine["params"]:
+            raise BadFileError(f"{file}: {where} does not hold this model's parameters {mine['params'][:8]}"
+                               f"{'...' if len(mine['params']) > 8 else ''} (a checkpoint of another model?)")
+        for name, value in mine.items():
+            if name != "params" and name in group:
+                _check_hyper(file, f"{where}.{name}", group[name], value)
+            elif name != "params" and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
+                raise BadFileError(f"{file}: {where} lacks {name!r} (this run's optimizer has {shown(value)})")
+        params.update(zip(mine["params"], live["params"], strict=True))
+        needed.update(dict.fromkeys(mine["params"], _moments(mine)))
+    state = saved["state"]
+    if not isinstance(state, dict):
+        raise _bad(file, f"{key}.state", state, "a dict")
+    for index, entry in state.items():
+        where = f"{key}.state[{shown(index)}]"
+        if isinstance(index, bool) or not isinstance(index, int) or index not in params:
+            raise BadFileError(f"{file}: {where} names no parameter of this model (0 to {len(params) - 1})")
+        if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
+            raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
+        param = params[index]
+        shape = tuple(param.shape)
+        for name, value in entry.items():
+            if name in MOMENTS:
+                _tensor(file, f"{where}.{name}", value, shape, param.dtype)
+            elif torch.is_tensor(value):
+                _tensor(file, f"{where}.step", value, None, None)
+                if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
+                        or not 0 <= float(value) <= MAX_STEP:
+                    raise _bad(file, f"{where}.step", value, f"one number in [0, {MAX_STEP}]")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP:
+                raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
+        wanted = needed[index]
+        if wanted is None and "momentum_buffer" not in entry:
+            wanted = {"exp_avg", "exp_avg_sq", "step"}
+        if wanted is not None and set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
+            missing, extra = sorted(wanted - set(entry)), sorted(set(entry) - wanted)
+            raise BadFileError(f"{file}: {where} " + "; ".join(
+                [*([f"lacks {missing}"] if missing else []), *([f"holds {extra}, not kept by this optimizer"]
+                                                                 if extra else [])]))
+
+
+MAX_KEPT = 1_000_000  # steps of a kept checkpoint series a train_state.pt may list
+
+
+def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module, optimizer: Any,
+                      state_format: int, scaler_enabled: bool = False) -> None:
+    """Refuse (:class:`BadFileError` naming ``file`` and the key) a resume state that does not fit the run: a
+    missing key, a wrong type, an optimizer state of another shape, a wrong RNG state, a bad scaler state."""
+    file = str(file)
+    if state.get("format") != state_format:
+        raise BadFileError(f"{file} has format {shown(state.get('format'))}, expected {state_format}")
+    needed = ("step", "best_val", "tokens_seen", "optimizer", "rng_cpu")
+    missing = [k for k in needed if k not in state]
+    if missing:
+        raise BadFileError(f"{file} lacks {missing} (is it a glassformer train_state.pt?)")
+    _count(file, "step", state["step"])
+    _count(file, "tokens_seen", state["tokens_seen"])
+    _count(file, "best_step", state.get("best_step", -1), -1)
+    best = state["best_val"]
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best):
+        raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
+    _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
+    if "rng_cuda" in state:
+        expected = tuple(torch.cuda.get_rng_state().shape) if torch.cuda.is_available() else None
+        _tensor(file, "rng_cuda", state["rng_cuda"], expected, torch.uint8)
+        if state["rng_cuda"].dim() != 1:
+            raise _bad(file, "rng_cuda", state["rng_cuda"], "a 1-D uint8 tensor")
+    kept = state.get("kept", [])
+    if not isinstance(kept, list) or len(kept) > MAX_KEPT or not all(
+            is_int(s) and 0 <= s <= state["step"] for s in kept):
+        raise _bad(file, "kept", kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step")
+    if "precision" in state and not isinstance(state["precision"], str):
+        raise _bad(file, "precision", state["precision"], "a string")
+    if "scaler" in state and scaler_enabled:
+        scaler = state["scaler"]
+        if not isinstance(scaler, dict) or not all(is_number(v) and math.isfinite(v) and v >= 0
+                                                   for v in scaler.values()):
+            raise _bad(file, "scaler", scaler, "a dict of finite non-negative numbers")
+    check_optimizer_state(state["optimizer"], optimizer, file)
+
+
+RECORDED = ("objective", "tokenizer", "tokenizer_vocab_size")
+
+
+def check_resume_matches(path: str | Path, model_config: Any, checkpoint_config: Any, tokenizer_kind: str,
+                         recorded: dict[str, Any] | None, run: dict[str, Any]) -> None:
+    """Refuse to resume from ``path`` when its model config (``checkpoint_config``), tokenizer kind or
+    recorded objective/tokenizer (``recorded``: its ``training.json``, or None) differ from this ``run``'s."""
+    path = str(path)
+    if tokenizer_kind != run.get("tokenizer"):
+        raise GlassformerError(f"cannot resume from {path!r}: its tokenizer is {tokenizer_kind!r}, this run asks "
+                               f"for {shown(run.get('tokenizer'))}; resume with tokenizer {tokenizer_kind!r} or "
+                               "start afresh")
+    for key in RECORDED if recorded is not None else ():
+        if key in recorded and recorded[key] != run.get(key):
+            raise GlassformerError(f"cannot resume from {path!r}: it was trained with {key}={shown(recorded[key])}, "
+                                   f"this run asks for {key}={shown(run.get(key))}; resume with the same "
+                                   f"{key} or start afresh in another out_dir")
+    if checkpoint_config != model_config:
+        ours, theirs = vars(model_config), vars(checkpoint_config)
+        diff = [f"{k}={shown(theirs.get(k))} in the checkpoint, {shown(ours.get(k))} in this run"
+                for k in ours if ours.get(k) != theirs.get(k)]
+        raise GlassformerError(f"cannot resume from {path!r}: its model config differs from this run's: "
+                               f"{'; '.join(diff[:4]) or 'a field differs'}")
