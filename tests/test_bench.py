@@ -220,12 +220,12 @@ def test_default_precisions_are_the_machines_auto_set(tiny_size, tmp_path):
 
 def test_cli_writes_json(tiny_size, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert main(["bench", "--only", "attn", "--sizes", "tiny", "--rounds", "1", "--no-hf", "--dtype", "float32",
+    assert main(["bench", "--only", "attn", "--sizes", "tiny", "--rounds", "1", "--no-hf", "--precision", "float32",
                  "--out", str(out)]) == 0
     assert "cost of transparency" in capsys.readouterr().out
     results = json.loads(out.read_text())
     assert set(results) == {"machine", "settings", "attn"}
-    assert results["settings"]["precisions"] == ["float32"]  # --dtype is --precision's alias
+    assert results["settings"]["precisions"] == ["float32"]
 
 
 @pytest.fixture
@@ -283,7 +283,8 @@ def test_nanogpt_bad_files(tmp_path):
     (["--sizes", "huge"], "unknown size(s) ['huge']"),
     (["--precision", "float32,float8"],
      "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'float8'"),
-    (["--dtype", "fp16"], "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'fp16'"),
+    (["--precision", "fp16"],
+     "precision must be some of auto, float32, bfloat16, float16 (comma-separated), got 'fp16'"),
     (["--precision", ","], "precision must name at least one of float32, bfloat16, float16, got none"),
     (["--nanogpt", "no/such/model.py"], "nanogpt must be nanoGPT's model.py (defining GPT and GPTConfig) or a "
                                         "folder holding it, got 'no/such/model.py': no such file"),

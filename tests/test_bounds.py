@@ -23,9 +23,10 @@ import torch
 import glassformer
 from allocation_helpers import allocations
 from glassformer import ModelConfig, build_model
-from glassformer.errors import BadFileError, GlassformerError, check_inside
+from glassformer.errors import BadFileError, GlassformerError
 from glassformer.generation import MAX_NEW_TOKENS, generate, generate_text, setup_generation, translate
 from glassformer.interop.hf_dir import load_hf_dir, save_hf_dir
+from glassformer.io.checks import check_inside
 from glassformer.nn import KVCache
 from glassformer.tokenizers import BPETokenizer, CharTokenizer
 from glassformer.training import save_checkpoint

@@ -14,7 +14,8 @@ from glassformer import ModelConfig, build_model
 from glassformer.io.fileio import new_directory, replace_symlink
 from glassformer.tokenizers import CharTokenizer
 from glassformer.training import load_checkpoint, load_state_file, save_checkpoint
-from glassformer.training.checkpoint import commit_checkpoint, find_resumable
+from glassformer.training.checkpoint import commit_checkpoint
+from glassformer.training.run_dir import find_resumable
 
 
 def make(tmp_path: Path, **state):

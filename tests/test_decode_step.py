@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 
-import glassformer.errors
 import glassformer.generation.incremental as incremental
 import glassformer.models.encdec as encdec_module
+import glassformer.models.inputs
 import glassformer.models.lm as lm_module
 from glassformer import EncoderDecoder, TransformerLM
 from glassformer.errors import GlassformerError
@@ -112,7 +112,7 @@ def test_the_cache_is_allocated_once_when_it_is_small():
 def count_id_checks(monkeypatch) -> list[str]:
     """Count every call of the id range check, wherever it is imported from."""
     calls = []
-    real = glassformer.errors.check_token_ids
+    real = glassformer.models.inputs.check_token_ids
 
     def counted(ids, vocab_size, name="ids"):
         calls.append(name)

@@ -108,7 +108,6 @@ def test_circuit_arguments_are_checked(model):
 def test_older_api_checks(model, tmp_path):
     from glassformer.interpret.lens import direct_logit_attribution
     from glassformer.io.state_check import check_optimizer_state
-    from glassformer.nn.norms import RMSNorm
     from glassformer.tokenizers import CharTokenizer
 
     ids = torch.randint(0, 20, (2, 6))
@@ -117,8 +116,8 @@ def test_older_api_checks(model, tmp_path):
     with pytest.raises(GlassformerError, match=r"position must be an int in \[-6, 5\], got 6"):
         direct_logit_attribution(model, ids, token=1, position=6)
     for eps in (float("nan"), -1.0, 0.0):
-        with pytest.raises(GlassformerError, match="eps must be a finite number > 0"):
-            RMSNorm(8, eps=eps)
+        with pytest.raises(GlassformerError, match="norm_eps must be a finite number > 0"):
+            ModelConfig(vocab_size=10, norm="rmsnorm", norm_eps=eps)
     with pytest.raises(ArgumentTypeError, match="token id must be an int, got True"):
         CharTokenizer.from_text("abc").decode([True, False])
     if not torch.cuda.is_available():

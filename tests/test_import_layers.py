@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "glassformer"
 # dispatches to them, and the entry points (__main__.py).
 LAYERS: dict[str, int] = {
     "errors": 0, "io": 0, "io.fileio": 0, "io.records": 0, "io.loaders": 0, "_version": 0, "io.textwidth": 0,
-    "validate": 0, "io.progress": 0, "io.signals": 0,
+    "validate": 0, "io.progress": 0, "io.checks": 0, "io.signals": 0,
     "locale": 0,  # the message catalogues (JSON data and their reader)
     "config": 1, "tokenizers": 1, "io.safetensors_header": 1,
     "nn": 2, "data": 2, "io.budget": 2, "io.state_check": 2,
@@ -34,6 +34,10 @@ SPLIT = ("io", "cli")
 # Rooms on the same layer that may use each other, one way only (the other way is then an error).
 SIDEWAYS: set[tuple[str, str]] = {
     ("data", "nn"),          # none today; allowed: data may build masks
+    ("io.checks", "errors"),    # the argument checks raise glassformer's errors
+    ("io.loaders", "io.checks"),  # a reader names a bad value with the argument checks' words
+    ("io.progress", "io.checks"),  # a heartbeat checks its interval
+    ("validate", "io.checks"),  # the config validator builds on the argument checks
     ("io.fileio", "errors"),    # the ownership rule refuses with glassformer's own error
     ("io.records", "errors"),   # a bad line of a JSON-lines record file is a BadFileError
     ("io.textwidth", "errors"),  # a bad alignment is a GlassformerError
@@ -57,8 +61,8 @@ DEFERRED: set[tuple[str, str]] = {
 }
 # Stricter than the layers: the core's own rules (docs/architecture.md, "Layers"): the math imports no speed policy.
 ONLY: dict[str, set[str]] = {
-    "nn": {"nn", "config", "errors", "validate"},
-    "models": {"models", "nn", "config", "errors", "validate"},
+    "nn": {"nn", "errors"},  # the blocks trust the validated config: no check module, no config rule
+    "models": {"models", "nn", "config", "errors", "validate", "io.checks"},
 }
 
 

@@ -56,7 +56,7 @@ def test_head_transform_is_dense_act_norm_before_tied_output():
 ])
 def test_new_options_are_validated(fields, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        ModelConfig(vocab_size=10, **fields).validate()
+        ModelConfig(vocab_size=10, **fields)
 
 
 def test_defaults_leave_state_dict_unchanged():

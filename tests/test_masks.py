@@ -1,6 +1,5 @@
 """Masks: the causal / prefix / padding rules, checked as properties over many sizes."""
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,20 +43,3 @@ def test_padding_mask_hides_padded_keys_only(pad):
     mask = padding_mask(pad)
     assert mask.shape == (pad.shape[0], 1, 1, pad.shape[1])
     assert torch.equal(mask[:, 0, 0], ~pad)
-
-
-def test_padding_mask_rejects_non_bool():
-    with pytest.raises(ValueError, match="pad must be a \\(B, T\\) bool tensor"):
-        padding_mask(torch.zeros(2, 3, dtype=torch.long))
-
-
-def test_prefix_mask_rejects_negative_and_float():
-    with pytest.raises(ValueError, match="prefix_len must be >= 0"):
-        prefix_mask(4, -1)
-    with pytest.raises(TypeError, match=r"prefix_len must be an int or a \(B,\) integer tensor, got a torch.float32"):
-        prefix_mask(4, torch.tensor([1.5]))
-
-
-def test_causal_mask_rejects_a_bad_length():
-    with pytest.raises(ValueError, match="T must be an int >= 0, got -1"):
-        causal_mask(-1)

@@ -10,8 +10,8 @@ import torch
 from allocation_helpers import allocations
 from glassformer.errors import ArgumentTypeError, MeasurementError
 from glassformer.training import prepare_run
-from glassformer.training.checkpoint import LAST
 from glassformer.training.microscope import WatchConfig, _checked_value
+from glassformer.training.run_dir import LAST
 from training_helpers import config, train
 
 WATCH = {"every": 2, "probe_length": 3, "probe_batch": 2, "text_rows": 2, "snapshot_tokens": 6}

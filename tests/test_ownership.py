@@ -29,7 +29,7 @@ from glassformer.io.fileio import (
 )
 from glassformer.tokenizers import BPETokenizer, CharTokenizer
 from glassformer.training import save_checkpoint
-from glassformer.training.checkpoint import check_run_dir, clear_run, tidy_run
+from glassformer.training.run_dir import check_run_dir, clear_run, tidy_run
 from training_helpers import config, train
 
 TEXT = "hello world, a small text\n"

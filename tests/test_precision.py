@@ -4,7 +4,7 @@ The choice logic is tested with scripted outcomes (no time is asserted): "auto" 
 CPU without bfloat16 instructions, measures this model's work once where they exist and remembers it,
 and the measurement leaves the training run exactly as float32 would have left it. Training under
 autocast keeps float32 master weights and a float32 loss; the choice is recorded in the results and
-the checkpoint; ``dtype`` stays the old name of ``precision``.
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -62,13 +62,6 @@ def test_bad_precision_is_one_line_naming_it(value):
         check_precision(value)
     with pytest.raises((GlassformerError, TypeError), match="precision"):
         TrainConfig.from_dict({"precision": value})
-
-
-def test_dtype_is_the_old_name_of_precision():
-    assert TrainConfig.from_dict({"dtype": "bfloat16"}).precision == "bfloat16"
-    assert TrainConfig.from_dict({"dtype": "float32", "precision": "float32"}).precision == "float32"
-    with pytest.raises(GlassformerError, match="dtype is the old name of precision; got both"):
-        TrainConfig.from_dict({"dtype": "bfloat16", "precision": "float32"})
 
 
 def test_auto_keeps_float32_without_bf16_instructions(monkeypatch):
@@ -163,10 +156,10 @@ def test_float16_uses_a_grad_scaler_and_resumes(tmp_path):
     assert load_checkpoint(trainer.out / "last").model.config == trainer.model.config
 
 
-def test_recipes_default_to_auto_and_dtype_still_overrides():
+def test_recipes_default_to_auto_and_precision_overrides():
     spec = {"recipe": {"task": "lm"}, "data": ["x.txt"], "max_steps": 1}
     assert load_recipe(dict(spec)).train.precision == "auto"
-    assert load_recipe(dict(spec), [("dtype", "float32")]).train.precision == "float32"
+    assert load_recipe(dict(spec), [("precision", "float32")]).train.precision == "float32"
     assert load_recipe({**spec, "precision": "bfloat16"}).train.precision == "bfloat16"
 
 
@@ -183,8 +176,6 @@ def test_commands_take_precision(tmp_path):
     half = json.loads(half.stdout)
     assert full["precision"] == "float32" and half["precision"] == "bfloat16"
     assert half["loss"] != full["loss"] and abs(half["loss"] - full["loss"]) < 0.05
-    old_name = cli("generate", ckpt, "--prompt", "To be", "--max_new_tokens", "5", "--dtype", "bfloat16")
-    assert old_name.returncode == 0 and old_name.stdout.startswith("To be")
     bad = cli("generate", ckpt, "--prompt", "To be", "--precision", "half")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "glassformer: error: --precision must be one of ['auto', 'float32', 'bfloat16', 'float16'], got 'half'"]

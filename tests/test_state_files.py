@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from glassformer.errors import BadFileError, GlassformerError
 from glassformer.training import load_checkpoint
-from glassformer.training.checkpoint import STATE, find_resumable
+from glassformer.training.run_dir import STATE, find_resumable
 from training_helpers import config, train
 
 

@@ -14,6 +14,7 @@ import torch
 from glassformer.cli import main
 from glassformer.errors import GlassformerError
 from glassformer.training import TrainConfig
+from glassformer.training.setup import check_run
 from glassformer.training.trackers import console_line, open_trackers, parse_log
 
 tensorboard = pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
@@ -151,7 +152,7 @@ def test_other_parts_of_training_log_through_the_trainers_tracker(tmp_path):
     assert scalars(tmp_path / "run" / "tensorboard")["microscope/L0H1/induction"] == [(2, 0.25)]
 
 
-def test_log_names_the_choices_and_the_missing_extra(monkeypatch):
+def test_log_names_the_choices_and_the_missing_extra(monkeypatch, tmp_path):
     assert parse_log("none") == [] and parse_log("tensorboard, wandb") == ["tensorboard", "wandb"]
     with pytest.raises(GlassformerError, match=r"log must be one of \['none', 'tensorboard', 'wandb'\]"):
         parse_log("tensorbaord")
@@ -161,7 +162,8 @@ def test_log_names_the_choices_and_the_missing_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     needs = r"^log 'wandb' needs the wandb package: pip install 'glassformer\[wandb\]'$"
     with pytest.raises(GlassformerError, match=needs):
-        TrainConfig(log="wandb").validate()
+        check_run(TrainConfig(data=["a.txt"], log="wandb", out_dir=str(tmp_path)))
+    assert TrainConfig(log="wandb").log == "wandb"  # the config is a value: the package is the run's check
 
 
 def test_a_line_per_record_where_no_bar_is_drawn():

@@ -313,7 +313,7 @@ def test_outputs_written(tmp_path):
 
 @pytest.mark.parametrize("objective, extra", [
     ("mlm", {}), ("prefix", {}), ("clm", {"tokenizer": "byte"}),
-    ("clm", {"tokenizer": "bpe", "tokenizer_vocab_size": 270}), ("clm", {"dtype": "bfloat16"}),
+    ("clm", {"tokenizer": "bpe", "tokenizer_vocab_size": 270}), ("clm", {"precision": "bfloat16"}),
     ("clm", {"lr_schedule": "noam", "label_smoothing": 0.1})])
 def test_objectives_and_options_train(tmp_path, objective, extra):
     trainer, result = train(config(tmp_path, "x", objective=objective, max_steps=3, eval_every=0, **extra))

@@ -94,7 +94,6 @@ def test_a_model_config_is_valid_from_construction_and_frozen():
     config = ModelConfig(vocab_size=10)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.norm_eps = float("nan")
-    assert config.validate() is config  # kept for callers; nothing to check again
     with pytest.raises(GlassformerError, match="d_model=30 must be divisible by n_heads=4"):
         config.replace(d_model=30)  # a changed copy is a new config, checked when made
 
@@ -108,6 +107,21 @@ def test_the_model_trusts_its_config(monkeypatch):
     assert made == []
     TransformerLM(10, d_model=16, n_heads=2)  # the lessons' keywords: one config made, checked once
     assert made == [1]
+
+
+def test_a_training_config_is_a_pure_value(tmp_path):
+    """Making a TrainConfig reads no disk and asks for no package; the run's check (training.setup.check_run)
+    refuses what the disk or the environment cannot give, naming the key."""
+    from glassformer.training.setup import check_run
+
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("x")
+    config = TrainConfig(data=[str(a_file)], out_dir=str(a_file / "run"), cache_dir=str(tmp_path))
+    with pytest.raises(GlassformerError, match=r"out_dir .* is inside .*a.txt', which is a file; it must be a folder"):
+        check_run(config)
+    with pytest.raises(GlassformerError, match="objective 'clm' needs data"):
+        check_run(TrainConfig(out_dir=str(tmp_path)))
+    check_run(TrainConfig(data=[str(a_file)], out_dir=str(tmp_path / "run")))
 
 
 def test_a_changed_training_config_is_checked_again():

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, BadFileError, GlassformerError, check_int, is_int, shown
+from .errors import ArgumentTypeError, BadFileError, GlassformerError
+from .io.checks import is_int, shown
 from .io.loaders import MAX_CONFIG_BYTES, load_json, parse_json
 from .validate import check_fields, from_mapping, option
 
@@ -58,11 +59,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)  # each field's type and range; NaN and inf are refused
-        check_head_counts(self.n_heads, self.kv_heads, self.d_model)
-        if self.pos == "sinusoidal":
-            check_even_width("d_model", self.d_model, "pos='sinusoidal'")
-        if self.pos == "rope":
-            check_even_width("head_dim", self.head_dim, "pos='rope'")
+        if self.d_model % self.n_heads != 0:
+            raise GlassformerError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads != 0:
+            raise GlassformerError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.kv_heads}")
+        for pos, name, width in (("sinusoidal", "d_model", self.d_model), ("rope", "head_dim", self.head_dim)):
+            if self.pos == pos and width % 2 != 0:  # both pair up dimensions
+                raise GlassformerError(f"pos={pos!r} needs an even {name}, got {name}={width}")
         if self.arch == "encoder-decoder" and self.attn != "causal":
             raise GlassformerError(f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is "
                                    "bidirectional and its decoder causal); leave attn='causal'")
@@ -77,10 +80,6 @@ class ModelConfig:
                                    f"got arch={self.arch!r}, activation={self.activation!r}")
         if self.arch == "lm" and self.n_layers < 1:
             raise GlassformerError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
-
-    def validate(self) -> ModelConfig:
-        """Self: a config is checked when made and cannot change (kept for code that calls it)."""
-        return self
 
     @property
     def head_dim(self) -> int:
@@ -143,25 +142,6 @@ class ModelConfig:
     def presets(cls) -> list[str]:
         """The names :meth:`preset` accepts, sorted."""
         return sorted(PRESETS)
-
-
-# Architectural rules that nn/ also checks when its parts are built directly.
-def check_head_counts(n_heads: int, n_kv_heads: int, d_model: int | None = None) -> None:
-    """Refuse head counts that do not divide ``d_model`` (heads) or ``n_heads`` (kv heads, GQA)."""
-    check_int("n_heads", n_heads, low=1)
-    check_int("n_kv_heads", n_kv_heads, low=1)
-    if d_model is not None:
-        check_int("d_model", d_model, low=1)
-        if d_model % n_heads != 0:
-            raise GlassformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-    if n_heads % n_kv_heads != 0:
-        raise GlassformerError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
-
-
-def check_even_width(name: str, value: int, what: str) -> None:
-    """Sinusoidal positions and RoPE pair up dimensions: ``value`` must be even."""
-    if value % 2 != 0:
-        raise GlassformerError(f"{what} needs an even {name}, got {name}={value}")
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -6,16 +6,8 @@ from collections.abc import Sequence
 from dataclasses import MISSING, field, fields
 from typing import Any
 
-from .errors import (
-    ArgumentTypeError,
-    GlassformerError,
-    check_int,
-    check_known_keys,
-    check_number,
-    is_int,
-    is_number,
-    shown,
-)
+from .errors import ArgumentTypeError, GlassformerError
+from .io.checks import check_int, check_known_keys, check_number, is_int, is_number, shown
 
 
 def option(default: Any = MISSING, *, factory: Any = MISSING, ge: float | None = None, gt: float | None = None,

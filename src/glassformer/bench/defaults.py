@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from ..config import ModelConfig
-from ..errors import GlassformerError, check_number
+from ..errors import GlassformerError
+from ..io.checks import check_number
 from ..models import TransformerLM
 from ..runtime import kernel_choice, threads
 from ..runtime.attention import bf16_units, use_bf16_attention

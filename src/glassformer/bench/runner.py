@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..runtime.kernel_choice import SPEED_FLAGS, choices, cpu_features, cpu_name
 from .generate import CASES, bench_decode_compile, bench_generate
 from .nanogpt import load_nanogpt

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..errors import check_int
+from ..io.checks import check_int
 from ..runtime.kernel_choice import SPEED_FLAGS, cpu_features, cpu_name
 
 T = TypeVar("T")

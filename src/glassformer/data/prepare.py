@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..errors import BadFileError, GlassformerError, check_int, check_number
+from ..errors import BadFileError, GlassformerError
 from ..io import progress as _progress
+from ..io.checks import check_int, check_number
 from ..io.fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
 from ..io.progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer

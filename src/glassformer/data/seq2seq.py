@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..io.loaders import parse_json
 from ..tokenizers import Tokenizer
 from .mlm import IGNORE

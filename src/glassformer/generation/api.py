@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, is_int, shown
-from ..nn.masks import check_prefix_len
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import is_int, shown
+from ..models.inputs import check_prefix_len
 from ..runtime.decode import decoding_attention, few_row_products
 from .beam import beam_search
 from .config import MAX_LENGTH_PENALTY, GenerationConfig, generation_config

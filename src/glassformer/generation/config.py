@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_int, check_token_id, is_int
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import MAX_SEED, check_int, check_token_id, is_int
 from ..validate import check_fields, option
 from .processors import LogitsProcessorList, make_processors
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int
 from .api import _eval_mode, pad_id_for
 from .protocol import Encoder
 

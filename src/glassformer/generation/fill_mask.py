@@ -4,7 +4,8 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from .api import PromptLike, _eval_mode, batch_prompts
 from .protocol import Encoder
 

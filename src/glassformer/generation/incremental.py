@@ -6,7 +6,8 @@ recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay ident
 
 import torch
 
-from ..errors import GlassformerError, check_token_ids
+from ..errors import GlassformerError
+from ..models.inputs import check_token_ids
 from ..runtime.decode import StaticSteps, static_mode, wants_compiled
 from .protocol import Generative
 

@@ -6,7 +6,7 @@ penalty, no-repeat n-gram, then (sampling only) temperature, top-k, top-p, min-p
 
 import torch
 
-from ..errors import check_int, check_number
+from ..io.checks import check_int, check_number
 
 
 class LogitsProcessorList(list):

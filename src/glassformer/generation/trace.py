@@ -3,7 +3,8 @@
 import html
 from typing import Any
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..io.textwidth import clip, display_width, pad
 from .api import PromptLike, _eval_mode, iter_steps, setup_generation
 from .protocol import Generative

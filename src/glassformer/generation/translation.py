@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int, check_number
 from .api import generate
 from .config import MAX_LENGTH_PENALTY, check_max_new_tokens
 from .protocol import EncoderDecoderModel

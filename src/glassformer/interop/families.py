@@ -7,7 +7,8 @@ from functools import partial
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import GlassformerError, check_int, check_number, shown
+from ..errors import GlassformerError
+from ..io.checks import check_int, check_number, shown
 from .mapping import Rule, rule
 
 # Hugging Face activation names <-> ours.

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, shown
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError
+from ..io.checks import check_inside, shown
 from ..io.fileio import atomic_directory, rust_path
 from ..io.loaders import MAX_CONFIG_BYTES, load_json
 from ..io.safetensors_header import read_header

@@ -8,7 +8,8 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, is_int
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int, is_int
 from ..nn.norms import LayerNorm, RMSNorm
 from .points import STACKS, HookPoint, act_name
 

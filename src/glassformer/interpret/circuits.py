@@ -11,9 +11,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids, shown
+from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import check_fits, forward_bytes
+from ..io.checks import check_int, check_number, shown
 from ..models import TransformerLM
+from ..models.inputs import check_token_ids
 from .hooks import Hooks, run_with_cache
 
 Metric = Callable[[torch.Tensor], torch.Tensor]

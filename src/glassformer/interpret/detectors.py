@@ -7,7 +7,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..models import TransformerLM
 from .hooks import run_with_cache
 

@@ -8,8 +8,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..errors import ArgumentTypeError, GlassformerError, check_int, check_token_id, check_token_ids, shown
+from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int, check_token_id, shown
 from ..models import EncoderDecoder, TransformerLM
+from ..models.inputs import check_token_ids
 from ..nn.norms import RMSNorm
 from .hooks import ActivationCache, run_with_cache
 from .points import act_name

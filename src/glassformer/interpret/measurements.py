@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..models import TransformerLM
 from .detectors import head_scores
 from .hooks import run_with_cache

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import GlassformerError, OutOfMemoryError, is_int, is_number, shown
+from ..errors import GlassformerError, OutOfMemoryError
+from .checks import is_int, is_number, shown
 
 FLOAT = 4  # bytes of a float32
 INT64_MAX = 2**63 - 1

@@ -97,6 +97,20 @@ def remove_owned(path: str | Path, names: Collection[str] = MODEL_FILES, link: r
     remove_path(path)
 
 
+def check_folder(name: str, value: str | Path) -> Path:
+    """``Path(value)`` when a folder can be there (it, or the nearest part of it that exists, is a folder); else
+    an error naming ``name``: empty, or it (or a parent) is a file."""
+    text = str(value)
+    if not text.strip() or "\x00" in text:
+        raise GlassformerError(f"{name} must name a folder, got {text!r}")
+    path = Path(text)
+    place = next((place for place in (path, *path.parents) if place.exists()), None)  # the nearest that exists
+    if place is not None and not place.is_dir():
+        what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
+        raise GlassformerError(f"{name} {text!r} {what}; it must be a folder")
+    return path
+
+
 def check_not_source(target: str | Path, sources: Iterable[str | Path], what: str = "destination") -> None:
     """Refuse a ``target`` that is one of ``sources`` or a folder above one."""
     resolved = Path(target).resolve()

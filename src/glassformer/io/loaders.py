@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError, first_line, is_int, is_number, shown
+from ..errors import BadFileError, GlassformerError, MissingFileError
+from .checks import first_line, is_int, is_number, shown
 
 MAX_JSON_BYTES = 1 << 28  # a tokenizer file larger than 256 MiB is not one (the largest known: ~35 MB); parsing
 # JSON costs ~5x the file's size in memory (a 300 MB config.json cost 1.56 GB)

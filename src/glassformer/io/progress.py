@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from ..errors import check_int, check_number
+from .checks import check_int, check_number
 
 EVERY_S = 10.0  # seconds between two lines of a long step
 POLL_S = 1.0  # how often the thread of :meth:`Heartbeat.beating` looks at the clock (real seconds)

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..errors import BadFileError, first_line
+from ..errors import BadFileError
+from .checks import first_line
 from .fileio import rust_path
 
 Header = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, safetensors dtype such as "F32")

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import BadFileError, GlassformerError, is_int, is_number, shown
+from ..errors import BadFileError, GlassformerError
+from .checks import is_int, is_number, shown
 
 MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
 MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter

@@ -20,7 +20,8 @@ from ..models import build_model, count_params
 from ..nn.norms import make_norm
 from ..tokenizers import CharTokenizer
 from ..training import TrainConfig, Trainer, evaluate, save_checkpoint
-from ..training.checkpoint import check_run_dir, load
+from ..training.checkpoint import load
+from ..training.run_dir import check_run_dir
 from ..viz.i18n import text
 from ..viz.plots import plot_attention, plot_losses
 from ..viz.shapes import shape_trace

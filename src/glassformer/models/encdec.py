@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig, config_from_args
-from ..errors import check_int, check_memory, check_pad, check_token_ids
+from ..io.checks import check_int
 from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
@@ -19,6 +19,7 @@ from ..nn.masks import padding_mask
 from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
+from .inputs import check_memory, check_pad, check_token_ids
 
 # The lesson's positional order: EncoderDecoder(vocab_size, d_model, n_heads, n_enc, n_dec, d_ff, activation)
 LESSON_ARGS = ("d_model", "n_heads", "n_enc", "n_dec", "d_ff", "activation")

@@ -11,14 +11,16 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig, config_from_args
-from ..errors import GlassformerError, check_int, check_pad, check_token_ids
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..nn.attention import AttentionInputs
 from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
-from ..nn.masks import causal_mask, check_prefix_len, padding_mask, prefix_mask
+from ..nn.masks import causal_mask, padding_mask, prefix_mask
 from ..nn.taps import NormTaps, Tapped
 from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
 from .families import output_head
+from .inputs import check_pad, check_prefix_len, check_token_ids
 
 # The lesson's positional order: TransformerLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, ...)
 LESSON_ARGS = ("d_model", "n_heads", "n_layers", "d_ff", "max_len", "attn", "pos", "tie", "norm_first", "activation")

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..config import check_head_counts
-from ..errors import ArgumentTypeError, GlassformerError, check_mask
+from ..errors import ArgumentTypeError, GlassformerError
 from .freezing import held
 from .kv_cache import KVCache
 from .linear import Linear
@@ -49,7 +48,6 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     Returns:
         (out (..., h, Tq, d_v), weights (..., h, Tq, Tk) or None); a query with no visible key gets zeros."""
     k, v = _share_kv_heads(q, k, v)  # (..., h, Tk, d_k), (..., h, Tk, d_v)
-    check_mask(mask, (*q.shape[:-1], k.shape[-2]))  # (..., h, Tq, Tk)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if need_weights or (frozen and dropout_p > 0):  # frozen with dropout: one draw, so value and gradient agree
         visible = _visible_keys(mask, is_causal, n_queries=q.shape[-2], n_keys=k.shape[-2],
@@ -106,7 +104,6 @@ def _share_kv_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[
     n_heads, n_kv_heads = q.shape[-3], k.shape[-3]
     if n_kv_heads == n_heads:
         return k, v
-    check_head_counts(n_heads, n_kv_heads)
     group = n_heads // n_kv_heads
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
@@ -171,7 +168,6 @@ class MultiHeadAttention(Tapped):
                  dropout: float = 0.0, rope: bool = False):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        check_head_counts(n_heads, n_kv_heads, d_model)
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.dropout = dropout
         # rows: [q: n_heads * hd; k: n_kv_heads * hd; v: n_kv_heads * hd]
@@ -294,8 +290,6 @@ class MultiHeadAttention(Tapped):
             q = self._heads(q, self.n_heads, self.hook_q)  # (B, h, Tq, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.keys(), cache.values()
-            elif kv is None:
-                raise GlassformerError("cross-attention needs kv (the encoder output) until its cache is filled")
             else:
                 k, v = self.project_kv(kv)  # (B, kv, S, hd)
                 if cache is not None:

@@ -3,13 +3,10 @@ as in ``F.scaled_dot_product_attention`` (``torch.nn.MultiheadAttention`` uses t
 
 import torch
 
-from ..errors import GlassformerError, check_int, check_prefix_len
-
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
     """(T, T) lower-triangular mask, ``mask[i, j] = j <= i``: position i sees positions 0..i, so one
     forward pass trains T next-token predictions at once without any position seeing its answer."""
-    check_int("T", T, low=0)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
@@ -18,7 +15,6 @@ def prefix_mask(T: int, prefix_len: int | torch.Tensor, device: torch.device | s
 
     ``prefix_len``: an int, giving (T, T), or a (B,) integer tensor, giving (B, 1, T, T). 0 gives the
     causal mask, >= T a fully bidirectional one."""
-    prefix_len = check_prefix_len(prefix_len)
     if device is None and isinstance(prefix_len, torch.Tensor):
         device = prefix_len.device
     causal = causal_mask(T, device)
@@ -32,7 +28,4 @@ def prefix_mask(T: int, prefix_len: int | torch.Tensor, device: torch.device | s
 def padding_mask(pad: torch.Tensor) -> torch.Tensor:
     """(B, 1, 1, T) key-side mask from padding flags pad (B, T), True = padding: no query may look at a
     padded key (a padded query computes garbage the loss ignores). Combine with ``&``."""
-    if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool or pad.dim() != 2:
-        got = f"{pad.dtype} tensor of shape {tuple(pad.shape)}" if isinstance(pad, torch.Tensor) else type(pad).__name__
-        raise GlassformerError(f"pad must be a (B, T) bool tensor (True = padding), got {got}")
     return (~pad)[:, None, None, :]

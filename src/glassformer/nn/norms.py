@@ -7,9 +7,6 @@ before the learned gain and bias; only while hooked is the norm written out (:me
 import torch
 from torch import nn
 
-from ..config import NORMS
-from ..errors import check_number
-from ..validate import check_choice
 from .freezing import held
 from .taps import Tap
 
@@ -81,7 +78,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        self.eps = check_number("eps", eps, 0.0, low_open=True)  # NaN, inf or <= 0: every output NaN or inf
+        self.eps = eps  # > 0, finite: ModelConfig.norm_eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,6 +96,4 @@ class RMSNorm(nn.Module):
 def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
     """The norm ``kind`` names, (..., d) -> (..., d): "layernorm" (:class:`LayerNorm`, with ``bias``) or
     "rmsnorm" (:class:`RMSNorm`, no bias); ``eps`` is added to the variance (or mean square)."""
-    if check_choice("norm", kind, NORMS) == "layernorm":
-        return LayerNorm(d_model, eps=eps, bias=bias)
-    return RMSNorm(d_model, eps=eps)
+    return LayerNorm(d_model, eps=eps, bias=bias) if kind == "layernorm" else RMSNorm(d_model, eps=eps)

@@ -10,8 +10,7 @@ import math
 import torch
 from torch import nn
 
-from ..config import check_even_width
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
 
 
 def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
@@ -20,7 +19,6 @@ def sinusoidal_positions(T: int, d_model: int) -> torch.Tensor:
     ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``: each pair of
     dimensions is a clock hand turning at its own speed, and ``PE[p + k]`` is a rotation of ``PE[p]``
     that depends only on k."""
-    check_even_width("d_model", d_model, "sinusoidal positions")
     pos = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     pe = torch.zeros(T, d_model)
@@ -54,7 +52,6 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
 
     Returns (cos, sin), each (..., T, head_dim) float32, laid out as two halves (Hugging Face's
     "rotate_half" convention), ready for :func:`apply_rope`."""
-    check_even_width("head_dim", head_dim, "RoPE")
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
     angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, hd/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, hd)
@@ -75,8 +72,6 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's (n_heads,) per-head slopes: a geometric sequence starting at ``2^(-8/n)``. For a head
     count that is not a power of two, the paper's rule: the slopes of the nearest lower power of two,
     then every other slope of the next power of two."""
-    check_int("n_heads", n_heads, low=1)
-
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
         return [start ** (i + 1) for i in range(n)]

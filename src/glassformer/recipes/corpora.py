@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..data.seq2seq import read_pairs
 from ..data.text import read_text
-from ..errors import GlassformerError, MissingFileError, check_number
+from ..errors import GlassformerError, MissingFileError
+from ..io.checks import check_number
 from ..io.fileio import atomic_write
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -15,11 +15,12 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..data import step_generator
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
 from ..interop import load_hf_dir, save_hf_dir
 from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
 from ..interpret.measurements import detect_phase_change
+from ..io.checks import check_int
 from ..io.fileio import atomic_write_text
 from ..io.loaders import read_records
 from ..models import build_model

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 
 from ..data import read_pairs
-from ..errors import MAX_SEED, GlassformerError, MissingFileError, check_known_keys, is_int, is_number, shown
+from ..errors import GlassformerError, MissingFileError
 from ..generation import bleu, fill_mask, generate_text, translate
+from ..io.checks import MAX_SEED, check_known_keys, is_int, is_number, shown
 from ..io.fileio import atomic_write, claim_outputs
 from ..models import build_model
 from ..training import TrainConfig, Trainer, load, prepare_run
@@ -120,7 +121,7 @@ def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
     check_recipe_section(spec)
     claim_recipe_outputs(data.get("out_dir", "out"), spec)  # before the corpus is written there
     _attach_corpus(spec, data, data_dir, download)
-    if "precision" not in data and "dtype" not in data:
+    if "precision" not in data:
         data["precision"] = "auto"  # recipes train in bfloat16 where it measures faster (docs/benchmarks.md)
     return Recipe(TrainConfig.from_dict(data), spec)
 

@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from ..data import IGNORE, step_generator
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
 from ..generation import generate
+from ..io.checks import check_int
 from ..tokenizers import CharTokenizer
 
 KINDS = ("reverse", "sort", "count")

@@ -3,6 +3,7 @@
 import torch
 
 from ..errors import GlassformerError
+from ..io.checks import check_device_name
 
 
 def pick_device(device: str, local_rank: int = 0) -> torch.device:
@@ -11,14 +12,11 @@ def pick_device(device: str, local_rank: int = 0) -> torch.device:
     ``device``: "auto" (this process's GPU if any, else the CPU), "cpu", "cuda" (``cuda:<local_rank>``,
     one GPU per torchrun process) or "cuda:N".
     """
-    if device == "auto":
+    if check_device_name(device) == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise GlassformerError(f"device={device!r} but torch sees no CUDA device")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise GlassformerError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    chosen = torch.device(device)
     if chosen.type == "cuda" and chosen.index is None:
         chosen = torch.device("cuda", local_rank)
     if chosen.type == "cuda" and chosen.index >= torch.cuda.device_count():

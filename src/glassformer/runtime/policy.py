@@ -54,7 +54,8 @@ def tune(threads: str | int | None = "auto", *, follows_load: bool = False,
     Returns:
         The :class:`SpeedPolicy` applied (``describe()`` says it in one line).
     """
-    from ..errors import UsageError, check_int
+    from ..errors import UsageError
+    from ..io.checks import check_int
 
     if kernel_cache is not None and not isinstance(kernel_cache, (bool, str, Path)) or kernel_cache == "":
         raise UsageError(f"kernel_cache must be True, False, None or a path, got {kernel_cache!r}")

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, check_token_id, shown
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError
+from ..io.checks import check_token_id, shown
 from ..io.loaders import load_json
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")

@@ -8,7 +8,8 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from ..errors import GlassformerError, check_int
+from ..errors import GlassformerError
+from ..io.checks import check_int
 from ..io.loaders import rust_tokenizer
 from ..io.progress import Heartbeat
 from .base import Tokenizer, check_specials, check_text, field

@@ -10,7 +10,8 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError, check_inside, first_line
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError
+from ..io.checks import check_inside, first_line
 from ..io.fileio import atomic_write, check_output_file, rust_path
 from ..io.loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
 from .base import Tokenizer, check_text, field

@@ -13,7 +13,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import BadFileError, GlassformerError, MissingFileError, check_inside
+from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..io.checks import check_inside
 from ..io.fileio import (
     atomic_directory,
     is_disk_full,
@@ -28,9 +29,7 @@ from ..io.safetensors_header import torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
-
-# A run's folder is run_dir.py's; its names are re-exported here, where callers have always imported them.
-from .run_dir import (  # noqa: F401
+from .run_dir import (
     _POINTS_TO_STEP,
     BEST,
     CHECKPOINT_FILES,
@@ -42,9 +41,6 @@ from .run_dir import (  # noqa: F401
     WEIGHTS,
     _missing,
     _pointer,
-    check_run_dir,
-    clear_run,
-    find_resumable,
     read_pointed,
     step_folder,
     tidy_run,

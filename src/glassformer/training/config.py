@@ -10,8 +10,9 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
-from ..errors import MAX_SEED, ArgumentTypeError, GlassformerError, check_device_name, check_known_keys, shown
+from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import parse_size
+from ..io.checks import MAX_SEED, check_device_name, check_known_keys, shown
 from ..io.loaders import expand_home, load_yaml
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
@@ -29,7 +30,8 @@ PATH_FIELDS = ("data", "val_data", "src", "tgt", "pairs", "val_src", "val_tgt", 
 
 @dataclass
 class TrainConfig:
-    """A training run, checked when made (:meth:`validate` checks again after a change). ``model`` holds
+    """A training run, checked when made (:meth:`validate` checks again after a change): a pure value, it reads
+    no disk and asks for no package (:func:`~glassformer.training.setup.check_run` does). ``model`` holds
     ModelConfig fields and optionally a ``preset``; vocab_size, max_len and attn/arch are filled in."""
 
     objective: str = option("clm", choices=OBJECTIVES)  # "clm" (GPT), "mlm" (BERT), "prefix", "seq2seq"
@@ -70,7 +72,7 @@ class TrainConfig:
     log_every: int = option(10, ge=1)
     seed: int = option(1337, ge=0, le=MAX_SEED)
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
-    precision: str = option("float32", choices=PRECISIONS)  # "auto", "float32", "bfloat16", "float16" (old: dtype)
+    precision: str = option("float32", choices=PRECISIONS)  # "auto", "float32", "bfloat16", "float16"
     compile: bool = False  # torch.compile the model
     parallel: str = option("ddp", choices=PARALLEL)  # under torchrun: "ddp" or "fsdp" (FSDP2's fully_shard)
     fused_adamw: bool | None = None  # None: the fused AdamW kernel where available
@@ -117,10 +119,7 @@ class TrainConfig:
             watch = WatchConfig.from_dict(self.watch)
             self.watch = {key: getattr(watch, key) for key in self.watch}  # typed: training.json holds numbers
         check_device_name(self.device)
-        _check_folder("out_dir", self.out_dir)
-        parse_log(self.log)  # a known tracker whose library is installed (else: the extra to install)
-        if self.cache_dir is not None:
-            _check_folder("cache_dir", self.cache_dir)
+        parse_log(self.log, installed=False)  # known names; their libraries: training.setup.check_run
 
     def validate(self) -> TrainConfig:
         """Check every field again (after one was changed); return self. Errors name the key."""
@@ -137,13 +136,6 @@ class TrainConfig:
         if isinstance(data, dict) and "recipe" in data:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
                                    "`glassformer recipe FILE`")
-        if isinstance(data, dict) and "dtype" in data:  # the old name of precision
-            data = dict(data)
-            old = data.pop("dtype")
-            if "precision" in data and data["precision"] != old:
-                raise GlassformerError(f"dtype is the old name of precision; got both (dtype={old!r}, "
-                                       f"precision={data['precision']!r}): keep precision")
-            data["precision"] = old
         return from_mapping(cls, data)
 
     @classmethod
@@ -153,13 +145,6 @@ class TrainConfig:
         if not isinstance(data, dict):
             raise GlassformerError(f"config file {str(path)!r} must hold a mapping of keys to values")
         return cls.from_dict(apply_overrides(data, overrides))
-
-    def check_data(self) -> None:
-        """A ValueError when the config names no training data for its objective."""
-        if self.objective == "seq2seq" and not (self.pairs or (self.src and self.tgt)):
-            raise GlassformerError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
-        if self.objective != "seq2seq" and not self.data:
-            raise GlassformerError(f"objective {self.objective!r} needs data: one or more text files")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The ModelConfig this run trains, given the tokenizer's vocabulary size."""
@@ -208,14 +193,3 @@ def apply_overrides(data: dict[str, Any], overrides: Overrides,
         else:
             out[key] = value
     return out
-
-
-def _check_folder(name: str, value: str) -> None:
-    """An error when the folder ``value`` cannot be made: empty, or it (or a parent) is a file."""
-    if not value.strip() or "\x00" in value:
-        raise GlassformerError(f"{name} must name a folder, got {value!r}")
-    path = Path(value)
-    place = next((place for place in (path, *path.parents) if place.exists()), None)  # the nearest that exists
-    if place is not None and not place.is_dir():
-        what = "is a file" if place == path else f"is inside {str(place)!r}, which is a file"
-        raise GlassformerError(f"{name} {value!r} {what}; it must be a folder")

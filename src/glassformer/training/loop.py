@@ -20,7 +20,7 @@ from ..runtime.attention import use_bf16_attention
 from ..runtime.kernel_choice import choices
 from ..runtime.threads import LoadFollower
 from ..tokenizers import Tokenizer
-from .checkpoint import LAST, commit_checkpoint, step_folder
+from .checkpoint import commit_checkpoint
 from .config import TrainConfig
 from .distributed import (
     DistInfo,
@@ -36,6 +36,7 @@ from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .report import describe_model, resume_line, say, schedule_warnings
 from .resume import TrainState, restore, state_to_dict, tidy_run_dir
+from .run_dir import LAST, step_folder
 from .series import check_series_disk, checkpoint_bytes, kept_steps
 from .step_precision import choose_precision
 from .trackers import Tracker, console_line, open_trackers
@@ -54,7 +55,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, model: nn.Module, tokenizer: Tokenizer,
                  batches: LMBatches | Seq2SeqBatches, dist: DistInfo | None = None):
-        self.config = config.validate()
+        self.config = config
         check_model_for(config.objective, model)
         self.dist = dist or init_distributed(config.device)
         if config.batch_size % (self.dist.world_size * config.grad_accum):  # (batch_size >= 1: validated)

@@ -21,23 +21,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import (
-    ArgumentTypeError,
-    BadFileError,
-    GlassformerError,
-    MeasurementError,
-    check_int,
-    check_token_ids,
-    first_line,
-    shown,
-)
+from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MeasurementError
 from ..interpret.detectors import probe_lengths, repeated_tokens
 from ..interpret.measurements import Measurement, Probe, head_score_record, text_probe_record
 from ..io.budget import check_fits, describe, model_bytes, probe_bytes
+from ..io.checks import check_int, first_line, shown
 from ..io.fileio import atomic_write_text
 from ..io.loaders import load_json, read_records
 from ..io.records import record_line
 from ..models import TransformerLM
+from ..models.inputs import check_token_ids
 from ..validate import CommandLineText, check_fields, coerced, from_mapping, option
 
 RECORDS, META = "microscope.jsonl", "microscope.json"

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.mlm import IGNORE
-from ..errors import GlassformerError, check_number
+from ..errors import GlassformerError
+from ..io.checks import check_number
 
 OBJECTIVE_ATTN = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}  # seq2seq: an EncoderDecoder
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from ..errors import GlassformerError, MissingFileError, NotOursError, check_int
+from ..errors import GlassformerError, MissingFileError, NotOursError
+from ..io.checks import check_int
 from ..io.fileio import check_not_source
 from .checkpoint import load
 from .metrics import METRICS

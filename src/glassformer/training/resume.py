@@ -11,11 +11,11 @@ from torch import nn
 from ..errors import GlassformerError
 from ..io.fileio import atomic_write_text
 from ..io.state_check import check_resume_matches, check_train_state
-from .checkpoint import STATE, load_checkpoint
+from .checkpoint import load_checkpoint
 from .config import TrainConfig
 from .distributed import full_optimizer_state, load_full_state
 from .metrics import METRICS, metrics_line, read_metrics
-from .run_dir import clear_run, find_resumable, recover_run
+from .run_dir import STATE, clear_run, find_resumable, recover_run
 
 STATE_FORMAT = 1
 

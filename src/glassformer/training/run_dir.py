@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import BadFileError, GlassformerError, first_line
+from ..errors import BadFileError, GlassformerError
+from ..io.checks import first_line
 from ..io.fileio import (
     LOCK_FILE,
     NotOursError,

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import GlassformerError, shown
+from ..errors import GlassformerError
 from ..io.budget import human
+from ..io.checks import shown
 
 KEEP_CHOICES = "'none', 'log' or a number of steps N >= 1 (every N-th step's checkpoint is kept)"
 

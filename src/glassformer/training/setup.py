@@ -17,11 +17,13 @@ from ..data.shards import looks_like_tokens, open_shards
 from ..data.sources import list_sources
 from ..errors import GlassformerError
 from ..io.budget import check_evaluation_fits, check_threads, check_training_fits
+from ..io.fileio import check_folder
 from ..io.progress import quiet
 from ..models import build_model
 from ..tokenizers import Tokenizer, make_tokenizer
-from .checkpoint import TOKENIZER, check_run_dir, find_resumable
 from .config import TrainConfig
+from .run_dir import TOKENIZER, check_run_dir, find_resumable
+from .trackers import parse_log
 
 
 @dataclass
@@ -134,15 +136,30 @@ def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache:
     return tokenizer, shards.train, shards.val
 
 
-def prepare_run(config: TrainConfig) -> Run:
+def check_run(config: TrainConfig) -> None:
+    """What a run needs beyond its config's values, checked before anything is read or written: training data
+    named for the objective, ``out_dir`` and ``cache_dir`` that can be folders, each tracker's library installed."""
+    if config.objective == "seq2seq" and not (config.pairs or (config.src and config.tgt)):
+        raise GlassformerError("objective 'seq2seq' needs src and tgt (parallel files) or pairs (.tsv/.jsonl)")
+    if config.objective != "seq2seq" and not config.data:
+        raise GlassformerError(f"objective {config.objective!r} needs data: one or more text files")
+    for name in ("out_dir", "cache_dir"):
+        if getattr(config, name) is not None:
+            check_folder(name, getattr(config, name))
+    parse_log(config.log)
+
+
+def prepare_run(config: TrainConfig, *, checked: bool = False) -> Run:
     """Read the data, fit (or, when resuming, reload) the tokenizer, and build batches and model (from
-    ``torch.manual_seed(config.seed)``: every process starts from the same weights)."""
+    ``torch.manual_seed(config.seed)``: every process starts from the same weights). :func:`check_run` first,
+    unless ``checked`` (the command ran it before claiming its outputs)."""
+    if not checked:
+        check_run(config)
     with quiet(not config.progress):
         return _prepare(config)
 
 
 def _prepare(config: TrainConfig) -> Run:
-    config.check_data()
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)

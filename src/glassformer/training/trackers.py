@@ -20,13 +20,14 @@ EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writ
 STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
 
 
-def parse_log(value: str) -> list[str]:
-    """The trackers ``value`` names ("none" -> []); an unknown or uninstalled one is a GlassformerError."""
+def parse_log(value: str, installed: bool = True) -> list[str]:
+    """The trackers ``value`` names ("none" -> []); an unknown one (or with ``installed``, one whose library is
+    not installed) is a GlassformerError."""
     names = [part.strip() for part in str(value).split(",") if part.strip()]
     if not names or any(name not in KINDS for name in names):
         raise GlassformerError(f"log must be one of {list(KINDS)} or several joined by commas, got {value!r}")
     names = [name for name in dict.fromkeys(names) if name != "none"]
-    for name in names:
+    for name in names if installed else ():
         if importlib.util.find_spec(MODULES[name]) is None:
             raise GlassformerError(f"log {name!r} needs the {name} package: pip install 'glassformer[{name}]'")
     return names

@@ -5,7 +5,8 @@ import os
 import string
 from collections.abc import Mapping
 
-from ..errors import GlassformerError, shown
+from ..errors import GlassformerError
+from ..io.checks import shown
 from ..io.textwidth import format_columns
 from ..locale import catalogue
 

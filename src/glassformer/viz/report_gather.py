@@ -11,7 +11,7 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError
 from ..generation.api import pad_id_for, special_id
 from ..models.common import count_params
-from ..nn.masks import check_prefix_len
+from ..models.inputs import check_prefix_len
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report_interpret import gather_interpret

@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError, is_int, shown
+from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.measurements import detect_phase_change
+from ..io.checks import is_int, shown
 from ..io.fileio import atomic_write, check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS

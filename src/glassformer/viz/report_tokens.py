@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from ..data.padding import pad_rows
-from ..errors import ArgumentTypeError, GlassformerError, check_int
+from ..errors import ArgumentTypeError, GlassformerError
 from ..generation.api import special_id
+from ..io.checks import check_int
 from .i18n import text as tr
 
 PAD_LABEL = "<pad>"

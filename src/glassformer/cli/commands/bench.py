@@ -57,12 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="fewer rounds, batch-1 generation only, no compile (a minute or two on an idle CPU)")
     parser.add_argument("--rounds", type=int, default=None, help="paired rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--precision", "--dtype", dest="precision", type=_names, default=("auto",),
+    parser.add_argument("--precision", dest="precision", type=_names, default=("auto",),
                         metavar="PRECISIONS",
                         help="comma-separated: auto, float32, bfloat16, float16 (16-bit = torch.autocast, float32 "
                              "weights; auto = what precision auto can pick here: float32, plus bfloat16 where the "
-                             "device has bfloat16 instructions; default: auto; "
-                             "--dtype is an alias)")
+                             "device has bfloat16 instructions; default: auto)")
     parser.add_argument("--nanogpt", type=Path, default=None, metavar="PATH",
                         help="nanoGPT's model.py (or the folder holding it): adds nanoGPT's model as a training "
                              "contender and a 'vs nanogpt' column")
@@ -97,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from ...bench import format_table, run_suite
     from ...bench.defaults import CHECKS, check_defaults, format_defaults
     from ...bench.runner import DEFAULT_PARTS
-    from ...errors import UsageError, check_int, check_number
+    from ...errors import UsageError
+    from ...io.checks import check_int, check_number
     from ...io.fileio import atomic_write, claim_outputs
     from ...runtime import kernel_choice
     from ...runtime.device import pick_device

@@ -40,10 +40,11 @@ def run(args: argparse.Namespace) -> int:
     """Print one JSON line per text (its vector) or the cosine similarity matrix; returns 0."""
     import torch.nn.functional as F
 
-    from ...errors import GlassformerError, UsageError, check_int
+    from ...errors import GlassformerError, UsageError
     from ...generation import sentence_embeddings
     from ...interop.hf_dir import is_hf_dir, load_hf_dir
     from ...io.budget import check_fits, check_similarity_fits, describe, forward_bytes, parse_size
+    from ...io.checks import check_int
     from ...training.checkpoint import load
 
     check_int("--digits", args.digits, 0, 16)

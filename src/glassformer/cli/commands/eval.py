@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ...data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
     from ...data.shards import looks_like_tokens, open_shards
-    from ...errors import GlassformerError, UsageError, check_int
+    from ...errors import GlassformerError, UsageError
     from ...io.budget import check_fits, describe, forward_bytes, parse_size
+    from ...io.checks import check_int
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
     from ...viz.i18n import text as ui_text

@@ -96,9 +96,10 @@ def _warn_sampling_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
-    from ...errors import UsageError, check_int
+    from ...errors import UsageError
     from ...generation import check_max_new_tokens, generate_text
     from ...io.budget import check_fits, describe, generation_bytes
+    from ...io.checks import check_int
     from ...training import load
     from .precision import choose_precision
 

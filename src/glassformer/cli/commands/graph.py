@@ -56,11 +56,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ...data.text import read_text
-    from ...errors import UsageError, check_number
+    from ...errors import UsageError
     from ...interpret.graph import attribute
     from ...interpret.graph.features import feature_info
     from ...interpret.graph.files import frontend_json, graph_bytes_pt
     from ...interpret.transcoders import load_transcoders
+    from ...io.checks import check_number
     from ...io.fileio import atomic_directory, check_not_source
     from ...io.progress import Heartbeat
     from ...training.checkpoint import load_checkpoint

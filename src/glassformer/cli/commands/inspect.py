@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     run folder; returns 0."""
     import torch
 
-    from ...errors import UsageError, check_seed
+    from ...errors import UsageError
+    from ...io.checks import check_seed
     from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text

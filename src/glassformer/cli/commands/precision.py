@@ -1,4 +1,4 @@
-"""``--precision`` (old name ``--dtype``) for the commands that run a model: float32, or autocast to
+"""``--precision`` for the commands that run a model: float32, or autocast to
 bfloat16/float16 on float32 weights; "auto" times the command's own work both ways here
 (:mod:`glassformer.runtime.precision`). A choice other than float32 is printed to standard error."""
 
@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # torch is imported when a command runs, not when the command
 
 
 def add_precision(parser: argparse.ArgumentParser) -> None:
-    """Add ``--precision`` (alias ``--dtype``), default float32."""
-    parser.add_argument("--precision", "--dtype", dest="precision", default="float32", metavar="PRECISION",
+    """Add ``--precision``, default float32."""
+    parser.add_argument("--precision", dest="precision", default="float32", metavar="PRECISION",
                         help="auto, float32, bfloat16 or float16: bfloat16/float16 run under autocast; auto "
                              "measures whether bfloat16 is faster here (default: float32)")
 

@@ -64,7 +64,7 @@ def known_keys() -> dict[str, set[str] | None]:
     package = Path(__file__).resolve().parents[2]
     train = {name for name, _, _ in dataclass_keys(package / "training" / "config.py", "TrainConfig")}
     model = {name for name, _, _ in dataclass_keys(package / "config.py", "ModelConfig")}
-    return {"": train | {"dtype"},  # dtype: precision's old name
+    return {"": train,
             "model": model | {"vocab_size", "preset"}, "watch": None, "recipe": None}
 
 
@@ -134,15 +134,16 @@ def run(args: argparse.Namespace) -> int:
     """
     from ...io.fileio import atomic_write, claim_outputs
     from ...training import TrainConfig, Trainer, prepare_run
-    from ...training.checkpoint import find_resumable
     from ...training.distributed import init_distributed, shutdown
     from ...training.report import say, summary_lines, use_language
+    from ...training.run_dir import find_resumable
+    from ...training.setup import check_run
     from ...viz.plots import plot_losses
     from .overrides import overrides_from_argv
 
     use_language(args.ui_lang)  # the command line's language (--lang zh, a zh locale)
     config = TrainConfig.from_yaml(args.config, overrides_from_argv(args.overrides))
-    config.check_data()
+    check_run(config)  # data named, folders, trackers: before the summary's place is claimed
     summary_file = Path(config.out_dir) / "summary.json"
     dist = init_distributed(config.device)
     try:
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         if dist.is_main and config.progress:  # reading files and training a BPE tokenizer can take a while
             files = [config.pairs] if config.pairs else [config.src] if config.src else config.data
             print(say("preparing", tokenizer=config.tokenizer, n=len(files)), file=sys.stderr, flush=True)
-        run_ = prepare_run(config)
+        run_ = prepare_run(config, checked=True)
         if config.resume and dist.is_main and find_resumable(config.out_dir) is None:
             print(say("nothing_to_resume", out=config.out_dir), file=sys.stderr)
         trainer = Trainer(config, run_.model, run_.tokenizer, run_.batches, dist=dist)

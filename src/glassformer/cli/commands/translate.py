@@ -48,10 +48,11 @@ def _read_sources(files: list[Path]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
     from ...data import read_lines
-    from ...errors import GlassformerError, check_int, check_number
+    from ...errors import GlassformerError
     from ...generation import bleu, check_max_new_tokens, translate
     from ...generation.api import MAX_LENGTH_PENALTY
     from ...io.budget import check_fits, describe, generation_bytes, parse_size
+    from ...io.checks import check_int, check_number
     from ...io.fileio import atomic_write, check_output_file
     from ...training import load
     from .precision import choose_precision

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...errors import ArgumentTypeError, GlassformerError, check_int, check_number, check_token_ids
+from ...errors import ArgumentTypeError, GlassformerError
 from ...io.budget import FLOAT
+from ...io.checks import check_int, check_number
+from ...models.inputs import check_token_ids
 from ...nn.freezing import frozen
 from ..hooks import hooks
 from ..transcoders.format import Transcoders

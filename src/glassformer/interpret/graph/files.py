@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ...errors import BadFileError, MissingFileError, first_line
+from ...errors import BadFileError, MissingFileError
+from ...io.checks import first_line
 from .graph import Graph
 
 MAX_GRAPH_BYTES = 4 << 30  # a graph file larger than 4 GiB is refused before reading

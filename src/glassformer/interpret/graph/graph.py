@@ -9,7 +9,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ...errors import GlassformerError, check_number
+from ...errors import GlassformerError
+from ...io.checks import check_number
 
 
 @dataclass

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
-from ...errors import GlassformerError, MissingFileError, check_int, check_number
+from ...errors import GlassformerError, MissingFileError
+from ...io.checks import check_int, check_number
 from ...models import EncoderDecoder, TransformerLM
 from ..hooks import hooks
 from ..points import HookPoint, hook_points, resolve

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ...errors import check_int
+from ...io.checks import check_int
 from .activations import ActivationSource
 from .model import SparseAutoencoder
 

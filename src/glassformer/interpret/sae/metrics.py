@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ...errors import check_int, check_number
+from ...io.checks import check_int, check_number
 from ..hooks import hooks
 from ..points import HookPoint
 from .activations import ActivationSource

@@ -20,7 +20,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside, check_int
+from ...errors import BadFileError, GlassformerError, MissingFileError
+from ...io.checks import check_inside, check_int
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
 from ...validate import check_fields, option

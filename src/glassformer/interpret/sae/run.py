@@ -15,6 +15,7 @@ from ...errors import GlassformerError
 from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
+    check_folder,
     claim_outputs,
     owned_folder,
     remove_owned,
@@ -34,8 +35,7 @@ OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json"
 
 def _check_out_dir(out: Path, inputs: list[Path]) -> None:
     """Refuse, touching nothing, an out_dir whose sae/, state/ or :data:`OUTPUT_FILES` are not ours."""
-    if out.exists() and not out.is_dir():
-        raise GlassformerError(f"out_dir {str(out)!r} is a file; it must be a folder")
+    check_folder("out_dir", out)
     for name in ("sae", STATE_DIR):
         if ((out / name).exists() or (out / name).is_symlink()) and not is_sae_folder(out / name):
             raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "

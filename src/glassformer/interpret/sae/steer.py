@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ...errors import check_int, check_number
+from ...io.checks import check_int, check_number
 from ..points import HookPoint
 from .model import SparseAutoencoder
 

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from ...config import ModelConfig
-from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
+from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
+from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.loaders import expand_home
 from ...validate import check_fields, from_mapping, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median

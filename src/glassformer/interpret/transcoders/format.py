@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ...errors import BadFileError, GlassformerError, MissingFileError, check_inside
+from ...errors import BadFileError, GlassformerError, MissingFileError
+from ...io.checks import check_inside
 from ...io.fileio import atomic_directory, claim_outputs, rust_path
 from ...io.loaders import load_yaml
 from ...io.safetensors_header import read_header, torch_dtype

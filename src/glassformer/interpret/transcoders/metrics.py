@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ...errors import check_int
+from ...io.checks import check_int
 from ..hooks import hooks
 from ..points import HookPoint
 from ..sae.activations import ActivationSource

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from ...config import ModelConfig
-from ...errors import MAX_SEED, BadFileError, GlassformerError, check_device_name, check_int
+from ...errors import BadFileError, GlassformerError
 from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
+from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.loaders import expand_home
 from ...models import TransformerLM
 from ...validate import check_fields, from_mapping, option
