@@ -14,6 +14,7 @@ import torch
 import glassformer.training.loop as loop
 from glassformer import ModelConfig, build_model
 from glassformer.training import (
+    TrainConfig,
     Trainer,
     TrainingDiverged,
     load_checkpoint,
@@ -57,6 +58,20 @@ def test_noam_schedule_peaks_at_warmup():
     assert lr_at(0, "constant", 0.5) == 0.5
     with pytest.raises(ValueError, match="lr_schedule must be one of"):
         lr_at(0, "linear", 1.0)
+
+
+def test_wsd_schedule_holds_then_decays_in_a_line():
+    # warmup 10, decay ends at 110: 100 steps after warmup, the last 40% (40 steps, from step 70) decaying
+    kw = dict(schedule="wsd", lr=1e-2, warmup_steps=10, decay_steps=110, min_lr=1e-3, cooldown=0.4)
+    assert lr_at(0, **kw) == pytest.approx(1e-2 / 11)
+    assert lr_at(10, **kw) == lr_at(70, **kw) == pytest.approx(1e-2)
+    assert lr_at(80, **kw) == pytest.approx(1e-2 - 0.25 * 9e-3)
+    assert lr_at(90, **kw) == pytest.approx(5.5e-3)
+    assert lr_at(110, **kw) == lr_at(500, **kw) == pytest.approx(1e-3)
+    # cooldown 1: a straight line from the peak right after warmup
+    assert lr_at(60, **{**kw, "cooldown": 1.0}) == pytest.approx(5.5e-3)
+    with pytest.raises(ValueError, match=r"^cooldown must be a finite number > 0.0 and <= 1.0, got 0.0$"):
+        TrainConfig.from_dict({"lr_schedule": "wsd", "cooldown": 0})
 
 
 def test_no_weight_decay_on_norms_biases_embeddings():

@@ -55,8 +55,9 @@ class TrainConfig:
     lr: float = option(1e-3, gt=0.0)  # peak learning rate
     min_lr: float = option(1e-4, ge=0.0)  # cosine schedule's floor
     warmup_steps: int = option(100, ge=0)
-    lr_schedule: str = option("cosine", choices=SCHEDULES)  # "cosine", "noam" or "constant"
-    lr_decay_steps: int | None = option(None, ge=0)  # end of the cosine decay; None: max_steps
+    lr_schedule: str = option("cosine", choices=SCHEDULES)  # "cosine", "noam", "constant" or "wsd"
+    lr_decay_steps: int | None = option(None, ge=0)  # end of the cosine or wsd decay; None: max_steps
+    cooldown: float = option(0.2, gt=0.0, le=1.0)  # wsd: the fraction of the steps after warmup spent decaying
     optimizer: str = option("adamw", choices=OPTIMIZERS)  # "muon": Muon on hidden matrices, AdamW on the rest
     weight_decay: float = option(0.1, ge=0.0)  # on weight matrices only
     beta1: float = option(0.9, ge=0.0, lt=1.0)

@@ -228,7 +228,7 @@ class Trainer:
         count = max(counted, 1.0)
         scale = self.dist.world_size / count  # loss sums over the global batch's tokens; DDP/FSDP average
         lr = lr_at(self.step, config.lr_schedule, config.lr, config.warmup_steps,
-                   config.lr_decay_steps or config.max_steps, config.min_lr)
+                   config.lr_decay_steps or config.max_steps, config.min_lr, config.cooldown)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss_sum: torch.Tensor | None = None  # float64, summed over the micro-batches (no extra op per step)

@@ -11,7 +11,7 @@ from ..nn.block import TransformerBlock
 from ..nn.positions import LearnedPositions
 from .muon import Muon
 
-SCHEDULES = ("cosine", "noam", "constant")
+SCHEDULES = ("cosine", "noam", "constant", "wsd")
 OPTIMIZERS = ("adamw", "muon")
 
 
@@ -115,12 +115,15 @@ def _adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float
 
 
 def lr_at(step: int, schedule: str, lr: float, warmup_steps: int = 0, decay_steps: int | None = None,
-          min_lr: float = 0.0) -> float:
+          min_lr: float = 0.0, cooldown: float = 0.2) -> float:
     """The learning rate of update number ``step`` (0-based).
 
     cosine: linear warmup ``lr·(step+1)/(warmup+1)``, then a half cosine down to ``min_lr`` at ``decay_steps``.
     noam: the 2017 paper's, scaled to peak at ``lr``: ``lr · min(s/warmup, sqrt(warmup/s))`` (s = step + 1).
     constant: ``lr`` after the same warmup as cosine.
+    wsd (warmup-stable-decay, Hägele et al. 2024; the modded-nanogpt records): the same warmup, ``lr`` held,
+    then a straight line down to ``min_lr`` at ``decay_steps`` over the last ``cooldown`` fraction of the
+    steps after warmup (``cooldown=1``: a linear decay from the peak).
     """
     if schedule not in SCHEDULES:
         raise GlassformerError(f"lr_schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -134,4 +137,7 @@ def lr_at(step: int, schedule: str, lr: float, warmup_steps: int = 0, decay_step
     if step >= decay_steps:
         return min_lr
     ratio = (step - warmup_steps) / max(decay_steps - warmup_steps, 1)
+    if schedule == "wsd":  # the fraction of the cooldown done: 0 until it starts, 1 at decay_steps
+        done = min(max((ratio - (1.0 - cooldown)) / cooldown, 0.0), 1.0) if cooldown > 0 else 0.0
+        return lr - done * (lr - min_lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)

@@ -58,21 +58,23 @@ def resume_line(out_dir: str, step: int, max_steps: int, checkpoint: str) -> str
 
 def schedule_warnings(config: Any, step: int, before: Mapping[str, Any] | None = None) -> list[str]:
     """Warnings about the learning-rate schedule of a run that starts (or resumes) at ``step``: a cosine
-    that never reaches ``min_lr`` (``lr_decay_steps`` past ``max_steps``), or one that jumps because
+    or wsd that never reaches ``min_lr`` (``lr_decay_steps`` past ``max_steps``), or one that jumps because
     ``max_steps`` differs from ``before`` (the checkpoint's training config; None: a fresh run)."""
     found = []
-    cosine = config.lr_schedule == "cosine"
+    kind = config.lr_schedule
+    decaying = kind in ("cosine", "wsd")  # the schedules whose shape depends on max_steps
     decay = config.lr_decay_steps
-    if cosine and decay and decay > config.max_steps:
-        end = lr_at(config.max_steps - 1, "cosine", config.lr, config.warmup_steps, decay, config.min_lr)
+    if decaying and decay and decay > config.max_steps:
+        end = lr_at(config.max_steps - 1, kind, config.lr, config.warmup_steps, decay, config.min_lr, config.cooldown)
         found.append(f"warning: lr_decay_steps {decay} is past max_steps {config.max_steps}: the learning rate ends at "
                      f"{end:.2e}, not min_lr {config.min_lr:.2e}; set --lr_decay_steps {config.max_steps} (or drop "
                      f"it) to decay over this run")
     old = before.get("max_steps") if before else None
-    if cosine and decay is None and old is not None and old != config.max_steps and step < config.max_steps:
-        then = lr_at(step, "cosine", config.lr, config.warmup_steps, before.get("lr_decay_steps") or old, config.min_lr)
-        now = lr_at(step, "cosine", config.lr, config.warmup_steps, config.max_steps, config.min_lr)
-        found.append(f"warning: max_steps changed from {old} to {config.max_steps} since the checkpoint: the cosine "
+    if decaying and decay is None and old is not None and old != config.max_steps and step < config.max_steps:
+        then = lr_at(step, kind, config.lr, config.warmup_steps, before.get("lr_decay_steps") or old, config.min_lr,
+                     config.cooldown)
+        now = lr_at(step, kind, config.lr, config.warmup_steps, config.max_steps, config.min_lr, config.cooldown)
+        found.append(f"warning: max_steps changed from {old} to {config.max_steps} since the checkpoint: the {kind} "
                      f"schedule now decays over {config.max_steps} steps, so the learning rate at step {step} is "
                      f"{now:.2e} instead of {then:.2e}; add --lr_decay_steps {old} to keep the old schedule")
     return found
