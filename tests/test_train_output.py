@@ -228,5 +228,5 @@ def test_the_keys_read_from_the_source_are_the_dataclass_fields():
     from glassformer.cli.commands.train import known_keys
 
     known = known_keys()
-    assert known[""] == {f.name for f in fields(TrainConfig)} | {"dtype"}
+    assert known[""] == {f.name for f in fields(TrainConfig)}
     assert known["model"] == {f.name for f in fields(ModelConfig)} | {"preset"}
