@@ -49,17 +49,21 @@ def run_cli(capsys, argv: list) -> tuple[int, str, str]:
 
 # ---------------------------------------------------------------------- out/last read during training
 def _race(out: Path, flip, reads: int) -> list[str]:
-    """Load ``out/last`` ``reads`` times while ``flip()`` runs in a loop in another thread; the failures."""
-    stop, failures = threading.Event(), []
+    """Load ``out/last`` ``reads`` times while ``flip()`` runs in a loop in another thread; the failures. The
+    writer flips once per read begun (a read may still overlap a save and a prune), so how far it runs ahead
+    of a reader does not depend on how busy the machine is: a trainer saves far less often than a read takes."""
+    stop, failures, reading = threading.Event(), [], threading.Semaphore(0)
 
     def writer():
         while not stop.is_set():
-            flip()
+            if reading.acquire(timeout=0.05):
+                flip()
 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
         for _ in range(reads):
+            reading.release()
             try:
                 load_checkpoint(out / "last")
             except Exception as error:  # noqa: BLE001 (every failure counts)
