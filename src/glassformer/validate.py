@@ -3,8 +3,8 @@ choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_
 
 import math
 from collections.abc import Sequence
-from dataclasses import MISSING, field, fields
-from typing import Any
+from dataclasses import MISSING, asdict, field, fields
+from typing import Any, TypeVar
 
 from .errors import ArgumentTypeError, GlassformerError
 from .io.checks import check_int, check_known_keys, check_number, is_int, is_number, shown
@@ -167,3 +167,28 @@ def from_mapping(cls: type, data: Any, what: str = "config") -> Any:
     if missing:
         raise GlassformerError(f"{what} is missing {', '.join(missing)}")
     return cls(**data)
+
+
+Checked = TypeVar("Checked", bound="CheckedConfig")
+
+
+class CheckedConfig:
+    """What a run's dataclass config shares with the others: ``validate`` (its ``__post_init__`` checks again,
+    after a key was changed), ``to_dict`` (plain JSON values) and ``from_dict`` (built and checked; an unknown
+    key is an error naming it and the known ones). ``WHAT`` names the config in those errors."""
+
+    WHAT = "config"
+
+    def validate(self: Checked) -> Checked:
+        """Check every key again (after one was changed); return self."""
+        self.__post_init__()  # type: ignore[attr-defined]
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key as plain JSON values."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[Checked], data: dict[str, Any]) -> Checked:
+        """Build and check; an unknown key is an error naming it and the known ones."""
+        return from_mapping(cls, data, cls.WHAT)

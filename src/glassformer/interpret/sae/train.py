@@ -4,7 +4,6 @@ Losses: "relu" ‖x − x̂‖² + λ·Σᵢ fᵢ‖W_dec[i]‖ with dead featur
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.loaders import expand_home
-from ...validate import check_fields, from_mapping, option
+from ...validate import CheckedConfig, check_fields, option
 from .activations import ActivationBuffer, ActivationSource, geometric_median
 from .loop import STATE_DIR, STATE_FILE, ActivationTrainer, check_last_fired
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
@@ -30,8 +29,10 @@ SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buff
 
 
 @dataclass
-class SAETrainConfig:
+class SAETrainConfig(CheckedConfig):
     """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides)."""
+
+    WHAT = "SAE config"
 
     hook: str = ""  # the hook point, e.g. "blocks.2.hook_resid_post" (required)
     data: list[str] = option(factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
@@ -77,20 +78,6 @@ class SAETrainConfig:
         self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
         check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
         check_device_name(self.device)
-
-    def validate(self) -> SAETrainConfig:
-        """Check every key again (after one was changed); return self."""
-        self.__post_init__()
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every key as plain JSON values."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SAETrainConfig:
-        """Build and check; an unknown key is an error naming it and the known ones."""
-        return from_mapping(cls, data, "SAE config")
 
 
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:

@@ -8,7 +8,6 @@ gradients to the thresholds (Rajamanoharan et al. 2024); "topk": α·AuxK on dea
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
 from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.loaders import expand_home
 from ...models import TransformerLM
-from ...validate import check_fields, from_mapping, option
+from ...validate import CheckedConfig, check_fields, option
 from ..sae.activations import ActivationBuffer, ActivationSource
 from ..sae.loop import STATE_FILE, ActivationTrainer, check_last_fired
 from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, step
@@ -34,8 +33,10 @@ SAME_ON_RESUME = ("kind", "activation", "d_transcoder", "expansion", "k", "skip"
 
 
 @dataclass
-class TranscoderTrainConfig:
+class TranscoderTrainConfig(CheckedConfig):
     """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides)."""
+
+    WHAT = "transcoder config"
 
     data: list[str] = option(factory=list)  # text files the model reads
     out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../transcoders-KIND
@@ -86,20 +87,6 @@ class TranscoderTrainConfig:
                                    "takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
         if self.kind == "clt" and self.skip:
             raise GlassformerError("skip is for kind 'plt': circuit-tracer's cross-layer files hold no W_skip")
-
-    def validate(self) -> TranscoderTrainConfig:
-        """Check every key again (after one was changed); return self."""
-        self.__post_init__()
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every key as plain JSON values."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TranscoderTrainConfig:
-        """Build and check; an unknown key is an error naming it and the known ones."""
-        return from_mapping(cls, data, "transcoder config")
 
 
 def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
