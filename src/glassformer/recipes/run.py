@@ -137,12 +137,11 @@ def claim_recipe_outputs(out_dir: str | Path, spec: dict[str, Any]) -> None:
 
 
 def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | Path | None, download: bool) -> None:
-    """Fill ``data``'s data (or src/tgt) keys with ``spec["corpus"]``'s files unless it names its own."""
+    """Fill ``data``'s data (or src/tgt) keys with ``spec["corpus"]``'s files (one of :data:`CORPORA`, checked with
+    the section) unless it names its own."""
     corpus = spec.get("corpus")
     if corpus is None:
         return
-    if corpus not in CORPORA:
-        raise GlassformerError(f"recipe.corpus must be one of {CORPORA}, got {corpus!r}")
     if corpus == "tinyshakespeare" and not data.get("data"):
         data["data"] = [str(corpora.tinyshakespeare(data_dir, download))]
     elif corpus == "multi30k" and not (data.get("src") or data.get("pairs")):

@@ -25,7 +25,7 @@ from ..io.fileio import (
     shown_text,
 )
 from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
-from ..io.safetensors_header import torch_dtype
+from ..io.safetensors_header import read_header, torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
@@ -45,7 +45,7 @@ from .run_dir import (
     step_folder,
     tidy_run,
 )
-from .weights import check_sizes, load_tensors, meta_specs, read_header
+from .weights import check_sizes, load_tensors, meta_specs
 
 
 @dataclass

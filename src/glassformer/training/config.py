@@ -13,7 +13,8 @@ from ..data.batches import OBJECTIVES
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import parse_size
 from ..io.checks import MAX_SEED, check_device_name, check_known_keys, shown
-from ..io.loaders import expand_home, load_yaml
+from ..io.loaders import expand_home
+from ..io.loaders import load_yaml as read_yaml  # the YAML document of a file ({} when empty), safe and bounded
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
 from ..validate import check_fields, coerced, from_mapping, option
@@ -169,12 +170,6 @@ class TrainConfig:
 
 # A causal LM's model fields without a preset: GPT-2's, so `glassformer convert` exports it as GPT-2.
 CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "init_std": 0.02}
-
-
-def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty; :func:`glassformer.io.loaders.load_yaml`: safe and bounded).
-    A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
-    return load_yaml(path, what)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,

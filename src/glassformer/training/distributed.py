@@ -10,10 +10,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..errors import GlassformerError
 from ..nn.block import TransformerBlock
 from ..runtime.device import pick_device
-from .config import PARALLEL
 
 
 @dataclass
@@ -77,9 +75,8 @@ def is_sharded(model: nn.Module) -> bool:
 
 def wrap_for_training(model: nn.Module, info: DistInfo, parallel: str = "ddp") -> nn.Module:
     """The module the training step calls: ``model`` itself in one process, else wrapped in DDP or (fsdp)
-    sharded in place per :class:`TransformerBlock` and root (build the optimizer afterwards)."""
-    if parallel not in PARALLEL:
-        raise GlassformerError(f"parallel must be one of {list(PARALLEL)}, got {parallel!r}")
+    sharded in place per :class:`TransformerBlock` and root (build the optimizer afterwards). ``parallel`` is one
+    of :data:`~glassformer.training.config.PARALLEL` (checked by the TrainConfig)."""
     if not info.distributed:
         return model
     if parallel == "ddp":

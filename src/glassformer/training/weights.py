@@ -14,12 +14,8 @@ from torch.overrides import TorchFunctionMode
 from ..config import ModelConfig
 from ..errors import BadFileError
 from ..io.fileio import rust_path
-from ..io.safetensors_header import Header, read_header, torch_dtype
-from ..io.safetensors_header import first_line as _first_line
+from ..io.safetensors_header import Header, first_line, torch_dtype
 from ..models import build_model
-
-__all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
-           "meta_specs", "meta_tensors", "load_tensors"]
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
 # elements of computed position tables (sinusoidal, RoPE) always allowed; beyond it, 4x the weights held
@@ -113,7 +109,7 @@ def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
             with rust_path(file) as name_for_rust:
                 tensors = load_file(name_for_rust)
         except SafetensorError as error:
-            raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
+            raise BadFileError(f"{file} is corrupt or truncated ({first_line(error)})") from None
         for name, tensor in tensors.items():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise BadFileError(f"{file}: tensor {name!r} holds NaN or infinity; glassformer never saves "
