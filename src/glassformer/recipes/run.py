@@ -182,17 +182,16 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
         results: dict[str, Any] = {"runs": run_induction(config, spec)}
     elif spec["task"] == "prefix-vs-causal":
         results = {"models": _prefix_vs_causal(config, spec)}
-    elif spec["task"] == "sae":  # the model, then a sparse autoencoder on it (recipes/sae.py)
-        from .sae import run_sae_recipe
-        results = run_sae_recipe(config, spec, _train)
     else:
         say(f"preparing the data: {config.tokenizer} tokenizer and token cache ({spec.get('corpus') or 'your files'})",
             config.progress)
         run = prepare_run(config)
-        training = _train(config, run.model, run.tokenizer, run.batches)
+        results = {"training": _train(config, run.model, run.tokenizer, run.batches)}
         model, tokenizer = load(Path(config.out_dir) / "best")
-        results = {"training": training}
-        if spec["task"] == "lm":
+        if spec["task"] == "sae":  # a sparse autoencoder on the model (recipes/sae.py)
+            from .sae import run_sae_recipe
+            results["sae"] = run_sae_recipe(config, spec, model, tokenizer)
+        elif spec["task"] == "lm":
             say(f"sampling {len(spec.get('prompts', [chr(10)]))} continuation(s) from {config.out_dir}/best",
                 config.progress)
             results["samples"] = _lm_samples(model, tokenizer, spec)

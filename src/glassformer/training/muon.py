@@ -55,8 +55,8 @@ def ns_case(shapes: Iterable[tuple[int, int]]) -> str:
 def resolve_ns_precision(asked: str, device: torch.device | str,
                          shapes: Iterable[tuple[int, int]] = ()) -> tuple[str, str]:
     """("float32" or "bfloat16", the reason): Newton-Schulz's precision for matrices of ``shapes`` on
-    ``device`` (for "auto" on a CPU with bfloat16 instructions, timed on them once per machine)."""
-    check_ns_precision(asked)
+    ``device`` (for "auto" on a CPU with bfloat16 instructions, timed on them once per machine); ``asked``:
+    one of :data:`NS_PRECISIONS` (:class:`Muon` checks it)."""
     if asked != "auto":
         return asked, "as asked"
     device = torch.device(device)

@@ -14,8 +14,7 @@ from typing import Any
 from ..errors import GlassformerError
 from ..io.fileio import NotOursError
 
-KINDS = ("none", "tensorboard", "wandb")
-MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
+KINDS = ("none", "tensorboard", "wandb")  # each tracker's package (and extra) has its name
 EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writes
 STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
 
@@ -28,7 +27,7 @@ def parse_log(value: str, installed: bool = True) -> list[str]:
         raise GlassformerError(f"log must be one of {list(KINDS)} or several joined by commas, got {value!r}")
     names = [name for name in dict.fromkeys(names) if name != "none"]
     for name in names if installed else ():
-        if importlib.util.find_spec(MODULES[name]) is None:
+        if importlib.util.find_spec(name) is None:
             raise GlassformerError(f"log {name!r} needs the {name} package: pip install 'glassformer[{name}]'")
     return names
 

@@ -22,11 +22,6 @@ MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built
 BUFFER_ALLOWANCE = 2**28
 
 
-def header_numel(header: Header) -> int:
-    """The number of elements all tensors of ``header`` hold together."""
-    return sum(math.prod(shape) for shape, _ in header.values())
-
-
 def weight_floor(config: ModelConfig) -> int:
     """The fewest weights any model with ``config`` has (embeddings, a learned position table, per block
     the query and output projections and the feed-forward): the real model is at most ~4x this."""
@@ -50,7 +45,7 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
     """A :class:`BadFileError` naming ``source`` when ``config`` asks for far more than the weights ``header``
     describes (:func:`weight_floor`, blocks, position tables)."""
     c = config
-    held = header_numel(header)
+    held = sum(math.prod(shape) for shape, _ in header.values())  # elements of every tensor of the file
     need = weight_floor(c)
     blocks = c.n_layers if c.arch == "lm" else c.n_enc + c.n_dec
     many_heads = c.pos == "alibi" and c.n_heads > MAX_ALIBI_HEADS  # slopes are computed in Python, per head
