@@ -60,15 +60,14 @@ class Recipe:
     spec: dict[str, Any]
 
 
-def _ints(low: int) -> Any:
-    return lambda v: isinstance(v, list) and bool(v) and all(is_int(x) and x >= low for x in v)
-
-
 def _strings(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 _POSITIVE = (lambda v: is_int(v) and v >= 1, "an int >= 1")
+_POSITIVE_LIST = (lambda v: isinstance(v, list) and bool(v) and all(is_int(x) and x >= 1 for x in v),
+                  "a non-empty list of ints >= 1")
+SEQUENCE_OPTIONS = ("kind", "alphabet", "min_len", "max_len", "eval_examples", "max_count")  # SequenceTask checks them
 _COMMON = {"task": (lambda v: v in TASKS, f"one of {TASKS}"), "corpus": (lambda v: v is None or v in CORPORA,
            f"one of {CORPORA} or null"), "seed": (lambda v: is_int(v) and 0 <= v <= MAX_SEED, "an int >= 0"),
            "source": (lambda v: isinstance(v, str), "a path")}
@@ -81,13 +80,12 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
            "stop": (lambda v: v is None or _strings(v), "a list of strings or null")},
     "mlm": {"examples": _POSITIVE},
     "translation": {"test_split": (lambda v: isinstance(v, str), "a split name"),
-                    "beams": (_ints(1), "a non-empty list of ints >= 1"), "batch_size": _POSITIVE,
+                    "beams": _POSITIVE_LIST, "batch_size": _POSITIVE,
                     "length_penalty": (lambda v: is_number(v) and math.isfinite(v), "a finite number")},
-    "prefix-vs-causal": {k: (lambda v: True, "") for k in ("kind", "alphabet", "min_len", "max_len", "eval_examples",
-                                                          "max_count")},
+    "prefix-vs-causal": {k: (lambda v: True, "") for k in SEQUENCE_OPTIONS},
     "induction": {**{k: _POSITIVE for k in ("vocab", "min_len", "max_len", "measure_every", "probe_length",
                                             "probe_batch", "gpt2_steps", "gpt2_d_ff")},
-                  "control_lengths": (_ints(1), "a non-empty list of ints >= 1"),
+                  "control_lengths": _POSITIVE_LIST,
                   "gpt2": (lambda v: isinstance(v, bool), "true or false"),
                   "mlp_from_step": (lambda v: v is None or is_int(v) and v >= 0, "an int >= 0 or null")},
 }
@@ -264,8 +262,7 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
 
 def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
     """Train the same TransformerLM twice on the sequence task, as a prefix-LM and as a causal LM."""
-    keys = ("kind", "alphabet", "min_len", "max_len", "eval_examples", "max_count")
-    options = {k: spec[k] for k in keys if k in spec}
+    options = {k: spec[k] for k in SEQUENCE_OPTIONS if k in spec}
     found = {}
     for objective in ("prefix", "clm"):
         task = SequenceTask(objective=objective, seed=config.seed, **options)
