@@ -56,13 +56,14 @@ def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing
 
 
 def check_model_for(objective: str, model: nn.Module) -> None:
-    """A ValueError when the model's architecture cannot be trained with ``objective`` (one of the TrainConfig's,
-    checked there); else None."""
+    """A ValueError when the model's architecture cannot be trained with ``objective``; else None."""
     config = model.config
     if objective == "seq2seq":
         if config.arch != "encoder-decoder":
             raise GlassformerError(f"objective 'seq2seq' needs model arch='encoder-decoder', got arch={config.arch!r}")
         return
+    if objective not in OBJECTIVE_ATTN:
+        raise GlassformerError(f"objective must be one of {[*OBJECTIVE_ATTN, 'seq2seq']}, got {objective!r}")
     if config.arch != "lm" or config.attn != OBJECTIVE_ATTN[objective]:
         raise GlassformerError(f"objective {objective!r} needs an lm with attn={OBJECTIVE_ATTN[objective]!r}, got "
                                f"arch={config.arch!r}, attn={config.attn!r}")
