@@ -125,7 +125,9 @@ def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool
         copies = max(1, math.ceil(working_set / (weight.numel() * weight.element_size())))
         # each way reads its own copies (cloned, so real pages): one way must not find in the cache the weight
         # the other way has just read
-        weights = [[weight] + [weight.clone() for _ in range(copies - 1)] for _ in range(2 if streamed else 1)]
+        weights = [[weight] + [weight.clone() for _ in range(copies - 1)]]
+        if streamed:
+            weights.append([weight.clone() for _ in range(copies)])
         turn = [0, 0]
 
         def next_weight(side: int) -> torch.Tensor:
