@@ -118,6 +118,11 @@ class Trainer:
         """Training tokens so far, over all processes."""
         return self.run_state.tokens_seen
 
+    def state(self) -> dict[str, Any]:
+        """What resuming needs besides the weights: :func:`~glassformer.training.resume.state_to_dict`."""
+        return state_to_dict(self.run_state, self.model, self.optimizer, self.scaler, self.precision.name,
+                             self.dist.device)
+
     def save(self, best: bool = False) -> Path | None:
         """Commit this step's checkpoint (rank 0; no finiteness check); returns its folder (None on other ranks)."""
         folder = None
@@ -125,10 +130,7 @@ class Trainer:
             self.run_state.best_step = self.step  # recorded in the state, so that a resumed run can repair `best`
         self.run_state.kept = self._kept_steps()  # carried by the checkpoint: a resume keeps them whatever it asks
         weights = full_model_state(self.model) if self.sharded else None  # FSDP: every rank gathers, rank 0 gets
-        train_state = None  # what resuming needs besides the weights (FSDP: a collective, rank 0 gets it all)
-        if self.sharded or self.dist.is_main:
-            train_state = state_to_dict(self.run_state, self.model, self.optimizer, self.scaler, self.precision.name,
-                                        self.dist.device)
+        train_state = self.state() if self.sharded or self.dist.is_main else None
         if self.dist.is_main:
             if (self.out / METRICS).is_file():
                 fsync_file(self.out / METRICS)  # the records the checkpoint covers reach the disk before it
