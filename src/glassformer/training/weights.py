@@ -13,8 +13,9 @@ from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from ..errors import BadFileError
+from ..io.checks import first_line
 from ..io.fileio import rust_path
-from ..io.safetensors_header import Header, first_line, torch_dtype
+from ..io.safetensors_header import Header, torch_dtype
 from ..models import build_model
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
