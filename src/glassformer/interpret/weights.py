@@ -44,11 +44,6 @@ class FactoredMatrix:
         return len(self.shape)
 
     @property
-    def pair(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A, B)."""
-        return self.A, self.B
-
-    @property
     def AB(self) -> torch.Tensor:  # noqa: N802  (TransformerLens's name)
         """The full product M = A B, (..., l, r): the one costly step, formed only when asked."""
         return self.A @ self.B
@@ -146,16 +141,6 @@ class FactoredMatrix:
     def collapse_r(self) -> torch.Tensor:
         """U diag(S), (..., l, m): M without its right orthogonal factor."""
         return self.U * self.S[..., None, :]
-
-    def make_even(self) -> "FactoredMatrix":
-        """The same M as (U √S, √S Vᵀ): each factor holds half of the singular values."""
-        root = self.S.sqrt()
-        return FactoredMatrix(self.U * root[..., None, :], root[..., :, None] * self.V.transpose(-2, -1))
-
-    def get_corner(self, k: int = 3) -> torch.Tensor:
-        """The top-left k × k block of M (of its first leading index), for a look."""
-        corner = self.A[..., :k, :] @ self.B[..., :, :k]
-        return corner[(0,) * (corner.dim() - 2)]
 
     def __repr__(self) -> str:
         return f"FactoredMatrix(shape={tuple(self.shape)}, inner={self.mdim})"

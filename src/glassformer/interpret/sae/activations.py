@@ -14,6 +14,7 @@ from torch.nn.utils.rnn import pad_sequence
 from ...errors import GlassformerError, MissingFileError
 from ...io.checks import check_int, check_number
 from ...models import EncoderDecoder, TransformerLM
+from ...validate import check_choice
 from ..hooks import hooks
 from ..points import HookPoint, hook_points, resolve
 
@@ -113,8 +114,7 @@ class ActivationSource:
         self.encdec = isinstance(model, EncoderDecoder)
         self.context = check_int("context", context, 1 if self.encdec else 2, model.config.max_len)
         self.batch = check_int("batch", batch, 1, 1 << 16)
-        if split not in SPLITS:
-            raise GlassformerError(f"split must be one of {SPLITS}, got {split!r}")
+        check_choice("split", split, SPLITS)
         check_number("val_fraction", val_fraction, 0.0, 0.5)
         if split == "val" and val_fraction == 0:
             raise GlassformerError("val_fraction is 0, so there is no 'val' split to read")

@@ -51,11 +51,6 @@ class SAEConfig:
         check_fields(self)
         check_int("k", self.k, 1, self.d_sae)
 
-    def validate(self) -> SAEConfig:
-        """Check every field again (after one was changed); return self."""
-        self.__post_init__()
-        return self
-
 
 class SparseAutoencoder(nn.Module):
     """A ReLU or TopK sparse autoencoder from an :class:`SAEConfig` or its fields as keywords
