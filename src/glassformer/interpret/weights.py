@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import shown
 from ..nn.norms import LayerNorm, RMSNorm
 from ..validate import check_choice
 
@@ -24,7 +25,7 @@ class FactoredMatrix:
     def __init__(self, A: torch.Tensor, B: torch.Tensor):
         if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor) or A.dim() < 2 or B.dim() < 2:
             raise ArgumentTypeError("FactoredMatrix takes two tensors of at least 2 dims, A (..., l, m) and "
-                                    f"B (..., m, r); got {_shape(A)} and {_shape(B)}")
+                                    f"B (..., m, r); got {shown(A)} and {shown(B)}")
         if A.shape[-1] != B.shape[-2]:
             raise GlassformerError(f"FactoredMatrix factors must share their inner size: A {tuple(A.shape)}, "
                                    f"B {tuple(B.shape)}")
@@ -144,10 +145,6 @@ class FactoredMatrix:
 
     def __repr__(self) -> str:
         return f"FactoredMatrix(shape={tuple(self.shape)}, inner={self.mdim})"
-
-
-def _shape(x: object) -> object:
-    return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def _linalg(x: torch.Tensor) -> torch.Tensor:

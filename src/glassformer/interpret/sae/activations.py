@@ -23,11 +23,7 @@ SPLITS = ("train", "val")
 
 
 class _Captured(Exception):
-    """Raised by the capturing hook to stop the forward once the hook's tensor is in hand."""
-
-    def __init__(self, tensor: torch.Tensor):
-        super().__init__("captured")
-        self.tensor = tensor
+    """Raised by the capturing hook to stop the forward once the hooks' tensors are in hand."""
 
 
 def hook_point(model: nn.Module, name: str) -> HookPoint:
@@ -260,17 +256,15 @@ class ActivationSource:
         def capture(x: torch.Tensor, hook: HookPoint) -> None:
             seen[hook.name] = x.detach()
             if hook.name == self.last:
-                raise _Captured(x)
+                raise _Captured
 
         try:
             with hooks(self.model, [(p.name, capture) for p in self.points]):
                 self.model(*inputs.args, **inputs.kwargs)
         except _Captured:
-            if not self.several:
-                return self.flat(seen[self.point.name])
-            missing = [p.name for p in self.points if p.name not in seen]
-            if not missing:
-                return torch.stack([self.flat(seen[p.name]) for p in self.points], dim=2)
+            if all(p.name in seen for p in self.points):
+                rows = [self.flat(seen[p.name]) for p in self.points]
+                return torch.stack(rows, dim=2) if self.several else rows[0]
         raise GlassformerError(f"hook {self.last!r} did not fire for this input")
 
     def flat(self, x: torch.Tensor) -> torch.Tensor:
