@@ -379,12 +379,6 @@ def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     return float(_metric_value(metric, logits))
 
 
-def faithfulness(value: float, clean: float, corrupted: float) -> float:
-    """(value - corrupted) / (clean - corrupted); nan when clean equals corrupted."""
-    span = clean - corrupted
-    return (value - corrupted) / span if span != 0 else float("nan")
-
-
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
                  target: float = 0.9, method: str = "eap-ig", steps: int = 8,
                  scores: EdgeScores | None = None, ablation: str = "corrupted", seed: int = 0) -> Circuit:
@@ -402,12 +396,14 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     baseline = scores.corrupted_metric if ablation == "corrupted" else \
         circuit_metric(model, clean, corrupted, metric, [], ablation=ablation, seed=seed)
     tried: dict[int, float] = {}  # edges kept -> the circuit's metric
+    span = clean_m - baseline
 
     def faithful(k: int) -> float:
+        """(metric(top k edges) - baseline) / (clean - baseline); nan when clean equals the baseline."""
         if k not in tried:
             tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
                                       ablation=ablation, seed=seed)
-        return faithfulness(tried[k], clean_m, baseline)
+        return (tried[k] - baseline) / span if span != 0 else float("nan")
 
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
