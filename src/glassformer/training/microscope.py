@@ -315,12 +315,6 @@ def probe_plan(watch: WatchConfig, c: Any, extra: int, max_memory: Any = None) -
     return probe_length, lengths
 
 
-def check_watch(watch: dict[str, Any], c: Any, max_memory: Any = None) -> None:
-    """Before a run reads its data or makes a folder: ``watch`` (a TrainConfig's) against the model config ``c``
-    as :func:`probe_plan` checks it, without a <bos> (the run's :class:`Microscope` checks again, exactly)."""
-    probe_plan(WatchConfig.from_dict(watch), c, 0, max_memory)
-
-
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,
                        max_steps: int, block_size: int, max_memory: Any = None) -> Microscope:
     """The :class:`Microscope` of a training run, its probe text the first validation (or training) rows."""

@@ -168,9 +168,10 @@ def _prepare(config: TrainConfig) -> Run:
     smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
     _check_fits(config, smallest)
     if config.watch:  # the microscope's probe too (watch.probe_length, probe_batch): before the token cache is made
-        from .microscope import check_watch  # (as the Trainer imports it: only for a watched run)
+        from .microscope import WatchConfig, probe_plan  # (as the Trainer imports it: only for a watched run)
 
-        check_watch(config.watch, config.model_config(smallest), config.max_memory)
+        # without a <bos> (extra 0): the run's Microscope checks again, exactly
+        probe_plan(WatchConfig.from_dict(config.watch), config.model_config(smallest), 0, config.max_memory)
     if config.objective == "seq2seq":
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
 
