@@ -167,14 +167,12 @@ def _checked_value(name: str, value: Any) -> Any:
             counted(v.numel())  # before any copy
             v = v.detach().double().cpu()
             return v.item() if v.dim() == 0 else v.tolist()
+        counted(1)  # a number, a string, or one list or dict
         if v is None or isinstance(v, (bool, int, float, str)):
-            counted(1)
             return v
         if isinstance(v, (list, tuple)):
-            counted(1)
             return [clean(x, depth + 1) for x in v]
         if isinstance(v, dict):
-            counted(1)
             return {str(k): clean(x, depth + 1) for k, x in v.items()}
         raise MeasurementError(f"measurement {name!r} returned a {type(v).__name__}; expected numbers, "
                                "tensors, or lists and dicts of them")
