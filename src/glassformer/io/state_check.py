@@ -17,8 +17,7 @@ KNOWN_KEYS = MOMENTS | {"step"}
 
 
 def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
-    held = f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}" if torch.is_tensor(value) else shown(value)
-    return BadFileError(f"{file}: {key} holds {held}, expected {expected}")
+    return BadFileError(f"{file}: {key} holds {shown(value)}, expected {expected}")
 
 
 def _count(file: str, key: str, value: Any, low: int = 0) -> int:
