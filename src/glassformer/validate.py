@@ -1,6 +1,7 @@
 """One validator for every config dataclass: a field's type comes from its annotation, its range or
 choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_fields`."""
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, field, fields
@@ -79,13 +80,13 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     if "None" in kinds and text.strip().lower() in ("null", "none", "~"):
         return None
     if base in ("int", "float"):
-        try:
+        with contextlib.suppress(ValueError):
             return int(text) if base == "int" else float(text)
-        except ValueError:
-            number = _float(text)  # an int field given 2.0 or 1e3: the int it is
-            if base == "int" and number is not None and math.isfinite(number) and number.is_integer():
+        with contextlib.suppress(ValueError):  # an int field given 2.0 or 1e3: the int it is
+            number = float(text)
+            if math.isfinite(number) and number.is_integer():
                 return int(number)
-            raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}") from None
+        raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}")
     if base == "bool":
         if text.strip().lower() not in BOOLEANS:
             raise ArgumentTypeError(f"{name} must be true or false, got {shown(text)}")
@@ -95,13 +96,6 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     if base.split("[")[0] in ("list", "dict", "tuple"):
         return parse_yaml_text(text, name, ArgumentTypeError)
     return text
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def untyped(value: Any, name: str = "value") -> Any:

@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -44,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ...errors import GlassformerError, UsageError
     from ...io.budget import check_fits, describe, forward_bytes, parse_size
     from ...io.checks import check_int
+    from ...io.records import finite_or_null
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
     from ...viz.i18n import text as ui_text
@@ -97,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
                block=block_size), file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
-    clean = {k.removeprefix("val_"): v if not isinstance(v, float) or math.isfinite(v) else None
-             for k, v in metrics.items()}
+    clean = finite_or_null({k.removeprefix("val_"): v for k, v in metrics.items()})
     print(json.dumps({"objective": objective, "precision": precision.name, "data": scored, **clean}, allow_nan=False))
     return 0

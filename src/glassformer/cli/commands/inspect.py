@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ...errors import UsageError
-    from ...io.checks import check_seed
+    from ...io.checks import MAX_SEED, check_int
     from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     claim_outputs([args.out], [args.checkpoint] if args.checkpoint is not None else [], "--out")  # before loading
     check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,
                          pad_to=args.pad_to, prefix="--")  # before loading: a typo fails at once
-    check_seed("--seed", args.seed)
+    check_int("--seed", args.seed, 0, MAX_SEED)
     model, tokenizer = _load(args)
     ids = torch.tensor([tokenizer.encode(args.text)[:args.max_tokens] or [0]])
     precision = choose_precision(args.precision, model, forward_work(model, ids), f"inspect | 1x{ids.shape[1]}")

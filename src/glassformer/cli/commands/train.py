@@ -3,7 +3,6 @@ under ``torchrun --nproc_per_node=N`` (docs/training.md)."""
 
 import argparse
 import json
-import math
 import sys
 import textwrap
 from pathlib import Path
@@ -133,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     (143) stopped the run after saving a checkpoint (then the command that resumes is printed).
     """
     from ...io.fileio import atomic_write, claim_outputs
+    from ...io.records import finite_or_null
     from ...training import TrainConfig, Trainer, prepare_run
     from ...training.distributed import init_distributed, shutdown
     from ...training.report import say, summary_lines, use_language
@@ -164,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown(dist)
     if dist.is_main:
-        full = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
-                for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
+        full = finite_or_null({k: v for k, v in result.items() if k != "history"})  # strict JSON: no NaN token
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in full.items()}
         atomic_write(summary_file, json.dumps(full, indent=1) + "\n", what="run summary")
         kept = [str(Path(config.out_dir) / name) for name in ("last", "best") if (Path(config.out_dir) / name).exists()]
