@@ -49,9 +49,9 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
         if kinds[0] == "int" and is_int(value):
             low = spec["ge"] if "ge" in spec else spec["gt"] + 1 if "gt" in spec else None
             high = spec["le"] if "le" in spec else spec["lt"] - 1 if "lt" in spec else None
-            check_int(name, value, low, high)
             if high is None and value > MAX_INT_FIELD:  # past any count a run reaches: [low, 2**53] named
-                check_int(name, value, low, MAX_INT_FIELD)
+                high = MAX_INT_FIELD
+            check_int(name, value, low, high)
         elif kinds[0] == "float":
             check_number(name, value, spec.get("ge", spec.get("gt")), spec.get("le", spec.get("lt")),
                          low_open="gt" in spec, high_open="lt" in spec)

@@ -26,15 +26,13 @@ def _count(file: str, key: str, value: Any, low: int = 0) -> int:
     return value
 
 
-def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None,
-            finite: bool = True) -> torch.Tensor:
+def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
     wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
     if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
             or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
         raise _bad(file, key, value, wanted)
-    if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
         raise BadFileError(f"{file}: {key} holds NaN or infinity")
-    return value
 
 
 OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
