@@ -87,10 +87,8 @@ def _load(args: argparse.Namespace):
         from ...interop.hf_dir import is_hf_dir, load_hf_dir
         from ...training.checkpoint import load
 
-        if not is_hf_dir(args.checkpoint):
-            return load(args.checkpoint)
-        model, tokenizer = load_hf_dir(args.checkpoint)
-        if tokenizer is None:
+        model, tokenizer = load_hf_dir(args.checkpoint) if is_hf_dir(args.checkpoint) else load(args.checkpoint)
+        if tokenizer is None:  # a Hugging Face folder without tokenizer files
             raise GlassformerError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
         return model, tokenizer
     import torch

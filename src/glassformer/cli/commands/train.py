@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=textwrap.fill(description, 100),
         epilog=keys_help() + "\n\nexample: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 "
                              "--out_dir out/sc",
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.add_argument("--json", action="store_true",
                         help="print the run's summary as one JSON line instead of the readable lines")
