@@ -125,7 +125,7 @@ def read_records(file: str | Path, numbers: bool = False, uniform: bool = False)
                 break  # torn last line: the record was never complete
             raise
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        if not is_int(step) or not 0 <= step <= MAX_STEP:
             raise BadFileError(f"{where} is not a record with an integer 'step' in [0, 2**53]")
         if numbers:
             bad = next((k for k, v in record.items() if not (v is None or is_number(v))), None)

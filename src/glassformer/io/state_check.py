@@ -10,8 +10,8 @@ from torch import nn
 
 from ..errors import BadFileError, GlassformerError
 from .checks import is_int, is_number, shown
+from .loaders import MAX_STEP  # a step or token count beyond 2**53 is not one a run reached
 
-MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
 MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
 KNOWN_KEYS = MOMENTS | {"step"}
 
@@ -20,10 +20,9 @@ def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
     return BadFileError(f"{file}: {key} holds {shown(value)}, expected {expected}")
 
 
-def _count(file: str, key: str, value: Any, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_STEP:
+def _count(file: str, key: str, value: Any, low: int = 0) -> None:
+    if not is_int(value) or not low <= value <= MAX_STEP:
         raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
-    return value
 
 
 def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
