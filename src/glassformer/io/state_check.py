@@ -62,7 +62,7 @@ def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
             # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
             raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
     elif isinstance(fresh, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             raise _bad(file, key, value, "a finite number")
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
             raise _bad(file, key, value, "an int in [-10000, 10000]")
@@ -124,7 +124,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         raise _bad(file, f"{key}.state", state, "a dict")
     for index, entry in state.items():
         where = f"{key}.state[{shown(index)}]"
-        if isinstance(index, bool) or not isinstance(index, int) or index not in params:
+        if not is_int(index) or index not in params:
             raise BadFileError(f"{file}: {where} names no parameter of this model (0 to {len(params) - 1})")
         if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
             raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
@@ -138,7 +138,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
                 if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
                         or not 0 <= float(value) <= MAX_STEP:
                     raise _bad(file, f"{where}.step", value, f"one number in [0, {MAX_STEP}]")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP:
+            elif not is_number(value) or not 0 <= value <= MAX_STEP:
                 raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
         wanted = needed[index]
         if wanted is None and "momentum_buffer" not in entry:
@@ -168,7 +168,7 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
     _count(file, "tokens_seen", state["tokens_seen"])
     _count(file, "best_step", state.get("best_step", -1), -1)
     best = state["best_val"]
-    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best):
+    if not is_number(best) or math.isnan(best):
         raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
     _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
     if "rng_cuda" in state:

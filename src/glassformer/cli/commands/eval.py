@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from ...data.shards import looks_like_tokens, open_shards
     from ...errors import GlassformerError, UsageError
     from ...io.budget import check_fits, describe, forward_bytes, parse_size
-    from ...io.checks import check_int
+    from ...io.checks import check_int, is_int
     from ...io.records import finite_or_null
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             check_int(f"--{option}", getattr(args, option), 1)
     check_int("--batch_size", args.batch_size, 1)
     block_size = args.block_size or training.get("block_size") or model.config.max_len
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+    if not is_int(block_size) or block_size < 1:
         block_size = model.config.max_len  # a training.json edited by hand
     if block_size > model.config.max_len:  # the window never exceeds the model's positions
         if args.block_size is not None:
