@@ -121,7 +121,7 @@ def untyped(value: Any, name: str = "value") -> Any:
 
 
 def coerced(name: str, kind: str, value: Any) -> Any:
-    """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" -> 12, a string ->
+    """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" or "12.0" -> 12, a string ->
     [string], an int -> float; a :class:`CommandLineText` by :func:`typed_text`); else unchanged, for the type
     check to name."""
     if isinstance(value, CommandLineText):
@@ -129,11 +129,8 @@ def coerced(name: str, kind: str, value: Any) -> Any:
     kind = kind.split("|")[0].strip()
     if kind == "list[str]" and isinstance(value, str):
         return [value]
-    if kind in ("int", "float") and isinstance(value, str):
-        try:
-            return int(value) if kind == "int" else float(value)
-        except ValueError:
-            raise ArgumentTypeError(f"{name} must be a number ({kind}), got {shown(value)}") from None
+    if kind in ("int", "float") and isinstance(value, str):  # read as the command line's text is
+        return typed_text(name, kind, value)
     if kind == "int" and isinstance(value, float) and value.is_integer():
         return int(value)
     if kind == "float" and is_int(value):
