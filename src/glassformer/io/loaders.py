@@ -14,7 +14,7 @@ from .checks import first_line, is_int, is_number, shown
 
 MAX_JSON_BYTES = 1 << 28  # a tokenizer file larger than 256 MiB is not one (the largest known: ~35 MB); parsing
 # JSON costs ~5x the file's size in memory (a 300 MB config.json cost 1.56 GB)
-MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index; JSON or YAML) over 16 MiB
+MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index; JSON or YAML) is at most 16 MiB
 MAX_ADDED_TOKEN_CHARS = 4096  # an added token longer than this is not a token (the matcher costs ~100x its size)
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
 MAX_STEP = 1 << 53  # a record's step: beyond it no training goes, nor a float (a chart's axis) holds it exactly
