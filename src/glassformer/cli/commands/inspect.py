@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from ...viz.i18n import text as ui_text
     from ...viz.report import check_report_options, write_report
     from ...viz.report_run import is_run_dir, write_run_page
-    from .precision import choose_precision, forward_work
+    from .precision import choose_precision
 
     lang = resolve_lang(args.lang, "--lang")
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     check_int("--seed", args.seed, 0, MAX_SEED)
     model, tokenizer = _load(args)
     ids = torch.tensor([tokenizer.encode(args.text)[:args.max_tokens] or [0]])
-    precision = choose_precision(args.precision, model, forward_work(model, ids), f"inspect | 1x{ids.shape[1]}")
+    work = (lambda: model(ids, ids)) if model.config.arch == "encoder-decoder" else (lambda: model(ids))
+    precision = choose_precision(args.precision, model, work, f"inspect | 1x{ids.shape[1]}")
     with precision.autocast(next(model.parameters()).device):
         path = write_report(model, tokenizer, args.text, args.target, args.out, prefix_len=args.prefix_len,
                             pad_to=args.pad_to, generate=args.generate, top_k=args.top_k,
