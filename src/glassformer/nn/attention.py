@@ -157,7 +157,8 @@ class MultiHeadAttention(Tapped):
     ``hook_pattern`` (B, h, Tq, Tk) (hooking them moves this layer to the explicit path); ``hook_z``
     (B, Tq, h, hd) before ``o_proj``; ``hook_result`` (B, Tq, h, d) each head's write, without the bias.
     ``qk_norm``: queries and keys are RMS-normalised per head (no weight) after their hook points, before RoPE
-    (Dehghani et al. 2023; the modded-nanogpt speedruns). ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
+    (Dehghani et al. 2023; the modded-nanogpt speedruns). ``frozen_mode``: the pattern is a constant for
+    autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
     (:func:`fused_attention`) or a function with its arguments computing the same attention another way, set by
     a caller that asks for it (bfloat16 attention on the CPU's bfloat16 units, the blocked kernel of the speed policy,
     chosen by measurement and kept outside nn/)."""
