@@ -69,7 +69,10 @@ def _fsdp() -> tuple[Any, type]:
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``fully_shard`` has sharded ``model`` (its weights are DTensors)."""
+    """Whether ``fully_shard`` has sharded ``model`` (its weights are DTensors). Without a process group nothing
+    can be sharded, and FSDP's import (about half a second) is skipped."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
     return isinstance(getattr(model, "_orig_mod", model), _fsdp()[1])
 
 
