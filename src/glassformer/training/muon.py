@@ -79,7 +79,7 @@ def ns_ways(shapes: Iterable[tuple[int, int]], device: torch.device | str = "cpu
     return run(torch.float32), run(torch.bfloat16)
 
 
-class Muon(torch.optim.Muon):
+class Muon(getattr(torch.optim, "Muon", torch.optim.Optimizer)):  # torch < 2.9 has no Muon: make_optimizer says so
     """``torch.optim.Muon`` (same arguments and ``state_dict()``) with its Newton-Schulz precision chosen."""
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], ns_precision: str = "auto",
