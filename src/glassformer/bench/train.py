@@ -15,7 +15,7 @@ from ..runtime.attention import use_bf16_attention
 from ..training.optim import make_optimizer
 from .nanogpt import nanogpt_loss, nanogpt_model
 from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, train_flops_per_token
-from .timing import paired, paired_ratio, peak_memory, tensor_bytes, time_call
+from .timing import paired, paired_ratio, peak_memory, time_call
 
 # nanoGPT's AdamW settings, built by the library's make_optimizer (fused, decay on weight matrices only)
 ADAMW = {"lr": 1e-3, "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8, "fused": True}
@@ -130,7 +130,8 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
             step = steps[name, precision] = train_step(model, optimizer, ids, targets, precision=precision,
                                                        loss_fn=loss_fn)
             step()  # creates the optimiser state, so it is counted below
-            held = tensor_bytes(list(model.parameters())) + tensor_bytes(list(optimizer.state.values()))
+            state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+            held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
             memory[name, precision] = (held + peak_memory(step, device)) / 2 ** 20
     products = _matmuls(precisions, matmul_n, device)
     timed = paired({**{f"{name} {p}": fn for (name, p), fn in steps.items()},

@@ -8,7 +8,6 @@ document of one piece. The pieces of a corpus always come in the same order, so 
 position :mod:`glassformer.data.prepare` can resume at."""
 
 import glob
-import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
-from .text import iter_text
+from .text import iter_text, open_binary
 
 PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
 TEXT_SUFFIXES = {".txt", ".text", ".md", ".rst", ".csv", ".tsv", ".html", ".xml", ".tex", ""}
@@ -119,22 +118,6 @@ def list_sources(data: Sequence[str | Path]) -> list[Source]:
     return found
 
 
-def _binary(path: Path) -> io.BufferedIOBase:
-    """``path`` opened for reading bytes, through gzip or zstandard for ``.gz`` / ``.zst``."""
-    suffix = path.suffix.lower()
-    if suffix == ".gz":
-        import gzip
-        return gzip.open(path, "rb")
-    if suffix == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise UsageError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
-                             "'glassformer[data]', or zstandard)") from None
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
-
-
 def _field(record: object, field: str) -> object:
     """``record[field]``, a dotted ``field`` reading nested objects (``meta.text``); KeyError when absent."""
     for key in field.split("."):
@@ -146,7 +129,7 @@ def _field(record: object, field: str) -> object:
 
 def _json_documents(path: Path, field: str) -> Iterator[str]:
     """The ``field`` of each JSON line of ``path`` (a ``.json`` file holding one array: of each item)."""
-    with _binary(path) as handle:
+    with open_binary(path) as handle:
         first = handle.peek(64)[:64] if hasattr(handle, "peek") else b""
         if path.suffix.lower() == ".json" and first.lstrip()[:1] == b"[":
             raw = handle.read(MAX_JSON_ARRAY_BYTES + 1)
