@@ -16,7 +16,7 @@ from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_start, script_element, script_json, shown_token
+from .page import asset, page_end, page_start, shown_token
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import head_table
 
@@ -358,12 +358,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     return f"""{page_start(title, lang, asset("run.css"), script=script)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
-<footer>{label("run.footer")}</footer>
-<script type="application/json" id="gf-run-data">{script_json(data)}</script>
-{script_element(script)}
-</body>
-</html>
-"""
+{page_end(label("run.footer"), "gf-run-data", data, script)}"""
 
 
 def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str = "en") -> Path:
