@@ -38,11 +38,6 @@ EOT = "eos"  # the special token that ends every document (GPT-2's <|endoftext|>
 _TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
 
 
-def progress_clock() -> float:
-    """The heartbeat's clock (``glassformer.io.progress.seconds``: tests replace it)."""
-    return _progress.seconds()
-
-
 def shard_name(split: str, index: int, fmt: str) -> str:
     """``train_000003.bin`` (shards) or ``train.bin`` (nanogpt)."""
     return f"{split}.bin" if fmt == "nanogpt" else f"{split}_{index:06d}.bin"
@@ -319,7 +314,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     documents[split] += 1
                     document += 1 if fraction is not None else 0
 
-    started = progress_clock()
+    started = _progress.seconds()
     try:
         with Heartbeat("preparing shards", total=total, unit="bytes") as beat, beat.beating():
             batch: list[tuple[int, str, str, bool]] = []
@@ -346,7 +341,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     flush()
                     size = 0
                 done = tokens["train"] + tokens["val"]
-                elapsed = max(progress_clock() - started, 1e-9)
+                elapsed = max(_progress.seconds() - started, 1e-9)
                 rate, eta = done / elapsed, ""
                 if total and beat.done:
                     eta = f", ETA {elapsed * max(total - beat.done - nbytes, 0) / (beat.done + nbytes):,.0f} s"

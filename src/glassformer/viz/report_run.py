@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.measurements import detect_phase_change
-from ..io.checks import is_int, shown
+from ..io.checks import is_int, is_number, shown
 from ..io.fileio import atomic_write, check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
@@ -174,15 +174,15 @@ def _check_attribution(a: dict[str, Any], file: Path) -> None:
     if missing is not None:
         raise BadFileError(f"{where} has no {missing!r}")
     for key in ("estimate", "exact"):
-        if not _table(a[key]) or not all(_number(v) for row in a[key] for v in row):
+        if not _table(a[key]) or not all(is_number(v) for row in a[key] for v in row):
             raise BadFileError(f"{where}: {key!r} must be a table of numbers (layers x heads), got {shown(a[key])}")
     for key in ("correlation", "clean_metric", "corrupted_metric"):
-        if not (_number(a[key]) or a[key] is None):
+        if not (is_number(a[key]) or a[key] is None):
             raise BadFileError(f"{where}: {key!r} must be a number, got {shown(a[key])}")
     for key in ("top_estimate", "top_exact"):
         if not (isinstance(a[key], list) and all(
                 isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
-                and _number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
+                and is_number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
             raise BadFileError(f"{where}: {key!r} must be a list of [layer, head, effect], got {shown(a[key])}")
 
 
@@ -201,10 +201,6 @@ def _floats(value: Any) -> Any:
     return value
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _best(values: list[Any]) -> float | None:
     """The largest finite number of ``values``; None when there is none (drawn as a gap)."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
@@ -212,7 +208,7 @@ def _best(values: list[Any]) -> float | None:
 
 
 def _fixed(value: Any, spec: str) -> str:
-    return format(value, spec) if _number(value) and math.isfinite(value) else "-"
+    return format(value, spec) if is_number(value) and math.isfinite(value) else "-"
 
 
 def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
