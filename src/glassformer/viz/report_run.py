@@ -211,13 +211,6 @@ def _fixed(value: Any, spec: str) -> str:
     return format(value, spec) if is_number(value) and math.isfinite(value) else "-"
 
 
-def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The phase change in the records' repeated-copy loss (``detect_phase_change``), or None."""
-    if not records or "loss_repeat" not in records[0]:
-        return None
-    return detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
-
-
 def _charts(run: dict[str, Any], found: dict[str, Any] | None, lang: str = "en") -> str:
     """The SVG charts: losses, probe losses, best head scores, in-context learning, loss by position (``found``)."""
     metrics, records = run["metrics"], run["records"]
@@ -308,8 +301,9 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     shape = (tr("run.shape", lang, layers=c.get("n_layers"), heads=c.get("n_heads"), d_model=c.get("d_model"))
              if c else "")
     summary = tr("run.summary_shape" if shape else "run.summary", lang, steps=last, shape=shape)
-    found = phase_change(records)
-    if records and "loss_repeat" in records[0]:
+    found = None
+    if records:  # each has its repeated-copy loss (gather_run checked)
+        found = detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
         phase = (tr("run.phase.found", lang, step=found["step"], start=f"{found['from']:.2f}",
                     end=f"{found['to']:.2f}", width=found["width"]) if found else tr("run.phase.none", lang))
         summary = f"{summary} {phase}"
