@@ -12,13 +12,12 @@ from torch import nn
 
 from ..io.fileio import atomic_write
 from .i18n import text as tr
-from .page import CSP, asset, page_end, page_start, shown_token
-from .report_gather import AttentionView, ReportData, gather
+from .page import asset, page_end, page_start, shown_token
+from .report_gather import ReportData, gather
 from .report_interpret import interpret_html
-from .report_tokens import MAX_STEPS, MAX_TOKENS, MAX_TOP_K, PAD_LABEL, check_report_options
+from .report_tokens import check_report_options
 
-__all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_LABEL", "Report", "ReportData",
-           "check_report_options", "gather", "render_html", "report_html", "write_report"]
+__all__ = ["Report", "check_report_options", "gather", "render_html", "report_html", "write_report"]
 
 
 def _table(rows: list[tuple[str, str]], cls: str, head: tuple[str, str]) -> str:
