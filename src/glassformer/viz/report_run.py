@@ -22,7 +22,7 @@ from .report_interpret import head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
-KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps; their labels: run.kind.*
+KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps, (layers, heads) each; labels run.kind.*
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -121,7 +121,6 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
             "attribution": attribution}
 
 
-TABLES = ("previous_token", "induction", "duplicate", "entropy")  # (layers, heads) each
 BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
 
 
@@ -142,13 +141,13 @@ def _check_records(records: list[dict[str, Any]], file: Path) -> None:
     if not records:
         return
     first, where = records[0], f"{str(file)!r}"
-    missing = next((k for k in ("loss_first", "loss_repeat", *TABLES, *BY_LAYER, "attention") if k not in first), None)
+    missing = next((k for k in ("loss_first", "loss_repeat", *KINDS, *BY_LAYER, "attention") if k not in first), None)
     if missing is not None:
         raise BadFileError(f"{where}: its records have no {missing!r}, which the microscope writes in each")
     if not _table(first["induction"]):
         raise BadFileError(f"{where}: 'induction' must be a table of layers x heads, got {shown(first['induction'])}")
     layers, heads = len(first["induction"]), len(first["induction"][0])
-    for key in TABLES:
+    for key in KINDS:
         if not _table(first[key], layers, heads):
             raise BadFileError(f"{where}: {key!r} must be a table of {layers} x {heads} (layers x heads) like "
                                f"'induction', got {shown(first[key])}")
