@@ -236,13 +236,11 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
     for source in sources:
         if source.kind == "text":
             pieces = iter_text(source.path, piece_chars)
-            previous = None
+            previous = next(pieces)  # there is one: iter_text refuses a file without text
             for piece in pieces:
-                if previous is not None:
-                    yield previous, False
+                yield previous, False
                 previous = piece
-            if previous is not None:
-                yield previous, True
+            yield previous, True
             continue
         reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
         for text in reader(source.path, text_field):

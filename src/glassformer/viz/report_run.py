@@ -35,7 +35,8 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
                 events: list[tuple[float, str]] | None = None, static: bool = False) -> str:
     """An SVG chart of (label, [(step, value), ...]) series with a step marker the script moves, ``events``
     (step, label) as fixed vertical lines; ``static``: the x axis is not steps (no marker)."""
-    points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
+    series = [(label, [(x, y) for x, y in values if y is not None and math.isfinite(y)]) for label, values in series]
+    points = [p for _, values in series for p in values]
     if not points:
         return ""
     x0, x1 = min(0.0, min(p[0] for p in points)), max(p[0] for p in points)  # steps: the axis starts at 0
@@ -67,11 +68,10 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
                  f'text-anchor="middle">{html.escape(y_label)}</text>')
     for n, (label, values) in enumerate(series):
         color = COLORS[n % len(COLORS)]
-        shown = [(x, y) for x, y in values if y is not None and math.isfinite(y)]
-        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(shown))
+        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(values))
         parts.append(f'<path d="{path}" stroke="{color}" class="gf-line"><title>{html.escape(label)}</title></path>')
-        if len(shown) <= 30:  # few points (evaluations): mark each
-            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in shown]
+        if len(values) <= 30:  # few points (evaluations): mark each
+            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in values]
     for step, label in events or []:
         if x0 <= step <= x1:
             parts.append(f'<line class="gf-event" data-step="{step}" x1="{sx(step):.1f}" x2="{sx(step):.1f}" '
