@@ -56,6 +56,7 @@ class ModelConfig:
     head_transform: bool = False  # dense + activation + norm before the output layer (BERT's MLM head)
     init_std: float | None = option(None, gt=0.0)  # None: the lessons' init; std: GPT-2's N(0, std), residuals / √(2L)
     attn_only: bool = False  # no feed-forward sub-layers (Elhage et al. 2021; configs/induction_heads.yaml)
+    qk_norm: bool = False  # self-attention RMS-normalises queries and keys per head (Dehghani et al. 2023)
 
     def __post_init__(self) -> None:
         check_fields(self)  # each field's type and range; NaN and inf are refused

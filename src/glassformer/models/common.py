@@ -21,7 +21,7 @@ def make_blocks(config: ModelConfig, n: int, cross: bool = False) -> nn.ModuleLi
         TransformerBlock(config.d_model, config.n_heads, config.d_ff, cross=cross, norm_first=config.norm_first,
                          activation=config.activation, bias=config.bias, n_kv_heads=config.n_kv_heads,
                          dropout=config.dropout, norm=config.norm, norm_eps=config.norm_eps,
-                         ffn=not config.attn_only, rope=config.pos == "rope")
+                         ffn=not config.attn_only, rope=config.pos == "rope", qk_norm=config.qk_norm)
         for _ in range(n)])
 
 

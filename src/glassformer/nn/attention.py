@@ -156,7 +156,9 @@ class MultiHeadAttention(Tapped):
     (B, T, heads, hd); with ``rope``, ``hook_rot_q``, ``hook_rot_k`` after the rotation; ``hook_attn_scores``,
     ``hook_pattern`` (B, h, Tq, Tk) (hooking them moves this layer to the explicit path); ``hook_z``
     (B, Tq, h, hd) before ``o_proj``; ``hook_result`` (B, Tq, h, d) each head's write, without the bias.
-    ``frozen_mode``: the pattern is a constant for autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
+    ``qk_norm``: queries and keys are RMS-normalised per head (no weight) after their hook points, before RoPE
+    (Dehghani et al. 2023; the modded-nanogpt speedruns). ``frozen_mode``: the pattern is a constant for
+    autograd (:mod:`glassformer.nn.freezing`). ``kernel``: None
     (:func:`fused_attention`) or a function with its arguments computing the same attention another way, set by
     a caller that asks for it (bfloat16 attention on the CPU's bfloat16 units, the blocked kernel of the speed policy,
     chosen by measurement and kept outside nn/)."""
@@ -165,7 +167,7 @@ class MultiHeadAttention(Tapped):
     kernel: Kernel | None = None
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, *, n_kv_heads: int | None = None,
-                 dropout: float = 0.0, rope: bool = False):
+                 dropout: float = 0.0, rope: bool = False, qk_norm: bool = False):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
@@ -174,6 +176,7 @@ class MultiHeadAttention(Tapped):
         self.qkv = Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
         self.o_proj = Linear(d_model, d_model, bias=bias)
         self.hook_q, self.hook_k, self.hook_v = Tap(2), Tap(2), Tap(2)
+        self.qk_norm = qk_norm  # queries and keys RMS-normalised per head (no weight) before RoPE and the scores
         self.rope = rope  # rotated queries and keys get hook points of their own
         if rope:
             self.hook_rot_q, self.hook_rot_k = Tap(2, heads_first=True), Tap(2, heads_first=True)
@@ -274,6 +277,8 @@ class MultiHeadAttention(Tapped):
             q = self.hook_q(heads[:, :, :h]).transpose(1, 2)  # (B, h, Tq, hd)
             k = self.hook_k(heads[:, :, h:h + n_kv]).transpose(1, 2)  # (B, kv, Tq, hd)
             v = self.hook_v(heads[:, :, h + n_kv:]).transpose(1, 2)  # (B, kv, Tq, hd)
+            if self.qk_norm:  # every query and key of unit RMS: the scores' scale is set by 1/sqrt(hd) alone
+                q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
             if inputs.rope is not None:
                 q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)  # (B, h or kv, Tq, hd)
                 if self.rope:

@@ -21,7 +21,8 @@ class TransformerBlock(Tapped):
     Pre-norm (GPT-2 on, ``norm_first``): ``x = x + f(norm(x))``, easier to train deep; post-norm
     (2017, BERT): ``x = norm(x + f(x))``. ``cross`` adds cross-attention (an encoder-decoder's decoder);
     ``ffn=False`` leaves the feed-forward out (attention-only Transformers, Elhage et al. 2021); ``rope``:
-    self-attention rotates queries and keys (hook points for the rotated ones).
+    self-attention rotates queries and keys (hook points for the rotated ones); ``qk_norm``: it RMS-normalises
+    them per head first.
 
     Hook points (:class:`~glassformer.nn.taps.Tap`) are registered in the order the forward reaches them,
     between the parts (whose order stays the parameters' order): ``hook_resid_pre``; ``ln1`` (the attention
@@ -34,7 +35,7 @@ class TransformerBlock(Tapped):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, cross: bool = False, norm_first: bool = True,
                  activation: str = "gelu", *, bias: bool = True, n_kv_heads: int | None = None,
                  dropout: float = 0.0, norm: str = "layernorm", norm_eps: float = 1e-5, ffn: bool = True,
-                 rope: bool = False):
+                 rope: bool = False, qk_norm: bool = False):
         super().__init__()
         self.norm_first = norm_first
         self.hook_resid_pre = Tap()
@@ -43,7 +44,7 @@ class TransformerBlock(Tapped):
         self.hook_attn_in, self.hook_q_input, self.hook_k_input, self.hook_v_input = (
             Tap(2, on_demand=True) for _ in range(4))
         self.self_attn = MultiHeadAttention(d_model, n_heads, bias, n_kv_heads=n_kv_heads, dropout=dropout,
-                                            rope=rope)
+                                            rope=rope, qk_norm=qk_norm)
         self.attn_norm = make_norm(norm, d_model, norm_eps, bias)
         self.hook_attn_out = Tap()
         if not norm_first:

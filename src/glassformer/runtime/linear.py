@@ -21,7 +21,7 @@ from .kernel_choice import choose, last_level_cache_bytes
 FEW_ROWS = 8  # products with at most this many rows (B x T) may take it, where measured faster
 MIN_WEIGHT = 1 << 17  # ... when the weight has at least this many elements (512 KB in float32)
 BLOCKS = 4  # the weight's rows are multiplied as this many blocks
-STREAM_BYTES_MAX = 1 << 30  # a streamed choice is timed on copies of the weight up to this many bytes in all
+STREAM_BYTES_MAX = 1 << 30  # a streamed choice is timed on copies of the weight up to this many bytes per way
 
 _batched_matvec = True
 
@@ -123,12 +123,16 @@ def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool
         probe = torch.zeros(rows, n_in)
         working_set = min(2 * last_level_cache_bytes(), STREAM_BYTES_MAX) if streamed else 0
         copies = max(1, math.ceil(working_set / (weight.numel() * weight.element_size())))
-        weights = [weight] + [weight.clone() for _ in range(copies - 1)]  # written, so real pages
+        # each way reads its own copies (cloned, so real pages): one way must not find in the cache the weight
+        # the other way has just read
+        weights = [[weight] + [weight.clone() for _ in range(copies - 1)]]
+        if streamed:
+            weights.append([weight.clone() for _ in range(copies)])
         turn = [0, 0]
 
         def next_weight(side: int) -> torch.Tensor:
             turn[side] = (turn[side] + 1) % copies
-            return weights[turn[side]]
+            return weights[side % len(weights)][turn[side]]
 
         return lambda: F.linear(probe, next_weight(0)), lambda: _blocked_matvec(probe, next_weight(1))
 

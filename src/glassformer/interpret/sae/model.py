@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError
-from ...io.checks import check_inside, check_int
+from ...io.checks import check_inside, check_int, shown
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
 from ...validate import check_fields, option
@@ -50,11 +50,6 @@ class SAEConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         check_int("k", self.k, 1, self.d_sae)
-
-    def validate(self) -> SAEConfig:
-        """Check every field again (after one was changed); return self."""
-        self.__post_init__()
-        return self
 
 
 class SparseAutoencoder(nn.Module):
@@ -92,7 +87,9 @@ class SparseAutoencoder(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_in) activations -> (..., d_sae) sparse features."""
-        self._check_width(x)
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
+            raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
+                                   f"({self.config.hook or 'no hook'}), got {shown(x)}")
         return self.activate(self.pre_activations(x))
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:
@@ -102,12 +99,6 @@ class SparseAutoencoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The reconstruction of ``x`` (..., d_in) -> (..., d_in)."""
         return self.decode(self.encode(x))
-
-    def _check_width(self, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
-                                   f"({self.config.hook or 'no hook'}), got {got}")
 
     @torch.no_grad()
     def normalize_decoder(self) -> None:
