@@ -56,15 +56,13 @@ def _kind(path: Path) -> str | None:
 def _arrow_folder(folder: Path) -> list[Path] | None:
     """The Arrow files of a Hugging Face ``save_to_disk`` folder in their order (a DatasetDict: its "train"
     split, else every split), or None when ``folder`` is not one."""
-    if (folder / "dataset_dict.json").is_file():
-        from ..io.loaders import load_json
+    from ..io.loaders import load_json
 
+    if (folder / "dataset_dict.json").is_file():
         splits = load_json(folder / "dataset_dict.json", "dataset_dict.json").get("splits", [])
         chosen = ["train"] if "train" in splits else list(splits)
         return [f for split in chosen for f in (_arrow_folder(folder / str(split)) or [])]
     if (folder / "state.json").is_file():
-        from ..io.loaders import load_json
-
         state = load_json(folder / "state.json", "state.json")
         files = state.get("_data_files") if isinstance(state, dict) else None
         if isinstance(files, list) and all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
