@@ -8,7 +8,6 @@ import json
 import os
 import re
 import secrets
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from ...errors import GlassformerError, NotOursError
+from ...errors import NotOursError
 from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
@@ -27,13 +26,11 @@ from ...io.fileio import (
     fsync_tree,
     move_in,
     owned_folder,
-    remove_owned,
     remove_path,
-    restore_moved_aside,
-    run_lock,
 )
 from ..sae.activations import ActivationSource
 from ..sae.loop import STATE_DIR, STATE_FILE
+from ..sae.run import run_in_out_dir, train_resumed
 from .features import transcoder_feature_summaries
 from .format import CONFIG, Transcoders, file_names, is_transcoder_folder, write_transcoder_files
 from .metrics import evaluate_transcoders
@@ -75,17 +72,6 @@ def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
                   "transcoder output")
 
 
-def _tidy_out_dir(out: Path, n_layers: int, resume: bool) -> None:
-    """With out_dir locked: undo what a kill left mid-save, and start afresh unless resuming."""
-    restore_moved_aside(out / STATE_DIR, {STATE_FILE})
-    for name, names in ((STATE_DIR, {STATE_FILE}), (STAGING, _transcoder_names(n_layers))):
-        for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
-            if owned_folder(leftover, names, content=False):  # a save cut short: its files may be cut too
-                remove_path(leftover)
-    if not resume:
-        remove_owned(out / STATE_DIR, {STATE_FILE}, what="transcoder state folder")
-
-
 def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
     """Make ``out`` (a folder the caller owns and checked) circuit-tracer's transcoder folder for ``tc``: the
     files are written into ``.transcoders.tmp-*`` inside it first and moved in one by one, config.yaml last;
@@ -113,25 +99,10 @@ def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: 
     circuit-tracer's folder and their feature pages' data; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "transcoders", "metrics", "features" (or None), "training"}."""
     n_layers = len(mlp_hooks(model)[0])
-    if config.out_dir is None:
-        if checkpoint is None:
-            raise GlassformerError("out_dir must be set when no checkpoint folder is given")
-        config.out_dir = str(default_out_dir(checkpoint, config.kind))
-    out = Path(config.out_dir)
-    _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []), n_layers)
-    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        with run_lock(out):  # a second run (or another writer) of out_dir is refused, before it removes anything
-            _tidy_out_dir(out, n_layers, config.resume)
-            return _run_locked(config, model, tokenizer, out, checkpoint, on_record)
-    except BaseException:  # a refusal (past the memory budget, a model without MLPs) leaves no empty folder
-        for folder in made:
-            try:
-                folder.rmdir()  # only when empty: a state an interrupted run saved stays
-            except OSError:
-                break
-        raise
+    return run_in_out_dir(config, checkpoint, lambda at: default_out_dir(at, config.kind),
+                          lambda out, inputs: _check_out_dir(out, inputs, n_layers),
+                          {STATE_DIR: {STATE_FILE}, STAGING: _transcoder_names(n_layers)}, "transcoder",
+                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, on_record))
 
 
 def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any, out: Path,
@@ -140,14 +111,7 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
     """:func:`run_transcoders`'s body, run while ``out`` is locked."""
     started = time.perf_counter()
     trainer = TranscoderTrainer(config, model, tokenizer)
-    resumed = trainer.resume() if config.resume else False
-    if config.resume and not resumed:
-        print(f"resume: {out} holds no transcoder state to resume from; starting at step 0", file=sys.stderr)
-    if on_record is not None:
-        start = trainer.step if resumed else None
-        trainer.on_record = lambda record: on_record(record, start)
-    training = trainer.train()
-    wall = time.perf_counter() - started
+    training = train_resumed(trainer, "transcoder", started, on_record)
     files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
     transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
     context = config.context or model.config.max_len
@@ -156,7 +120,7 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
                                 batch=config.model_batch, split="val", val_fraction=config.val_fraction,
                                 seed=config.seed + 10, prefix_len=config.prefix_len)
     metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
-    metrics.update(steps=trainer.step, wall_s=round(wall, 2),
+    metrics.update(steps=trainer.step, wall_s=training["wall_s"],
                    checkpoint=None if checkpoint is None else str(checkpoint))
     write_transcoder_folder(out, files)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -168,7 +132,7 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
                                                  prefix_len=config.prefix_len)
         atomic_write_text(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
     return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
-            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
+            "training": training}
 
 
 def train_transcoders(model: nn.Module, tokenizer: Any, data: list[str | Path], *, out_dir: str | Path,
