@@ -1,9 +1,9 @@
 """What every trainer on a model's activations shares (SAEs, transcoders): the step loop with its progress
 bar and records, Ctrl-C/SIGTERM at a step's end, and a saved state that a resume continues bit for bit.
 
-A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of its state folder), ``SAME_ON_RESUME`` and
-``what``, builds ``config``, ``buffer``, ``optimizer``, and provides :meth:`initialize`, :meth:`train_step`,
-:meth:`module_state` / :meth:`load_module_state` (its own part of the state).
+The config: an :class:`ActivationTrainConfig`. A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of
+its state folder), ``SAME_ON_RESUME`` and ``what``, builds ``config``, ``buffer``, ``optimizer``, and provides
+:meth:`initialize`, :meth:`train_step`, :meth:`module_state` / :meth:`load_module_state` (its own part of the state).
 """
 
 from __future__ import annotations
@@ -11,18 +11,73 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
+from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.fileio import atomic_directory, restore_moved_aside
+from ...io.loaders import expand_home
 from ...io.progress import showing
 from ...io.signals import StopSignals
+from ...validate import CheckedConfig, check_fields, option
+from .activations import ActivationSource
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
+
+
+@dataclass
+class ActivationTrainConfig(CheckedConfig):
+    """The keys an SAE run and a transcoder run share (each adds its own, and its own defaults of some)."""
+
+    data: list[str] = option(factory=list)  # text files the model reads
+    out_dir: str | None = None  # None: next to the checkpoint (the command's default)
+    expansion: int = option(8, ge=1)  # features: expansion x the width read, when not given
+    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
+    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: half the width (Gao et al.)
+    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
+    lr: float = option(1e-3, gt=0.0)
+    lr_warmup_steps: int = option(0, ge=0)
+    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
+    beta1: float = option(0.9, ge=0.0, lt=1.0)
+    beta2: float = option(0.999, ge=0.0, lt=1.0)
+    batch_size: int = option(1024, ge=1)  # activation rows (tokens) per step
+    steps: int = option(2000, ge=1)
+    buffer_size: int = 32768  # rows mixed in the shuffling buffer (at least 2 x batch_size)
+    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
+    model_batch: int = option(32, ge=1)  # windows per forward of the model
+    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
+    normalize: bool = True  # train on activations scaled so that their norm averages √d
+    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
+    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
+    feature_windows: int = option(128, ge=0)  # windows read for the feature pages (0: no pages)
+    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
+    log_every: int = option(100, ge=1)
+    seed: int = option(0, ge=0, le=MAX_SEED)
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
+    resume: bool = False
+    progress: bool = True
+    log: str = "none"  # trackers: "tensorboard", "wandb", both joined by a comma
+
+    def __post_init__(self) -> None:
+        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
+        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
+        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
+        check_device_name(self.device)
+
+    def activation_source(self, model: nn.Module, tokenizer: Any, hooks: str | list[str], split: str,
+               seed: int) -> ActivationSource:
+        """The rows of ``hooks`` that ``model`` computes reading ``data`` (its "train" or "val" split) as this
+        config says: context, model_batch, val_fraction, prefix_len."""
+        return ActivationSource(model, tokenizer, hooks, self.data, context=self.context or model.config.max_len,
+                                batch=self.model_batch, split=split, val_fraction=self.val_fraction, seed=seed,
+                                prefix_len=self.prefix_len)
 
 
 def record_line(what: str, record: dict[str, float], steps: int) -> str:

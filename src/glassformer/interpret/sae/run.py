@@ -23,7 +23,6 @@ from ...io.fileio import (
     restore_moved_aside,
     run_lock,
 )
-from .activations import ActivationSource
 from .features import feature_summary
 from .loop import ActivationTrainer
 from .metrics import evaluate_sae
@@ -122,21 +121,16 @@ def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: P
     trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
     training = train_resumed(trainer, "SAE", started, on_record)
     sae = trainer.sae.eval()
-    context = config.context or model.config.max_len
-
-    def held_out(seed: int) -> ActivationSource:
-        return ActivationSource(model, tokenizer, config.hook, config.data, context=context, batch=config.model_batch,
-                                split="val", val_fraction=config.val_fraction, seed=seed,
-                                prefix_len=config.prefix_len)
-
-    metrics = evaluate_sae(sae, held_out(config.seed + 10), config.eval_batches)
+    held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
+    metrics = evaluate_sae(sae, held_out, config.eval_batches)
     info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
             "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
     save_sae(sae, out / "sae", info)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     summary = None
     if config.feature_windows:
-        summary = feature_summary(sae, held_out(config.seed + 20), config.feature_windows)
+        pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
+        summary = feature_summary(sae, pages, config.feature_windows)
         atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
     return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
 

@@ -28,7 +28,6 @@ from ...io.fileio import (
     owned_folder,
     remove_path,
 )
-from ..sae.activations import ActivationSource
 from ..sae.loop import STATE_DIR, STATE_FILE
 from ..sae.run import run_in_out_dir, train_resumed
 from .features import transcoder_feature_summaries
@@ -116,9 +115,7 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
     transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
     context = config.context or model.config.max_len
     inputs, outputs = mlp_hooks(model)
-    held_out = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
-                                batch=config.model_batch, split="val", val_fraction=config.val_fraction,
-                                seed=config.seed + 10, prefix_len=config.prefix_len)
+    held_out = config.activation_source(model, tokenizer, inputs + outputs, "val", config.seed + 10)
     metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
     metrics.update(steps=trainer.step, wall_s=training["wall_s"],
                    checkpoint=None if checkpoint is None else str(checkpoint))

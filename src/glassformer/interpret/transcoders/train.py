@@ -18,12 +18,10 @@ from torch import nn
 from ...config import ModelConfig
 from ...errors import BadFileError, GlassformerError
 from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
-from ...io.checks import MAX_SEED, check_device_name, check_int
-from ...io.loaders import expand_home
 from ...models import TransformerLM
-from ...validate import CheckedConfig, check_fields, option
-from ..sae.activations import ActivationBuffer, ActivationSource
-from ..sae.loop import STATE_FILE, ActivationTrainer, check_last_fired
+from ...validate import option
+from ..sae.activations import ActivationBuffer
+from ..sae.loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_last_fired
 from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, step
 
 STATE_FORMAT = "glassformer-transcoder-state/1"
@@ -33,55 +31,27 @@ SAME_ON_RESUME = ("kind", "activation", "d_transcoder", "expansion", "k", "skip"
 
 
 @dataclass
-class TranscoderTrainConfig(CheckedConfig):
-    """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides)."""
+class TranscoderTrainConfig(ActivationTrainConfig):
+    """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides);
+    its keys beside :class:`~glassformer.interpret.sae.loop.ActivationTrainConfig`'s (out_dir None:
+    ``CHECKPOINT/../transcoders-KIND``; a row: a token with every layer's MLP input and output)."""
 
     WHAT = "transcoder config"
 
-    data: list[str] = option(factory=list)  # text files the model reads
-    out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../transcoders-KIND
     kind: str = option("plt", choices=KINDS)  # "plt": one transcoder per MLP; "clt": cross-layer
     activation: str = option("jumprelu", choices=ACTIVATIONS)  # "jumprelu" (L0), "relu" (L1), "topk" (plt only)
     d_transcoder: int | None = option(None, ge=1)  # features per layer; None: expansion x d_model
-    expansion: int = option(8, ge=1)
     k: int = option(16, ge=1)  # topk: features per layer and token
     skip: bool = False  # plt: a learned linear skip connection W_skip (Paulo et al. 2025)
     sparsity_coefficient: float = option(2e-3, ge=0.0)  # λ of jumprelu's L0 or relu's L1 penalty
     sparsity_warmup_steps: int = option(0, ge=0)  # λ ramps from 0 over these steps
     bandwidth: float = option(0.05, gt=0.0)  # jumprelu: ε of the straight-through estimators
     threshold: float = option(1.0, ge=0.0)  # jumprelu: every threshold's start (pre-activations start ~N(0, 1))
-    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
-    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_model // 2
-    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
-    lr: float = option(1e-3, gt=0.0)
-    lr_warmup_steps: int = option(0, ge=0)
-    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
-    beta1: float = option(0.9, ge=0.0, lt=1.0)
-    beta2: float = option(0.999, ge=0.0, lt=1.0)
-    batch_size: int = option(1024, ge=1)  # tokens per step (each with every layer's MLP input and output)
-    steps: int = option(2000, ge=1)
     buffer_size: int = 16384  # tokens mixed in the shuffling buffer
-    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
-    model_batch: int = option(32, ge=1)  # windows per forward of the model
-    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
-    normalize: bool = True  # train on activations scaled to an average norm of √d (folded in when saved)
-    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
-    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
     feature_windows: int = option(64, ge=0)  # windows read for each layer's feature page (0: no pages)
-    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
-    log_every: int = option(100, ge=1)
-    seed: int = option(0, ge=0, le=MAX_SEED)
-    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
-    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
-    resume: bool = False
-    progress: bool = True
-    log: str = "none"  # trackers (the glassformer transcoders command): "tensorboard", "wandb", both joined by ","
 
     def __post_init__(self) -> None:
-        check_fields(self, coerce=True)
-        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)
-        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
-        check_device_name(self.device)
+        super().__post_init__()
         if self.kind == "clt" and self.activation == "topk":
             raise GlassformerError("activation 'topk' is for kind 'plt'; a cross-layer transcoder (kind 'clt') "
                                    "takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
@@ -154,10 +124,7 @@ class TranscoderTrainer(ActivationTrainer):
             if model is None:
                 raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
             inputs, outputs = mlp_hooks(model)
-            context = config.context or model.config.max_len
-            source = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
-                                      batch=config.model_batch, split="train", val_fraction=config.val_fraction,
-                                      seed=config.seed, prefix_len=config.prefix_len)
+            source = config.activation_source(model, tokenizer, inputs + outputs, "train", config.seed)
             n_layers, d_model = len(inputs), source.d_in
         if n_layers is None or d_model is None:
             raise GlassformerError("n_layers and d_model are needed with a source of rows")
