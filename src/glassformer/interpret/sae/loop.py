@@ -2,8 +2,9 @@
 bar and records, Ctrl-C/SIGTERM at a step's end, and a saved state that a resume continues bit for bit.
 
 The config: an :class:`ActivationTrainConfig`. A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of
-its state folder), ``SAME_ON_RESUME`` and ``what``, builds ``config``, ``buffer``, ``optimizer``, and provides
-:meth:`initialize`, :meth:`train_step`, :meth:`module_state` / :meth:`load_module_state` (its own part of the state).
+its state folder), ``SAME_ON_RESUME`` and ``what``, builds ``config``, ``buffer``, ``optimizer``, ``last_fired``,
+and provides :meth:`initialize`, :meth:`train_step`, :meth:`module_state` / :meth:`load_module_state` (its
+own part of the state).
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ class ActivationTrainer:
         """Restore what :meth:`module_state` saved (``state`` already checked for the shared keys)."""
 
     # -- the loop ----------------------------------------------------------------------------------------
+    def dead(self) -> torch.Tensor:
+        """Bool, the shape of ``last_fired`` (the step after which each feature last fired): the features that
+        fired in none of the last ``dead_window`` steps."""
+        return self.step - self.last_fired >= self.config.dead_window
+
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step``: linear warm-up, constant, then linear decay to 0."""
         c = self.config

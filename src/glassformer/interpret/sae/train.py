@@ -109,10 +109,6 @@ class SAETrainer(ActivationTrainer):
                 self.sae.config.input_scale = estimate_input_scale(rows)
             self.sae.b_dec.copy_(geometric_median(rows[:8192] * self.sae.config.input_scale))
 
-    def dead(self) -> torch.Tensor:
-        """(d_sae,) bool: features that fired in none of the last ``dead_window`` steps."""
-        return self.step - self.last_fired >= self.config.dead_window
-
     def train_step(self, rows: torch.Tensor) -> dict[str, float]:
         """One optimiser step on (N, d_in) activation rows; returns the losses, L0 and dead fraction."""
         c, sae = self.config, self.sae

@@ -171,10 +171,6 @@ class TranscoderTrainer(ActivationTrainer):
             variance = (y - y.mean(0)).pow(2).sum(-1).mean(0)  # (L,)
             self.variance = torch.where(variance > 0, variance, torch.ones_like(variance))
 
-    def dead(self) -> torch.Tensor:
-        """(L, F) bool: features that fired in none of the last ``dead_window`` steps."""
-        return self.step - self.last_fired >= self.config.dead_window
-
     def train_step(self, rows: torch.Tensor) -> dict[str, float]:
         """One optimiser step on rows (N, 2L, d); returns the losses, L0, dead fraction, worst layer's NMSE."""
         c, tc = self.config, self.transcoders
