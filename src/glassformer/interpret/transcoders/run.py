@@ -6,7 +6,6 @@
 
 import json
 import os
-import re
 import secrets
 import time
 from collections.abc import Callable
@@ -31,14 +30,13 @@ from ...io.fileio import (
 from ..sae.loop import STATE_DIR, STATE_FILE
 from ..sae.run import run_in_out_dir, train_resumed
 from .features import transcoder_feature_summaries
-from .format import CONFIG, Transcoders, file_names, is_transcoder_folder, write_transcoder_files
+from .format import CONFIG, Transcoders, file_names, is_transcoder_file, is_transcoder_folder, write_transcoder_files
 from .metrics import evaluate_transcoders
 from .model import TrainableTranscoders
 from .train import TranscoderTrainConfig, TranscoderTrainer, default_out_dir, mlp_hooks
 
 OUTPUT_FILES = ("metrics.json", "features.json", "tracker.json", LOCK_FILE)
 """The files a transcoder run writes into its out_dir beside the transcoder files, the pages and state/."""
-TRANSCODER_FILE = re.compile(r"config\.yaml|layer_\d+\.safetensors|W_(enc|dec)_\d+\.safetensors")
 STAGING = "transcoders"  # the transcoder files are written into .transcoders.tmp-* first
 
 
@@ -60,7 +58,7 @@ def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
         raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
                            "(it was left untouched)")
-    found = sorted(p.name for p in out.iterdir() if TRANSCODER_FILE.fullmatch(p.name)) if out.is_dir() else []
+    found = sorted(p.name for p in out.iterdir() if is_transcoder_file(p.name)) if out.is_dir() else []
     if found and not is_transcoder_folder(out):
         raise NotOursError(f"out_dir {str(out)!r} holds {found[0]!r}, which is not part of a transcoder folder "
                            "glassformer wrote; choose another out_dir (it was left untouched)")
@@ -84,7 +82,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         for name in [*names[1:], names[0]]:
             move_in(staging / name, out / name)
         for path in out.iterdir():
-            if TRANSCODER_FILE.fullmatch(path.name) and path.name not in names and path.is_file():
+            if is_transcoder_file(path.name) and path.name not in names and path.is_file():
                 path.unlink()
         fsync_dir(out)
     finally:
