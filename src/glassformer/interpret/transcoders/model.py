@@ -54,16 +54,21 @@ class TranscoderConfig:
         if self.activation == "topk" and self.k > self.d_transcoder:
             raise GlassformerError(f"k must be at most d_transcoder={self.d_transcoder} (the features of a "
                                    f"layer), got {self.k}")
-        if self.kind == "clt" and self.activation == "topk":
-            raise GlassformerError("activation 'topk' is for per-layer transcoders (kind 'plt'); a cross-layer "
-                                   "transcoder takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
-        if self.kind == "clt" and self.skip:
-            raise GlassformerError("skip is for per-layer transcoders (kind 'plt'): circuit-tracer's cross-layer "
-                                   "files hold no W_skip")
+        check_kind(self.kind, self.activation, self.skip)
 
     def span(self, layer: int) -> int:
         """How many MLP outputs layer ``layer``'s features write to: 1 (plt) or n_layers − layer (clt)."""
         return self.n_layers - layer if self.kind == "clt" else 1
+
+
+def check_kind(kind: str, activation: str, skip: bool) -> None:
+    """Refuse for a cross-layer set (kind "clt") what only a per-layer one has: TopK and a skip connection."""
+    if kind == "clt" and activation == "topk":
+        raise GlassformerError("activation 'topk' is for kind 'plt' (per-layer transcoders); a cross-layer "
+                               "transcoder (kind 'clt') takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
+    if kind == "clt" and skip:
+        raise GlassformerError("skip is for kind 'plt' (per-layer transcoders): circuit-tracer's cross-layer files "
+                               "hold no W_skip")
 
 
 class _JumpReLU(torch.autograd.Function):

@@ -22,7 +22,7 @@ from ...models import TransformerLM
 from ...validate import option
 from ..sae.activations import ActivationBuffer
 from ..sae.loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_last_fired
-from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, step
+from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, check_kind, step
 
 STATE_FORMAT = "glassformer-transcoder-state/1"
 # Keys that must be the same to resume: they decide what the saved state means.
@@ -52,11 +52,7 @@ class TranscoderTrainConfig(ActivationTrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.kind == "clt" and self.activation == "topk":
-            raise GlassformerError("activation 'topk' is for kind 'plt'; a cross-layer transcoder (kind 'clt') "
-                                   "takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
-        if self.kind == "clt" and self.skip:
-            raise GlassformerError("skip is for kind 'plt': circuit-tracer's cross-layer files hold no W_skip")
+        check_kind(self.kind, self.activation, self.skip)
 
 
 def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
