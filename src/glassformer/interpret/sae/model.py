@@ -24,7 +24,7 @@ from ...errors import BadFileError, GlassformerError, MissingFileError
 from ...io.checks import check_inside, check_int
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
-from ...validate import check_fields, option
+from ...validate import CheckedConfig, check_fields, option
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
@@ -35,7 +35,7 @@ MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here 
 
 
 @dataclass
-class SAEConfig:
+class SAEConfig(CheckedConfig):
     """What defines an SAE (``sae.json`` holds it): ``d_in`` the activation's width (its last axes
     flattened), ``d_sae`` features, ``kind`` "relu" or "topk" (``k`` features per token), the ``hook`` it
     reads, and ``input_scale`` applied before encoding."""
@@ -50,11 +50,6 @@ class SAEConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         check_int("k", self.k, 1, self.d_sae)
-
-    def validate(self) -> SAEConfig:
-        """Check every field again (after one was changed); return self."""
-        self.__post_init__()
-        return self
 
 
 class SparseAutoencoder(nn.Module):
