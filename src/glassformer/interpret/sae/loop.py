@@ -27,7 +27,7 @@ from ...io.loaders import expand_home
 from ...io.progress import showing
 from ...io.signals import StopSignals
 from ...validate import CheckedConfig, check_fields, option
-from .activations import ActivationSource
+from .activations import ActivationBuffer, ActivationSource
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
 
@@ -96,6 +96,7 @@ class ActivationTrainer:
     what = "module"  # the progress bar's name and the command's ("sae", "transcoders")
     title = "module"  # the messages' name for it ("SAE")
     hint = "lower lr"  # what to try when the loss stops being finite
+    error = "loss"  # the progress bar's first figure, a key of train_step's result
 
     def __init__(self, config: Any):
         if config.out_dir is None:
@@ -108,6 +109,20 @@ class ActivationTrainer:
         self.history: list[dict[str, float]] = []
         self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
 
+    def _build(self, source: Any, model: nn.Module | None, make: Callable[[], nn.Module]) -> nn.Module:
+        """The constructor's shared part: the buffer over ``source``, the module ``make()`` builds (seeded by
+        ``config.seed``) on ``model``'s device (or the CPU), and its Adam optimizer. Returns the module."""
+        c = self.config
+        self.source = source
+        self.buffer = ActivationBuffer(source, c.buffer_size, c.batch_size, seed=c.seed + 1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c.seed)
+            module = make()
+        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        module.to(self.device)
+        self.optimizer = torch.optim.Adam(module.parameters(), lr=c.lr, betas=(c.beta1, c.beta2))
+        return module
+
     # -- what a subclass provides ------------------------------------------------------------------------
     def initialize(self, rows: torch.Tensor) -> None:
         """Step 0's set-up from the first rows the buffer holds."""
@@ -117,8 +132,8 @@ class ActivationTrainer:
         raise NotImplementedError
 
     def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures after a logged step."""
-        return {k: f"{last[k]:.3g}" for k in ("loss", "l0") if k in last}
+        """The progress bar's figures after a logged step: the error, L0 and the fraction of dead features."""
+        return {self.error: f"{last[self.error]:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
 
     def module_state(self, folder: Path) -> dict[str, Any]:
         """Write the trained module's own files into ``folder``; return its extra entries of the state file."""
@@ -232,9 +247,9 @@ class ActivationTrainer:
         return True
 
 
-def check_last_fired(state: dict[str, Any], file: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    """The state's ``last_fired`` (the step after which each feature last fired), checked: int64 of ``shape``."""
-    fired = state.get("last_fired")
-    if not torch.is_tensor(fired) or tuple(fired.shape) != shape or fired.dtype != torch.long:
-        raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape {shape}")
-    return fired
+def checked_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, file: Path, what: str) -> torch.Tensor:
+    """``value`` (read from the state ``file``) when a ``dtype`` tensor of ``shape``; else a BadFileError
+    "FILE: ``what`` of shape SHAPE"."""
+    if not torch.is_tensor(value) or tuple(value.shape) != tuple(shape) or value.dtype != dtype:
+        raise BadFileError(f"{file}: {what} of shape {tuple(shape)}")
+    return value

@@ -15,8 +15,8 @@ from ...config import ModelConfig
 from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...validate import option
-from .activations import ActivationBuffer, geometric_median
-from .loop import STATE_DIR, STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_last_fired
+from .activations import geometric_median
+from .loop import STATE_DIR, STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
 STATE_FORMAT = "glassformer-sae-state/1"
@@ -77,7 +77,7 @@ class SAETrainer(ActivationTrainer):
     STATE_FORMAT = STATE_FORMAT
     STATE_NAMES = SAE_FILES | {STATE_FILE}
     SAME_ON_RESUME = SAME_ON_RESUME
-    what, title, hint = "sae", "SAE", "lower lr (or l1_coefficient)"
+    what, title, hint, error = "sae", "SAE", "lower lr (or l1_coefficient)", "sq_err"
 
     def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, d_in: int | None = None):
@@ -89,16 +89,10 @@ class SAETrainer(ActivationTrainer):
             d_in = source.d_in
         if d_in is None:
             raise GlassformerError("d_in is needed with a source of rows")
-        self.source = source
         d_sae = config.d_sae or config.expansion * d_in
         _check_sae_fits(config, model, d_in, d_sae)
-        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.sae = SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind, k=config.k, hook=config.hook)
-        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
-        self.sae.to(self.device)
-        self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
+        self.sae = self._build(source, model, lambda: SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind,
+                                                                        k=config.k, hook=config.hook))
         self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
         self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
 
@@ -179,10 +173,6 @@ class SAETrainer(ActivationTrainer):
         self.last_fired[dead.cpu()] = self.step
         return len(dead)
 
-    def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures."""
-        return {"sq_err": f"{last['sq_err']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
-
     def module_state(self, folder: Path) -> dict[str, Any]:
         """The SAE as sae.safetensors + sae.json in ``folder``; the resampling generator and last_fired."""
         _write(folder, self.sae, {"step": self.step})
@@ -192,7 +182,8 @@ class SAETrainer(ActivationTrainer):
         """The SAE, generator and last_fired a state saved."""
         if "generator" not in state:
             raise BadFileError(f"{file}: the key 'generator' is missing")
-        fired = check_last_fired(state, file, (self.sae.config.d_sae,))
+        fired = checked_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+                               "last_fired must be an int64 tensor")
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
             raise BadFileError(f"{str(folder)!r} holds an SAE of another size")

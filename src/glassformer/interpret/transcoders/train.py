@@ -20,8 +20,7 @@ from ...errors import BadFileError, GlassformerError
 from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
 from ...models import TransformerLM
 from ...validate import option
-from ..sae.activations import ActivationBuffer
-from ..sae.loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_last_fired
+from ..sae.loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, check_kind, step
 
 STATE_FORMAT = "glassformer-transcoder-state/1"
@@ -111,7 +110,7 @@ class TranscoderTrainer(ActivationTrainer):
     STATE_FORMAT = STATE_FORMAT
     STATE_NAMES = frozenset({STATE_FILE})
     SAME_ON_RESUME = SAME_ON_RESUME
-    what, title, hint = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)"
+    what, title, hint, error = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)", "nmse"
 
     def __init__(self, config: TranscoderTrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, n_layers: int | None = None, d_model: int | None = None):
@@ -124,23 +123,15 @@ class TranscoderTrainer(ActivationTrainer):
             n_layers, d_model = len(inputs), source.d_in
         if n_layers is None or d_model is None:
             raise GlassformerError("n_layers and d_model are needed with a source of rows")
-        self.source = source
         d_transcoder = config.d_transcoder or config.expansion * d_model
         _check_transcoders_fit(config, model, n_layers, d_model, d_transcoder)
-        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.transcoders = TrainableTranscoders(
-                TranscoderConfig(n_layers=n_layers, d_model=d_model, d_transcoder=d_transcoder, kind=config.kind,
-                                 activation=config.activation, k=min(config.k, d_transcoder), skip=config.skip))
-        tc = self.transcoders
+        shape = TranscoderConfig(n_layers=n_layers, d_model=d_model, d_transcoder=d_transcoder, kind=config.kind,
+                                 activation=config.activation, k=min(config.k, d_transcoder), skip=config.skip)
+        self.transcoders = tc = self._build(source, model, lambda: TrainableTranscoders(shape))
         tc.bandwidth = config.bandwidth
         if tc.threshold is not None:
             with torch.no_grad():
                 tc.threshold.fill_(config.threshold)
-        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
-        tc.to(self.device)
-        self.optimizer = torch.optim.Adam(tc.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
         self.n_layers = n_layers
         self.variance = torch.ones(n_layers, device=self.device)  # Var(y) per layer in training units (step 0)
         self.last_fired = torch.zeros(n_layers, d_transcoder, dtype=torch.long)  # the step after which each fired
@@ -217,10 +208,6 @@ class TranscoderTrainer(ActivationTrainer):
         aux = (written + error.detach()).pow(2).sum(-1).mean(0) / self.variance  # the part error leaves, per layer
         return c.aux_coefficient * aux.mean()
 
-    def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures."""
-        return {"nmse": f"{last['nmse']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
-
     def module_state(self, folder: Path) -> dict[str, Any]:
         """The transcoders' tensors (unfolded: scales apart), each layer's variance and last_fired."""
         return {"transcoders": {k: v.detach().cpu() for k, v in self.transcoders.state_dict().items()},
@@ -228,17 +215,16 @@ class TranscoderTrainer(ActivationTrainer):
 
     def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
         """The transcoders, variances and last_fired a state saved, each checked against this run's shapes."""
-        fired = check_last_fired(state, file, tuple(self.last_fired.shape))
+        fired = checked_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+                               "last_fired must be an int64 tensor")
         saved, ours = state.get("transcoders"), self.transcoders.state_dict()
         if not isinstance(saved, dict) or set(saved) != set(ours):
             raise BadFileError(f"{file}: 'transcoders' must hold the tensors {sorted(ours)}")
         for name, tensor in saved.items():
-            if not torch.is_tensor(tensor) or tensor.shape != ours[name].shape or tensor.dtype != ours[name].dtype:
-                raise BadFileError(f"{file}: transcoders tensor {name!r} must be {ours[name].dtype} of shape "
-                                   f"{tuple(ours[name].shape)}")
-        variance = state.get("variance")
-        if not torch.is_tensor(variance) or variance.shape != (self.n_layers,) or variance.dtype != torch.float32:
-            raise BadFileError(f"{file}: variance must be a float32 tensor of shape ({self.n_layers},)")
+            checked_tensor(tensor, ours[name].shape, ours[name].dtype, file,
+                           f"transcoders tensor {name!r} must be {ours[name].dtype}")
+        variance = checked_tensor(state.get("variance"), (self.n_layers,), torch.float32, file,
+                                  "variance must be a float32 tensor")
         self.transcoders.load_state_dict(saved)
         self.variance = variance.to(self.device)
         self.last_fired = fired
