@@ -110,7 +110,7 @@ class Transcoders:
             raise BadFileError(f"{where}: must hold 1 to {MAX_LAYERS} layers, got {len(self.layers)}")
         if self.activation == "topk" and not (type(self.k) is int and 1 <= self.k <= self.d_transcoder):
             raise BadFileError(f"{where}: activation 'topk' needs k, an int from 1 to d_transcoder "
-                               f"({self.d_transcoder}), got {self.k!r}")
+                               f"({self.d_transcoder}), got {self.k!r:.80}")
         for name in ("feature_input_hook", "feature_output_hook"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BadFileError(f"{where}: {name} must be a hook name such as 'hook_mlp_out', "
@@ -318,8 +318,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     if activation not in (None, "relu", "topk", "jump_relu", "jumprelu"):
         raise BadFileError(f"{file}: activation must be 'relu', 'topk' or absent (JumpReLU is told by "
                            f"thresholds), got {activation!r:.80}")
-    if activation == "topk" and not (type(config.get("k")) is int and config["k"] >= 1):
-        raise BadFileError(f"{file}: activation 'topk' needs k, a positive int, got {config.get('k')!r:.80}")
     scan = config.get("scan")
     if scan is not None and not isinstance(scan, str):
         raise BadFileError(f"{file}: scan must be a string, got {scan!r:.80}")
