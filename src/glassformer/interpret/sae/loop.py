@@ -2,9 +2,9 @@
 bar and records, Ctrl-C/SIGTERM at a step's end, and a saved state that a resume continues bit for bit.
 
 The config: an :class:`ActivationTrainConfig`. A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of
-its state folder), ``SAME_ON_RESUME`` and ``what``, builds ``config``, ``buffer``, ``optimizer``, ``last_fired``,
-and provides :meth:`initialize`, :meth:`train_step`, :meth:`module_state` / :meth:`load_module_state` (its
-own part of the state).
+its state folder), ``SAME_ON_RESUME``, ``what`` (and the messages' names), builds its module with :meth:`_build`
+and ``last_fired``, and provides :meth:`initialize`, :meth:`train_step`, :meth:`module_state` /
+:meth:`load_module_state` (its own part of the state).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class ActivationTrainConfig(CheckedConfig):
         check_device_name(self.device)
 
     def activation_source(self, model: nn.Module, tokenizer: Any, hooks: str | list[str], split: str,
-               seed: int) -> ActivationSource:
+                          seed: int) -> ActivationSource:
         """The rows of ``hooks`` that ``model`` computes reading ``data`` (its "train" or "val" split) as this
         config says: context, model_batch, val_fraction, prefix_len."""
         return ActivationSource(model, tokenizer, hooks, self.data, context=self.context or model.config.max_len,
