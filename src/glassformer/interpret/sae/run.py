@@ -24,10 +24,10 @@ from ...io.fileio import (
     run_lock,
 )
 from .features import feature_summary
-from .loop import ActivationTrainer
+from .loop import STATE_DIR, STATE_FILE, ActivationTrainer
 from .metrics import evaluate_sae
 from .model import SAE_FILES, SparseAutoencoder, is_sae_folder, save_sae
-from .train import STATE_DIR, STATE_FILE, SAETrainConfig, SAETrainer, default_out_dir
+from .train import SAETrainConfig, SAETrainer, default_out_dir
 
 OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json", LOCK_FILE)
 """The files an SAE run writes into its out_dir beside the folders sae/ and state/."""

@@ -16,11 +16,10 @@ from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...validate import option
 from .activations import geometric_median
-from .loop import STATE_DIR, STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
+from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
 STATE_FORMAT = "glassformer-sae-state/1"
-__all__ = ["STATE_DIR", "STATE_FILE", "SAETrainConfig", "SAETrainer", "default_out_dir"]
 # Keys that must be the same to resume: they decide what the saved state means.
 SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
                   "seed", "normalize", "val_fraction", "prefix_len", "data")

@@ -40,11 +40,6 @@ OUTPUT_FILES = ("metrics.json", "features.json", "tracker.json", LOCK_FILE)
 STAGING = "transcoders"  # the transcoder files are written into .transcoders.tmp-* first
 
 
-def page_names(n_layers: int) -> list[str]:
-    """The feature pages of a run on ``n_layers`` layers: features-L0.html, features-L1.html, ..."""
-    return [f"features-L{i}.html" for i in range(n_layers)]
-
-
 def _transcoder_names(n_layers: int) -> set[str]:
     """Every name a transcoder folder of ``n_layers`` layers may hold (either kind)."""
     return {CONFIG} | {name for i in range(n_layers)
@@ -65,7 +60,8 @@ def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     config = out / CONFIG  # ours (said so above): it may be replaced while a single-linked regular file
     ours = config.read_bytes() if config.is_file() and not config.is_symlink() else None
     check_output_file(config, inputs, "transcoder output", data=ours)
-    claim_outputs([out / name for name in (*OUTPUT_FILES, *page_names(n_layers), *found) if name != CONFIG], inputs,
+    pages = [f"features-L{i}.html" for i in range(n_layers)]
+    claim_outputs([out / name for name in (*OUTPUT_FILES, *pages, *found) if name != CONFIG], inputs,
                   "transcoder output")
 
 

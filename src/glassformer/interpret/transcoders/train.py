@@ -20,7 +20,7 @@ from ...errors import BadFileError, GlassformerError
 from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
 from ...models import TransformerLM
 from ...validate import option
-from ..sae.loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
+from ..sae.loop import ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, check_kind, step
 
 STATE_FORMAT = "glassformer-transcoder-state/1"
@@ -108,7 +108,6 @@ class TranscoderTrainer(ActivationTrainer):
     MLP input, then every layer's MLP output."""
 
     STATE_FORMAT = STATE_FORMAT
-    STATE_NAMES = frozenset({STATE_FILE})
     SAME_ON_RESUME = SAME_ON_RESUME
     what, title, hint, error = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)", "nmse"
 
