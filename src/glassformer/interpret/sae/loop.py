@@ -92,7 +92,9 @@ class ActivationTrainer:
 
     STATE_FORMAT = ""
     STATE_NAMES: frozenset[str] = frozenset({STATE_FILE})
-    SAME_ON_RESUME: tuple[str, ...] = ()
+    # the config's keys that must be the same to resume (what the saved state means); a subclass adds its own
+    SAME_ON_RESUME: tuple[str, ...] = ("kind", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
+                                       "seed", "normalize", "val_fraction", "prefix_len", "data")
     what = "module"  # the progress bar's name and the command's ("sae", "transcoders")
     title = "module"  # the messages' name for it ("SAE")
     hint = "lower lr"  # what to try when the loss stops being finite

@@ -19,11 +19,6 @@ from .activations import geometric_median
 from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
-STATE_FORMAT = "glassformer-sae-state/1"
-# Keys that must be the same to resume: they decide what the saved state means.
-SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
-                  "seed", "normalize", "val_fraction", "prefix_len", "data")
-
 
 @dataclass
 class SAETrainConfig(ActivationTrainConfig):
@@ -73,9 +68,9 @@ class SAETrainer(ActivationTrainer):
     """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
     ``source`` (default: ``config.data``) gives rows of width ``d_in`` from ``next_rows()``."""
 
-    STATE_FORMAT = STATE_FORMAT
+    STATE_FORMAT = "glassformer-sae-state/1"
     STATE_NAMES = SAE_FILES | {STATE_FILE}
-    SAME_ON_RESUME = SAME_ON_RESUME
+    SAME_ON_RESUME = (*ActivationTrainer.SAME_ON_RESUME, "hook", "d_sae")
     what, title, hint, error = "sae", "SAE", "lower lr (or l1_coefficient)", "sq_err"
 
     def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,

@@ -23,11 +23,6 @@ from ...validate import option
 from ..sae.loop import ActivationTrainConfig, ActivationTrainer, checked_tensor
 from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, check_kind, step
 
-STATE_FORMAT = "glassformer-transcoder-state/1"
-# Keys that must be the same to resume: they decide what the saved state means.
-SAME_ON_RESUME = ("kind", "activation", "d_transcoder", "expansion", "k", "skip", "batch_size", "buffer_size",
-                  "context", "model_batch", "seed", "normalize", "val_fraction", "prefix_len", "data")
-
 
 @dataclass
 class TranscoderTrainConfig(ActivationTrainConfig):
@@ -107,8 +102,8 @@ class TranscoderTrainer(ActivationTrainer):
     ``source`` (default: ``config.data`` through the model) gives rows (N, 2·n_layers, d_model): every layer's
     MLP input, then every layer's MLP output."""
 
-    STATE_FORMAT = STATE_FORMAT
-    SAME_ON_RESUME = SAME_ON_RESUME
+    STATE_FORMAT = "glassformer-transcoder-state/1"
+    SAME_ON_RESUME = (*ActivationTrainer.SAME_ON_RESUME, "activation", "d_transcoder", "skip")
     what, title, hint, error = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)", "nmse"
 
     def __init__(self, config: TranscoderTrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
