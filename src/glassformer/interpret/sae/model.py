@@ -87,7 +87,10 @@ class SparseAutoencoder(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_in) activations -> (..., d_sae) sparse features."""
-        self._check_width(x)
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
+                                   f"({self.config.hook or 'no hook'}), got {got}")
         return self.activate(self.pre_activations(x))
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:
@@ -97,12 +100,6 @@ class SparseAutoencoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The reconstruction of ``x`` (..., d_in) -> (..., d_in)."""
         return self.decode(self.encode(x))
-
-    def _check_width(self, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
-                                   f"({self.config.hook or 'no hook'}), got {got}")
 
     @torch.no_grad()
     def normalize_decoder(self) -> None:

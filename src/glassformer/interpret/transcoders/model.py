@@ -155,7 +155,11 @@ class TrainableTranscoders(nn.Module):
 
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         """(..., L, d) MLP inputs -> (..., L, F) encoder outputs before the activation function."""
-        self._check(x)
+        c = self.config
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
+                                   f"MLP inputs, got {got}")
         scaled = x * self.input_scale[:, None]
         return torch.einsum("...ld,lfd->...lf", scaled, self.W_enc) + self.b_enc
 
@@ -270,13 +274,6 @@ class TrainableTranscoders(nn.Module):
         if module.threshold is not None:
             module.threshold.copy_(torch.stack([layer.threshold for layer in tc.layers]))
         return module.eval()
-
-    def _check(self, x: torch.Tensor) -> None:
-        c = self.config
-        if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
-                                   f"MLP inputs, got {got}")
 
     def __repr__(self) -> str:
         c = self.config
