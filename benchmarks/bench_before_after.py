@@ -52,9 +52,10 @@ def throughputs(results: Any, path: str = "") -> dict[str, float]:
     return found
 
 
-def run_bench(src: Path, bench_args: list[str], out: Path) -> dict[str, float]:
-    """One ``glassformer bench`` run of the tree ``src``; its throughput figures."""
-    env = {**os.environ, "PYTHONPATH": str(src), "GLASSFORMER_THREADS": "fixed"}
+def run_bench(src: Path, bench_args: list[str], out: Path, cache: Path) -> dict[str, float]:
+    """One ``glassformer bench`` run of the tree ``src``, its kernel choices kept in ``cache`` (one folder per
+    tree: a tree never takes a choice the other measured); its throughput figures."""
+    env = {**os.environ, "PYTHONPATH": str(src), "GLASSFORMER_THREADS": "fixed", "GLASSFORMER_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "glassformer", "bench", *bench_args, "--out", str(out)]
     done = subprocess.run(command, env=env, cwd=out.parent, capture_output=True, text=True)
     if done.returncode != 0:
@@ -79,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             order = ("before", "after") if pair % 2 == 0 else ("after", "before")
             for side in order:
                 src = (args.before if side == "before" else args.after).resolve()
-                runs[side].append(run_bench(src, bench_args, Path(tmp) / f"{side}-{pair}.json"))
+                cache = Path(tmp) / f"{side}-cache"
+                cache.mkdir(exist_ok=True)
+                runs[side].append(run_bench(src, bench_args, Path(tmp) / f"{side}-{pair}.json", cache))
                 print(f"pair {pair + 1}/{args.pairs}: {side} done", file=sys.stderr)
     rows = []
     for key in sorted(set(runs["before"][0]) & set(runs["after"][0])):

@@ -31,9 +31,12 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_the_pairs(tmp_path, monk
     rates = {"before": iter([100.0, 100.0, 100.0]), "after": iter([110.0, 90.0, 130.0])}
     order = []
 
-    def fake_run(src, bench_args, out):
+    caches = {"before": set(), "after": set()}
+
+    def fake_run(src, bench_args, out, cache):
         side = "before" if src.name == "old" else "after"
         order.append(side)
+        caches[side].add(cache)
         return {"train/tokens_per_s": next(rates[side])}
 
     monkeypatch.setattr(bench, "run_bench", fake_run)
@@ -41,6 +44,7 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_the_pairs(tmp_path, monk
     assert bench.main(["--before", str(tmp_path / "old"), "--after", str(tmp_path / "new"), "--pairs", "3",
                        "--out", str(out)]) == 0
     assert order == ["before", "after", "after", "before", "before", "after"]
+    assert len(caches["before"]) == len(caches["after"]) == 1 and caches["before"] != caches["after"]  # one per tree
     row = json.loads(out.read_text())["rows"][0]
     assert row["figure"] == "train/tokens_per_s" and row["ratio"] == pytest.approx(1.1)
     assert "| train/tokens_per_s | 100 | 110 | 1.10x (1.10, 0.90, 1.30) |" in capsys.readouterr().out

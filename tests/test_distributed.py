@@ -124,7 +124,7 @@ def test_one_process_ignores_parallel():
         with grad_sync(model, sync=False):
             pass
     with pytest.raises(ValueError, match="parallel must be one of \\['ddp', 'fsdp'\\], got 'zero'"):
-        wrap_for_training(model, DistInfo(), "zero")
+        TrainConfig(parallel="zero")  # refused where it enters
 
 
 def test_batch_must_split_over_processes(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -168,6 +170,22 @@ def test_a_torch_without_muon_is_one_line(monkeypatch):
     model = build_model(ModelConfig.preset("tiny-char", vocab_size=10))
     with pytest.raises(GlassformerError, match=r"needs torch.optim.Muon, which torch .* does not have"):
         make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind="muon")
+
+
+def test_the_training_package_imports_on_a_torch_without_muon():
+    """torch < 2.9 has no torch.optim.Muon (pyproject allows torch >= 2.4): importing training still works, and
+    AdamW training with it; only asking for Muon is refused."""
+    code = ("import torch; del torch.optim.Muon\n"
+            "from glassformer.training import Trainer, TrainConfig\n"
+            "from glassformer.training.optim import make_optimizer\n"
+            "from glassformer import ModelConfig; from glassformer.models import build_model\n"
+            "m = build_model(ModelConfig.preset('tiny-char', vocab_size=10))\n"
+            "make_optimizer(m, 1e-3, 0.1, (0.9, 0.99), kind='adamw')\n"
+            "try:\n    make_optimizer(m, 1e-3, 0.1, (0.9, 0.99), kind='muon')\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("GlassformerError optimizer 'muon' needs torch.optim.Muon")
 
 
 # glassformer's Muon: torch's step with the Newton-Schulz precision chosen for the machine

@@ -171,3 +171,16 @@ def test_a_line_per_record_where_no_bar_is_drawn():
         "step 50/2000 | train_loss 2.4312 | lr 1.00e-03 | 3,412 tok/s"
     assert console_line({"step": 3, "val_loss": 1.5, "val_tokens": 80}, 6) == "step 3/6 | val_loss 1.5000"
     assert torch.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize("damaged", ["[1, 2]", '{"run_id": 3, "logged_through": {}}',
+                                     '{"run_id": "gf-1", "logged_through": {"tensorboard": "x"}}'])
+def test_a_damaged_tracker_state_starts_a_new_tracker_run(tmp_path, damaged):
+    """``tracker.json`` that is not the state glassformer writes (edited by hand, cut by a full disk) is read as
+    no state: the run's trackers start afresh instead of failing on it."""
+    (tmp_path / "tracker.json").write_text(damaged)
+    trackers = open_trackers("tensorboard", tmp_path, TrainConfig(out_dir=str(tmp_path)).to_dict(), resume_step=3)
+    trackers.log(1, {"train_loss": 1.0})
+    trackers.close()
+    assert trackers.state["logged_through"] == {"tensorboard": 1} and trackers.state["run_id"].startswith("gf-")
+    assert scalars(tmp_path / "tensorboard")["train_loss"] == [(1, 1.0)]

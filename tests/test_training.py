@@ -22,6 +22,7 @@ from glassformer.training import (
     param_groups,
     save_checkpoint,
 )
+from glassformer.training.metrics import read_metrics
 from training_helpers import CORPUS, config, train
 
 
@@ -184,7 +185,7 @@ def test_nan_validation_loss_keeps_the_last_good_checkpoint(tmp_path):
     assert sorted(p.name for p in out.glob("*ckpt-*")) == ["ckpt-000002"]  # nothing of step 4 was written
     records = strict_json_lines(out / "metrics.jsonl")  # strict JSON: the NaN loss is written as null
     assert records[-1]["step"] == 4 and records[-1]["val_loss"] is None and records[-1]["val_accuracy"] >= 0
-    assert math.isnan(loop.read_metrics(out / "metrics.jsonl")[-1]["val_loss"])  # and read back as NaN
+    assert math.isnan(read_metrics(out / "metrics.jsonl")[-1]["val_loss"])  # and read back as NaN
 
 
 def test_divergence_before_any_checkpoint_names_none(tmp_path):
@@ -227,7 +228,7 @@ def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
     assert [r["step"] for r in records if "train_loss" in r] == list(range(1, 9)) and result["step"] == 8
     metrics.write_text('{"step": 1}\n{"step": 2, "train_lo\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl' line 2 is not valid JSON"):
-        loop.read_metrics(metrics)
+        read_metrics(metrics)
 
 
 def test_resume_recovers_leftovers_and_a_dangling_pointer(tmp_path):

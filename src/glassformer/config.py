@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,26 @@ ATTN_TYPES = ("causal", "bidirectional", "prefix")
 POS_TYPES = ("sinusoidal", "learned", "rope", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+
+
+# The rules between fields: (is the config ``c`` broken, the message that says how; str.format reads ``c``).
+CROSS_FIELD_RULES: tuple[tuple[Callable[[Any], bool], str], ...] = (
+    (lambda c: c.d_model % c.n_heads != 0, "d_model={c.d_model} must be divisible by n_heads={c.n_heads}"),
+    (lambda c: c.n_heads % c.kv_heads != 0, "n_heads={c.n_heads} must be divisible by n_kv_heads={c.kv_heads}"),
+    (lambda c: c.pos == "sinusoidal" and c.d_model % 2 != 0,  # sinusoids and RoPE pair up dimensions
+     "pos='sinusoidal' needs an even d_model, got d_model={c.d_model}"),
+    (lambda c: c.pos == "rope" and c.head_dim % 2 != 0, "pos='rope' needs an even head_dim, got head_dim={c.head_dim}"),
+    (lambda c: c.arch == "encoder-decoder" and c.attn != "causal",
+     "attn={c.attn!r} does not apply to arch='encoder-decoder' (its encoder is bidirectional and its decoder "
+     "causal); leave attn='causal'"),
+    (lambda c: c.pos_offset < 0 or (c.pos_offset and c.pos != "learned"),
+     "pos_offset={c.pos_offset} must be >= 0 and needs pos='learned', got pos={c.pos!r}"),
+    (lambda c: c.split_positions and (c.arch != "encoder-decoder" or c.pos != "learned"),
+     "split_positions=True needs arch='encoder-decoder' and pos='learned', got arch={c.arch!r}, pos={c.pos!r}"),
+    (lambda c: c.head_transform and (c.arch != "lm" or c.activation in ("swiglu", "geglu")),
+     "head_transform needs arch='lm' and a plain activation, got arch={c.arch!r}, activation={c.activation!r}"),
+    (lambda c: c.arch == "lm" and c.n_layers < 1, "n_layers must be >= 1 for arch='lm', got {c.n_layers}"),
+)
 
 
 @dataclass(frozen=True)
@@ -60,27 +81,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)  # each field's type and range; NaN and inf are refused
-        if self.d_model % self.n_heads != 0:
-            raise GlassformerError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.kv_heads != 0:
-            raise GlassformerError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.kv_heads}")
-        for pos, name, width in (("sinusoidal", "d_model", self.d_model), ("rope", "head_dim", self.head_dim)):
-            if self.pos == pos and width % 2 != 0:  # both pair up dimensions
-                raise GlassformerError(f"pos={pos!r} needs an even {name}, got {name}={width}")
-        if self.arch == "encoder-decoder" and self.attn != "causal":
-            raise GlassformerError(f"attn={self.attn!r} does not apply to arch='encoder-decoder' (its encoder is "
-                                   "bidirectional and its decoder causal); leave attn='causal'")
-        if self.pos_offset < 0 or (self.pos_offset and self.pos != "learned"):
-            raise GlassformerError(f"pos_offset={self.pos_offset} must be >= 0 and needs pos='learned', "
-                                   f"got pos={self.pos!r}")
-        if self.split_positions and (self.arch != "encoder-decoder" or self.pos != "learned"):
-            raise GlassformerError("split_positions=True needs arch='encoder-decoder' and pos='learned', "
-                                   f"got arch={self.arch!r}, pos={self.pos!r}")
-        if self.head_transform and (self.arch != "lm" or self.activation in ("swiglu", "geglu")):
-            raise GlassformerError("head_transform needs arch='lm' and a plain activation, "
-                                   f"got arch={self.arch!r}, activation={self.activation!r}")
-        if self.arch == "lm" and self.n_layers < 1:
-            raise GlassformerError(f"n_layers must be >= 1 for arch='lm', got {self.n_layers}")
+        for broken, message in CROSS_FIELD_RULES:  # in order: head_dim exists once d_model divides by n_heads
+            if broken(self):
+                raise GlassformerError(message.format(c=self))
 
     @property
     def head_dim(self) -> int:

@@ -1,6 +1,7 @@
 """One validator for every config dataclass: a field's type comes from its annotation, its range or
 choices from :func:`option`; each config's ``__post_init__`` calls :func:`check_fields`."""
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, field, fields
@@ -48,9 +49,9 @@ def check_fields(config: Any, prefix: str = "", *, coerce: bool = False) -> None
         if kinds[0] == "int" and is_int(value):
             low = spec["ge"] if "ge" in spec else spec["gt"] + 1 if "gt" in spec else None
             high = spec["le"] if "le" in spec else spec["lt"] - 1 if "lt" in spec else None
-            check_int(name, value, low, high)
             if high is None and value > MAX_INT_FIELD:  # past any count a run reaches: [low, 2**53] named
-                check_int(name, value, low, MAX_INT_FIELD)
+                high = MAX_INT_FIELD
+            check_int(name, value, low, high)
         elif kinds[0] == "float":
             check_number(name, value, spec.get("ge", spec.get("gt")), spec.get("le", spec.get("lt")),
                          low_open="gt" in spec, high_open="lt" in spec)
@@ -79,13 +80,13 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     if "None" in kinds and text.strip().lower() in ("null", "none", "~"):
         return None
     if base in ("int", "float"):
-        try:
+        with contextlib.suppress(ValueError):
             return int(text) if base == "int" else float(text)
-        except ValueError:
-            number = _float(text)  # an int field given 2.0 or 1e3: the int it is
-            if base == "int" and number is not None and math.isfinite(number) and number.is_integer():
+        with contextlib.suppress(ValueError):  # an int field given 2.0 or 1e3: the int it is
+            number = float(text)
+            if math.isfinite(number) and number.is_integer():
                 return int(number)
-            raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}") from None
+        raise ArgumentTypeError(f"{name} must be a number ({base}), got {shown(text)}")
     if base == "bool":
         if text.strip().lower() not in BOOLEANS:
             raise ArgumentTypeError(f"{name} must be true or false, got {shown(text)}")
@@ -95,13 +96,6 @@ def typed_text(name: str, kind: str, text: str) -> Any:
     if base.split("[")[0] in ("list", "dict", "tuple"):
         return parse_yaml_text(text, name, ArgumentTypeError)
     return text
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def untyped(value: Any, name: str = "value") -> Any:
@@ -127,7 +121,7 @@ def untyped(value: Any, name: str = "value") -> Any:
 
 
 def coerced(name: str, kind: str, value: Any) -> Any:
-    """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" -> 12, a string ->
+    """``value`` as the annotated type ``kind`` where unambiguous ("3e-4" -> 3e-4, "12" or "12.0" -> 12, a string ->
     [string], an int -> float; a :class:`CommandLineText` by :func:`typed_text`); else unchanged, for the type
     check to name."""
     if isinstance(value, CommandLineText):
@@ -135,11 +129,8 @@ def coerced(name: str, kind: str, value: Any) -> Any:
     kind = kind.split("|")[0].strip()
     if kind == "list[str]" and isinstance(value, str):
         return [value]
-    if kind in ("int", "float") and isinstance(value, str):
-        try:
-            return int(value) if kind == "int" else float(value)
-        except ValueError:
-            raise ArgumentTypeError(f"{name} must be a number ({kind}), got {shown(value)}") from None
+    if kind in ("int", "float") and isinstance(value, str):  # read as the command line's text is
+        return typed_text(name, kind, value)
     if kind == "int" and isinstance(value, float) and value.is_integer():
         return int(value)
     if kind == "float" and is_int(value):

@@ -33,20 +33,12 @@ def locale_lang(environ: Mapping[str, str] | None = None) -> str:
 def cli_lang(words: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
     """The language of the command line: the last ``--lang X``/``--lang=X`` among ``words`` when it is
     "zh" or "en", else the locale's (LC_ALL, LC_MESSAGES, LANG). A bad value is left to the verb's check."""
-    lang = None
-    for i, word in enumerate(words):
-        if word == "--":
-            break
-        if word == "--lang" and i + 1 < len(words):
-            lang = words[i + 1]
-        elif word.startswith("--lang="):
-            lang = word.split("=", 1)[1]
+    lang = _without_lang(words)[1]
     return lang if lang in ("en", "zh") else locale_lang(environ)
 
 
-def move_lang(words: list[str], verbs_with_lang: Sequence[str]) -> list[str]:
-    """``words`` without any ``--lang X`` pair, given back once after the verb when the verb takes
-    ``--lang`` (demo, inspect): ``glassformer --lang zh demo`` = ``glassformer demo --lang zh``."""
+def _without_lang(words: Sequence[str]) -> tuple[list[str], str | None]:
+    """``words`` without any ``--lang X`` or ``--lang=X`` before a ``--``, and the last X (None: none)."""
     kept, lang, i = [], None, 0
     while i < len(words):
         word = words[i]
@@ -61,6 +53,13 @@ def move_lang(words: list[str], verbs_with_lang: Sequence[str]) -> list[str]:
             continue
         kept.append(word)
         i += 1
+    return kept, lang
+
+
+def move_lang(words: list[str], verbs_with_lang: Sequence[str]) -> list[str]:
+    """``words`` without any ``--lang X`` pair, given back once after the verb when the verb takes
+    ``--lang`` (demo, inspect): ``glassformer --lang zh demo`` = ``glassformer demo --lang zh``."""
+    kept, lang = _without_lang(words)
     verb = next((w for w in kept if not w.startswith("-")), None)
     if lang is not None and verb in verbs_with_lang:
         at = kept.index(verb) + 1

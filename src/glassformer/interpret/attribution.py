@@ -16,7 +16,7 @@ from torch import nn
 from ..errors import GlassformerError
 from .hooks import Hooks, run_with_cache
 from .patching import Inputs, Metric, _as_tuple, patching_effects
-from .points import HookPoint, NameSpec, resolve
+from .points import HookPoint, NameSpec
 
 ATTRIBUTION = "attribution.json"  # a run folder's per-head comparison, drawn by the run page
 
@@ -84,15 +84,12 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
         kept[hook.name] = copy
         return copy
 
-    points_all = clean_cache.points
-    chosen = resolve(points_all, names)
-    with torch.enable_grad(), Hooks(model, [([p.name for p in chosen], keep)]):
+    with torch.enable_grad(), Hooks(model, [(names, keep)]):
         value = _checked(metric(model(*corrupted, **kwargs)), needs_grad=True)
-    names_kept = list(kept)
-    grads = torch.autograd.grad(value, [kept[n] for n in names_kept], allow_unused=True)
+    grads = torch.autograd.grad(value, list(kept.values()), allow_unused=True)
     by_position, by_head, total = {}, {}, {}
-    for name, grad in zip(names_kept, grads):
-        point = points_all[name]
+    for name, grad in zip(kept, grads):
+        point = clean_cache.points[name]
         if grad is None:  # the metric does not depend on it (e.g. a decoder-only metric and the encoder's last norm)
             grad = torch.zeros_like(kept[name])
         before, after = kept[name].detach(), clean_cache[name].to(grad.dtype)
@@ -102,7 +99,7 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
             by_head[name] = head
         total[name] = float(by_position[name].double().sum())
     return Attribution(by_position, by_head, total, clean_metric, float(value.detach()),
-                       {n: points_all[n] for n in names_kept})
+                       {n: clean_cache.points[n] for n in kept})
 
 
 @torch.no_grad()

@@ -11,6 +11,7 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.checks import check_int, is_int
 from ..nn.norms import LayerNorm, RMSNorm
+from ..validate import check_choice
 from .points import STACKS, HookPoint, act_name
 
 SliceInput = int | tuple | slice | list | torch.Tensor | None
@@ -142,8 +143,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         (n, B, T, d) stack of what wrote into it, and the labels "embed", "pos_embed", "0_attn_out", ... when
         ``return_labels``. ``mode``: "all", "attn" or "mlp" outputs."""
         model, layer = self._lm(), self._layer(layer)
-        if mode not in ("all", "mlp", "attn"):
-            raise GlassformerError(f"mode must be one of 'all', 'mlp', 'attn', got {mode!r}")
+        check_choice("mode", mode, ("all", "mlp", "attn"))
         if mlp_input and layer == len(model.blocks):
             raise GlassformerError("mlp_input=True needs a layer before the last, not the final stream")
         attn, mlp = mode != "mlp", mode != "attn" and model.blocks[0].ffn is not None

@@ -16,6 +16,7 @@ from ..io.budget import check_fits, forward_bytes
 from ..io.checks import check_int, check_number, shown
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
+from ..validate import check_choice
 from .hooks import Hooks, run_with_cache
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -25,14 +26,11 @@ KINDS = ("q", "k", "v")
 @dataclass
 class EdgeGraph:
     """The senders and receivers of a TransformerLM, in forward order, and ``allowed``: (S, R) bool, True
-    where an edge exists (the sender writes before the receiver reads). ``sender_layer``,
-    ``receiver_layer``: the block of each (-1: the embedding; L: the logits)."""
+    where an edge exists (the sender writes before the receiver reads)."""
 
     senders: list[str]
     receivers: list[str]
     allowed: torch.Tensor
-    sender_layer: list[int]
-    receiver_layer: list[int]
 
     @classmethod
     def of(cls, model: nn.Module) -> "EdgeGraph":
@@ -58,8 +56,7 @@ class EdgeGraph:
             s_after += [2 * layer + 1] * len(heads) + [2 * layer + 2] * len(mlp)
         receivers.append("logits")
         r_place.append(2 * c.n_layers)
-        allowed = torch.tensor([[r >= s for r in r_place] for s in s_after])
-        return cls(senders, receivers, allowed, [(s - 1) // 2 for s in s_after], [r // 2 for r in r_place])
+        return cls(senders, receivers, torch.tensor([[r >= s for r in r_place] for s in s_after]))
 
     def edges(self) -> list[tuple[str, str]]:
         """Every (sender, receiver) edge."""
@@ -226,8 +223,7 @@ def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Te
     positive when they carry the clean behaviour (docs/interpret.md, "One sign"). "noising" runs ``clean``
     with the edges carrying the corrupted writes: metric(clean) - metric(patched), what cutting them loses;
     "denoising" runs ``corrupted`` with the edges carrying the clean writes: metric(patched) - metric(corrupted)."""
-    if direction not in ("noising", "denoising"):
-        raise GlassformerError(f"direction must be 'noising' or 'denoising', got {direction!r}")
+    check_choice("direction", direction, ("noising", "denoising"))
     graph = _checked_inputs(model, clean, corrupted)
     weight = graph.index(edges).float()
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
@@ -265,8 +261,7 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
     gradient taken on the clean run ("eap") or averaged over ``steps`` embeddings from the corrupted to the
     clean one ("eap-ig", closer to exact patching): an estimate of :func:`path_patching` (noising) of each
     edge alone, with its sign (docs/interpret.md, "One sign")."""
-    if method not in ("eap", "eap-ig"):
-        raise GlassformerError(f"method must be 'eap' or 'eap-ig', got {method!r}")
+    check_choice("method", method, ("eap", "eap-ig"))
     check_int("steps", steps, 1, 256)
     graph = _checked_inputs(model, clean, corrupted)
     # kept at once: each sender's clean, corrupted and delta writes, each receiver's leaf, gradient and sum,
@@ -384,12 +379,6 @@ def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     return float(_metric_value(metric, logits))
 
 
-def faithfulness(value: float, clean: float, corrupted: float) -> float:
-    """(value - corrupted) / (clean - corrupted); nan when clean equals corrupted."""
-    span = clean - corrupted
-    return (value - corrupted) / span if span != 0 else float("nan")
-
-
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
                  target: float = 0.9, method: str = "eap-ig", steps: int = 8,
                  scores: EdgeScores | None = None, ablation: str = "corrupted", seed: int = 0) -> Circuit:
@@ -407,12 +396,14 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     baseline = scores.corrupted_metric if ablation == "corrupted" else \
         circuit_metric(model, clean, corrupted, metric, [], ablation=ablation, seed=seed)
     tried: dict[int, float] = {}  # edges kept -> the circuit's metric
+    span = clean_m - baseline
 
     def faithful(k: int) -> float:
+        """(metric(top k edges) - baseline) / (clean - baseline); nan when clean equals the baseline."""
         if k not in tried:
             tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
                                       ablation=ablation, seed=seed)
-        return faithfulness(tried[k], clean_m, baseline)
+        return (tried[k] - baseline) / span if span != 0 else float("nan")
 
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:

@@ -5,12 +5,12 @@ tokens repeated twice: a score is a head's mean attention on the position its ki
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import GlassformerError
 from ..io.checks import check_int
 from ..models import TransformerLM
 from .hooks import run_with_cache
+from .patching import next_token_loss
 
 
 def repeated_tokens(vocab_size: int, length: int, batch: int = 1, *, seed: int = 0, low: int = 0,
@@ -76,8 +76,7 @@ def head_scores(model: TransformerLM, length: int = 32, batch: int = 16, *, seed
     logits, cache = run_with_cache(model, ids, names="pattern")
     patterns = cache.stack("pattern")  # (L, B, h, T, T)
     start = 0 if bos is None else 1
-    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-    loss = loss.view(batch, -1)  # (B, T - 1): loss[:, i] predicts position i + 1
+    loss = next_token_loss(logits, ids, reduction="none")  # (B, T - 1): loss[:, i] predicts position i + 1
     first = loss[:, start:start + length - 1].mean()  # targets r_2 .. r_n of the first copy
     repeat = loss[:, start + length:].mean()  # targets r_2 .. r_n of the second copy
     return HeadScores(torch.stack([previous_token_scores(p) for p in patterns]),

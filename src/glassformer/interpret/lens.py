@@ -95,11 +95,6 @@ class LogitAttribution(NamedTuple):
         return sum(parts)
 
 
-def _head_outputs(z: torch.Tensor, attention: nn.Module) -> torch.Tensor:
-    """Each head's output in the residual stream, in float64: z (B, h, hd) -> (B, h, d)."""
-    return attention.per_head_output(z.double())
-
-
 @torch.no_grad()
 def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int | torch.Tensor,
                              position: int = -1, cache: ActivationCache | None = None,
@@ -150,7 +145,8 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
         heads, biases = [], []
         for i, block in enumerate(blocks):
             attention = getattr(block, attr)
-            heads.append(share(_head_outputs(cache[act_name(short, i, stack)][:, position], attention)))
+            z = cache[act_name(short, i, stack)][:, position].double()  # (B, h, hd)
+            heads.append(share(attention.per_head_output(z)))  # each head's write (B, h, d), its share
             bias = attention.o_proj.bias
             biases.append(share(bias.expand(B, -1)) if bias is not None else final.new_zeros(B))
         return torch.stack(heads, 1), torch.stack(biases, 1)  # (B, L, h), (B, L)

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import GlassformerError
-from ..io.checks import check_int
+from ..io.checks import check_int, check_number
 from ..models import TransformerLM
 from .detectors import head_scores
 from .hooks import run_with_cache
@@ -58,9 +57,7 @@ def detect_phase_change(steps: Sequence[int], values: Sequence[float], *, window
     check_int("min_after", min_after, 1)
     if window % 2 == 0:
         raise GlassformerError(f"window must be odd, got {window}")
-    if not isinstance(min_snr, (int, float)) or isinstance(min_snr, bool) or not math.isfinite(min_snr) \
-            or min_snr <= 0:
-        raise GlassformerError(f"min_snr must be a finite number > 0, got {min_snr!r}")
+    check_number("min_snr", min_snr, 0.0, low_open=True)
     points = [(int(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(float(v))]
     if len(points) < 3:
         return None
@@ -133,8 +130,7 @@ def text_probe_record(model: TransformerLM, ids: torch.Tensor, heads: Sequence[S
         logits = model.logits(model.norm_f(resid))  # read as the model reads its last layer
         lens_loss.append(float(next_token_loss(logits, ids)))
         resid_norm.append(float(resid.float().norm(dim=-1).mean()))
-    by_position = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-    by_position = by_position.view(ids.shape[0], -1).mean(0)  # (T - 1,): [i] predicts position i + 1
+    by_position = next_token_loss(logits, ids, reduction="none").mean(0)  # (T - 1,): [i] predicts position i + 1
     patterns = cache.stack("pattern")  # (L, R, h, T, T); entropy (L, h): a row's mean nats, layer by layer
     entropy = torch.stack([-(p.float() * p.float().clamp_min(1e-12).log()).sum(-1).mean((0, 2)) for p in patterns])
     S = min(snapshot_tokens, ids.shape[1])

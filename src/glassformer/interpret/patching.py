@@ -11,6 +11,7 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
 from ..models import TransformerLM
+from ..validate import check_choice
 from .hooks import ActivationCache, HookFn, run_with_cache, run_with_hooks
 from .points import HookPoint, NameSpec, act_name, hook_points, resolve
 
@@ -83,8 +84,7 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
     tensor or a tuple): every layer's ``what`` point, one position (or head, ``per="head"``) at a time.
     Returns (layers, positions or heads): metric(patched) - metric(corrupted), positive where the activation
     carries the clean behaviour (docs/interpret.md, "One sign")."""
-    if per not in ("position", "head"):
-        raise GlassformerError(f"per must be 'position' or 'head', got {per!r}")
+    check_choice("per", per, ("position", "head"))
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)
     _, cache = run_with_cache(model, *clean, names=what, **kwargs)
     points = resolve(cache.points, what)
@@ -135,8 +135,7 @@ def ablation_hooks(model: nn.Module, heads: HeadSpec, *, mode: str = "zero",
                    cache: ActivationCache | None = None) -> list[tuple[str, HookFn]]:
     """Hooks that remove the ``heads`` ((layer, head) pairs, as :func:`ablate_heads`) from a run: ``mode``
     "zero" (the head writes nothing) or "mean" (its ``hook_z`` replaced by its mean over ``cache``)."""
-    if mode not in ("zero", "mean"):
-        raise GlassformerError(f"mode must be 'zero' or 'mean', got {mode!r}")
+    check_choice("mode", mode, ("zero", "mean"))
     chosen = _z_points(model, heads)
     means: dict[str, torch.Tensor] = {}
     if mode == "mean":
@@ -167,9 +166,11 @@ def ablate_heads(model: nn.Module, *inputs: torch.Tensor, heads: HeadSpec, mode:
     return run_with_hooks(model, *inputs, hooks=ablation_hooks(model, heads, mode=mode, cache=cache), **kwargs)
 
 
-def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of predicting ``ids[:, 1:]`` from ``logits[:, :-1]`` (a causal LM's loss)."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+def next_token_loss(logits: torch.Tensor, ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Mean cross-entropy of predicting ``ids[:, 1:]`` from ``logits[:, :-1]`` (a causal LM's loss);
+    ``reduction="none"``: each one, (B, T - 1), [:, i] predicting position i + 1."""
+    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction=reduction)
+    return loss.view(ids.shape[0], -1) if reduction == "none" else loss
 
 
 @torch.no_grad()

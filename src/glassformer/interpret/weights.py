@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import shown
 from ..nn.norms import LayerNorm, RMSNorm
 from ..validate import check_choice
 
@@ -24,7 +25,7 @@ class FactoredMatrix:
     def __init__(self, A: torch.Tensor, B: torch.Tensor):
         if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor) or A.dim() < 2 or B.dim() < 2:
             raise ArgumentTypeError("FactoredMatrix takes two tensors of at least 2 dims, A (..., l, m) and "
-                                    f"B (..., m, r); got {_shape(A)} and {_shape(B)}")
+                                    f"B (..., m, r); got {shown(A)} and {shown(B)}")
         if A.shape[-1] != B.shape[-2]:
             raise GlassformerError(f"FactoredMatrix factors must share their inner size: A {tuple(A.shape)}, "
                                    f"B {tuple(B.shape)}")
@@ -42,11 +43,6 @@ class FactoredMatrix:
     def ndim(self) -> int:
         """The number of dims of M, leading ones included."""
         return len(self.shape)
-
-    @property
-    def pair(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A, B)."""
-        return self.A, self.B
 
     @property
     def AB(self) -> torch.Tensor:  # noqa: N802  (TransformerLens's name)
@@ -147,22 +143,8 @@ class FactoredMatrix:
         """U diag(S), (..., l, m): M without its right orthogonal factor."""
         return self.U * self.S[..., None, :]
 
-    def make_even(self) -> "FactoredMatrix":
-        """The same M as (U √S, √S Vᵀ): each factor holds half of the singular values."""
-        root = self.S.sqrt()
-        return FactoredMatrix(self.U * root[..., None, :], root[..., :, None] * self.V.transpose(-2, -1))
-
-    def get_corner(self, k: int = 3) -> torch.Tensor:
-        """The top-left k × k block of M (of its first leading index), for a look."""
-        corner = self.A[..., :k, :] @ self.B[..., :, :k]
-        return corner[(0,) * (corner.dim() - 2)]
-
     def __repr__(self) -> str:
         return f"FactoredMatrix(shape={tuple(self.shape)}, inner={self.mdim})"
-
-
-def _shape(x: object) -> object:
-    return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def _linalg(x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import GlassformerError, OutOfMemoryError
-from .checks import is_int, is_number, shown
+from .checks import is_number, shown
 
 FLOAT = 4  # bytes of a float32
 INT64_MAX = 2**63 - 1
@@ -285,17 +285,9 @@ def generation_bytes(config: ModelConfig, rows: int, length: int) -> int:
     return model_bytes(config) + (cache + rows * config.vocab_size) * FLOAT
 
 
-def check_int64(name: str, value: Any) -> None:
-    """A one-line error for an int beyond int64 (torch and numpy cannot hold it)."""
-    if is_int(value) and abs(value) > INT64_MAX:
-        raise GlassformerError(f"{name} must fit in 64 bits (at most {INT64_MAX}), got {shown(value)}")
-
-
 def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, grad_accum: int = 1,
                         max_memory: Any = None, processes: int = 1, sharded: bool = False, moments: int = 2) -> None:
     """Refuse a training run (:func:`training_bytes`) that cannot fit in one process's budget."""
-    for name, value in (("batch_size", batch_size), ("block_size", block_size), *vars(config).items()):
-        check_int64(name, value)
     check_fits(training_bytes(config, batch_size, block_size, grad_accum, processes, sharded, moments),
                f"training {describe(config)} with batch_size={shown(batch_size)}, block_size={shown(block_size)}"
                f"{f', grad_accum={grad_accum}' if grad_accum > 1 else ''}", max_memory)
@@ -304,7 +296,6 @@ def check_training_fits(config: ModelConfig, batch_size: int, block_size: int, g
 def check_evaluation_fits(config: ModelConfig, eval_batch_size: int, rows: int, block_size: int,
                           max_memory: Any = None, processes: int = 1, sharded: bool = False) -> None:
     """Refuse a training run whose evaluation (a forward pass beside the training state) cannot fit."""
-    check_int64("eval_batch_size", eval_batch_size)
     state = 2 * model_bytes(config) // (processes if sharded else 1)
     check_fits(forward_bytes(config, rows, block_size) + state,
                f"evaluating {describe(config)} with --eval_batch_size {shown(eval_batch_size)} "

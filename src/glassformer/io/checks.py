@@ -88,11 +88,6 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     raise GlassformerError(f"{name} must be {expected}{' or None' if allow_none else ''}, got {shown(value)}")
 
 
-def check_seed(name: str, value: Any, *, allow_none: bool = False) -> int | None:
-    """``value`` if it is an int in [0, 2**63 - 1] (what torch's generators accept), else an error naming ``name``."""
-    return check_int(name, value, 0, MAX_SEED, allow_none=allow_none)
-
-
 def check_inside(folder: str | Path, name: Any, what: str = "file") -> Path:
     """``folder / name`` when ``name`` (a shard a model folder names) is a plain relative path staying inside
     ``folder`` after links (a Hugging Face ``snapshots/REV`` may reach ``blobs``); else a :class:`BadFileError`."""

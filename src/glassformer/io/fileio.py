@@ -242,22 +242,18 @@ ANY_NAME: tuple[Callable[[Any], bool], ...] = (
 )
 
 
-def _json_kinds(name: str, value: Any) -> set[Any]:
-    """Which of :data:`JSON_KINDS` (by name, else :data:`ANY_NAME`) the JSON ``value`` is (none: a user's)."""
-    return {number for number, kind in enumerate(JSON_KINDS.get(name, ANY_NAME)) if kind(value)}
-
-
 Read = Callable[[int | None], bytes]  # the first n bytes of a content (None: all of it)
 
 
 def _is_json(name: str, read: Read, size: int) -> set[Any]:
+    """Which of :data:`JSON_KINDS` (by name, else :data:`ANY_NAME`) the JSON content is (none: a user's)."""
     if size > RECOGNISED_JSON_BYTES:
         return set()
     try:
         value = json.loads(read(None))
     except (ValueError, RecursionError):
         return set()
-    return _json_kinds(name, value)
+    return {number for number, kind in enumerate(JSON_KINDS.get(name, ANY_NAME)) if kind(value)}
 
 
 def _is_records(name: str, read: Read, size: int) -> bool:
@@ -365,32 +361,29 @@ def run_lock(folder: str | Path) -> Iterator[Path]:
 def atomic_write(path: str | Path, data: str | bytes | Iterable[bytes], *, inputs: Iterable[str | Path] = (),
                  what: str = "file") -> Path:
     """Write ``data`` (text, bytes or byte chunks) to ``path`` via a temporary file, fsynced and renamed over it."""
-    path = check_output_file(path, inputs, what, data)
-    temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    if isinstance(data, str):  # a path name that is not UTF-8 is written as \\udcXX (valid in JSON)
+        data = data.encode("utf-8", "backslashreplace")
+    file = AtomicFile(path, inputs, what, data)
     try:
-        with disk_full_names(path):
-            with open(temp, "xb") as handle:
-                if isinstance(data, str):  # a path name that is not UTF-8 is written as \\udcXX (valid in JSON)
-                    data = data.encode("utf-8", "backslashreplace")
-                handle.writelines([data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, path)
-    finally:
-        if _entry(temp) is not None:
-            temp.unlink()
-    fsync_dir(path.parent)
-    return path
+        with disk_full_names(file.path):  # byte chunks may come from a generator that meets a full disk
+            for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                file.write(chunk)
+    except BaseException:
+        file.discard()
+        raise
+    return file.commit()
 
 
 class AtomicFile:
     """A file written in pieces (a token shard as its ids arrive) under a temporary name beside ``path``;
-    :meth:`commit` fsyncs it and renames it over ``path`` (guarded as by :func:`atomic_write`), :meth:`discard`
-    removes it. A full disk is one line naming ``path``; nothing partial is left under ``path``."""
+    :meth:`commit` fsyncs it and renames it over ``path`` (guarded by :func:`check_output_file`, which ``data``,
+    the whole content when known, helps), :meth:`discard` removes it. A full disk is one line naming ``path``;
+    nothing partial is left under ``path``."""
 
-    def __init__(self, path: str | Path, inputs: Iterable[str | Path] = (), what: str = "file"):
-        self.inputs, self.what = list(inputs), what
-        self.path = check_output_file(path, self.inputs, what)
+    def __init__(self, path: str | Path, inputs: Iterable[str | Path] = (), what: str = "file",
+                 data: bytes | Iterable[bytes] | None = None):
+        self.inputs, self.what, self.data = list(inputs), what, data
+        self.path = check_output_file(path, self.inputs, what, data)
         self.temp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         with disk_full_names(self.path):
             self.handle = open(self.temp, "xb")  # noqa: SIM115 (closed by commit or discard)
@@ -412,7 +405,7 @@ class AtomicFile:
                 self.handle.flush()
                 os.fsync(self.handle.fileno())
                 self.handle.close()
-                check_output_file(self.path, self.inputs, self.what)  # nothing foreign arrived meanwhile
+                check_output_file(self.path, self.inputs, self.what, self.data)  # nothing foreign arrived meanwhile
                 os.replace(self.temp, self.path)
         finally:
             self.discard()

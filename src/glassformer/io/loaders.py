@@ -14,9 +14,8 @@ from .checks import first_line, is_int, is_number, shown
 
 MAX_JSON_BYTES = 1 << 28  # a tokenizer file larger than 256 MiB is not one (the largest known: ~35 MB); parsing
 # JSON costs ~5x the file's size in memory (a 300 MB config.json cost 1.56 GB)
-MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index) larger than 16 MiB is not one
+MAX_CONFIG_BYTES = 1 << 24  # a config file (model, training, settings, shard index; JSON or YAML) is at most 16 MiB
 MAX_ADDED_TOKEN_CHARS = 4096  # an added token longer than this is not a token (the matcher costs ~100x its size)
-MAX_YAML_BYTES = 1 << 24  # a config file larger than 16 MiB is not one
 MAX_YAML_NODES = 100_000  # values a YAML document may stand for, aliases expanded
 MAX_STEP = 1 << 53  # a record's step: beyond it no training goes, nor a float (a chart's axis) holds it exactly
 MAX_TOKENIZER_LENGTH = 1 << 24  # padding/truncation lengths a tokenizer.json may ask (Rust allocates them)
@@ -125,7 +124,7 @@ def read_records(file: str | Path, numbers: bool = False, uniform: bool = False)
                 break  # torn last line: the record was never complete
             raise
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        if not is_int(step) or not 0 <= step <= MAX_STEP:
             raise BadFileError(f"{where} is not a record with an integer 'step' in [0, 2**53]")
         if numbers:
             bad = next((k for k, v in record.items() if not (v is None or is_number(v))), None)
@@ -173,8 +172,8 @@ def load_yaml(path: str | Path, what: str = "config file") -> Any:
     if not path.is_file():
         raise MissingFileError(f"{where} does not exist")
     size = path.stat().st_size
-    if size > MAX_YAML_BYTES:
-        raise BadFileError(f"{where} is {size:,} bytes, too large for a config (at most {MAX_YAML_BYTES:,})")
+    if size > MAX_CONFIG_BYTES:
+        raise BadFileError(f"{where} is {size:,} bytes, too large for a config (at most {MAX_CONFIG_BYTES:,})")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:
@@ -193,8 +192,8 @@ def parse_yaml_text(text: str, where: str, error: type[GlassformerError] = BadFi
     naming ``where``."""
     import yaml
 
-    if len(text) > MAX_YAML_BYTES:
-        raise error(f"{where} is {len(text):,} characters, too long for a value (at most {MAX_YAML_BYTES:,})")
+    if len(text) > MAX_CONFIG_BYTES:
+        raise error(f"{where} is {len(text):,} characters, too long for a value (at most {MAX_CONFIG_BYTES:,})")
     try:
         aliased = any(isinstance(token, (yaml.AliasToken, yaml.AnchorToken)) for token in yaml.scan(text))
         value = None if aliased else yaml.safe_load(text)

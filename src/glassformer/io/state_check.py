@@ -10,32 +10,28 @@ from torch import nn
 
 from ..errors import BadFileError, GlassformerError
 from .checks import is_int, is_number, shown
+from .loaders import MAX_STEP  # a step or token count beyond 2**53 is not one a run reached
 
-MAX_STEP = 2**53  # a step or token count beyond this is not one a run reached
 MOMENTS = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}  # tensors shaped like the parameter
 KNOWN_KEYS = MOMENTS | {"step"}
 
 
 def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
-    held = f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}" if torch.is_tensor(value) else shown(value)
-    return BadFileError(f"{file}: {key} holds {held}, expected {expected}")
+    return BadFileError(f"{file}: {key} holds {shown(value)}, expected {expected}")
 
 
-def _count(file: str, key: str, value: Any, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_STEP:
+def _count(file: str, key: str, value: Any, low: int = 0) -> None:
+    if not is_int(value) or not low <= value <= MAX_STEP:
         raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
-    return value
 
 
-def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None,
-            finite: bool = True) -> torch.Tensor:
+def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
     wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
     if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
             or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
         raise _bad(file, key, value, wanted)
-    if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
         raise BadFileError(f"{file}: {key} holds NaN or infinity")
-    return value
 
 
 OPTIONAL_FLAGS = ("foreach", "fused")  # torch's flags that may be None ("let torch choose"); the others are bools
@@ -66,7 +62,7 @@ def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
             # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
             raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
     elif isinstance(fresh, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             raise _bad(file, key, value, "a finite number")
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
             raise _bad(file, key, value, "an int in [-10000, 10000]")
@@ -128,7 +124,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         raise _bad(file, f"{key}.state", state, "a dict")
     for index, entry in state.items():
         where = f"{key}.state[{shown(index)}]"
-        if isinstance(index, bool) or not isinstance(index, int) or index not in params:
+        if not is_int(index) or index not in params:
             raise BadFileError(f"{file}: {where} names no parameter of this model (0 to {len(params) - 1})")
         if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
             raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
@@ -142,7 +138,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
                 if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
                         or not 0 <= float(value) <= MAX_STEP:
                     raise _bad(file, f"{where}.step", value, f"one number in [0, {MAX_STEP}]")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP:
+            elif not is_number(value) or not 0 <= value <= MAX_STEP:
                 raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
         wanted = needed[index]
         if wanted is None and "momentum_buffer" not in entry:
@@ -172,7 +168,7 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
     _count(file, "tokens_seen", state["tokens_seen"])
     _count(file, "best_step", state.get("best_step", -1), -1)
     best = state["best_val"]
-    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best):
+    if not is_number(best) or math.isnan(best):
         raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
     _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
     if "rng_cuda" in state:

@@ -26,11 +26,6 @@ SHIPPED = Path(__file__).with_name("data")  # corpora shipped with the package (
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def default_data_dir() -> Path:
-    """``$GLASSFORMER_DATA`` when set, else ``./data``."""
-    return Path(os.environ.get("GLASSFORMER_DATA") or "data")
-
-
 def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
     """Fetch ``url`` into ``target`` atomically (``timeout``: seconds per network wait); returns ``target``."""
     check_number("timeout", timeout, 0.0, low_open=True)
@@ -51,7 +46,8 @@ def corpus_file(relative: str, data_dir: str | Path | None = None, download_miss
     ``download_missing``, else the shipped copy if any, else a MissingFileError naming the URL."""
     if relative not in URLS:
         raise GlassformerError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
-    path = (Path(data_dir) if data_dir is not None else default_data_dir()) / relative
+    folder = data_dir if data_dir is not None else os.environ.get("GLASSFORMER_DATA") or "data"
+    path = Path(folder) / relative
     if path.is_file():
         return path
     if download_missing:

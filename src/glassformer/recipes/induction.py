@@ -115,15 +115,6 @@ def by_probe_length(model: nn.Module, task: RepeatedSegments, spec: dict[str, An
     return found
 
 
-def mlp_parameters(model: nn.Module, what: str = "recipe.mlp_from_step") -> list[nn.Parameter]:
-    """Every parameter of ``model``'s MLPs (feed-forward sub-layers); a GlassformerError naming ``what`` when the
-    model has none (``attn_only``)."""
-    if getattr(model.config, "attn_only", False) or not hasattr(model, "blocks"):
-        raise GlassformerError(f"{what} holds the MLPs back, but this model has none (model.attn_only: true); "
-                               f"expected a model with MLPs (attn_only: false)")
-    return [p for block in model.blocks for p in block.ffn.parameters()]
-
-
 def hold_mlps_at_zero(model: nn.Module) -> None:
     """Zero every MLP's output layer (weight and bias): each MLP then adds exactly 0 to the residual stream."""
     with torch.no_grad():
@@ -143,7 +134,7 @@ class MLPsJoinLate(Trainer):
     def __init__(self, *args: Any, mlp_from_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)  # the optimizer is made here, over every parameter
         self.mlp_from_step = mlp_from_step
-        self.mlp = mlp_parameters(self.model)
+        self.mlp = [p for block in self.model.blocks for p in block.ffn.parameters()]  # (checked: it has MLPs)
 
     def train_step(self) -> torch.Tensor:
         """:meth:`Trainer.train_step`, with the MLPs frozen before ``mlp_from_step``."""
@@ -164,12 +155,12 @@ class MLPsJoinLate(Trainer):
 
 
 def mlp_from_step(spec: dict[str, Any], model_config: ModelConfig, max_steps: int) -> int | None:
-    """``spec["mlp_from_step"]`` checked against the model (it needs MLPs) and the run (at most ``max_steps``);
-    None when not set (0: set, but nothing is held back)."""
+    """``spec["mlp_from_step"]`` (an int >= 0: :func:`~glassformer.recipes.run.check_recipe_section`) checked
+    against the model (it needs MLPs) and the run (at most ``max_steps``); None when not set (0: set, but nothing
+    is held back)."""
     value = spec.get("mlp_from_step")
     if value is None:
         return None
-    check_int("recipe.mlp_from_step", value, 0)
     if model_config.attn_only:
         raise GlassformerError(f"recipe.mlp_from_step={value} holds the MLPs back, but the model has none "
                                f"(model.attn_only: true); expected a model with MLPs (attn_only: false)")
@@ -183,10 +174,8 @@ def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegm
                        max_steps: int, mlp_from: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Train ``model`` with the microscope on (every ``measure_every`` steps), its MLPs held at zero and frozen
     before step ``mlp_from`` (None: all along); the history read back from the run folder, and the validation."""
-    every = check_int("recipe.measure_every", int(spec.get("measure_every", 10)), 1)
+    every = int(spec.get("measure_every", 10))  # (an int >= 1: checked with the recipe section)
     length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
-    if 2 * length + 1 > config.block_size:
-        raise GlassformerError(f"recipe.probe_length={length} needs block_size >= {2 * length + 1}")
     watch = {"every": every, "probe_length": length, "probe_batch": batch, **config.watch}
     run_config = TrainConfig.from_dict({**config.to_dict(), "watch": watch, "max_steps": max_steps})
     if mlp_from is None:

@@ -60,15 +60,14 @@ class Recipe:
     spec: dict[str, Any]
 
 
-def _ints(low: int) -> Any:
-    return lambda v: isinstance(v, list) and bool(v) and all(is_int(x) and x >= low for x in v)
-
-
 def _strings(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 _POSITIVE = (lambda v: is_int(v) and v >= 1, "an int >= 1")
+_POSITIVE_LIST = (lambda v: isinstance(v, list) and bool(v) and all(is_int(x) and x >= 1 for x in v),
+                  "a non-empty list of ints >= 1")
+SEQUENCE_OPTIONS = ("kind", "alphabet", "min_len", "max_len", "eval_examples", "max_count")  # SequenceTask checks them
 _COMMON = {"task": (lambda v: v in TASKS, f"one of {TASKS}"), "corpus": (lambda v: v is None or v in CORPORA,
            f"one of {CORPORA} or null"), "seed": (lambda v: is_int(v) and 0 <= v <= MAX_SEED, "an int >= 0"),
            "source": (lambda v: isinstance(v, str), "a path")}
@@ -81,13 +80,12 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
            "stop": (lambda v: v is None or _strings(v), "a list of strings or null")},
     "mlm": {"examples": _POSITIVE},
     "translation": {"test_split": (lambda v: isinstance(v, str), "a split name"),
-                    "beams": (_ints(1), "a non-empty list of ints >= 1"), "batch_size": _POSITIVE,
+                    "beams": _POSITIVE_LIST, "batch_size": _POSITIVE,
                     "length_penalty": (lambda v: is_number(v) and math.isfinite(v), "a finite number")},
-    "prefix-vs-causal": {k: (lambda v: True, "") for k in ("kind", "alphabet", "min_len", "max_len", "eval_examples",
-                                                          "max_count")},
+    "prefix-vs-causal": {k: (lambda v: True, "") for k in SEQUENCE_OPTIONS},
     "induction": {**{k: _POSITIVE for k in ("vocab", "min_len", "max_len", "measure_every", "probe_length",
                                             "probe_batch", "gpt2_steps", "gpt2_d_ff")},
-                  "control_lengths": (_ints(1), "a non-empty list of ints >= 1"),
+                  "control_lengths": _POSITIVE_LIST,
                   "gpt2": (lambda v: isinstance(v, bool), "true or false"),
                   "mlp_from_step": (lambda v: v is None or is_int(v) and v >= 0, "an int >= 0 or null")},
 }
@@ -137,12 +135,11 @@ def claim_recipe_outputs(out_dir: str | Path, spec: dict[str, Any]) -> None:
 
 
 def _attach_corpus(spec: dict[str, Any], data: dict[str, Any], data_dir: str | Path | None, download: bool) -> None:
-    """Fill ``data``'s data (or src/tgt) keys with ``spec["corpus"]``'s files unless it names its own."""
+    """Fill ``data``'s data (or src/tgt) keys with ``spec["corpus"]``'s files (one of :data:`CORPORA`, checked with
+    the section) unless it names its own."""
     corpus = spec.get("corpus")
     if corpus is None:
         return
-    if corpus not in CORPORA:
-        raise GlassformerError(f"recipe.corpus must be one of {CORPORA}, got {corpus!r}")
     if corpus == "tinyshakespeare" and not data.get("data"):
         data["data"] = [str(corpora.tinyshakespeare(data_dir, download))]
     elif corpus == "multi30k" and not (data.get("src") or data.get("pairs")):
@@ -183,17 +180,16 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
         results: dict[str, Any] = {"runs": run_induction(config, spec)}
     elif spec["task"] == "prefix-vs-causal":
         results = {"models": _prefix_vs_causal(config, spec)}
-    elif spec["task"] == "sae":  # the model, then a sparse autoencoder on it (recipes/sae.py)
-        from .sae import run_sae_recipe
-        results = run_sae_recipe(config, spec, _train)
     else:
         say(f"preparing the data: {config.tokenizer} tokenizer and token cache ({spec.get('corpus') or 'your files'})",
             config.progress)
         run = prepare_run(config)
-        training = _train(config, run.model, run.tokenizer, run.batches)
+        results = {"training": _train(config, run.model, run.tokenizer, run.batches)}
         model, tokenizer = load(Path(config.out_dir) / "best")
-        results = {"training": training}
-        if spec["task"] == "lm":
+        if spec["task"] == "sae":  # a sparse autoencoder on the model (recipes/sae.py)
+            from .sae import run_sae_recipe
+            results["sae"] = run_sae_recipe(config, spec, model, tokenizer)
+        elif spec["task"] == "lm":
             say(f"sampling {len(spec.get('prompts', [chr(10)]))} continuation(s) from {config.out_dir}/best",
                 config.progress)
             results["samples"] = _lm_samples(model, tokenizer, spec)
@@ -266,8 +262,7 @@ def _translation_scores(model: Any, tokenizer: Any, spec: dict[str, Any], config
 
 def _prefix_vs_causal(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
     """Train the same TransformerLM twice on the sequence task, as a prefix-LM and as a causal LM."""
-    keys = ("kind", "alphabet", "min_len", "max_len", "eval_examples", "max_count")
-    options = {k: spec[k] for k in keys if k in spec}
+    options = {k: spec[k] for k in SEQUENCE_OPTIONS if k in spec}
     found = {}
     for objective in ("prefix", "clm"):
         task = SequenceTask(objective=objective, seed=config.seed, **options)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..interpret.sae import ActivationSource, SAETrainConfig, SparseAutoencoder, run_sae
-from ..training import TrainConfig, load, prepare_run
+from ..training import TrainConfig
 from ..viz.report_sae import write_feature_pages
 from .progress import say
 
@@ -85,15 +85,10 @@ def _context_text(context: dict[str, Any], vocab: dict[str, str]) -> str:
     return "".join(pieces)
 
 
-def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], train: Any) -> dict[str, Any]:
-    """Train the model with ``train(config, model, tokenizer, batches)``, then the SAE;
-    returns {"training", "sae": {"metrics", "training", "out_dir", "features_html", "features", ...}}."""
-    say(f"preparing the data: {config.tokenizer} tokenizer and token cache ({spec.get('corpus') or 'your files'})",
-        config.progress)
-    run = prepare_run(config)
-    training = train(config, run.model, run.tokenizer, run.batches)
+def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], model: Any, tokenizer: Any) -> dict[str, Any]:
+    """The SAE on the model the recipe trained (``model``, ``tokenizer``: read from ``out_dir/best``):
+    {"metrics", "training", "out_dir", "features_html", "features", "character_kinds"}."""
     checkpoint = Path(config.out_dir) / "best"
-    model, tokenizer = load(checkpoint)
     sae_config = SAETrainConfig.from_dict({"data": list(config.data), "progress": config.progress,
                                            **{k: v for k, v in spec.items() if k not in RECIPE_KEYS}})
     say(f"sparse autoencoder on {sae_config.hook} of {checkpoint}: {sae_config.steps} steps (a line per "
@@ -112,6 +107,5 @@ def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], train: Any) -> dic
                               batch=sae_config.model_batch, split="val", val_fraction=sae_config.val_fraction,
                               seed=sae_config.seed + 30)
     named = name_features(found["sae"], source, batches=int(spec.get("naming_batches", 8)))
-    return {"training": training,
-            "sae": {"out_dir": found["out_dir"], "metrics": found["metrics"], "training": found["training"],
-                    "features_html": pages, "features": features, "character_kinds": named}}
+    return {"out_dir": found["out_dir"], "metrics": found["metrics"], "training": found["training"],
+            "features_html": pages, "features": features, "character_kinds": named}

@@ -1,9 +1,8 @@
 """Checkpoints: a folder (model.safetensors, config.json, tokenizer.json, training.json, train_state.pt)
 written atomically (a crash leaves the previous one intact) and loaded with no pickle of arbitrary objects."""
 
-import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..io.checks import check_inside
 from ..io.fileio import (
     atomic_directory,
-    is_disk_full,
+    disk_full_names,
     new_directory,
     remove_owned,
     replace_symlink,
@@ -25,7 +24,7 @@ from ..io.fileio import (
     shown_text,
 )
 from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
-from ..io.safetensors_header import torch_dtype
+from ..io.safetensors_header import read_header, torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
@@ -45,7 +44,7 @@ from .run_dir import (
     step_folder,
     tidy_run,
 )
-from .weights import check_sizes, load_tensors, meta_specs, read_header
+from .weights import check_sizes, load_tensors, meta_specs
 
 
 @dataclass
@@ -70,22 +69,9 @@ def save_checkpoint(path: str | Path, model: nn.Module, tokenizer: Tokenizer, *,
     """Write ``model`` (wrappers removed), ``tokenizer``, ``training`` (JSON-able) and ``train_state``
     (tensors, numbers, strings) as a checkpoint folder, atomically (replacing one); returns ``path``."""
     path = Path(path)
-    with _disk_full_is_one_line(path), atomic_directory(path) as temp:
+    with disk_full_names(path), atomic_directory(path) as temp:
         _write_files(temp, model, tokenizer, training, train_state)
     return path
-
-
-@contextlib.contextmanager
-def _disk_full_is_one_line(path: Path) -> Iterator[None]:
-    """A full disk (or quota) while writing becomes one GlassformerError naming the folder."""
-    try:
-        yield
-    except Exception as error:
-        if is_disk_full(error):
-            raise GlassformerError(f"could not write checkpoint {str(path)!r}: the disk is full "
-                                   f"({str(error).splitlines()[0][:120] if str(error) else 'ENOSPC'}); nothing was "
-                                   "replaced and no temporary files are left") from None
-        raise
 
 
 def _write_files(folder: Path, model: nn.Module, tokenizer: Tokenizer, training: dict[str, Any] | None,
@@ -186,7 +172,7 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     if folder.exists() and _missing(folder):
         remove_owned(folder, CHECKPOINT_FILES, what="checkpoint folder")
     if not folder.exists():
-        with _disk_full_is_one_line(folder), new_directory(folder) as temp:
+        with disk_full_names(folder), new_directory(folder) as temp:
             _write_files(temp, model, tokenizer, training, train_state, weights)
     if best:
         replace_symlink(out / BEST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -13,10 +12,11 @@ from ..data.batches import OBJECTIVES
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import parse_size
 from ..io.checks import MAX_SEED, check_device_name, check_known_keys, shown
-from ..io.loaders import expand_home, load_yaml
+from ..io.loaders import expand_home
+from ..io.loaders import load_yaml as read_yaml  # the YAML document of a file ({} when empty), safe and bounded
 from ..runtime.precision import PRECISIONS
 from ..tokenizers import KINDS, check_specials
-from ..validate import check_fields, coerced, from_mapping, option
+from ..validate import CheckedConfig, check_fields, coerced, option
 from .objectives import OBJECTIVE_ATTN
 from .optim import OPTIMIZERS, SCHEDULES
 from .series import parse_keep
@@ -29,8 +29,9 @@ PATH_FIELDS = ("data", "val_data", "src", "tgt", "pairs", "val_src", "val_tgt", 
 
 
 @dataclass
-class TrainConfig:
-    """A training run, checked when made (:meth:`validate` checks again after a change): a pure value, it reads
+class TrainConfig(CheckedConfig):
+    """A training run, checked when made (:meth:`validate` checks again after a change; :meth:`to_dict`: what
+    ``training.json`` of a checkpoint holds): a pure value, it reads
     no disk and asks for no package (:func:`~glassformer.training.setup.check_run` does). ``model`` holds
     ModelConfig fields and optionally a ``preset``; vocab_size, max_len and attn/arch are filled in."""
 
@@ -121,22 +122,13 @@ class TrainConfig:
         check_device_name(self.device)
         parse_log(self.log, installed=False)  # known names; their libraries: training.setup.check_run
 
-    def validate(self) -> TrainConfig:
-        """Check every field again (after one was changed); return self. Errors name the key."""
-        self.__post_init__()
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field as plain JSON-able values (what ``training.json`` of a checkpoint holds)."""
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build and check; an unknown key is a ValueError naming it."""
         if isinstance(data, dict) and "recipe" in data:
             raise GlassformerError("this is a recipe config (it has a 'recipe:' section): run it with "
                                    "`glassformer recipe FILE`")
-        return from_mapping(cls, data)
+        return super().from_dict(data)
 
     @classmethod
     def from_yaml(cls, path: str | Path | None = None, overrides: Overrides = ()) -> TrainConfig:
@@ -169,12 +161,6 @@ class TrainConfig:
 
 # A causal LM's model fields without a preset: GPT-2's, so `glassformer convert` exports it as GPT-2.
 CLM_DEFAULTS: dict[str, Any] = {"pos": "learned", "scale_embeddings": False, "init_std": 0.02}
-
-
-def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """The YAML document of ``path`` ({} when empty; :func:`glassformer.io.loaders.load_yaml`: safe and bounded).
-    A missing file is a MissingFileError; invalid YAML or bytes a BadFileError naming the file."""
-    return load_yaml(path, what)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Overrides,

@@ -10,10 +10,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..errors import GlassformerError
 from ..nn.block import TransformerBlock
 from ..runtime.device import pick_device
-from .config import PARALLEL
 
 
 @dataclass
@@ -71,15 +69,17 @@ def _fsdp() -> tuple[Any, type]:
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``fully_shard`` has sharded ``model`` (its weights are DTensors)."""
+    """Whether ``fully_shard`` has sharded ``model`` (its weights are DTensors). Without a process group nothing
+    can be sharded, and FSDP's import (about half a second) is skipped."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
     return isinstance(getattr(model, "_orig_mod", model), _fsdp()[1])
 
 
 def wrap_for_training(model: nn.Module, info: DistInfo, parallel: str = "ddp") -> nn.Module:
     """The module the training step calls: ``model`` itself in one process, else wrapped in DDP or (fsdp)
-    sharded in place per :class:`TransformerBlock` and root (build the optimizer afterwards)."""
-    if parallel not in PARALLEL:
-        raise GlassformerError(f"parallel must be one of {list(PARALLEL)}, got {parallel!r}")
+    sharded in place per :class:`TransformerBlock` and root (build the optimizer afterwards). ``parallel`` is one
+    of :data:`~glassformer.training.config.PARALLEL` (checked by the TrainConfig)."""
     if not info.distributed:
         return model
     if parallel == "ddp":

@@ -31,7 +31,7 @@ from .distributed import (
     is_sharded,
     wrap_for_training,
 )
-from .metrics import METRICS, metrics_line, read_metrics  # noqa: F401 (read_metrics: loop.read_metrics, as before)
+from .metrics import METRICS, metrics_line
 from .objectives import batch_loss, check_model_for
 from .optim import lr_at, make_optimizer
 from .report import describe_model, resume_line, say, schedule_warnings

@@ -5,14 +5,9 @@ from pathlib import Path
 from typing import Any
 
 from ..io.loaders import read_records
-from ..io.records import record_line
+from ..io.records import record_line as metrics_line  # noqa: F401 (a record as one line of strict JSON, NaN: null)
 
 METRICS = "metrics.jsonl"
-
-
-def metrics_line(record: dict[str, Any]) -> str:
-    """``record`` as one line of strict JSON (NaN or infinity written as null)."""
-    return record_line(record)
 
 
 def read_metrics(file: str | Path) -> list[dict[str, Any]]:

@@ -73,10 +73,6 @@ class WatchConfig:
         return from_mapping(cls, data, "watch")
 
 
-
-
-
-
 def record_scalars(record: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of one microscope record as tracker scalars: ``microscope/L{l}H{h}/{score}``,
     ``microscope/{lens_loss|resid_norm}/{i}``, ``microscope/weight_norm/L{l}``,
@@ -103,10 +99,6 @@ def record_scalars(record: dict[str, Any]) -> dict[str, float]:
         else:
             put(f"measurements/{name}", value)
     return out
-
-
-
-
 
 
 def _import_measurement(name: str, spec: str) -> Measurement:
@@ -175,17 +167,12 @@ def _checked_value(name: str, value: Any) -> Any:
             counted(v.numel())  # before any copy
             v = v.detach().double().cpu()
             return v.item() if v.dim() == 0 else v.tolist()
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            counted(1)
-            return v
-        if isinstance(v, (int, float)):
-            counted(1)
+        counted(1)  # a number, a string, or one list or dict
+        if v is None or isinstance(v, (bool, int, float, str)):
             return v
         if isinstance(v, (list, tuple)):
-            counted(1)
             return [clean(x, depth + 1) for x in v]
         if isinstance(v, dict):
-            counted(1)
             return {str(k): clean(x, depth + 1) for k, x in v.items()}
         raise MeasurementError(f"measurement {name!r} returned a {type(v).__name__}; expected numbers, "
                                "tensors, or lists and dicts of them")
@@ -326,12 +313,6 @@ def probe_plan(watch: WatchConfig, c: Any, extra: int, max_memory: Any = None) -
     return probe_length, lengths
 
 
-def check_watch(watch: dict[str, Any], c: Any, max_memory: Any = None) -> None:
-    """Before a run reads its data or makes a folder: ``watch`` (a TrainConfig's) against the model config ``c``
-    as :func:`probe_plan` checks it, without a <bos> (the run's :class:`Microscope` checks again, exactly)."""
-    probe_plan(WatchConfig.from_dict(watch), c, 0, max_memory)
-
-
 def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, batches: Any, eval_every: int,
                        max_steps: int, block_size: int, max_memory: Any = None) -> Microscope:
     """The :class:`Microscope` of a training run, its probe text the first validation (or training) rows."""
@@ -339,10 +320,15 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     rows = next(iter(batches.eval_batches(config.text_rows, 1)), None) or batches.global_batch(0, config.text_rows)
     text = rows["ids"][:config.text_rows, :block_size].cpu()
     tokens = tokenizer.tokens(text[0, :config.snapshot_tokens].tolist())
-    bos = tokenizer.bos_id  # the repeated-tokens probe starts with it, as the model's rows do
-    low = max(tokenizer.special_tokens.values(), default=-1) + 1  # random probe tokens leave specials out
-    low = low if low < tokenizer.vocab_size // 2 else 0
-    return Microscope(config, model, text, tokens, eval_every, max_steps, bos=bos, low=low, max_memory=max_memory)
+    # the repeated-tokens probe starts with <bos>, as the model's rows do
+    return Microscope(config, model, text, tokens, eval_every, max_steps, bos=tokenizer.bos_id,
+                      low=_probe_low(tokenizer), max_memory=max_memory)
+
+
+def _probe_low(tokenizer: Any) -> int:
+    """The lowest id of the probes' random tokens: above every special token (0 when they take half the ids)."""
+    low = max(tokenizer.special_tokens.values(), default=-1) + 1
+    return low if low < tokenizer.vocab_size // 2 else 0
 
 
 def recorded_probe(run_dir: str | Path) -> tuple[torch.Tensor, dict[str, Any]] | None:
@@ -380,14 +366,13 @@ def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | N
     for step, model, tokenizer in series:
         check_int("step", step, 0)
         if scope is None:
-            low = max(tokenizer.special_tokens.values(), default=-1) + 1
-            low = low if low < tokenizer.vocab_size // 2 else 0
+            low = _probe_low(tokenizer)
             if probe_text is not None:
                 check_token_ids(probe_text, tokenizer.vocab_size, "probe_text")
                 if probe_text.shape[0] < 1 or not 2 <= probe_text.shape[1] <= model.config.max_len:
                     raise GlassformerError(f"probe_text must be (R >= 1, T) ids with 2 <= T <= max_len="
                                            f"{model.config.max_len}, got shape {tuple(probe_text.shape)}")
-            if probe_text is None:
+            else:
                 probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, min(64, model.config.max_len)),
                                            generator=torch.Generator().manual_seed(1))
             text = probe_text[:config.text_rows].cpu()

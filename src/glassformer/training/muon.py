@@ -39,13 +39,6 @@ def lr_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
     return 0.2 * math.sqrt(max(rows, cols))
 
 
-def check_ns_precision(value: object) -> str:
-    """``value`` when it is one of NS_PRECISIONS, else a GlassformerError naming it."""
-    if value not in NS_PRECISIONS:
-        raise GlassformerError(f"ns_precision must be one of {list(NS_PRECISIONS)}, got {value!r}")
-    return str(value)
-
-
 def ns_case(shapes: Iterable[tuple[int, int]]) -> str:
     """The key a measured precision is remembered under: ``muon newton-schulz bfloat16 | 128x384 128x512``."""
     wide = sorted({(min(s), max(s)) for s in shapes})
@@ -55,8 +48,8 @@ def ns_case(shapes: Iterable[tuple[int, int]]) -> str:
 def resolve_ns_precision(asked: str, device: torch.device | str,
                          shapes: Iterable[tuple[int, int]] = ()) -> tuple[str, str]:
     """("float32" or "bfloat16", the reason): Newton-Schulz's precision for matrices of ``shapes`` on
-    ``device`` (for "auto" on a CPU with bfloat16 instructions, timed on them once per machine)."""
-    check_ns_precision(asked)
+    ``device`` (for "auto" on a CPU with bfloat16 instructions, timed on them once per machine); ``asked``:
+    one of :data:`NS_PRECISIONS` (checked by :class:`Muon`)."""
     if asked != "auto":
         return asked, "as asked"
     device = torch.device(device)
@@ -86,13 +79,15 @@ def ns_ways(shapes: Iterable[tuple[int, int]], device: torch.device | str = "cpu
     return run(torch.float32), run(torch.bfloat16)
 
 
-class Muon(torch.optim.Muon):
+class Muon(getattr(torch.optim, "Muon", torch.optim.Optimizer)):  # torch < 2.9 has no Muon: make_optimizer says so
     """``torch.optim.Muon`` (same arguments and ``state_dict()``) with its Newton-Schulz precision chosen."""
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], ns_precision: str = "auto",
                  **options: object) -> None:
+        if ns_precision not in NS_PRECISIONS:
+            raise GlassformerError(f"ns_precision must be one of {list(NS_PRECISIONS)}, got {ns_precision!r}")
         super().__init__(params, **options)
-        self.ns_precision = check_ns_precision(ns_precision)
+        self.ns_precision = ns_precision
         self.ns_reason = ""
         self._ns_dtype: torch.dtype | None = None
 

@@ -34,7 +34,6 @@ def kept_steps(keep: str, max_steps: int) -> list[int]:
     """The steps whose checkpoints a run keeps (``keep`` as :func:`parse_keep` stores it), from 0 (the
     weights before training) to ``max_steps``: "log" keeps about two per doubling (0, 1, 2, 3, 4, 6, 8, 11,
     16, 23, ...) and the last step; N every N-th step and the last; "none" nothing."""
-    keep = parse_keep(keep)
     if keep == "none":
         return []
     if keep == "log":

@@ -35,11 +35,17 @@ class Run:
     batches: LMBatches | Seq2SeqBatches
 
 
-def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
-    """The run's tokenizer: reloaded from the checkpoint a resumed run continues from, else fitted on ``texts``."""
+def _resumed_tokenizer(config: TrainConfig) -> Tokenizer | None:
+    """The tokenizer of the checkpoint a resumed run continues from (None for a fresh run, or with none to resume)."""
     found = find_resumable(config.out_dir) if config.resume else None
-    if found is not None:
-        return Tokenizer.load(found / TOKENIZER)
+    return Tokenizer.load(found / TOKENIZER) if found is not None else None
+
+
+def _tokenizer(config: TrainConfig, texts: itertools.chain) -> Tokenizer:
+    """The run's tokenizer: the resumed checkpoint's, else fitted on ``texts``."""
+    resumed = _resumed_tokenizer(config)
+    if resumed is not None:
+        return resumed
     return make_tokenizer(config.tokenizer, texts, config.needed_specials(), config.tokenizer_vocab_size)
 
 
@@ -93,13 +99,11 @@ def _lm_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
 def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
     """Token files (a shards folder, modded-nanogpt shards, nanoGPT's train.bin): the tokenizer is the resumed
     checkpoint's or the one beside them; every file is checked against it."""
-    found = find_resumable(config.out_dir) if config.resume else None
+    tokenizer = _resumed_tokenizer(config)
     shards = open_shards(config.data[0], check=False)
-    if found is not None:
-        tokenizer = Tokenizer.load(found / TOKENIZER)
-    elif shards.tokenizer_file is not None:
+    if tokenizer is None and shards.tokenizer_file is not None:
         tokenizer = Tokenizer.load(shards.tokenizer_file)
-    else:
+    elif tokenizer is None:
         raise GlassformerError(f"token data {config.data[0]!r} has no tokenizer.json beside it: put the glassformer "
                                "tokenizer file that made the ids there (glassformer prepare writes one)")
     shards = open_shards(config.data[0], tokenizer.vocab_size, tokenizer.to_dict())
@@ -112,8 +116,7 @@ def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
 def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache: Path) -> tuple[Tokenizer, Any, Any]:
     """JSON lines, parquet, Arrow: prepared once into ``cache/shards-<key>`` (rank 0 prepares; the
     others wait for it), then read as shards."""
-    found = find_resumable(config.out_dir) if config.resume else None
-    resumed = Tokenizer.load(found / TOKENIZER) if found is not None else None
+    resumed = _resumed_tokenizer(config)
     key = hashlib.sha256(json.dumps([_fingerprint(sources), _fingerprint(val_sources), config.tokenizer,
                                      config.tokenizer_vocab_size, config.needed_specials(),
                                      config.val_fraction]).encode()).hexdigest()[:20]
@@ -162,12 +165,13 @@ def prepare_run(config: TrainConfig, *, checked: bool = False) -> Run:
 def _prepare(config: TrainConfig) -> Run:
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
-    _check_fits(config, config.tokenizer_vocab_size or len(config.needed_specials()) + 1)
+    smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
+    _check_fits(config, smallest)
     if config.watch:  # the microscope's probe too (watch.probe_length, probe_batch): before the token cache is made
-        from .microscope import check_watch  # (as the Trainer imports it: only for a watched run)
+        from .microscope import WatchConfig, probe_plan  # (as the Trainer imports it: only for a watched run)
 
-        smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
-        check_watch(config.watch, config.model_config(smallest), config.max_memory)
+        # without a <bos> (extra 0): the run's Microscope checks again, exactly
+        probe_plan(WatchConfig.from_dict(config.watch), config.model_config(smallest), 0, config.max_memory)
     if config.objective == "seq2seq":
         has_val = config.val_pairs or (config.val_src and config.val_tgt)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GlassformerError
+from ..io.checks import is_int
 from ..io.fileio import NotOursError
 
-KINDS = ("none", "tensorboard", "wandb")
-MODULES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # what each extra installs
+KINDS = ("none", "tensorboard", "wandb")  # each tracker's package (and extra) has its name
 EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writes
 STATE = "tracker.json"  # the tracker run's id and the last step each tracker holds
 
@@ -28,7 +28,7 @@ def parse_log(value: str, installed: bool = True) -> list[str]:
         raise GlassformerError(f"log must be one of {list(KINDS)} or several joined by commas, got {value!r}")
     names = [name for name in dict.fromkeys(names) if name != "none"]
     for name in names if installed else ():
-        if importlib.util.find_spec(MODULES[name]) is None:
+        if importlib.util.find_spec(name) is None:
             raise GlassformerError(f"log {name!r} needs the {name} package: pip install 'glassformer[{name}]'")
     return names
 
@@ -152,7 +152,8 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
             state = json.loads((out / STATE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             state = {}
-    if not isinstance(state.get("run_id"), str) or not isinstance(state.get("logged_through"), dict):
+    held = state.get("logged_through") if isinstance(state, dict) else None  # a damaged file: a new tracker run
+    if not (isinstance(held, dict) and isinstance(state.get("run_id"), str) and all(map(is_int, held.values()))):
         resume_step, state = None, {"run_id": f"gf-{secrets.token_hex(4)}", "logged_through": {}}
     resumed = resume_step is not None
     if resumed:  # steps after the checkpoint are logged again by a tracker that can replace them

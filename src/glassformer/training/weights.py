@@ -13,22 +13,14 @@ from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from ..errors import BadFileError
+from ..io.checks import first_line
 from ..io.fileio import rust_path
-from ..io.safetensors_header import Header, read_header, torch_dtype
-from ..io.safetensors_header import first_line as _first_line
+from ..io.safetensors_header import Header, torch_dtype
 from ..models import build_model
-
-__all__ = ["Header", "read_header", "header_numel", "weight_floor", "buffer_numel", "check_sizes", "meta_shapes",
-           "meta_specs", "meta_tensors", "load_tensors"]
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
 # elements of computed position tables (sinusoidal, RoPE) always allowed; beyond it, 4x the weights held
 BUFFER_ALLOWANCE = 2**28
-
-
-def header_numel(header: Header) -> int:
-    """The number of elements all tensors of ``header`` hold together."""
-    return sum(math.prod(shape) for shape, _ in header.values())
 
 
 def weight_floor(config: ModelConfig) -> int:
@@ -54,7 +46,7 @@ def check_sizes(config: ModelConfig, header: Header, source: str) -> None:
     """A :class:`BadFileError` naming ``source`` when ``config`` asks for far more than the weights ``header``
     describes (:func:`weight_floor`, blocks, position tables)."""
     c = config
-    held = header_numel(header)
+    held = sum(math.prod(shape) for shape, _ in header.values())  # elements of every tensor of the file
     need = weight_floor(c)
     blocks = c.n_layers if c.arch == "lm" else c.n_enc + c.n_dec
     many_heads = c.pos == "alibi" and c.n_heads > MAX_ALIBI_HEADS  # slopes are computed in Python, per head
@@ -113,7 +105,7 @@ def load_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
             with rust_path(file) as name_for_rust:
                 tensors = load_file(name_for_rust)
         except SafetensorError as error:
-            raise BadFileError(f"{file} is corrupt or truncated ({_first_line(error)})") from None
+            raise BadFileError(f"{file} is corrupt or truncated ({first_line(error)})") from None
         for name, tensor in tensors.items():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise BadFileError(f"{file}: tensor {name!r} holds NaN or infinity; glassformer never saves "

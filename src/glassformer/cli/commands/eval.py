@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -43,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from ...data.shards import looks_like_tokens, open_shards
     from ...errors import GlassformerError, UsageError
     from ...io.budget import check_fits, describe, forward_bytes, parse_size
-    from ...io.checks import check_int
+    from ...io.checks import check_int, is_int
+    from ...io.records import finite_or_null
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
     from ...viz.i18n import text as ui_text
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             check_int(f"--{option}", getattr(args, option), 1)
     check_int("--batch_size", args.batch_size, 1)
     block_size = args.block_size or training.get("block_size") or model.config.max_len
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+    if not is_int(block_size) or block_size < 1:
         block_size = model.config.max_len  # a training.json edited by hand
     if block_size > model.config.max_len:  # the window never exceeds the model's positions
         if args.block_size is not None:
@@ -97,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
                block=block_size), file=sys.stderr, flush=True)  # a long file takes a while: say what is happening
     metrics = evaluate(model, batches, args.batch_size, args.max_batches, char_level=tokenizer.kind == "char",
                        precision=precision)
-    clean = {k.removeprefix("val_"): v if not isinstance(v, float) or math.isfinite(v) else None
-             for k, v in metrics.items()}
+    clean = finite_or_null({k.removeprefix("val_"): v for k, v in metrics.items()})
     print(json.dumps({"objective": objective, "precision": precision.name, "data": scored, **clean}, allow_nan=False))
     return 0

@@ -22,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "likely next tokens (circuit-tracer's algorithm and files). Writes OUT/graph.pt (unpruned), "
                     "OUT/graph.json (pruned, circuit-tracer's frontend format) and OUT/graph.html (offline page).",
         epilog="example: glassformer graph out/sc/best --transcoders out/sc/transcoders --prompt 'ROMEO:' "
-               "--out out/sc/graph",
-        allow_abbrev=False)
+               "--out out/sc/graph")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--transcoders", type=Path, required=True,
                         help="a transcoder folder in circuit-tracer's layout (config.yaml + safetensors)")

@@ -87,10 +87,8 @@ def _load(args: argparse.Namespace):
         from ...interop.hf_dir import is_hf_dir, load_hf_dir
         from ...training.checkpoint import load
 
-        if not is_hf_dir(args.checkpoint):
-            return load(args.checkpoint)
-        model, tokenizer = load_hf_dir(args.checkpoint)
-        if tokenizer is None:
+        model, tokenizer = load_hf_dir(args.checkpoint) if is_hf_dir(args.checkpoint) else load(args.checkpoint)
+        if tokenizer is None:  # a Hugging Face folder without tokenizer files
             raise GlassformerError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
         return model, tokenizer
     import torch
@@ -114,13 +112,13 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ...errors import UsageError
-    from ...io.checks import check_seed
+    from ...io.checks import MAX_SEED, check_int
     from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report import check_report_options, write_report
     from ...viz.report_run import is_run_dir, write_run_page
-    from .precision import choose_precision, forward_work
+    from .precision import choose_precision
 
     lang = resolve_lang(args.lang, "--lang")
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
@@ -133,10 +131,11 @@ def run(args: argparse.Namespace) -> int:
     claim_outputs([args.out], [args.checkpoint] if args.checkpoint is not None else [], "--out")  # before loading
     check_report_options(max_tokens=args.max_tokens, generate=args.generate, top_k=args.top_k,
                          pad_to=args.pad_to, prefix="--")  # before loading: a typo fails at once
-    check_seed("--seed", args.seed)
+    check_int("--seed", args.seed, 0, MAX_SEED)
     model, tokenizer = _load(args)
     ids = torch.tensor([tokenizer.encode(args.text)[:args.max_tokens] or [0]])
-    precision = choose_precision(args.precision, model, forward_work(model, ids), f"inspect | 1x{ids.shape[1]}")
+    work = (lambda: model(ids, ids)) if model.config.arch == "encoder-decoder" else (lambda: model(ids))
+    precision = choose_precision(args.precision, model, work, f"inspect | 1x{ids.shape[1]}")
     with precision.autocast(next(model.parameters()).device):
         path = write_report(model, tokenizer, args.text, args.target, args.out, prefix_len=args.prefix_len,
                             pad_to=args.pad_to, generate=args.generate, top_k=args.top_k,

@@ -36,8 +36,3 @@ def choose_precision(asked: str, model: Any, work: Callable[[], object], what: s
     if asked != "float32":
         print(chosen.describe(), file=sys.stderr, flush=True)
     return chosen
-
-
-def forward_work(model: Any, ids: Any) -> Callable[[], object]:
-    """A forward pass of ``model`` on the (B, T) ``ids`` (source and target of an encoder-decoder)."""
-    return (lambda: model(ids, ids)) if model.config.arch == "encoder-decoder" else (lambda: model(ids))

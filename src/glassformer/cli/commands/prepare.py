@@ -22,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "memory-mapped. Reads text (.gz, .zst), JSON lines, parquet and Arrow files, folders and globs. "
                     "Interrupted, it resumes at the last whole shard; run again on the same input, it does nothing. "
                     "More: docs/data.md.",
-        epilog="example: glassformer prepare corpus/*.jsonl.gz --tokenizer bpe --vocab_size 8192 --out shards",
-        allow_abbrev=False)
+        epilog="example: glassformer prepare corpus/*.jsonl.gz --tokenizer bpe --vocab_size 8192 --out shards")
     parser.add_argument("data", nargs="+", help="corpus files, folders or glob patterns")
     parser.add_argument("--out", type=Path, required=True, help="folder the shards, tokenizer and manifest go to")
     parser.add_argument("--tokenizer", default="bpe",

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  glassformer recipe shakespeare_char_fast --max_steps 200\n"
                "  glassformer recipe configs/multi30k_de_en.yaml --data_dir ../shared/data\n\n"
                "shipped recipes: " + ", ".join(_shipped()),
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", metavar="RECIPE",
                         help="a shipped recipe's NAME (e.g. shakespeare_char_fast) or a recipe YAML file")
     parser.add_argument("--data_dir", default=None,

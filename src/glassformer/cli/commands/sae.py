@@ -23,8 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "from text files through the model. Any key can be given as --key value or in --config; "
                     "writes out_dir (default CHECKPOINT/../sae-HOOK): sae/ (safetensors + JSON), metrics.json, "
                     "features.html and state/ (--resume true continues from it). Keys: docs/sae.md.",
-        epilog="example: glassformer sae out/sc/best --hook blocks.2.hook_resid_post --data input.txt --steps 1000",
-        allow_abbrev=False)
+        epilog="example: glassformer sae out/sc/best --hook blocks.2.hook_resid_post --data input.txt --steps 1000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of SAE keys (optional: --key value alone works)")
     parser.set_defaults(func=run, overrides=[])

@@ -3,7 +3,6 @@ under ``torchrun --nproc_per_node=N`` (docs/training.md)."""
 
 import argparse
 import json
-import math
 import sys
 import textwrap
 from pathlib import Path
@@ -49,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=textwrap.fill(description, 100),
         epilog=keys_help() + "\n\nexample: glassformer train --config configs/shakespeare_char.yaml --max_steps 500 "
                              "--out_dir out/sc",
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.add_argument("--json", action="store_true",
                         help="print the run's summary as one JSON line instead of the readable lines")
@@ -133,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     (143) stopped the run after saving a checkpoint (then the command that resumes is printed).
     """
     from ...io.fileio import atomic_write, claim_outputs
+    from ...io.records import finite_or_null
     from ...training import TrainConfig, Trainer, prepare_run
     from ...training.distributed import init_distributed, shutdown
     from ...training.report import say, summary_lines, use_language
@@ -164,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown(dist)
     if dist.is_main:
-        full = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
-                for k, v in result.items() if k != "history"}  # strict JSON: no NaN token
+        full = finite_or_null({k: v for k, v in result.items() if k != "history"})  # strict JSON: no NaN token
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in full.items()}
         atomic_write(summary_file, json.dumps(full, indent=1) + "\n", what="run summary")
         kept = [str(Path(config.out_dir) / name) for name in ("last", "best") if (Path(config.out_dir) / name).exists()]

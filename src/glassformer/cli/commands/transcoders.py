@@ -26,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "safetensors) with metrics.json, features-L{i}.html and state/ (--resume true continues from "
                     "it). Keys: docs/transcoders.md.",
         epilog="example: glassformer transcoders out/sc/best --data input.txt --out_dir out/sc/tc --kind plt "
-               "--steps 2000",
-        allow_abbrev=False)
+               "--steps 2000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of transcoder keys (optional: --key value alone works)")
     parser.set_defaults(func=run, overrides=[])

@@ -14,6 +14,7 @@ from torch.nn.utils.rnn import pad_sequence
 from ...errors import GlassformerError, MissingFileError
 from ...io.checks import check_int, check_number
 from ...models import EncoderDecoder, TransformerLM
+from ...validate import check_choice
 from ..hooks import hooks
 from ..points import HookPoint, hook_points, resolve
 
@@ -22,11 +23,7 @@ SPLITS = ("train", "val")
 
 
 class _Captured(Exception):
-    """Raised by the capturing hook to stop the forward once the hook's tensor is in hand."""
-
-    def __init__(self, tensor: torch.Tensor):
-        super().__init__("captured")
-        self.tensor = tensor
+    """Raised by the capturing hook to stop the forward once the hooks' tensors are in hand."""
 
 
 def hook_point(model: nn.Module, name: str) -> HookPoint:
@@ -113,8 +110,7 @@ class ActivationSource:
         self.encdec = isinstance(model, EncoderDecoder)
         self.context = check_int("context", context, 1 if self.encdec else 2, model.config.max_len)
         self.batch = check_int("batch", batch, 1, 1 << 16)
-        if split not in SPLITS:
-            raise GlassformerError(f"split must be one of {SPLITS}, got {split!r}")
+        check_choice("split", split, SPLITS)
         check_number("val_fraction", val_fraction, 0.0, 0.5)
         if split == "val" and val_fraction == 0:
             raise GlassformerError("val_fraction is 0, so there is no 'val' split to read")
@@ -260,17 +256,15 @@ class ActivationSource:
         def capture(x: torch.Tensor, hook: HookPoint) -> None:
             seen[hook.name] = x.detach()
             if hook.name == self.last:
-                raise _Captured(x)
+                raise _Captured
 
         try:
             with hooks(self.model, [(p.name, capture) for p in self.points]):
                 self.model(*inputs.args, **inputs.kwargs)
         except _Captured:
-            if not self.several:
-                return self.flat(seen[self.point.name])
-            missing = [p.name for p in self.points if p.name not in seen]
-            if not missing:
-                return torch.stack([self.flat(seen[p.name]) for p in self.points], dim=2)
+            if all(p.name in seen for p in self.points):
+                rows = [self.flat(seen[p.name]) for p in self.points]
+                return torch.stack(rows, dim=2) if self.several else rows[0]
         raise GlassformerError(f"hook {self.last!r} did not fire for this input")
 
     def flat(self, x: torch.Tensor) -> torch.Tensor:

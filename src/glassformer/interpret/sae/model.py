@@ -21,10 +21,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ...errors import BadFileError, GlassformerError, MissingFileError
-from ...io.checks import check_inside, check_int
+from ...io.checks import check_inside, check_int, shown
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
-from ...validate import CheckedConfig, check_fields, option
+from ...validate import check_fields, option
 
 KINDS = ("relu", "topk")
 WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
@@ -35,7 +35,7 @@ MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here 
 
 
 @dataclass
-class SAEConfig(CheckedConfig):
+class SAEConfig:
     """What defines an SAE (``sae.json`` holds it): ``d_in`` the activation's width (its last axes
     flattened), ``d_sae`` features, ``kind`` "relu" or "topk" (``k`` features per token), the ``hook`` it
     reads, and ``input_scale`` applied before encoding."""
@@ -88,9 +88,8 @@ class SparseAutoencoder(nn.Module):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_in) activations -> (..., d_sae) sparse features."""
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_in:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise GlassformerError(f"this SAE reads activations of width d_in={self.config.d_in} "
-                                   f"({self.config.hook or 'no hook'}), got {got}")
+                                   f"({self.config.hook or 'no hook'}), got {shown(x)}")
         return self.activate(self.pre_activations(x))
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:
