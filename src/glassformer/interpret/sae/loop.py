@@ -249,7 +249,7 @@ class ActivationTrainer:
         return True
 
 
-def checked_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, file: Path, what: str) -> torch.Tensor:
+def check_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, file: Path, what: str) -> torch.Tensor:
     """``value`` (read from the state ``file``) when a ``dtype`` tensor of ``shape``; else a BadFileError
     "FILE: ``what`` of shape SHAPE"."""
     if not torch.is_tensor(value) or tuple(value.shape) != tuple(shape) or value.dtype != dtype:

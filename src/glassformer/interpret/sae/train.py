@@ -16,7 +16,7 @@ from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
 from ...validate import option
 from .activations import geometric_median
-from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, checked_tensor
+from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_tensor
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
 
@@ -176,7 +176,7 @@ class SAETrainer(ActivationTrainer):
         """The SAE, generator and last_fired a state saved."""
         if "generator" not in state:
             raise BadFileError(f"{file}: the key 'generator' is missing")
-        fired = checked_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
                                "last_fired must be an int64 tensor")
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
