@@ -177,7 +177,7 @@ class SAETrainer(ActivationTrainer):
         if "generator" not in state:
             raise BadFileError(f"{file}: the key 'generator' is missing")
         fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
-                               "last_fired must be an int64 tensor")
+                             "last_fired must be an int64 tensor")
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
             raise BadFileError(f"{str(folder)!r} holds an SAE of another size")

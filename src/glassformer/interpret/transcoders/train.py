@@ -210,15 +210,15 @@ class TranscoderTrainer(ActivationTrainer):
     def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
         """The transcoders, variances and last_fired a state saved, each checked against this run's shapes."""
         fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
-                               "last_fired must be an int64 tensor")
+                             "last_fired must be an int64 tensor")
         saved, ours = state.get("transcoders"), self.transcoders.state_dict()
         if not isinstance(saved, dict) or set(saved) != set(ours):
             raise BadFileError(f"{file}: 'transcoders' must hold the tensors {sorted(ours)}")
         for name, tensor in saved.items():
             check_tensor(tensor, ours[name].shape, ours[name].dtype, file,
-                           f"transcoders tensor {name!r} must be {ours[name].dtype}")
+                         f"transcoders tensor {name!r} must be {ours[name].dtype}")
         variance = check_tensor(state.get("variance"), (self.n_layers,), torch.float32, file,
-                                  "variance must be a float32 tensor")
+                                "variance must be a float32 tensor")
         self.transcoders.load_state_dict(saved)
         self.variance = variance.to(self.device)
         self.last_fired = fired
