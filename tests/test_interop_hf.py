@@ -199,6 +199,15 @@ def test_export_of_config_no_family_fits_names_the_field():
         to_hf(model)
 
 
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_export_refuses_qk_norm(pos):
+    """No family normalises queries and keys without a weight: exporting such a model would change its logits."""
+    model = TransformerLM(ModelConfig(vocab_size=V, d_model=32, n_heads=4, n_layers=1, d_ff=48, pos=pos,
+                                      scale_embeddings=False, qk_norm=True))
+    with pytest.raises(ValueError, match=r"no Hugging Face architecture.*ModelConfig\.qk_norm=True"):
+        to_hf(model)
+
+
 # ---------------------------------------------------------------------------------------------- generation
 generation = pytest.importorskip("glassformer.generation")
 

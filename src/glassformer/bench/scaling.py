@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..training.optim import make_optimizer
-from .setups import SIZES, Size, glass_model
+from .setups import SIZES, Size, glass_model, seeded_batch
 from .timing import paired
 from .train import ADAMW, train_step
 
@@ -37,8 +37,7 @@ def bench_scaling(base: Size = SIZES["small"], *, rounds: int = 3, calls: int = 
         for value in values:
             size = _point(base, field, value)
             model = glass_model(size, device).train()
-            g = torch.Generator().manual_seed(0)
-            ids = torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+            ids, _ = seeded_batch(size, device)
             steps[str(value)] = train_step(model, make_optimizer(model, **ADAMW), ids, ids.roll(-1, dims=1),
                                            precision=precision)
             tokens[str(value)] = size.batch * size.block

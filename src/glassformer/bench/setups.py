@@ -81,6 +81,13 @@ def get_size(name: str) -> Size:
     return SIZES[name]
 
 
+def seeded_batch(size: Size, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, targets), (batch, block) each: random ids from a generator seeded 0 (the same on every call)."""
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
+                 for _ in range(2))
+
+
 def glass_model(size: Size, device: torch.device | str = "cpu", **changes: object) -> TransformerLM:
     """The glassformer model of ``size`` (config fields in ``changes`` overridden), seeded, float32."""
     torch.manual_seed(0)

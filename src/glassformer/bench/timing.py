@@ -146,11 +146,3 @@ def _flush_streams() -> None:
     with contextlib.suppress(OSError, AttributeError, TypeError):  # no C library reachable so (Windows)
         ctypes.CDLL(None).fflush(None)
 
-
-def tensor_bytes(tensors: object) -> int:
-    """Total bytes of the tensors in a (nested) list/tuple/dict, e.g. parameters plus optimiser state."""
-    if isinstance(tensors, torch.Tensor):
-        return tensors.numel() * tensors.element_size()
-    if isinstance(tensors, dict):
-        tensors = list(tensors.values())
-    return sum(tensor_bytes(v) for v in tensors) if isinstance(tensors, (list, tuple)) else 0

@@ -14,8 +14,8 @@ from ..errors import GlassformerError
 from ..runtime.attention import use_bf16_attention
 from ..training.optim import make_optimizer
 from .nanogpt import nanogpt_loss, nanogpt_model
-from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, train_flops_per_token
-from .timing import paired, paired_ratio, peak_memory, tensor_bytes, time_call
+from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, seeded_batch, train_flops_per_token
+from .timing import paired, paired_ratio, peak_memory, time_call
 
 # nanoGPT's AdamW settings, built by the library's make_optimizer (fused, decay on weight matrices only)
 ADAMW = {"lr": 1e-3, "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8, "fused": True}
@@ -49,12 +49,6 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Te
         optimizer.zero_grad(set_to_none=True)
 
     return step
-
-
-def _batch(size: Size, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return tuple(torch.randint(0, size.vocab_size, (size.batch, size.block), generator=g).to(device)
-                 for _ in range(2))
 
 
 def _non_embedding_params(model: nn.Module) -> int:
@@ -117,7 +111,7 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
     precision, on one float32 model and AdamW each, with a ``matmul_n`` matmul per precision, all paired.
     Returns precision -> tokens_per_s, spread, peak_mb, flops_per_token, mfu and seconds per contender,
     matmul_flops (best matmul round), peak_flops (what mfu is against), ratio_vs_hf / ratio_vs_nanogpt."""
-    ids, targets = _batch(size, device)
+    ids, targets = seeded_batch(size, device)
     steps, memory, flops = {}, {}, {}
     for name in contenders:
         model = build_contender(name, size, device, nanogpt).train()
@@ -130,7 +124,8 @@ def bench_train(size: Size, *, rounds: int = 5, calls: int = 3,
             step = steps[name, precision] = train_step(model, optimizer, ids, targets, precision=precision,
                                                        loss_fn=loss_fn)
             step()  # creates the optimiser state, so it is counted below
-            held = tensor_bytes(list(model.parameters())) + tensor_bytes(list(optimizer.state.values()))
+            state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+            held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
             memory[name, precision] = (held + peak_memory(step, device)) / 2 ** 20
     products = _matmuls(precisions, matmul_n, device)
     timed = paired({**{f"{name} {p}": fn for (name, p), fn in steps.items()},
@@ -161,7 +156,7 @@ def bench_train_compile(size: Size, *, rounds: int = 5, calls: int = 3, device: 
                         precision: str = "float32") -> dict[str, Any]:
     """``torch.compile`` of a training step in ``precision``: first_call_s (compiling + one step),
     eager_step_s, tokens_per_s eager and compiled, and gain (eager / compiled seconds, paired)."""
-    ids, targets = _batch(size, device)
+    ids, targets = seeded_batch(size, device)
     eager, compiled = glass_model(size, device), glass_model(size, device)
     steps = {"eager": train_step(eager, make_optimizer(eager, **ADAMW), ids, targets, precision=precision),
              "compiled": train_step(torch.compile(compiled), make_optimizer(compiled, **ADAMW), ids, targets,

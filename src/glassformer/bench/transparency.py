@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from ..interpret import attention_weights, run_with_cache
-from .setups import Size, glass_model, in_precision
+from .setups import Size, glass_model, in_precision, seeded_batch
 from .timing import paired, paired_ratio
 
 
@@ -16,8 +16,7 @@ def bench_transparency(size: Size, *, rounds: int = 5, calls: int = 3, device: t
     and cache_everything. Returns per precision tokens_per_s of each, ratio (return_attn / fused seconds: 1.3
     means looking inside costs 30% more time) and ratios (each one's seconds / fused seconds)."""
     model = glass_model(size, device).eval()
-    ids = torch.randint(0, size.vocab_size, (size.batch, size.block),
-                        generator=torch.Generator().manual_seed(0)).to(device)
+    ids, _ = seeded_batch(size, device)
     contenders = {"fused": lambda: model(ids), "return_attn": lambda: model(ids, return_attn=True),
                   "one_layer_weights": lambda: attention_weights(model, ids, layers=[size.n_layers - 1]),
                   "cache_everything": lambda: run_with_cache(model, ids)}

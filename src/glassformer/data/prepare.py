@@ -38,11 +38,6 @@ EOT = "eos"  # the special token that ends every document (GPT-2's <|endoftext|>
 _TEMP = re.compile(r"\.(train|val)(_\d{6})?\.bin\.tmp-\d+-[0-9a-f]{8}")
 
 
-def progress_clock() -> float:
-    """The heartbeat's clock (``glassformer.io.progress.seconds``: tests replace it)."""
-    return _progress.seconds()
-
-
 def shard_name(split: str, index: int, fmt: str) -> str:
     """``train_000003.bin`` (shards) or ``train.bin`` (nanogpt)."""
     return f"{split}.bin" if fmt == "nanogpt" else f"{split}_{index:06d}.bin"
@@ -53,12 +48,11 @@ class _Writer:
     header completed, fsynced and renamed when full (``limit`` tokens) or at the end. ``start``: (piece,
     token) where the open shard's first token comes from, what :data:`PROGRESS` records."""
 
-    def __init__(self, folder: Path, split: str, fmt: str, version: int, limit: int, index: int,
-                 start: tuple[int, int], inputs: Sequence[Path]):
+    def __init__(self, folder: Path, split: str, fmt: str, version: int, limit: int,
+                 entries: list[dict[str, Any]], start: tuple[int, int], inputs: Sequence[Path]):
         self.folder, self.split, self.fmt, self.version, self.limit = folder, split, fmt, version, limit
-        self.index, self.start, self.inputs = index, start, inputs
+        self.entries, self.index, self.start, self.inputs = list(entries), len(entries), start, inputs
         self.dtype = VERSIONS[version] if fmt == "shards" else np.dtype("<u2")
-        self.entries: list[dict[str, Any]] = []
         self.file: AtomicFile | None = None
         self.count = 0
 
@@ -275,8 +269,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         if isinstance(spec, Tokenizer):
             tok = spec
         else:
-            all_sources = sources + val_sources
-            sample = _sample(iter_pieces(all_sources, text_field), settings["tokenizer_sample"])
+            sample = _sample(iter_pieces(sources + val_sources, text_field), settings["tokenizer_sample"])
             tok = make_tokenizer(spec, sample, settings["specials"], settings["vocab_size"])
         atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
     if fmt == "nanogpt" and tok.vocab_size > 1 << 16:
@@ -286,10 +279,8 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     version = shards.version_for(tok.vocab_size)
     limit = settings["shard_tokens"] if fmt == "shards" else (1 << 62)
     state = progress or {"train": [], "val": [], "start": {"train": [0, 0], "val": [0, 0]}}
-    writers = {split: _Writer(folder, split, fmt, version, limit, len(state[split]), tuple(state["start"][split]),
-                              inputs) for split in ("train", "val")}
-    for split, writer in writers.items():
-        writer.entries = list(state[split])
+    writers = {split: _Writer(folder, split, fmt, version, limit, state[split], tuple(state["start"][split]), inputs)
+               for split in ("train", "val")}
     resume_at = min(w.start[0] for w in writers.values())
     documents = {"train": 0, "val": 0}
     tokens = {split: sum(e["tokens"] for e in writers[split].entries) for split in writers}
@@ -319,7 +310,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     documents[split] += 1
                     document += 1 if fraction is not None else 0
 
-    started = progress_clock()
+    started = _progress.seconds()
     try:
         with Heartbeat("preparing shards", total=total, unit="bytes") as beat, beat.beating():
             batch: list[tuple[int, str, str, bool]] = []
@@ -346,7 +337,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     flush()
                     size = 0
                 done = tokens["train"] + tokens["val"]
-                elapsed = max(progress_clock() - started, 1e-9)
+                elapsed = max(_progress.seconds() - started, 1e-9)
                 rate, eta = done / elapsed, ""
                 if total and beat.done:
                     eta = f", ETA {elapsed * max(total - beat.done - nbytes, 0) / (beat.done + nbytes):,.0f} s"

@@ -215,18 +215,6 @@ def _manifest_value(manifest: dict[str, Any], key: str, kind: type, path: Path) 
     return value
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of a shards folder, its format checked (a BadFileError naming it when not glassformer's)."""
-    from ..io.loaders import load_json
-
-    path = folder / MANIFEST
-    manifest = load_json(path, "shards manifest")
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise BadFileError(f"{str(path)!r} is not a glassformer shards manifest (no \"format\": "
-                           f"\"{MANIFEST_FORMAT}\")")
-    return manifest
-
-
 def looks_like_tokens(path: str | Path) -> bool:
     """Whether ``path`` names token data :func:`open_shards` reads: a folder with a glassformer manifest, shard
     files or nanoGPT's ``train.bin``, or one ``.bin`` file."""
@@ -273,8 +261,13 @@ def _beside(folder: Path) -> Path | None:
 
 def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[str, Any] | None,
                    check: bool) -> Shards:
-    manifest = read_manifest(folder)
+    from ..io.loaders import load_json
+
     where = folder / MANIFEST
+    manifest = load_json(where, "shards manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise BadFileError(f"{str(where)!r} is not a glassformer shards manifest (no \"format\": "
+                           f"\"{MANIFEST_FORMAT}\")")
     tokenizer = _manifest_value(manifest, "tokenizer", dict, where)
     want_hash = tokenizer.get("sha256")
     file = folder / TOKENIZER_FILE

@@ -8,7 +8,6 @@ document of one piece. The pieces of a corpus always come in the same order, so 
 position :mod:`glassformer.data.prepare` can resume at."""
 
 import glob
-import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
-from .text import iter_text
+from .text import iter_text, open_binary
 
 PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
 TEXT_SUFFIXES = {".txt", ".text", ".md", ".rst", ".csv", ".tsv", ".html", ".xml", ".tex", ""}
@@ -57,15 +56,13 @@ def _kind(path: Path) -> str | None:
 def _arrow_folder(folder: Path) -> list[Path] | None:
     """The Arrow files of a Hugging Face ``save_to_disk`` folder in their order (a DatasetDict: its "train"
     split, else every split), or None when ``folder`` is not one."""
-    if (folder / "dataset_dict.json").is_file():
-        from ..io.loaders import load_json
+    from ..io.loaders import load_json
 
+    if (folder / "dataset_dict.json").is_file():
         splits = load_json(folder / "dataset_dict.json", "dataset_dict.json").get("splits", [])
         chosen = ["train"] if "train" in splits else list(splits)
         return [f for split in chosen for f in (_arrow_folder(folder / str(split)) or [])]
     if (folder / "state.json").is_file():
-        from ..io.loaders import load_json
-
         state = load_json(folder / "state.json", "state.json")
         files = state.get("_data_files") if isinstance(state, dict) else None
         if isinstance(files, list) and all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
@@ -119,22 +116,6 @@ def list_sources(data: Sequence[str | Path]) -> list[Source]:
     return found
 
 
-def _binary(path: Path) -> io.BufferedIOBase:
-    """``path`` opened for reading bytes, through gzip or zstandard for ``.gz`` / ``.zst``."""
-    suffix = path.suffix.lower()
-    if suffix == ".gz":
-        import gzip
-        return gzip.open(path, "rb")
-    if suffix == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise UsageError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
-                             "'glassformer[data]', or zstandard)") from None
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
-
-
 def _field(record: object, field: str) -> object:
     """``record[field]``, a dotted ``field`` reading nested objects (``meta.text``); KeyError when absent."""
     for key in field.split("."):
@@ -146,7 +127,7 @@ def _field(record: object, field: str) -> object:
 
 def _json_documents(path: Path, field: str) -> Iterator[str]:
     """The ``field`` of each JSON line of ``path`` (a ``.json`` file holding one array: of each item)."""
-    with _binary(path) as handle:
+    with open_binary(path) as handle:
         first = handle.peek(64)[:64] if hasattr(handle, "peek") else b""
         if path.suffix.lower() == ".json" and first.lstrip()[:1] == b"[":
             raw = handle.read(MAX_JSON_ARRAY_BYTES + 1)
@@ -253,13 +234,11 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
     for source in sources:
         if source.kind == "text":
             pieces = iter_text(source.path, piece_chars)
-            previous = None
+            previous = next(pieces)  # there is one: iter_text refuses a file without text
             for piece in pieces:
-                if previous is not None:
-                    yield previous, False
+                yield previous, False
                 previous = piece
-            if previous is not None:
-                yield previous, True
+            yield previous, True
             continue
         reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
         for text in reader(source.path, text_field):

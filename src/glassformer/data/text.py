@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
 
 CHUNK_CHARS = 1 << 22
 LONG_LINE_CHARS = 1 << 20  # a line longer than this is cut (before a space) rather than held whole
@@ -30,7 +30,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
     A missing, empty, non-UTF-8 or whitespace-only file is a one-line error."""
     path = check_file(path, what)
     carry, seen_text = "", False
-    with _open_text(path) as handle:
+    with io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="") as handle:
         while True:
             try:
                 piece = handle.read(chunk_chars)
@@ -61,20 +61,19 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
         yield carry
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    """``path`` opened as UTF-8 text, through gzip (``.gz``) or zstandard (``.zst``, an optional extra)."""
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """``path`` opened for reading bytes, through gzip (``.gz``) or zstandard (``.zst``, an optional extra)."""
     suffix = path.suffix.lower()
     if suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
+        return gzip.open(path, "rb")
     if suffix != ".zst":
-        return open(path, encoding="utf-8", newline="")  # noqa: SIM115 (the caller's with closes it)
+        return open(path, "rb")  # noqa: SIM115 (the caller's with closes it)
     try:
         import zstandard
     except ImportError:
-        raise GlassformerError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
-                               "'glassformer[data]', or zstandard)") from None
-    raw = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
-    return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", newline="")
+        raise UsageError(f"{str(path)!r} is zstd-compressed: install the extra (pip install "
+                         "'glassformer[data]', or zstandard)") from None
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
 
 
 def read_text(path: str | Path, what: str = "corpus file") -> str:

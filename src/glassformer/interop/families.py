@@ -22,11 +22,6 @@ OPEN_CONTEXT = 2048
 Fill = dict[str, tuple[tuple[int, ...], float]]  # their tensor name -> (shape, the value of every element)
 
 
-def _no_fill(config: ModelConfig) -> Fill:
-    """Nothing to write as constants: the model has every tensor of the family."""
-    return {}
-
-
 @dataclass(frozen=True)
 class Family:
     """One Hugging Face architecture family: our ``name``, their ``model_type`` and classes with and without head.
@@ -47,7 +42,7 @@ class Family:
     rules: Callable[[ModelConfig, bool], list[Rule]]
     has_head: Callable[[ModelConfig], bool]
     ignore: tuple[str, ...] = ()
-    fill: Callable[[ModelConfig], Fill] = _no_fill
+    fill: Callable[[ModelConfig], Fill] = lambda config: {}  # default: the model has every tensor of the family
 
     def check_exportable(self, config: ModelConfig) -> None:
         """Raise ValueError naming the first field this family cannot represent."""
@@ -185,7 +180,7 @@ def _gpt2_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("causal",), pos=("learned", "none"), norm=("layernorm",), norm_first=(True,),
                 tie=(True,), head_bias=(False,), n_kv_heads=(None, c.n_heads),
                 scale_embeddings=(False,), n_token_types=(0,), embed_norm=(False,), pos_offset=(0,),
-                head_transform=(False,), activation=tuple(ACT_TO_HF))
+                head_transform=(False,), activation=tuple(ACT_TO_HF), qk_norm=(False,))
 
 
 def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -241,7 +236,7 @@ def _neox_to_hf(c: ModelConfig) -> dict[str, Any]:
 def _neox_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("causal",), pos=("rope",), norm=("layernorm",), norm_first=(True,),
                 head_bias=(False,), n_kv_heads=(None, c.n_heads), scale_embeddings=(False,), n_token_types=(0,),
-                embed_norm=(False,), head_transform=(False,), activation=tuple(ACT_TO_HF))
+                embed_norm=(False,), head_transform=(False,), activation=tuple(ACT_TO_HF), qk_norm=(False,))
 
 
 def _neox_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -296,7 +291,7 @@ def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
 def _llama_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("causal",), pos=("rope",), norm=("rmsnorm",), norm_first=(True,),
                 attn_only=(False,), activation=("swiglu", "geglu"), head_bias=(False,), scale_embeddings=(False,),
-                n_token_types=(0,), embed_norm=(False,), head_transform=(False,))
+                n_token_types=(0,), embed_norm=(False,), head_transform=(False,), qk_norm=(False,))
 
 
 def _llama_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -362,7 +357,8 @@ def _bert_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("lm",), attn=("bidirectional",), pos=("learned",), norm=("layernorm",), norm_first=(False,),
                 bias=(True,), attn_only=(False,), tie=(True,), head_bias=(c.head_transform,),
                 n_kv_heads=(None, c.n_heads), scale_embeddings=(False,), embed_norm=(True,), pos_offset=(0,),
-                activation=tuple(ACT_TO_HF), n_token_types=(c.n_token_types,) if c.n_token_types >= 1 else (2,))
+                activation=tuple(ACT_TO_HF), n_token_types=(c.n_token_types,) if c.n_token_types >= 1 else (2,),
+                qk_norm=(False,))
 
 
 def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
@@ -421,7 +417,8 @@ def _bart_to_hf(c: ModelConfig) -> dict[str, Any]:
 def _bart_required(c: ModelConfig) -> dict[str, tuple]:
     return dict(arch=("encoder-decoder",), pos=("learned",), pos_offset=(2,), split_positions=(True,),
                 embed_norm=(True,), norm=("layernorm",), norm_first=(False,), bias=(True,), norm_eps=(1e-5,),
-                attn_only=(False,), n_kv_heads=(None, c.n_heads), n_token_types=(0,), activation=tuple(ACT_TO_HF))
+                attn_only=(False,), n_kv_heads=(None, c.n_heads), n_token_types=(0,), activation=tuple(ACT_TO_HF),
+                qk_norm=(False,))
 
 
 def _bart_layer(c: ModelConfig, ours: str, theirs: str, cross: bool) -> list[Rule]:

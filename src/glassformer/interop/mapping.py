@@ -11,8 +11,6 @@ import torch
 
 from ..errors import GlassformerError
 
-LAYOUTS = ("same", "transposed", "row", "heads_qkv")
-
 
 @dataclass(frozen=True)
 class Rule:
@@ -36,8 +34,6 @@ class Rule:
 def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "same",
          aliases: Iterable[str] = (), heads: int = 0) -> Rule:
     """Shorthand for :class:`Rule` with ``theirs`` as positional arguments."""
-    if layout not in LAYOUTS:
-        raise GlassformerError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases), heads)
 
 

@@ -70,6 +70,13 @@ def script_text(script: str) -> str:
     return f"\n{script}\n"
 
 
+def page_end(footer: str, data_id: str, data: Any, script: str) -> str:
+    """The end of a page that :func:`page_start` began with ``script``: the ``footer`` (HTML), ``data`` as JSON in
+    the element ``data_id`` (what the script reads), then the script."""
+    return (f'<footer>{footer}</footer>\n<script type="application/json" id="{data_id}">{script_json(data)}</script>\n'
+            f"{script_element(script)}\n</body>\n</html>\n")
+
+
 def script_element(script: str) -> str:
     """``<script>`` with ``script`` as :func:`page_start`'s policy allows it to run."""
     return f"<script>{script_text(script)}</script>"

@@ -12,13 +12,12 @@ from torch import nn
 
 from ..io.fileio import atomic_write
 from .i18n import text as tr
-from .page import CSP, asset, page_start, script_element, script_json, shown_token
-from .report_gather import AttentionView, ReportData, gather
+from .page import asset, page_end, page_start, shown_token
+from .report_gather import ReportData, gather
 from .report_interpret import interpret_html
-from .report_tokens import MAX_STEPS, MAX_TOKENS, MAX_TOP_K, PAD_LABEL, check_report_options
+from .report_tokens import check_report_options
 
-__all__ = ["AttentionView", "CSP", "MAX_STEPS", "MAX_TOKENS", "MAX_TOP_K", "PAD_LABEL", "Report", "ReportData",
-           "check_report_options", "gather", "render_html", "report_html", "write_report"]
+__all__ = ["Report", "check_report_options", "gather", "render_html", "report_html", "write_report"]
 
 
 def _table(rows: list[tuple[str, str]], cls: str, head: tuple[str, str]) -> str:
@@ -87,12 +86,7 @@ def render_html(data: ReportData) -> str:
 <p>{label("model.params", params=f"{data.params:,}")}</p>
 {_table(part_rows, "gf-param-table", (tr("model.part", lang), tr("model.parameters", lang)))}
 {_table(config_rows, "gf-config-table", (tr("model.field", lang), tr("model.value", lang)))}</section>
-<footer>{label("footer")}</footer>
-<script type="application/json" id="gf-data">{script_json(data.to_json())}</script>
-{script_element(asset("report.js"))}
-</body>
-</html>
-"""
+{page_end(label("footer"), "gf-data", data.to_json(), asset("report.js"))}"""
 
 
 def report_html(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.Tensor,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import GlassformerError
 from ..interpret.circuits import Circuit
+from ..io.checks import is_number
 from ..io.fileio import atomic_write, check_output_file
 from .page import page_start
 
@@ -25,7 +26,7 @@ def is_circuit(value: Any) -> bool:
     return len(edges) <= MAX_DRAWN_EDGES and all(
         isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) and isinstance(e[1], str)
         and SENDER.fullmatch(e[0]) is not None and RECEIVER.fullmatch(e[1]) is not None
-        and isinstance(e[2], (int, float)) and not isinstance(e[2], bool) and math.isfinite(e[2]) for e in edges)
+        and is_number(e[2]) and math.isfinite(e[2]) for e in edges)
 
 
 def circuit_svg(circuit: Circuit | dict[str, Any], width: int = 640) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io.fileio import atomic_write_text
-from .page import asset, page_start, script_element, script_json
+from .page import asset, page_end, page_start
 
 LABELS = {"promotes": "tokens its decoder promotes (through the unembedding)", "examples": "top examples",
           "incoming": "strongest inputs", "outgoing": "strongest outputs"}
@@ -87,12 +87,7 @@ def graph_html(graph: Any, *, title: str | None = None, node_threshold: float = 
 </aside></div>
 <noscript>The graph is drawn by the page's script; graph.json holds the same nodes and edges.</noscript>
 </section>
-<footer>Made by glassformer: offline, nothing is loaded from the network.</footer>
-<script type="application/json" id="gf-graph-data">{script_json(data)}</script>
-{script_element(script)}
-</body>
-</html>
-"""
+{page_end("Made by glassformer: offline, nothing is loaded from the network.", "gf-graph-data", data, script)}"""
 
 
 def write_graph_page(graph: Any, out: str | Path, **options: Any) -> Path:

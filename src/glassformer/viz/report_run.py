@@ -10,19 +10,19 @@ from typing import Any
 from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.measurements import detect_phase_change
-from ..io.checks import is_int, shown
+from ..io.checks import is_int, is_number, shown
 from ..io.fileio import atomic_write, check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_start, script_element, script_json, shown_token
+from .page import asset, page_end, page_start, shown_token
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import head_table
 
 METRICS = "metrics.jsonl"
 COLORS = ["#2f5fd0", "#d2392b", "#2a9d5c", "#c77c12", "#7b4bc4", "#168a9c", "#b8377a", "#5b6475"]
-KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps; their labels: run.kind.*
+KINDS = ("induction", "previous_token", "duplicate", "entropy")  # the heatmaps, (layers, heads) each; labels run.kind.*
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -35,7 +35,8 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
                 events: list[tuple[float, str]] | None = None, static: bool = False) -> str:
     """An SVG chart of (label, [(step, value), ...]) series with a step marker the script moves, ``events``
     (step, label) as fixed vertical lines; ``static``: the x axis is not steps (no marker)."""
-    points = [p for _, s in series for p in s if p[1] is not None and math.isfinite(p[1])]
+    series = [(label, [(x, y) for x, y in values if y is not None and math.isfinite(y)]) for label, values in series]
+    points = [p for _, values in series for p in values]
     if not points:
         return ""
     x0, x1 = min(0.0, min(p[0] for p in points)), max(p[0] for p in points)  # steps: the axis starts at 0
@@ -67,11 +68,10 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
                  f'text-anchor="middle">{html.escape(y_label)}</text>')
     for n, (label, values) in enumerate(series):
         color = COLORS[n % len(COLORS)]
-        shown = [(x, y) for x, y in values if y is not None and math.isfinite(y)]
-        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(shown))
+        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(values))
         parts.append(f'<path d="{path}" stroke="{color}" class="gf-line"><title>{html.escape(label)}</title></path>')
-        if len(shown) <= 30:  # few points (evaluations): mark each
-            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in shown]
+        if len(values) <= 30:  # few points (evaluations): mark each
+            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in values]
     for step, label in events or []:
         if x0 <= step <= x1:
             parts.append(f'<line class="gf-event" data-step="{step}" x1="{sx(step):.1f}" x2="{sx(step):.1f}" '
@@ -121,7 +121,6 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
             "attribution": attribution}
 
 
-TABLES = ("previous_token", "induction", "duplicate", "entropy")  # (layers, heads) each
 BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
 
 
@@ -142,13 +141,13 @@ def _check_records(records: list[dict[str, Any]], file: Path) -> None:
     if not records:
         return
     first, where = records[0], f"{str(file)!r}"
-    missing = next((k for k in ("loss_first", "loss_repeat", *TABLES, *BY_LAYER, "attention") if k not in first), None)
+    missing = next((k for k in ("loss_first", "loss_repeat", *KINDS, *BY_LAYER, "attention") if k not in first), None)
     if missing is not None:
         raise BadFileError(f"{where}: its records have no {missing!r}, which the microscope writes in each")
     if not _table(first["induction"]):
         raise BadFileError(f"{where}: 'induction' must be a table of layers x heads, got {shown(first['induction'])}")
     layers, heads = len(first["induction"]), len(first["induction"][0])
-    for key in TABLES:
+    for key in KINDS:
         if not _table(first[key], layers, heads):
             raise BadFileError(f"{where}: {key!r} must be a table of {layers} x {heads} (layers x heads) like "
                                f"'induction', got {shown(first[key])}")
@@ -174,15 +173,15 @@ def _check_attribution(a: dict[str, Any], file: Path) -> None:
     if missing is not None:
         raise BadFileError(f"{where} has no {missing!r}")
     for key in ("estimate", "exact"):
-        if not _table(a[key]) or not all(_number(v) for row in a[key] for v in row):
+        if not _table(a[key]) or not all(is_number(v) for row in a[key] for v in row):
             raise BadFileError(f"{where}: {key!r} must be a table of numbers (layers x heads), got {shown(a[key])}")
     for key in ("correlation", "clean_metric", "corrupted_metric"):
-        if not (_number(a[key]) or a[key] is None):
+        if not (is_number(a[key]) or a[key] is None):
             raise BadFileError(f"{where}: {key!r} must be a number, got {shown(a[key])}")
     for key in ("top_estimate", "top_exact"):
         if not (isinstance(a[key], list) and all(
                 isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
-                and _number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
+                and is_number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
             raise BadFileError(f"{where}: {key!r} must be a list of [layer, head, effect], got {shown(a[key])}")
 
 
@@ -201,10 +200,6 @@ def _floats(value: Any) -> Any:
     return value
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _best(values: list[Any]) -> float | None:
     """The largest finite number of ``values``; None when there is none (drawn as a gap)."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
@@ -212,14 +207,7 @@ def _best(values: list[Any]) -> float | None:
 
 
 def _fixed(value: Any, spec: str) -> str:
-    return format(value, spec) if _number(value) and math.isfinite(value) else "-"
-
-
-def phase_change(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The phase change in the records' repeated-copy loss (``detect_phase_change``), or None."""
-    if not records or "loss_repeat" not in records[0]:
-        return None
-    return detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
+    return format(value, spec) if is_number(value) and math.isfinite(value) else "-"
 
 
 def _charts(run: dict[str, Any], found: dict[str, Any] | None, lang: str = "en") -> str:
@@ -312,8 +300,9 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     shape = (tr("run.shape", lang, layers=c.get("n_layers"), heads=c.get("n_heads"), d_model=c.get("d_model"))
              if c else "")
     summary = tr("run.summary_shape" if shape else "run.summary", lang, steps=last, shape=shape)
-    found = phase_change(records)
-    if records and "loss_repeat" in records[0]:
+    found = None
+    if records:  # each has its repeated-copy loss (gather_run checked)
+        found = detect_phase_change([r["step"] for r in records], [r["loss_repeat"] for r in records])
         phase = (tr("run.phase.found", lang, step=found["step"], start=f"{found['from']:.2f}",
                     end=f"{found['to']:.2f}", width=found["width"]) if found else tr("run.phase.none", lang))
         summary = f"{summary} {phase}"
@@ -358,12 +347,7 @@ def run_page_html(run: dict[str, Any], lang: str = "en") -> str:
     return f"""{page_start(title, lang, asset("run.css"), script=script)}
 <header><h1>{html.escape(title)}</h1><p class="gf-summary">{html.escape(summary)}</p></header>
 {"".join(body)}
-<footer>{label("run.footer")}</footer>
-<script type="application/json" id="gf-run-data">{script_json(data)}</script>
-{script_element(script)}
-</body>
-</html>
-"""
+{page_end(label("run.footer"), "gf-run-data", data, script)}"""
 
 
 def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str = "en") -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 from ..io.fileio import atomic_write_text
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_start, script_element, script_json
+from .page import asset, page_end, page_start
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
 METRIC_NAMES = (("nmse", ".3f"), ("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"),
@@ -65,12 +65,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 <div class="gf-sae-layout"><ol id="gf-sae-list"></ol><article id="gf-sae-feature"></article></div>
 <noscript>{label("sae.noscript")}</noscript>
 </section>
-<footer>{label("footer")}</footer>
-<script type="application/json" id="gf-sae-data">{script_json(data)}</script>
-{script_element(asset("sae.js"))}
-</body>
-</html>
-"""
+{page_end(label("footer"), "gf-sae-data", data, asset("sae.js"))}"""
 
 
 def write_feature_pages(summary: dict[str, Any], out: str | Path, *, metrics: dict[str, Any] | None = None,
