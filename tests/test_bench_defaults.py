@@ -103,3 +103,13 @@ def test_compile_is_judged_over_the_recipes_run(monkeypatch, steps, loses):
     assert result["break_even_steps"] == 1496  # (30 - 0.10) / (0.12 - 0.10), rounded up
     assert (result["ratio"] > 1 + defaults.TOLERANCE) is loses
     assert f"the recipe's {steps} steps; compiling took 30.0 s" in result["why"]
+
+
+def test_the_compile_check_pays_for_the_recipe_as_shipped():
+    """``bench --defaults``' compile row weighs a first compile against the fast recipe's steps: the same number
+    as the shipped recipe's max_steps (it said 275 after the recipe went to 225)."""
+    from glassformer.bench.defaults import RECIPE_STEPS
+    from glassformer.recipes.run import SHIPPED
+    from glassformer.training.config import read_yaml
+
+    assert read_yaml(SHIPPED / "shakespeare_char_fast.yaml")["max_steps"] == RECIPE_STEPS

@@ -23,10 +23,11 @@ NARROW = {"d_model": 16, "n_heads": 2, "d_ff": 32}  # the shape's kind kept, its
 EXPORTS = {"induction_heads": "GPTNeoXForCausalLM", "induction_heads_mlp": "GPTNeoXForCausalLM",
            "prefix_lookahead": "GPT2LMHeadModel",
            "prefix_reverse": "GPT2LMHeadModel", "shakespeare_char": "GPT2LMHeadModel",
-           "shakespeare_char_fast": "GPTNeoXForCausalLM", "shakespeare_char_gpu": "GPT2LMHeadModel",
+           "shakespeare_char_gpu": "GPT2LMHeadModel",
            "shakespeare_char_sae": "GPT2LMHeadModel", "tang_poems_char": "GPT2LMHeadModel"}
 # The shapes no transformers class computes, and the reason the error gives.
-REFUSED = {"mlm_shakespeare_bpe": "BERT, is post-norm", "multi30k_de_en": "BART, is post-norm"}
+REFUSED = {"mlm_shakespeare_bpe": "BERT, is post-norm", "multi30k_de_en": "BART, is post-norm",
+           "shakespeare_char_fast": "qk_norm: no family here normalises"}
 
 
 def shipped_model(name: str, **model):
@@ -99,8 +100,9 @@ def test_prefix_lm_of_the_prefix_recipes_says_why(tmp_path):
 
 
 def test_a_trained_rope_run_converts_with_its_char_tokenizer(tmp_path, capsys):
-    """`glassformer train` on the shakespeare_char_fast shape (RoPE, no biases, Muon), then `glassformer
-    convert`: transformers reads a GPT-NeoX model and the character tokenizer, and computes the same logits."""
+    """`glassformer train` on the shakespeare_char_fast shape (RoPE, no biases, Muon) without its QK-norm (which no
+    family exports), then `glassformer convert`: transformers reads a GPT-NeoX model and the character tokenizer,
+    and computes the same logits."""
     import yaml
 
     from glassformer import load
@@ -108,7 +110,7 @@ def test_a_trained_rope_run_converts_with_its_char_tokenizer(tmp_path, capsys):
 
     data = read_yaml(SHIPPED / "shakespeare_char_fast.yaml")
     data.pop("recipe", None)
-    data["model"] = {**data["model"], **NARROW, "max_len": 32}
+    data["model"] = {**data["model"], **NARROW, "max_len": 32, "qk_norm": False}
     (tmp_path / "fast.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20, encoding="utf-8")

@@ -489,4 +489,7 @@ def _why_none(config: ModelConfig) -> str:
     if config.arch == "encoder-decoder" and (config.norm_first or config.pos != "learned"):
         return (" (the encoder-decoder family, BART, is post-norm with learned positions and embedding norms; "
                 "this encoder-decoder computes other numbers, so it has no exact Hugging Face form)")
+    if config.qk_norm:
+        return (" (qk_norm: no family here normalises queries and keys per head without a weight, so the model has "
+                "no exact Hugging Face form; train with model.qk_norm false to convert)")
     return ""
