@@ -1,9 +1,10 @@
 """What every trainer on a model's activations shares (SAEs, transcoders): the step loop with its progress
 bar and records, Ctrl-C/SIGTERM at a step's end, and a saved state that a resume continues bit for bit.
 
-A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of its state folder), ``SAME_ON_RESUME`` and
-``what``, builds ``config``, ``buffer``, ``optimizer``, and provides :meth:`initialize`, :meth:`train_step`,
-:meth:`module_state` / :meth:`load_module_state` (its own part of the state).
+The config: an :class:`ActivationTrainConfig`. A subclass sets ``STATE_FORMAT``, ``STATE_NAMES`` (the files of
+its state folder), ``SAME_ON_RESUME``, ``what`` (and the messages' names), builds its module with :meth:`_build`
+and ``last_fired``, and provides :meth:`initialize`, :meth:`train_step`, :meth:`module_state` /
+:meth:`load_module_state` (its own part of the state).
 """
 
 from __future__ import annotations
@@ -11,18 +12,73 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
+from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.fileio import atomic_directory, restore_moved_aside
+from ...io.loaders import expand_home
 from ...io.progress import showing
 from ...io.signals import StopSignals
+from ...validate import CheckedConfig, check_fields, option
+from .activations import ActivationBuffer, ActivationSource
 
 STATE_DIR, STATE_FILE = "state", "train_state.pt"
+
+
+@dataclass
+class ActivationTrainConfig(CheckedConfig):
+    """The keys an SAE run and a transcoder run share (each adds its own, and its own defaults of some)."""
+
+    data: list[str] = option(factory=list)  # text files the model reads
+    out_dir: str | None = None  # None: next to the checkpoint (the command's default)
+    expansion: int = option(8, ge=1)  # features: expansion x the width read, when not given
+    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
+    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: half the width (Gao et al.)
+    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
+    lr: float = option(1e-3, gt=0.0)
+    lr_warmup_steps: int = option(0, ge=0)
+    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
+    beta1: float = option(0.9, ge=0.0, lt=1.0)
+    beta2: float = option(0.999, ge=0.0, lt=1.0)
+    batch_size: int = option(1024, ge=1)  # activation rows (tokens) per step
+    steps: int = option(2000, ge=1)
+    buffer_size: int = 32768  # rows mixed in the shuffling buffer (at least 2 x batch_size)
+    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
+    model_batch: int = option(32, ge=1)  # windows per forward of the model
+    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
+    normalize: bool = True  # train on activations scaled so that their norm averages √d
+    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
+    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
+    feature_windows: int = option(128, ge=0)  # windows read for the feature pages (0: no pages)
+    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
+    log_every: int = option(100, ge=1)
+    seed: int = option(0, ge=0, le=MAX_SEED)
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
+    resume: bool = False
+    progress: bool = True
+    log: str = "none"  # trackers: "tensorboard", "wandb", both joined by a comma
+
+    def __post_init__(self) -> None:
+        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
+        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
+        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
+        check_device_name(self.device)
+
+    def activation_source(self, model: nn.Module, tokenizer: Any, hooks: str | list[str], split: str,
+                          seed: int) -> ActivationSource:
+        """The rows of ``hooks`` that ``model`` computes reading ``data`` (its "train" or "val" split) as this
+        config says: context, model_batch, val_fraction, prefix_len."""
+        return ActivationSource(model, tokenizer, hooks, self.data, context=self.context or model.config.max_len,
+                                batch=self.model_batch, split=split, val_fraction=self.val_fraction, seed=seed,
+                                prefix_len=self.prefix_len)
 
 
 def record_line(what: str, record: dict[str, float], steps: int) -> str:
@@ -36,10 +92,13 @@ class ActivationTrainer:
 
     STATE_FORMAT = ""
     STATE_NAMES: frozenset[str] = frozenset({STATE_FILE})
-    SAME_ON_RESUME: tuple[str, ...] = ()
+    # the config's keys that must be the same to resume (what the saved state means); a subclass adds its own
+    SAME_ON_RESUME: tuple[str, ...] = ("kind", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
+                                       "seed", "normalize", "val_fraction", "prefix_len", "data")
     what = "module"  # the progress bar's name and the command's ("sae", "transcoders")
     title = "module"  # the messages' name for it ("SAE")
     hint = "lower lr"  # what to try when the loss stops being finite
+    error = "loss"  # the progress bar's first figure, a key of train_step's result
 
     def __init__(self, config: Any):
         if config.out_dir is None:
@@ -52,6 +111,20 @@ class ActivationTrainer:
         self.history: list[dict[str, float]] = []
         self.on_record: Callable[[dict[str, float]], None] | None = None  # called with each logged record
 
+    def _build(self, source: Any, model: nn.Module | None, make: Callable[[], nn.Module]) -> nn.Module:
+        """The constructor's shared part: the buffer over ``source``, the module ``make()`` builds (seeded by
+        ``config.seed``) on ``model``'s device (or the CPU), and its Adam optimizer. Returns the module."""
+        c = self.config
+        self.source = source
+        self.buffer = ActivationBuffer(source, c.buffer_size, c.batch_size, seed=c.seed + 1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c.seed)
+            module = make()
+        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        module.to(self.device)
+        self.optimizer = torch.optim.Adam(module.parameters(), lr=c.lr, betas=(c.beta1, c.beta2))
+        return module
+
     # -- what a subclass provides ------------------------------------------------------------------------
     def initialize(self, rows: torch.Tensor) -> None:
         """Step 0's set-up from the first rows the buffer holds."""
@@ -61,8 +134,8 @@ class ActivationTrainer:
         raise NotImplementedError
 
     def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures after a logged step."""
-        return {k: f"{last[k]:.3g}" for k in ("loss", "l0") if k in last}
+        """The progress bar's figures after a logged step: the error, L0 and the fraction of dead features."""
+        return {self.error: f"{last[self.error]:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
 
     def module_state(self, folder: Path) -> dict[str, Any]:
         """Write the trained module's own files into ``folder``; return its extra entries of the state file."""
@@ -72,6 +145,11 @@ class ActivationTrainer:
         """Restore what :meth:`module_state` saved (``state`` already checked for the shared keys)."""
 
     # -- the loop ----------------------------------------------------------------------------------------
+    def dead(self) -> torch.Tensor:
+        """Bool, the shape of ``last_fired`` (the step after which each feature last fired): the features that
+        fired in none of the last ``dead_window`` steps."""
+        return self.step - self.last_fired >= self.config.dead_window
+
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step``: linear warm-up, constant, then linear decay to 0."""
         c = self.config
@@ -171,9 +249,9 @@ class ActivationTrainer:
         return True
 
 
-def check_last_fired(state: dict[str, Any], file: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    """The state's ``last_fired`` (the step after which each feature last fired), checked: int64 of ``shape``."""
-    fired = state.get("last_fired")
-    if not torch.is_tensor(fired) or tuple(fired.shape) != shape or fired.dtype != torch.long:
-        raise BadFileError(f"{file}: last_fired must be an int64 tensor of shape {shape}")
-    return fired
+def check_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, file: Path, what: str) -> torch.Tensor:
+    """``value`` (read from the state ``file``) when a ``dtype`` tensor of ``shape``; else a BadFileError
+    "FILE: ``what`` of shape SHAPE"."""
+    if not torch.is_tensor(value) or tuple(value.shape) != tuple(shape) or value.dtype != dtype:
+        raise BadFileError(f"{file}: {what} of shape {tuple(shape)}")
+    return value

@@ -6,11 +6,12 @@ in and with the activation zeroed: ``ce_recovered`` = (zero − sae) / (zero −
 from typing import Any
 
 import torch
+from torch import nn
 
 from ...io.checks import check_int, check_number
 from ..hooks import hooks
 from ..points import HookPoint
-from .activations import ActivationSource
+from .activations import ActivationSource, InputBatch
 from .model import SparseAutoencoder
 from .steer import reconstruction_hook
 
@@ -66,32 +67,51 @@ def evaluate_sae(sae: SparseAutoencoder, source: ActivationSource, batches: int 
     model, name = source.model, source.point.name
     totals = _Totals(sae.config.d_sae)
     ce: list[tuple[float, float, float]] = []  # (clean, with the SAE, zeroed) per batch with a loss
-    kept: list[torch.Tensor] = []
+    for _ in range(batches):
+        inputs = source.next_inputs()
+        logits, kept = kept_forward(model, inputs, [name])
+        totals.add(sae, source.flat(kept[name])[inputs.valid])
+        ce += spliced_losses(model, inputs, logits, [reconstruction_hook(sae)], [name])
+    return {**totals.result(dense_threshold), **ce_figures(ce, "sae")}
+
+
+def kept_forward(model: nn.Module, inputs: InputBatch,
+                 names: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``model``'s logits on ``inputs`` and the tensors of the hook points ``names`` it computed on the way."""
+    kept: dict[str, torch.Tensor] = {}
 
     def keep(x: torch.Tensor, hook: HookPoint) -> None:
-        kept.append(x.detach())
+        kept[hook.name] = x.detach()
+
+    with hooks(model, [(name, keep) for name in names]):
+        logits = model(*inputs.args, **inputs.kwargs)
+    return logits, kept
+
+
+def spliced_losses(model: nn.Module, inputs: InputBatch, logits: torch.Tensor, spliced: list,
+                   zeroed: list[str]) -> list[tuple[float, float, float]]:
+    """[(the loss of ``logits`` on ``inputs``, the loss with the ``spliced`` hooks, the loss with the hook points
+    ``zeroed`` set to 0)], or [] when the inputs have no loss."""
+    clean = inputs.loss(logits)
+    if clean is None:
+        return []
 
     def zero(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         return torch.zeros_like(x)
 
-    for _ in range(batches):
-        inputs = source.next_inputs()
-        kept.clear()
-        with hooks(model, [(name, keep)]):
-            logits = model(*inputs.args, **inputs.kwargs)
-        totals.add(sae, source.flat(kept[0])[inputs.valid])
-        clean = inputs.loss(logits)
-        if clean is None:
-            continue
-        with hooks(model, [reconstruction_hook(sae)]):
-            spliced = inputs.loss(model(*inputs.args, **inputs.kwargs))
-        with hooks(model, [(name, zero)]):
-            ablated = inputs.loss(model(*inputs.args, **inputs.kwargs))
-        ce.append((float(clean), float(spliced), float(ablated)))
-    found = totals.result(dense_threshold)
-    if ce:
-        clean, spliced, ablated = (sum(row[i] for row in ce) / len(ce) for i in range(3))
-        gap = ablated - clean
-        found.update(ce_clean=clean, ce_sae=spliced, ce_zero=ablated,
-                     ce_recovered=(ablated - spliced) / gap if abs(gap) > 1e-9 else float("nan"))
-    return found
+    with hooks(model, spliced):
+        with_splice = inputs.loss(model(*inputs.args, **inputs.kwargs))
+    with hooks(model, [(name, zero) for name in zeroed]):
+        without = inputs.loss(model(*inputs.args, **inputs.kwargs))
+    return [(float(clean), float(with_splice), float(without))]
+
+
+def ce_figures(ce: list[tuple[float, float, float]], spliced: str) -> dict[str, float]:
+    """The mean losses of :func:`spliced_losses`'s rows as ``ce_clean``, ``ce_{spliced}``, ``ce_zero`` and
+    ``ce_recovered`` = (zero − spliced) / (zero − clean); {} for no rows."""
+    if not ce:
+        return {}
+    clean, with_splice, zeroed = (sum(row[i] for row in ce) / len(ce) for i in range(3))
+    gap = zeroed - clean
+    return {"ce_clean": clean, f"ce_{spliced}": with_splice, "ce_zero": zeroed,
+            "ce_recovered": (zeroed - with_splice) / gap if abs(gap) > 1e-9 else float("nan")}

@@ -5,7 +5,7 @@ gets ``sae/``, ``metrics.json``, ``features.json`` and the training ``state/`` (
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,11 @@ from ...io.fileio import (
     restore_moved_aside,
     run_lock,
 )
-from .activations import ActivationSource
 from .features import feature_summary
+from .loop import STATE_DIR, STATE_FILE, ActivationTrainer
 from .metrics import evaluate_sae
 from .model import SAE_FILES, SparseAutoencoder, is_sae_folder, save_sae
-from .train import STATE_DIR, STATE_FILE, SAETrainConfig, SAETrainer, default_out_dir
+from .train import SAETrainConfig, SAETrainer, default_out_dir
 
 OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json", LOCK_FILE)
 """The files an SAE run writes into its out_dir beside the folders sae/ and state/."""
@@ -43,37 +43,39 @@ def _check_out_dir(out: Path, inputs: list[Path]) -> None:
     claim_outputs([out / name for name in OUTPUT_FILES], inputs, "SAE output")
 
 
-def _tidy_out_dir(out: Path, resume: bool) -> None:
-    """With out_dir locked: undo what a kill left mid-save, and start afresh unless resuming."""
-    names = SAE_FILES | {STATE_FILE}
-    for name in ("sae", STATE_DIR):
+def tidy_out_dir(out: Path, folders: dict[str, Collection[str]], resume: bool, what: str) -> None:
+    """With ``out`` locked: undo what a kill left mid-save in each of ``folders`` (name -> the files it may
+    hold): put a folder moved aside back, remove a ``.NAME.tmp-*`` or ``.NAME.old-*`` a save cut short; then,
+    unless resuming, remove the ``what`` state folder (a fresh start)."""
+    for name, names in folders.items():
         restore_moved_aside(out / name, names)
         for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
             if owned_folder(leftover, names, content=False):  # a save cut short: its files may be cut too
                 remove_path(leftover)
     if not resume:
-        remove_owned(out / STATE_DIR, names, what="SAE state folder")
+        remove_owned(out / STATE_DIR, folders[STATE_DIR], what=f"{what} state folder")
 
 
-def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
-            source: Any = None, d_in: int | None = None,
-            on_record: Callable[[dict[str, float], int | None], None] | None = None) -> dict[str, Any]:
-    """Train ``config``'s SAE on ``model`` (on ``source`` rows of width ``d_in`` when given), measure it on
-    held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
-    logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
+def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: Callable[[str | Path], Path],
+                   check: Callable[[Path, list[Path]], None], folders: dict[str, Collection[str]], what: str,
+                   body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """What an SAE run and a transcoder run do around their work: settle ``config.out_dir``
+    (``default(checkpoint)`` when unset), ``check(out, inputs)`` it touching nothing, make and lock it (a
+    second run of it is refused before anything is removed), :func:`tidy_out_dir` it, then return ``body(out)``.
+    A failure (a refusal: past the memory budget, a bad hook) removes the folders this made while still empty."""
     if config.out_dir is None:
         if checkpoint is None:
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
-        config.out_dir = str(default_out_dir(checkpoint, config.hook))
+        config.out_dir = str(default(checkpoint))
     out = Path(config.out_dir)
-    _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
+    check(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
     try:
-        with run_lock(out):  # a second SAE run (or a trainer) of out_dir is refused, before it removes anything
-            _tidy_out_dir(out, config.resume)
-            return _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record)
-    except BaseException:  # a refusal (d_sae past the budget, a bad hook) leaves no empty folder behind
+        with run_lock(out):
+            tidy_out_dir(out, folders, config.resume, what)
+            return body(out)
+    except BaseException:
         for folder in made:
             try:
                 folder.rmdir()  # only when empty: a state an interrupted run saved stays
@@ -82,41 +84,55 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         raise
 
 
-def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
-                source: Any, d_in: int | None,
-                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
-    """:func:`run_sae`'s body, run while ``out`` is locked."""
-    started = time.perf_counter()
-    trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
+def train_resumed(trainer: ActivationTrainer, what: str, started: float,
+                  on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
+    """Resume ``trainer`` when its config says so (saying on stderr where from), pass each logged record to
+    ``on_record(record, resumed step or None)`` and train; returns {"steps", "final", "wall_s" since ``started``}."""
+    out, config = trainer.out, trainer.config
     resumed = trainer.resume() if config.resume else False
     if config.resume and not resumed:
-        print(f"resume: {out} holds no SAE state to resume from; starting at step 0", file=sys.stderr)
+        print(f"resume: {out} holds no {what} state to resume from; starting at step 0", file=sys.stderr)
     elif resumed:  # said under progress: false too (it is not progress)
         print(f"resuming {out}/{STATE_DIR} at step {trainer.step} of {config.steps}", file=sys.stderr, flush=True)
     if on_record is not None:
         start = trainer.step if resumed else None
         trainer.on_record = lambda record: on_record(record, start)
     training = trainer.train()
-    wall = time.perf_counter() - started
+    return {"steps": training["steps"], "final": training["final"], "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpoint: str | Path | None = None,
+            source: Any = None, d_in: int | None = None,
+            on_record: Callable[[dict[str, float], int | None], None] | None = None) -> dict[str, Any]:
+    """Train ``config``'s SAE on ``model`` (on ``source`` rows of width ``d_in`` when given), measure it on
+    held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
+    logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
+    names = SAE_FILES | {STATE_FILE}
+    return run_in_out_dir(config, checkpoint, lambda at: default_out_dir(at, config.hook), _check_out_dir,
+                          {"sae": names, STATE_DIR: names}, "SAE",
+                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record))
+
+
+def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
+                source: Any, d_in: int | None,
+                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
+    """:func:`run_sae`'s body, run while ``out`` is locked."""
+    started = time.perf_counter()
+    trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
+    training = train_resumed(trainer, "SAE", started, on_record)
     sae = trainer.sae.eval()
-    context = config.context or model.config.max_len
-
-    def held_out(seed: int) -> ActivationSource:
-        return ActivationSource(model, tokenizer, config.hook, config.data, context=context, batch=config.model_batch,
-                                split="val", val_fraction=config.val_fraction, seed=seed,
-                                prefix_len=config.prefix_len)
-
-    metrics = evaluate_sae(sae, held_out(config.seed + 10), config.eval_batches)
+    held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
+    metrics = evaluate_sae(sae, held_out, config.eval_batches)
     info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
             "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
     save_sae(sae, out / "sae", info)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     summary = None
     if config.feature_windows:
-        summary = feature_summary(sae, held_out(config.seed + 20), config.feature_windows)
+        pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
+        summary = feature_summary(sae, pages, config.feature_windows)
         atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
-    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary,
-            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
+    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
 
 
 def train_sae(model: nn.Module, tokenizer: Any, hook: str, data: list[str | Path], *, out_dir: str | Path,

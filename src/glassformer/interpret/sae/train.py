@@ -14,70 +14,32 @@ from torch import nn
 from ...config import ModelConfig
 from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
-from ...io.checks import MAX_SEED, check_device_name, check_int
-from ...io.loaders import expand_home
-from ...validate import CheckedConfig, check_fields, option
-from .activations import ActivationBuffer, ActivationSource, geometric_median
-from .loop import STATE_DIR, STATE_FILE, ActivationTrainer, check_last_fired
+from ...validate import option
+from .activations import geometric_median
+from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_tensor
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
-
-STATE_FORMAT = "glassformer-sae-state/1"
-__all__ = ["STATE_DIR", "STATE_FILE", "SAETrainConfig", "SAETrainer", "default_out_dir"]
-# Keys that must be the same to resume: they decide what the saved state means.
-SAME_ON_RESUME = ("hook", "kind", "d_sae", "expansion", "k", "batch_size", "buffer_size", "context", "model_batch",
-                  "seed", "normalize", "val_fraction", "prefix_len", "data")
 
 
 @dataclass
-class SAETrainConfig(CheckedConfig):
-    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides)."""
+class SAETrainConfig(ActivationTrainConfig):
+    """An SAE training run (``glassformer sae`` reads it from YAML plus ``--key value`` overrides); its keys
+    beside :class:`~glassformer.interpret.sae.loop.ActivationTrainConfig`'s (out_dir None:
+    ``CHECKPOINT/../sae-HOOK``)."""
 
     WHAT = "SAE config"
 
     hook: str = ""  # the hook point, e.g. "blocks.2.hook_resid_post" (required)
-    data: list[str] = option(factory=list)  # text files (TransformerLM: any text; EncoderDecoder: lines)
-    out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../sae-HOOK
     kind: str = option("topk", choices=KINDS)  # "topk" (Gao et al. 2024) or "relu" (L1, Towards Monosemanticity)
     d_sae: int | None = option(None, ge=1)  # features; None: expansion x d_in
-    expansion: int = option(8, ge=1)
     k: int = option(32, ge=1)  # topk: features per token
     l1_coefficient: float = option(2.0, ge=0.0)  # relu: λ
     l1_warmup_steps: int = option(0, ge=0)  # relu: λ ramps from 0 over these steps
-    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
-    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_in // 2 (Gao et al.)
-    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
     resample_every: int = option(500, ge=0)  # relu: resample dead features this often (0: never)
-    lr: float = option(1e-3, gt=0.0)
-    lr_warmup_steps: int = option(0, ge=0)
-    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
-    beta1: float = option(0.9, ge=0.0, lt=1.0)
-    beta2: float = option(0.999, ge=0.0, lt=1.0)
-    batch_size: int = option(1024, ge=1)  # activation rows per step
-    steps: int = option(2000, ge=1)
-    buffer_size: int = 32768  # rows mixed in the shuffling buffer
-    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
-    model_batch: int = option(32, ge=1)  # windows per forward of the model
-    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
-    normalize: bool = True  # scale activations so that their norm averages √d_in
-    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
-    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
-    feature_windows: int = option(128, ge=0)  # windows read for the feature pages (0: no pages)
-    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
-    log_every: int = option(100, ge=1)
-    seed: int = option(0, ge=0, le=MAX_SEED)
-    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
-    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
-    resume: bool = False
-    progress: bool = True
-    log: str = "none"  # trackers (the glassformer sae command): "tensorboard", "wandb", both joined by a comma
 
     def __post_init__(self) -> None:
-        check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4, then each range
+        super().__post_init__()
         if not self.hook:
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
-        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)  # ~/x: the home folder's x
-        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
-        check_device_name(self.device)
 
 
 def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
@@ -106,10 +68,10 @@ class SAETrainer(ActivationTrainer):
     """Trains one SAE on one hook point of ``model``; :meth:`train` runs it, :meth:`resume` continues.
     ``source`` (default: ``config.data``) gives rows of width ``d_in`` from ``next_rows()``."""
 
-    STATE_FORMAT = STATE_FORMAT
+    STATE_FORMAT = "glassformer-sae-state/1"
     STATE_NAMES = SAE_FILES | {STATE_FILE}
-    SAME_ON_RESUME = SAME_ON_RESUME
-    what, title, hint = "sae", "SAE", "lower lr (or l1_coefficient)"
+    SAME_ON_RESUME = (*ActivationTrainer.SAME_ON_RESUME, "hook", "d_sae")
+    what, title, hint, error = "sae", "SAE", "lower lr (or l1_coefficient)", "sq_err"
 
     def __init__(self, config: SAETrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, d_in: int | None = None):
@@ -117,23 +79,14 @@ class SAETrainer(ActivationTrainer):
         if source is None:
             if model is None:
                 raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
-            context = config.context or model.config.max_len
-            source = ActivationSource(model, tokenizer, config.hook, config.data, context=context,
-                                      batch=config.model_batch, split="train", val_fraction=config.val_fraction,
-                                      seed=config.seed, prefix_len=config.prefix_len)
+            source = config.activation_source(model, tokenizer, config.hook, "train", config.seed)
             d_in = source.d_in
         if d_in is None:
             raise GlassformerError("d_in is needed with a source of rows")
-        self.source = source
         d_sae = config.d_sae or config.expansion * d_in
         _check_sae_fits(config, model, d_in, d_sae)
-        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.sae = SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind, k=config.k, hook=config.hook)
-        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
-        self.sae.to(self.device)
-        self.optimizer = torch.optim.Adam(self.sae.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
+        self.sae = self._build(source, model, lambda: SparseAutoencoder(d_in=d_in, d_sae=d_sae, kind=config.kind,
+                                                                        k=config.k, hook=config.hook))
         self.generator = torch.Generator().manual_seed(config.seed + 2)  # resampling's draws
         self.last_fired = torch.zeros(d_sae, dtype=torch.long)  # the step after which each feature last fired
 
@@ -143,10 +96,6 @@ class SAETrainer(ActivationTrainer):
             if self.config.normalize:
                 self.sae.config.input_scale = estimate_input_scale(rows)
             self.sae.b_dec.copy_(geometric_median(rows[:8192] * self.sae.config.input_scale))
-
-    def dead(self) -> torch.Tensor:
-        """(d_sae,) bool: features that fired in none of the last ``dead_window`` steps."""
-        return self.step - self.last_fired >= self.config.dead_window
 
     def train_step(self, rows: torch.Tensor) -> dict[str, float]:
         """One optimiser step on (N, d_in) activation rows; returns the losses, L0 and dead fraction."""
@@ -218,10 +167,6 @@ class SAETrainer(ActivationTrainer):
         self.last_fired[dead.cpu()] = self.step
         return len(dead)
 
-    def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures."""
-        return {"sq_err": f"{last['sq_err']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
-
     def module_state(self, folder: Path) -> dict[str, Any]:
         """The SAE as sae.safetensors + sae.json in ``folder``; the resampling generator and last_fired."""
         _write(folder, self.sae, {"step": self.step})
@@ -231,7 +176,8 @@ class SAETrainer(ActivationTrainer):
         """The SAE, generator and last_fired a state saved."""
         if "generator" not in state:
             raise BadFileError(f"{file}: the key 'generator' is missing")
-        fired = check_last_fired(state, file, (self.sae.config.d_sae,))
+        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+                             "last_fired must be an int64 tensor")
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
             raise BadFileError(f"{str(folder)!r} holds an SAE of another size")

@@ -20,6 +20,7 @@ and a folder that does not fit gets one :class:`BadFileError` line.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
@@ -109,7 +110,7 @@ class Transcoders:
             raise BadFileError(f"{where}: must hold 1 to {MAX_LAYERS} layers, got {len(self.layers)}")
         if self.activation == "topk" and not (type(self.k) is int and 1 <= self.k <= self.d_transcoder):
             raise BadFileError(f"{where}: activation 'topk' needs k, an int from 1 to d_transcoder "
-                               f"({self.d_transcoder}), got {self.k!r}")
+                               f"({self.d_transcoder}), got {self.k!r:.80}")
         for name in ("feature_input_hook", "feature_output_hook"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BadFileError(f"{where}: {name} must be a hook name such as 'hook_mlp_out', "
@@ -228,13 +229,14 @@ def save_transcoders(tc: Transcoders, path: str | Path, names: Collection[str] =
     path = Path(path)
     owned = set(file_names(tc)) | set(names)
     if path.is_dir():
-        owned |= {p.name for p in path.iterdir() if _owned_name(p.name)}
+        owned |= {p.name for p in path.iterdir() if is_transcoder_file(p.name)}
     with atomic_directory(path, owned) as temp:
         write_transcoder_files(temp, tc)
     return path
 
 
-def _owned_name(name: str) -> bool:
+def is_transcoder_file(name: str) -> bool:
+    """Whether ``name`` is one a transcoder folder's files may have (config.yaml, layer_i, W_enc_i, W_dec_i)."""
     return name == CONFIG or bool(_LAYER_FILE.fullmatch(name) or _CLT_FILE.fullmatch(name))
 
 
@@ -266,10 +268,7 @@ def _read_tensors(file: Path, expected: dict[str, tuple[int, ...] | None], optio
             raise BadFileError(f"{file}: {name} has shape {shape}, expected {want}")
         if dtype not in FLOAT_DTYPES:
             raise BadFileError(f"{file}: {name} has dtype {dtype}, expected a float ({', '.join(FLOAT_DTYPES)})")
-        count = 1
-        for n in shape:
-            count *= n
-        size += count * torch_dtype(dtype).itemsize
+        size += math.prod(shape) * torch_dtype(dtype).itemsize
     if size > file.stat().st_size:
         raise BadFileError(f"{file}: its header describes {size:,} bytes of tensors in a "
                            f"{file.stat().st_size:,}-byte file (truncated or crafted)")
@@ -290,6 +289,8 @@ def _read_tensors(file: Path, expected: dict[str, tuple[int, ...] | None], optio
 
 def _width(file: Path, name: str, ndim: int) -> tuple[int, ...]:
     """The shape of ``name`` in ``file``'s header, which must have ``ndim`` axes of 1 or more."""
+    if not file.is_file():
+        raise MissingFileError(f"transcoder file {str(file)!r} does not exist")
     header = read_header([file])
     if name not in header:
         raise BadFileError(f"{file}: missing tensor {name!r}")
@@ -317,8 +318,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     if activation not in (None, "relu", "topk", "jump_relu", "jumprelu"):
         raise BadFileError(f"{file}: activation must be 'relu', 'topk' or absent (JumpReLU is told by "
                            f"thresholds), got {activation!r:.80}")
-    if activation == "topk" and not (type(config.get("k")) is int and config["k"] >= 1):
-        raise BadFileError(f"{file}: activation 'topk' needs k, a positive int, got {config.get('k')!r:.80}")
     scan = config.get("scan")
     if scan is not None and not isinstance(scan, str):
         raise BadFileError(f"{file}: scan must be a string, got {scan!r:.80}")
@@ -362,10 +361,7 @@ def load_transcoders(path: str | Path, model: torch.nn.Module | None = None) -> 
               "scan": config.get("scan"), "extra": extra}
     if config["model_kind"] == PLT:
         files = _plt_files(path, config)
-        first = files[0]
-        if not first.is_file():
-            raise MissingFileError(f"transcoder file {str(first)!r} does not exist")
-        d_tc, d = _width(first, "b_enc", 1)[0], _width(first, "b_dec", 1)[0]
+        d_tc, d = _width(files[0], "b_enc", 1)[0], _width(files[0], "b_dec", 1)[0]
         skeleton = Transcoders([], "plt", **common)
     else:
         n = sum(1 for p in path.iterdir() if (m := _CLT_FILE.fullmatch(p.name)) and m.group(1) == "enc")
@@ -373,8 +369,6 @@ def load_transcoders(path: str | Path, model: torch.nn.Module | None = None) -> 
             raise BadFileError(f"{path}: a cross-layer folder holds W_enc_0.safetensors ... W_enc_N.safetensors "
                                f"and as many W_dec_i files; found {n} encoder files")
         files = [path / f"W_enc_{i}.safetensors" for i in range(n)]
-        if not files[0].is_file():
-            raise MissingFileError(f"transcoder file {str(files[0])!r} does not exist")
         d_tc, d = _width(files[0], "W_enc_0", 2)
         skeleton = Transcoders([], "clt", **common)
     n_layers = len(files)

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from ...io.checks import check_int
-from ..hooks import hooks
 from ..points import HookPoint
 from ..sae.activations import ActivationSource
+from ..sae.metrics import ce_figures, kept_forward, spliced_losses
 from .model import TrainableTranscoders
 
 
@@ -52,19 +52,9 @@ def evaluate_transcoders(transcoders: TrainableTranscoders, source: ActivationSo
     total = torch.zeros(L, transcoders.config.d_model, dtype=torch.float64)
     fired = torch.zeros(L, transcoders.config.d_transcoder, dtype=torch.long)
     ce: list[tuple[float, float, float]] = []  # (clean, replaced, zeroed) per batch with a loss
-    kept: dict[str, torch.Tensor] = {}
-
-    def keep(x: torch.Tensor, hook: HookPoint) -> None:
-        kept[hook.name] = x.detach()
-
-    def zero(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-        return torch.zeros_like(x)
-
     for _ in range(batches):
         batch = source.next_inputs()
-        kept.clear()
-        with hooks(model, [(name, keep) for name in names]):
-            logits = model(*batch.args, **batch.kwargs)
+        logits, kept = kept_forward(model, batch, names)
         x = torch.stack([kept[name] for name in inputs], dim=2)[batch.valid].float()  # (N, L, d)
         y = torch.stack([kept[name] for name in outputs], dim=2)[batch.valid].double()
         f = transcoders.encode(x)
@@ -76,23 +66,10 @@ def evaluate_transcoders(transcoders: TrainableTranscoders, source: ActivationSo
         active = f != 0
         l0 += active.sum((0, 2)).double().cpu()
         fired += active.sum(0).cpu()
-        clean = batch.loss(logits)
-        if clean is None:
-            continue
-        with hooks(model, replacement_hooks(transcoders, inputs, outputs)):
-            replaced = batch.loss(model(*batch.args, **batch.kwargs))
-        with hooks(model, [(name, zero) for name in outputs]):
-            zeroed = batch.loss(model(*batch.args, **batch.kwargs))
-        ce.append((float(clean), float(replaced), float(zeroed)))
+        ce += spliced_losses(model, batch, logits, replacement_hooks(transcoders, inputs, outputs), outputs)
     variance = sq_sum - total.pow(2).sum(-1) / n  # Σ‖y − ȳ‖² per layer
     nmse = [float(e / v) if v > 0 else float("nan") for e, v in zip(sq_err, variance, strict=True)]
-    found: dict[str, Any] = {
+    return {
         "tokens": n, "nmse": nmse, "nmse_max": max(nmse), "explained_variance": [1 - v for v in nmse],
         "l0": (l0 / n).tolist(), "dead": (fired == 0).sum(-1).tolist(), "d_transcoder": transcoders.config.d_transcoder,
-        "kind": transcoders.config.kind, "activation": transcoders.config.activation}
-    if ce:
-        clean, replaced, zeroed = (sum(row[i] for row in ce) / len(ce) for i in range(3))
-        gap = zeroed - clean
-        found.update(ce_clean=clean, ce_replaced=replaced, ce_zero=zeroed,
-                     ce_recovered=(zeroed - replaced) / gap if abs(gap) > 1e-9 else float("nan"))
-    return found
+        "kind": transcoders.config.kind, "activation": transcoders.config.activation, **ce_figures(ce, "replaced")}

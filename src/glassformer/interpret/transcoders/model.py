@@ -54,16 +54,21 @@ class TranscoderConfig:
         if self.activation == "topk" and self.k > self.d_transcoder:
             raise GlassformerError(f"k must be at most d_transcoder={self.d_transcoder} (the features of a "
                                    f"layer), got {self.k}")
-        if self.kind == "clt" and self.activation == "topk":
-            raise GlassformerError("activation 'topk' is for per-layer transcoders (kind 'plt'); a cross-layer "
-                                   "transcoder takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
-        if self.kind == "clt" and self.skip:
-            raise GlassformerError("skip is for per-layer transcoders (kind 'plt'): circuit-tracer's cross-layer "
-                                   "files hold no W_skip")
+        check_kind(self.kind, self.activation, self.skip)
 
     def span(self, layer: int) -> int:
         """How many MLP outputs layer ``layer``'s features write to: 1 (plt) or n_layers − layer (clt)."""
         return self.n_layers - layer if self.kind == "clt" else 1
+
+
+def check_kind(kind: str, activation: str, skip: bool) -> None:
+    """Refuse for a cross-layer set (kind "clt") what only a per-layer one has: TopK and a skip connection."""
+    if kind == "clt" and activation == "topk":
+        raise GlassformerError("activation 'topk' is for kind 'plt' (per-layer transcoders); a cross-layer "
+                               "transcoder (kind 'clt') takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
+    if kind == "clt" and skip:
+        raise GlassformerError("skip is for kind 'plt' (per-layer transcoders): circuit-tracer's cross-layer files "
+                               "hold no W_skip")
 
 
 class _JumpReLU(torch.autograd.Function):
@@ -150,7 +155,11 @@ class TrainableTranscoders(nn.Module):
 
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         """(..., L, d) MLP inputs -> (..., L, F) encoder outputs before the activation function."""
-        self._check(x)
+        c = self.config
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
+                                   f"MLP inputs, got {got}")
         scaled = x * self.input_scale[:, None]
         return torch.einsum("...ld,lfd->...lf", scaled, self.W_enc) + self.b_enc
 
@@ -265,13 +274,6 @@ class TrainableTranscoders(nn.Module):
         if module.threshold is not None:
             module.threshold.copy_(torch.stack([layer.threshold for layer in tc.layers]))
         return module.eval()
-
-    def _check(self, x: torch.Tensor) -> None:
-        c = self.config
-        if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
-                                   f"MLP inputs, got {got}")
 
     def __repr__(self) -> str:
         c = self.config

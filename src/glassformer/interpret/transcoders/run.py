@@ -6,9 +6,7 @@
 
 import json
 import os
-import re
 import secrets
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from ...errors import GlassformerError, NotOursError
+from ...errors import NotOursError
 from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
@@ -27,28 +25,19 @@ from ...io.fileio import (
     fsync_tree,
     move_in,
     owned_folder,
-    remove_owned,
     remove_path,
-    restore_moved_aside,
-    run_lock,
 )
-from ..sae.activations import ActivationSource
 from ..sae.loop import STATE_DIR, STATE_FILE
+from ..sae.run import run_in_out_dir, train_resumed
 from .features import transcoder_feature_summaries
-from .format import CONFIG, Transcoders, file_names, is_transcoder_folder, write_transcoder_files
+from .format import CONFIG, Transcoders, file_names, is_transcoder_file, is_transcoder_folder, write_transcoder_files
 from .metrics import evaluate_transcoders
 from .model import TrainableTranscoders
 from .train import TranscoderTrainConfig, TranscoderTrainer, default_out_dir, mlp_hooks
 
 OUTPUT_FILES = ("metrics.json", "features.json", "tracker.json", LOCK_FILE)
 """The files a transcoder run writes into its out_dir beside the transcoder files, the pages and state/."""
-TRANSCODER_FILE = re.compile(r"config\.yaml|layer_\d+\.safetensors|W_(enc|dec)_\d+\.safetensors")
 STAGING = "transcoders"  # the transcoder files are written into .transcoders.tmp-* first
-
-
-def page_names(n_layers: int) -> list[str]:
-    """The feature pages of a run on ``n_layers`` layers: features-L0.html, features-L1.html, ..."""
-    return [f"features-L{i}.html" for i in range(n_layers)]
 
 
 def _transcoder_names(n_layers: int) -> set[str]:
@@ -64,26 +53,16 @@ def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
         raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
                            "(it was left untouched)")
-    found = sorted(p.name for p in out.iterdir() if TRANSCODER_FILE.fullmatch(p.name)) if out.is_dir() else []
+    found = sorted(p.name for p in out.iterdir() if is_transcoder_file(p.name)) if out.is_dir() else []
     if found and not is_transcoder_folder(out):
         raise NotOursError(f"out_dir {str(out)!r} holds {found[0]!r}, which is not part of a transcoder folder "
                            "glassformer wrote; choose another out_dir (it was left untouched)")
     config = out / CONFIG  # ours (said so above): it may be replaced while a single-linked regular file
     ours = config.read_bytes() if config.is_file() and not config.is_symlink() else None
     check_output_file(config, inputs, "transcoder output", data=ours)
-    claim_outputs([out / name for name in (*OUTPUT_FILES, *page_names(n_layers), *found) if name != CONFIG], inputs,
+    pages = [f"features-L{i}.html" for i in range(n_layers)]
+    claim_outputs([out / name for name in (*OUTPUT_FILES, *pages, *found) if name != CONFIG], inputs,
                   "transcoder output")
-
-
-def _tidy_out_dir(out: Path, n_layers: int, resume: bool) -> None:
-    """With out_dir locked: undo what a kill left mid-save, and start afresh unless resuming."""
-    restore_moved_aside(out / STATE_DIR, {STATE_FILE})
-    for name, names in ((STATE_DIR, {STATE_FILE}), (STAGING, _transcoder_names(n_layers))):
-        for leftover in sorted([*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]):
-            if owned_folder(leftover, names, content=False):  # a save cut short: its files may be cut too
-                remove_path(leftover)
-    if not resume:
-        remove_owned(out / STATE_DIR, {STATE_FILE}, what="transcoder state folder")
 
 
 def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
@@ -99,7 +78,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         for name in [*names[1:], names[0]]:
             move_in(staging / name, out / name)
         for path in out.iterdir():
-            if TRANSCODER_FILE.fullmatch(path.name) and path.name not in names and path.is_file():
+            if is_transcoder_file(path.name) and path.name not in names and path.is_file():
                 path.unlink()
         fsync_dir(out)
     finally:
@@ -113,25 +92,10 @@ def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: 
     circuit-tracer's folder and their feature pages' data; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "transcoders", "metrics", "features" (or None), "training"}."""
     n_layers = len(mlp_hooks(model)[0])
-    if config.out_dir is None:
-        if checkpoint is None:
-            raise GlassformerError("out_dir must be set when no checkpoint folder is given")
-        config.out_dir = str(default_out_dir(checkpoint, config.kind))
-    out = Path(config.out_dir)
-    _check_out_dir(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []), n_layers)
-    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        with run_lock(out):  # a second run (or another writer) of out_dir is refused, before it removes anything
-            _tidy_out_dir(out, n_layers, config.resume)
-            return _run_locked(config, model, tokenizer, out, checkpoint, on_record)
-    except BaseException:  # a refusal (past the memory budget, a model without MLPs) leaves no empty folder
-        for folder in made:
-            try:
-                folder.rmdir()  # only when empty: a state an interrupted run saved stays
-            except OSError:
-                break
-        raise
+    return run_in_out_dir(config, checkpoint, lambda at: default_out_dir(at, config.kind),
+                          lambda out, inputs: _check_out_dir(out, inputs, n_layers),
+                          {STATE_DIR: {STATE_FILE}, STAGING: _transcoder_names(n_layers)}, "transcoder",
+                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, on_record))
 
 
 def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any, out: Path,
@@ -140,23 +104,14 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
     """:func:`run_transcoders`'s body, run while ``out`` is locked."""
     started = time.perf_counter()
     trainer = TranscoderTrainer(config, model, tokenizer)
-    resumed = trainer.resume() if config.resume else False
-    if config.resume and not resumed:
-        print(f"resume: {out} holds no transcoder state to resume from; starting at step 0", file=sys.stderr)
-    if on_record is not None:
-        start = trainer.step if resumed else None
-        trainer.on_record = lambda record: on_record(record, start)
-    training = trainer.train()
-    wall = time.perf_counter() - started
+    training = train_resumed(trainer, "transcoder", started, on_record)
     files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
     transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
     context = config.context or model.config.max_len
     inputs, outputs = mlp_hooks(model)
-    held_out = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
-                                batch=config.model_batch, split="val", val_fraction=config.val_fraction,
-                                seed=config.seed + 10, prefix_len=config.prefix_len)
+    held_out = config.activation_source(model, tokenizer, inputs + outputs, "val", config.seed + 10)
     metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
-    metrics.update(steps=trainer.step, wall_s=round(wall, 2),
+    metrics.update(steps=trainer.step, wall_s=training["wall_s"],
                    checkpoint=None if checkpoint is None else str(checkpoint))
     write_transcoder_folder(out, files)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -168,7 +123,7 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
                                                  prefix_len=config.prefix_len)
         atomic_write_text(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
     return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
-            "training": {"steps": training["steps"], "final": training["final"], "wall_s": round(wall, 2)}}
+            "training": training}
 
 
 def train_transcoders(model: nn.Module, tokenizer: Any, data: list[str | Path], *, out_dir: str | Path,

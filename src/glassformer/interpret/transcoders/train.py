@@ -18,75 +18,35 @@ from torch import nn
 from ...config import ModelConfig
 from ...errors import BadFileError, GlassformerError
 from ...io.budget import FLOAT, check_fits, forward_bytes, model_bytes
-from ...io.checks import MAX_SEED, check_device_name, check_int
-from ...io.loaders import expand_home
 from ...models import TransformerLM
-from ...validate import CheckedConfig, check_fields, option
-from ..sae.activations import ActivationBuffer, ActivationSource
-from ..sae.loop import STATE_FILE, ActivationTrainer, check_last_fired
-from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, step
-
-STATE_FORMAT = "glassformer-transcoder-state/1"
-# Keys that must be the same to resume: they decide what the saved state means.
-SAME_ON_RESUME = ("kind", "activation", "d_transcoder", "expansion", "k", "skip", "batch_size", "buffer_size",
-                  "context", "model_batch", "seed", "normalize", "val_fraction", "prefix_len", "data")
+from ...validate import option
+from ..sae.loop import ActivationTrainConfig, ActivationTrainer, check_tensor
+from .model import ACTIVATIONS, INPUT_HOOK, KINDS, OUTPUT_HOOK, TrainableTranscoders, TranscoderConfig, check_kind, step
 
 
 @dataclass
-class TranscoderTrainConfig(CheckedConfig):
-    """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides)."""
+class TranscoderTrainConfig(ActivationTrainConfig):
+    """A transcoder training run (``glassformer transcoders`` reads it from YAML plus ``--key value`` overrides);
+    its keys beside :class:`~glassformer.interpret.sae.loop.ActivationTrainConfig`'s (out_dir None:
+    ``CHECKPOINT/../transcoders-KIND``; a row: a token with every layer's MLP input and output)."""
 
     WHAT = "transcoder config"
 
-    data: list[str] = option(factory=list)  # text files the model reads
-    out_dir: str | None = None  # None: next to the checkpoint, CHECKPOINT/../transcoders-KIND
     kind: str = option("plt", choices=KINDS)  # "plt": one transcoder per MLP; "clt": cross-layer
     activation: str = option("jumprelu", choices=ACTIVATIONS)  # "jumprelu" (L0), "relu" (L1), "topk" (plt only)
     d_transcoder: int | None = option(None, ge=1)  # features per layer; None: expansion x d_model
-    expansion: int = option(8, ge=1)
     k: int = option(16, ge=1)  # topk: features per layer and token
     skip: bool = False  # plt: a learned linear skip connection W_skip (Paulo et al. 2025)
     sparsity_coefficient: float = option(2e-3, ge=0.0)  # λ of jumprelu's L0 or relu's L1 penalty
     sparsity_warmup_steps: int = option(0, ge=0)  # λ ramps from 0 over these steps
     bandwidth: float = option(0.05, gt=0.0)  # jumprelu: ε of the straight-through estimators
     threshold: float = option(1.0, ge=0.0)  # jumprelu: every threshold's start (pre-activations start ~N(0, 1))
-    aux_coefficient: float = option(1 / 32, ge=0.0)  # topk: α of AuxK
-    aux_k: int | None = option(None, ge=1)  # topk: dead features AuxK uses; None: d_model // 2
-    dead_window: int = option(250, ge=1)  # steps without firing after which a feature counts as dead
-    lr: float = option(1e-3, gt=0.0)
-    lr_warmup_steps: int = option(0, ge=0)
-    lr_decay_steps: int = option(0, ge=0)  # linear decay to 0 over the last steps (0: constant)
-    beta1: float = option(0.9, ge=0.0, lt=1.0)
-    beta2: float = option(0.999, ge=0.0, lt=1.0)
-    batch_size: int = option(1024, ge=1)  # tokens per step (each with every layer's MLP input and output)
-    steps: int = option(2000, ge=1)
     buffer_size: int = 16384  # tokens mixed in the shuffling buffer
-    context: int | None = option(None, ge=1)  # tokens per window; None: the model's max_len
-    model_batch: int = option(32, ge=1)  # windows per forward of the model
-    prefix_len: int | None = option(None, ge=1)  # prefix-LM: prefix of each window; None: context // 2
-    normalize: bool = True  # train on activations scaled to an average norm of √d (folded in when saved)
-    val_fraction: float = option(0.1, gt=0.0, le=0.5)  # the last fraction of each file: metrics and pages read it
-    eval_batches: int = option(8, ge=1)  # model batches for the final metrics
     feature_windows: int = option(64, ge=0)  # windows read for each layer's feature page (0: no pages)
-    save_every: int = option(500, ge=0)  # steps between saved states (0: only at the end)
-    log_every: int = option(100, ge=1)
-    seed: int = option(0, ge=0, le=MAX_SEED)
-    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
-    num_threads: int | None = option(None, ge=1, le=4096)  # set by the trainer when given; None: left alone
-    resume: bool = False
-    progress: bool = True
-    log: str = "none"  # trackers (the glassformer transcoders command): "tensorboard", "wandb", both joined by ","
 
     def __post_init__(self) -> None:
-        check_fields(self, coerce=True)
-        self.data, self.out_dir = expand_home(self.data), expand_home(self.out_dir)
-        check_int("buffer_size", self.buffer_size, 2 * self.batch_size)
-        check_device_name(self.device)
-        if self.kind == "clt" and self.activation == "topk":
-            raise GlassformerError("activation 'topk' is for kind 'plt'; a cross-layer transcoder (kind 'clt') "
-                                   "takes 'relu' or 'jumprelu' (circuit-tracer reads no other)")
-        if self.kind == "clt" and self.skip:
-            raise GlassformerError("skip is for kind 'plt': circuit-tracer's cross-layer files hold no W_skip")
+        super().__post_init__()
+        check_kind(self.kind, self.activation, self.skip)
 
 
 def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
@@ -142,10 +102,9 @@ class TranscoderTrainer(ActivationTrainer):
     ``source`` (default: ``config.data`` through the model) gives rows (N, 2·n_layers, d_model): every layer's
     MLP input, then every layer's MLP output."""
 
-    STATE_FORMAT = STATE_FORMAT
-    STATE_NAMES = frozenset({STATE_FILE})
-    SAME_ON_RESUME = SAME_ON_RESUME
-    what, title, hint = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)"
+    STATE_FORMAT = "glassformer-transcoder-state/1"
+    SAME_ON_RESUME = (*ActivationTrainer.SAME_ON_RESUME, "activation", "d_transcoder", "skip")
+    what, title, hint, error = "transcoders", "transcoders", "lower lr (or sparsity_coefficient)", "nmse"
 
     def __init__(self, config: TranscoderTrainConfig, model: nn.Module | None = None, tokenizer: Any = None, *,
                  source: Any = None, n_layers: int | None = None, d_model: int | None = None):
@@ -154,30 +113,19 @@ class TranscoderTrainer(ActivationTrainer):
             if model is None:
                 raise GlassformerError("give a model (and tokenizer) or a source of activation rows")
             inputs, outputs = mlp_hooks(model)
-            context = config.context or model.config.max_len
-            source = ActivationSource(model, tokenizer, inputs + outputs, config.data, context=context,
-                                      batch=config.model_batch, split="train", val_fraction=config.val_fraction,
-                                      seed=config.seed, prefix_len=config.prefix_len)
+            source = config.activation_source(model, tokenizer, inputs + outputs, "train", config.seed)
             n_layers, d_model = len(inputs), source.d_in
         if n_layers is None or d_model is None:
             raise GlassformerError("n_layers and d_model are needed with a source of rows")
-        self.source = source
         d_transcoder = config.d_transcoder or config.expansion * d_model
         _check_transcoders_fit(config, model, n_layers, d_model, d_transcoder)
-        self.buffer = ActivationBuffer(source, config.buffer_size, config.batch_size, seed=config.seed + 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.transcoders = TrainableTranscoders(
-                TranscoderConfig(n_layers=n_layers, d_model=d_model, d_transcoder=d_transcoder, kind=config.kind,
-                                 activation=config.activation, k=min(config.k, d_transcoder), skip=config.skip))
-        tc = self.transcoders
+        shape = TranscoderConfig(n_layers=n_layers, d_model=d_model, d_transcoder=d_transcoder, kind=config.kind,
+                                 activation=config.activation, k=min(config.k, d_transcoder), skip=config.skip)
+        self.transcoders = tc = self._build(source, model, lambda: TrainableTranscoders(shape))
         tc.bandwidth = config.bandwidth
         if tc.threshold is not None:
             with torch.no_grad():
                 tc.threshold.fill_(config.threshold)
-        self.device = next(model.parameters()).device if model is not None else torch.device("cpu")
-        tc.to(self.device)
-        self.optimizer = torch.optim.Adam(tc.parameters(), lr=config.lr, betas=(config.beta1, config.beta2))
         self.n_layers = n_layers
         self.variance = torch.ones(n_layers, device=self.device)  # Var(y) per layer in training units (step 0)
         self.last_fired = torch.zeros(n_layers, d_transcoder, dtype=torch.long)  # the step after which each fired
@@ -203,10 +151,6 @@ class TranscoderTrainer(ActivationTrainer):
             tc.b_dec.copy_(y.mean(0))
             variance = (y - y.mean(0)).pow(2).sum(-1).mean(0)  # (L,)
             self.variance = torch.where(variance > 0, variance, torch.ones_like(variance))
-
-    def dead(self) -> torch.Tensor:
-        """(L, F) bool: features that fired in none of the last ``dead_window`` steps."""
-        return self.step - self.last_fired >= self.config.dead_window
 
     def train_step(self, rows: torch.Tensor) -> dict[str, float]:
         """One optimiser step on rows (N, 2L, d); returns the losses, L0, dead fraction, worst layer's NMSE."""
@@ -258,10 +202,6 @@ class TranscoderTrainer(ActivationTrainer):
         aux = (written + error.detach()).pow(2).sum(-1).mean(0) / self.variance  # the part error leaves, per layer
         return c.aux_coefficient * aux.mean()
 
-    def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures."""
-        return {"nmse": f"{last['nmse']:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
-
     def module_state(self, folder: Path) -> dict[str, Any]:
         """The transcoders' tensors (unfolded: scales apart), each layer's variance and last_fired."""
         return {"transcoders": {k: v.detach().cpu() for k, v in self.transcoders.state_dict().items()},
@@ -269,17 +209,16 @@ class TranscoderTrainer(ActivationTrainer):
 
     def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
         """The transcoders, variances and last_fired a state saved, each checked against this run's shapes."""
-        fired = check_last_fired(state, file, tuple(self.last_fired.shape))
+        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+                             "last_fired must be an int64 tensor")
         saved, ours = state.get("transcoders"), self.transcoders.state_dict()
         if not isinstance(saved, dict) or set(saved) != set(ours):
             raise BadFileError(f"{file}: 'transcoders' must hold the tensors {sorted(ours)}")
         for name, tensor in saved.items():
-            if not torch.is_tensor(tensor) or tensor.shape != ours[name].shape or tensor.dtype != ours[name].dtype:
-                raise BadFileError(f"{file}: transcoders tensor {name!r} must be {ours[name].dtype} of shape "
-                                   f"{tuple(ours[name].shape)}")
-        variance = state.get("variance")
-        if not torch.is_tensor(variance) or variance.shape != (self.n_layers,) or variance.dtype != torch.float32:
-            raise BadFileError(f"{file}: variance must be a float32 tensor of shape ({self.n_layers},)")
+            check_tensor(tensor, ours[name].shape, ours[name].dtype, file,
+                         f"transcoders tensor {name!r} must be {ours[name].dtype}")
+        variance = check_tensor(state.get("variance"), (self.n_layers,), torch.float32, file,
+                                "variance must be a float32 tensor")
         self.transcoders.load_state_dict(saved)
         self.variance = variance.to(self.device)
         self.last_fired = fired
