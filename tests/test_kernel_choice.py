@@ -44,8 +44,10 @@ def kept(monkeypatch, file, write=True) -> None:
 
 
 def loaded(monkeypatch, others: float | None) -> None:
-    """Make the load probe report ``others`` busy threads of other programs (None: unknown)."""
+    """Make the load probe report ``others`` busy threads of other programs (None: unknown), at both ends of a
+    measurement and at the second look a busy reading gets."""
     monkeypatch.setattr(kernel_choice, "load_now", lambda: others)
+    monkeypatch.setattr(kernel_choice, "others_running", lambda samples=None: others)
 
 
 def new_process(monkeypatch) -> None:
@@ -223,6 +225,21 @@ def test_a_choice_made_under_load_does_not_stick(cache, monkeypatch, measured_s)
     new_process(monkeypatch)
     calls = scripted(monkeypatch, 1.0, 2.0)
     assert kernel_choice.choose("case", ways) is True and calls == []  # a final choice is kept
+
+
+def test_a_passing_spike_does_not_void_a_measurement(cache, monkeypatch):
+    """The ends of a measurement read a busy machine (one read can catch this process's own threads winding
+    down) but the second, longer look finds it idle: the choice stands, and the record says the load it kept."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(kernel_choice, "spare_cpus", lambda others: 2 - others)
+    monkeypatch.setattr(kernel_choice, "load_now", lambda: 1.0)
+    looks = []
+    monkeypatch.setattr(kernel_choice, "others_running", lambda samples=None: looks.append(samples) or 0.0)
+    scripted(monkeypatch, 1.0, 0.5)
+    assert kernel_choice.choose("case", ways) is True
+    record = kernel_choice.records()["case"]
+    assert record["final"] is True and record["others_running"] == 0.0
+    assert looks == [kernel_choice.CONFIRM_SAMPLES]  # one second look, the longer one
 
 
 @pytest.mark.parametrize(("threads", "others", "final"), [(2, 1, True), (2, 2, True), (2, 3, False), (1, 3, True),
