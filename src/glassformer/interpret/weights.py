@@ -238,7 +238,8 @@ class Weights:
 
     @property
     def QK(self) -> FactoredMatrix:  # noqa: N802
-        """Each head's QK circuit W_Q W_Kᵀ, factored: (L, h, d, d); scores = x_q QK x_kᵀ (before 1/√hd)."""
+        """Each head's QK circuit W_Q W_Kᵀ, factored: (L, h, d, d); scores = x_q QK x_kᵀ (before 1/√hd). With
+        ``qk_norm`` each score is also divided by its query's and key's RMS: the circuit up to those scales."""
         return FactoredMatrix(self.W_Q, self._expanded(self.W_K).transpose(-2, -1))
 
     @property
