@@ -70,3 +70,43 @@ def test_train_off_a_terminal_prints_a_line_per_log_and_says_when_it_evaluates(t
         ["step 2/4", err[4].split(" | ")[1]]]
     assert err[2].split(" | ")[1].startswith("train_loss ") and err[4].split(" | ")[1].startswith("val_loss ")
     assert err[-1].startswith("step 4/4 | val_loss ")
+
+
+def test_generate_compile_reaches_generation_and_a_bad_value_is_one_line(run, capsys, monkeypatch):
+    """``--compile true|auto`` is the library's ``compile=`` (the same tokens, tested in test_decode_compile.py);
+    without it generation is not asked to compile; anything else is refused by the parser."""
+    import glassformer.generation as generation
+
+    asked, real = [], generation.generate_text
+
+    def spy(*args, **options):
+        asked.append(options.get("compile", False))
+        return real(*args, **{**options, "compile": False})  # the flag's path, without minutes of compiling
+
+    monkeypatch.setattr(generation, "generate_text", spy)
+    ck = str(run / "best")
+    assert main(["generate", ck, "--prompt", "To", "--max_new_tokens", "2", "--compile", "auto"]) == 0
+    assert asked[-1] == "auto"
+    assert main(["generate", ck, "--prompt", "To", "--max_new_tokens", "2", "--compile", "TRUE"]) == 0
+    assert asked[-1] is True
+    assert main(["generate", ck, "--prompt", "To", "--max_new_tokens", "2"]) == 0
+    assert asked[-1] is False
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", ck, "--prompt", "To", "--compile", "maybe"])
+    assert stop.value.code == 2
+    assert "argument --compile: expected false, true or auto, got 'maybe'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("words", "hint"), [
+    (["train", "--data", "x.txt", "--dtype", "float32"], "unknown option --dtype (did you mean --precision?)"),
+    (["generate", "ck", "--prompt", "a", "--dtype=bfloat16"],
+     "(--dtype was replaced by --precision: --precision float32|bfloat16|float16|auto)"),
+])
+def test_the_removed_dtype_option_points_to_precision(words, hint, capsys):
+    try:  # a verb's own keys return 2; argparse's unrecognized arguments exit with 2
+        code = main(words)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    assert hint in capsys.readouterr().err

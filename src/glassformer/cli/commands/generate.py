@@ -21,6 +21,14 @@ def _early_stopping(value: str) -> bool | str:
     return choices[value.lower()]
 
 
+def _compile(value: str) -> bool | str:
+    """``--compile``: "false", "true" or "auto" (any case) -> False, True or "auto"."""
+    choices = {"false": False, "true": True, "auto": "auto"}
+    if value.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"expected false, true or auto, got {value!r}")
+    return choices[value.lower()]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``generate`` verb to the ``glassformer`` subparsers."""
     parser = sub.add_parser(
@@ -56,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--ignore_eos", action="store_true",
                         help="do not stop at the tokenizer's end-of-sequence token")
     parser.add_argument("--no_cache", action="store_true", help="recompute instead of KV caching")
+    parser.add_argument("--compile", type=_compile, default=False,
+                        help="false (default), true or auto: one-token steps of a decoder-only model compiled by "
+                             "torch.compile on a static cache (same tokens; the first call compiles for seconds)")
     parser.add_argument("--stream", action="store_true", help="print the text as it is generated")
     parser.add_argument("--trace", action="store_true", help="print each step's top candidates and choice")
     parser.add_argument("--trace_top_k", type=int, default=4, help="candidates shown per traced step (default 4)")
@@ -72,7 +83,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping,
         num_return_sequences=args.num_return_sequences, seed=args.seed, stop_strings=args.stop,
-        use_cache=not args.no_cache, **({"eos_token_id": []} if args.ignore_eos else {}))
+        use_cache=not args.no_cache, **({"eos_token_id": []} if args.ignore_eos else {}),
+        **({"compile": args.compile} if args.compile is not False else {}))
 
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:

@@ -72,6 +72,8 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
             hint = f" (did you mean {prefix}{close[0]}.{rest}?)" if close else ""
         else:
             hint = did_you_mean(key, known[""], prefix)
+            if not hint and RENAMED_KEYS.get(key) in known[""]:  # a removed key: the one that replaced it
+                hint = f" (did you mean {prefix}{RENAMED_KEYS[key]}?)"
         if where == "option" and not source:  # the command line's: in its language (cli.main)
             close_key = hint[len(" (did you mean "):-len("?)")]
             raise usage_error("unknown_option_close" if hint else "unknown_option", option=f"{prefix}{key}",
@@ -79,6 +81,8 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
         place = f" in {source}" if source else ""
         raise UsageError(f"unknown {where} {prefix}{key}{place}{hint}; glassformer {verb} --help lists the keys")
 
+
+RENAMED_KEYS = {"dtype": "precision"}  # a key glassformer removed: the key that replaced it
 
 _FIELD = re.compile(r"^    (\w+): ([^=]+?) = (.+?)(?:  # (.*))?$")
 
