@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -75,16 +74,6 @@ class Rows:
 
     def load_state_dict(self, state: dict) -> None:
         pass
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 # ------------------------------------------------------------------------------------------- SAELens side
@@ -193,6 +182,8 @@ def main() -> None:
     if args.worker:
         saelens_worker(args)
         return
+    from glassformer.runtime.kernel_choice import cpu_name  # here: the SAELens worker's environment has no glassformer
+
     if args.data is None:
         from glassformer.recipes import corpora
 

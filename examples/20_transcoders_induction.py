@@ -11,7 +11,6 @@ every MLP replaced, and the time each part took (docs/transcoders.md quotes this
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -21,19 +20,9 @@ from glassformer.config import ModelConfig
 from glassformer.interpret.transcoders import TranscoderTrainConfig, run_transcoders
 from glassformer.models import build_model
 from glassformer.recipes.induction import ALPHABET, RepeatedSegments
+from glassformer.runtime.kernel_choice import cpu_name
 from glassformer.training import TrainConfig, Trainer, load_checkpoint, save_checkpoint
 from glassformer.viz.report_sae import write_transcoder_pages
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def train_model(out: Path, steps: int, lr: float, seed: int) -> tuple[torch.nn.Module, RepeatedSegments]:

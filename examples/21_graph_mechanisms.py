@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -48,22 +47,12 @@ from glassformer.interpret.graph.graph import normalized
 from glassformer.interpret.hooks import hooks
 from glassformer.interpret.transcoders import TranscoderTrainConfig, load_transcoders, run_transcoders
 from glassformer.recipes.induction import ALPHABET, RepeatedSegments, best_heads, measure
+from glassformer.runtime.kernel_choice import cpu_name
 from glassformer.training import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "circuit_tracer_reference.py"
 CT_VENV = Path(os.environ.get("GLASSFORMER_CT_VENV") or Path.home() / ".cache/glassformer/circuit-tracer-0.5.0")
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_generate_compile_reaches_generation_and_a_bad_value_is_one_line(run, ca
 @pytest.mark.parametrize(("words", "hint"), [
     (["train", "--data", "x.txt", "--dtype", "float32"], "unknown option --dtype (did you mean --precision?)"),
     (["generate", "ck", "--prompt", "a", "--dtype=bfloat16"],
-     "(--dtype was replaced by --precision: --precision float32|bfloat16|float16|auto)"),
+     "(--dtype was replaced by --precision)"),
 ])
 def test_the_removed_dtype_option_points_to_precision(words, hint, capsys):
     try:  # a verb's own keys return 2; argparse's unrecognized arguments exit with 2

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from glassformer.runtime import kernel_choice
+from glassformer.runtime import kernel_choice, threads
 from glassformer.runtime.linear import MIN_WEIGHT, linear
 
 
@@ -47,7 +47,7 @@ def loaded(monkeypatch, others: float | None) -> None:
     """Make the load probe report ``others`` busy threads of other programs (None: unknown), at both ends of a
     measurement and at the second look a busy reading gets."""
     monkeypatch.setattr(kernel_choice, "load_now", lambda: others)
-    monkeypatch.setattr(kernel_choice, "others_running", lambda samples=None: others)
+    monkeypatch.setattr(threads, "others_running", lambda samples=None: others)
 
 
 def new_process(monkeypatch) -> None:
@@ -234,12 +234,12 @@ def test_a_passing_spike_does_not_void_a_measurement(cache, monkeypatch):
     monkeypatch.setattr(kernel_choice, "spare_cpus", lambda others: 2 - others)
     monkeypatch.setattr(kernel_choice, "load_now", lambda: 1.0)
     looks = []
-    monkeypatch.setattr(kernel_choice, "others_running", lambda samples=None: looks.append(samples) or 0.0)
+    monkeypatch.setattr(threads, "others_running", lambda samples=None: looks.append(samples) or 0.0)
     scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("case", ways) is True
     record = kernel_choice.records()["case"]
     assert record["final"] is True and record["others_running"] == 0.0
-    assert looks == [kernel_choice.CONFIRM_SAMPLES]  # one second look, the longer one
+    assert looks == [threads.CONFIRM_SAMPLES]  # one second look, the longer one
 
 
 @pytest.mark.parametrize(("threads", "others", "final"), [(2, 1, True), (2, 2, True), (2, 3, False), (1, 3, True),

@@ -143,18 +143,18 @@ def _frame_lang(lang: str) -> Iterator[None]:
         OneLineParser.lang = "en"
 
 
-RENAMED = {"--dtype": ("--precision", "float32|bfloat16|float16|auto")}  # removed option: (its successor, values)
-
-
 def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str], lang: str = "en") -> str:
     """`` (options are never abbreviated: did you mean --x?)`` for the first unknown option close to a known one,
-    or the option that replaced a removed one (:data:`RENAMED`) where the verb has it."""
+    or the option that replaced a removed one (``commands.overrides.RENAMED_KEYS``) where the verb has it."""
+    from .commands.overrides import RENAMED_KEYS
+
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
     known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
     for word in extra:
-        new, example = RENAMED.get(word.split("=", 1)[0], (None, ""))
-        if new in known:
-            return cli_text("renamed_option", lang, old=word.split("=", 1)[0], new=new, example=example)
+        old = word.split("=", 1)[0]
+        new = f"--{RENAMED_KEYS[old[2:]]}" if old[2:] in RENAMED_KEYS else None
+        if old.startswith("--") and new in known:
+            return cli_text("renamed_option", lang, old=old, new=new)
         close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
         if word.startswith("--") and close:
             return cli_text("did_you_mean", lang, option=close[0])

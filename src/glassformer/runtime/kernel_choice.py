@@ -30,7 +30,7 @@ import torch
 from ..errors import BadFileError, MissingFileError
 from ..io.fileio import atomic_write
 from ..io.loaders import load_json
-from .threads import CONFIRM_SAMPLES, others_running, spare_cpus
+from .threads import confirmed, others_running, spare_cpus
 
 MARGIN = 0.9  # the special way must take at most 90% of the plain way's time, in every round, to be chosen
 PAIRS = 7  # interleaved (plain, special) timings per round
@@ -237,10 +237,7 @@ def faster(plain: Callable[[], object], special: Callable[[], object], pairs: in
     after = load_now()
     last_ratios[:] = medians
     seen = [x for x in (before, after) if x is not None]
-    last_others = max(seen) if seen else None
-    if _busy(last_others):  # busy: look again, longer; a passing spike (this process's own threads winding
-        again = others_running(samples=CONFIRM_SAMPLES)  # down as /proc is read) must not void the measurement
-        last_others = last_others if again is None else min(last_others, again)
+    last_others = confirmed(max(seen) if seen else None, _busy)  # a passing spike must not void the measurement
     votes = {ratio <= MARGIN for ratio in medians}
     return votes.pop() if len(votes) == 1 else None
 

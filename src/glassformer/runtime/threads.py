@@ -13,6 +13,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how threads wait
@@ -111,6 +112,16 @@ def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
     return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
 
 
+def confirmed(others: float | None, busy: Callable[[float | None], bool]) -> float | None:
+    """``others`` busy threads as read, or, where ``busy(others)``, the lower of them and a second, longer look
+    (:data:`CONFIRM_SAMPLES` reads): a passing spike, such as this process's own threads winding down as /proc is
+    read, must not decide."""
+    if not busy(others):
+        return others
+    again = others_running(samples=CONFIRM_SAMPLES)
+    return others if again is None else min(others, again)
+
+
 def plan(others: float | None = None, cpus: int | None = None, env: dict[str, str] | os._Environ = os.environ,
          follows_load: bool = False) -> ThreadPlan:
     """Threads and wait policy beside ``others`` busy threads (measured when not given) on ``cpus`` CPUs;
@@ -120,10 +131,7 @@ def plan(others: float | None = None, cpus: int | None = None, env: dict[str, st
     if fixed := user_fixed(env):
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
     if others is None:
-        others = others_running()
-        if others and free_cpus(others, cpus) < cpus:  # busy: look again, longer; a passing spike must not decide
-            again = others_running(samples=CONFIRM_SAMPLES)
-            others = others if again is None else min(others, again)
+        others = confirmed(others_running(), lambda o: bool(o) and free_cpus(o, cpus) < cpus)
     if others is None:
         return ThreadPlan(None, "spin", cpus, None, "no /proc to measure the load: torch's defaults")
     free = free_cpus(others, cpus)

@@ -82,7 +82,7 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
         raise UsageError(f"unknown {where} {prefix}{key}{place}{hint}; glassformer {verb} --help lists the keys")
 
 
-RENAMED_KEYS = {"dtype": "precision"}  # a key glassformer removed: the key that replaced it
+RENAMED_KEYS = {"dtype": "precision"}  # a key (option) glassformer removed: the one that replaced it
 
 _FIELD = re.compile(r"^    (\w+): ([^=]+?) = (.+?)(?:  # (.*))?$")
 
