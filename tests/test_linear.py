@@ -294,7 +294,8 @@ def test_decoding_measures_the_route_as_the_model_reads_its_weights(monkeypatch,
     assert linear_module.streams(model) is (cache_mb == 1)  # 2 layers of d 256: about 6 MB
     on = generate(model, torch.randint(0, 50, (1, 5)), 6)
     cases = list(kernel_choice.choices())
-    assert cases and all(case.endswith(", streamed") is (cache_mb == 1) for case in cases)
+    assert cases and all((", streamed" in case) is (cache_mb == 1) for case in cases)  # (", huge pages" after it
+    # where generation moved the weights there: glassformer.runtime.pages)
     previous = set_batched_matvec(False)
     try:
         assert torch.equal(on, generate(model, torch.randint(0, 50, (1, 5)).copy_(on[:, :5]), 6))

@@ -13,9 +13,9 @@ from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..io.checks import check_number
 from ..models import TransformerLM
-from ..runtime import kernel_choice, threads
+from ..runtime import kernel_choice, pages, threads
 from ..runtime.attention import bf16_units, use_bf16_attention
-from ..runtime.linear import set_batched_matvec
+from ..runtime.linear import set_batched_matvec, streams
 from ..runtime.precision import model_case, resolve_precision
 from ..training.muon import resolve_ns_precision
 from ..training.optim import make_optimizer, muon_params
@@ -23,7 +23,7 @@ from .timing import cpu_line, paired, paired_ratio, time_call, with_setting
 from .train import ADAMW, train_step
 
 TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
-CHECKS = ("newton_schulz", "precision", "bf16_attention", "decode_route", "threads", "compile")
+CHECKS = ("newton_schulz", "precision", "bf16_attention", "decode_route", "huge_pages", "threads", "compile")
 
 
 def recipe_model(n_layers: int = 2) -> TransformerLM:
@@ -134,6 +134,20 @@ def check_decode_route(rounds: int, calls: int, new_tokens: int) -> dict[str, An
                   calls)
 
 
+def check_huge_pages(rounds: int, calls: int, new_tokens: int) -> dict[str, Any]:
+    """Batch-1 greedy decoding with the weights moved into huge pages (:mod:`glassformer.runtime.pages`) against
+    leaving them in torch's pages, each way on a model of its own (a move is for good)."""
+    if not pages.available():
+        return _same("torch's pages", "no transparent huge pages here (not Linux, or set to never)")
+    if not streams(decode_model()):
+        return _same("torch's pages", "the weights fit in the last cache here: nothing is moved")
+    moved = with_setting(pages.set_huge_pages, True, _decoding(new_tokens))
+    kept = with_setting(pages.set_huge_pages, False, _decoding(new_tokens))
+    moved()  # the weights move, and each way's route choices are measured, before anything is timed
+    kept()
+    return _timed("huge pages", "torch's pages", "the weights exceed the last cache", (moved, kept), rounds, calls)
+
+
 def _set_threads(n: int) -> int:
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -195,6 +209,7 @@ def check_defaults(quick: bool = False, tolerance: float = TOLERANCE, only: tupl
         "precision": lambda: check_precision(rounds, 1, batch),
         "bf16_attention": lambda: check_bf16_attention(rounds, 1, batch),
         "decode_route": lambda: check_decode_route(rounds, 1, 8 if quick else 64),
+        "huge_pages": lambda: check_huge_pages(rounds, 1, 8 if quick else 64),
         "threads": lambda: check_threads(rounds, calls, batch),
         "compile": lambda: check_compile(rounds, calls, batch),
     }

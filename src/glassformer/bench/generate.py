@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..generation import generate
+from ..runtime import pages
 from ..runtime.linear import set_batched_matvec
 from .setups import Size, glass_model, hf_model, in_precision
 from .timing import paired, paired_ratio, time_call, with_setting
@@ -24,9 +25,14 @@ def generation_size(size: Size) -> Size:
 
 def memory_bandwidth(device: torch.device | str = "cpu", megabytes: int = 128, repeats: int = 5) -> float:
     """Bytes per second a tensor copy of ``megabytes`` (far larger than any cache) moves, read + written as
-    STREAM's copy counts them: the median of ``repeats`` copies after one warm-up."""
-    source = torch.ones(megabytes * 2**20 // 4, device=device)  # written once: real pages, not the zero page
-    target = torch.zeros_like(source)
+    STREAM's copy counts them: the median of ``repeats`` copies after one warm-up. On a CPU in huge pages where
+    decoding moves the weights there (:mod:`glassformer.runtime.pages`), as they are then read."""
+    n = megabytes * 2**20 // 4
+    if torch.device(device).type == "cpu" and pages.active():
+        source, target = pages.empty(n).fill_(1.0), pages.empty(n).zero_()
+    else:
+        source = torch.ones(n, device=device)  # written once: real pages, not the zero page
+        target = torch.zeros_like(source)
     seconds = [time_call(lambda: target.copy_(source), device) for _ in range(repeats + 1)]
     return 2 * source.numel() * source.element_size() / statistics.median(seconds[1:])
 

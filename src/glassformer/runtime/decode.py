@@ -17,6 +17,7 @@ from ..models.head import OutputHead
 from ..nn.linear import Linear
 from ..nn.taps import Tap
 from .linear import FewRowProduct, batched_matvec, streams
+from .pages import active, move_parameters
 
 _products: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, FewRowProduct]]" = weakref.WeakKeyDictionary()
 
@@ -26,12 +27,16 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     """Within the block, ``model``'s :class:`~glassformer.nn.linear.Linear` layers and output head compute their
     products by one :class:`.linear.FewRowProduct` (the route where it was measured faster for a one-token
     step's shapes, else ``F.linear``); each layer's ``product`` is restored afterwards. Results equal the
-    model's up to float32 rounding."""
+    model's up to float32 rounding. A CPU model whose weights exceed the last cache is first moved into huge pages
+    (:mod:`.pages`; once, the same values), where they stream almost twice as fast."""
+    streamed = streams(model)
+    if streamed and active():
+        move_parameters(model)
     layers = [m for m in model.modules() if isinstance(m, (Linear, OutputHead))]
     before = [m.product for m in layers]
     # one per model and setting (its answers hold for one grad mode, autocast state, thread count and route
     # switch): a compiled step sees the same object from one call to the next
-    setting = (streams(model), torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
+    setting = (streamed, torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
                torch.get_autocast_dtype("cpu"), torch.get_num_threads(), batched_matvec())
     products = _products.setdefault(model, {})
     product = products.get(setting)

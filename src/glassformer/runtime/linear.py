@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentTypeError
+from . import pages
 from .kernel_choice import choose, last_level_cache_bytes
 
 FEW_ROWS = 8  # products with at most this many rows (B x T) may take it, where measured faster
@@ -118,16 +119,17 @@ def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool
     """Whether the route beats ``F.linear`` for this shape on this machine (measured once). ``streamed``: timed
     on copies of the weight that together exceed twice the last cache, so each call reads one from memory."""
     n_out, n_in = weight.shape
+    where = (", streamed" if streamed else "") + (", huge pages" if pages.holds(weight) else "")
 
     def ways() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
         probe = torch.zeros(rows, n_in)
         working_set = min(2 * last_level_cache_bytes(), STREAM_BYTES_MAX) if streamed else 0
         copies = max(1, math.ceil(working_set / (weight.numel() * weight.element_size())))
-        # each way reads its own copies (cloned, so real pages): one way must not find in the cache the weight
-        # the other way has just read
-        weights = [[weight] + [weight.clone() for _ in range(copies - 1)]]
+        # each way reads its own copies (written, so real pages, and paged as the weight is): one way must not
+        # find in the cache the weight the other way has just read
+        weights = [[weight, *pages.copies(weight, copies - 1)]]
         if streamed:
-            weights.append([weight.clone() for _ in range(copies)])
+            weights.append(pages.copies(weight, copies))
         turn = [0, 0]
 
         def next_weight(side: int) -> torch.Tensor:
@@ -136,4 +138,4 @@ def _route_pays(rows: int, weight: torch.Tensor, streamed: bool = False) -> bool
 
         return lambda: F.linear(probe, next_weight(0)), lambda: _blocked_matvec(probe, next_weight(1))
 
-    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}{', streamed' if streamed else ''}", ways)
+    return choose(f"linear few-row route: {rows} x {n_in} -> {n_out}{where}", ways)
