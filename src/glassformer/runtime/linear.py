@@ -106,10 +106,14 @@ def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor, n_blocks: int = BL
     (rows, n_in), n_out = flat.shape, weight.shape[0]
     per_block = n_out // n_blocks
     split = n_blocks * per_block  # rows of W in the blocks; the last n_out % n_blocks rows go alone
-    columns = flat.t().expand(n_blocks, n_in, rows)  # xᵀ, shared by every block (strides (0, 1, in))
+    flat = flat if flat.is_contiguous() else flat.contiguous()
+    columns = flat.as_strided((n_blocks, n_in, rows), (0, 1, n_in))  # xᵀ, shared by every block (bmm's fast
+    # layout for it: strides (0, 1, 1) for one row took 5x as long)
     blocks = (weight if split == n_out else weight[:split]).view(n_blocks, per_block, n_in)
-    y = torch.bmm(blocks, columns).view(split, rows).t().contiguous()  # (rows, split), rows apart: attention,
-    # GELU and the rest read it in their fast layout (a column-major (rows, out) sent batches to math attention)
+    y = torch.bmm(blocks, columns)  # (n_blocks, per_block, rows)
+    # (rows, split), rows apart: attention, GELU and the rest read it in their fast layout (a column-major
+    # (rows, out) sent batches to math attention); one row is that layout already
+    y = y.view(1, split) if rows == 1 else y.view(split, rows).t().contiguous()
     if split < n_out:
         y = torch.cat([y, F.linear(flat, weight[split:])], dim=1)
     return y
