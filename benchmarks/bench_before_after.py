@@ -63,6 +63,18 @@ def run_bench(src: Path, bench_args: list[str], out: Path, cache: Path) -> dict[
     return throughputs(json.loads(out.read_text()))
 
 
+def kept_choices(cache: Path) -> dict[str, bool]:
+    """The kernel choices one tree's runs kept in ``cache`` (measured by its first run, read by the later ones):
+    {case: special way taken}, every machine and thread count of the file together."""
+    try:
+        machines = json.loads((cache / "kernel-choices.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {case: bool(entry is True or isinstance(entry, dict) and entry.get("special") is True
+                       and entry.get("final", True))
+            for cases in machines.values() if isinstance(cases, dict) for case, entry in cases.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pairs, print the table, write the JSON; 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -84,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache.mkdir(exist_ok=True)
                 runs[side].append(run_bench(src, bench_args, Path(tmp) / f"{side}-{pair}.json", cache))
                 print(f"pair {pair + 1}/{args.pairs}: {side} done", file=sys.stderr)
+        choices = {side: kept_choices(Path(tmp) / f"{side}-cache") for side in runs}
     rows = []
     for key in sorted(set(runs["before"][0]) & set(runs["after"][0])):
         before = [r[key] for r in runs["before"]]
@@ -95,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"CPU: {cpu_line()}, {os.cpu_count()} CPUs; {load}; {args.pairs} alternated pairs; "
               f"bench {' '.join(bench_args)}")
     print(header)
+    for side, taken in choices.items():
+        print(f"{side}: special way taken for {sum(taken.values())} of {len(taken)} kernel choices "
+              f"({', '.join(case for case, on in taken.items() if on) or 'none'})")
     print("| figure | before | after | after / before, median (each pair) |")
     print("| --- | ---: | ---: | --- |")
     for row in rows:
@@ -102,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         print(f"| {row['figure']} | {row['before']:,.0f} | {row['after']:,.0f} | {ratio} ({pairs}) |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"cpu": cpu_line(), "header": header, "rows": rows, "runs": runs}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"cpu": cpu_line(), "header": header, "rows": rows, "runs": runs,
+                                           "choices": choices}, indent=2) + "\n")
     return 0
 
 

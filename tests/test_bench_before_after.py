@@ -48,3 +48,24 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_the_pairs(tmp_path, monk
     row = json.loads(out.read_text())["rows"][0]
     assert row["figure"] == "train/tokens_per_s" and row["ratio"] == pytest.approx(1.1)
     assert "| train/tokens_per_s | 100 | 110 | 1.10x (1.10, 0.90, 1.30) |" in capsys.readouterr().out
+
+
+def test_each_trees_kept_kernel_choices_are_reported(tmp_path, monkeypatch, capsys):
+    def fake_run(src, bench_args, out, cache):
+        side = "before" if src.name == "old" else "after"
+        taken = {"before": {"route A": {"special": True, "final": True, "measured": "x"},
+                            "route B": {"special": None, "final": False, "measured": "x"}},
+                 "after": {"route A": False}}[side]  # a bool: a choice set by hand
+        (cache / "kernel-choices.json").write_text(json.dumps({"cpu | 2 threads": taken}))
+        return {"gen/tokens_per_s": 100.0}
+
+    monkeypatch.setattr(bench, "run_bench", fake_run)
+    out = tmp_path / "ba.json"
+    assert bench.main(["--before", str(tmp_path / "old"), "--after", str(tmp_path / "new"), "--pairs", "1",
+                       "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["choices"] == {"before": {"route A": True, "route B": False},
+                                                      "after": {"route A": False}}
+    printed = capsys.readouterr().out
+    assert "before: special way taken for 1 of 2 kernel choices (route A)" in printed
+    assert "after: special way taken for 0 of 1 kernel choices (none)" in printed
+    assert bench.kept_choices(tmp_path / "missing") == {}
