@@ -14,6 +14,7 @@ weights exceed the last cache (:func:`glassformer.runtime.decode.few_row_product
 turns that off. Elsewhere than Linux, or where huge pages are off ("never"), nothing moves.
 """
 
+import contextlib
 import mmap
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def _mapping(nbytes: int) -> tuple[mmap.mmap, int]:
     """An anonymous private mapping advised for huge pages with room for ``nbytes`` from its first 2 MB boundary,
     and that boundary's offset. Pages are committed only when first written."""
     mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    mapping.madvise(mmap.MADV_HUGEPAGE)
+    with contextlib.suppress(OSError):  # refused (a kernel without them): ordinary pages, the same memory
+        mapping.madvise(mmap.MADV_HUGEPAGE)
     address = torch.frombuffer(mapping, dtype=torch.uint8, count=1).data_ptr()
     return mapping, -address % HUGE_PAGE
 
