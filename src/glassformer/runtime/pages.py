@@ -97,10 +97,12 @@ def copies(t: torch.Tensor, n: int) -> list[torch.Tensor]:
 
 
 def _movable(model: nn.Module) -> list[nn.Parameter]:
-    """``model``'s dense CPU parameters (plain tensors: not a subclass such as a sharded one) that own their storage
-    alone and are not in huge pages yet. A parameter that shares its storage (a view, or two parameter objects on
-    one storage) is left where it is, so the sharing holds."""
-    params = [p for p in model.parameters() if type(p.data) is torch.Tensor and p.layout == torch.strided]
+    """``model``'s dense CPU parameters (plain tensors: not a subclass such as a sharded one, nor one made under
+    inference mode, whose data cannot be swapped) that own their storage alone and are not in huge pages yet. A
+    parameter that shares its storage (a view, or two parameter objects on one storage) is left where it is, so
+    the sharing holds."""
+    params = [p for p in model.parameters()
+              if type(p.data) is torch.Tensor and p.layout == torch.strided and not p.is_inference()]
     owners: dict[int, int] = {}
     for p in params:
         owners[p.untyped_storage().data_ptr()] = owners.get(p.untyped_storage().data_ptr(), 0) + 1
