@@ -29,15 +29,15 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     step's shapes, else ``F.linear``); each layer's ``product`` is restored afterwards. Results equal the
     model's up to float32 rounding. A CPU model whose weights exceed the last cache is first moved into huge pages
     (:mod:`.pages`; once, the same values), where they stream almost twice as fast."""
-    streamed = streams(model)
-    if streamed and active():
+    streamed, moving = streams(model), active()
+    if streamed and moving:
         move_parameters(model)
     layers = [m for m in model.modules() if isinstance(m, (Linear, OutputHead))]
     before = [m.product for m in layers]
-    # one per model and setting (its answers hold for one grad mode, autocast state, thread count and route
-    # switch): a compiled step sees the same object from one call to the next
+    # one per model and setting (its answers hold for one grad mode, autocast state, thread count, route
+    # switch and huge-page switch): a compiled step sees the same object from one call to the next
     setting = (streamed, torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
-               torch.get_autocast_dtype("cpu"), torch.get_num_threads(), batched_matvec())
+               torch.get_autocast_dtype("cpu"), torch.get_num_threads(), batched_matvec(), moving)
     products = _products.setdefault(model, {})
     product = products.get(setting)
     if product is None:

@@ -15,6 +15,7 @@ turns that off. Elsewhere than Linux, or where huge pages are off ("never"), not
 """
 
 import contextlib
+import functools
 import mmap
 from pathlib import Path
 
@@ -42,9 +43,10 @@ def set_huge_pages(enabled: bool) -> bool:
     return previous
 
 
+@functools.cache
 def available() -> bool:
     """Whether this process can ask for transparent huge pages: Linux's ``madvise`` is there and the kernel's
-    setting is "always" or "madvise" (not "never")."""
+    setting is "always" or "madvise" (not "never"; read once per process)."""
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return False
     try:
