@@ -2,7 +2,7 @@
 
 import sys
 
-from glassformer.cli import main
+from glassformer.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -4,6 +4,7 @@ OSError prints one line (status 2); any other exception is a bug and keeps its t
 import argparse
 import contextlib
 import difflib
+import gc
 import importlib
 import os
 import sys
@@ -53,6 +54,17 @@ def accept_dashes(parser: argparse.ArgumentParser) -> None:
             alias = option.replace("_", "-")
             if option.startswith("--") and alias not in parser._option_string_actions:
                 parser._option_string_actions[alias] = action
+
+
+def entry() -> int:
+    """The ``glassformer`` command's process (the console script and ``python -m glassformer``): :func:`main` on
+    the command line, then objects frozen for the exit. Python's last collection at exit walks every object the
+    process made, some 350,000 once torch's compiler stack is imported (every torch optimizer imports it): 0.6 s
+    of a 19 s recipe on a 2-core AMD EPYC. Frozen, they are freed by the operating system instead; files are
+    closed and exit handlers run as before. Library calls and tests call :func:`main`, which freezes nothing."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
