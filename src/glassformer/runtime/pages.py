@@ -3,7 +3,8 @@
 A one-token decoding step reads every weight once, and a model larger than the CPU's last cache reads them
 from memory. In ordinary 4 KB pages that read stops at every page for a TLB miss: on a 2-core AMD EPYC (Zen 4)
 one core summed a large tensor at 17 GB/s in 4 KB pages and at 31 GB/s in 2 MB pages, and *baby*'s greedy
-decoding at one thread went from 3.4-3.7 to 2.6-2.8 ms a token (docs/benchmarks.md, "Huge pages").
+decoding at one thread went from 3.4-3.7 to 2.6-2.8 ms a token (docs/benchmarks.md, "2026-12-06 (fourth
+session): weights in huge pages").
 
 torch allocates in 4 KB pages unless ``THP_MEM_ALLOC_ENABLE=1`` was set before it was imported, so
 :func:`move_parameters` gives each parameter of a model a new home: a slice of an anonymous mapping that Linux
@@ -14,6 +15,7 @@ weights exceed the last cache (:func:`glassformer.runtime.decode.few_row_product
 turns that off. Elsewhere than Linux, or where huge pages are off ("never"), nothing moves.
 """
 
+import collections
 import contextlib
 import functools
 import mmap
@@ -25,7 +27,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import ArgumentTypeError
 
-HUGE_PAGE = 2 << 20  # bytes in one x86-64 / arm64 transparent huge page
+HUGE_PAGE = 2 << 20  # bytes in one transparent huge page on x86-64 (and arm64 with 4 KB pages)
 ALIGN = 64  # each tensor starts on a cache line
 ARENA_BYTES = 64 << 20  # parameters are moved this many bytes at a time (the most memory held twice at once)
 SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -105,9 +107,7 @@ def _movable(model: nn.Module) -> list[nn.Parameter]:
     the sharing holds."""
     params = [p for p in model.parameters()
               if type(p.data) is torch.Tensor and p.layout == torch.strided and not p.is_inference()]
-    owners: dict[int, int] = {}
-    for p in params:
-        owners[p.untyped_storage().data_ptr()] = owners.get(p.untyped_storage().data_ptr(), 0) + 1
+    owners = collections.Counter(p.untyped_storage().data_ptr() for p in params)
     return [p for p in params
             if p.device.type == "cpu" and _moved.get(p) != p.data_ptr() and p.is_contiguous()
             and p.storage_offset() == 0 and p.untyped_storage().nbytes() == p.numel() * p.element_size()
