@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from glassformer.bench.timing import cpu_line  # noqa: E402 (after the path is set): the CPU as every figure names it
+from glassformer.runtime.kernel_choice import effective  # noqa: E402 (whether a kept choice takes the special way)
 
 
 def throughputs(results: Any, path: str = "") -> dict[str, float]:
@@ -70,9 +71,8 @@ def kept_choices(cache: Path) -> dict[str, bool]:
         machines = json.loads((cache / "kernel-choices.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {case: bool(entry is True or isinstance(entry, dict) and entry.get("special") is True
-                       and entry.get("final", True))
-            for cases in machines.values() if isinstance(cases, dict) for case, entry in cases.items()}
+    return {case: effective(entry) for cases in machines.values() if isinstance(cases, dict)
+            for case, entry in cases.items()}  # the file is one these runs wrote: records or bools
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,7 +106,7 @@ def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor, n_blocks: int = BL
     (rows, n_in), n_out = flat.shape, weight.shape[0]
     per_block = n_out // n_blocks
     split = n_blocks * per_block  # rows of W in the blocks; the last n_out % n_blocks rows go alone
-    flat = flat if flat.is_contiguous() else flat.contiguous()
+    flat = flat.contiguous()  # (itself when it is already)
     columns = flat.as_strided((n_blocks, n_in, rows), (0, 1, n_in))  # xᵀ, shared by every block (bmm's fast
     # layout for it: strides (0, 1, 1) for one row took 5x as long)
     blocks = (weight if split == n_out else weight[:split]).view(n_blocks, per_block, n_in)

@@ -109,7 +109,7 @@ def _movable(model: nn.Module) -> list[nn.Parameter]:
               if type(p.data) is torch.Tensor and p.layout == torch.strided and not p.is_inference()]
     owners = collections.Counter(p.untyped_storage().data_ptr() for p in params)
     return [p for p in params
-            if p.device.type == "cpu" and _moved.get(p) != p.data_ptr() and p.is_contiguous()
+            if p.device.type == "cpu" and not holds(p) and p.is_contiguous()
             and p.storage_offset() == 0 and p.untyped_storage().nbytes() == p.numel() * p.element_size()
             and owners[p.untyped_storage().data_ptr()] == 1 and p.numel() > 0]
 
