@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
+from ..errors import BadFileError, MissingFileError, UsageError
 from .text import iter_text, open_binary
 
 PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
@@ -243,10 +243,3 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
         reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
         for text in reader(source.path, text_field):
             yield text, True
-
-
-def check_text_field(text_field: str) -> str:
-    """``text_field`` unless empty (a GlassformerError naming the option)."""
-    if not isinstance(text_field, str) or not text_field.strip():
-        raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
-    return text_field
