@@ -43,9 +43,7 @@ class BPETokenizer(Tokenizer):
         the 256 bytes + specials), merging pairs seen ``min_frequency`` times; a long training prints
         its progress to stderr every ~10 s."""
         specials = check_specials(specials)
-        check_int("vocab_size", vocab_size, 256 + len(specials))
-        if vocab_size > MAX_VOCAB:
-            raise GlassformerError(f"vocab_size must be at most {MAX_VOCAB:,} for a BPE tokenizer, got {vocab_size:,}")
+        check_int("vocab_size", vocab_size, 256 + len(specials), MAX_VOCAB)
         hf = HFTokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = decoders.ByteLevel()
