@@ -27,7 +27,7 @@ from ..io.progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer
 from ..validate import check_choice
 from . import shards
-from .shards import MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
+from .shards import MAGIC, MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
 from .sources import Source, iter_pieces, list_sources
 
 PROGRESS = "progress.json"
@@ -93,10 +93,6 @@ class _Writer:
         if self.file is not None:
             self.file.discard()
             self.file = None
-
-
-def _split_of(document: int, val_fraction: float) -> str:
-    return "val" if int((document + 1) * val_fraction) > int(document * val_fraction) else "train"
 
 
 def _fingerprint(sources: Sequence[Source]) -> list[dict[str, Any]]:
@@ -256,12 +252,10 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     tokenizer_file = folder / TOKENIZER_FILE
     if progress is not None:
         tok = Tokenizer.load(tokenizer_file)
-    else:
-        if isinstance(spec, Tokenizer):
-            tok = spec
-        else:
-            sample = _sample(iter_pieces(sources + val_sources, text_field), settings["tokenizer_sample"])
-            tok = make_tokenizer(spec, sample, settings["specials"], settings["vocab_size"])
+    else:  # the given tokenizer, or one trained on (a sample of) the corpus
+        sample = _sample(iter_pieces(sources + val_sources, text_field), settings["tokenizer_sample"])  # (lazy)
+        tok = spec if isinstance(spec, Tokenizer) else make_tokenizer(spec, sample, settings["specials"],
+                                                                      settings["vocab_size"])
         atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
     if fmt == "nanogpt" and tok.vocab_size > 1 << 16:
         raise GlassformerError(f"--format nanogpt writes uint16 ids; the tokenizer has {tok.vocab_size:,} ids "
@@ -294,7 +288,8 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         number, document = 0, 0
         for group, fraction in ((sources, settings["val_fraction"]), (val_sources, None)):
             for text, last in iter_pieces(group, text_field):
-                split = "val" if fraction is None else _split_of(document, fraction)
+                val = fraction is None or int((document + 1) * fraction) > int(document * fraction)  # see above
+                split = "val" if val else "train"
                 yield number, split, text, last
                 number += 1
                 if last:
@@ -347,7 +342,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         "format": shards.MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
         "shard_format": "nanogpt" if fmt == "nanogpt" else "modded-nanogpt",
         "token_dtype": "uint16" if fmt == "nanogpt" else VERSIONS[version].name,
-        "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": 20240520, "version": version},
+        "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": MAGIC, "version": version},
         "documents": documents, "tokens": {s: sum(e["tokens"] for e in writers[s].entries) for s in writers},
         "train": writers["train"].entries, "val": writers["val"].entries,
         "sources": [{**f, "sha256": hashes[str(s.path)], "split": "val" if s in val_sources else "train"}
@@ -357,8 +352,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         "settings": settings,
     }
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n", inputs=inputs, what="shards manifest")
-    if (folder / PROGRESS).exists():
-        remove_path(folder / PROGRESS)
+    remove_path(folder / PROGRESS)  # (nothing if absent)
     kept = {e["file"] for e in manifest["train"] + manifest["val"]}
     for name in sorted(old_files - kept):
         if shards.is_shard(folder / name) or fmt == "nanogpt":
