@@ -227,28 +227,22 @@ def open_shards(path: str | Path, vocab_size: int | None = None, tokenizer_dict:
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"token data {str(path)!r} does not exist")
-    limit = vocab_size if check else None
-    if path.is_file():
-        ids = map_shard(path, limit) if is_shard(path) else map_raw(path, limit)
-        return Shards(path.parent, TokenView([ids]), None, None, _beside(path.parent))
-    if (path / MANIFEST).exists():
+    if path.is_dir() and (path / MANIFEST).exists():
         return _open_manifest(path, vocab_size, tokenizer_dict, check)
-    if (path / "train.bin").is_file() and not is_shard(path / "train.bin"):  # nanoGPT's prepare.py output
-        val = path / "val.bin"
-        return Shards(path, TokenView([map_raw(path / "train.bin", limit)]),
-                      TokenView([map_raw(val, limit)]) if val.is_file() else None, None, _beside(path))
-    files = sorted(path.glob("*.bin"))
-    train = [p for p in files if "val" not in p.name]
-    val = [p for p in files if "val" in p.name]
-    if not train:
-        raise MissingFileError(f"token folder {str(path)!r} holds no manifest.json and no training .bin shards")
-    return Shards(path, TokenView([map_shard(p, limit) for p in train]),
-                  TokenView([map_shard(p, limit) for p in val]) if val else None, None, _beside(path))
-
-
-def _beside(folder: Path) -> Path | None:
-    found = folder / TOKENIZER_FILE
-    return found if found.is_file() else None
+    folder = path if path.is_dir() else path.parent
+    if path.is_file():
+        train, val, read = [path], [], map_shard if is_shard(path) else map_raw
+    elif (path / "train.bin").is_file() and not is_shard(path / "train.bin"):  # nanoGPT's prepare.py output
+        train, val, read = [path / "train.bin"], [p for p in [path / "val.bin"] if p.is_file()], map_raw
+    else:
+        files = sorted(path.glob("*.bin"))
+        train, val, read = [p for p in files if "val" not in p.name], [p for p in files if "val" in p.name], map_shard
+        if not train:
+            raise MissingFileError(f"token folder {str(path)!r} holds no manifest.json and no training .bin shards")
+    limit, beside = vocab_size if check else None, folder / TOKENIZER_FILE
+    val_view = TokenView([read(p, limit) for p in val]) if val else None
+    return Shards(folder, TokenView([read(p, limit) for p in train]), val_view, None,
+                  beside if beside.is_file() else None)
 
 
 def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[str, Any] | None,
