@@ -8,7 +8,6 @@ document of one piece. The pieces of a corpus always come in the same order, so 
 position :mod:`glassformer.data.prepare` can resume at."""
 
 import glob
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from ..errors import BadFileError, MissingFileError, UsageError
 from ..io.checks import first_line
+from ..io.loaders import parse_json
 from .text import iter_text, open_binary
 
 PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
@@ -127,12 +127,7 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
             if len(raw) > MAX_JSON_ARRAY_BYTES:
                 raise BadFileError(f"{str(path)!r} is a JSON array over {MAX_JSON_ARRAY_BYTES:,} bytes; write it as "
                                    "JSON lines (one object a line), which is read as a stream")
-            try:
-                items = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as error:
-                raise BadFileError(f"{str(path)!r} is not UTF-8 text (byte {error.start:,})") from None
-            except ValueError as error:
-                raise BadFileError(f"{str(path)!r} is not valid JSON: {error}") from None
+            items = parse_json(raw, repr(str(path)))  # not UTF-8, not JSON, too deep: one line naming the file
             for number, item in enumerate(items):
                 yield _text_of(item, field, f"{str(path)!r} item {number}")
             return
@@ -147,10 +142,7 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
                                    f"at column {error.start + 1})") from None
             if not text.strip():
                 continue
-            try:
-                record = json.loads(text)
-            except ValueError as error:
-                raise BadFileError(f"{str(path)!r} line {number} is not a JSON object: {error}") from None
+            record = parse_json(text, f"{str(path)!r} line {number}")
             yield _text_of(record, field, f"{str(path)!r} line {number}")
 
 
