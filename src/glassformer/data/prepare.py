@@ -96,12 +96,9 @@ class _Writer:
 
 
 def _fingerprint(sources: Sequence[Source]) -> list[dict[str, Any]]:
-    out = []
-    for source in sources:
-        info = source.path.stat()
-        out.append({"path": str(source.path.resolve()), "kind": source.kind, "bytes": info.st_size,
-                    "mtime_ns": info.st_mtime_ns})
-    return out
+    stats = [(source, source.path.stat()) for source in sources]
+    return [{"path": str(source.path.resolve()), "kind": source.kind, "bytes": info.st_size,
+             "mtime_ns": info.st_mtime_ns} for source, info in stats]
 
 
 def _check_unchanged(sources: Sequence[Source], fingerprint: list[dict[str, Any]]) -> None:
