@@ -37,17 +37,10 @@ class HFTokenizer(Tokenizer):
         if not isinstance(tokenizer, RustTokenizer):
             raise ArgumentTypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
         self.hf = tokenizer
-        self.hf.no_padding()
-        self.hf.no_truncation()
         if special_tokens is None:
             special_tokens = _first_known(tokenizer, ROLE_GUESSES)
         self.special_strings = dict(special_tokens)
-        self.special_tokens = {}
-        for role, token in special_tokens.items():
-            token_id = tokenizer.token_to_id(token)
-            if token_id is None:
-                raise GlassformerError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
-            self.special_tokens[role] = token_id
+        self.special_tokens = adopt(tokenizer, self.special_strings)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "HFTokenizer":
@@ -137,6 +130,20 @@ class HFTokenizer(Tokenizer):
         path.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             atomic_write(path / name, text + "\n", what="tokenizer file")
+
+
+def adopt(tokenizer: RustTokenizer, special_strings: dict[str, str]) -> dict[str, int]:
+    """Turn ``tokenizer``'s own padding and truncation off (a tokenizer.json that pads or truncates would change the
+    ids of every text: glassformer cuts and batches itself) and return {role: id} of ``special_strings``; a string
+    the vocabulary lacks is an error naming it."""
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    ids = {role: tokenizer.token_to_id(token) for role, token in special_strings.items()}
+    missing = [role for role, token_id in ids.items() if token_id is None]
+    if missing:
+        raise GlassformerError(f"special token {missing[0]}={special_strings[missing[0]]!r} is not in the "
+                               "tokenizer's vocabulary")
+    return ids
 
 
 def _first_known(tokenizer: RustTokenizer, candidates: dict[str, Sequence[Any]]) -> dict[str, str]:
