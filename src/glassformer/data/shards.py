@@ -126,9 +126,7 @@ class TokenView:
             if step != 1:
                 raise GlassformerError("token views are sliced with step 1")
             return self._range(start, max(start, stop))
-        index = int(key) + (len(self) if int(key) < 0 else 0)
-        if not 0 <= index < len(self):
-            raise IndexError(f"token {key} of {len(self)}")
+        index = range(len(self))[key]  # an IndexError out of range, negatives counted from the end
         return self._range(index, index + 1)[0]
 
     def _range(self, start: int, stop: int) -> np.ndarray:
