@@ -116,9 +116,9 @@ def _check_unchanged(sources: Sequence[Source], fingerprint: list[dict[str, Any]
 def encode_pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     """Each text's ids (int64, no specials), as ``tokenizer.encode_to_array`` gives them; a BPE encodes all the
     texts' lines in one batch (every core)."""
-    hf = getattr(tokenizer, "hf", None)
-    if tokenizer.kind != "bpe" or hf is None:
-        return [tokenizer.encode_to_array(t) if t else np.zeros(0, dtype=np.int64) for t in texts]
+    if tokenizer.kind != "bpe":
+        return [tokenizer.encode_to_array(t) for t in texts]
+    hf = tokenizer.hf
     lines = [text.splitlines(keepends=True) for text in texts]
     encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
     encodings = encode([line for text_lines in lines for line in text_lines], add_special_tokens=False)
