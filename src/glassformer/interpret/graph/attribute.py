@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ...errors import ArgumentTypeError, GlassformerError
-from ...io.budget import FLOAT
+from ...io.budget import FLOAT, check_fits
 from ...io.checks import check_int, check_number
 from ...models.inputs import check_token_ids
 from ...nn.freezing import frozen
@@ -43,16 +43,6 @@ class _Stop(Exception):
 def point_name(hook: str, layer: int) -> str:
     """The model's hook point for a transcoder hook inside block ``layer`` ("blocks.2.ln2.hook_normalized")."""
     return f"blocks.{layer}.{ALIASES.get(hook, hook)}"
-
-
-def activate(tc: Transcoders, layer: int, pre: torch.Tensor) -> torch.Tensor:
-    """Feature activations of ``layer`` from pre-activations (..., d_tc): ReLU, JumpReLU or TopK."""
-    if tc.activation == "relu":
-        return torch.relu(pre)
-    if tc.activation == "jumprelu":
-        return pre * (pre > tc.layers[layer].threshold)
-    gate = torch.zeros_like(pre).scatter_(-1, pre.topk(tc.k, dim=-1).indices, 1.0)
-    return pre * gate
 
 
 @dataclass
@@ -91,7 +81,7 @@ def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
     start = 0
     for layer, weights in enumerate(tc.layers):
         x = kept[f"in{layer}"]  # (T, d)
-        acts = activate(tc, layer, x @ weights.W_enc.T + weights.b_enc)  # (T, d_tc)
+        acts = tc.encode(layer, x)  # (T, d_tc)
         acts[:1] = 0  # position 0 holds no features
         pos, feat = acts.nonzero(as_tuple=True)
         n = pos.shape[0]
@@ -272,8 +262,6 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     Returns:
         a :class:`Graph` (adjacency (N, N), rows = targets, columns = sources).
     """
-    from ...io.budget import check_fits
-
     if not isinstance(tc, Transcoders):
         raise ArgumentTypeError(f"tc must be Transcoders (load_transcoders), got {type(tc).__name__}")
     tc.check_model(model)
@@ -294,30 +282,11 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     training = model.training
     model.eval()  # no dropout; the caller's mode comes back after
     try:
-        return _attribute(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
+        with _no_weight_grads(model):
+            return _edges(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
                           max_feature_nodes, update_interval, max_memory, progress)
     finally:
         model.train(training)
-
-
-def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, max_n_logits: int,
-               desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
-               max_feature_nodes: int | None, update_interval: int, max_memory: object,
-               progress: Callable[[int, int], None] | None) -> Graph:
-    from ...io.budget import check_fits
-
-    setup = _setup(model, tc, ids)
-    targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
-    n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
-    n_feat = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    n_logits = targets.ids.shape[0]
-    logit_start = n_active + (L + 1) * T
-    n_nodes = logit_start + n_logits
-    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
-               f"nodes, {n_active:,} active features)", max_memory)
-    batch = min(batch_size, max(n_feat, n_logits))
-    with _no_weight_grads(model):
-        return _edges(model, tc, ids, setup, targets, batch, n_feat, update_interval, prompt, progress)
 
 
 @contextlib.contextmanager
@@ -334,14 +303,23 @@ def _no_weight_grads(model: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, setup: _Setup, targets: LogitTargets, batch: int,
-           n_feat: int, update_interval: int, prompt: str, progress: Callable[[int, int], None] | None) -> Graph:
-    """The rows of every logit and of ``n_feat`` features, assembled into the graph (circuit-tracer's phases 3-5)."""
+def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, max_n_logits: int,
+           desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
+           max_feature_nodes: int | None, update_interval: int, max_memory: object,
+           progress: Callable[[int, int], None] | None) -> Graph:
+    """:func:`attribute`'s work once its arguments are checked: the forward pass on the prompt, then the rows of
+    every logit and of the features explained, assembled into the graph (circuit-tracer's phases 3-5)."""
     c = model.config
+    setup = _setup(model, tc, ids)
+    targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
     n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
+    n_feat = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
     n_logits = targets.ids.shape[0]
     logit_start = n_active + (L + 1) * T
     n_nodes = logit_start + n_logits
+    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
+               f"nodes, {n_active:,} active features)", max_memory)
+    batch = min(batch_size, max(n_feat, n_logits))
     replacement = _Replacement(model, tc, ids, setup, batch)
     edges = torch.zeros(n_feat + n_logits, n_nodes)
     row_node = torch.zeros(n_feat + n_logits, dtype=torch.long)  # the node each row of ``edges`` explains

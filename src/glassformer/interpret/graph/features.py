@@ -10,7 +10,7 @@ from torch import nn
 
 from ..hooks import hooks
 from ..transcoders.format import Transcoders
-from .attribute import activate, point_name, unembedding
+from .attribute import point_name, unembedding
 
 
 def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[int, int]], *,
@@ -48,8 +48,7 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
             chunk = ids[start:start + window]
             model(chunk[None])
             for layer, wanted in by_layer.items():
-                w = tc.layers[layer]
-                acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)  # (t, d_tc)
+                acts = tc.encode(layer, kept[layer])  # (t, d_tc)
                 for key, feat in wanted:
                     value, pos = acts[:, feat].max(0)
                     if float(value) > 0:
@@ -62,8 +61,7 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
             chunk = ids[start:start + window]
             with torch.no_grad(), hooks(model, [pairs[list(by_layer).index(layer)]]):
                 model(chunk[None])
-            w = tc.layers[layer]
-            acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)[:, feat]
+            acts = tc.encode(layer, kept[layer])[:, feat]
             lo, hi = max(0, pos - 12), min(chunk.numel(), pos + 4)
             examples.append({"tokens": [token_text(int(t)) for t in chunk[lo:hi]],
                              "values": [round(float(v), 4) for v in acts[lo:hi]], "peak": pos - lo})

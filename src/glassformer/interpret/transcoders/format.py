@@ -44,6 +44,12 @@ _LAYER_FILE = re.compile(r"layer_(\d+)\.safetensors")
 _CLT_FILE = re.compile(r"W_(enc|dec)_(\d+)\.safetensors")
 
 
+def topk(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest entries of the last axis kept as they are (circuit-tracer's TopK), the rest zero."""
+    _, index = pre.topk(k, dim=-1, sorted=False)
+    return pre * torch.zeros_like(pre).scatter(-1, index, 1.0)
+
+
 @dataclass
 class LayerTranscoder:
     """One layer's tensors (float32). ``W_dec`` is (d_tc, d) for a PLT and (d_tc, n_layers - layer, d) for a
@@ -98,6 +104,16 @@ class Transcoders:
     def skip(self) -> bool:
         """Whether the layers have a linear skip connection (W_skip)."""
         return self.layers[0].W_skip is not None
+
+    def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """(..., d) the MLP inputs of ``layer`` -> (..., d_tc) its features (ReLU, JumpReLU or TopK)."""
+        weights = self.layers[layer]
+        pre = x @ weights.W_enc.T + weights.b_enc
+        if self.activation == "relu":
+            return torch.relu(pre)
+        if self.activation == "jumprelu":
+            return pre * (pre > weights.threshold)
+        return topk(pre, self.k)
 
     def check(self, where: str = "transcoders") -> Transcoders:
         """Self (shapes, dtypes and options consistent across layers); a BadFileError naming ``where`` if not."""

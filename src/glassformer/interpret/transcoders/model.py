@@ -23,7 +23,7 @@ from torch import nn
 
 from ...errors import GlassformerError
 from ...validate import check_fields, option
-from .format import LayerTranscoder, Transcoders
+from .format import LayerTranscoder, Transcoders, topk
 
 KINDS = ("plt", "clt")
 ACTIVATIONS = ("relu", "jumprelu", "topk")
@@ -119,12 +119,6 @@ def jumprelu(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) 
 def step(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) -> torch.Tensor:
     """1.0 where x > threshold, else 0: the L0 count JumpReLU training penalises, with a gradient to threshold."""
     return _Step.apply(x, threshold, bandwidth)
-
-
-def topk(pre: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest entries of the last axis kept as they are (circuit-tracer's TopK), the rest zero."""
-    _, index = pre.topk(k, dim=-1, sorted=False)
-    return pre * torch.zeros_like(pre).scatter(-1, index, 1.0)
 
 
 class TrainableTranscoders(nn.Module):
