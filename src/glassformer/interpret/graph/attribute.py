@@ -61,20 +61,21 @@ class _Setup:
     logits: torch.Tensor  # (V,) at the last position
 
 
+def keeper(kept: dict, key: object) -> Callable:
+    """A hook that keeps the first row of what it sees, in float32 and off autograd, as ``kept[key]``."""
+    def keep(x: torch.Tensor, hook: object) -> None:
+        kept[key] = x[0].detach().float()
+    return keep
+
+
 def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
     L = tc.n_layers
     kept: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Callable:
-        def fn(x: torch.Tensor, hook: object) -> None:
-            kept[name] = x[0].detach().float()
-        return fn
-
     names = {"hook_embed": "embed"}
     for layer in range(L):
         names[point_name(tc.feature_input_hook, layer)] = f"in{layer}"
         names[point_name(tc.feature_output_hook, layer)] = f"out{layer}"
-    with torch.no_grad(), hooks(model, [(name, keep(key)) for name, key in names.items()]):
+    with torch.no_grad(), hooks(model, [(name, keeper(kept, key)) for name, key in names.items()]):
         logits = model(ids[None])[0, -1].float()
     active, values, encoders, dec_layer, dec_pos, dec_node, decoders = [], [], [], [], [], [], []
     recon = torch.stack([layer.b_dec for layer in tc.layers])[:, None, :].repeat(1, ids.shape[0], 1)  # (L, T, d)

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..hooks import hooks
 from ..transcoders.format import Transcoders
-from .attribute import point_name, unembedding
+from .attribute import keeper, point_name, unembedding
 
 
 def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[int, int]], *,
@@ -42,7 +42,7 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
     kept: dict[int, torch.Tensor] = {}
     window = max(2, min(window, model.config.max_len))
     starts = list(range(0, max(ids.numel() - 1, 1), window))
-    pairs = [(point_name(tc.feature_input_hook, layer), _keeper(kept, layer)) for layer in by_layer]
+    pairs = [(point_name(tc.feature_input_hook, layer), keeper(kept, layer)) for layer in by_layer]
     with torch.no_grad(), hooks(model, pairs):
         for start in starts:
             chunk = ids[start:start + window]
@@ -68,10 +68,3 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
         info[key]["examples"] = examples
         info[key]["max"] = hits[0][0] if hits else 0.0
     return info
-
-
-def _keeper(kept: dict[int, torch.Tensor], layer: int) -> Any:
-    """A hook that keeps the first row of what it sees under ``kept[layer]``."""
-    def keep(x: torch.Tensor, hook: object) -> None:
-        kept[layer] = x[0].float()
-    return keep

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ...errors import GlassformerError
+from ...io.checks import check_int
 from ...validate import check_fields, option
 from .format import LayerTranscoder, Transcoders, topk
 
@@ -51,9 +52,8 @@ class TranscoderConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.activation == "topk" and self.k > self.d_transcoder:
-            raise GlassformerError(f"k must be at most d_transcoder={self.d_transcoder} (the features of a "
-                                   f"layer), got {self.k}")
+        if self.activation == "topk":
+            check_int("k", self.k, 1, self.d_transcoder)  # at most the features of a layer
         check_kind(self.kind, self.activation, self.skip)
 
     def span(self, layer: int) -> int:
