@@ -324,17 +324,23 @@ def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, ma
     replacement = _Replacement(model, tc, ids, setup, batch)
     edges = torch.zeros(n_feat + n_logits, n_nodes)
     row_node = torch.zeros(n_feat + n_logits, dtype=torch.long)  # the node each row of ``edges`` explains
-    total, done = n_logits + n_feat, 0
+    filled = 0
+
+    def explain(nodes: torch.Tensor, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor) -> None:
+        """The next rows of ``edges``: those of ``nodes``, which read ``vectors`` at ``positions`` of ``layers``."""
+        nonlocal filled
+        k = nodes.shape[0]
+        edges[filled:filled + k, :logit_start] = replacement.rows(layers, positions, vectors, logit_start)
+        row_node[filled:filled + k] = nodes
+        filled += k
+        if progress:
+            progress(filled, n_logits + n_feat)
+
     for i in range(0, n_logits, batch):
         k = min(batch, n_logits - i)
-        edges[i:i + k, :logit_start] = replacement.rows(torch.full((k,), L), torch.full((k,), T - 1),
-                                                        targets.vectors[i:i + k], logit_start)
-        row_node[i:i + k] = torch.arange(logit_start + i, logit_start + i + k)
-        done += k
-        if progress:
-            progress(done, total)
+        explain(torch.arange(logit_start + i, logit_start + i + k), torch.full((k,), L), torch.full((k,), T - 1),
+                targets.vectors[i:i + k])
     visited = torch.zeros(n_active, dtype=torch.bool)
-    filled = n_logits
     while int(visited.sum()) < n_feat:
         if n_feat == n_active:
             pending = torch.arange(n_active)
@@ -344,16 +350,9 @@ def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, ma
             pending = ranked[~visited[ranked]][:min(update_interval * batch, n_feat - int(visited.sum()))]
         for j in range(0, pending.shape[0], batch):
             chosen = pending[j:j + batch]
-            k = chosen.shape[0]
-            edges[filled:filled + k, :logit_start] = replacement.rows(
-                setup.active[chosen, 0], setup.active[chosen, 1], setup.encoders[chosen], logit_start)
-            row_node[filled:filled + k] = chosen
+            explain(chosen, setup.active[chosen, 0], setup.active[chosen, 1], setup.encoders[chosen])
             visited[chosen] = True
-            filled += k
-            done += k
-            if progress:
-                progress(done, total)
-    del replacement
+    replacement = None  # frees the batched forward and its autograd graph before the adjacency is built
     selected = visited.nonzero(as_tuple=True)[0]
     if n_feat < n_active:
         edges = edges[:, torch.cat([selected, torch.arange(n_active, n_nodes)])]
