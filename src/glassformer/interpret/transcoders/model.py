@@ -71,39 +71,24 @@ def check_kind(kind: str, activation: str, skip: bool) -> None:
                                "hold no W_skip")
 
 
-class _JumpReLU(torch.autograd.Function):
-    """x · H(x − θ); the gradient to θ is the pseudo-derivative −(θ/ε)·rect((x − θ)/ε) (Rajamanoharan et al.)."""
+class _Threshold(torch.autograd.Function):
+    """JumpReLU x · H(x − θ), or with ``step`` H(x − θ) (counts a feature as active). The gradient to θ is the
+    pseudo-derivative −(θ/ε)·rect((x − θ)/ε), the step's −(1/ε)·rect((x − θ)/ε) (Rajamanoharan et al.); the
+    step passes none to x."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float, step: bool) -> torch.Tensor:
         ctx.save_for_backward(x, threshold)
-        ctx.bandwidth = bandwidth
-        return x * (x > threshold)
+        ctx.bandwidth, ctx.step = bandwidth, step
+        return (x > threshold).to(x.dtype) if step else x * (x > threshold)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, None, None]:
         x, threshold = ctx.saved_tensors
         eps = ctx.bandwidth
         near = ((x - threshold).abs() < eps / 2).to(grad.dtype)  # rect((x − θ)/ε)
-        to_threshold = -(threshold / eps) * near * grad
-        return (x > threshold) * grad, _to_shape(to_threshold, threshold), None
-
-
-class _Step(torch.autograd.Function):
-    """H(x − θ) (counts a feature as active); the gradient to θ is −(1/ε)·rect((x − θ)/ε), to x none."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
-        ctx.save_for_backward(x, threshold)
-        ctx.bandwidth = bandwidth
-        return (x > threshold).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None]:
-        x, threshold = ctx.saved_tensors
-        eps = ctx.bandwidth
-        near = ((x - threshold).abs() < eps / 2).to(grad.dtype)
-        return None, _to_shape(-(1 / eps) * near * grad, threshold), None
+        to_threshold = -((1 if ctx.step else threshold) / eps) * near * grad
+        return None if ctx.step else (x > threshold) * grad, _to_shape(to_threshold, threshold), None, None
 
 
 def _to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -112,13 +97,13 @@ def _to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def jumprelu(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) -> torch.Tensor:
-    """x where x > threshold, else 0 (threshold broadcast against x); trainable threshold (see _JumpReLU)."""
-    return _JumpReLU.apply(x, threshold, bandwidth)
+    """x where x > threshold, else 0 (threshold broadcast against x); trainable threshold (see _Threshold)."""
+    return _Threshold.apply(x, threshold, bandwidth, False)
 
 
 def step(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) -> torch.Tensor:
     """1.0 where x > threshold, else 0: the L0 count JumpReLU training penalises, with a gradient to threshold."""
-    return _Step.apply(x, threshold, bandwidth)
+    return _Threshold.apply(x, threshold, bandwidth, True)
 
 
 class TrainableTranscoders(nn.Module):
