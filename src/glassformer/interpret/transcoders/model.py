@@ -243,15 +243,11 @@ class TrainableTranscoders(nn.Module):
                                   kind=tc.kind, activation=tc.activation, k=tc.k or 1, skip=tc.skip,
                                   input_hook=tc.feature_input_hook, output_hook=tc.feature_output_hook)
         module = cls(config)
-        module.W_enc.copy_(torch.stack([layer.W_enc for layer in tc.layers]))
-        module.b_enc.copy_(torch.stack([layer.b_enc for layer in tc.layers]))
-        module.b_dec.copy_(torch.stack([layer.b_dec for layer in tc.layers]))
+        for name in ("W_enc", "b_enc", "b_dec", "W_skip", "threshold"):  # (L, ...): the layers' tensors stacked
+            if getattr(module, name) is not None:
+                getattr(module, name).copy_(torch.stack([getattr(layer, name) for layer in tc.layers]))
         for W, layer in zip(module.W_dec, tc.layers, strict=True):
             W.copy_(layer.W_dec.reshape(W.shape))
-        if module.W_skip is not None:
-            module.W_skip.copy_(torch.stack([layer.W_skip for layer in tc.layers]))
-        if module.threshold is not None:
-            module.threshold.copy_(torch.stack([layer.threshold for layer in tc.layers]))
         return module.eval()
 
     def __repr__(self) -> str:
