@@ -142,13 +142,11 @@ def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) ->
 
 def is_sae_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder that glassformer wrote with :func:`save_sae` (its sae.json says so)."""
-    file = Path(path) / CONFIG
-    if not file.is_file():
-        return False
     try:
-        return load_json(file, "SAE config").get("format") == FORMAT
-    except (GlassformerError, AttributeError):
+        _read_meta(Path(path))
+    except GlassformerError:
         return False
+    return True
 
 
 def save_sae(sae: SparseAutoencoder, path: str | Path, info: dict[str, Any] | None = None) -> Path:
