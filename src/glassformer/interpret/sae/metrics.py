@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ...io.checks import check_int, check_number
-from ..hooks import hooks
+from ..hooks import hooks, run_with_cache
 from ..points import HookPoint
 from .activations import ActivationSource, InputBatch
 from .model import SparseAutoencoder
@@ -75,23 +75,10 @@ def evaluate_sae(sae: SparseAutoencoder, source: ActivationSource, batches: int 
     ce: list[tuple[float, float, float]] = []  # (clean, with the SAE, zeroed) per batch with a loss
     for _ in range(batches):
         inputs = source.next_inputs()
-        logits, kept = kept_forward(model, inputs, [name])
+        logits, kept = run_with_cache(model, *inputs.args, names=[name], **inputs.kwargs)
         totals.add_sae(sae, source.flat(kept[name])[inputs.valid])
         ce += spliced_losses(model, inputs, logits, [reconstruction_hook(sae)], [name])
     return {**totals.sae_figures(dense_threshold), **ce_figures(ce, "sae")}
-
-
-def kept_forward(model: nn.Module, inputs: InputBatch,
-                 names: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``model``'s logits on ``inputs`` and the tensors of the hook points ``names`` it computed on the way."""
-    kept: dict[str, torch.Tensor] = {}
-
-    def keep(x: torch.Tensor, hook: HookPoint) -> None:
-        kept[hook.name] = x.detach()
-
-    with hooks(model, [(name, keep) for name in names]):
-        logits = model(*inputs.args, **inputs.kwargs)
-    return logits, kept
 
 
 def spliced_losses(model: nn.Module, inputs: InputBatch, logits: torch.Tensor, spliced: list,

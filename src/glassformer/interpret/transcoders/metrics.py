@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 from ...io.checks import check_int
+from ..hooks import run_with_cache
 from ..points import HookPoint
 from ..sae.activations import ActivationSource
-from ..sae.metrics import Totals, ce_figures, kept_forward, spliced_losses
+from ..sae.metrics import Totals, ce_figures, spliced_losses
 from .model import TrainableTranscoders
 
 
@@ -49,7 +50,7 @@ def evaluate_transcoders(transcoders: TrainableTranscoders, source: ActivationSo
     ce: list[tuple[float, float, float]] = []  # (clean, replaced, zeroed) per batch with a loss
     for _ in range(batches):
         batch = source.next_inputs()
-        logits, kept = kept_forward(model, batch, names)
+        logits, kept = run_with_cache(model, *batch.args, names=names, **batch.kwargs)
         x = torch.stack([kept[name] for name in inputs], dim=2)[batch.valid].float()  # (N, L, d)
         y = torch.stack([kept[name] for name in outputs], dim=2)[batch.valid].double()
         f = transcoders.encode(x)
