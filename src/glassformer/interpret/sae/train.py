@@ -42,11 +42,6 @@ class SAETrainConfig(ActivationTrainConfig):
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
 
 
-def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
-    """Where ``glassformer sae`` writes by default: next to the checkpoint, ``CHECKPOINT/../sae-HOOK``."""
-    return Path(checkpoint).parent / f"sae-{hook}"
-
-
 def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
     """Refuse, before allocating, an SAE whose training cannot fit beside the model's forward passes."""
     need, held, rows = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0, ""

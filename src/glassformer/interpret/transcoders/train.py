@@ -66,11 +66,6 @@ def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
             [f"blocks.{i}.{OUTPUT_HOOK}" for i in range(c.n_layers)])
 
 
-def default_out_dir(checkpoint: str | Path, kind: str) -> Path:
-    """Where ``glassformer transcoders`` writes by default: ``CHECKPOINT/../transcoders-KIND``."""
-    return Path(checkpoint).parent / f"transcoders-{kind}"
-
-
 def transcoder_bytes(config: TranscoderTrainConfig, n_layers: int, d_model: int, d_transcoder: int) -> int:
     """At least what training the transcoders takes: weights with gradients and Adam's two moments, the
     buffer of (MLP input, MLP output) rows, and a step's features, pre-activations and their gradients."""
