@@ -81,35 +81,42 @@ class FewRowProduct:
     """A ``product`` for :class:`glassformer.nn.linear.Linear` and the output head: ``F.linear``'s product, by the
     route where it pays here for that many rows and that weight shape. Asked once per (rows, shape): one
     object serves one generation, in which grad mode and autocast do not change. ``streamed``: as
-    :func:`linear`'s."""
+    :func:`linear`'s. Each weight's way is prepared at its first product (for the route: views of the weight
+    and bias in blocks) and kept until :meth:`forget`, so a step's product makes three tensor calls."""
 
     def __init__(self, streamed: bool = False) -> None:
         self.streamed = streamed
         self.ways: dict[tuple[int, torch.Size], Callable[..., torch.Tensor]] = {}
-        self.views: dict[int, tuple] = {}  # id(weight) -> (weight, bias, its block views, the bias's)
+        self.prepared: dict[tuple[int, torch.Size], tuple] = {}  # (id(weight), x's shape) -> (weight, bias, way, args)
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x (..., in) -> (..., out), equal to ``F.linear(x, weight, bias)`` up to float32 rounding."""
+        if torch.compiler.is_compiling():  # a compiled step traces the plain choice
+            return self.way(x, weight)(x, weight, bias)
+        entry = self.prepared.get((id(weight), x.shape))
+        if entry is None or entry[0] is not weight or entry[1] is not bias:
+            entry = self.prepared[(id(weight), x.shape)] = self._prepare(x, weight, bias)
+        return entry[2](x, *entry[3])
+
+    def way(self, x: torch.Tensor, weight: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """:func:`routed` or ``F.linear`` for x's rows and the weight's shape (measured at the first ask)."""
         key = (x.numel() // weight.shape[1], weight.shape)
         way = self.ways.get(key)
         if way is None:
-            pays = route_pays(x, weight, self.streamed)
-            way = self.ways[key] = (self.on_blocks if weight.shape[0] % BLOCKS == 0 else routed) if pays else F.linear
-        return way(x, weight, bias)
+            way = self.ways[key] = routed if route_pays(x, weight, self.streamed) else F.linear
+        return way
 
-    def on_blocks(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """:func:`routed` for a weight whose rows split evenly into the blocks, on block views of the weight and
-        bias made at its first product and kept until :meth:`forget` (a step then makes three tensor calls)."""
-        views = self.views.get(id(weight))
-        if views is None or views[0] is not weight or views[1] is not bias:
-            if torch.compiler.is_compiling():  # a compiled step traces the plain route
-                return routed(x, weight, bias)
-            views = self.views[id(weight)] = (weight, bias, *_block_views(weight, bias))
-        return _product_on_blocks(x, *views[2:])
+    def _prepare(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+        """(weight, bias, function, its arguments after x): the route on block views where the weight's rows
+        split evenly into the blocks, else the way itself on (weight, bias)."""
+        way = self.way(x, weight)
+        if way is routed and weight.shape[0] % BLOCKS == 0:
+            return weight, bias, _product_on_blocks, _block_views(weight, bias)
+        return weight, bias, way, (weight, bias)
 
     def forget(self) -> None:
-        """Drop the kept views (generation calls it as it ends: a parameter replaced later is not held)."""
-        self.views.clear()
+        """Drop the prepared ways (generation calls it as it ends: a parameter replaced later is not held)."""
+        self.prepared.clear()
 
 
 def streams(model: torch.nn.Module) -> bool:
