@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ...errors import GlassformerError
-from ...io.checks import check_int
+from ...io.checks import check_int, shown
 from ...validate import check_fields, option
 from .format import LayerTranscoder, Transcoders, topk
 
@@ -136,9 +136,8 @@ class TrainableTranscoders(nn.Module):
         """(..., L, d) MLP inputs -> (..., L, F) encoder outputs before the activation function."""
         c = self.config
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
-                                   f"MLP inputs, got {got}")
+                                   f"MLP inputs, got {shown(x)}")
         scaled = x * self.input_scale[:, None]
         return torch.einsum("...ld,lfd->...lf", scaled, self.W_enc) + self.b_enc
 
@@ -158,9 +157,8 @@ class TrainableTranscoders(nn.Module):
     def encode_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         """(..., d) the MLP input of ``layer`` alone -> (..., F) its features."""
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise GlassformerError(f"these transcoders read activations of width d_model={self.config.d_model}, "
-                                   f"got {got}")
+                                   f"got {shown(x)}")
         pre = (x * self.input_scale[layer]) @ self.W_enc[layer].t() + self.b_enc[layer]
         return self.activate(pre, layer)
 
