@@ -29,7 +29,7 @@ from ...io.budget import FLOAT, check_fits
 from ...io.checks import check_int, check_number
 from ...models.inputs import check_token_ids
 from ...nn.freezing import frozen
-from ..hooks import hooks
+from ..hooks import hooks, run_with_cache
 from ..transcoders.format import Transcoders
 from .graph import Graph, partial_influences
 
@@ -70,18 +70,15 @@ def keeper(kept: dict, key: object) -> Callable:
 
 def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
     L = tc.n_layers
-    kept: dict[str, torch.Tensor] = {}
-    names = {"hook_embed": "embed"}
-    for layer in range(L):
-        names[point_name(tc.feature_input_hook, layer)] = f"in{layer}"
-        names[point_name(tc.feature_output_hook, layer)] = f"out{layer}"
-    with torch.no_grad(), hooks(model, [(name, keeper(kept, key)) for name, key in names.items()]):
-        logits = model(ids[None])[0, -1].float()
+    inputs = [point_name(tc.feature_input_hook, layer) for layer in range(L)]
+    outputs = [point_name(tc.feature_output_hook, layer) for layer in range(L)]
+    with torch.no_grad():
+        logits, kept = run_with_cache(model, ids[None], names=["hook_embed", *inputs, *outputs])
     active, values, encoders, dec_layer, dec_pos, dec_node, decoders = [], [], [], [], [], [], []
     recon = torch.stack([layer.b_dec for layer in tc.layers])[:, None, :].repeat(1, ids.shape[0], 1)  # (L, T, d)
     start = 0
     for layer, weights in enumerate(tc.layers):
-        x = kept[f"in{layer}"]  # (T, d)
+        x = kept[inputs[layer]][0].float()  # (T, d)
         acts = tc.encode(layer, x)  # (T, d_tc)
         acts[:1] = 0  # position 0 holds no features
         pos, feat = acts.nonzero(as_tuple=True)
@@ -104,10 +101,11 @@ def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
             dec_pos.append(pos)
             dec_node.append(nodes)
             decoders.append(vecs)
-    errors = torch.stack([kept[f"out{layer}"] for layer in range(L)]) - recon
+    errors = torch.stack([kept[name][0].float() for name in outputs]) - recon
     errors[:, :1] = 0  # nor an error
     return _Setup(torch.cat(active), torch.cat(values), torch.cat(encoders), torch.cat(dec_layer),
-                  torch.cat(dec_pos), torch.cat(dec_node), torch.cat(decoders), errors, kept["embed"], logits)
+                  torch.cat(dec_pos), torch.cat(dec_node), torch.cat(decoders), errors,
+                  kept["hook_embed"][0].float(), logits[0, -1].float())
 
 
 @dataclass
