@@ -107,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        from ..runtime import tune  # the speed policy, asked for by the command (never by the import)
+        from ..runtime import kernel_choice, tune  # the speed policy, asked for by the command (never by the import)
 
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
         tune(follows_load=getattr(args, "follows_load", False) is True)
-        _read_kernel_choices(write=getattr(args, "keeps_kernel_choices", False) is True)
+        # every verb reads the kernel choices kept in the user's cache; only bench (keeps_kernel_choices) writes
+        # what it measures there (the other verbs measure what is missing in their own process)
+        kernel_choice.use_cache(True, write=getattr(args, "keeps_kernel_choices", False) is True)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -129,14 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
-
-
-def _read_kernel_choices(write: bool) -> None:
-    """Every verb reads the kernel choices kept in the user's cache; only ``bench`` (``keeps_kernel_choices``)
-    writes what it measures there (the other verbs measure what is missing in their own process)."""
-    from ..runtime import kernel_choice
-
-    kernel_choice.use_cache(True, write=write)
 
 
 @contextlib.contextmanager
@@ -162,13 +156,12 @@ def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str], 
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
     known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    for word in extra:
-        old = word.split("=", 1)[0]
-        new = f"--{RENAMED_KEYS[old[2:]]}" if old[2:] in RENAMED_KEYS else None
-        if old.startswith("--") and new in known:
+    for old in (word.split("=", 1)[0] for word in extra if word.startswith("--")):
+        new = "--" + RENAMED_KEYS.get(old[2:], "")
+        if new in known:
             return cli_text("renamed_option", lang, old=old, new=new)
-        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
-        if word.startswith("--") and close:
+        close = difflib.get_close_matches(old, known, n=1, cutoff=0.8)
+        if close:
             return cli_text("did_you_mean", lang, option=close[0])
     return ""
 
