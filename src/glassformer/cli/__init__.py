@@ -33,27 +33,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, cli_text("error", self.lang, prog=self.prog, message=message) + "\n")
 
 
-def build_parser(lang: str = "en") -> argparse.ArgumentParser:
-    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS` (``lang``: its own texts')."""
-    parser = OneLineParser(prog="glassformer", description=cli_text("description", lang), allow_abbrev=False,
-                           epilog=cli_text("epilog", lang))
+def build_parser() -> argparse.ArgumentParser:
+    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS`, in English (main translates it)."""
+    parser = OneLineParser(prog="glassformer", description=cli_text("description"), allow_abbrev=False,
+                           epilog=cli_text("epilog"))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         importlib.import_module(f"glassformer.cli.commands.{verb.replace('-', '_')}").register(sub)
     for verb_parser in sub.choices.values():
         verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
-        accept_dashes(verb_parser)
+        for action in verb_parser._actions:  # every --snake_case option is also --kebab-case (a hidden alias)
+            for option in action.option_strings:
+                alias = option.replace("_", "-")
+                if option.startswith("--") and alias not in verb_parser._option_string_actions:
+                    verb_parser._option_string_actions[alias] = action
     return parser
-
-
-def accept_dashes(parser: argparse.ArgumentParser) -> None:
-    """Let every ``--snake_case`` option of ``parser`` also be spelled ``--kebab-case`` (a hidden alias)."""
-    for action in parser._actions:
-        for option in action.option_strings:
-            alias = option.replace("_", "-")
-            if option.startswith("--") and alias not in parser._option_string_actions:
-                parser._option_string_actions[alias] = action
 
 
 def entry() -> int:
