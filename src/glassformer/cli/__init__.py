@@ -43,12 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"glassformer.cli.commands.{verb.replace('-', '_')}").register(sub)
     for verb_parser in sub.choices.values():
         verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
-        for action in verb_parser._actions:  # every --snake_case option is also --kebab-case (a hidden alias)
-            for option in action.option_strings:
-                alias = option.replace("_", "-")
-                if option.startswith("--") and alias not in verb_parser._option_string_actions:
-                    verb_parser._option_string_actions[alias] = action
+        accept_dashes(verb_parser)
     return parser
+
+
+def accept_dashes(parser: argparse.ArgumentParser) -> None:
+    """Let every ``--snake_case`` option of ``parser`` also be spelled ``--kebab-case`` (a hidden alias)."""
+    for action in parser._actions:
+        for option in action.option_strings:
+            alias = option.replace("_", "-")
+            if option.startswith("--") and alias not in parser._option_string_actions:
+                parser._option_string_actions[alias] = action
 
 
 def entry() -> int:
@@ -102,14 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        from ..runtime import kernel_choice, tune  # the speed policy, asked for by the command (never by the import)
+        from ..runtime import tune  # the speed policy, asked for by the command (never by the import)
 
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
         tune(follows_load=getattr(args, "follows_load", False) is True)
-        # every verb reads the kernel choices kept in the user's cache; only bench (keeps_kernel_choices) writes
-        # what it measures there (the other verbs measure what is missing in their own process)
-        kernel_choice.use_cache(True, write=getattr(args, "keeps_kernel_choices", False) is True)
+        _read_kernel_choices(write=getattr(args, "keeps_kernel_choices", False) is True)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -126,6 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"glassformer: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def _read_kernel_choices(write: bool) -> None:
+    """Every verb reads the kernel choices kept in the user's cache; only ``bench`` (``keeps_kernel_choices``)
+    writes what it measures there (the other verbs measure what is missing in their own process)."""
+    from ..runtime import kernel_choice
+
+    kernel_choice.use_cache(True, write=write)
 
 
 @contextlib.contextmanager
