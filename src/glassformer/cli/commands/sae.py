@@ -40,7 +40,7 @@ def train_features(args: argparse.Namespace, config_class: Any, what: str, prefi
     from ...training.checkpoint import load_checkpoint
     from ...training.config import apply_overrides, read_yaml
     from ...training.distributed import pick_device
-    from ...training.trackers import parse_log
+    from ...training.trackers import open_trackers, parse_log
     from .overrides import overrides_from_argv
 
     data = read_yaml(args.config, f"{what} config file") if args.config is not None else {}
@@ -51,33 +51,25 @@ def train_features(args: argparse.Namespace, config_class: Any, what: str, prefi
         raise UsageError("--data is required: one or more text files to read activations from")
     checkpoint = load_checkpoint(args.checkpoint, map_location=pick_device(config.device))
     parse_log(config.log)  # an unknown tracker or a missing extra: one line, before any work
-    tracked = Tracked(config, prefix)
+    trackers = None  # opened at the first record (out_dir is settled by then)
+
+    def on_record(record: dict[str, float], resumed_from: int | None) -> None:
+        nonlocal trackers
+        if trackers is None:
+            trackers = open_trackers(config.log, config.out_dir, config.to_dict(), resumed_from)
+        trackers.log(int(record["step"]), {f"{prefix}/{k}": v for k, v in record.items() if k != "step"})
+
     try:
-        result = train(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint, on_record=tracked)
-        if tracked.trackers is not None:
+        result = train(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint, on_record=on_record)
+        if trackers is not None:
             scalars = eval_scalars(result["metrics"])
-            tracked.trackers.log(result["training"]["steps"], {f"{prefix}_eval/{k}": v for k, v in scalars.items()})
+            trackers.log(result["training"]["steps"], {f"{prefix}_eval/{k}": v for k, v in scalars.items()})
     finally:
-        if tracked.trackers is not None:
-            tracked.trackers.close()
+        if trackers is not None:
+            trackers.close()
     print(json.dumps({"metrics": shown(result["metrics"]), "steps": result["training"]["steps"],
                       "wall_s": result["training"]["wall_s"]}))
     return config, result
-
-
-class Tracked:
-    """The run's trackers, opened at the first record (out_dir is settled by then); a no-op until then."""
-
-    def __init__(self, config: Any, prefix: str):
-        self.config, self.prefix, self.trackers = config, prefix, None
-
-    def __call__(self, record: dict[str, float], resumed_from: int | None) -> None:
-        """Log one training record under ``prefix/``."""
-        from ...training.trackers import open_trackers
-
-        if self.trackers is None:
-            self.trackers = open_trackers(self.config.log, self.config.out_dir, self.config.to_dict(), resumed_from)
-        self.trackers.log(int(record["step"]), {f"{self.prefix}/{k}": v for k, v in record.items() if k != "step"})
 
 
 def shown(value: object) -> object:
