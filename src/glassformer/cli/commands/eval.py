@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                                f"got {args.block_size}")
     block_size = args.block_size or training.get("block_size")
     if not is_int(block_size) or not 1 <= block_size <= model.config.max_len:
-        block_size = model.config.max_len  # none recorded, or a training.json edited by hand: the model's positions
+        block_size = model.config.max_len  # none recorded, edited by hand, or past the model's positions
     check_fits(forward_bytes(model.config, args.batch_size, block_size),
                f"--batch_size {args.batch_size} x --block_size {block_size} ({describe(model.config)})",
                args.max_memory)
