@@ -52,29 +52,24 @@ def _range_text(name: str) -> str:
     return f"in [{low}, {high}{']' if closed else ')'}"
 
 
-def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
-    name = key.rsplit(".", 1)[-1]
+def _hyper_expected(name: str, value: Any, fresh: Any) -> str | None:
+    """What a saved hyperparameter ``name`` must be beside this run's ``fresh`` one; None when ``value`` is that."""
     if fresh is None or (isinstance(fresh, bool) and name in OPTIONAL_FLAGS):
-        if not (value is None or isinstance(value, bool)):
-            raise _bad(file, key, value, "true, false or None")
-    elif isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
-        if value is not fresh:  # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its
-            # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
-            raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
-    elif isinstance(fresh, (int, float)):
+        return None if value is None or isinstance(value, bool) else "true, false or None"
+    if isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
+        # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its max_exp_avg_sq a
+        # KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
+        return None if value is fresh else f"{fresh} (this run's optimizer)"
+    if isinstance(fresh, (int, float)):
         if not is_number(value) or not math.isfinite(value):
-            raise _bad(file, key, value, "a finite number")
+            return "a finite number"
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
-            raise _bad(file, key, value, "an int in [-10000, 10000]")
-        if not _in_range(name, value):
-            raise _bad(file, key, value, f"a number {_range_text(name)}")
-    elif isinstance(fresh, (tuple, list)):
-        if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
-                and all(is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
-            shown_range = f" {_range_text(name)}" if name in RANGES else ""
-            raise _bad(file, key, value, f"{len(fresh)} finite numbers{shown_range}")
-    elif isinstance(fresh, str) and value != fresh:
-        raise _bad(file, key, value, repr(fresh))
+            return "an int in [-10000, 10000]"
+        return None if _in_range(name, value) else f"a number {_range_text(name)}"
+    if isinstance(fresh, (tuple, list)) and not (isinstance(value, (tuple, list)) and len(value) == len(fresh) and all(
+            is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
+        return f"{len(fresh)} finite numbers" + (f" {_range_text(name)}" if name in RANGES else "")
+    return repr(fresh) if isinstance(fresh, str) and value != fresh else None
 
 
 def _moments(group: dict[str, Any]) -> set[str] | None:
@@ -112,11 +107,12 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         if not isinstance(group, dict) or group.get("params") != mine["params"]:
             raise BadFileError(f"{file}: {where} does not hold this model's parameters {mine['params'][:8]}"
                                f"{'...' if len(mine['params']) > 8 else ''} (a checkpoint of another model?)")
-        for name, value in mine.items():
-            if name != "params" and name in group:
-                _check_hyper(file, f"{where}.{name}", group[name], value)
-            elif name != "params" and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
+        for name, value in ((n, v) for n, v in mine.items() if n != "params"):
+            if name not in group and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
                 raise BadFileError(f"{file}: {where} lacks {name!r} (this run's optimizer has {shown(value)})")
+            expected = _hyper_expected(name, group[name], value) if name in group else None
+            if expected is not None:
+                raise _bad(file, f"{where}.{name}", group[name], expected)
         params.update(zip(mine["params"], live["params"], strict=True))
         needed.update(dict.fromkeys(mine["params"], _moments(mine)))
     state = saved["state"]

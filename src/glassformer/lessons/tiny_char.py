@@ -63,10 +63,8 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     tokenizer = CharTokenizer.from_text(corpus)
     ids = np.asarray(tokenizer.encode(corpus), dtype=np.int64)
     data = torch.from_numpy(ids)
-    starts = range(len(ids) - CONTEXT)  # every window whose next-token targets exist
-    x = torch.stack([data[s:s + CONTEXT] for s in starts])  # (N, T)
-    y = torch.stack([data[s + 1:s + CONTEXT + 1] for s in starts])  # (N, T), x shifted by one
-    assert torch.equal(x[:, 1:], y[:, :-1]) and tokenizer.decode(x[0].tolist()) == corpus[:CONTEXT]
+    x = data[:-1].unfold(0, CONTEXT, 1)  # (N, T): every window whose next-token targets exist
+    y = data[1:].unfold(0, CONTEXT, 1)  # (N, T), x shifted by one
 
     config = ModelConfig.preset("tiny-char", vocab_size=tokenizer.vocab_size, max_len=CONTEXT)
     model = build_model(config)
