@@ -2,6 +2,7 @@
 every shape); a mismatch is one line naming the file, the key, what it holds and what was expected."""
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,6 @@ KNOWN_KEYS = MOMENTS | {"step"}
 
 def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
     return BadFileError(f"{file}: {key} holds {shown(value)}, expected {expected}")
-
-
-def _count(file: str, key: str, value: Any, low: int = 0) -> None:
-    if not is_int(value) or not low <= value <= MAX_STEP:
-        raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
 
 
 def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
@@ -160,29 +156,33 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
     missing = [k for k in needed if k not in state]
     if missing:
         raise BadFileError(f"{file} lacks {missing} (is it a glassformer train_state.pt?)")
-    _count(file, "step", state["step"])
-    _count(file, "tokens_seen", state["tokens_seen"])
-    _count(file, "best_step", state.get("best_step", -1), -1)
-    best = state["best_val"]
-    if not is_number(best) or math.isnan(best):
-        raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
+
+    def count(low: int) -> tuple[Callable[[Any], bool], str]:  # a step or token count
+        return lambda v: is_int(v) and low <= v <= MAX_STEP, f"an int in [{low}, {MAX_STEP}]"
+
+    def kept(v: Any) -> bool:  # the steps of the kept checkpoints
+        return isinstance(v, list) and len(v) <= MAX_KEPT and all(is_int(s) and 0 <= s <= state["step"] for s in v)
+
+    def scaler(v: Any) -> bool:  # read only when this run scales its loss (float16)
+        return not scaler_enabled or isinstance(v, dict) and all(
+            is_number(x) and math.isfinite(x) and x >= 0 for x in v.values())
+
+    rules = {  # key: (is its value right, what it must be); in this order: kept reads a checked step
+        "step": count(0), "tokens_seen": count(0), "best_step": count(-1),
+        "best_val": (lambda v: is_number(v) and not math.isnan(v), "a number (inf before the first evaluation)"),
+        "kept": (kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step"),
+        "precision": (lambda v: isinstance(v, str), "a string"),
+        "scaler": (scaler, "a dict of finite non-negative numbers"),
+    }
+    for key, (right, expected) in rules.items():
+        if key in state and not right(state[key]):
+            raise _bad(file, key, state[key], expected)
     _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
     if "rng_cuda" in state:
         expected = tuple(torch.cuda.get_rng_state().shape) if torch.cuda.is_available() else None
         _tensor(file, "rng_cuda", state["rng_cuda"], expected, torch.uint8)
         if state["rng_cuda"].dim() != 1:
             raise _bad(file, "rng_cuda", state["rng_cuda"], "a 1-D uint8 tensor")
-    kept = state.get("kept", [])
-    if not isinstance(kept, list) or len(kept) > MAX_KEPT or not all(
-            is_int(s) and 0 <= s <= state["step"] for s in kept):
-        raise _bad(file, "kept", kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step")
-    if "precision" in state and not isinstance(state["precision"], str):
-        raise _bad(file, "precision", state["precision"], "a string")
-    if "scaler" in state and scaler_enabled:
-        scaler = state["scaler"]
-        if not isinstance(scaler, dict) or not all(is_number(v) and math.isfinite(v) and v >= 0
-                                                   for v in scaler.values()):
-            raise _bad(file, "scaler", scaler, "a dict of finite non-negative numbers")
     check_optimizer_state(state["optimizer"], optimizer, file)
 
 
