@@ -89,16 +89,15 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         for name, part in parts.items():
             check_optimizer_state(saved[name], part, file, f"{key}.{name}")
         return
-    part = optimizer
     if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
         raise _bad(file, key, saved, "a dict with 'state' and 'param_groups'")
-    fresh = part.state_dict()["param_groups"]
+    fresh = optimizer.state_dict()["param_groups"]
     groups = saved["param_groups"]
     if not isinstance(groups, list) or len(groups) != len(fresh):
         raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
     params: dict[int, nn.Parameter] = {}
     needed: dict[int, set[str] | None] = {}  # per parameter index: the entries its state must hold
-    for g, (group, mine, live) in enumerate(zip(groups, fresh, part.param_groups, strict=True)):
+    for g, (group, mine, live) in enumerate(zip(groups, fresh, optimizer.param_groups, strict=True)):
         where = f"{key}.param_groups[{g}]"
         if not isinstance(group, dict) or group.get("params") != mine["params"]:
             raise BadFileError(f"{file}: {where} does not hold this model's parameters {mine['params'][:8]}"
@@ -121,10 +120,9 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
             raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
         param = params[index]
-        shape = tuple(param.shape)
         for name, value in entry.items():
             if name in MOMENTS:
-                _tensor(file, f"{where}.{name}", value, shape, param.dtype)
+                _tensor(file, f"{where}.{name}", value, tuple(param.shape), param.dtype)
             elif torch.is_tensor(value):
                 _tensor(file, f"{where}.step", value, None, None)
                 if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
@@ -137,9 +135,9 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
             wanted = {"exp_avg", "exp_avg_sq", "step"}
         if wanted is not None and set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
             missing, extra = sorted(wanted - set(entry)), sorted(set(entry) - wanted)
-            raise BadFileError(f"{file}: {where} " + "; ".join(
-                [*([f"lacks {missing}"] if missing else []), *([f"holds {extra}, not kept by this optimizer"]
-                                                                 if extra else [])]))
+            problems = [f"lacks {missing}"] if missing else []
+            problems += [f"holds {extra}, not kept by this optimizer"] if extra else []
+            raise BadFileError(f"{file}: {where} " + "; ".join(problems))
 
 
 MAX_KEPT = 1_000_000  # steps of a kept checkpoint series a train_state.pt may list
