@@ -471,12 +471,10 @@ def disk_full_names(path: str | Path) -> Iterator[None]:
 
 
 @contextmanager
-def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
-                     sources: Iterable[str | Path] = ()) -> Iterator[Path]:
+def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES) -> Iterator[Path]:
     """Yield an empty temporary folder that becomes ``path`` when the block succeeds; an existing ``path``
-    (only if :func:`check_replaceable` and :func:`check_not_source`) is moved aside, removed after."""
+    (only if :func:`check_replaceable`) is moved aside, removed after."""
     path = Path(path)
-    check_not_source(path, sources)
     check_replaceable(path, names, "destination")
     restore_moved_aside(path, names)
     with _folder_in_place(path) as temp:
