@@ -207,7 +207,6 @@ def _special_tokens_map(value: Any) -> bool:
 
 HF_TOKENIZER_KEYS = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
                      "post_processor", "decoder", "model")  # what the tokenizers library always writes
-_MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
 _OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
 _OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
 
@@ -238,7 +237,7 @@ ANY_NAME: tuple[Callable[[Any], bool], ...] = (
     _rows("step", "chosen", "top_k"),  # generate --trace --json
     _object("machine", "settings"),  # bench --out
     _object("machine", "checks"),  # bench --defaults --out
-    _MODEL_CONFIG, _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
+    _object("vocab_size", "d_model"), _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save
 )
 
 

@@ -23,7 +23,7 @@ def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
 
 def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
     wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
-    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
+    if not torch.is_tensor(value) or value.layout != torch.strided \
             or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
         raise _bad(file, key, value, wanted)
     if value.is_floating_point() and not bool(torch.isfinite(value).all()):
