@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentTypeError, BadFileError, GlassformerError
-from .io.checks import is_int
 from .io.loaders import MAX_CONFIG_BYTES, load_json, parse_json
 from .validate import DictConfig, check_choice, check_fields, option
 
@@ -173,7 +172,7 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
             raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
                                     "(use config.replace(...) to change fields)")
         config = first
-    elif is_int(first):
+    else:  # the lessons' Model(vocab_size, ...): the config's own check names a vocab_size that is no int
         if len(args) > len(names):
             raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
                                     f"(vocab_size, {', '.join(names)})")
@@ -182,8 +181,6 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
         if clash:
             raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
         config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
-    else:
-        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
     if config.arch != arch:
         raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
     return config
