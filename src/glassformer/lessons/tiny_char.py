@@ -91,9 +91,8 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     plot_losses(trained["history"], out / "run" / "loss.png")  # the trainer's own curve, as `glassformer train` draws
     history = [{"step": 0, "train_loss": initial}] + [
         {"step": h["step"], "train_loss": h["val_loss"]} for h in trained["history"] if "val_loss" in h]
+    accuracy = evaluate(model, batches)["val_accuracy"]  # next-token accuracy on every window
     model.eval()
-    with torch.inference_mode():
-        accuracy = float((model(x).argmax(-1) == y).float().mean())
 
     records = trace_generation(model, tokenizer.encode(PREFIX), max_new_tokens=GENERATE, top_k=4,
                                tokenizer=tokenizer)
