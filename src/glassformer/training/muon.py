@@ -9,6 +9,7 @@ import torch
 from ..errors import GlassformerError
 from ..runtime import kernel_choice
 from ..runtime.precision import bf16_hardware
+from ..validate import check_choice
 
 NS_PRECISIONS = ("auto", "float32", "bfloat16")
 NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -84,10 +85,8 @@ class Muon(getattr(torch.optim, "Muon", torch.optim.Optimizer)):  # torch < 2.9 
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], ns_precision: str = "auto",
                  **options: object) -> None:
-        if ns_precision not in NS_PRECISIONS:
-            raise GlassformerError(f"ns_precision must be one of {list(NS_PRECISIONS)}, got {ns_precision!r}")
         super().__init__(params, **options)
-        self.ns_precision = ns_precision
+        self.ns_precision = check_choice("ns_precision", ns_precision, NS_PRECISIONS)
         self.ns_reason = ""
         self._ns_dtype: torch.dtype | None = None
 
