@@ -279,6 +279,16 @@ class Trainer:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"training loss became {loss} at step {self.step}; stopped. {self._kept()}")
 
+    def _start(self) -> None:
+        """Resume (when asked); on rank 0, put ``out_dir`` in order and start the microscope's records."""
+        resumed = self.resume() if self.config.resume else False
+        if not self.dist.is_main:
+            return
+        self.last_checkpoint = tidy_run_dir(self.out, self.last_checkpoint if resumed else None, self.best_step,
+                                            self.history, self._series_folders())
+        if self.microscope is not None:  # the same rules for microscope.jsonl
+            self.microscope.start(self.out, self.step, self.model)
+
     def train(self) -> dict[str, Any]:
         """Run until ``max_steps`` (resuming when ``config.resume``); Ctrl-C or SIGTERM saves after the next
         step and stops ("interrupted"); a NaN/inf loss or weights raise :class:`TrainingDiverged`. Returns
@@ -292,12 +302,8 @@ class Trainer:
 
     def _train(self) -> dict[str, Any]:
         config = self.config
-        resumed_now = self.resume() if config.resume else False
-        if self.dist.is_main:  # put out_dir in order; say what is trained and from where, and the warnings
-            self.last_checkpoint = tidy_run_dir(self.out, self.last_checkpoint if resumed_now else None,
-                                                self.best_step, self.history, self._series_folders())
-            if self.microscope is not None:  # the same rules for microscope.jsonl
-                self.microscope.start(self.out, self.step, self.model)
+        self._start()
+        if self.dist.is_main:  # what is trained and from where, schedule warnings, a precision other than float32
             resumed = self.resumed_from
             lines = [describe_model(self.model, config.block_size, self.n_params)] if config.progress else []
             if resumed is not None:  # said under progress: false too (like the warnings below): not progress

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
@@ -32,6 +31,7 @@ from ..io.records import record_line
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
 from ..validate import CheckedConfig, CommandLineText, check_fields, option
+from .trackers import finite_numbers
 
 RECORDS, META = "microscope.jsonl", "microscope.json"
 MAX_MEASURED_NUMBERS = 10_000  # one measurement's numbers in one record, at most (records stay small)
@@ -73,28 +73,19 @@ def record_scalars(record: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of one microscope record as tracker scalars: ``microscope/L{l}H{h}/{score}``,
     ``microscope/{lens_loss|resid_norm}/{i}``, ``microscope/weight_norm/L{l}``,
     ``microscope/{loss_first|loss_repeat|icl_score}``, ``microscope/measurements/{name}[/{key}]``."""
-    out: dict[str, float] = {}
-
-    def put(name: str, value: Any) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[f"microscope/{name}"] = float(value)
-
+    out: dict[str, Any] = {}
     for score in ("previous_token", "induction", "duplicate", "entropy"):
         for layer, row in enumerate(record.get(score) or []):
-            for head, value in enumerate(row):
-                put(f"L{layer}H{head}/{score}", value)
+            out.update({f"L{layer}H{head}/{score}": value for head, value in enumerate(row)})
     for series, prefix in (("lens_loss", ""), ("resid_norm", ""), ("weight_norm", "L")):
-        for place, value in enumerate(record.get(series) or []):
-            put(f"{series}/{prefix}{place}", value)
-    for name in ("loss_first", "loss_repeat", "icl_score"):
-        put(name, record.get(name))
+        out.update({f"{series}/{prefix}{place}": value for place, value in enumerate(record.get(series) or [])})
+    out.update({name: record.get(name) for name in ("loss_first", "loss_repeat", "icl_score")})
     for name, value in (record.get("measurements") or {}).items():
         if isinstance(value, dict):
-            for key, item in value.items():
-                put(f"measurements/{name}/{key}", item)
+            out.update({f"measurements/{name}/{key}": item for key, item in value.items()})
         else:
-            put(f"measurements/{name}", value)
-    return out
+            out[f"measurements/{name}"] = value
+    return {f"microscope/{name}": value for name, value in finite_numbers(out).items()}
 
 
 def _user_call(fn: Any, *args: Any, failed: str, end: str = "") -> Any:

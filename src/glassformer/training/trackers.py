@@ -33,7 +33,7 @@ def parse_log(value: str, installed: bool = True) -> list[str]:
     return names
 
 
-def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+def finite_numbers(values: Mapping[str, Any]) -> dict[str, float]:
     """The finite int/float entries of ``values`` as floats."""
     return {str(k): float(v) for k, v in values.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
@@ -73,7 +73,7 @@ class TensorBoardTracker(Tracker):
             self.text("config", "```\n" + json.dumps(dict(config), indent=2, default=str) + "\n```")
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        for key, value in _numbers(values).items():
+        for key, value in finite_numbers(values).items():
             self.writer.add_scalar(key, value, step)
 
     def text(self, name: str, text: str) -> None:
@@ -97,7 +97,7 @@ class WandbTracker(Tracker):
                               config=dict(config), settings=wandb.Settings(silent=True, console="off"))
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.run.log(_numbers(values), step=step)
+        self.run.log(finite_numbers(values), step=step)
 
     def text(self, name: str, text: str) -> None:
         self.run.summary[name] = text
