@@ -107,10 +107,9 @@ def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
         raise GlassformerError(f"token data {config.data[0]!r} has no tokenizer.json beside it: put the glassformer "
                                "tokenizer file that made the ids there (glassformer prepare writes one)")
     shards = open_shards(config.data[0], tokenizer.vocab_size, tokenizer.to_dict())
-    val = shards.val
     if config.val_data:
-        val = open_shards(config.val_data[0], tokenizer.vocab_size, tokenizer.to_dict()).train
-    return tokenizer, shards.train, val
+        return tokenizer, shards.train, open_shards(config.val_data[0], tokenizer.vocab_size, tokenizer.to_dict()).train
+    return tokenizer, shards.train, shards.val
 
 
 def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache: Path) -> tuple[Tokenizer, Any, Any]:

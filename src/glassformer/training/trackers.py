@@ -1,6 +1,7 @@
 """Experiment trackers (``log``: none, tensorboard, wandb, or both joined by a comma); W&B is offline unless
 ``WANDB_MODE=online``. A resumed run continues the same tracker run and never logs a step twice."""
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -14,6 +15,7 @@ from typing import Any
 from ..errors import GlassformerError
 from ..io.checks import is_int
 from ..io.fileio import NotOursError
+from ..io.loaders import load_json
 
 KINDS = ("none", "tensorboard", "wandb")  # each tracker's package (and extra) has its name
 EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writes
@@ -148,10 +150,8 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
     out = Path(out_dir)
     state: dict[str, Any] = {}
     if names and resume_step is not None and (out / STATE).is_file():
-        try:
-            state = json.loads((out / STATE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            state = {}
+        with contextlib.suppress(OSError, ValueError):  # unreadable: a new tracker run, as for a damaged one below
+            state = load_json(out / STATE, "tracker state")
     held = state.get("logged_through") if isinstance(state, dict) else None  # a damaged file: a new tracker run
     if not (isinstance(held, dict) and isinstance(state.get("run_id"), str) and all(map(is_int, held.values()))):
         resume_step, state = None, {"run_id": f"gf-{secrets.token_hex(4)}", "logged_through": {}}
