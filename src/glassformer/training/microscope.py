@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..interpret.detectors import probe_lengths, repeated_tokens
 from ..interpret.measurements import Measurement, Probe, head_score_record, text_probe_record
 from ..io.budget import check_fits, describe, model_bytes, probe_bytes
 from ..io.checks import check_int, first_line, shown
-from ..io.fileio import atomic_write_text
+from ..io.fileio import atomic_write_text, fsync_file
 from ..io.loaders import load_json, read_records
 from ..io.records import record_line
 from ..models import TransformerLM
@@ -233,8 +232,7 @@ class Microscope:
         if self.file is not None:
             with open(self.file, "a", encoding="utf-8") as handle:
                 handle.write(record_line(record, compact=True))
-                handle.flush()
-                os.fsync(handle.fileno())
+            fsync_file(self.file)
         if self.tracker is not None:
             self.tracker.log(step, record_scalars(record))
         return record
