@@ -115,7 +115,7 @@ def find_resumable(out_dir: str | Path) -> Path | None:
     return None
 
 
-def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1, keep: list[Path] | None = None) -> Path:
+def recover_run(out_dir: str | Path, resumed: Path, best_step: int, keep: list[Path]) -> Path:
     """Put ``out_dir`` in order after resuming from ``resumed``: ``last`` points at it, ``best`` at
     ``best_step``'s folder (-1: none), and :func:`tidy_run` removes the rest but ``keep`` (a kept series).
     Returns the path naming the resumed checkpoint from now on (``out_dir/last``, or ``resumed`` itself for
@@ -124,10 +124,10 @@ def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1, keep: l
     check_run_dir(out)
     step_layout = _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve()
     if not step_layout:
-        tidy_run(out, keep=[resumed, _pointer(out, BEST), *(keep or [])])
+        tidy_run(out, keep=[resumed, _pointer(out, BEST), *keep])
         return resumed
     best = step_folder(out, best_step)
-    point_and_tidy(out, resumed, best if best_step >= 0 and not _missing(best) else None, keep or [])
+    point_and_tidy(out, resumed, best if best_step >= 0 and not _missing(best) else None, keep)
     return out / LAST
 
 
