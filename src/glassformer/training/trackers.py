@@ -114,7 +114,6 @@ class Trackers(Tracker):
 
     def __init__(self, out_dir: Path, trackers: list[Tracker], state: dict[str, Any]):
         self.out, self.trackers, self.state = out_dir, trackers, state
-        self.name = ",".join(t.name for t in trackers) or "none"
         self.held = dict(state["logged_through"])  # what each tracker held when the run (re)started
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
