@@ -7,16 +7,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..errors import BadFileError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.measurements import detect_phase_change
 from ..io.checks import is_int, is_number, shown
-from ..io.fileio import atomic_write, check_output_file
+from ..io.fileio import check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_end, page_start, shown_token
+from .page import asset, page_end, page_start, shown_token, write_page
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import head_table
 
@@ -354,12 +354,7 @@ def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str
     """Write the page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``) in ``lang``; returns
     its path. MissingFileError when ``out_dir`` is not a run folder, GlassformerError when ``out`` is a folder."""
     path = Path(out) if out is not None else Path(out_dir) / "run.html"
-    if path.is_dir():
-        raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
     inputs = [Path(out_dir) / name for name in (METRICS, RECORDS, META, ATTRIBUTION, "last", "model")]  # what is read
-    check_output_file(path, inputs, "--out")  # before reading the run: never an input, a link, a user's file
+    check_output_file(path, inputs, "--out")  # before reading the run: never a folder, an input, a user's file
     lang = resolve_lang(lang)  # before reading the run: a typo fails at once
-    text = run_page_html(gather_run(out_dir), lang)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text, inputs=inputs, what="--out")
-    return path
+    return write_page(path, run_page_html(gather_run(out_dir), lang), "--out", inputs)
