@@ -109,21 +109,23 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
     ids = cap_ids(ids, max_tokens, "text", notes, lang)
     tgt = None if target is None else cap_ids(to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
     pad_id = pad_id_for(tokenizer)
-    asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation, notes=notes, lang=lang)
     was_training = model.training
     model.eval()
     try:
         if config.arch == "encoder-decoder":
             views, shapes, generation = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id,
                                                        prefix_len, generate, top_k, notes, lang)
-            interpret = gather_interpret(model, None, [], list, **asked)  # only a note, when asked
+            interpret = None
+            if logit_lens or head_scores or ablation:
+                notes.append(tr("note.interpret_encdec", lang))
         else:
             views, shapes, generation, (x, pad, prefix, tokens) = _gather_lm(
                 model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
             specials = getattr(tokenizer, "specials", None) or ()
             low = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # skip leading specials
-            interpret = gather_interpret(model, x, tokens, lambda ids: token_labels(ids, tokenizer), low=low,
-                                         bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix, **asked)
+            interpret = gather_interpret(model, x, tokens, lambda ids: token_labels(ids, tokenizer), lens=logit_lens,
+                                         heads=head_scores, ablation=ablation, low=low, notes=notes, lang=lang,
+                                         bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix)
     finally:
         model.train(was_training)
     params = count_params(model)
