@@ -84,9 +84,10 @@ def pad_ids(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int],
     return padded[0].tolist(), pad[0].tolist()
 
 
-def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
-                      **options: Any) -> dict[str, Any]:
-    """Per step of a greedy continuation: the top-k candidates and the choice."""
+def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int, notes: list[str],
+                     lang: str, **options: Any) -> dict[str, Any]:
+    """Per step of a greedy continuation: the top-k candidates and the choice. A note (in ``lang``) is added to
+    ``notes`` when the trace looks like an untrained model's: the same token chosen at every step."""
     from ..generation.trace import trace_generation
 
     eos = special_id(tokenizer, "eos")
@@ -100,12 +101,6 @@ def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: in
     text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
     if new_ids and not text.strip():  # only special tokens (an untrained model's <bos> ...): show them
         text = "".join(r["chosen_label"] for r in rows)
+    if len(new_ids) >= 4 and len(set(new_ids)) == 1:
+        notes.append(tr("note.trace_same", lang, token=repr(rows[0]["chosen_label"])))
     return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
-
-
-def trace_notes(generation: dict[str, Any] | None, notes: list[str], lang: str = "en") -> None:
-    """A note when the trace looks like an untrained model's: the same token chosen at every step."""
-    if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
-        notes.append(tr("note.trace_same", lang, token=repr(generation["steps"][0]["chosen_label"])))
-
-
