@@ -174,7 +174,6 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     "training" (or "models", "runs"), the evaluation ("samples", "fill_mask", "bleu"), "wall_s", the machine."""
     config, spec = recipe.train, recipe.spec
     out = Path(config.out_dir)
-    claim_recipe_outputs(out, spec)  # before any work
     started, load_before = time.perf_counter(), _load_average()
     if spec["task"] == "induction":
         results: dict[str, Any] = {"runs": run_induction(config, spec)}
