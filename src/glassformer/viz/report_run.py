@@ -199,8 +199,7 @@ def _floats(value: Any) -> Any:
 
 def _best(values: list[Any]) -> float | None:
     """The largest finite number of ``values``; None when there is none (drawn as a gap)."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return max(finite) if finite else None
+    return max((v for v in values if v is not None and math.isfinite(v)), default=None)
 
 
 def _fixed(value: Any, spec: str) -> str:
