@@ -93,14 +93,12 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
 
 def check_recipe_section(spec: dict[str, Any]) -> None:
     """Refuse a ``recipe:`` section with a key its task does not read or a value of the wrong kind, naming it."""
-    if spec.get("task") not in TASKS:
-        raise GlassformerError(f"recipe.task must be one of {TASKS}, got {shown(spec.get('task'))}")
-    known = {**_COMMON, **RECIPE_OPTIONS.get(spec["task"], {})}
+    known = {**_COMMON, **RECIPE_OPTIONS.get(spec.get("task"), {})}
+    for key, (valid, expected) in known.items():
+        if (key in spec or key == "task") and not valid(spec.get(key)):  # the task first; it must be there
+            raise GlassformerError(f"recipe.{key} must be {expected}, got {shown(spec.get(key))}")
     if spec["task"] != "sae":  # the sae task passes its other keys to SAETrainConfig, which checks them
         check_known_keys(spec, set(known), f"recipe (task {spec['task']})")
-    for key, value in spec.items():
-        if key in known and not known[key][0](value):
-            raise GlassformerError(f"recipe.{key} must be {known[key][1]}, got {shown(value)}")
 
 
 def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
