@@ -201,7 +201,7 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
     mlp_from = mlp_from_step(spec, first, config.max_steps)  # checked before any work
     parts = [("attn_only" if first.attn_only else "with_mlps", first, config.max_steps)]
     if spec.get("gpt2"):
-        c = parts[0][1]
+        c = first
         gpt2 = ModelConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers,
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)

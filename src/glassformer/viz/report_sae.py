@@ -89,5 +89,5 @@ def write_transcoder_pages(summaries: list[dict[str, Any]], out_dir: str | Path,
             if "ce_zero" in metrics:
                 shown["ce_zero_mlps"] = metrics["ce_zero"]
         pages.append(write_feature_pages(summary, Path(out_dir) / f"features-L{layer}.html", metrics=shown,
-                                         title=tr("sae.transcoder_title", resolve_lang(lang), layer=layer), lang=lang))
+                                         title=tr("sae.transcoder_title", lang, layer=layer), lang=lang))
     return pages
