@@ -79,7 +79,7 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
            "top_k": (lambda v: v is None or is_int(v) and v >= 1, "an int >= 1 or null"),
            "stop": (lambda v: v is None or _strings(v), "a list of strings or null")},
     "mlm": {"examples": _POSITIVE},
-    "translation": {"test_split": (lambda v: isinstance(v, str), "a split name"),
+    "translation": {"test_split": (lambda v: v in corpora.MULTI30K_SPLITS, f"one of {corpora.MULTI30K_SPLITS}"),
                     "beams": _POSITIVE_LIST, "batch_size": _POSITIVE,
                     "length_penalty": (lambda v: is_number(v) and math.isfinite(v), "a finite number")},
     "prefix-vs-causal": {k: (lambda v: True, "") for k in SEQUENCE_OPTIONS},
