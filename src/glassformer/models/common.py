@@ -1,6 +1,7 @@
 """What TransformerLM and EncoderDecoder share: embeddings, blocks, the final norm and initialisation."""
 
 import math
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -8,6 +9,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn.block import TransformerBlock
+from ..nn.freezing import frozen
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 from ..nn.taps import NormTaps, Tap, Tapped
@@ -31,10 +33,27 @@ def final_norm(config: ModelConfig) -> nn.Module:
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
-class HookVerbs:
-    """TransformerLens's two verbs as methods: ``model.run_with_hooks(ids, fwd_hooks=[...])`` and
-    ``model.run_with_cache(ids)`` call :func:`glassformer.interpret.run_with_hooks` / ``run_with_cache`` (their
-    arguments and returns; imported when called: the model's own code needs no interpretability tool)."""
+class ModelBase(Tapped):
+    """What TransformerLM and EncoderDecoder share besides their parts: the token table ``emb``, the output
+    layer ``logits``, ``frozen`` mode, and TransformerLens's two verbs as methods,
+    ``model.run_with_hooks(ids, fwd_hooks=[...])`` and ``model.run_with_cache(ids)``, which call
+    :func:`glassformer.interpret.run_with_hooks` / ``run_with_cache`` (their arguments and returns; imported when
+    called: the model's own code needs no interpretability tool)."""
+
+    @property
+    def emb(self) -> nn.Embedding:
+        """The token embedding (V, d), shared with the output layer when ``tie`` (and by both stacks of an
+        EncoderDecoder)."""
+        return self.embeddings.tok
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Project the last layer's hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
+        return self.head(hidden, self.emb.weight)
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def run_with_hooks(self, *inputs: Any, **kwargs: Any) -> Any:
         """:func:`glassformer.interpret.run_with_hooks` on this model."""
