@@ -121,7 +121,7 @@ class _EdgeRun:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
         for layer, block in enumerate(self.model.blocks):
             out += [(f"blocks.{layer}.hook_resid_pre", self._store(self.stream, layer)),
-                    *((f"blocks.{layer}.attn.hook_{kind}", self._qkv(layer, kind)) for kind in KINDS),
+                    *((f"blocks.{layer}.hook_{kind}_input", self._qkv(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
             if block.ffn is not None:
                 out += [(f"blocks.{layer}.hook_resid_mid", self._store(self.stream, ("mid", layer))),
@@ -151,16 +151,10 @@ class _EdgeRun:
         return x
 
     def _qkv(self, layer: int, kind: str) -> Callable:
-        block = self.model.blocks[layer]
-
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, hd) as projected
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, d): the stream, one copy per head
             stream = self.stream[layer]
-            weight, bias = block.self_attn.head_rows(kind)  # (h, hd, d), (h, hd) or None
-            heads = []
-            for head in range(self.h):
-                normed = block.attn_norm(self._input(f"L{layer}H{head}.{kind}", stream))  # (B, T, d)
-                heads.append(torch.nn.functional.linear(normed, weight[head], None if bias is None else bias[head]))
-            return torch.stack(heads, dim=2).to(x.dtype)  # (B, T, h, hd)
+            heads = [self._input(f"L{layer}H{head}.{kind}", stream) for head in range(self.h)]
+            return torch.stack(heads, dim=2).to(x.dtype)  # the block norms and projects each head's own input
         return hook
 
     def _z(self, layer: int) -> Callable:
@@ -196,7 +190,8 @@ def _checked_inputs(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tens
     return graph
 
 
-def _metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
+def metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
+    """``metric(logits)``, which must be a 0-dim float tensor (that requires grad, when ``differentiable``)."""
     if not callable(metric):
         raise ArgumentTypeError(f"metric must be a function of the logits, got {shown(metric)}")
     value = metric(logits)
@@ -228,8 +223,8 @@ def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Te
     weight = graph.index(edges).float()
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
     _, other_writes = sender_writes(model, other_ids)
-    base = float(_metric_value(metric, model(base_ids)))
-    patched = float(_metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
+    base = float(metric_value(metric, model(base_ids)))
+    patched = float(metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
     return base - patched if direction == "noising" else patched - base
 
 
@@ -284,14 +279,14 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
         leaf = torch.zeros_like(grad_sum, requires_grad=True)
         embed = embed_corrupted + alpha * (embed_clean - embed_corrupted) if method == "eap-ig" else None
         with torch.enable_grad():
-            value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean), True)
+            value = metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean), True)
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad
     grads = grad_sum / len(alphas)  # (R, B, T, d)
     by_position = torch.einsum("sbtd,rbtd->srt", delta.double(), grads.double())  # (S, R, T) per query position
     by_position = by_position.masked_fill(~graph.allowed[..., None].to(by_position.device), 0.0)
-    return EdgeScores(graph, by_position.sum(-1).float(), float(_metric_value(metric, clean_logits)),
-                      float(_metric_value(metric, corrupted_logits)), method, by_position.float())
+    return EdgeScores(graph, by_position.sum(-1).float(), float(metric_value(metric, clean_logits)),
+                      float(metric_value(metric, corrupted_logits)), method, by_position.float())
 
 
 @dataclass
@@ -340,8 +335,7 @@ def resample_rows(batch: int, seed: int = 0) -> torch.Tensor:
 
 def _ablated_writes(writes: torch.Tensor, ablation: str, seed: int) -> torch.Tensor:
     """What non-circuit edges carry, from the reference (corrupted) rows' writes (S, B, T, d)."""
-    if ablation not in ABLATIONS:
-        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
+    check_choice("ablation", ablation, ABLATIONS)
     if ablation == "mean":
         return writes.mean(1, keepdim=True).expand_as(writes)  # each position's mean over the rows
     if ablation == "zero":
@@ -376,7 +370,7 @@ def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
                    edges: Sequence[tuple], *, ablation: str = "corrupted", seed: int = 0) -> float:
     """``metric`` of :func:`circuit_logits` (the same arguments): the circuit ``edges`` alone, the rest ablated."""
     logits = circuit_logits(model, clean, corrupted, edges, ablation=ablation, seed=seed)
-    return float(_metric_value(metric, logits))
+    return float(metric_value(metric, logits))
 
 
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
@@ -388,8 +382,7 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     what the other edges carry (:func:`circuit_logits`); faithfulness is measured from the empty circuit's
     metric under that ablation (the corrupted metric for "corrupted"). The Circuit holds its run's ``logits``."""
     check_number("target", target, 0.0, 1.0)
-    if ablation not in ABLATIONS:
-        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
+    check_choice("ablation", ablation, ABLATIONS)  # before the attribution, which takes the longest
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
     clean_m = scores.clean_metric
