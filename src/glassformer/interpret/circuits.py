@@ -13,7 +13,7 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import check_fits, forward_bytes
-from ..io.checks import check_int, check_number, shown
+from ..io.checks import check_int, check_number, is_int, shown
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
 from ..validate import check_choice
@@ -62,39 +62,31 @@ class EdgeGraph:
         """Every (sender, receiver) edge."""
         return [(self.senders[i], self.receivers[j]) for i, j in self.allowed.nonzero().tolist()]
 
-    def index(self, edges: Sequence[tuple[str, str]]) -> torch.Tensor:
-        """(S, R) bool: True at the given edges; an error naming an unknown or impossible edge."""
-        chosen = torch.zeros_like(self.allowed)
+    def index(self, edges: Sequence[tuple], length: int) -> torch.Tensor:
+        """(S, R, T) bool: True at the given edges, each a (sender, receiver) pair (every position) or a
+        (sender, receiver, position) triple (that query position of the receiver alone, from 0; -1: the last),
+        for rows of ``length`` tokens; an error naming an unknown or impossible edge."""
         if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
-            raise ArgumentTypeError(f"edges must be a list of (sender, receiver) pairs, got {shown(edges)}")
+            raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
+        chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
         for edge in edges:
-            if not isinstance(edge, (tuple, list)) or len(edge) != 2 or not all(isinstance(n, str) for n in edge):
-                raise ArgumentTypeError(f"an edge is a (sender, receiver) pair of names, got {shown(edge)}")
-            sender, receiver = edge
+            ok = isinstance(edge, (tuple, list)) and len(edge) in (2, 3) and all(isinstance(n, str) for n in edge[:2])
+            if not ok:
+                raise ArgumentTypeError(f"an edge is a (sender, receiver[, position]) of names, got {shown(edge)}")
+            sender, receiver, *position = edge
             if sender not in self.senders or receiver not in self.receivers:
                 raise GlassformerError(f"no edge {sender!r} -> {receiver!r}: senders are {self.senders[:6]}..., "
                                        f"receivers {self.receivers[:6]}...")
             i, j = self.senders.index(sender), self.receivers.index(receiver)
             if not self.allowed[i, j]:
                 raise GlassformerError(f"{sender} does not write before {receiver} reads: no such edge")
-            chosen[i, j] = True
-        return chosen
-
-    def index_positions(self, edges: Sequence[tuple], length: int) -> torch.Tensor:
-        """(S, R, T) bool: True at the given edges, each a (sender, receiver) pair (every position) or a
-        (sender, receiver, position) triple (that query position of the receiver alone, from 0; -1: the last)."""
-        if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
-            raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
-        chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
-        for edge in edges:
-            if isinstance(edge, (tuple, list)) and len(edge) == 3:
-                position = edge[2]
-                if isinstance(position, bool) or not isinstance(position, int) or not -length <= position < length:
-                    raise GlassformerError(f"edge {shown(edge)}: its position must be an int in [{-length}, "
-                                           f"{length}) for rows of {length} tokens")
-                chosen[..., position % length] |= self.index([tuple(edge[:2])])
+            if not position:
+                chosen[i, j] = True
+            elif is_int(position[0]) and -length <= position[0] < length:
+                chosen[i, j, position[0] % length] = True
             else:
-                chosen |= self.index([edge])[..., None]
+                raise GlassformerError(f"edge {shown(edge)}: its position must be an int in [{-length}, "
+                                       f"{length}) for rows of {length} tokens")
         return chosen
 
 
@@ -213,14 +205,15 @@ def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
-                  edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``) carry,
+                  edges: Sequence[tuple], *, direction: str = "noising") -> float:
+    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``; a
+    position as a third element, :meth:`EdgeGraph.index`) carry,
     positive when they carry the clean behaviour (docs/interpret.md, "One sign"). "noising" runs ``clean``
     with the edges carrying the corrupted writes: metric(clean) - metric(patched), what cutting them loses;
     "denoising" runs ``corrupted`` with the edges carrying the clean writes: metric(patched) - metric(corrupted)."""
     check_choice("direction", direction, ("noising", "denoising"))
     graph = _checked_inputs(model, clean, corrupted)
-    weight = graph.index(edges).float()
+    weight = graph.index(edges, clean.shape[1]).float()  # (S, R, T)
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
     _, other_writes = sender_writes(model, other_ids)
     base = float(metric_value(metric, model(base_ids)))
@@ -355,9 +348,9 @@ def circuit_logits(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     (the same row's corrupted write), "mean" (each position's mean over the reference rows), "zero"
     (nothing), "resample" (another reference row's write, :func:`resample_rows`; pass ``corrupted=clean`` for
     the classic mean and resample ablations). An edge is a (sender, receiver) pair, or a (sender, receiver,
-    position) triple kept at that query position only (:meth:`EdgeGraph.index_positions`)."""
+    position) triple kept at that query position only (:meth:`EdgeGraph.index`)."""
     graph = _checked_inputs(model, clean, corrupted)
-    kept = graph.index_positions(edges, clean.shape[1])  # (S, R, T)
+    kept = graph.index(edges, clean.shape[1])  # (S, R, T)
     weight = (graph.allowed[..., None] & ~kept).float()
     if bool((kept == kept[..., :1]).all()):
         weight = weight[..., 0]  # the same at every position: one weight per edge
