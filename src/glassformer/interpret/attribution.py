@@ -73,12 +73,12 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
     grads = torch.autograd.grad(value, list(kept.values()), allow_unused=True)
     by_position, by_head, total = {}, {}, {}
     for name, grad in zip(kept, grads):
-        point = clean_cache.points[name]
+        tap = clean_cache.points[name].module
         if grad is None:  # the metric does not depend on it (e.g. a decoder-only metric and the encoder's last norm)
             grad = torch.zeros_like(kept[name])
         before, after = kept[name].detach(), clean_cache[name].to(grad.dtype)
         product = torch.where(torch.isfinite(before) & torch.isfinite(after), (after - before) * grad, 0.0).double()
-        for table, axis in ((by_position, point.position_axis), (by_head, point.head_axis)):  # summed over the rest
+        for table, axis in ((by_position, tap.position_axis), (by_head, tap.head_axis)):  # summed over the rest
             if axis is not None:  # masked scores (-inf in both runs) count 0
                 table[name] = product.sum([a for a in range(product.dim()) if a != axis]).float()
         total[name] = float(by_position[name].double().sum())

@@ -177,7 +177,7 @@ class Recording(Mapping[str, list[torch.Tensor]]):
             keys = max(p.shape[-1] for p in parts)
             fill = float("-inf") if point.kind == "attn_scores" else 0.0
             parts = [torch.nn.functional.pad(p, (0, keys - p.shape[-1]), value=fill) for p in parts]
-        return torch.cat(parts, dim=point.position_axis)
+        return torch.cat(parts, dim=point.module.position_axis)
 
     def remove(self) -> None:
         """Stop recording (what was recorded stays)."""

@@ -31,7 +31,8 @@ def _chosen(point: HookPoint, shape: torch.Size, positions: Any, heads: Any,
     if positions is None and heads is None:
         return None
     where = torch.ones([1] * len(shape), dtype=torch.bool, device=device)
-    for axis, picked, what in ((point.position_axis, positions, "positions"), (point.head_axis, heads, "heads")):
+    tap = point.module
+    for axis, picked, what in ((tap.position_axis, positions, "positions"), (tap.head_axis, heads, "heads")):
         if picked is None:
             continue
         if axis is None:
@@ -89,7 +90,7 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
     _, cache = run_with_cache(model, *clean, names=what, **kwargs)
     points = resolve(cache.points, what)
     first = cache[points[0].name]
-    axis = points[0].position_axis if per == "position" else points[0].head_axis
+    axis = points[0].module.position_axis if per == "position" else points[0].module.head_axis
     if axis is None:
         raise GlassformerError(f"per='head' needs a per-head point (z, q, k, v, pattern...), not {what!r}")
     corrupted_metric = float(metric(model(*corrupted, **kwargs)))

@@ -36,8 +36,9 @@ class LayerIndex(int):
 @dataclass(frozen=True, eq=False)
 class HookPoint:
     """One place in a model where a hook may read or replace a tensor; hook functions receive it. ``layer``:
-    the block's index (also callable) or None; ``module``: the :class:`~glassformer.nn.taps.Tap`; ``owner``:
-    the module whose forward runs it (the attention for ``hook_q``)."""
+    the block's index (also callable) or None; ``module``: the :class:`~glassformer.nn.taps.Tap` (which declares
+    the tensor's ``head_axis`` and ``position_axis``); ``owner``: the module whose forward runs it (the attention
+    for ``hook_q``)."""
 
     name: str
     short: str
@@ -50,16 +51,6 @@ class HookPoint:
     def kind(self) -> str:
         """The short name without "cross_": "pattern" for self- and cross-attention alike."""
         return self.short.removeprefix("cross_")
-
-    @property
-    def head_axis(self) -> int | None:
-        """The heads' axis in the tensor hooks see: 2 for q/k/v/z, 1 for scores/pattern, else None."""
-        return self.module.head_axis
-
-    @property
-    def position_axis(self) -> int:
-        """The (query) positions' axis in the tensor hooks see."""
-        return self.module.position_axis
 
     def show(self, x: torch.Tensor) -> torch.Tensor:
         """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd), and
