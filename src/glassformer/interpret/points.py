@@ -17,6 +17,7 @@ from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM
 from ..nn.block import TransformerBlock
 from ..nn.taps import NormTaps, Tap
+from ..validate import check_choice
 
 STACKS = {"blocks": "blocks", "encoder": "encoder_blocks", "decoder": "decoder_blocks",
           "encoder_blocks": "encoder_blocks", "decoder_blocks": "decoder_blocks"}
@@ -127,8 +128,7 @@ def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str
     outside, in_block = _reference_names()
     if short in outside:
         return outside[short]
-    if stack not in STACKS:
-        raise GlassformerError(f"stack must be one of {sorted(STACKS)}, got {stack!r}")
+    check_choice("stack", stack, STACKS)
     if layer is None:
         raise GlassformerError(f"{short!r} is a per-layer hook point: give its layer")
     name = in_block.get(short, f"hook_{short}")
