@@ -102,13 +102,6 @@ class Embeddings(Tapped):
         if c.pos == "alibi":  # (h,)
             self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
 
-    def tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        """The token vectors (x √d when configured), tapped as "embed": ids (B, T) -> (B, T, d)."""
-        x = self.tok(ids)  # (B, T, d)
-        if self.scale != 1.0:
-            x = x * self.scale
-        return self.hook_embed(x)
-
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, token_type_ids: torch.Tensor | None = None,
                 *, pos: nn.Module | None = None, norm: nn.Module | None = None) -> torch.Tensor:
         """The input vectors (B, T, d) of a block stack for ids (B, T) at ``positions`` (T,) or (B, T).
@@ -117,7 +110,8 @@ class Embeddings(Tapped):
         replace ``self.pos`` and ``self.norm`` (BART's decoder passes its own)."""
         pos = self.pos if pos is None else pos
         norm = self.norm if norm is None else norm
-        x = self.tokens(ids)  # (B, T, d)
+        x = self.tok(ids)  # (B, T, d)
+        x = self.hook_embed(x * self.scale if self.scale != 1.0 else x)  # "embed": the token vectors (x √d)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
             x = x + self._tap_positions(sinusoid[positions].to(x.dtype), x)  # + (T, d) or (B, T, d)
