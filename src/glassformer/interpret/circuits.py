@@ -13,7 +13,7 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import check_fits, forward_bytes
-from ..io.checks import check_int, check_number, is_int, shown
+from ..io.checks import check_int, check_number, shown
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
 from ..validate import check_choice
@@ -80,13 +80,10 @@ class EdgeGraph:
             i, j = self.senders.index(sender), self.receivers.index(receiver)
             if not self.allowed[i, j]:
                 raise GlassformerError(f"{sender} does not write before {receiver} reads: no such edge")
-            if not position:
-                chosen[i, j] = True
-            elif is_int(position[0]) and -length <= position[0] < length:
-                chosen[i, j, position[0] % length] = True
+            if position:  # a triple: that query position alone
+                chosen[i, j, check_int(f"the position of edge {shown(edge)}", position[0], -length, length - 1)] = True
             else:
-                raise GlassformerError(f"edge {shown(edge)}: its position must be an int in [{-length}, "
-                                       f"{length}) for rows of {length} tokens")
+                chosen[i, j] = True
         return chosen
 
 

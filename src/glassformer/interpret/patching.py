@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int, is_int
 from ..models import TransformerLM
 from ..validate import check_choice
 from .hooks import ActivationCache, HookFn, run_with_cache, run_with_hooks
@@ -113,7 +114,7 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ArgumentTypeError(f"heads must be (layer, head) pairs, got {pair!r}")
         layer, head = pair
-        if isinstance(layer, int) and not isinstance(layer, bool):
+        if is_int(layer):
             if not isinstance(model, TransformerLM):
                 raise GlassformerError("in an EncoderDecoder name the attention: ('encoder_blocks.0.attn', h), "
                                        "('decoder_blocks.0.self_attn', h) or ('decoder_blocks.0.cross_attn', h)")
@@ -124,10 +125,7 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
             raise ArgumentTypeError(f"a head's layer must be an int or an attention's name, got {layer!r}")
         if name not in points:
             raise GlassformerError(f"no attention {name.removesuffix('.hook_z')!r} in this model")
-        n_heads = points[name].owner.n_heads
-        if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < n_heads:
-            raise GlassformerError(f"head {head!r} of {name.removesuffix('.hook_z')} is out of range: expected "
-                                   f"0 <= head < {n_heads}")
+        check_int(f"head of {name.removesuffix('.hook_z')}", head, 0, points[name].owner.n_heads - 1)
         chosen.setdefault(name, []).append(head)
     return chosen
 
