@@ -88,7 +88,8 @@ class EdgeGraph:
 
 
 class _EdgeRun:
-    """Hooks for one forward that record every sender's write and rewrite receiver r's input as
+    """Hooks for one forward that record every sender's write and rewrite receiver r's input, at the tap where
+    the block reads it (a head's q/k/v input, the MLP's input, the last stream), as
     ``stream + sum_u weight[u, r] * (other[u] - write_u) + leaf[r]``; ``weight`` (S, R) or (S, R, T) (per
     position); ``other`` (S, B, T, d) None: no rewrite; ``leaf`` (R, B, T, d): zeros whose gradient is
     d metric / d receiver input; ``embed``: the embedding to run from."""
@@ -99,31 +100,25 @@ class _EdgeRun:
         self.model, self.graph, self.other, self.weight = model, graph, other, weight
         self.leaf, self.embed = leaf, embed
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
-        self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
         self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
-        out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store(self.writes, "embed"))]
+        out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store("embed"))]
         if self.embed is not None:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
         for layer, block in enumerate(self.model.blocks):
-            out += [(f"blocks.{layer}.hook_resid_pre", self._store(self.stream, layer)),
-                    *((f"blocks.{layer}.hook_{kind}_input", self._qkv(layer, kind)) for kind in KINDS),
+            out += [*((f"blocks.{layer}.hook_{kind}_input", self._heads(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
             if block.ffn is not None:
-                out += [(f"blocks.{layer}.hook_resid_mid", self._store(self.stream, ("mid", layer))),
-                        (f"blocks.{layer}.ln2.hook_out", self._normed(f"MLP{layer}", ("mid", layer), block.ffn_norm)),
-                        (f"blocks.{layer}.hook_mlp_out", self._store(self.writes, f"MLP{layer}"))]
-        out += [(f"blocks.{L - 1}.hook_resid_post", self._store(self.stream, "final")),
-                ("ln_final.hook_out", self._normed("logits", "final", self.model.norm_f))]
-        return out
+                out += [(f"blocks.{layer}.hook_mlp_in", self._rewritten(f"MLP{layer}")),
+                        (f"blocks.{layer}.hook_mlp_out", self._store(f"MLP{layer}"))]
+        return out + [(f"blocks.{L - 1}.hook_resid_post", self._rewritten("logits"))]  # what the final norm reads
 
-    @staticmethod
-    def _store(table: dict, key: Any) -> Callable:
+    def _store(self, sender: str) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            table[key] = x
+            self.writes[sender] = x
             return x
         return hook
 
@@ -137,13 +132,15 @@ class _EdgeRun:
                 x = x + w * (self.other[i] - self.writes[self.graph.senders[i]])
         if self.leaf is not None:
             x = x + self.leaf[j]
-        return x
+        return x.to(stream.dtype)
 
-    def _qkv(self, layer: int, kind: str) -> Callable:
+    def _rewritten(self, receiver: str) -> Callable:
+        return lambda x, _: self._input(receiver, x)
+
+    def _heads(self, layer: int, kind: str) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, d): the stream, one copy per head
-            stream = self.stream[layer]
-            heads = [self._input(f"L{layer}H{head}.{kind}", stream) for head in range(self.h)]
-            return torch.stack(heads, dim=2).to(x.dtype)  # the block norms and projects each head's own input
+            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(self.h)]
+            return torch.stack(heads, dim=2)  # the block norms and projects each head's own input
         return hook
 
     def _z(self, layer: int) -> Callable:
@@ -154,11 +151,6 @@ class _EdgeRun:
             for head in range(self.h):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z
-        return hook
-
-    def _normed(self, receiver: str, key: Any, norm: nn.Module) -> Callable:
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # the norm's output, from the rewritten stream
-            return norm(self._input(receiver, self.stream[key])).to(x.dtype)
         return hook
 
     def run(self, ids: torch.Tensor) -> torch.Tensor:
