@@ -162,8 +162,9 @@ def test_the_route_switch_holds_from_one_generation_to_the_next(monkeypatch):
     monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7, rounds=3: True)
     monkeypatch.setattr(kernel_choice, "load_now", lambda: 0)
     bmm = []
-    real = torch.bmm
-    monkeypatch.setattr(torch, "bmm", lambda *a, **k: bmm.append(1) or real(*a, **k))
+    for name in ("bmm", "baddbmm"):  # the route's product (baddbmm: with the bias added inside)
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, real=real, **k: bmm.append(1) or real(*a, **k))
     torch.manual_seed(0)
     model = TransformerLM(vocab_size=50, d_model=256, n_heads=4, n_layers=1, d_ff=1024, max_len=32).eval()
     assert model.blocks[0].ffn.up.weight.numel() >= MIN_WEIGHT

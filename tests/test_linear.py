@@ -15,18 +15,20 @@ from glassformer.runtime.linear import FEW_ROWS, MIN_WEIGHT, FewRowProduct, line
 
 @pytest.fixture
 def bmm_calls(monkeypatch):
-    """Count torch.bmm calls (the few-row route's product), with the route chosen for every shape
-    (as if measured faster on this machine: the choice itself is tested in test_kernel_choice.py)."""
+    """Count torch.bmm and torch.baddbmm calls (the few-row route's product; baddbmm adds a bias), with the
+    route chosen for every shape (as if measured faster on this machine: the choice itself is tested in
+    test_kernel_choice.py)."""
     monkeypatch.setattr(kernel_choice, "_choices", {})
     monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7: True)
     calls = []
-    real = torch.bmm
+    for name in ("bmm", "baddbmm"):
+        real = getattr(torch, name)
 
-    def spy(*args, **kwargs):
-        calls.append(args[0].shape)
-        return real(*args, **kwargs)
+        def spy(*args, real=real, **kwargs):
+            calls.append(args[0].shape)
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "bmm", spy)
+        monkeypatch.setattr(torch, name, spy)
     return calls
 
 

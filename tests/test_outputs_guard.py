@@ -281,6 +281,7 @@ BY_VERB = {
     "runtime.kernel_choice.reset_choices": "bench", "training.checkpoint.commit_checkpoint": "train",
     "training.loop.Trainer.train": "train", "training.loop.Trainer.train_step": "train",
     "training.resume.tidy_run_dir": "train", "training.run_dir.recover_run": "train",
+    "training.run_dir.point_and_tidy": "train",
     "training.trackers.Trackers.log": "train", "training.trackers.open_trackers": "train",
     "interpret.sae.loop.ActivationTrainer.train": "sae", "interpret.sae.loop.ActivationTrainer.save_state": "sae",
     "interpret.transcoders.run.run_transcoders": "transcoders", "interpret.transcoders.run.train_transcoders":

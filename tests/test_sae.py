@@ -133,7 +133,7 @@ def test_save_load_round_trip_and_refusals(tmp_path):
     meta = json.loads((path / "sae.json").read_text())
     meta["d_sae"] = 49
     (path / "sae.json").write_text(json.dumps(meta))
-    with pytest.raises(BadFileError, match="does not match"):
+    with pytest.raises(BadFileError, match=r"sae.safetensors: W_dec has shape \(48, 16\), expected \(49, 16\)"):
         load_sae(path)
     own = tmp_path / "mine"
     own.mkdir()

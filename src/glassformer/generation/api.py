@@ -115,15 +115,18 @@ def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[obje
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
     """Eval mode, no autograd and the decoding choices (:mod:`glassformer.runtime.decode`: the few-row product,
-    on a GPU attention kernels off cuDNN) while generating; the model's train/eval state is restored afterwards."""
-    was_training = model.training
-    model.eval()
+    on a GPU attention kernels off cuDNN) while generating; each module in training mode is put back afterwards
+    (a model in eval mode is left untouched)."""
+    training = [m for m in model.modules() if m.training]
+    if training:
+        model.eval()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
         with _no_autograd(device), few_row_products(model), decoding_attention(device):
             yield
     finally:
-        model.train(was_training)
+        for m in training:
+            m.training = True
 
 
 @dataclass

@@ -273,10 +273,10 @@ class MultiHeadAttention(Tapped):
             except RuntimeError as error:  # checked only when torch refuses: nothing per call
                 raise self._width_error("x", x, error) from None
             h, n_kv = self.n_heads, self.n_kv_heads
-            heads = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim)  # every head's query, key, value side by side
-            q = self.hook_q(heads[:, :, :h]).transpose(1, 2)  # (B, h, Tq, hd)
-            k = self.hook_k(heads[:, :, h:h + n_kv]).transpose(1, 2)  # (B, kv, Tq, hd)
-            v = self.hook_v(heads[:, :, h + n_kv:]).transpose(1, 2)  # (B, kv, Tq, hd)
+            q, k, v = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim).split_with_sizes((h, n_kv, n_kv), dim=2)
+            q = self.hook_q(q).transpose(1, 2)  # (B, h, Tq, hd)
+            k = self.hook_k(k).transpose(1, 2)  # (B, kv, Tq, hd)
+            v = self.hook_v(v).transpose(1, 2)  # (B, kv, Tq, hd)
             if self.qk_norm:  # every query and key of unit RMS: the scores' scale is set by 1/sqrt(hd) alone
                 q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
             if inputs.rope is not None:

@@ -103,9 +103,7 @@ def run_sae_recipe(config: TrainConfig, spec: dict[str, Any], model: Any, tokeni
             features.append({"id": feature["id"], "frequency": feature["frequency"], "max": feature["max"],
                              "contexts": [_context_text(c, summary["vocab"]) for c in feature["contexts"][:5]],
                              "up": [summary["vocab"][str(t)] for t, _ in feature.get("up", [])[:5]]})
-    source = ActivationSource(model, tokenizer, sae_config.hook, sae_config.data, context=model.config.max_len,
-                              batch=sae_config.model_batch, split="val", val_fraction=sae_config.val_fraction,
-                              seed=sae_config.seed + 30)
+    source = sae_config.activation_source(model, tokenizer, sae_config.hook, "val", sae_config.seed + 30)
     named = name_features(found["sae"], source, batches=int(spec.get("naming_batches", 8)))
     return {"out_dir": found["out_dir"], "metrics": found["metrics"], "training": found["training"],
             "features_html": pages, "features": features, "character_kinds": named}

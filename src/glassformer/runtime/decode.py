@@ -49,6 +49,7 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     finally:
         for m, was in zip(layers, before, strict=True):
             m.product = was
+        product.forget()
 
 
 def decoding_attention(device: torch.device | str) -> contextlib.AbstractContextManager[object]:

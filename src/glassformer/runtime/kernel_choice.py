@@ -14,6 +14,7 @@ lists them.
 
 import contextlib
 import datetime
+import functools
 import json
 import math
 import os
@@ -81,8 +82,11 @@ def cpu_features() -> list[str]:
     return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
-def last_level_cache_bytes(folder: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """The largest CPU cache's size in bytes, from Linux's ``folder``/index*/size (32 MiB where none reads)."""
+def last_level_cache_bytes(folder: str | Path | None = None) -> int:
+    """The largest CPU cache's size in bytes, from Linux's ``folder``/index*/size (32 MiB where none reads);
+    ``folder`` None: cpu0's, read once per process (generation asks at each call)."""
+    if folder is None:
+        return _machine_cache_bytes()
     sizes = []
     for index in Path(folder).glob("index*"):
         try:
@@ -91,6 +95,11 @@ def last_level_cache_bytes(folder: str | Path = "/sys/devices/system/cpu/cpu0/ca
         except (OSError, ValueError, IndexError):
             continue
     return max(sizes, default=32 << 20)
+
+
+@functools.cache
+def _machine_cache_bytes() -> int:
+    return last_level_cache_bytes("/sys/devices/system/cpu/cpu0/cache")
 
 
 def machine() -> str:

@@ -81,19 +81,42 @@ class FewRowProduct:
     """A ``product`` for :class:`glassformer.nn.linear.Linear` and the output head: ``F.linear``'s product, by the
     route where it pays here for that many rows and that weight shape. Asked once per (rows, shape): one
     object serves one generation, in which grad mode and autocast do not change. ``streamed``: as
-    :func:`linear`'s."""
+    :func:`linear`'s. Each weight's way is prepared at its first product (for the route: views of the weight
+    and bias in blocks) and kept until :meth:`forget`, so a step's product makes three tensor calls."""
 
     def __init__(self, streamed: bool = False) -> None:
         self.streamed = streamed
         self.ways: dict[tuple[int, torch.Size], Callable[..., torch.Tensor]] = {}
+        self.prepared: dict[tuple[int, torch.Size], tuple] = {}  # (id(weight), x's shape) -> (weight, bias, way, args)
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x (..., in) -> (..., out), equal to ``F.linear(x, weight, bias)`` up to float32 rounding."""
+        if torch.compiler.is_compiling():  # a compiled step traces the plain choice
+            return self.way(x, weight)(x, weight, bias)
+        entry = self.prepared.get((id(weight), x.shape))
+        if entry is None or entry[0] is not weight or entry[1] is not bias:
+            entry = self.prepared[(id(weight), x.shape)] = self._prepare(x, weight, bias)
+        return entry[2](x, *entry[3])
+
+    def way(self, x: torch.Tensor, weight: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """:func:`routed` or ``F.linear`` for x's rows and the weight's shape (measured at the first ask)."""
         key = (x.numel() // weight.shape[1], weight.shape)
         way = self.ways.get(key)
         if way is None:
             way = self.ways[key] = routed if route_pays(x, weight, self.streamed) else F.linear
-        return way(x, weight, bias)
+        return way
+
+    def _prepare(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+        """(weight, bias, function, its arguments after x): the route on block views where the weight's rows
+        split evenly into the blocks, else the way itself on (weight, bias)."""
+        way = self.way(x, weight)
+        if way is routed and weight.shape[0] % BLOCKS == 0:
+            return weight, bias, _product_on_blocks, _block_views(weight, bias)
+        return weight, bias, way, (weight, bias)
+
+    def forget(self) -> None:
+        """Drop the prepared ways (generation calls it as it ends: a parameter replaced later is not held)."""
+        self.prepared.clear()
 
 
 def streams(model: torch.nn.Module) -> bool:
@@ -101,19 +124,38 @@ def streams(model: torch.nn.Module) -> bool:
     return sum(p.numel() * p.element_size() for p in model.parameters()) > last_level_cache_bytes()
 
 
+def _block_views(weight: torch.Tensor, bias: torch.Tensor | None,
+                 n_blocks: int = BLOCKS) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W (out, in) as ``n_blocks`` blocks of rows (n_blocks, out / n_blocks, in), and b (out,) as
+    (n_blocks, out / n_blocks, 1) or None: views, no copy."""
+    per_block = weight.shape[0] // n_blocks
+    bias_blocks = None if bias is None else bias.view(n_blocks, per_block, 1)
+    return weight.view(n_blocks, per_block, weight.shape[1]), bias_blocks
+
+
+def _product_on_blocks(x: torch.Tensor, blocks: torch.Tensor, bias_blocks: torch.Tensor | None) -> torch.Tensor:
+    """x (..., in) @ Wᵀ + b as W xᵀ (+ b), W's row blocks (n_blocks, per_block, in) multiplied as one batch ->
+    (..., out)."""
+    n_blocks, per_block, n_in = blocks.shape
+    rows = x.numel() // n_in
+    x = x.contiguous()  # (itself when it is already)
+    columns = x.as_strided((n_blocks, n_in, rows), (0, 1, n_in))  # xᵀ, shared by every block (bmm's fast
+    # layout for it: strides (0, 1, 1) for one row took 5x as long)
+    if bias_blocks is None:
+        y = torch.bmm(blocks, columns)  # (n_blocks, per_block, rows)
+    else:
+        y = torch.baddbmm(bias_blocks, blocks, columns)  # the bias added inside the product
+    if rows > 1:  # (rows, out), rows apart: attention, GELU and the rest read it in their fast layout (a
+        # column-major (rows, out) sent batches to math attention); one row is that layout already
+        y = y.view(n_blocks * per_block, rows).t().contiguous()
+    return y.view(*x.shape[:-1], n_blocks * per_block)
+
+
 def _blocked_matvec(flat: torch.Tensor, weight: torch.Tensor, n_blocks: int = BLOCKS) -> torch.Tensor:
     """flat (rows, in) @ weightᵀ as W xᵀ, W's rows in ``n_blocks`` blocks multiplied as one batch -> (rows, out)."""
-    (rows, n_in), n_out = flat.shape, weight.shape[0]
-    per_block = n_out // n_blocks
-    split = n_blocks * per_block  # rows of W in the blocks; the last n_out % n_blocks rows go alone
-    flat = flat.contiguous()  # (itself when it is already)
-    columns = flat.as_strided((n_blocks, n_in, rows), (0, 1, n_in))  # xᵀ, shared by every block (bmm's fast
-    # layout for it: strides (0, 1, 1) for one row took 5x as long)
-    blocks = (weight if split == n_out else weight[:split]).view(n_blocks, per_block, n_in)
-    y = torch.bmm(blocks, columns)  # (n_blocks, per_block, rows)
-    # (rows, split), rows apart: attention, GELU and the rest read it in their fast layout (a column-major
-    # (rows, out) sent batches to math attention); one row is that layout already
-    y = y.view(1, split) if rows == 1 else y.view(split, rows).t().contiguous()
+    n_out = weight.shape[0]
+    split = n_blocks * (n_out // n_blocks)  # rows of W in the blocks; the last n_out % n_blocks rows go alone
+    y = _product_on_blocks(flat, *_block_views(weight if split == n_out else weight[:split], None, n_blocks))
     if split < n_out:
         y = torch.cat([y, F.linear(flat, weight[split:])], dim=1)
     return y

@@ -105,11 +105,11 @@ def _movable(model: nn.Module) -> list[nn.Parameter]:
     inference mode, whose data cannot be swapped) that own their storage alone and are not in huge pages yet. A
     parameter that shares its storage (a view, or two parameter objects on one storage) is left where it is, so
     the sharing holds."""
-    params = [p for p in model.parameters()
-              if type(p.data) is torch.Tensor and p.layout == torch.strided and not p.is_inference()]
+    params = [p for p in model.parameters() if not holds(p)
+              and type(p.data) is torch.Tensor and p.layout == torch.strided and not p.is_inference()]
     owners = collections.Counter(p.untyped_storage().data_ptr() for p in params)
     return [p for p in params
-            if p.device.type == "cpu" and not holds(p) and p.is_contiguous()
+            if p.device.type == "cpu" and p.is_contiguous()
             and p.storage_offset() == 0 and p.untyped_storage().nbytes() == p.numel() * p.element_size()
             and owners[p.untyped_storage().data_ptr()] == 1 and p.numel() > 0]
 

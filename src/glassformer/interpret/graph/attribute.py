@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from ...errors import ArgumentTypeError, GlassformerError
-from ...io.budget import FLOAT
+from ...io.budget import FLOAT, check_fits
 from ...io.checks import check_int, check_number
 from ...models.inputs import check_token_ids
 from ...nn.freezing import frozen
-from ..hooks import hooks
+from ..hooks import hooks, run_with_cache
 from ..transcoders.format import Transcoders
 from .graph import Graph, partial_influences
 
@@ -43,16 +43,6 @@ class _Stop(Exception):
 def point_name(hook: str, layer: int) -> str:
     """The model's hook point for a transcoder hook inside block ``layer`` ("blocks.2.ln2.hook_normalized")."""
     return f"blocks.{layer}.{ALIASES.get(hook, hook)}"
-
-
-def activate(tc: Transcoders, layer: int, pre: torch.Tensor) -> torch.Tensor:
-    """Feature activations of ``layer`` from pre-activations (..., d_tc): ReLU, JumpReLU or TopK."""
-    if tc.activation == "relu":
-        return torch.relu(pre)
-    if tc.activation == "jumprelu":
-        return pre * (pre > tc.layers[layer].threshold)
-    gate = torch.zeros_like(pre).scatter_(-1, pre.topk(tc.k, dim=-1).indices, 1.0)
-    return pre * gate
 
 
 @dataclass
@@ -71,27 +61,25 @@ class _Setup:
     logits: torch.Tensor  # (V,) at the last position
 
 
+def keeper(kept: dict, key: object) -> Callable:
+    """A hook that keeps the first row of what it sees, in float32 and off autograd, as ``kept[key]``."""
+    def keep(x: torch.Tensor, hook: object) -> None:
+        kept[key] = x[0].detach().float()
+    return keep
+
+
 def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
     L = tc.n_layers
-    kept: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Callable:
-        def fn(x: torch.Tensor, hook: object) -> None:
-            kept[name] = x[0].detach().float()
-        return fn
-
-    names = {"hook_embed": "embed"}
-    for layer in range(L):
-        names[point_name(tc.feature_input_hook, layer)] = f"in{layer}"
-        names[point_name(tc.feature_output_hook, layer)] = f"out{layer}"
-    with torch.no_grad(), hooks(model, [(name, keep(key)) for name, key in names.items()]):
-        logits = model(ids[None])[0, -1].float()
+    inputs = [point_name(tc.feature_input_hook, layer) for layer in range(L)]
+    outputs = [point_name(tc.feature_output_hook, layer) for layer in range(L)]
+    with torch.no_grad():
+        logits, kept = run_with_cache(model, ids[None], names=["hook_embed", *inputs, *outputs])
     active, values, encoders, dec_layer, dec_pos, dec_node, decoders = [], [], [], [], [], [], []
     recon = torch.stack([layer.b_dec for layer in tc.layers])[:, None, :].repeat(1, ids.shape[0], 1)  # (L, T, d)
     start = 0
     for layer, weights in enumerate(tc.layers):
-        x = kept[f"in{layer}"]  # (T, d)
-        acts = activate(tc, layer, x @ weights.W_enc.T + weights.b_enc)  # (T, d_tc)
+        x = kept[inputs[layer]][0].float()  # (T, d)
+        acts = tc.encode(layer, x)  # (T, d_tc)
         acts[:1] = 0  # position 0 holds no features
         pos, feat = acts.nonzero(as_tuple=True)
         n = pos.shape[0]
@@ -113,10 +101,11 @@ def _setup(model: nn.Module, tc: Transcoders, ids: torch.Tensor) -> _Setup:
             dec_pos.append(pos)
             dec_node.append(nodes)
             decoders.append(vecs)
-    errors = torch.stack([kept[f"out{layer}"] for layer in range(L)]) - recon
+    errors = torch.stack([kept[name][0].float() for name in outputs]) - recon
     errors[:, :1] = 0  # nor an error
     return _Setup(torch.cat(active), torch.cat(values), torch.cat(encoders), torch.cat(dec_layer),
-                  torch.cat(dec_pos), torch.cat(dec_node), torch.cat(decoders), errors, kept["embed"], logits)
+                  torch.cat(dec_pos), torch.cat(dec_node), torch.cat(decoders), errors,
+                  kept["hook_embed"][0].float(), logits[0, -1].float())
 
 
 @dataclass
@@ -272,8 +261,6 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     Returns:
         a :class:`Graph` (adjacency (N, N), rows = targets, columns = sources).
     """
-    from ...io.budget import check_fits
-
     if not isinstance(tc, Transcoders):
         raise ArgumentTypeError(f"tc must be Transcoders (load_transcoders), got {type(tc).__name__}")
     tc.check_model(model)
@@ -294,30 +281,11 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
     training = model.training
     model.eval()  # no dropout; the caller's mode comes back after
     try:
-        return _attribute(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
+        with _no_weight_grads(model):
+            return _edges(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
                           max_feature_nodes, update_interval, max_memory, progress)
     finally:
         model.train(training)
-
-
-def _attribute(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, max_n_logits: int,
-               desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
-               max_feature_nodes: int | None, update_interval: int, max_memory: object,
-               progress: Callable[[int, int], None] | None) -> Graph:
-    from ...io.budget import check_fits
-
-    setup = _setup(model, tc, ids)
-    targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
-    n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
-    n_feat = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    n_logits = targets.ids.shape[0]
-    logit_start = n_active + (L + 1) * T
-    n_nodes = logit_start + n_logits
-    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
-               f"nodes, {n_active:,} active features)", max_memory)
-    batch = min(batch_size, max(n_feat, n_logits))
-    with _no_weight_grads(model):
-        return _edges(model, tc, ids, setup, targets, batch, n_feat, update_interval, prompt, progress)
 
 
 @contextlib.contextmanager
@@ -334,28 +302,43 @@ def _no_weight_grads(model: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, setup: _Setup, targets: LogitTargets, batch: int,
-           n_feat: int, update_interval: int, prompt: str, progress: Callable[[int, int], None] | None) -> Graph:
-    """The rows of every logit and of ``n_feat`` features, assembled into the graph (circuit-tracer's phases 3-5)."""
+def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, prompt: str, max_n_logits: int,
+           desired_logit_prob: float, target_ids: Sequence[int] | None, batch_size: int,
+           max_feature_nodes: int | None, update_interval: int, max_memory: object,
+           progress: Callable[[int, int], None] | None) -> Graph:
+    """:func:`attribute`'s work once its arguments are checked: the forward pass on the prompt, then the rows of
+    every logit and of the features explained, assembled into the graph (circuit-tracer's phases 3-5)."""
     c = model.config
+    setup = _setup(model, tc, ids)
+    targets = select_logits(setup.logits, unembedding(model), max_n_logits, desired_logit_prob, target_ids)
     n_active, T, L = setup.active.shape[0], ids.shape[0], tc.n_layers
+    n_feat = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
     n_logits = targets.ids.shape[0]
     logit_start = n_active + (L + 1) * T
     n_nodes = logit_start + n_logits
+    check_fits(graph_bytes(model, tc, T, batch_size, n_feat, n_logits, n_active), f"the attribution graph ({n_nodes:,} "
+               f"nodes, {n_active:,} active features)", max_memory)
+    batch = min(batch_size, max(n_feat, n_logits))
     replacement = _Replacement(model, tc, ids, setup, batch)
     edges = torch.zeros(n_feat + n_logits, n_nodes)
     row_node = torch.zeros(n_feat + n_logits, dtype=torch.long)  # the node each row of ``edges`` explains
-    total, done = n_logits + n_feat, 0
+    filled = 0
+
+    def explain(nodes: torch.Tensor, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor) -> None:
+        """The next rows of ``edges``: those of ``nodes``, which read ``vectors`` at ``positions`` of ``layers``."""
+        nonlocal filled
+        k = nodes.shape[0]
+        edges[filled:filled + k, :logit_start] = replacement.rows(layers, positions, vectors, logit_start)
+        row_node[filled:filled + k] = nodes
+        filled += k
+        if progress:
+            progress(filled, n_logits + n_feat)
+
     for i in range(0, n_logits, batch):
         k = min(batch, n_logits - i)
-        edges[i:i + k, :logit_start] = replacement.rows(torch.full((k,), L), torch.full((k,), T - 1),
-                                                        targets.vectors[i:i + k], logit_start)
-        row_node[i:i + k] = torch.arange(logit_start + i, logit_start + i + k)
-        done += k
-        if progress:
-            progress(done, total)
+        explain(torch.arange(logit_start + i, logit_start + i + k), torch.full((k,), L), torch.full((k,), T - 1),
+                targets.vectors[i:i + k])
     visited = torch.zeros(n_active, dtype=torch.bool)
-    filled = n_logits
     while int(visited.sum()) < n_feat:
         if n_feat == n_active:
             pending = torch.arange(n_active)
@@ -365,16 +348,9 @@ def _edges(model: nn.Module, tc: Transcoders, ids: torch.Tensor, setup: _Setup, 
             pending = ranked[~visited[ranked]][:min(update_interval * batch, n_feat - int(visited.sum()))]
         for j in range(0, pending.shape[0], batch):
             chosen = pending[j:j + batch]
-            k = chosen.shape[0]
-            edges[filled:filled + k, :logit_start] = replacement.rows(
-                setup.active[chosen, 0], setup.active[chosen, 1], setup.encoders[chosen], logit_start)
-            row_node[filled:filled + k] = chosen
+            explain(chosen, setup.active[chosen, 0], setup.active[chosen, 1], setup.encoders[chosen])
             visited[chosen] = True
-            filled += k
-            done += k
-            if progress:
-                progress(done, total)
-    del replacement
+    replacement = None  # frees the batched forward and its autograd graph before the adjacency is built
     selected = visited.nonzero(as_tuple=True)[0]
     if n_feat < n_active:
         edges = edges[:, torch.cat([selected, torch.arange(n_active, n_nodes)])]

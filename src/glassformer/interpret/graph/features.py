@@ -10,7 +10,7 @@ from torch import nn
 
 from ..hooks import hooks
 from ..transcoders.format import Transcoders
-from .attribute import activate, point_name, unembedding
+from .attribute import keeper, point_name, unembedding
 
 
 def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[int, int]], *,
@@ -42,14 +42,13 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
     kept: dict[int, torch.Tensor] = {}
     window = max(2, min(window, model.config.max_len))
     starts = list(range(0, max(ids.numel() - 1, 1), window))
-    pairs = [(point_name(tc.feature_input_hook, layer), _keeper(kept, layer)) for layer in by_layer]
+    pairs = [(point_name(tc.feature_input_hook, layer), keeper(kept, layer)) for layer in by_layer]
     with torch.no_grad(), hooks(model, pairs):
         for start in starts:
             chunk = ids[start:start + window]
             model(chunk[None])
             for layer, wanted in by_layer.items():
-                w = tc.layers[layer]
-                acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)  # (t, d_tc)
+                acts = tc.encode(layer, kept[layer])  # (t, d_tc)
                 for key, feat in wanted:
                     value, pos = acts[:, feat].max(0)
                     if float(value) > 0:
@@ -62,18 +61,10 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
             chunk = ids[start:start + window]
             with torch.no_grad(), hooks(model, [pairs[list(by_layer).index(layer)]]):
                 model(chunk[None])
-            w = tc.layers[layer]
-            acts = activate(tc, layer, kept[layer] @ w.W_enc.T + w.b_enc)[:, feat]
+            acts = tc.encode(layer, kept[layer])[:, feat]
             lo, hi = max(0, pos - 12), min(chunk.numel(), pos + 4)
             examples.append({"tokens": [token_text(int(t)) for t in chunk[lo:hi]],
                              "values": [round(float(v), 4) for v in acts[lo:hi]], "peak": pos - lo})
         info[key]["examples"] = examples
         info[key]["max"] = hits[0][0] if hits else 0.0
     return info
-
-
-def _keeper(kept: dict[int, torch.Tensor], layer: int) -> Any:
-    """A hook that keeps the first row of what it sees under ``kept[layer]``."""
-    def keep(x: torch.Tensor, hook: object) -> None:
-        kept[layer] = x[0].float()
-    return keep

@@ -141,14 +141,15 @@ def normalized(A: torch.Tensor) -> torch.Tensor:
     return B / B.sum(dim=1, keepdim=True).clamp(min=1e-10)
 
 
-def total_influence(B: torch.Tensor, weights: torch.Tensor, max_iter: int = 1000) -> torch.Tensor:
-    """``w B + w B² + ...`` (the graph is acyclic, so the series ends); a GlassformerError if it does not."""
-    step = weights @ B
-    total = step.clone()
+def total_influence(B: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor | None = None,
+                    max_iter: int = 1000) -> torch.Tensor:
+    """``w B + w B² + ...`` (the graph is acyclic, so the series ends); a GlassformerError if it does not.
+    ``rows``: the node each row of B explains, when B holds the rows of some nodes only."""
+    step, total = weights, torch.zeros_like(weights)
     for _ in range(max_iter):
+        step = (step if rows is None else step[rows]) @ B
         if not step.any():
             return total
-        step = step @ B
         total += step
     raise GlassformerError(f"influence did not vanish after {max_iter} steps: the graph has a cycle")
 
@@ -165,13 +166,6 @@ def partial_influences(edges: torch.Tensor, logit_probabilities: torch.Tensor, r
                        max_iter: int = 128) -> torch.Tensor:
     """Influence of every column of a partly filled edge matrix (rows: the nodes ``row_node`` names), which
     ranks the features still to explain (circuit-tracer's ``max_feature_nodes`` queue)."""
-    B = normalized(edges)
-    prod = torch.zeros(edges.shape[1])
-    prod[-logit_probabilities.shape[0]:] = logit_probabilities.float()
-    total = torch.zeros(edges.shape[1])
-    for _ in range(max_iter):
-        prod = prod[row_node] @ B
-        if not prod.any():
-            return total
-        total += prod
-    raise GlassformerError(f"influence did not vanish after {max_iter} steps")
+    weights = torch.zeros(edges.shape[1])
+    weights[-logit_probabilities.shape[0]:] = logit_probabilities.float()
+    return total_influence(normalized(edges), weights, row_node, max_iter)

@@ -21,6 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
+from ...io.budget import check_threads
 from ...io.checks import MAX_SEED, check_device_name, check_int
 from ...io.fileio import atomic_directory, restore_moved_aside
 from ...io.loaders import expand_home
@@ -105,6 +106,7 @@ class ActivationTrainer:
             raise GlassformerError(f"out_dir must be set (glassformer {self.what} puts it next to the checkpoint)")
         self.config, self.out = config, Path(config.out_dir)
         if config.num_threads:
+            check_threads(config.num_threads)
             torch.set_num_threads(config.num_threads)
         self.stop_signal: int | None = None  # the signal that stopped the last train(), if one did
         self.step = 0
@@ -209,7 +211,7 @@ class ActivationTrainer:
         with atomic_directory(folder, self.STATE_NAMES) as temp:
             state = {"format": self.STATE_FORMAT, "step": self.step, "optimizer": self.optimizer.state_dict(),
                      "buffer": self.buffer.state_dict(), "history": self.history, "config": self.same_on_resume(),
-                     **self.module_state(temp)}
+                     "last_fired": self.last_fired, **self.module_state(temp)}
             torch.save(state, temp / STATE_FILE)
         return folder
 
@@ -237,6 +239,8 @@ class ActivationTrainer:
         for key in ("buffer", "history"):
             if key not in state:
                 raise BadFileError(f"{file}: the key {key!r} is missing")
+        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
+                             "last_fired must be an int64 tensor")
         self.load_module_state(folder, state, file)
         self.optimizer.load_state_dict(state["optimizer"])
         try:
@@ -244,8 +248,7 @@ class ActivationTrainer:
         except (RuntimeError, TypeError, KeyError, AttributeError) as error:
             raise BadFileError(f"{file}: the buffer state is not one glassformer saved "
                                f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
-        self.history = list(state["history"])
-        self.step = int(state["step"])
+        self.history, self.step, self.last_fired = list(state["history"]), int(state["step"]), fired
         return True
 
 

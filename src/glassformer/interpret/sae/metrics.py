@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ...io.checks import check_int, check_number
-from ..hooks import hooks
+from ..hooks import hooks, run_with_cache
 from ..points import HookPoint
 from .activations import ActivationSource, InputBatch
 from .model import SparseAutoencoder
@@ -19,41 +19,47 @@ from .steer import reconstruction_hook
 @torch.no_grad()
 def reconstruction_metrics(sae: SparseAutoencoder, rows: torch.Tensor, dense_threshold: float = 0.1) -> dict[str, Any]:
     """mse, explained_variance, l0, dead, dense of ``sae`` on fixed activation rows (N, d_in)."""
-    totals = _Totals(sae.config.d_sae)
+    totals = Totals()
     for chunk in rows.split(4096):
-        totals.add(sae, chunk)
-    return totals.result(dense_threshold)
+        totals.add_sae(sae, chunk)
+    return totals.sae_figures(dense_threshold)
 
 
-class _Totals:
-    """Running sums for :func:`reconstruction_metrics` over chunks of rows."""
+class Totals:
+    """Running sums over chunks of target rows (N, ..., d), their predictions and features (N, ..., F), per
+    index of the middle axes (an SAE's rows have none; transcoders' rows a layer each)."""
 
-    def __init__(self, d_sae: int):
-        self.n, self.sq_err, self.sq_sum, self.l0 = 0, 0.0, 0.0, 0.0
-        self.sum: torch.Tensor | None = None
-        self.fired = torch.zeros(d_sae, dtype=torch.long)
+    def __init__(self) -> None:
+        self.n, self.sq_err, self.sq_sum, self.sum, self.l0, self.fired = 0, 0.0, 0.0, 0.0, 0.0, 0
 
-    def add(self, sae: SparseAutoencoder, x: torch.Tensor) -> None:
-        x = x.double()
-        f = sae.encode(x.float())
-        recon = sae.decode(f).double()
-        self.n += len(x)
-        self.sq_err += float((x - recon).pow(2).sum())
-        self.sq_sum += float(x.pow(2).sum())
-        self.sum = x.sum(0) if self.sum is None else self.sum + x.sum(0)
-        active = f > 0
-        self.l0 += float(active.sum())
+    def add(self, target: torch.Tensor, predicted: torch.Tensor, features: torch.Tensor) -> None:
+        """Add a chunk: ``target`` and ``predicted`` (N, ..., d) float64, ``features`` (N, ..., F)."""
+        self.n += len(target)
+        self.sq_err += (target - predicted).pow(2).sum((0, -1)).cpu()
+        self.sq_sum += target.pow(2).sum((0, -1)).cpu()
+        self.sum += target.sum(0).cpu()
+        active = features != 0
+        self.l0 += active.sum((0, -1)).double().cpu()
         self.fired += active.sum(0).cpu()
 
-    def result(self, dense_threshold: float) -> dict[str, Any]:
+    def add_sae(self, sae: SparseAutoencoder, x: torch.Tensor) -> None:
+        """Add a chunk of activation rows (N, d_in) as ``sae`` reconstructs them."""
+        x = x.double()
+        f = sae.encode(x.float())
+        self.add(x, sae.decode(f).double(), f)
+
+    def variance(self) -> torch.Tensor:
+        """Σ‖x − x̄‖² over the rows so far (per index of the middle axes)."""
+        return self.sq_sum - self.sum.pow(2).sum(-1) / self.n
+
+    def sae_figures(self, dense_threshold: float) -> dict[str, Any]:
+        """mse, explained_variance, l0, dead, dense of an SAE's rows ({} for none)."""
         if self.n == 0:
             return {}
-        d_in = len(self.sum)
-        variance = self.sq_sum - float(self.sum.pow(2).sum()) / self.n  # Σ‖x − x̄‖²
-        frequency = self.fired.double() / self.n
-        return {"tokens": self.n, "mse": self.sq_err / (self.n * d_in),
-                "explained_variance": 1 - self.sq_err / variance if variance > 0 else float("nan"),
-                "l0": self.l0 / self.n, "dead": int((self.fired == 0).sum()),
+        sq_err, variance, frequency = float(self.sq_err), float(self.variance()), self.fired.double() / self.n
+        return {"tokens": self.n, "mse": sq_err / (self.n * len(self.sum)),
+                "explained_variance": 1 - sq_err / variance if variance > 0 else float("nan"),
+                "l0": float(self.l0) / self.n, "dead": int((self.fired == 0).sum()),
                 "dense": int((frequency > dense_threshold).sum()), "d_sae": len(self.fired)}
 
 
@@ -65,27 +71,14 @@ def evaluate_sae(sae: SparseAutoencoder, source: ActivationSource, batches: int 
     check_int("batches", batches, 1)
     check_number("dense_threshold", dense_threshold, 0.0, 1.0)
     model, name = source.model, source.point.name
-    totals = _Totals(sae.config.d_sae)
+    totals = Totals()
     ce: list[tuple[float, float, float]] = []  # (clean, with the SAE, zeroed) per batch with a loss
     for _ in range(batches):
         inputs = source.next_inputs()
-        logits, kept = kept_forward(model, inputs, [name])
-        totals.add(sae, source.flat(kept[name])[inputs.valid])
+        logits, kept = run_with_cache(model, *inputs.args, names=[name], **inputs.kwargs)
+        totals.add_sae(sae, source.flat(kept[name])[inputs.valid])
         ce += spliced_losses(model, inputs, logits, [reconstruction_hook(sae)], [name])
-    return {**totals.result(dense_threshold), **ce_figures(ce, "sae")}
-
-
-def kept_forward(model: nn.Module, inputs: InputBatch,
-                 names: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``model``'s logits on ``inputs`` and the tensors of the hook points ``names`` it computed on the way."""
-    kept: dict[str, torch.Tensor] = {}
-
-    def keep(x: torch.Tensor, hook: HookPoint) -> None:
-        kept[hook.name] = x.detach()
-
-    with hooks(model, [(name, keep) for name in names]):
-        logits = model(*inputs.args, **inputs.kwargs)
-    return logits, kept
+    return {**totals.sae_figures(dense_threshold), **ce_figures(ce, "sae")}
 
 
 def spliced_losses(model: nn.Module, inputs: InputBatch, logits: torch.Tensor, spliced: list,

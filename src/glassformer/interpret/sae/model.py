@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -24,6 +25,7 @@ from ...errors import BadFileError, GlassformerError, MissingFileError
 from ...io.checks import check_inside, check_int, shown
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
+from ...io.safetensors_header import read_header, torch_dtype
 from ...validate import check_fields, option
 
 KINDS = ("relu", "topk")
@@ -31,6 +33,7 @@ WEIGHTS, CONFIG = "sae.safetensors", "sae.json"
 SAE_FILES = frozenset({WEIGHTS, CONFIG})
 """Every file :func:`save_sae` writes (the ownership rule's names for an SAE folder)."""
 FORMAT = "glassformer-sae/1"  # sae.json's "format": how a folder is recognised as an SAE glassformer wrote
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # the safetensors dtypes a weights file may hold
 MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here (and would allocate too much)
 
 
@@ -139,13 +142,11 @@ def _write(folder: Path, sae: SparseAutoencoder, info: dict[str, Any] | None) ->
 
 def is_sae_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder that glassformer wrote with :func:`save_sae` (its sae.json says so)."""
-    file = Path(path) / CONFIG
-    if not file.is_file():
-        return False
     try:
-        return load_json(file, "SAE config").get("format") == FORMAT
-    except (GlassformerError, AttributeError):
+        _read_meta(Path(path))
+    except GlassformerError:
         return False
+    return True
 
 
 def save_sae(sae: SparseAutoencoder, path: str | Path, info: dict[str, Any] | None = None) -> Path:
@@ -189,26 +190,46 @@ def load_sae(path: str | Path, map_location: str | torch.device = "cpu") -> Spar
         config = SAEConfig(**{k: v for k, v in meta.items() if k in known})
     except (GlassformerError, TypeError) as error:
         raise BadFileError(f"{path / CONFIG}: {error}") from None
-    weights_file = check_inside(path, WEIGHTS)
-    if not weights_file.is_file():
-        raise MissingFileError(f"{str(path)!r} has no {WEIGHTS}")
     d_in, d_sae = config.d_in, config.d_sae
     expected = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
-    try:
-        with rust_path(weights_file) as name_for_rust, safe_open(name_for_rust, framework="pt") as handle:  # header
-            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
-        if shapes != expected:
-            raise BadFileError(f"{weights_file} does not match {CONFIG}: tensors {shapes}, expected {expected}")
-        with rust_path(weights_file) as name_for_rust:
-            weights = load_file(name_for_rust)
-    except (SafetensorError, OSError) as error:
-        raise BadFileError(f"{weights_file} is not a readable safetensors file ({error})") from None
-    for name, tensor in weights.items():
-        if not tensor.dtype.is_floating_point or not bool(torch.isfinite(tensor).all()):
-            raise BadFileError(f"{weights_file}: {name} must hold finite floats ({tensor.dtype})")
+    weights = read_tensors(check_inside(path, WEIGHTS), expected)
     sae = SparseAutoencoder(config)
-    sae.load_state_dict({k: v.float() for k, v in weights.items()})
+    sae.load_state_dict(weights)
     return sae.to(map_location).eval()
+
+
+def read_tensors(file: Path, expected: dict[str, tuple[int, ...]], optional: Collection[str] = (),
+                 ignored: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors ``file`` as float32, once its header matched ``expected`` ({name: shape};
+    names in ``optional`` may be absent, names in ``ignored`` are skipped): names, shapes, float dtypes and the
+    file's size are checked before anything is read, then the values (finite); a BadFileError naming the file."""
+    if not file.is_file():
+        raise MissingFileError(f"file {str(file)!r} does not exist")
+    header = {name: spec for name, spec in read_header([file]).items() if name not in ignored}
+    unknown = sorted(set(header) - set(expected))
+    missing = sorted(set(expected) - set(header) - set(optional))
+    if unknown or missing:
+        raise BadFileError(f"{file}: " + (f"unexpected tensor {unknown[0]!r}" if unknown else
+                                          f"missing tensor {missing[0]!r}") + f" (expected {sorted(expected)})")
+    size = 0
+    for name, (shape, dtype) in header.items():
+        if shape != expected[name]:
+            raise BadFileError(f"{file}: {name} has shape {shape}, expected {expected[name]}")
+        if dtype not in FLOAT_DTYPES:
+            raise BadFileError(f"{file}: {name} has dtype {dtype}, expected a float ({', '.join(FLOAT_DTYPES)})")
+        size += math.prod(shape) * torch_dtype(dtype).itemsize
+    if size > file.stat().st_size:
+        raise BadFileError(f"{file}: its header describes {size:,} bytes of tensors in a "
+                           f"{file.stat().st_size:,}-byte file (truncated or crafted)")
+    try:
+        with rust_path(file) as name_for_rust:
+            tensors = load_file(name_for_rust)
+    except (SafetensorError, OSError) as error:
+        raise BadFileError(f"{file} is not a readable safetensors file ({error})") from None
+    for name in header:
+        if not bool(torch.isfinite(tensors[name]).all()):
+            raise BadFileError(f"{file}: {name} holds NaN or inf")
+    return {name: tensors[name].float() for name in header}
 
 
 def estimate_input_scale(x: torch.Tensor) -> float:

@@ -27,7 +27,7 @@ from .features import feature_summary
 from .loop import STATE_DIR, STATE_FILE, ActivationTrainer
 from .metrics import evaluate_sae
 from .model import SAE_FILES, SparseAutoencoder, is_sae_folder, save_sae
-from .train import SAETrainConfig, SAETrainer, default_out_dir
+from .train import SAETrainConfig, SAETrainer
 
 OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json", LOCK_FILE)
 """The files an SAE run writes into its out_dir beside the folders sae/ and state/."""
@@ -56,17 +56,18 @@ def tidy_out_dir(out: Path, folders: dict[str, Collection[str]], resume: bool, w
         remove_owned(out / STATE_DIR, folders[STATE_DIR], what=f"{what} state folder")
 
 
-def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: Callable[[str | Path], Path],
+def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: str,
                    check: Callable[[Path, list[Path]], None], folders: dict[str, Collection[str]], what: str,
                    body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
-    """What an SAE run and a transcoder run do around their work: settle ``config.out_dir``
-    (``default(checkpoint)`` when unset), ``check(out, inputs)`` it touching nothing, make and lock it (a
-    second run of it is refused before anything is removed), :func:`tidy_out_dir` it, then return ``body(out)``.
+    """What an SAE run and a transcoder run do around their work: settle ``config.out_dir`` (when unset: the
+    folder named ``default`` next to the ``checkpoint`` folder), ``check(out, inputs)`` it touching nothing, make
+    and lock it (a second run of it is refused before anything is removed), :func:`tidy_out_dir` it, then return
+    ``body(out)``.
     A failure (a refusal: past the memory budget, a bad hook) removes the folders this made while still empty."""
     if config.out_dir is None:
         if checkpoint is None:
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
-        config.out_dir = str(default(checkpoint))
+        config.out_dir = str(Path(checkpoint).parent / default)
     out = Path(config.out_dir)
     check(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
@@ -84,11 +85,11 @@ def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: Callable
         raise
 
 
-def train_resumed(trainer: ActivationTrainer, what: str, started: float,
+def train_resumed(trainer: ActivationTrainer, what: str,
                   on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
     """Resume ``trainer`` when its config says so (saying on stderr where from), pass each logged record to
-    ``on_record(record, resumed step or None)`` and train; returns {"steps", "final", "wall_s" since ``started``}."""
-    out, config = trainer.out, trainer.config
+    ``on_record(record, resumed step or None)`` and train; returns {"steps", "final", "wall_s"}."""
+    out, config, started = trainer.out, trainer.config, time.perf_counter()
     resumed = trainer.resume() if config.resume else False
     if config.resume and not resumed:
         print(f"resume: {out} holds no {what} state to resume from; starting at step 0", file=sys.stderr)
@@ -108,7 +109,7 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
     held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
     names = SAE_FILES | {STATE_FILE}
-    return run_in_out_dir(config, checkpoint, lambda at: default_out_dir(at, config.hook), _check_out_dir,
+    return run_in_out_dir(config, checkpoint, f"sae-{config.hook}", _check_out_dir,
                           {"sae": names, STATE_DIR: names}, "SAE",
                           lambda out: _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record))
 
@@ -117,9 +118,8 @@ def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: P
                 source: Any, d_in: int | None,
                 on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
     """:func:`run_sae`'s body, run while ``out`` is locked."""
-    started = time.perf_counter()
     trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
-    training = train_resumed(trainer, "SAE", started, on_record)
+    training = train_resumed(trainer, "SAE", on_record)
     sae = trainer.sae.eval()
     held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
     metrics = evaluate_sae(sae, held_out, config.eval_batches)

@@ -13,10 +13,10 @@ from torch import nn
 
 from ...config import ModelConfig
 from ...errors import BadFileError, GlassformerError
-from ...io.budget import check_fits, check_threads, forward_bytes, model_bytes, sae_bytes
+from ...io.budget import check_fits, forward_bytes, model_bytes, sae_bytes
 from ...validate import option
 from .activations import geometric_median
-from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer, check_tensor
+from .loop import STATE_FILE, ActivationTrainConfig, ActivationTrainer
 from .model import KINDS, SAE_FILES, SparseAutoencoder, _write, estimate_input_scale, load_sae
 
 
@@ -42,15 +42,8 @@ class SAETrainConfig(ActivationTrainConfig):
             raise GlassformerError("hook is required: the hook point to read, e.g. --hook blocks.2.hook_resid_post")
 
 
-def default_out_dir(checkpoint: str | Path, hook: str) -> Path:
-    """Where ``glassformer sae`` writes by default: next to the checkpoint, ``CHECKPOINT/../sae-HOOK``."""
-    return Path(checkpoint).parent / f"sae-{hook}"
-
-
 def _check_sae_fits(config: SAETrainConfig, model: nn.Module | None, d_in: int, d_sae: int) -> None:
     """Refuse, before allocating, an SAE whose training cannot fit beside the model's forward passes."""
-    if config.num_threads:
-        check_threads(config.num_threads)
     need, held, rows = sae_bytes(d_in, d_sae, config.batch_size, config.buffer_size), 0, ""
     if isinstance(getattr(model, "config", None), ModelConfig):
         context = config.context or model.config.max_len
@@ -168,16 +161,14 @@ class SAETrainer(ActivationTrainer):
         return len(dead)
 
     def module_state(self, folder: Path) -> dict[str, Any]:
-        """The SAE as sae.safetensors + sae.json in ``folder``; the resampling generator and last_fired."""
+        """The SAE as sae.safetensors + sae.json in ``folder``; the resampling generator."""
         _write(folder, self.sae, {"step": self.step})
-        return {"generator": self.generator.get_state(), "last_fired": self.last_fired}
+        return {"generator": self.generator.get_state()}
 
     def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
-        """The SAE, generator and last_fired a state saved."""
+        """The SAE and generator a state saved."""
         if "generator" not in state:
             raise BadFileError(f"{file}: the key 'generator' is missing")
-        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
-                             "last_fired must be an int64 tensor")
         saved = load_sae(folder)
         if saved.config.d_sae != self.sae.config.d_sae or saved.config.d_in != self.sae.config.d_in:
             raise BadFileError(f"{str(folder)!r} holds an SAE of another size")
@@ -187,4 +178,3 @@ class SAETrainer(ActivationTrainer):
             self.generator.set_state(state["generator"])
         except (RuntimeError, TypeError) as error:
             raise BadFileError(f"{file}: the generator state is not one glassformer saved ({error})") from None
-        self.last_fired = fired

@@ -20,10 +20,9 @@ and a folder that does not fit gets one :class:`BadFileError` line.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,22 @@ from ...errors import BadFileError, GlassformerError, MissingFileError
 from ...io.checks import check_inside
 from ...io.fileio import atomic_directory, claim_outputs, rust_path
 from ...io.loaders import load_yaml
-from ...io.safetensors_header import read_header, torch_dtype
+from ...io.safetensors_header import read_header
+from ..sae.model import read_tensors
 
 PLT, CLT = "transcoder_set", "cross_layer_transcoder"  # circuit-tracer's model_kind values
 ACTIVATIONS = ("relu", "jumprelu", "topk")
 CONFIG = "config.yaml"
 WRITER = "glassformer"  # config.yaml's ``writer``: a folder glassformer may replace
-FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 MAX_LAYERS = 1024
 _LAYER_FILE = re.compile(r"layer_(\d+)\.safetensors")
 _CLT_FILE = re.compile(r"W_(enc|dec)_(\d+)\.safetensors")
+
+
+def topk(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest entries of the last axis kept as they are (circuit-tracer's TopK), the rest zero."""
+    _, index = pre.topk(k, dim=-1, sorted=False)
+    return pre * torch.zeros_like(pre).scatter(-1, index, 1.0)
 
 
 @dataclass
@@ -100,6 +105,16 @@ class Transcoders:
         """Whether the layers have a linear skip connection (W_skip)."""
         return self.layers[0].W_skip is not None
 
+    def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """(..., d) the MLP inputs of ``layer`` -> (..., d_tc) its features (ReLU, JumpReLU or TopK)."""
+        weights = self.layers[layer]
+        pre = x @ weights.W_enc.T + weights.b_enc
+        if self.activation == "relu":
+            return torch.relu(pre)
+        if self.activation == "jumprelu":
+            return pre * (pre > weights.threshold)
+        return topk(pre, self.k)
+
     def check(self, where: str = "transcoders") -> Transcoders:
         """Self (shapes, dtypes and options consistent across layers); a BadFileError naming ``where`` if not."""
         if self.kind not in ("plt", "clt"):
@@ -115,12 +130,10 @@ class Transcoders:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BadFileError(f"{where}: {name} must be a hook name such as 'hook_mlp_out', "
                                    f"got {getattr(self, name)!r}")
-        n, d, f = self.n_layers, self.d_model, self.d_transcoder
         for i, layer in enumerate(self.layers):
-            dec = (f, d) if self.kind == "plt" else (f, n - i, d)
-            expected = {"W_enc": (f, d), "b_enc": (f,), "W_dec": dec, "b_dec": (d,),
-                        "W_skip": (d, d) if self.skip else None,
-                        "threshold": (f,) if self.activation == "jumprelu" else None}
+            expected = _shapes(self.kind, self.n_layers, i, self.d_transcoder, self.d_model)
+            expected["W_skip"] = expected["W_skip"] if self.skip else None
+            expected["threshold"] = expected["threshold"] if self.activation == "jumprelu" else None
             for name, shape in expected.items():
                 tensor = getattr(layer, name)
                 got = None if tensor is None else tuple(tensor.shape)
@@ -156,6 +169,22 @@ def check_fits(model: torch.nn.Module, n_layers: int, d_model: int, input_hook: 
                                    "this model (e.g. 'ln2.hook_normalized', 'hook_resid_mid', 'hook_mlp_out')")
 
 
+def _layout(kind: str, i: int) -> dict[str, dict[str, str]]:
+    """Layer ``i``'s files as circuit-tracer lays them out: {file name: {LayerTranscoder field: tensor name}}."""
+    if kind == "plt":
+        return {f"layer_{i}.safetensors": {"W_enc": "W_enc", "b_enc": "b_enc", "W_dec": "W_dec", "b_dec": "b_dec",
+                                           "W_skip": "W_skip", "threshold": "activation_function.threshold"}}
+    return {f"W_enc_{i}.safetensors": {"W_enc": f"W_enc_{i}", "b_enc": f"b_enc_{i}", "b_dec": f"b_dec_{i}",
+                                       "threshold": f"threshold_{i}"},
+            f"W_dec_{i}.safetensors": {"W_dec": f"W_dec_{i}"}}
+
+
+def _shapes(kind: str, n_layers: int, i: int, d_tc: int, d: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each LayerTranscoder field of layer ``i`` (W_skip and threshold: when there is one)."""
+    dec = (d_tc, d) if kind == "plt" else (d_tc, n_layers - i, d)
+    return {"W_enc": (d_tc, d), "b_enc": (d_tc,), "W_dec": dec, "b_dec": (d,), "W_skip": (d, d), "threshold": (d_tc,)}
+
+
 def _config(tc: Transcoders) -> dict[str, Any]:
     config: dict[str, Any] = {"model_kind": PLT if tc.kind == "plt" else CLT, "writer": WRITER,
                               "feature_input_hook": tc.feature_input_hook,
@@ -175,19 +204,9 @@ def _files(tc: Transcoders) -> dict[str, dict[str, torch.Tensor]]:
     """{file name: {tensor name: tensor}} as circuit-tracer's ``to_safetensors`` lays them out."""
     files: dict[str, dict[str, torch.Tensor]] = {}
     for i, layer in enumerate(tc.layers):
-        if tc.kind == "plt":
-            tensors = {"W_enc": layer.W_enc, "W_dec": layer.W_dec, "b_enc": layer.b_enc, "b_dec": layer.b_dec}
-            if layer.threshold is not None:
-                tensors["activation_function.threshold"] = layer.threshold
-            if layer.W_skip is not None:
-                tensors["W_skip"] = layer.W_skip
-            files[f"layer_{i}.safetensors"] = tensors
-        else:
-            tensors = {f"W_enc_{i}": layer.W_enc, f"b_enc_{i}": layer.b_enc, f"b_dec_{i}": layer.b_dec}
-            if layer.threshold is not None:
-                tensors[f"threshold_{i}"] = layer.threshold
-            files[f"W_enc_{i}.safetensors"] = tensors
-            files[f"W_dec_{i}.safetensors"] = {f"W_dec_{i}": layer.W_dec}
+        for file, names in _layout(tc.kind, i).items():
+            files[file] = {name: getattr(layer, part) for part, name in names.items()
+                           if getattr(layer, part) is not None}
     return files
 
 
@@ -241,50 +260,6 @@ def is_transcoder_file(name: str) -> bool:
 
 
 # --- reading -------------------------------------------------------------------------------------------
-
-
-def _read_tensors(file: Path, expected: dict[str, tuple[int, ...] | None], optional: set[str],
-                  ignored: set[str] = frozenset()) -> dict[str, torch.Tensor]:
-    """The tensors of ``file`` as float32, after its header matched ``expected`` ({name: shape or None for
-    "any shape", checked by the caller}); names in ``optional`` may be absent."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not file.is_file():
-        raise MissingFileError(f"transcoder file {str(file)!r} does not exist")
-    header = read_header([file])
-    unknown = sorted(set(header) - set(expected) - ignored)
-    missing = sorted(set(expected) - set(header) - optional)
-    if unknown or missing:
-        raise BadFileError(f"{file}: " + (f"unexpected tensor {unknown[0]!r}" if unknown else
-                                          f"missing tensor {missing[0]!r}") +
-                           f" (expected {sorted(expected)})")
-    size = 0
-    for name, (shape, dtype) in header.items():
-        if name in ignored:
-            continue
-        want = expected[name]
-        if want is not None and shape != want:
-            raise BadFileError(f"{file}: {name} has shape {shape}, expected {want}")
-        if dtype not in FLOAT_DTYPES:
-            raise BadFileError(f"{file}: {name} has dtype {dtype}, expected a float ({', '.join(FLOAT_DTYPES)})")
-        size += math.prod(shape) * torch_dtype(dtype).itemsize
-    if size > file.stat().st_size:
-        raise BadFileError(f"{file}: its header describes {size:,} bytes of tensors in a "
-                           f"{file.stat().st_size:,}-byte file (truncated or crafted)")
-    try:
-        with rust_path(file) as name_for_rust:
-            tensors = load_file(name_for_rust)
-    except (SafetensorError, OSError) as error:
-        raise BadFileError(f"{file} is not a readable safetensors file ({error})") from None
-    out = {}
-    for name, tensor in tensors.items():
-        if name in ignored:
-            continue
-        if not bool(torch.isfinite(tensor).all()):
-            raise BadFileError(f"{file}: {name} holds NaN or inf")
-        out[name] = tensor.float()
-    return out
 
 
 def _width(file: Path, name: str, ndim: int) -> tuple[int, ...]:
@@ -356,25 +331,21 @@ def load_transcoders(path: str | Path, model: torch.nn.Module | None = None) -> 
     config = _read_config(path)
     known = {"model_kind", "feature_input_hook", "feature_output_hook", "activation", "k", "scan",
              "transcoders", "writer"}
-    extra = {k: v for k, v in config.items() if k not in known and isinstance(k, str)}
-    common = {"feature_input_hook": config["feature_input_hook"], "feature_output_hook": config["feature_output_hook"],
-              "scan": config.get("scan"), "extra": extra}
-    if config["model_kind"] == PLT:
-        files = _plt_files(path, config)
-        d_tc, d = _width(files[0], "b_enc", 1)[0], _width(files[0], "b_dec", 1)[0]
-        skeleton = Transcoders([], "plt", **common)
+    kind = "plt" if config["model_kind"] == PLT else "clt"
+    if kind == "plt":
+        files = [[file] for file in _plt_files(path, config)]
+        d_tc, d = _width(files[0][0], "b_enc", 1)[0], _width(files[0][0], "b_dec", 1)[0]
     else:
         n = sum(1 for p in path.iterdir() if (m := _CLT_FILE.fullmatch(p.name)) and m.group(1) == "enc")
         if not 1 <= n <= MAX_LAYERS:
             raise BadFileError(f"{path}: a cross-layer folder holds W_enc_0.safetensors ... W_enc_N.safetensors "
                                f"and as many W_dec_i files; found {n} encoder files")
-        files = [path / f"W_enc_{i}.safetensors" for i in range(n)]
-        d_tc, d = _width(files[0], "W_enc_0", 2)
-        skeleton = Transcoders([], "clt", **common)
+        files = [[path / name for name in _layout(kind, i)] for i in range(n)]
+        d_tc, d = _width(files[0][0], "W_enc_0", 2)
     n_layers = len(files)
     if model is not None:
-        check_fits(model, n_layers, d, skeleton.feature_input_hook, skeleton.feature_output_hook)
-    layers = [_read_layer(path, files[i], i, n_layers, d_tc, d, skeleton.kind) for i in range(n_layers)]
+        check_fits(model, n_layers, d, config["feature_input_hook"], config["feature_output_hook"])
+    layers = [_read_layer(files[i], kind, _shapes(kind, n_layers, i, d_tc, d), i) for i in range(n_layers)]
     activation = config.get("activation") or "relu"
     if activation in ("jump_relu", "jumprelu") or layers[0].threshold is not None:
         activation = "jumprelu"
@@ -384,22 +355,20 @@ def load_transcoders(path: str | Path, model: torch.nn.Module | None = None) -> 
         raise BadFileError(f"{where}: JumpReLU needs a threshold in every layer's file")
     if activation == "topk" and layers[0].threshold is not None:
         raise BadFileError(f"{where}: activation 'topk' and JumpReLU thresholds do not go together")
-    return replace(skeleton, layers=layers, activation=activation, k=config.get("k")).check(where)
+    extra = {k: v for k, v in config.items() if k not in known and isinstance(k, str)}
+    return Transcoders(layers, kind, activation, config.get("k"), config["feature_input_hook"],
+                       config["feature_output_hook"], config.get("scan"), extra).check(where)
 
 
-def _read_layer(path: Path, file: Path, i: int, n_layers: int, d_tc: int, d: int, kind: str) -> LayerTranscoder:
-    if kind == "plt":
-        expected = {"W_enc": (d_tc, d), "b_enc": (d_tc,), "W_dec": (d_tc, d), "b_dec": (d,),
-                    "W_skip": (d, d), "activation_function.threshold": (d_tc,)}
-        t = _read_tensors(file, expected, {"W_skip", "activation_function.threshold"}, ignored={"k"})
-        return LayerTranscoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], t.get("W_skip"),
-                               t.get("activation_function.threshold"))
-    expected = {f"W_enc_{i}": (d_tc, d), f"b_enc_{i}": (d_tc,), f"b_dec_{i}": (d,), f"threshold_{i}": (d_tc,)}
-    enc = _read_tensors(file, expected, {f"threshold_{i}"})
-    dec_file = path / f"W_dec_{i}.safetensors"
-    dec = _read_tensors(dec_file, {f"W_dec_{i}": (d_tc, n_layers - i, d)}, set())
-    return LayerTranscoder(enc[f"W_enc_{i}"], enc[f"b_enc_{i}"], dec[f"W_dec_{i}"], enc[f"b_dec_{i}"], None,
-                           enc.get(f"threshold_{i}"))
+def _read_layer(files: list[Path], kind: str, shapes: dict[str, tuple[int, ...]], i: int) -> LayerTranscoder:
+    """Layer ``i``'s tensors from its ``files`` (those of :func:`_layout`, in order) of the given ``shapes``."""
+    parts: dict[str, torch.Tensor | None] = {}
+    for file, names in zip(files, _layout(kind, i).values(), strict=True):
+        tensors = read_tensors(file, {name: shapes[part] for part, name in names.items()},
+                               optional={names.get("W_skip"), names.get("threshold")},
+                               ignored={"k"} if kind == "plt" else ())
+        parts.update((part, tensors.get(name)) for part, name in names.items())
+    return LayerTranscoder(**parts)
 
 
 def random_transcoders(n_layers: int, d_model: int, d_transcoder: int, *, kind: str = "plt",

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 from ...io.checks import check_int
+from ..hooks import run_with_cache
 from ..points import HookPoint
 from ..sae.activations import ActivationSource
-from ..sae.metrics import ce_figures, kept_forward, spliced_losses
+from ..sae.metrics import Totals, ce_figures, spliced_losses
 from .model import TrainableTranscoders
 
 
@@ -45,31 +46,19 @@ def evaluate_transcoders(transcoders: TrainableTranscoders, source: ActivationSo
     L = transcoders.config.n_layers
     names = [p.name for p in source.points]
     inputs, outputs = names[:L], names[L:]
-    model = source.model
-    n, l0 = 0, torch.zeros(L, dtype=torch.float64)
-    sq_err = torch.zeros(L, dtype=torch.float64)
-    sq_sum = torch.zeros(L, dtype=torch.float64)
-    total = torch.zeros(L, transcoders.config.d_model, dtype=torch.float64)
-    fired = torch.zeros(L, transcoders.config.d_transcoder, dtype=torch.long)
+    model, totals = source.model, Totals()
     ce: list[tuple[float, float, float]] = []  # (clean, replaced, zeroed) per batch with a loss
     for _ in range(batches):
         batch = source.next_inputs()
-        logits, kept = kept_forward(model, batch, names)
+        logits, kept = run_with_cache(model, *batch.args, names=names, **batch.kwargs)
         x = torch.stack([kept[name] for name in inputs], dim=2)[batch.valid].float()  # (N, L, d)
         y = torch.stack([kept[name] for name in outputs], dim=2)[batch.valid].double()
         f = transcoders.encode(x)
-        predicted = transcoders.decode(f, x).double()
-        n += len(x)
-        sq_err += (y - predicted).pow(2).sum((0, 2)).cpu()
-        sq_sum += y.pow(2).sum((0, 2)).cpu()
-        total += y.sum(0).cpu()
-        active = f != 0
-        l0 += active.sum((0, 2)).double().cpu()
-        fired += active.sum(0).cpu()
+        totals.add(y, transcoders.decode(f, x).double(), f)
         ce += spliced_losses(model, batch, logits, replacement_hooks(transcoders, inputs, outputs), outputs)
-    variance = sq_sum - total.pow(2).sum(-1) / n  # Σ‖y − ȳ‖² per layer
-    nmse = [float(e / v) if v > 0 else float("nan") for e, v in zip(sq_err, variance, strict=True)]
+    nmse = [float(e / v) if v > 0 else float("nan") for e, v in zip(totals.sq_err, totals.variance(), strict=True)]
+    c = transcoders.config
     return {
-        "tokens": n, "nmse": nmse, "nmse_max": max(nmse), "explained_variance": [1 - v for v in nmse],
-        "l0": (l0 / n).tolist(), "dead": (fired == 0).sum(-1).tolist(), "d_transcoder": transcoders.config.d_transcoder,
-        "kind": transcoders.config.kind, "activation": transcoders.config.activation, **ce_figures(ce, "replaced")}
+        "tokens": totals.n, "nmse": nmse, "nmse_max": max(nmse), "explained_variance": [1 - v for v in nmse],
+        "l0": (totals.l0 / totals.n).tolist(), "dead": (totals.fired == 0).sum(-1).tolist(),
+        "d_transcoder": c.d_transcoder, "kind": c.kind, "activation": c.activation, **ce_figures(ce, "replaced")}

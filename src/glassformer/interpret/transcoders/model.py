@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from ...errors import GlassformerError
+from ...io.checks import check_int, shown
 from ...validate import check_fields, option
-from .format import LayerTranscoder, Transcoders
+from .format import LayerTranscoder, Transcoders, topk
 
 KINDS = ("plt", "clt")
 ACTIVATIONS = ("relu", "jumprelu", "topk")
@@ -51,9 +52,8 @@ class TranscoderConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.activation == "topk" and self.k > self.d_transcoder:
-            raise GlassformerError(f"k must be at most d_transcoder={self.d_transcoder} (the features of a "
-                                   f"layer), got {self.k}")
+        if self.activation == "topk":
+            check_int("k", self.k, 1, self.d_transcoder)  # at most the features of a layer
         check_kind(self.kind, self.activation, self.skip)
 
     def span(self, layer: int) -> int:
@@ -71,39 +71,24 @@ def check_kind(kind: str, activation: str, skip: bool) -> None:
                                "hold no W_skip")
 
 
-class _JumpReLU(torch.autograd.Function):
-    """x · H(x − θ); the gradient to θ is the pseudo-derivative −(θ/ε)·rect((x − θ)/ε) (Rajamanoharan et al.)."""
+class _Threshold(torch.autograd.Function):
+    """JumpReLU x · H(x − θ), or with ``step`` H(x − θ) (counts a feature as active). The gradient to θ is the
+    pseudo-derivative −(θ/ε)·rect((x − θ)/ε), the step's −(1/ε)·rect((x − θ)/ε) (Rajamanoharan et al.); the
+    step passes none to x."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float, step: bool) -> torch.Tensor:
         ctx.save_for_backward(x, threshold)
-        ctx.bandwidth = bandwidth
-        return x * (x > threshold)
+        ctx.bandwidth, ctx.step = bandwidth, step
+        return (x > threshold).to(x.dtype) if step else x * (x > threshold)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, None, None]:
         x, threshold = ctx.saved_tensors
         eps = ctx.bandwidth
         near = ((x - threshold).abs() < eps / 2).to(grad.dtype)  # rect((x − θ)/ε)
-        to_threshold = -(threshold / eps) * near * grad
-        return (x > threshold) * grad, _to_shape(to_threshold, threshold), None
-
-
-class _Step(torch.autograd.Function):
-    """H(x − θ) (counts a feature as active); the gradient to θ is −(1/ε)·rect((x − θ)/ε), to x none."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
-        ctx.save_for_backward(x, threshold)
-        ctx.bandwidth = bandwidth
-        return (x > threshold).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None]:
-        x, threshold = ctx.saved_tensors
-        eps = ctx.bandwidth
-        near = ((x - threshold).abs() < eps / 2).to(grad.dtype)
-        return None, _to_shape(-(1 / eps) * near * grad, threshold), None
+        to_threshold = -((1 if ctx.step else threshold) / eps) * near * grad
+        return None if ctx.step else (x > threshold) * grad, _to_shape(to_threshold, threshold), None, None
 
 
 def _to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -112,19 +97,13 @@ def _to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def jumprelu(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) -> torch.Tensor:
-    """x where x > threshold, else 0 (threshold broadcast against x); trainable threshold (see _JumpReLU)."""
-    return _JumpReLU.apply(x, threshold, bandwidth)
+    """x where x > threshold, else 0 (threshold broadcast against x); trainable threshold (see _Threshold)."""
+    return _Threshold.apply(x, threshold, bandwidth, False)
 
 
 def step(x: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 1e-3) -> torch.Tensor:
     """1.0 where x > threshold, else 0: the L0 count JumpReLU training penalises, with a gradient to threshold."""
-    return _Step.apply(x, threshold, bandwidth)
-
-
-def topk(pre: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest entries of the last axis kept as they are (circuit-tracer's TopK), the rest zero."""
-    _, index = pre.topk(k, dim=-1, sorted=False)
-    return pre * torch.zeros_like(pre).scatter(-1, index, 1.0)
+    return _Threshold.apply(x, threshold, bandwidth, True)
 
 
 class TrainableTranscoders(nn.Module):
@@ -157,9 +136,8 @@ class TrainableTranscoders(nn.Module):
         """(..., L, d) MLP inputs -> (..., L, F) encoder outputs before the activation function."""
         c = self.config
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or tuple(x.shape[-2:]) != (c.n_layers, c.d_model):
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise GlassformerError(f"these transcoders read (..., n_layers={c.n_layers}, d_model={c.d_model}) "
-                                   f"MLP inputs, got {got}")
+                                   f"MLP inputs, got {shown(x)}")
         scaled = x * self.input_scale[:, None]
         return torch.einsum("...ld,lfd->...lf", scaled, self.W_enc) + self.b_enc
 
@@ -179,9 +157,8 @@ class TrainableTranscoders(nn.Module):
     def encode_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         """(..., d) the MLP input of ``layer`` alone -> (..., F) its features."""
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.config.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise GlassformerError(f"these transcoders read activations of width d_model={self.config.d_model}, "
-                                   f"got {got}")
+                                   f"got {shown(x)}")
         pre = (x * self.input_scale[layer]) @ self.W_enc[layer].t() + self.b_enc[layer]
         return self.activate(pre, layer)
 
@@ -264,15 +241,11 @@ class TrainableTranscoders(nn.Module):
                                   kind=tc.kind, activation=tc.activation, k=tc.k or 1, skip=tc.skip,
                                   input_hook=tc.feature_input_hook, output_hook=tc.feature_output_hook)
         module = cls(config)
-        module.W_enc.copy_(torch.stack([layer.W_enc for layer in tc.layers]))
-        module.b_enc.copy_(torch.stack([layer.b_enc for layer in tc.layers]))
-        module.b_dec.copy_(torch.stack([layer.b_dec for layer in tc.layers]))
+        for name in ("W_enc", "b_enc", "b_dec", "W_skip", "threshold"):  # (L, ...): the layers' tensors stacked
+            if getattr(module, name) is not None:
+                getattr(module, name).copy_(torch.stack([getattr(layer, name) for layer in tc.layers]))
         for W, layer in zip(module.W_dec, tc.layers, strict=True):
             W.copy_(layer.W_dec.reshape(W.shape))
-        if module.W_skip is not None:
-            module.W_skip.copy_(torch.stack([layer.W_skip for layer in tc.layers]))
-        if module.threshold is not None:
-            module.threshold.copy_(torch.stack([layer.threshold for layer in tc.layers]))
         return module.eval()
 
     def __repr__(self) -> str:

@@ -7,7 +7,6 @@
 import json
 import os
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from .features import transcoder_feature_summaries
 from .format import CONFIG, Transcoders, file_names, is_transcoder_file, is_transcoder_folder, write_transcoder_files
 from .metrics import evaluate_transcoders
 from .model import TrainableTranscoders
-from .train import TranscoderTrainConfig, TranscoderTrainer, default_out_dir, mlp_hooks
+from .train import TranscoderTrainConfig, TranscoderTrainer, mlp_hooks
 
 OUTPUT_FILES = ("metrics.json", "features.json", "tracker.json", LOCK_FILE)
 """The files a transcoder run writes into its out_dir beside the transcoder files, the pages and state/."""
@@ -92,7 +91,7 @@ def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: 
     circuit-tracer's folder and their feature pages' data; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "transcoders", "metrics", "features" (or None), "training"}."""
     n_layers = len(mlp_hooks(model)[0])
-    return run_in_out_dir(config, checkpoint, lambda at: default_out_dir(at, config.kind),
+    return run_in_out_dir(config, checkpoint, f"transcoders-{config.kind}",
                           lambda out, inputs: _check_out_dir(out, inputs, n_layers),
                           {STATE_DIR: {STATE_FILE}, STAGING: _transcoder_names(n_layers)}, "transcoder",
                           lambda out: _run_locked(config, model, tokenizer, out, checkpoint, on_record))
@@ -102,9 +101,8 @@ def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any,
                 checkpoint: str | Path | None,
                 on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
     """:func:`run_transcoders`'s body, run while ``out`` is locked."""
-    started = time.perf_counter()
     trainer = TranscoderTrainer(config, model, tokenizer)
-    training = train_resumed(trainer, "transcoder", started, on_record)
+    training = train_resumed(trainer, "transcoder", on_record)
     files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
     transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
     context = config.context or model.config.max_len

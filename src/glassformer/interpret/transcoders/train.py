@@ -66,11 +66,6 @@ def mlp_hooks(model: nn.Module) -> tuple[list[str], list[str]]:
             [f"blocks.{i}.{OUTPUT_HOOK}" for i in range(c.n_layers)])
 
 
-def default_out_dir(checkpoint: str | Path, kind: str) -> Path:
-    """Where ``glassformer transcoders`` writes by default: ``CHECKPOINT/../transcoders-KIND``."""
-    return Path(checkpoint).parent / f"transcoders-{kind}"
-
-
 def transcoder_bytes(config: TranscoderTrainConfig, n_layers: int, d_model: int, d_transcoder: int) -> int:
     """At least what training the transcoders takes: weights with gradients and Adam's two moments, the
     buffer of (MLP input, MLP output) rows, and a step's features, pre-activations and their gradients."""
@@ -203,14 +198,12 @@ class TranscoderTrainer(ActivationTrainer):
         return c.aux_coefficient * aux.mean()
 
     def module_state(self, folder: Path) -> dict[str, Any]:
-        """The transcoders' tensors (unfolded: scales apart), each layer's variance and last_fired."""
+        """The transcoders' tensors (unfolded: scales apart) and each layer's variance."""
         return {"transcoders": {k: v.detach().cpu() for k, v in self.transcoders.state_dict().items()},
-                "variance": self.variance.cpu(), "last_fired": self.last_fired}
+                "variance": self.variance.cpu()}
 
     def load_module_state(self, folder: Path, state: dict[str, Any], file: Path) -> None:
-        """The transcoders, variances and last_fired a state saved, each checked against this run's shapes."""
-        fired = check_tensor(state.get("last_fired"), self.last_fired.shape, torch.long, file,
-                             "last_fired must be an int64 tensor")
+        """The transcoders and variances a state saved, each checked against this run's shapes."""
         saved, ours = state.get("transcoders"), self.transcoders.state_dict()
         if not isinstance(saved, dict) or set(saved) != set(ours):
             raise BadFileError(f"{file}: 'transcoders' must hold the tensors {sorted(ours)}")
@@ -221,4 +214,3 @@ class TranscoderTrainer(ActivationTrainer):
                                 "variance must be a float32 tensor")
         self.transcoders.load_state_dict(saved)
         self.variance = variance.to(self.device)
-        self.last_fired = fired
