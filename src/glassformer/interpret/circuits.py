@@ -70,8 +70,8 @@ class EdgeGraph:
             raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
         chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
         for edge in edges:
-            ok = isinstance(edge, (tuple, list)) and len(edge) in (2, 3) and all(isinstance(n, str) for n in edge[:2])
-            if not ok:
+            if not (isinstance(edge, (tuple, list)) and len(edge) in (2, 3)
+                    and all(isinstance(n, str) for n in edge[:2])):
                 raise ArgumentTypeError(f"an edge is a (sender, receiver[, position]) of names, got {shown(edge)}")
             sender, receiver, *position = edge
             if sender not in self.senders or receiver not in self.receivers:
@@ -81,7 +81,8 @@ class EdgeGraph:
             if not self.allowed[i, j]:
                 raise GlassformerError(f"{sender} does not write before {receiver} reads: no such edge")
             if position:  # a triple: that query position alone
-                chosen[i, j, check_int(f"the position of edge {shown(edge)}", position[0], -length, length - 1)] = True
+                at = check_int(f"the position of edge {shown(edge)}", position[0], -length, length - 1)
+                chosen[i, j, at] = True
             else:
                 chosen[i, j] = True
         return chosen
