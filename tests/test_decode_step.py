@@ -80,17 +80,21 @@ def test_hooks_fire_at_every_step():
 
 
 def test_generation_replaces_no_forward_and_restores_the_products():
-    """The few-row product is a flag each linear layer's own forward reads (set while generating, then
-    restored); no module gets an instance ``forward``."""
+    """The few-row product is a flag each linear layer's own forward reads (set while generating on the layers
+    large enough for the route, then restored); no module gets an instance ``forward``."""
     from glassformer.nn.linear import Linear
-    from glassformer.runtime.linear import FewRowProduct
+    from glassformer.runtime.linear import MIN_WEIGHT, FewRowProduct
 
-    model = lm()
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=V, d_model=128, n_heads=4, n_layers=1, d_ff=1024, max_len=48).eval()
+    big, small = model.blocks[0].ffn.up, model.blocks[0].self_attn.o_proj
+    assert big.weight.numel() >= MIN_WEIGHT > small.weight.numel()
     layers = [m for m in model.modules() if isinstance(m, Linear)]
     seen = []
-    model.blocks[0].ffn.up.register_forward_pre_hook(lambda m, args: seen.append(type(m.product)))
+    for layer in (big, small):
+        layer.register_forward_pre_hook(lambda m, args: seen.append((m is big, type(m.product))))
     generate(model, [1, 2, 3], 3)
-    assert seen == [FewRowProduct] * 3
+    assert seen == [(False, type(None)), (True, FewRowProduct)] * 3  # o_proj, then ffn.up, each step
     assert all(m.product is None and "forward" not in vars(m) for m in model.modules() if m in layers)
     assert not any("forward" in vars(m) for m in model.modules())
 

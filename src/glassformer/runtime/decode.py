@@ -16,7 +16,7 @@ from torch import nn
 from ..models.head import OutputHead
 from ..nn.linear import Linear
 from ..nn.taps import Tap
-from .linear import FewRowProduct, batched_matvec, streams
+from .linear import MIN_WEIGHT, FewRowProduct, batched_matvec, streams
 from .pages import active, move_parameters
 
 _products: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, FewRowProduct]]" = weakref.WeakKeyDictionary()
@@ -32,7 +32,8 @@ def few_row_products(model: nn.Module) -> Iterator[None]:
     streamed, moving = streams(model), active()
     if streamed and moving:
         move_parameters(model)
-    layers = [m for m in model.modules() if isinstance(m, (Linear, OutputHead))]
+    layers = [m for m in model.modules()  # a layer too small for the route keeps F.linear, with no lookup a call
+              if isinstance(m, OutputHead) or isinstance(m, Linear) and m.weight.numel() >= MIN_WEIGHT]
     before = [m.product for m in layers]
     # one per model and setting (its answers hold for one grad mode, autocast state, thread count, route
     # switch and huge-page switch): a compiled step sees the same object from one call to the next
