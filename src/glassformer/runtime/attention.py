@@ -14,6 +14,8 @@ Whether it is faster is measured per machine and shape class (:func:`.kernel_cho
 """
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -33,27 +35,29 @@ def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device
     return torch.arange(n_keys, device=device) > rows  # (n_queries, n_keys)
 
 
-def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int]]:
-    """[(qs, qe, keys)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); causal blocks see no key
-    after their last query (bottom-right aligned: query i sits at key position Tk - Tq + i)."""
+def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int, int | None]]:
+    """[(qs, qe, keys, first)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); a causal block sees no
+    key after its last query, its first query sitting at key position ``first`` (bottom-right aligned: query i sits
+    at Tk - Tq + i); ``first`` None: nothing hidden but by the mask."""
     blocks = []
     for qs in range(0, n_queries, size):
         qe = min(qs + size, n_queries)
-        causal = is_causal and n_queries > 1
-        blocks.append((qs, qe, max(0, min(n_keys, n_keys - n_queries + qe)) if causal else n_keys))
+        first = n_keys - n_queries + qs if is_causal and n_queries > 1 else None
+        blocks.append((qs, qe, n_keys if first is None else max(0, min(n_keys, first + qe - qs)), first))
     return blocks
 
 
-def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, first: int | None) -> torch.Tensor:
-    """One query block's attention weights: softmax(q kᵀ) over its keys, q (N, bq, d) already scaled, k (N, keys, d)
-    -> (N, bq, keys) in q's dtype. The product runs in q's dtype (the bfloat16 units), the softmax in float32
-    inside torch's kernel. ``mask`` (N, bq, keys) bool; ``first``: causal, the block's first query's key position;
-    a row with no visible key gets zeros."""
-    s = torch.bmm(q, k.transpose(1, 2))  # (N, bq, keys)
-    if first is not None and first < k.shape[1] - 1:  # some key lies after the block's first query
-        s.masked_fill_(_hidden_future(q.shape[1], k.shape[1], first, q.device), float("-inf"))
+def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, qs: int, qe: int, keys: int,
+                   first: int | None) -> torch.Tensor:
+    """The attention weights of one block of :func:`_blocks`: softmax(q kᵀ) over its keys, q (N, Tq, d) already
+    scaled, k (N, Tk, d), ``mask`` (N, Tq, Tk) bool or None -> (N, qe - qs, keys) in q's dtype. The product runs in
+    q's dtype (the bfloat16 units), the softmax in float32 inside torch's kernel; a row with no visible key gets
+    zeros."""
+    s = torch.bmm(q[:, qs:qe], k[:, :keys].transpose(1, 2))  # (N, bq, keys)
+    if first is not None and first < keys - 1:  # some key lies after the block's first query
+        s.masked_fill_(_hidden_future(qe - qs, keys, first, q.device), float("-inf"))
     if mask is not None:
-        s.masked_fill_(~mask, float("-inf"))
+        s.masked_fill_(~mask[:, qs:qe, :keys], float("-inf"))
     p = torch.softmax(s, dim=-1)
     return p if mask is None else p.nan_to_num_(0.0)  # rows with nothing visible: 0/0 -> 0
 
@@ -70,10 +74,9 @@ class _BlockedAttention(torch.autograd.Function):
         kept = []
         with torch.autocast("cpu", enabled=False):
             q_scaled = q * scale  # (N, Tq, d); exact for a power-of-two scale (head width 4, 16, 64, 256)
-            for qs, qe, keys in _blocks(Tq, Tk, is_causal, BLOCK_Q):
+            for qs, qe, keys, first in _blocks(Tq, Tk, is_causal, BLOCK_Q):
                 if keys:
-                    p = _probabilities(q_scaled[:, qs:qe], k[:, :keys], None if mask is None else
-                                       mask[:, qs:qe, :keys], Tk - Tq + qs if is_causal and Tq > 1 else None)
+                    p = _probabilities(q_scaled, k, mask, qs, qe, keys, first)  # (N, bq, keys)
                     torch.bmm(p, v[:, :keys], out=out[:, qs:qe])  # (N, bq, dv)
                     kept += [p] if keep else []
         ctx.save_for_backward(q_scaled, k, v, out, mask, *kept)
@@ -90,14 +93,12 @@ class _BlockedAttention(torch.autograd.Function):
         weights = iter(kept)
         with torch.autocast("cpu", enabled=False):
             delta = (grad_out.float() * out.float()).sum(-1, keepdim=True).to(out.dtype)  # (N, Tq, 1): rowsum(dO∘O)
-            for qs, qe, keys in _blocks(Tq, Tk, ctx.is_causal, ctx.block):
+            for qs, qe, keys, first in _blocks(Tq, Tk, ctx.is_causal, ctx.block):
                 if not keys:
                     dq[:, qs:qe] = 0
                     continue
                 qb, gb = q_scaled[:, qs:qe], grad_out[:, qs:qe]  # (N, bq, d), (N, bq, dv)
-                p = next(weights) if kept else _probabilities(
-                    qb, k[:, :keys], None if mask is None else mask[:, qs:qe, :keys],
-                    Tk - Tq + qs if ctx.is_causal and Tq > 1 else None)  # (N, bq, keys): kept or recomputed
+                p = next(weights) if kept else _probabilities(q_scaled, k, mask, qs, qe, keys, first)
                 torch.baddbmm(dv[:, :keys], p.transpose(1, 2), gb, out=dv[:, :keys])  # summed in float32 inside
                 ds = torch.bmm(gb, v[:, :keys].transpose(1, 2)).sub_(delta[:, qs:qe]).mul_(p)  # softmax's backward
                 torch.bmm(ds, k[:, :keys], out=dq[:, qs:qe]).mul_(ctx.scale)
@@ -187,19 +188,15 @@ def blocked_pays(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is
         q_, k_, v_ = (torch.randn(s, generator=g).to(torch.bfloat16).requires_grad_(grad) for s in shapes)
         m_ = None if mask is None else torch.ones(q_.shape[-2], k_.shape[-2], dtype=torch.bool).tril(
             k_.shape[-2] - q_.shape[-2])  # a prefix-like pattern: the mask's cost, whatever its values
-        c = is_causal
 
-        def run(fn) -> object:
+        def timed(attention: Callable[..., torch.Tensor]) -> Callable[[], None]:
             def call() -> None:
-                out = fn()
+                out = attention(q_, k_, v_, m_, is_causal=is_causal, scale=1.0 / math.sqrt(d))
                 if grad:
                     out.backward(torch.ones_like(out))
             return call
 
-        plain = run(lambda: fused_attention(q_, k_, v_, m_, is_causal=c, score_bias=None, dropout_p=0.0,
-                                            scale=1.0 / math.sqrt(d)))
-        special = run(lambda: blocked_attention(q_, k_, v_, m_, is_causal=c))
-        return plain, special
+        return timed(partial(fused_attention, score_bias=None, dropout_p=0.0)), timed(blocked_attention)
 
     return choose(case, ways, grad=grad)
 
