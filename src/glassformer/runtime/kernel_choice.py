@@ -140,17 +140,9 @@ def _finite(value: object) -> bool:
     return type(value) is float and math.isfinite(value) or type(value) is int and abs(value) <= 2**53
 
 
-def _warn_once(file: Path, why: str) -> None:
-    """One line on standard error, once per process and file: the cache file cannot be used."""
-    if str(file) not in _warned:
-        _warned.add(str(file))
-        print(f"glassformer: warning: {why}; kernel choices are measured again in this process and the file is "
-              "left as it is (delete it to start again)", file=sys.stderr, flush=True)
-
-
 def _read_file() -> dict | None:
-    """The cache file's content ({} where there is none or none is used; None where it cannot be used:
-    warned once, and never replaced)."""
+    """The cache file's content ({} where there is none or none is used; None where it cannot be used: one line
+    on standard error, once per process and file, and the file is never replaced)."""
     file = kept_in()
     if file is None:
         return {}
@@ -159,13 +151,16 @@ def _read_file() -> dict | None:
     except MissingFileError:
         return {}
     except (BadFileError, OSError) as error:  # OSError: unreadable (permissions), a dangling link loop...
-        _warn_once(file, str(error).rstrip("."))
-        return None
-    if not isinstance(data, dict):
-        _warn_once(file, f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of "
-                         "machines")
-        return None
-    return data
+        why = str(error).rstrip(".")
+    else:
+        if isinstance(data, dict):
+            return data
+        why = f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of machines"
+    if str(file) not in _warned:
+        _warned.add(str(file))
+        print(f"glassformer: warning: {why}; kernel choices are measured again in this process and the file is "
+              "left as it is (delete it to start again)", file=sys.stderr, flush=True)
+    return None
 
 
 def _load() -> dict[str, Record | bool]:
@@ -193,12 +188,10 @@ def _loaded() -> dict[str, Record | bool]:
 def _save(choices: dict[str, Record | bool]) -> None:
     """Write this machine's choices next to other machines' (atomically) where a file was asked for with writing;
     skipped silently where it cannot be written (a read-only home), and where the file there cannot be read."""
-    file = kept_in()
-    if not _writes or file is None:
-        return
-    data = _read_file()
+    data = _read_file() if _writes else None
     if data is None:
         return
+    file = kept_in()
     try:
         data[machine()] = dict(sorted(choices.items()))
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -207,15 +200,11 @@ def _save(choices: dict[str, Record | bool]) -> None:
         pass  # the choice still holds for this process
 
 
-def _clock() -> Callable[[], float]:
-    """What a sample is timed with: with one torch thread, the thread's CPU time (a core shared with other
-    programs does not enter it, so a busy machine measures as an idle one); else wall time."""
-    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-
-
 def _seconds_per_call(fn: Callable[[], object]) -> float:
-    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S (on :func:`_clock`)."""
-    clock = _clock()
+    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S. With one torch thread it is timed
+    in the thread's CPU time (a core shared with other programs does not enter it, so a busy machine measures as an
+    idle one); else in wall time."""
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     calls, start = 0, clock()
     while True:
         fn()
@@ -225,17 +214,16 @@ def _seconds_per_call(fn: Callable[[], object]) -> float:
             return elapsed / calls
 
 
-def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS,
-           rounds: int = ROUNDS) -> bool | None:
-    """True when ``special`` takes at most MARGIN of ``plain``'s time in every round (the median of ``pairs``
-    paired ratios), False when more in every round, None when rounds disagree. Leaves each round's median
+def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS) -> bool | None:
+    """True when ``special`` takes at most MARGIN of ``plain``'s time in every one of ROUNDS rounds (the median of
+    ``pairs`` paired ratios), False when more in every round, None when rounds disagree. Leaves each round's median
     in :data:`last_ratios` and the highest load seen before and after (:func:`load_now`), when busy confirmed by a
     second, longer look, in :data:`last_others`."""
     global last_others
     before = load_now()
     plain(), special()  # warm up both
     medians = []
-    for _ in range(rounds):
+    for _ in range(ROUNDS):
         ratios = []
         for i in range(pairs):  # alternate the order so a drift in machine speed hits both alike
             first, second = (plain, special) if i % 2 == 0 else (special, plain)
