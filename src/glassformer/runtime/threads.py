@@ -79,9 +79,8 @@ def spare_cpus(others: float | None, cpus: int | None = None) -> float:
     return cpus - others * cpus / online
 
 
-def free_cpus(others: float | None, cpus: int | None = None) -> int:
+def free_cpus(others: float | None, cpus: int) -> int:
     """The threads to run beside ``others`` busy threads: the spare CPUs, rounded, in [1, cpus]."""
-    cpus = usable_cpus() if cpus is None else cpus
     return max(1, min(cpus, round(spare_cpus(others, cpus) + 1e-9)))
 
 
@@ -105,13 +104,6 @@ class ThreadPlan:
 _ours: dict[str, str] = {}  # the variables set_wait_policy wrote (not the user's choice)
 
 
-def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
-    """The variables by which the user fixed threads or waiting (glassformer then changes neither)."""
-    if env.get(SWITCH, "").lower() == "fixed":
-        return [SWITCH]
-    return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
-
-
 def confirmed(others: float | None, busy: Callable[[float | None], bool]) -> float | None:
     """``others`` busy threads as read, or, where ``busy(others)``, the lower of them and a second, longer look
     (:data:`CONFIRM_SAMPLES` reads): a passing spike, such as this process's own threads winding down as /proc is
@@ -128,7 +120,9 @@ def plan(others: float | None = None, cpus: int | None = None, env: dict[str, st
     ``follows_load``: the count will be measured again while the command runs (:class:`LoadFollower`), so
     threads spin even when busy now (under a load that came and went, a passive start took 1.09x the time)."""
     cpus = usable_cpus() if cpus is None else cpus
-    if fixed := user_fixed(env):
+    fixed = [SWITCH] if env.get(SWITCH, "").lower() == "fixed" else [  # the user's choice: glassformer changes nothing
+        name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
+    if fixed:
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
     if others is None:
         others = confirmed(others_running(), lambda o: bool(o) and free_cpus(o, cpus) < cpus)
