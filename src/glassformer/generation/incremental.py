@@ -50,9 +50,8 @@ class IncrementalDecoder:
             self.pad = torch.zeros(B, start, dtype=torch.bool, device=ids.device)
             self.pad[:, :T] = pad
         self.length = T
-        self.prefix_end = None  # prefix-LM: the prefix ends at this column (left padding shifts it right)
-        if prefix_len is not None:
-            self.prefix_end = prefix_len + (pad.sum(dim=1) if pad is not None else 0)
+        # prefix-LM: the prefix ends at this column (left padding shifts it right)
+        self.prefix_end = None if prefix_len is None else prefix_len + (0 if pad is None else pad.sum(dim=1))
         self.capacity = min(self.limit, self.window)
         self.cache = None
         self.static: StaticSteps | None = None  # fixed-shape steps (runtime.decode.set_static_steps)
@@ -106,11 +105,8 @@ class IncrementalDecoder:
         """Recompute the last ``window`` tokens from scratch (fresh cache when caching)."""
         self.window_start = max(0, self.length - self.window)
         if self.use_cache:
-            B, static = self.tokens.shape[0], self.capacity <= STATIC_POSITIONS
-            if self.seq2seq:
-                self.cache = self.model.new_cache(B, self.capacity, self.memory.shape[1], preallocate=static)
-            else:
-                self.cache = self.model.new_cache(B, self.capacity, preallocate=static)
+            sizes = (self.capacity, self.memory.shape[1]) if self.seq2seq else (self.capacity,)  # (+ source length)
+            self.cache = self.model.new_cache(len(self.tokens), *sizes, preallocate=self.capacity <= STATIC_POSITIONS)
         return self._forward(self.tokens[:, self.window_start:self.length], self.window_start)
 
     def _forward(self, new: torch.Tensor, first: int) -> torch.Tensor:
