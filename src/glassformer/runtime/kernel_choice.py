@@ -42,7 +42,7 @@ MAX_AGE_DAYS = 30  # a choice older than this is measured again
 MAX_CACHE_BYTES = 1 << 22  # a few hundred bytes per choice: a larger cache file is not one glassformer wrote
 
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
-_choices: dict[str, Record | bool] | None = None  # loaded lazily from the file (a bool: a choice set by hand)
+_choices: dict[str, Record] | None = None  # loaded lazily from the file
 _session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
 _loaded_for: tuple[object, int] = (None, 0)  # (the dict read from the file, torch's thread count then)
 _answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
@@ -163,7 +163,7 @@ def _read_file() -> dict | None:
     return None
 
 
-def _load() -> dict[str, Record | bool]:
+def _load() -> dict[str, Record]:
     """This machine's valid choices from the file (the rest are measured again)."""
     mine = (_read_file() or {}).get(machine(), {})
     if not isinstance(mine, dict):
@@ -173,7 +173,7 @@ def _load() -> dict[str, Record | bool]:
     return {k: v for k, v in mine.items() if _valid(v)}
 
 
-def _loaded() -> dict[str, Record | bool]:
+def _loaded() -> dict[str, Record]:
     """This machine's choices, read once per thread count: when torch's count changes, that count's choices."""
     global _choices, _loaded_for
     if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != torch.get_num_threads():
@@ -185,7 +185,7 @@ def _loaded() -> dict[str, Record | bool]:
     return _choices
 
 
-def _save(choices: dict[str, Record | bool]) -> None:
+def _save(choices: dict[str, Record]) -> None:
     """Write this machine's choices next to other machines' (atomically) where a file was asked for with writing;
     skipped silently where it cannot be written (a read-only home), and where the file there cannot be read."""
     data = _read_file() if _writes else None
@@ -266,24 +266,15 @@ def _age_days(record: Record) -> float:
     return (_now() - measured).total_seconds() / 86400
 
 
-def _as_record(entry: Record | bool) -> Record:
-    """A stored entry as a record (a bool set by hand counts as a final choice)."""
-    return {"special": entry, "final": True, "measured": "", "how": "set by hand"} if isinstance(entry, bool) else entry
-
-
 def effective(entry: Record | bool) -> bool:
-    """Whether a record's special way is taken: decided, and measured on a machine with CPUs free."""
-    record = _as_record(entry)
-    return record["special"] is True and record["final"]
+    """Whether a record's special way is taken: decided, and measured on a machine with CPUs free (a bare bool, as
+    older files and a hand-written one hold: itself)."""
+    return entry if isinstance(entry, bool) else entry["special"] is True and entry["final"]
 
 
-def _settled(case: str, entry: Record | bool | None) -> bool:
-    """Whether ``entry`` answers ``case`` without measuring: final and young, or measured by this process."""
-    if entry is None:
-        return False
-    record = _as_record(entry)
-    return (case in _session or record.get("how") == "set by hand"
-            or record["final"] and _age_days(record) <= MAX_AGE_DAYS)
+def _settled(case: str, record: Record | None) -> bool:
+    """Whether ``record`` answers ``case`` without measuring: final and young, or measured by this process."""
+    return record is not None and (case in _session or record["final"] and _age_days(record) <= MAX_AGE_DAYS)
 
 
 def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
@@ -330,13 +321,11 @@ def choices() -> dict[str, bool]:
 
 def records() -> dict[str, Record]:
     """This machine's choices with how they were made: {case: record} (see :func:`describe`)."""
-    return {case: _as_record(entry) for case, entry in _loaded().items()}
+    return dict(_loaded())
 
 
 def describe(record: Record) -> str:
     """When and how a choice was measured, in words (``measured <time>, 3 rounds x 7 pairs, margin 0.9, ...``)."""
-    if record.get("how") == "set by hand":
-        return "set by hand"
     ratios = " ".join(f"{r:.2f}" for r in record.get("ratios") or []) or "-"
     others = record.get("others_running")
     load = "load unknown" if others is None else f"{others:g} other busy thread{'s' * (others != 1)}"
