@@ -140,7 +140,7 @@ class Bf16Attention:
     read once, and each shape's answer asked once, per object (one serves a model)."""
 
     def __init__(self) -> None:
-        self.units: bool | None = None  # whether the CPU has bfloat16 units, read at the first bfloat16 call
+        self.units = bf16_units()  # whether the CPU has bfloat16 units
         self.answers: dict[tuple, bool] = {}  # (q's shape, Tk, mask shape, causal, autograd) -> blocked or not
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
@@ -155,16 +155,13 @@ class Bf16Attention:
 
     def pays(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
         """Whether the blocked kernel takes this work: never without bfloat16 units, else :func:`blocked_pays`."""
-        if self.units is None:
-            self.units = bf16_units()
         if not self.units:
             return False
         key = (q.shape, k.shape[-2], None if mask is None else mask.shape, is_causal,
                torch.is_grad_enabled() and q.requires_grad)
-        answer = self.answers.get(key)
-        if answer is None:
-            answer = self.answers[key] = blocked_pays(q, k, mask, is_causal)
-        return answer
+        if key not in self.answers:
+            self.answers[key] = blocked_pays(q, k, mask, is_causal)
+        return self.answers[key]
 
 
 def _length_class(n: int) -> int:
