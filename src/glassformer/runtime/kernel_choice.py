@@ -43,10 +43,10 @@ MAX_CACHE_BYTES = 1 << 22  # a few hundred bytes per choice: a larger cache file
 
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
 _choices: dict[str, Record] | None = None  # loaded lazily from the file
-_session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
 _loaded_for: tuple[object, int] = (None, 0)  # (the dict read from the file, torch's thread count then)
 _answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
-# a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
+# a case measured here is not measured twice (even when provisional), and a decoding step, which asks for each of
+# its products, finds a settled answer without re-reading its record
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
 _kept_in: Path | bool = False  # the file choices are read from (True: cache_file(); False: this process only)
@@ -115,7 +115,6 @@ def use_cache(file: str | Path | bool | None, write: bool = True) -> None:
     _kept_in = file if isinstance(file, bool) else False if file is None else Path(file)
     _writes = write and _kept_in is not False
     _choices = None  # read from the new place at the next choice
-    _session.clear()
 
 
 def kept_in() -> Path | None:
@@ -178,7 +177,6 @@ def _loaded() -> dict[str, Record]:
     global _choices, _loaded_for
     if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != torch.get_num_threads():
         _choices = None  # a choice holds for the thread count it was measured at
-        _session.clear()
     if _choices is None:
         _choices = _load()
         _loaded_for = (_choices, torch.get_num_threads())
@@ -272,9 +270,10 @@ def effective(entry: Record | bool) -> bool:
     return entry if isinstance(entry, bool) else entry["special"] is True and entry["final"]
 
 
-def _settled(case: str, record: Record | None) -> bool:
-    """Whether ``record`` answers ``case`` without measuring: final and young, or measured by this process."""
-    return record is not None and (case in _session or record["final"] and _age_days(record) <= MAX_AGE_DAYS)
+def _settled(record: Record | None) -> bool:
+    """Whether ``record`` answers its case without measuring: final and measured less than MAX_AGE_DAYS ago (one
+    this process measured is remembered in ``_answers``, provisional or not)."""
+    return record is not None and record["final"] and _age_days(record) <= MAX_AGE_DAYS
 
 
 def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
@@ -293,7 +292,7 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
     if known is not None:
         return known
     entry = loaded.get(case)
-    if _settled(case, entry):
+    if _settled(entry):
         _answers[1][case] = answer = effective(entry)
         return answer
     if torch.compiler.is_compiling():
@@ -308,7 +307,6 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
         "measured": _now().isoformat(timespec="seconds"),
         "how": f"{ROUNDS} rounds x {pairs} pairs, margin {MARGIN}", "ratios": [round(r, 4) for r in last_ratios],
         "others_running": last_others, "threads": torch.get_num_threads()}
-    _session.add(case)
     _save(_choices)
     _answers[1][case] = answer = effective(record)  # measured by this process: settled here
     return answer
@@ -340,5 +338,4 @@ def reset_choices() -> None:
     global _choices, _loaded_for
     _choices = {}
     _loaded_for = (_choices, torch.get_num_threads())
-    _session.clear()
     _save(_choices)
