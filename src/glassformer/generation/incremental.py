@@ -5,6 +5,7 @@ memory, and the context window: past ``config.max_len`` tokens the oldest are dr
 recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay identical."""
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import GlassformerError
 from ..models.inputs import check_token_ids
@@ -39,16 +40,12 @@ class IncrementalDecoder:
         self.max_new_tokens = max_new_tokens
         self.seq2seq = memory is not None
         self.memory, self.src_pad = memory, src_pad
-        B, T = ids.shape
+        T = ids.shape[1]
         self.window = model.config.max_len
         self.limit = T + max_new_tokens  # the most columns ``tokens`` will ever need
-        start = min(self.limit, T + 64)  # grown by doubling in ``append``
-        self.tokens = torch.zeros(B, start, dtype=torch.long, device=ids.device)  # every token so far
-        self.tokens[:, :T] = ids
-        self.pad = None
-        if pad is not None:
-            self.pad = torch.zeros(B, start, dtype=torch.bool, device=ids.device)
-            self.pad[:, :T] = pad
+        room = (0, min(self.limit, T + 64) - T)  # columns after the prompt, grown by doubling in ``append``
+        self.tokens = F.pad(ids, room).long()  # every token so far
+        self.pad = None if pad is None else F.pad(pad.bool(), room)
         self.length = T
         # prefix-LM: the prefix ends at this column (left padding shifts it right)
         self.prefix_end = None if prefix_len is None else prefix_len + (0 if pad is None else pad.sum(dim=1))
@@ -90,14 +87,9 @@ class IncrementalDecoder:
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Continue from rows ``rows`` (B,) of the batch (beam search keeps its best beams)."""
-        self.tokens = self.tokens.index_select(0, rows)
-        if self.pad is not None:
-            self.pad = self.pad.index_select(0, rows)
-        if self.prefix_end is not None:
-            self.prefix_end = self.prefix_end.index_select(0, rows)
-        if self.memory is not None:
-            self.memory = self.memory.index_select(0, rows)
-            self.src_pad = None if self.src_pad is None else self.src_pad.index_select(0, rows)
+        for name in ("tokens", "pad", "prefix_end", "memory", "src_pad"):  # every per-row tensor held
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).index_select(0, rows))
         for layer in self.cache or []:
             layer.reorder(rows)
 

@@ -190,12 +190,11 @@ def _save(choices: dict[str, Record]) -> None:
     if data is None:
         return
     file = kept_in()
-    try:
+    # a full disk (a GlassformerError, which is a ValueError), a folder in the way: the choice still holds here
+    with contextlib.suppress(OSError, ValueError):
         data[machine()] = dict(sorted(choices.items()))
         file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(file, json.dumps(data, indent=1), what="kernel-choice cache")
-    except (OSError, ValueError):  # ValueError: a full disk (GlassformerError), or a folder in the way
-        pass  # the choice still holds for this process
 
 
 def _seconds_per_call(fn: Callable[[], object]) -> float:

@@ -73,10 +73,8 @@ def spare_cpus(others: float | None, cpus: int | None = None) -> float:
     """The CPUs of this process's ``cpus`` that ``others`` busy threads leave (may be negative), counting
     them in proportion of ``cpus`` to the machine's CPUs."""
     cpus = usable_cpus() if cpus is None else cpus
-    if not others:
-        return float(cpus)
     online = max(cpus, os.cpu_count() or cpus)
-    return cpus - others * cpus / online
+    return cpus - (others or 0) * cpus / online
 
 
 def free_cpus(others: float | None, cpus: int) -> int:
