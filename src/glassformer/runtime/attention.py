@@ -29,12 +29,6 @@ KEEP_WEIGHTS_KEYS = 512  # up to this many keys the forward's weights are kept f
 # bfloat16 numbers per query block and head, ~1.2 KB a token per head at T 256); beyond it they are recomputed
 
 
-def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device) -> torch.Tensor:
-    """(n_queries, n_keys) bool, True where key j lies after query i, query i sitting at key position first + i."""
-    rows = torch.arange(first, first + n_queries, device=device).unsqueeze(1)  # (n_queries, 1)
-    return torch.arange(n_keys, device=device) > rows  # (n_queries, n_keys)
-
-
 def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int, int | None]]:
     """[(qs, qe, keys, first)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); a causal block sees no
     key after its last query, its first query sitting at key position ``first`` (bottom-right aligned: query i sits
@@ -54,8 +48,9 @@ def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, 
     q's dtype (the bfloat16 units), the softmax in float32 inside torch's kernel; a row with no visible key gets
     zeros."""
     s = torch.bmm(q[:, qs:qe], k[:, :keys].transpose(1, 2))  # (N, bq, keys)
-    if first is not None and first < keys - 1:  # some key lies after the block's first query
-        s.masked_fill_(_hidden_future(qe - qs, keys, first, q.device), float("-inf"))
+    if first is not None and first < keys - 1:  # some key lies after the block's first query: hide key j from
+        hidden = torch.ones(qe - qs, keys, dtype=torch.bool, device=q.device).triu(first + 1)  # query i, j > first + i
+        s.masked_fill_(hidden, float("-inf"))
     if mask is not None:
         s.masked_fill_(~mask[:, qs:qe, :keys], float("-inf"))
     p = torch.softmax(s, dim=-1)
@@ -146,9 +141,8 @@ class Bf16Attention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
                  is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float, scale: float) -> torch.Tensor:
         """Arguments and result as :func:`~glassformer.nn.attention.fused_attention`: out (B, h, Tq, dv)."""
-        if (q.dtype == torch.bfloat16 and q.device.type == "cpu" and score_bias is None and dropout_p == 0
-                and q.dim() == 4 and q.shape[-2] > 1 and k.dtype == v.dtype == q.dtype and self.pays(q, k, mask,
-                                                                                                      is_causal)):
+        if (q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.device.type == "cpu" and score_bias is None
+                and dropout_p == 0 and q.dim() == 4 and q.shape[-2] > 1 and self.pays(q, k, mask, is_causal)):
             return blocked_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
         return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
                                scale=scale)
