@@ -231,7 +231,7 @@ def faster(plain: Callable[[], object], special: Callable[[], object], pairs: in
     after = load_now()
     last_ratios[:] = medians
     seen = [x for x in (before, after) if x is not None]
-    last_others = confirmed(max(seen) if seen else None, _busy)  # a passing spike must not void the measurement
+    last_others = confirmed(max(seen, default=None), _busy)  # a passing spike must not void the measurement
     votes = {ratio <= MARGIN for ratio in medians}
     return votes.pop() if len(votes) == 1 else None
 
@@ -256,7 +256,7 @@ def _age_days(record: Record) -> float:
     """How many days ago ``record`` was measured (infinite when its time does not parse)."""
     try:
         measured = datetime.datetime.fromisoformat(record["measured"])
-    except (ValueError, TypeError, KeyError):
+    except ValueError:  # a record read from the file holds a str (_valid)
         return float("inf")
     if measured.tzinfo is None:
         measured = measured.replace(tzinfo=datetime.timezone.utc)
