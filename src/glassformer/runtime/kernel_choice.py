@@ -43,10 +43,9 @@ MAX_CACHE_BYTES = 1 << 22  # a few hundred bytes per choice: a larger cache file
 
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
 _choices: dict[str, Record] | None = None  # loaded lazily from the file
-_loaded_for: tuple[object, int] = (None, 0)  # (the dict read from the file, torch's thread count then)
-_answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
-# a case measured here is not measured twice (even when provisional), and a decoding step, which asks for each of
-# its products, finds a settled answer without re-reading its record
+_loaded_for: tuple[object, int, dict[str, bool]] = (None, 0, {})  # (the choices dict, torch's thread count when
+# it was read, {case: answer} given from it): a case measured here is not measured twice (even when provisional),
+# and a decoding step, which asks for each of its products, finds a settled answer without re-reading its record
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
 _kept_in: Path | bool = False  # the file choices are read from (True: cache_file(); False: this process only)
@@ -175,11 +174,13 @@ def _load() -> dict[str, Record]:
 def _loaded() -> dict[str, Record]:
     """This machine's choices, read once per thread count: when torch's count changes, that count's choices."""
     global _choices, _loaded_for
-    if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != torch.get_num_threads():
+    threads = torch.get_num_threads()
+    if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != threads:
         _choices = None  # a choice holds for the thread count it was measured at
     if _choices is None:
         _choices = _load()
-        _loaded_for = (_choices, torch.get_num_threads())
+    if _loaded_for[0] is not _choices:  # read from the file, reset, or a test's own dict: answers start again
+        _loaded_for = (_choices, threads, {})
     return _choices
 
 
@@ -271,7 +272,7 @@ def effective(entry: Record | bool) -> bool:
 
 def _settled(record: Record | None) -> bool:
     """Whether ``record`` answers its case without measuring: final and measured less than MAX_AGE_DAYS ago (one
-    this process measured is remembered in ``_answers``, provisional or not)."""
+    this process measured is remembered in ``_loaded_for``, provisional or not)."""
     return record is not None and record["final"] and _age_days(record) <= MAX_AGE_DAYS
 
 
@@ -283,16 +284,15 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
     here, and the measurement (:func:`faster`) is remembered. While ``torch.compile`` traces, an unknown
     case takes the plain way. ``grad``: time with autograd (a training step), in fewer pairs.
     """
-    global last_others, _answers
+    global last_others
     loaded = _loaded()
-    if _answers[0] is not loaded:  # another file read (or a test's own dict): answers start again
-        _answers = (loaded, {})
-    known = _answers[1].get(case)
+    answers = _loaded_for[2]
+    known = answers.get(case)
     if known is not None:
         return known
     entry = loaded.get(case)
     if _settled(entry):
-        _answers[1][case] = answer = effective(entry)
+        answers[case] = answer = effective(entry)
         return answer
     if torch.compiler.is_compiling():
         return False
@@ -307,7 +307,7 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
         "how": f"{ROUNDS} rounds x {pairs} pairs, margin {MARGIN}", "ratios": [round(r, 4) for r in last_ratios],
         "others_running": last_others, "threads": torch.get_num_threads()}
     _save(_choices)
-    _answers[1][case] = answer = effective(record)  # measured by this process: settled here
+    answers[case] = answer = effective(record)  # measured by this process: settled here
     return answer
 
 
@@ -336,5 +336,5 @@ def reset_choices() -> None:
     """Forget every choice of this machine (in memory and in the file): they are measured again."""
     global _choices, _loaded_for
     _choices = {}
-    _loaded_for = (_choices, torch.get_num_threads())
+    _loaded_for = (_choices, torch.get_num_threads(), {})
     _save(_choices)
