@@ -60,10 +60,6 @@ class Precision:
         asked = f"{self.asked}: " if self.asked != self.name else ""
         return f"precision: {self.name} ({asked}{self.reason})"
 
-    def to_dict(self) -> dict[str, str]:
-        """What checkpoints and results record."""
-        return {"precision": self.name, "asked": self.asked, "reason": self.reason}
-
 
 def bf16_hardware(device: torch.device | str) -> tuple[bool, str]:
     """Whether ``device`` multiplies bfloat16 matrices natively, and the evidence in words."""
