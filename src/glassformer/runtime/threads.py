@@ -145,7 +145,7 @@ def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.e
     return True
 
 
-_at_start: ThreadPlan | None = None  # the plan made by prepare() or the first apply()
+_at_start: ThreadPlan | None = None  # the plan made by prepare()
 _default: int | None = None  # torch's own thread count
 _applied: int | None = None  # the count glassformer last set (None: never, or the user fixed it)
 
@@ -160,15 +160,13 @@ def prepare(follows_load: bool = False) -> ThreadPlan:
 
 
 def at_start() -> ThreadPlan | None:
-    """The plan :func:`prepare` or the first :func:`apply` made (None before)."""
+    """The plan :func:`prepare` made (None before)."""
     return _at_start
 
 
-def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
-    """Set torch's thread count to the plan's (``chosen``, else :func:`prepare`'s, else a new one); returns it."""
-    global _default, _applied, _at_start
-    chosen = chosen or _at_start or plan()
-    _at_start = _at_start or chosen
+def apply(chosen: ThreadPlan) -> None:
+    """Set torch's thread count to ``chosen``'s (the plan :func:`prepare` made)."""
+    global _default, _applied
     import torch
 
     if _default is None:
@@ -176,7 +174,6 @@ def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
     if chosen.threads and torch.get_num_threads() != chosen.threads:
         torch.set_num_threads(chosen.threads)
     _applied = None if chosen.wait == "user" else torch.get_num_threads()
-    return chosen
 
 
 def follow_load() -> ThreadPlan | None:
