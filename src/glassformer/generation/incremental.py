@@ -115,13 +115,11 @@ class IncrementalDecoder:
             B, capacity = new.shape[0], cache[0].capacity
             wanted = self.compile and wants_compiled(self.model, self.compile, B, capacity, self.max_new_tokens)
             choice = self.compile if wanted else False
-            if StaticSteps.applies(self.model, cache, pad, compiled=wanted):  # one per cache (a window rerun
-                self.static = StaticSteps(self.model, cache, B, graphs=static_mode() == "graphs",  # makes one)
-                                          compiled=choice)
+            if StaticSteps.applies(self.model, cache, pad, compiled=wanted):  # one per cache (a window rerun anew)
+                self.static = StaticSteps(self.model, cache, B, graphs=static_mode() == "graphs", compiled=choice)
                 return self.static(new, first - start)
         positions = None if pad is None else left_pad_positions(pad)[:, first - start:]  # (B, T) real tokens only
-        prefix = None
-        if self.prefix_end is not None:  # in window coordinates; only the first call's mask uses it
-            prefix = (self.prefix_end - start).clamp(0, self.length - start)
+        # prefix-LM: the prefix end in window coordinates (only the first call's mask uses it)
+        prefix = None if self.prefix_end is None else (self.prefix_end - start).clamp(0, self.length - start)
         hidden = self.model.hidden_states(new, pad, prefix, positions=positions, cache=cache, check_ids=False)
         return self.model.logits(hidden[:, -1:])[:, 0].float()
