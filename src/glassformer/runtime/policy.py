@@ -63,7 +63,6 @@ def tune(threads: str | int | None = "auto", *, follows_load: bool = False,
     plan, fixed = None, None
     if threads == "auto":
         plan = _threads.prepare(follows_load=follows_load)
-        _threads.apply(plan)
     elif threads is not None:
         if isinstance(threads, str):
             raise UsageError(f"threads must be 'auto', an int >= 1 or None, got {threads!r}")

@@ -151,22 +151,12 @@ _applied: int | None = None  # the count glassformer last set (None: never, or t
 
 
 def prepare(follows_load: bool = False) -> ThreadPlan:
-    """Measure the load and set the wait policy before torch is imported (:func:`apply` then sets the threads);
-    ``follows_load``: the command measures the load again as it runs (see :func:`plan`)."""
-    global _at_start
-    _at_start = plan(follows_load=follows_load)
-    set_wait_policy(_at_start)
-    return _at_start
-
-
-def at_start() -> ThreadPlan | None:
-    """The plan :func:`prepare` made (None before)."""
-    return _at_start
-
-
-def apply(chosen: ThreadPlan) -> None:
-    """Set torch's thread count to ``chosen``'s (the plan :func:`prepare` made)."""
-    global _default, _applied
+    """Measure the load, set the wait policy (before torch is imported, while OpenMP still reads it), then torch's
+    thread count; returns the plan. ``follows_load``: the command measures the load again as it runs (see
+    :func:`plan`)."""
+    global _at_start, _default, _applied
+    _at_start = chosen = plan(follows_load=follows_load)
+    set_wait_policy(chosen)
     import torch
 
     if _default is None:
@@ -174,6 +164,12 @@ def apply(chosen: ThreadPlan) -> None:
     if chosen.threads and torch.get_num_threads() != chosen.threads:
         torch.set_num_threads(chosen.threads)
     _applied = None if chosen.wait == "user" else torch.get_num_threads()
+    return chosen
+
+
+def at_start() -> ThreadPlan | None:
+    """The plan :func:`prepare` made (None before)."""
+    return _at_start
 
 
 def follow_load() -> ThreadPlan | None:
@@ -205,7 +201,7 @@ def fix(count: int) -> None:
 
 class LoadFollower:
     """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``), when
-    ``on`` and a thread count chosen by the policy is in force (:func:`apply`, asked for by
+    ``on`` and a thread count chosen by the policy is in force (:func:`prepare`, asked for by
     :func:`glassformer.runtime.tune` or the command): a loop alone never changes the thread count."""
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
