@@ -71,11 +71,9 @@ class IncrementalDecoder:
         if self.length == self.tokens.shape[1]:  # double the buffers, up to ``limit`` columns
             if self.length >= self.limit:
                 raise GlassformerError(f"cannot append beyond {self.limit} tokens (the prompt + max_new_tokens)")
-            B, old = self.tokens.shape
-            more = min(self.limit, 2 * old) - old
-            self.tokens = torch.cat([self.tokens, self.tokens.new_zeros(B, more)], dim=1)
-            if self.pad is not None:
-                self.pad = torch.cat([self.pad, self.pad.new_zeros(B, more)], dim=1)
+            more = (0, min(self.limit, 2 * self.length) - self.length)  # columns added
+            self.tokens = F.pad(self.tokens, more)
+            self.pad = None if self.pad is None else F.pad(self.pad, more)
         self.tokens[:, self.length] = tokens
         self.length += 1
 
