@@ -166,19 +166,18 @@ def _length_class(n: int) -> int:
 def blocked_pays(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
     """Whether :func:`blocked_attention` beats the fused kernel here for this shape class (on a CPU with bfloat16
     units): measured once per (training or not, causal or masked, B·h, lengths, head width), with autograd."""
-    B, h, Tq, d = q.shape
-    Tk, grad = k.shape[-2], torch.is_grad_enabled() and q.requires_grad
+    B, h, _, d = q.shape
+    rows, tq, tk = B * h, _length_class(q.shape[-2]), _length_class(k.shape[-2])  # the shape class
+    grad = torch.is_grad_enabled() and q.requires_grad
     kind = "causal" if is_causal and mask is None else "masked" if mask is not None else "full"
-    rows = B * h
-    case = (f"attention bfloat16 blocked: {'train' if grad else 'infer'} {kind} {rows} rows Tq~{_length_class(Tq)} "
-            f"Tk~{_length_class(Tk)} d{d}")
+    case = f"attention bfloat16 blocked: {'train' if grad else 'infer'} {kind} {rows} rows Tq~{tq} Tk~{tk} d{d}"
 
     def ways() -> tuple:
         g = torch.Generator().manual_seed(0)
-        shapes = [(rows, 1, _length_class(Tq), d), (rows, 1, _length_class(Tk), d), (rows, 1, _length_class(Tk), d)]
+        shapes = [(rows, 1, tq, d), (rows, 1, tk, d), (rows, 1, tk, d)]
         q_, k_, v_ = (torch.randn(s, generator=g).to(torch.bfloat16).requires_grad_(grad) for s in shapes)
-        m_ = None if mask is None else torch.ones(q_.shape[-2], k_.shape[-2], dtype=torch.bool).tril(
-            k_.shape[-2] - q_.shape[-2])  # a prefix-like pattern: the mask's cost, whatever its values
+        # a prefix-like pattern: the mask's cost, whatever its values
+        m_ = None if mask is None else torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq)
 
         def timed(attention: Callable[..., torch.Tensor]) -> Callable[[], None]:
             def call() -> None:
