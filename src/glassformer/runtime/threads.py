@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how threads wait
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
@@ -41,17 +42,11 @@ def _runnable_total() -> int | None:
 def _own_running() -> int:
     """This process's threads that are running or runnable now (state R in /proc/self/task/*/stat), at least 1."""
     count = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 1
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]  # the name, in parentheses, may hold spaces
+    for stat in Path("/proc/self/task").glob("*/stat"):  # none where there is no /proc
+        try:  # the name, in parentheses, may hold spaces
+            count += stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()[0] == "R"
         except (OSError, IndexError):
-            continue
-        count += state == "R"
+            continue  # a thread that ended meanwhile
     return max(1, count)
 
 
