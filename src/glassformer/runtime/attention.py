@@ -117,9 +117,8 @@ def blocked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     *batch, Tq, _ = q.shape
     Tk = k.shape[-2]
     if mask is not None:  # (N, Tq, Tk), N = B·h (copied where it broadcast)
-        mask = mask.expand(*batch, Tq, Tk).reshape(-1, Tq, Tk)
-    out = _BlockedAttention.apply(q.reshape(-1, Tq, q.shape[-1]), k.reshape(-1, Tk, k.shape[-1]),
-                                  v.reshape(-1, Tk, v.shape[-1]), mask, is_causal, scale)  # (N, Tq, dv)
+        mask = mask.expand(*batch, Tq, Tk).flatten(0, -3)
+    out = _BlockedAttention.apply(q.flatten(0, -3), k.flatten(0, -3), v.flatten(0, -3), mask, is_causal, scale)
     return out.view(*batch, Tq, v.shape[-1])
 
 
