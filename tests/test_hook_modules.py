@@ -48,3 +48,35 @@ def test_taps_are_identities_with_no_state():
     assert not any("hook_" in key for key in model.state_dict())  # checkpoints do not see them
     x = torch.randn(3)
     assert all(t(x) is x for t in taps)
+
+
+def test_a_part_replaced_or_removed_is_the_one_the_forward_reads():
+    """Tapped keeps child modules as plain attributes too: assignment, add_module and deletion keep the plain
+    attribute and the registered module the same object, so the forward always runs the part the tree holds."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=32, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8).eval()
+    ids = torch.randint(0, 32, (1, 5))
+    block = model.blocks[0]
+    zero = torch.nn.Linear(16, 16)
+    torch.nn.init.zeros_(zero.weight)
+    torch.nn.init.zeros_(zero.bias)
+    with torch.no_grad():
+        plain = model(ids)
+        block.self_attn.o_proj = zero  # attention now writes nothing
+        assert block.self_attn.o_proj is dict(block.self_attn.named_children())["o_proj"] is zero
+        without_attention = model(ids)
+        block.self_attn.add_module("o_proj", torch.nn.Identity())
+        assert isinstance(block.self_attn.o_proj, torch.nn.Identity)
+        assert isinstance(dict(block.self_attn.named_children())["o_proj"], torch.nn.Identity)
+        block.ffn = None  # a block without its feed-forward
+        assert block.ffn is None and "ffn" not in dict(block.named_children())
+        del block.self_attn.o_proj
+        assert "o_proj" not in vars(block.self_attn) and "o_proj" not in dict(block.self_attn.named_children())
+    assert not torch.equal(plain, without_attention)
+    # the replacement changed the numbers exactly as a model built without attention's write would give
+    torch.manual_seed(0)
+    again = TransformerLM(vocab_size=32, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8).eval()
+    again.blocks[0].self_attn.o_proj.weight.data.zero_()
+    again.blocks[0].self_attn.o_proj.bias.data.zero_()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids), without_attention, rtol=0, atol=0)

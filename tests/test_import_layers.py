@@ -47,6 +47,7 @@ SIDEWAYS: set[tuple[str, str]] = {
     ("io.loaders", "errors"),   # every way a file can be unusable is a BadFileError
     ("recipes", "viz"),      # a recipe draws its loss curve and samples
     ("lessons", "viz"),      # a lesson draws its attention maps
+    ("lessons", "interop"),  # lesson 2 gives torch.nn's attention weights to ours through the converter
     ("recipes", "interop"),
     ("bench", "interop"),
     ("training", "runtime"),    # precision and device choices

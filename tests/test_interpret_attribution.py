@@ -86,7 +86,7 @@ def test_heads_agree_with_exact_patching_where_small_changes():
 def test_metric_must_be_a_differentiable_number():
     model = lm()
     clean, corrupted = pair()
-    with pytest.raises(GlassformerError, match="0-dim tensor"):
+    with pytest.raises(GlassformerError, match="metric must return a 0-dim float tensor"):
         attribution_patching(model, clean, corrupted, lambda logits: logits[:, -1, 0])
     with pytest.raises(GlassformerError, match="no per-head point"):
         attribution_patching(model, clean, corrupted, logit_sum, names="resid_pre").heads()

@@ -115,10 +115,11 @@ def test_find_circuit_ablation_and_its_errors():
     kept = [(s, r) for s, r, _ in circuit.edges]
     torch.testing.assert_close(circuit.logits, circuit_logits(model, clean, corrupted, kept, ablation="mean"))
     assert float(metric(circuit.logits)) == pytest.approx(circuit.circuit_metric, abs=1e-6)
-    with pytest.raises(GlassformerError, match=r"^ablation must be one of 'corrupted', 'mean', 'zero', 'resample', "
+    with pytest.raises(GlassformerError, match=r"^ablation must be one of \['corrupted', 'mean', 'zero', 'resample'\], "
                                                r"got 'means'$"):
         circuit_metric(model, clean, corrupted, metric, [], ablation="means")
-    with pytest.raises(GlassformerError, match=r"position must be an int in \[-10, 10\)"):
+    with pytest.raises(GlassformerError,
+                       match=r"the position of edge \('embed', 'logits', 10\) must be an int in \[-10, 9\], got 10"):
         circuit_metric(model, clean, corrupted, metric, [("embed", "logits", 10)])
     with pytest.raises(GlassformerError, match="at least 2 rows"):
         circuit_metric(model, clean[:1], corrupted[:1], metric, [], ablation="resample")

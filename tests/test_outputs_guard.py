@@ -205,7 +205,8 @@ def test_nothing_is_written_into_a_checkpoint_folder_the_command_reads(inputs, t
 # ---------------------------------------------------------------------- the library's writers (found by reading it)
 PACKAGE = Path(importlib.import_module("glassformer").__file__).parent
 RAW = {"write_text", "write_bytes", "save_file", "savefig", "open"}  # writes no guard sees ("open": for writing)
-GUARDED = {"atomic_write", "atomic_write_text", "atomic_directory", "new_directory", "replace_symlink"}
+GUARDED = {"atomic_write", "atomic_write_text", "atomic_directory", "new_directory", "replace_symlink",
+           "write_page"}  # write_page: viz.page's atomic_write of an HTML page
 
 
 def _calls(function: ast.AST) -> set[str]:
@@ -281,6 +282,7 @@ BY_VERB = {
     "runtime.kernel_choice.reset_choices": "bench", "training.checkpoint.commit_checkpoint": "train",
     "training.loop.Trainer.train": "train", "training.loop.Trainer.train_step": "train",
     "training.resume.tidy_run_dir": "train", "training.run_dir.recover_run": "train",
+    "training.run_dir.point_and_tidy": "train",
     "training.trackers.Trackers.log": "train", "training.trackers.open_trackers": "train",
     "interpret.sae.loop.ActivationTrainer.train": "sae", "interpret.sae.loop.ActivationTrainer.save_state": "sae",
     "interpret.transcoders.run.run_transcoders": "transcoders", "interpret.transcoders.run.train_transcoders":
@@ -322,6 +324,7 @@ API_WRITERS = {
     "viz.plots.save_figure": (lambda a, out: _plots().save_figure(_plots().pyplot().figure(), out), False),
     "viz.plots.plot_attention": (lambda a, out: _plots().plot_attention(torch.full((2, 2), 0.5), ["a", "b"], out),
                                  False),
+    "viz.page.write_page": (lambda a, out: _viz("page").write_page(out, "<!doctype html><p>page"), False),
     "viz.report.Report.save": (lambda a, out: _viz("report").Report("<!doctype html><p>page").save(out), False),
     "viz.report.write_report": (lambda a, out: _viz("report").write_report(a["model"], a["tok"], "ab", out=out,
                                                                            generate=0), False),

@@ -274,6 +274,12 @@ def test_bad_json_lines_name_the_line(tmp_path):
     bad.write_bytes(b'{"text": "a"}\n{"text": 3}\n')
     with pytest.raises(BadFileError, match=r"line 2: field 'text' holds int, not text"):
         prepare([str(bad)], tmp_path / "o3", "byte")
+    bad.write_bytes(b'{"text": "a"}\n{"text": "b",\n')
+    with pytest.raises(BadFileError, match=r"d.jsonl' line 2 is not valid JSON \(Expecting property name"):
+        prepare([str(bad)], tmp_path / "o4", "byte")
+    bad.write_bytes(b'{"text": "a"}\n' + b"[" * 100_000 + b"\n")  # once a RecursionError from deep inside json
+    with pytest.raises(BadFileError, match=r"d.jsonl' line 2 is nested too deeply to read"):
+        prepare([str(bad)], tmp_path / "o5", "byte")
 
 
 def test_parquet_without_the_column(tmp_path):

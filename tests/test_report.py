@@ -175,7 +175,7 @@ def test_cjk_tokens_and_ids_without_tokenizer():
     (lambda: gather(lm("prefix"), TOK, "ab", prefix_len=1.5), TypeError, "prefix_len must be an int"),
     (lambda: gather(lm("causal"), None, "ab"), TypeError, "no tokenizer"),
     (lambda: gather(lm("causal"), TOK, ""), ValueError, "text is empty"),
-    (lambda: gather(lm("causal"), TOK, [1.5]), TypeError, "text must be text, a list of token ids"),
+    (lambda: gather(lm("causal"), TOK, [1.5]), TypeError, "text must be a tensor, a list of ids"),
     (lambda: gather(lm("bidirectional"), TOK, "abc", pad_to=2), ValueError, "pad_to must be an int >= "),
     (lambda: gather(lm("causal"), TOK, "ab", max_tokens=0), ValueError, r"max_tokens must be an int in \[1, 2048\]"),
     (lambda: gather(lm("causal"), TOK, "ab", top_k=True), ValueError, r"top_k must be an int in \[1, 100\], got True"),

@@ -71,7 +71,7 @@ def test_a_crafted_record_key_cannot_reach_the_page(tmp_path):
     records = run / RECORDS
     evil = '0.0"><img src=x onerror=alert(1)>'
     records.write_text(records.read_text().replace('"0.0"', json.dumps(evil)))
-    with pytest.raises(BadFileError, match="attention key"):
+    with pytest.raises(BadFileError, match="'attention' must be a mapping of 'layer.head'"):
         gather_run(run)
     assert main(["inspect", str(run)]) == 2 and not (run / "run.html").exists()
     page = write_run_page(fake_run(tmp_path / "good", layers=1, heads=1)).read_text(encoding="utf-8")

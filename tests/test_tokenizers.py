@@ -51,6 +51,13 @@ def test_char_unk_and_specials_come_first():
         tok.decode([9])
 
 
+def test_char_vocabulary_of_specials_only_maps_every_character_to_unk():
+    tok = CharTokenizer([], specials=["unk"])  # the vectorised lookup once indexed an empty table here
+    assert tok.encode("ab\ud800") == tok.encode_to_array("ab\ud800").tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"character 'a' \(U\+0061\) at position 0 .* vocabulary of 0 characters"):
+        CharTokenizer([]).encode("a")
+
+
 def test_bad_specials_are_rejected():
     with pytest.raises(ValueError, match="unknown special token"):
         CharTokenizer.from_text("ab", specials=["cls"])
@@ -81,7 +88,7 @@ def test_bpe_trains_roundtrips_and_saves(tmp_path):
     again = Tokenizer.load(tmp_path / "tok.json")
     assert isinstance(again, BPETokenizer) and again.encode(sample) == ids
     assert again.special_tokens == tok.special_tokens
-    with pytest.raises(ValueError, match="vocab_size must be an int >= 259"):
+    with pytest.raises(ValueError, match=r"vocab_size must be an int in \[259, 4194304\], got 100"):
         BPETokenizer.train(texts, vocab_size=100, specials=["pad", "eos", "mask"])
 
 

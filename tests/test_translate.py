@@ -50,7 +50,7 @@ def test_translate_rejects_what_it_cannot_do(seq2seq):
         translate(TransformerLM(vocab_size=tokenizer.vocab_size), tokenizer, SOURCES)
     with pytest.raises(TypeError, match="single str"):
         translate(model, tokenizer, "ein hund")
-    with pytest.raises(ValueError, match="num_beams must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"num_beams must be an int in \[1, 4096\], got 0"):
         translate(model, tokenizer, SOURCES, num_beams=0)
     with pytest.raises(ValueError, match="'bos' and 'eos'"):
         translate(model, CharTokenizer(list("ab")), SOURCES)

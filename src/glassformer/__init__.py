@@ -1,17 +1,12 @@
 """glassformer: every Transformer of the lessons, from its parts, that you can see through. Importing it is
 light and changes nothing: no torch until a name that needs it is first used (PEP 562)."""
 
-from __future__ import annotations
-
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
 if TYPE_CHECKING:
-    import torch
-
     from .checks import CausalityReport, check_causality
     from .config import PRESETS, ModelConfig
     from .models import EncoderDecoder, TransformerLM, build_model, count_params
@@ -28,6 +23,7 @@ if TYPE_CHECKING:
         sinusoidal_positions,
     )
     from .tokenizers import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
+    from .training.checkpoint import load
     from .viz.shapes import shape_trace
 
 _PUBLIC = {  # public name -> the module that defines it, imported on first use
@@ -37,6 +33,7 @@ _PUBLIC = {  # public name -> the module that defines it, imported on first use
     "causal_mask": ".nn", "padding_mask": ".nn", "prefix_mask": ".nn", "scaled_dot_product_attention": ".nn",
     "sinusoidal_positions": ".nn", "BPETokenizer": ".tokenizers", "ByteTokenizer": ".tokenizers",
     "CharTokenizer": ".tokenizers", "Tokenizer": ".tokenizers", "shape_trace": ".viz.shapes",
+    "load": ".training.checkpoint",  # (model, tokenizer) from a checkpoint folder written by training
 }
 
 
@@ -53,13 +50,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     """The module's names, the lazily imported public ones included."""
     return sorted({*globals(), *_PUBLIC})
-
-
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
-    """``(model, tokenizer)`` from a checkpoint folder written by training (see glassformer.training)."""
-    from .training.checkpoint import load as load_checkpoint_folder
-
-    return load_checkpoint_folder(path, map_location)
 
 
 __all__ = [

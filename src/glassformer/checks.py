@@ -61,10 +61,7 @@ def check_causality(model: nn.Module, ids: torch.Tensor, *, prefix_len: int | to
     try:
         base = run(ids)
         attn = "causal" if encdec else config.attn
-        if prefix_len is None:
-            prefix = torch.zeros(B, dtype=torch.long)
-        else:
-            prefix = torch.as_tensor(prefix_len).reshape(-1).expand(B).cpu()
+        prefix = torch.as_tensor(0 if prefix_len is None else prefix_len).reshape(-1).expand(B).cpu()  # (B,)
         observed = torch.ones(B, T, dtype=torch.bool) if pad is None else ~pad.cpu()
         leak, visible_change, checks, worst = 0.0, 0.0, 0, None
         for t in range(T):

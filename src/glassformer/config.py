@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentTypeError, BadFileError, GlassformerError
-from .io.checks import is_int, shown
 from .io.loaders import MAX_CONFIG_BYTES, load_json, parse_json
-from .validate import check_fields, from_mapping, option
+from .validate import DictConfig, check_choice, check_fields, option
 
 # The choices of the string fields (nn/ reads ACTIVATIONS and NORMS from here).
 ARCHS = ("lm", "encoder-decoder")
@@ -44,7 +43,7 @@ CROSS_FIELD_RULES: tuple[tuple[Callable[[Any], bool], str], ...] = (
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(DictConfig):
     """The architecture of a :class:`TransformerLM` or :class:`EncoderDecoder`, immutable; defaults are the
     lesson-2 model. Change fields with :meth:`replace` (a checked copy)."""
 
@@ -95,15 +94,6 @@ class ModelConfig:
         """Key/value heads actually used: ``n_kv_heads``, or ``n_heads`` when it is None."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a plain dict of its fields (JSON-serialisable)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """A config from a dict of its fields; an unknown key or a missing vocab_size is an error naming it."""
-        return from_mapping(cls, data)
-
     def to_json(self, path: str | Path | None = None) -> str:
         """The config as JSON text; also written to ``path`` when given (:func:`glassformer.io.fileio.atomic_write`:
         a link, a FIFO or a file glassformer did not write there is refused)."""
@@ -138,9 +128,7 @@ class ModelConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named configuration (see ``PRESETS``), optionally with fields overridden."""
-        if not isinstance(name, str) or name not in PRESETS:
-            raise GlassformerError(f"unknown preset {shown(name)}; available: {sorted(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides})
+        return cls.from_dict({**PRESETS[check_choice("preset", name, sorted(PRESETS))], **overrides})
 
     @classmethod
     def presets(cls) -> list[str]:
@@ -184,7 +172,7 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
             raise ArgumentTypeError("pass either a ModelConfig or keyword arguments, not both "
                                     "(use config.replace(...) to change fields)")
         config = first
-    elif is_int(first):
+    else:  # the lessons' Model(vocab_size, ...): the config's own check names a vocab_size that is no int
         if len(args) > len(names):
             raise ArgumentTypeError(f"too many positional arguments: at most {len(names) + 1} "
                                     f"(vocab_size, {', '.join(names)})")
@@ -193,8 +181,6 @@ def config_from_args(first: Any, args: tuple, kwargs: dict[str, Any], names: tup
         if clash:
             raise ArgumentTypeError(f"argument(s) {clash} given both by position and by keyword")
         config = ModelConfig.from_dict({"vocab_size": first, "arch": arch, **positional, **kwargs})
-    else:
-        raise ArgumentTypeError(f"first argument must be vocab_size (int) or a ModelConfig, got {type(first).__name__}")
     if config.arch != arch:
         raise GlassformerError(f"config.arch={config.arch!r} but this model is arch={arch!r}")
     return config

@@ -160,26 +160,29 @@ def from_mapping(cls: type, data: Any, what: str = "config") -> Any:
     return cls(**data)
 
 
-Checked = TypeVar("Checked", bound="CheckedConfig")
+Config = TypeVar("Config", bound="DictConfig")
 
 
-class CheckedConfig:
-    """What a run's dataclass config shares with the others: ``validate`` (its ``__post_init__`` checks again,
-    after a key was changed), ``to_dict`` (plain JSON values) and ``from_dict`` (built and checked; an unknown
-    key is an error naming it and the known ones). ``WHAT`` names the config in those errors."""
+class DictConfig:
+    """What every dataclass config shares: ``to_dict`` (plain JSON values) and ``from_dict`` (built and checked;
+    an unknown key is an error naming it and the known ones). ``WHAT`` names the config in those errors."""
 
     WHAT = "config"
-
-    def validate(self: Checked) -> Checked:
-        """Check every key again (after one was changed); return self."""
-        self.__post_init__()  # type: ignore[attr-defined]
-        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Every key as plain JSON values."""
         return asdict(self)  # type: ignore[call-overload]
 
     @classmethod
-    def from_dict(cls: type[Checked], data: dict[str, Any]) -> Checked:
-        """Build and check; an unknown key is an error naming it and the known ones."""
+    def from_dict(cls: type[Config], data: dict[str, Any]) -> Config:
+        """Build and check; an unknown key or a missing required one is an error naming it."""
         return from_mapping(cls, data, cls.WHAT)
+
+
+class CheckedConfig(DictConfig):
+    """A run's config, whose keys may change after it was made: :meth:`validate` checks them again."""
+
+    def validate(self: Config) -> Config:
+        """Check every key again (after one was changed); return self."""
+        self.__post_init__()  # type: ignore[attr-defined]
+        return self

@@ -26,10 +26,10 @@ TOLERANCE = 0.10  # a default may be at most 10% slower than its alternative
 CHECKS = ("newton_schulz", "precision", "bf16_attention", "decode_route", "huge_pages", "threads", "compile")
 
 
-def recipe_model(n_layers: int = 2) -> TransformerLM:
+def recipe_model() -> TransformerLM:
     """The Shakespeare recipe's model (``shakespeare_char_fast``: 2 layers, d 128, RoPE, context 64), seeded."""
     torch.manual_seed(0)
-    config = ModelConfig.preset("shakespeare-char", vocab_size=65, n_layers=n_layers, pos="rope", max_len=64,
+    config = ModelConfig.preset("shakespeare-char", vocab_size=65, n_layers=2, pos="rope", max_len=64,
                                 dropout=0.0)
     return TransformerLM(config)
 

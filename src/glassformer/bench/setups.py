@@ -44,11 +44,10 @@ SIZES = {  # nanoGPT's shakespeare_char shapes: its CPU recipe (block 128, batch
 PRECISIONS = DTYPES  # a row runs in float32, or under autocast to a 16-bit type
 
 
-def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision",
-                     device: torch.device | str = "cpu") -> tuple[str, ...]:
+def check_precisions(precisions: tuple[str, ...] | str, device: torch.device | str = "cpu") -> tuple[str, ...]:
     """``precisions`` (a tuple or a comma-separated string) in order without repeats, "auto" standing for
     what ``precision: auto`` can pick on ``device`` (float32, and bfloat16 where it has bfloat16
-    instructions); a GlassformerError naming ``name`` for an unknown value or none."""
+    instructions); a GlassformerError for an unknown value or none."""
     if isinstance(precisions, str):
         precisions = tuple(part.strip() for part in precisions.split(",") if part.strip())
     if "auto" in precisions:
@@ -57,10 +56,10 @@ def check_precisions(precisions: tuple[str, ...] | str, name: str = "precision",
         precisions = (*precisions[:at], *choices, *precisions[at + 1:])
     for value in precisions:
         if value not in PRECISIONS:
-            raise GlassformerError(f"{name} must be some of auto, {', '.join(PRECISIONS)} (comma-separated), "
+            raise GlassformerError(f"precision must be some of auto, {', '.join(PRECISIONS)} (comma-separated), "
                                    f"got {value!r}")
     if not precisions:
-        raise GlassformerError(f"{name} must name at least one of {', '.join(PRECISIONS)}, got none")
+        raise GlassformerError(f"precision must name at least one of {', '.join(PRECISIONS)}, got none")
     return tuple(dict.fromkeys(precisions))
 
 

@@ -80,9 +80,8 @@ def paired(contenders: dict[str, Callable[[], object]], *, rounds: int = 5, call
     """Time no-argument functions (name -> one unit of work) in alternation, the order reversed every other
     round, after ``warmup`` untimed calls of each; a round's value is the median of ``calls`` calls.
     Returns name -> :class:`Timing`."""
-    check_int("rounds", rounds, 1)
-    check_int("calls", calls, 1)
-    check_int("warmup", warmup, 0)
+    for name, value, low in (("rounds", rounds, 1), ("calls", calls, 1), ("warmup", warmup, 0)):
+        check_int(name, value, low)
     names = list(contenders)
     for name in names:
         for _ in range(warmup):

@@ -33,10 +33,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, cli_text("error", self.lang, prog=self.prog, message=message) + "\n")
 
 
-def build_parser(lang: str = "en") -> argparse.ArgumentParser:
-    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS` (``lang``: its own texts')."""
-    parser = OneLineParser(prog="glassformer", description=cli_text("description", lang), allow_abbrev=False,
-                           epilog=cli_text("epilog", lang))
+def build_parser() -> argparse.ArgumentParser:
+    """The ``glassformer`` parser with one subparser per verb of :data:`VERBS`, in English (main translates it)."""
+    parser = OneLineParser(prog="glassformer", description=cli_text("description"), allow_abbrev=False,
+                           epilog=cli_text("epilog"))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
@@ -162,13 +162,12 @@ def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str], 
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
     known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    for word in extra:
-        old = word.split("=", 1)[0]
-        new = f"--{RENAMED_KEYS[old[2:]]}" if old[2:] in RENAMED_KEYS else None
-        if old.startswith("--") and new in known:
+    for old in (word.split("=", 1)[0] for word in extra if word.startswith("--")):
+        new = "--" + RENAMED_KEYS.get(old[2:], "")
+        if new in known:
             return cli_text("renamed_option", lang, old=old, new=new)
-        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
-        if word.startswith("--") and close:
+        close = difflib.get_close_matches(old, known, n=1, cutoff=0.8)
+        if close:
             return cli_text("did_you_mean", lang, option=close[0])
     return ""
 

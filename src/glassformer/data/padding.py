@@ -5,6 +5,7 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import GlassformerError
+from ..validate import check_choice
 
 SIDES = ("left", "right")
 
@@ -16,8 +17,7 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
     Right padding suits an encoder's input and training batches; left padding suits prompts to be
     continued (every row's last token then sits in the last column).
     Returns (ids (B, L) long, pad (B, L) bool, True = padding)."""
-    if side not in SIDES:
-        raise GlassformerError(f"side must be one of {SIDES}, got {side!r}")
+    check_choice("side", side, SIDES)
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
     L = int(lengths.max()) if len(rows) else 0
     if length is not None:

@@ -21,14 +21,14 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import BadFileError, GlassformerError
-from ..io import progress as _progress
 from ..io.checks import check_int, check_number
 from ..io.fileio import AtomicFile, atomic_write, claim_outputs, remove_path, run_lock
 from ..io.progress import Heartbeat
 from ..tokenizers import Tokenizer, make_tokenizer
+from ..validate import check_choice
 from . import shards
-from .shards import MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
-from .sources import Source, check_text_field, iter_pieces, list_sources
+from .shards import MAGIC, MANIFEST, TOKENIZER_FILE, VERSIONS, file_hash, header, tokenizer_hash
+from .sources import Source, iter_pieces, list_sources
 
 PROGRESS = "progress.json"
 SHARD_TOKENS = 100_000_000  # modded-nanogpt's shard size
@@ -95,17 +95,10 @@ class _Writer:
             self.file = None
 
 
-def _split_of(document: int, val_fraction: float) -> str:
-    return "val" if int((document + 1) * val_fraction) > int(document * val_fraction) else "train"
-
-
 def _fingerprint(sources: Sequence[Source]) -> list[dict[str, Any]]:
-    out = []
-    for source in sources:
-        info = source.path.stat()
-        out.append({"path": str(source.path.resolve()), "kind": source.kind, "bytes": info.st_size,
-                    "mtime_ns": info.st_mtime_ns})
-    return out
+    stats = [(source, source.path.stat()) for source in sources]
+    return [{"path": str(source.path.resolve()), "kind": source.kind, "bytes": info.st_size,
+             "mtime_ns": info.st_mtime_ns} for source, info in stats]
 
 
 def _check_unchanged(sources: Sequence[Source], fingerprint: list[dict[str, Any]]) -> None:
@@ -123,31 +116,18 @@ def _check_unchanged(sources: Sequence[Source], fingerprint: list[dict[str, Any]
 def encode_pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     """Each text's ids (int64, no specials), as ``tokenizer.encode_to_array`` gives them; a BPE encodes all the
     texts' lines in one batch (every core)."""
-    hf = getattr(tokenizer, "hf", None)
-    if tokenizer.kind != "bpe" or hf is None:
-        return [tokenizer.encode_to_array(t) if t else np.zeros(0, dtype=np.int64) for t in texts]
-    lines, counts = [], []
-    for text in texts:
-        split = text.splitlines(keepends=True)
-        lines += split
-        counts.append(len(split))
+    if tokenizer.kind != "bpe":
+        return [tokenizer.encode_to_array(t) for t in texts]
+    hf = tokenizer.hf
+    lines = [text.splitlines(keepends=True) for text in texts]
     encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
-    encodings = encode(lines, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-    flat = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
-    line_starts = np.concatenate([[0], np.cumsum(lengths)])  # (lines + 1,) token offsets
-    bounds = line_starts[np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)]  # (texts + 1,)
-    return [flat[bounds[k]:bounds[k + 1]] for k in range(len(texts))]
-
-
-def _load_tokenizer(spec: str | Path) -> Tokenizer:
-    path = Path(spec)
-    if not path.exists():
-        raise GlassformerError(f"--tokenizer must be char, byte, bpe, a tokenizer.json or a checkpoint folder, "
-                               f"got {spec!r}")
-    if path.is_dir():
-        path = path / TOKENIZER_FILE
-    return Tokenizer.load(path)
+    encodings = encode([line for text_lines in lines for line in text_lines], add_special_tokens=False)
+    out, start = [], 0
+    for text_lines in lines:  # each text's ids: those of its lines
+        stop = start + len(text_lines)
+        out.append(np.fromiter((i for e in encodings[start:stop] for i in e.ids), dtype=np.int64))
+        start = stop
+    return out
 
 
 def _sample(pieces: Iterator[tuple[str, bool]], chars: int | None) -> Iterator[str]:
@@ -175,12 +155,12 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
         tokenizer_sample: characters the tokenizer is trained on (None: all of them).
         on_shard: called as ``on_shard(split, index)`` after each shard is on disk and recorded.
     """
-    if fmt not in FORMATS:
-        raise GlassformerError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    check_choice("--format", fmt, FORMATS)
     check_number("--val_fraction", val_fraction, 0.0, 1.0, high_open=True)
     check_int("--shard_tokens", shard_tokens, 1, (1 << 31) - 1)
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
-    text_field = check_text_field(text_field)
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
     sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))  # a missing file first
     val_sources = list_sources(list(val)) if val else []
     if tokenizer == "bpe" and vocab_size is None:
@@ -190,47 +170,51 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     inputs = [s.path for s in sources + val_sources]
     given = tokenizer if isinstance(tokenizer, Tokenizer) else None  # a tokenizer used as it is (not trained)
     if given is None and tokenizer not in ("char", "byte", "bpe"):
-        given = _load_tokenizer(tokenizer)
+        path = Path(tokenizer)
+        if not path.exists():
+            raise GlassformerError(f"--tokenizer must be char, byte, bpe, a tokenizer.json or a checkpoint folder, "
+                                   f"got {tokenizer!r}")
+        given = Tokenizer.load(path / TOKENIZER_FILE if path.is_dir() else path)
     named = f"sha256:{tokenizer_hash(given.to_dict())}" if given is not None else str(tokenizer)
     specials = list(dict.fromkeys([*specials, EOT])) if given is None else []
     settings = {"tokenizer": named, "vocab_size": vocab_size, "specials": specials,
                 "val_fraction": 0.0 if val else val_fraction, "text_field": text_field, "shard_tokens": shard_tokens,
                 "format": fmt, "tokenizer_sample": tokenizer_sample}
     fingerprint = _fingerprint(sources) + _fingerprint(val_sources)
-    manifest_file = folder / MANIFEST
-    if manifest_file.is_file():
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-            old = _read_json(manifest_file)
-            if (old.get("format") == shards.MANIFEST_FORMAT and _same_settings(old, settings, given)
-                    and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
-                    == fingerprint and _outputs_intact(folder, old)):
-                old["up_to_date"] = True
-                return old
-    _drop_raw_files(folder)
-    claim_outputs([manifest_file, folder / TOKENIZER_FILE, folder / PROGRESS, folder / shard_name("train", 0, fmt),
+    old = _previous(folder / MANIFEST)
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+        if (old.get("format") == shards.MANIFEST_FORMAT and _same_settings(old, settings, given)
+                and [{k: s[k] for k in ("path", "kind", "bytes", "mtime_ns")} for s in old.get("sources", [])]
+                == fingerprint and _outputs_intact(folder, old)):
+            return {**old, "up_to_date": True}
+    _drop_raw_files(folder, old)
+    claim_outputs([folder / MANIFEST, folder / TOKENIZER_FILE, folder / PROGRESS, folder / shard_name("train", 0, fmt),
                    folder / shard_name("val", 0, fmt)], inputs, "prepared data")
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder):
         return _prepare(folder, sources, val_sources, inputs, given or named, settings, fingerprint, on_shard)
 
 
-def _read_json(path: Path) -> Any:
-    """A JSON file glassformer wrote there earlier, read only when it is a regular file (never a FIFO, a device or
-    a link: a ValueError then, which the callers take as "none")."""
+def _previous(path: Path) -> dict[str, Any]:
+    """The JSON object glassformer wrote at ``path`` earlier, or {} when there is none: absent, unreadable, not a
+    JSON object, or not a regular file (a FIFO, a device or a link is never opened)."""
     from ..io.loaders import load_json
 
     if path.is_symlink() or not path.is_file():
-        raise ValueError(f"{str(path)!r} is not a regular file")
-    return load_json(path, "prepared data file")
+        return {}
+    try:
+        data = load_json(path, "prepared data file")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def _drop_raw_files(folder: Path) -> None:
+def _drop_raw_files(folder: Path, old: dict[str, Any]) -> None:
     """Remove the ``train.bin``/``val.bin`` an earlier ``--format nanogpt`` preparation wrote there: raw ids carry
-    no mark, so the proof is the earlier manifest's SHA-256 of each (a file that differs is left alone)."""
+    no mark, so the proof is the ``old`` manifest's SHA-256 of each (a file that differs is left alone)."""
+    if old.get("format") != shards.MANIFEST_FORMAT or old.get("shard_format") != "nanogpt":
+        return
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-        old = _read_json(folder / MANIFEST)
-        if old.get("format") != shards.MANIFEST_FORMAT or old.get("shard_format") != "nanogpt":
-            return
         for entry in old["train"] + old["val"]:
             path = folder / entry["file"]
             if entry["file"] in ("train.bin", "val.bin") and path.is_file() and not path.is_symlink() \
@@ -265,12 +249,10 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     tokenizer_file = folder / TOKENIZER_FILE
     if progress is not None:
         tok = Tokenizer.load(tokenizer_file)
-    else:
-        if isinstance(spec, Tokenizer):
-            tok = spec
-        else:
-            sample = _sample(iter_pieces(sources + val_sources, text_field), settings["tokenizer_sample"])
-            tok = make_tokenizer(spec, sample, settings["specials"], settings["vocab_size"])
+    else:  # the given tokenizer, or one trained on (a sample of) the corpus
+        sample = _sample(iter_pieces(sources + val_sources, text_field), settings["tokenizer_sample"])  # (lazy)
+        tok = spec if isinstance(spec, Tokenizer) else make_tokenizer(spec, sample, settings["specials"],
+                                                                      settings["vocab_size"])
         atomic_write(tokenizer_file, json.dumps(tok.to_dict(), ensure_ascii=False), inputs=inputs, what="tokenizer")
     if fmt == "nanogpt" and tok.vocab_size > 1 << 16:
         raise GlassformerError(f"--format nanogpt writes uint16 ids; the tokenizer has {tok.vocab_size:,} ids "
@@ -303,14 +285,14 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         number, document = 0, 0
         for group, fraction in ((sources, settings["val_fraction"]), (val_sources, None)):
             for text, last in iter_pieces(group, text_field):
-                split = "val" if fraction is None else _split_of(document, fraction)
+                val = fraction is None or int((document + 1) * fraction) > int(document * fraction)  # see above
+                split = "val" if val else "train"
                 yield number, split, text, last
                 number += 1
                 if last:
                     documents[split] += 1
                     document += 1 if fraction is not None else 0
 
-    started = _progress.seconds()
     try:
         with Heartbeat("preparing shards", total=total, unit="bytes") as beat, beat.beating():
             batch: list[tuple[int, str, str, bool]] = []
@@ -337,7 +319,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
                     flush()
                     size = 0
                 done = tokens["train"] + tokens["val"]
-                elapsed = max(_progress.seconds() - started, 1e-9)
+                elapsed = max(beat.clock() - beat.started, 1e-9)
                 rate, eta = done / elapsed, ""
                 if total and beat.done:
                     eta = f", ETA {elapsed * max(total - beat.done - nbytes, 0) / (beat.done + nbytes):,.0f} s"
@@ -357,7 +339,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         "format": shards.MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
         "shard_format": "nanogpt" if fmt == "nanogpt" else "modded-nanogpt",
         "token_dtype": "uint16" if fmt == "nanogpt" else VERSIONS[version].name,
-        "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": 20240520, "version": version},
+        "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": MAGIC, "version": version},
         "documents": documents, "tokens": {s: sum(e["tokens"] for e in writers[s].entries) for s in writers},
         "train": writers["train"].entries, "val": writers["val"].entries,
         "sources": [{**f, "sha256": hashes[str(s.path)], "split": "val" if s in val_sources else "train"}
@@ -367,8 +349,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
         "settings": settings,
     }
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n", inputs=inputs, what="shards manifest")
-    if (folder / PROGRESS).exists():
-        remove_path(folder / PROGRESS)
+    remove_path(folder / PROGRESS)  # (nothing if absent)
     kept = {e["file"] for e in manifest["train"] + manifest["val"]}
     for name in sorted(old_files - kept):
         if shards.is_shard(folder / name) or fmt == "nanogpt":
@@ -380,8 +361,8 @@ def _listed_files(folder: Path) -> set[str]:
     """The shard names an earlier manifest or progress file in ``folder`` lists (plain names only)."""
     names: set[str] = set()
     for file in (folder / MANIFEST, folder / PROGRESS):
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
-            listed = _read_json(file)
+        with contextlib.suppress(TypeError, AttributeError, KeyError):
+            listed = _previous(file)
             names |= {e["file"] for split in ("train", "val") for e in listed[split]
                       if re.fullmatch(r"(train|val)(_\d{6})?\.bin", e["file"])}
     return names
@@ -389,17 +370,12 @@ def _listed_files(folder: Path) -> set[str]:
 
 def _read_progress(folder: Path, settings: dict[str, Any], fingerprint: list[dict[str, Any]]) -> dict | None:
     """The progress of an interrupted run on the same input and settings whose shards are intact, else None."""
-    path = folder / PROGRESS
-    if not path.is_file():
-        return None
+    state = _previous(folder / PROGRESS)
     try:
-        state = _read_json(path)
         if (state.get("settings") != settings or state.get("sources") != fingerprint
                 or state.get("tokenizer_sha256") != file_hash(folder / TOKENIZER_FILE)):
             return None
-        for entry in state["train"] + state["val"]:
-            if file_hash(folder / entry["file"]) != entry["sha256"]:
-                return None
-        return state
+        intact = all(file_hash(folder / e["file"]) == e["sha256"] for e in state["train"] + state["val"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return state if intact else None

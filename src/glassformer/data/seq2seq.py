@@ -2,6 +2,7 @@
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +38,15 @@ def iter_pairs(src: str | Path | None = None, tgt: str | Path | None = None,
         return
     if src is None or tgt is None:
         raise GlassformerError("seq2seq data needs src and tgt files (or one pairs file)")
-    sources, targets = _iter_lines(src, "source file"), _iter_lines(tgt, "target file")
-    count = 0
-    for s in sources:
-        t = next(targets, None)
-        if t is None:
-            _differ(src, tgt, count + 1 + sum(1 for _ in sources), count)
-        count += 1
+    lines = zip_longest(_iter_lines(src, "source file"), _iter_lines(tgt, "target file"))
+    for count, (s, t) in enumerate(lines):
+        if s is None or t is None:  # one file ended: the other's remaining lines are counted for the message
+            rest = 1 + sum(1 for _ in lines)
+            sources, targets = count + (rest if s is not None else 0), count + (rest if t is not None else 0)
+            raise GlassformerError(f"parallel files differ in length: {str(src)!r} has {sources} lines, "
+                                   f"{str(tgt)!r} has {targets}")
         if s.strip() and t.strip():
             yield s, t
-    rest = sum(1 for _ in targets)
-    if rest:
-        _differ(src, tgt, count, count + rest)
-
-
-def _differ(src: str | Path, tgt: str | Path, sources: int, targets: int) -> None:
-    raise GlassformerError(f"parallel files differ in length: {str(src)!r} has {sources} lines, "
-                           f"{str(tgt)!r} has {targets}")
 
 
 def _iter_lines(path: str | Path, what: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:

@@ -23,6 +23,7 @@ MAGIC = 20240520  # modded-nanogpt's
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}  # version -> token dtype
+RAW = np.dtype("<u2")  # nanoGPT's headerless train.bin / val.bin
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "glassformer-shards"  # manifest["format"]: what recognises the file as glassformer's
 TOKENIZER_FILE = "tokenizer.json"
@@ -40,9 +41,7 @@ def version_for(vocab_size: int) -> int:
 
 
 def header(count: int, version: int) -> bytes:
-    """The 1,024-byte header of a shard of ``count`` tokens."""
-    if not 0 <= count < 1 << 31:
-        raise GlassformerError(f"a shard holds fewer than 2**31 tokens, got {count:,}")
+    """The 1,024-byte header of a shard of ``count`` tokens (below 2**31: ``prepare`` checked --shard_tokens)."""
     ints = np.zeros(HEADER_INTS, dtype="<i4")
     ints[:3] = MAGIC, version, count
     return ints.tobytes()
@@ -103,18 +102,6 @@ def tokenizer_hash(tokenizer_dict: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def check_ids(path: Path, offset: int, count: int, dtype: np.dtype, vocab_size: int) -> None:
-    """A BadFileError naming ``path`` and the position of the first id >= ``vocab_size`` (read in chunks)."""
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        for start in range(0, count, SCAN_TOKENS):
-            chunk = np.fromfile(handle, dtype=dtype, count=min(SCAN_TOKENS, count - start))
-            if len(chunk) and int(chunk.max()) >= vocab_size:
-                at = start + int(np.argmax(chunk >= vocab_size))
-                raise BadFileError(f"token file {str(path)!r} holds id {int(chunk[at - start])} at token {at:,}, "
-                                   f"past the tokenizer's vocabulary of {vocab_size:,} ids")
-
-
 Part = tuple[np.ndarray, "mmap.mmap | None", int]  # ids, the memory map under them, their first byte in it
 
 
@@ -139,9 +126,7 @@ class TokenView:
             if step != 1:
                 raise GlassformerError("token views are sliced with step 1")
             return self._range(start, max(start, stop))
-        index = int(key) + (len(self) if int(key) < 0 else 0)
-        if not 0 <= index < len(self):
-            raise IndexError(f"token {key} of {len(self)}")
+        index = range(len(self))[key]  # an IndexError out of range, negatives counted from the end
         return self._range(index, index + 1)[0]
 
     def _range(self, start: int, stop: int) -> np.ndarray:
@@ -168,28 +153,33 @@ def map_shard(path: Path, vocab_size: int | None = None) -> Part:
     """The tokens of the shard ``path`` memory-mapped (:data:`Part`), its header checked (and, given
     ``vocab_size``, every id below it)."""
     version, count = read_header(path)
-    if vocab_size is not None:
-        check_ids(path, HEADER_BYTES, count, VERSIONS[version], vocab_size)
-    return mapped(path, VERSIONS[version], HEADER_BYTES, count)
+    return mapped(path, VERSIONS[version], HEADER_BYTES, count, vocab_size)
 
 
-def map_raw(path: Path, vocab_size: int | None = None, dtype: str = "<u2") -> Part:
+def map_raw(path: Path, vocab_size: int | None = None) -> Part:
     """A headerless token file (nanoGPT's ``train.bin``: raw uint16) memory-mapped (:data:`Part`)."""
-    size, itemsize = path.stat().st_size, np.dtype(dtype).itemsize
-    if size == 0 or size % itemsize:
+    size = path.stat().st_size
+    if size == 0 or size % RAW.itemsize:
         raise BadFileError(f"token file {str(path)!r} holds {size:,} bytes, not a whole number of "
-                           f"{np.dtype(dtype).name} ids: truncated, or not a token file")
-    if vocab_size is not None:
-        check_ids(path, 0, size // itemsize, np.dtype(dtype), vocab_size)
-    return mapped(path, np.dtype(dtype), 0, size // itemsize)
+                           f"{RAW.name} ids: truncated, or not a token file")
+    return mapped(path, RAW, 0, size // RAW.itemsize, vocab_size)
 
 
-def mapped(path: Path, dtype: np.dtype, offset: int, count: int) -> Part:
+def mapped(path: Path, dtype: np.dtype, offset: int, count: int, vocab_size: int | None = None) -> Part:
     """``count`` ids of ``dtype`` from byte ``offset`` of ``path``: a read-only array over a memory map advised
-    for random access (no read-ahead), the map and the offset."""
-    if count == 0:
-        return np.zeros(0, dtype=dtype), None, 0
+    for random access (no read-ahead), the map and the offset. Given ``vocab_size``, the ids are read first in
+    chunks (file reads, not mapped pages): a BadFileError names the file and the first id >= ``vocab_size``."""
     with open(path, "rb") as handle:
+        if vocab_size is not None:
+            handle.seek(offset)
+            for start in range(0, count, SCAN_TOKENS):
+                chunk = np.fromfile(handle, dtype=dtype, count=min(SCAN_TOKENS, count - start))
+                if len(chunk) and int(chunk.max()) >= vocab_size:
+                    at = start + int(np.argmax(chunk >= vocab_size))
+                    raise BadFileError(f"token file {str(path)!r} holds id {int(chunk[at - start])} at token "
+                                       f"{at:,}, past the tokenizer's vocabulary of {vocab_size:,} ids")
+        if count == 0:
+            return np.zeros(0, dtype=dtype), None, 0
         memory = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     if hasattr(mmap, "MADV_RANDOM"):
         memory.madvise(mmap.MADV_RANDOM)
@@ -235,28 +225,22 @@ def open_shards(path: str | Path, vocab_size: int | None = None, tokenizer_dict:
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"token data {str(path)!r} does not exist")
-    limit = vocab_size if check else None
-    if path.is_file():
-        ids = map_shard(path, limit) if is_shard(path) else map_raw(path, limit)
-        return Shards(path.parent, TokenView([ids]), None, None, _beside(path.parent))
-    if (path / MANIFEST).exists():
+    if path.is_dir() and (path / MANIFEST).exists():
         return _open_manifest(path, vocab_size, tokenizer_dict, check)
-    if (path / "train.bin").is_file() and not is_shard(path / "train.bin"):  # nanoGPT's prepare.py output
-        val = path / "val.bin"
-        return Shards(path, TokenView([map_raw(path / "train.bin", limit)]),
-                      TokenView([map_raw(val, limit)]) if val.is_file() else None, None, _beside(path))
-    files = sorted(path.glob("*.bin"))
-    train = [p for p in files if "val" not in p.name]
-    val = [p for p in files if "val" in p.name]
-    if not train:
-        raise MissingFileError(f"token folder {str(path)!r} holds no manifest.json and no training .bin shards")
-    return Shards(path, TokenView([map_shard(p, limit) for p in train]),
-                  TokenView([map_shard(p, limit) for p in val]) if val else None, None, _beside(path))
-
-
-def _beside(folder: Path) -> Path | None:
-    found = folder / TOKENIZER_FILE
-    return found if found.is_file() else None
+    folder = path if path.is_dir() else path.parent
+    if path.is_file():
+        train, val, read = [path], [], map_shard if is_shard(path) else map_raw
+    elif (path / "train.bin").is_file() and not is_shard(path / "train.bin"):  # nanoGPT's prepare.py output
+        train, val, read = [path / "train.bin"], [p for p in [path / "val.bin"] if p.is_file()], map_raw
+    else:
+        files = sorted(path.glob("*.bin"))
+        train, val, read = [p for p in files if "val" not in p.name], [p for p in files if "val" in p.name], map_shard
+        if not train:
+            raise MissingFileError(f"token folder {str(path)!r} holds no manifest.json and no training .bin shards")
+    limit, beside = vocab_size if check else None, folder / TOKENIZER_FILE
+    val_view = TokenView([read(p, limit) for p in val]) if val else None
+    return Shards(folder, TokenView([read(p, limit) for p in train]), val_view, None,
+                  beside if beside.is_file() else None)
 
 
 def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[str, Any] | None,
@@ -282,7 +266,7 @@ def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[st
     if vocab_size is not None and vocab_size != vocab:
         raise BadFileError(f"shards {str(folder)!r} hold ids of a {vocab:,}-id vocabulary; the model has "
                            f"{vocab_size:,}")
-    views = {}
+    views, raw = {}, manifest.get("shard_format") == "nanogpt"
     for split in ("train", "val"):
         maps = []
         for entry in _manifest_value(manifest, split, list, where):
@@ -292,13 +276,11 @@ def _open_manifest(folder: Path, vocab_size: int | None, tokenizer_dict: dict[st
             shard = folder / name
             if not shard.is_file():
                 raise MissingFileError(f"shard {str(shard)!r} named by the manifest {str(where)!r} does not exist")
-            raw = manifest.get("shard_format") == "nanogpt"
-            count = shard.stat().st_size // 2 if raw else read_header(shard)[1]
+            count = shard.stat().st_size // RAW.itemsize if raw else read_header(shard)[1]
             if count != entry.get("tokens") or shard.stat().st_size != entry.get("bytes"):
                 raise BadFileError(f"shard {str(shard)!r} holds {count:,} tokens; the manifest {str(where)!r} says "
                                    f"{entry.get('tokens')!r}: the manifest or the shard was changed")
-            scan = vocab if check else None
-            maps.append(map_raw(shard, scan) if raw else map_shard(shard, scan))
+            maps.append((map_raw if raw else map_shard)(shard, vocab if check else None))
         views[split] = TokenView(maps)
     if not len(views["train"]):
         raise BadFileError(f"shards {str(folder)!r} hold no training tokens")

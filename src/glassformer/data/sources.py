@@ -8,20 +8,21 @@ document of one piece. The pieces of a corpus always come in the same order, so 
 position :mod:`glassformer.data.prepare` can resume at."""
 
 import glob
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
+from ..errors import BadFileError, MissingFileError, UsageError
+from ..io.checks import first_line
+from ..io.loaders import parse_json
 from .text import iter_text, open_binary
 
 PIECE_CHARS = 1 << 20  # a long text file is encoded this many characters at a time
-TEXT_SUFFIXES = {".txt", ".text", ".md", ".rst", ".csv", ".tsv", ".html", ".xml", ".tex", ""}
-JSON_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+KINDS = {**dict.fromkeys((".txt", ".text", ".md", ".rst", ".csv", ".tsv", ".html", ".xml", ".tex", ""), "text"),
+         **dict.fromkeys((".jsonl", ".json", ".ndjson"), "json"), ".parquet": "parquet", ".arrow": "arrow",
+         ".bin": "tokens"}  # a file's suffix (inside .gz/.zst) -> how it is read
 COMPRESSED = {".gz", ".zst"}
-TOKEN_SUFFIXES = {".bin"}
 ARROW_MARKERS = ("state.json", "dataset_info.json", "dataset_dict.json")  # what save_to_disk writes
 MAX_JSON_ARRAY_BYTES = 1 << 28  # a .json file holding one array is parsed whole: up to 256 MiB
 MAX_LINE_BYTES = 1 << 28  # one JSON line (one document) is read whole: up to 256 MiB
@@ -36,21 +37,13 @@ class Source:
 
 
 def _kind(path: Path) -> str | None:
-    """How ``path`` is read, by its suffixes (``.jsonl.gz`` is JSON lines, compressed); None: skipped in a folder."""
+    """How ``path`` is read, by its suffixes (``.jsonl.gz`` is JSON lines, compressed; a suffix that is no word,
+    as in ``notes.2024``, is text); None: an unknown suffix, skipped in a folder."""
     suffixes = [s.lower() for s in path.suffixes[-2:]]
-    inner = suffixes[-2] if len(suffixes) == 2 and suffixes[-1] in COMPRESSED else (
-        "" if suffixes and suffixes[-1] in COMPRESSED else suffixes[-1] if suffixes else "")
-    if inner in JSON_SUFFIXES:
-        return "json"
-    if inner == ".parquet":
-        return "parquet"
-    if inner == ".arrow":
-        return "arrow"
-    if inner in TOKEN_SUFFIXES:
-        return "tokens"
-    if inner in TEXT_SUFFIXES or not inner[1:].isalpha() or len(suffixes) == 0:
-        return "text"
-    return None
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes.pop()
+    inner = suffixes[-1] if suffixes else ""
+    return KINDS.get(inner, None if inner[1:].isalpha() else "text")
 
 
 def _arrow_folder(folder: Path) -> list[Path] | None:
@@ -134,12 +127,7 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
             if len(raw) > MAX_JSON_ARRAY_BYTES:
                 raise BadFileError(f"{str(path)!r} is a JSON array over {MAX_JSON_ARRAY_BYTES:,} bytes; write it as "
                                    "JSON lines (one object a line), which is read as a stream")
-            try:
-                items = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as error:
-                raise BadFileError(f"{str(path)!r} is not UTF-8 text (byte {error.start:,})") from None
-            except ValueError as error:
-                raise BadFileError(f"{str(path)!r} is not valid JSON: {error}") from None
+            items = parse_json(raw, repr(str(path)))  # not UTF-8, not JSON, too deep: one line naming the file
             for number, item in enumerate(items):
                 yield _text_of(item, field, f"{str(path)!r} item {number}")
             return
@@ -154,10 +142,7 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
                                    f"at column {error.start + 1})") from None
             if not text.strip():
                 continue
-            try:
-                record = json.loads(text)
-            except ValueError as error:
-                raise BadFileError(f"{str(path)!r} line {number} is not a JSON object: {error}") from None
+            record = parse_json(text, f"{str(path)!r} line {number}")
             yield _text_of(record, field, f"{str(path)!r} line {number}")
 
 
@@ -173,58 +158,44 @@ def _text_of(record: object, field: str, where: str) -> str:
     return value
 
 
-def _column_documents(path: Path, field: str, batches: Iterator, names: list[str], what: str) -> Iterator[str]:
-    """The strings of column ``field`` in record ``batches`` (pyarrow), with the row in errors."""
+def _column_documents(path: Path, field: str, kind: str) -> Iterator[str]:
+    """The strings of column ``field`` of a parquet or Arrow (``kind``) file, read one row group or record batch
+    at a time, with the row in errors."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise UsageError("parquet and Arrow files need pyarrow: pip install 'glassformer[data]'") from None
+    what = "parquet file" if kind == "parquet" else "Arrow file"
+    try:
+        if kind == "parquet":
+            file = pa.parquet.ParquetFile(path)
+            names = file.schema_arrow.names
+            groups = (file.read_row_group(i, columns=[field]) for i in range(file.num_row_groups))
+            batches = (batch for group in groups for batch in group.to_batches())
+        else:
+            source = pa.memory_map(str(path))
+            try:
+                reader = pa.ipc.open_stream(source)  # what datasets' save_to_disk writes
+                batches = iter(reader)
+            except pa.ArrowInvalid:
+                reader = pa.ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            names = reader.schema.names
+    except (pa.ArrowException, OSError) as error:
+        raise BadFileError(f"{str(path)!r} is not a readable {what}: {first_line(error)}") from None
     if field not in names:
         raise BadFileError(f"{what} {str(path)!r} has no column {field!r} (its columns: {names}); name the text's "
                            "column with --text_field")
     row = 0
     for batch in batches:
-        column = batch.column(batch.schema.get_field_index(field))
-        for value in column.to_pylist():
+        for value in batch.column(batch.schema.get_field_index(field)).to_pylist():
             if not isinstance(value, str):
                 raise BadFileError(f"{what} {str(path)!r} row {row}: column {field!r} holds "
                                    f"{type(value).__name__}, not text")
             yield value
             row += 1
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.ipc  # noqa: F401
-        import pyarrow.parquet  # noqa: F401
-    except ImportError:
-        raise UsageError("parquet and Arrow files need pyarrow: pip install 'glassformer[data]'") from None
-    return pyarrow
-
-
-def _parquet_documents(path: Path, field: str) -> Iterator[str]:
-    pa = _pyarrow()
-    try:
-        file = pa.parquet.ParquetFile(path)
-    except (pa.ArrowException, OSError) as error:
-        raise BadFileError(f"{str(path)!r} is not a readable parquet file: {str(error).splitlines()[0]}") from None
-    names = file.schema_arrow.names
-    groups = (file.read_row_group(i, columns=[field]) for i in range(file.num_row_groups))  # one group in memory
-    yield from _column_documents(path, field, (b for g in groups for b in g.to_batches()), names, "parquet file")
-
-
-def _arrow_documents(path: Path, field: str) -> Iterator[str]:
-    pa = _pyarrow()
-    try:
-        source = pa.memory_map(str(path))
-        try:
-            reader = pa.ipc.open_stream(source)  # what datasets' save_to_disk writes
-        except pa.ArrowInvalid:
-            reader = pa.ipc.open_file(source)
-            reader = (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema
-        else:
-            reader = iter(reader), reader.schema
-    except (pa.ArrowException, OSError) as error:
-        raise BadFileError(f"{str(path)!r} is not a readable Arrow file: {str(error).splitlines()[0]}") from None
-    batches, schema = reader
-    yield from _column_documents(path, field, batches, schema.names, "Arrow file")
 
 
 def iter_pieces(sources: Sequence[Source], text_field: str = "text",
@@ -240,13 +211,7 @@ def iter_pieces(sources: Sequence[Source], text_field: str = "text",
                 previous = piece
             yield previous, True
             continue
-        reader = {"json": _json_documents, "parquet": _parquet_documents, "arrow": _arrow_documents}[source.kind]
-        for text in reader(source.path, text_field):
+        documents = _json_documents(source.path, text_field) if source.kind == "json" else _column_documents(
+            source.path, text_field, source.kind)
+        for text in documents:
             yield text, True
-
-
-def check_text_field(text_field: str) -> str:
-    """``text_field`` unless empty (a GlassformerError naming the option)."""
-    if not isinstance(text_field, str) or not text_field.strip():
-        raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
-    return text_field

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BadFileError, GlassformerError, MissingFileError, UsageError
+from ..io.checks import first_line
 
 CHUNK_CHARS = 1 << 22
 LONG_LINE_CHARS = 1 << 20  # a line longer than this is cut (before a space) rather than held whole
@@ -38,7 +39,7 @@ def iter_text(path: str | Path, chunk_chars: int = CHUNK_CHARS, what: str = "cor
                 raise BadFileError(f"file {str(path)!r} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
                                    f"cannot be decoded ({error.reason})") from None
             except (OSError, EOFError, zlib.error) as error:
-                reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+                reason = first_line(error)[:200]
                 kind = {".gz": "gzip ", ".zst": "zstd "}.get(path.suffix.lower(), "")
                 raise BadFileError(f"cannot read {what} {str(path)!r}: {reason} (a corrupt or truncated "
                                    f"{kind}file?)") from None

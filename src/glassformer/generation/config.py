@@ -20,14 +20,11 @@ MAX_ROWS = 4096  # the most copies of each prompt (num_beams, num_return_sequenc
 
 def check_max_new_tokens(value: Any, config: Any = None, name: str = "max_new_tokens") -> int:
     """``value`` if it is an int in [1, :data:`MAX_NEW_TOKENS`], else a one-line error naming ``name``."""
-    if is_int(value) and 1 <= value <= MAX_NEW_TOKENS:
-        return value
     if is_int(value) and value > MAX_NEW_TOKENS:
         context = f"; past the model's context (max_len={config.max_len}) the window slides" if config else ""
         raise GlassformerError(f"{name}={value} is more than glassformer generates in one call "
                                f"(at most {MAX_NEW_TOKENS:,} new tokens per row{context}); ask for fewer")
-    check_int(name, value, 1, MAX_NEW_TOKENS)
-    return value
+    return check_int(name, value, 1, MAX_NEW_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -65,8 +62,10 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)  # its own message for a too large count
-        if self.compile is not True and self.compile is not False and self.compile != "auto":
-            raise GlassformerError(f"compile must be True, False or 'auto', got {self.compile!r:.60}")
+        for name, word in (("compile", "auto"), ("early_stopping", "never")):  # True, False or that word
+            value = getattr(self, name)
+            if not isinstance(value, bool) and value != word:
+                raise GlassformerError(f"{name} must be True, False or {word!r}, got {value!r:.60}")
         check_fields(self)  # types and ranges, temperature to seed
         beams, copies = self.num_beams, self.num_return_sequences
         if beams == 1 and not self.do_sample and copies != 1:
@@ -74,8 +73,6 @@ class GenerationConfig:
                                    f"{copies} needs do_sample=True or num_beams >= num_return_sequences")
         if beams > 1 and copies > beams:
             raise GlassformerError(f"num_return_sequences={copies} must be <= num_beams={beams}")
-        if not any(self.early_stopping is choice for choice in (True, False)) and self.early_stopping != "never":
-            raise GlassformerError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r:.60}")
         eos = self.eos_token_id
         if eos is not None and not is_int(eos) and not isinstance(eos, (list, tuple)):
             raise ArgumentTypeError(f"eos_token_id must be an id or a list of ids, got {type(eos).__name__}")

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from ..data.padding import pad_rows
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.checks import check_int
+from ..validate import check_choice
 from .api import _eval_mode, pad_id_for
 from .protocol import Encoder
 
@@ -41,8 +42,7 @@ def sentence_embeddings(model: Encoder, tokenizer: Tokenizer, texts: Sequence[st
     ``normalize`` divides by the L2 norm (dot products are then cosine similarities)."""
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise ArgumentTypeError("texts must be a non-empty sequence of str")
-    if pooling not in POOLINGS:
-        raise GlassformerError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    check_choice("pooling", pooling, POOLINGS)
     if not isinstance(model, Encoder):
         raise ArgumentTypeError(f"model must be a glassformer TransformerLM, got {type(model).__name__}")
     check_int("batch_size", batch_size, 1)

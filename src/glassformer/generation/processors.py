@@ -113,10 +113,10 @@ class NoRepeatNGram:
 
 class VocabLimit:
     """Remove every id >= ``size``: the ids a model's padded vocabulary has but its tokenizer lacks
-    (a model may round its vocabulary up, e.g. 50257 -> 50304)."""
+    (a model may round its vocabulary up, e.g. 50257 -> 50304). ``size``: the tokenizer's, checked by its caller."""
 
     def __init__(self, size: int) -> None:
-        self.size = check_int("size", size, 1)
+        self.size = size
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         out = scores.clone()

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, GlassformerError
-from ..io.checks import check_int, check_number
+from ..io.checks import check_int
 from .api import generate
-from .config import MAX_LENGTH_PENALTY, check_max_new_tokens
+from .config import GenerationConfig, check_max_new_tokens
 from .protocol import EncoderDecoderModel
 
 if TYPE_CHECKING:
@@ -29,10 +29,10 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
     if bos is None or eos is None:
         raise GlassformerError("translate needs a tokenizer with 'bos' and 'eos' special tokens")
     check_int("batch_size", batch_size, 1)
-    check_int("num_beams", num_beams, 1)
-    check_number("length_penalty", length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
     if max_new_tokens is not None:
         check_max_new_tokens(max_new_tokens, model.config)
+    config = GenerationConfig(num_beams=num_beams, length_penalty=length_penalty, decoder_start_token_id=bos,
+                              eos_token_id=eos, pad_token_id=pad if pad is not None else eos)  # checked here, once
     max_len = model.config.max_len
     encoded = [(tokenizer.encode(s, add_special_tokens=False) + [eos])[:max_len] for s in sources]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -41,9 +41,7 @@ def translate(model: EncoderDecoderModel, tokenizer: Tokenizer, sources: Sequenc
         rows = order[start:start + batch_size]
         batch = [encoded[i] for i in rows]
         limit = max_new_tokens or min(max_len, 2 * max(len(r) for r in batch) + 10)
-        options: dict[str, Any] = {"num_beams": num_beams, "length_penalty": length_penalty} if num_beams > 1 else {}
-        ids = generate(model, batch, limit, decoder_start_token_id=bos, eos_token_id=eos, tokenizer=tokenizer,
-                       pad_token_id=pad if pad is not None else eos, **options)  # (B, 1 + n)
+        ids = generate(model, batch, limit, config=config, tokenizer=tokenizer)  # (B, 1 + n)
         for i, row in zip(rows, ids[:, 1:].tolist(), strict=True):
             out[i] = tokenizer.decode(row[:row.index(eos)] if eos in row else row).strip()
     return out

@@ -78,7 +78,9 @@ def hf_state_from_model(model: nn.Module) -> tuple[str, dict[str, Any], dict[str
     state.update({name: torch.full(shape, value, dtype=dtype) for name, (shape, value) in family.fill(config).items()})
     if not has_head:
         state = {name.removeprefix(family.prefix): tensor for name, tensor in state.items()}
-    hf_config = {**family.config_to_hf(config), "architectures": [class_name]}
+    # pad, bos, eos None: not the class's defaults (GPT-2's 50256), which may be outside the vocabulary
+    hf_config = {**family.config_to_hf(config), "architectures": [class_name],
+                 "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     return class_name, hf_config, state
 
 
@@ -102,8 +104,6 @@ def to_hf(model: nn.Module) -> Any:
     import transformers
 
     class_name, hf_config, state = hf_state_from_model(model)
-    for role in ("pad", "bos", "eos"):  # not the class's defaults (GPT-2's 50256), which may be outside the vocabulary
-        hf_config.setdefault(f"{role}_token_id", None)
     config_class = transformers.AutoConfig.for_model(hf_config.pop("model_type"), **hf_config)
     kwargs = {"add_pooling_layer": False} if class_name == "BertModel" else {}
     hf_model = getattr(transformers, class_name)(config_class, **kwargs)

@@ -84,9 +84,7 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
             used.add(alias)
             if not (first.is_meta or theirs[alias].is_meta) and not torch.equal(theirs[alias], first):  # meta: shapes
                 problems.append(f"{alias} differs from {r.theirs[0]} but glassformer ties them")
-        want = expected.get(r.ours)
-        if want is None:
-            raise AssertionError(f"converter rule for unknown glassformer tensor {r.ours}")
+        want = expected[r.ours]  # a KeyError: a rule for a tensor glassformer lacks, a converter bug
         if tensor.shape != want:
             shapes = ", ".join(f"{n} {tuple(theirs[n].shape)}" for n in r.theirs)
             problems.append(f"shape mismatch: {shapes} -> {r.ours} {tuple(tensor.shape)}, "
@@ -97,9 +95,6 @@ def import_state(rules: list[Rule], theirs: Mapping[str, torch.Tensor], expected
     if extra:
         problems.append(f"unexpected tensor(s) {_names(extra)}: glassformer has no place for them "
                         "(does config.json match the weights?)")
-    unset = sorted(set(expected) - set(out))
-    if unset:
-        raise AssertionError(f"converter leaves glassformer tensors unset: {_names(unset)}")
     if problems:
         raise GlassformerError(f"{source}: " + "; ".join(problems))
     return out

@@ -58,14 +58,11 @@ class EncoderDecoderStack(nn.Module):
 
 def _activation(layer: TorchLayer) -> str:
     act = layer.activation
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
     if isinstance(act, nn.GELU) and act.approximate == "tanh":
         return "gelu_tanh"
-    if act is F.silu or isinstance(act, nn.SiLU):
-        return "silu"
+    for name, function, module in (("relu", F.relu, nn.ReLU), ("gelu", F.gelu, nn.GELU), ("silu", F.silu, nn.SiLU)):
+        if act is function or isinstance(act, module):
+            return name
     raise GlassformerError(f"activation {act!r} of {type(layer).__name__} has no glassformer equivalent "
                            "(supported: relu, gelu, GELU(approximate='tanh'), silu)")
 

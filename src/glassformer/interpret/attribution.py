@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from ..errors import GlassformerError
+from .circuits import induction_task, metric_value
+from .detectors import repeated_tokens
 from .hooks import Hooks, run_with_cache
 from .patching import Inputs, Metric, _as_tuple, patching_effects
 from .points import HookPoint, NameSpec
@@ -49,24 +51,6 @@ class Attribution:
         return torch.tensor([self.total[n] for n in names])
 
 
-def _estimate(point: HookPoint, delta_times_grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(by position (T,), by head (h,) or None) sums of ``(clean - corrupted) * grad`` over every other axis."""
-    x = delta_times_grad.double()
-
-    def along(axis: int | None) -> torch.Tensor | None:
-        return None if axis is None else x.sum([a for a in range(x.dim()) if a != axis]).float()
-    return along(point.position_axis), along(point.head_axis)
-
-
-def _checked(value: Any, needs_grad: bool) -> torch.Tensor:
-    """``value`` when it is a 0-dim tensor (computed from the output, when ``needs_grad``), else an error."""
-    if not isinstance(value, torch.Tensor) or value.dim() != 0 or (needs_grad and not value.requires_grad):
-        shown = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise GlassformerError(f"metric must return a 0-dim tensor computed from the logits (differentiable), "
-                               f"got {shown}")
-    return value
-
-
 def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, metric: Metric, *,
                          names: NameSpec = None, **kwargs: Any) -> Attribution:
     """Estimate activation patching (clean into corrupted, inputs of one shape) for every hook point in
@@ -75,7 +59,7 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
     clean, corrupted = _as_tuple(clean), _as_tuple(corrupted)
     with torch.no_grad():
         clean_out, clean_cache = run_with_cache(model, *clean, names=names, **kwargs)
-        clean_metric = float(_checked(metric(clean_out), needs_grad=False))
+        clean_metric = float(metric_value(metric, clean_out))
     kept: dict[str, torch.Tensor] = {}
 
     def keep(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
@@ -85,18 +69,18 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
         return copy
 
     with torch.enable_grad(), Hooks(model, [(names, keep)]):
-        value = _checked(metric(model(*corrupted, **kwargs)), needs_grad=True)
+        value = metric_value(metric, model(*corrupted, **kwargs), differentiable=True)
     grads = torch.autograd.grad(value, list(kept.values()), allow_unused=True)
     by_position, by_head, total = {}, {}, {}
     for name, grad in zip(kept, grads):
-        point = clean_cache.points[name]
+        tap = clean_cache.points[name].module
         if grad is None:  # the metric does not depend on it (e.g. a decoder-only metric and the encoder's last norm)
             grad = torch.zeros_like(kept[name])
         before, after = kept[name].detach(), clean_cache[name].to(grad.dtype)
-        product = torch.where(torch.isfinite(before) & torch.isfinite(after), (after - before) * grad, 0.0)
-        by_position[name], head = _estimate(point, product)  # masked scores (-inf in both runs) count 0
-        if head is not None:
-            by_head[name] = head
+        product = torch.where(torch.isfinite(before) & torch.isfinite(after), (after - before) * grad, 0.0).double()
+        for table, axis in ((by_position, tap.position_axis), (by_head, tap.head_axis)):  # summed over the rest
+            if axis is not None:  # masked scores (-inf in both runs) count 0
+                table[name] = product.sum([a for a in range(product.dim()) if a != axis]).float()
         total[name] = float(by_position[name].double().sum())
     return Attribution(by_position, by_head, total, clean_metric, float(value.detach()),
                        {n: clean_cache.points[n] for n in kept})
@@ -133,9 +117,6 @@ def induction_patching(model: nn.Module, length: int = 20, batch: int = 16, *, s
                        bos: int | None = None) -> dict[str, Any]:
     """Attribution patching against exact patching, per head, on the induction task: {"estimate", "exact"
     (L, h), "correlation", "top_estimate", "top_exact", "clean_metric", "corrupted_metric"}."""
-    from .circuits import induction_task
-    from .detectors import repeated_tokens
-
     vocab = model.config.vocab_size
     repeated = repeated_tokens(vocab, length, batch, seed=seed, low=low, bos=bos).to(next(model.parameters()).device)
     clean, corrupted, metric = induction_task(repeated, length, 0 if bos is None else 1, low, vocab, seed + 1)

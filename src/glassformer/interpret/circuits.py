@@ -62,44 +62,35 @@ class EdgeGraph:
         """Every (sender, receiver) edge."""
         return [(self.senders[i], self.receivers[j]) for i, j in self.allowed.nonzero().tolist()]
 
-    def index(self, edges: Sequence[tuple[str, str]]) -> torch.Tensor:
-        """(S, R) bool: True at the given edges; an error naming an unknown or impossible edge."""
-        chosen = torch.zeros_like(self.allowed)
+    def index(self, edges: Sequence[tuple], length: int) -> torch.Tensor:
+        """(S, R, T) bool: True at the given edges, each a (sender, receiver) pair (every position) or a
+        (sender, receiver, position) triple (that query position of the receiver alone, from 0; -1: the last),
+        for rows of ``length`` tokens; an error naming an unknown or impossible edge."""
         if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
-            raise ArgumentTypeError(f"edges must be a list of (sender, receiver) pairs, got {shown(edges)}")
+            raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
+        chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
         for edge in edges:
-            if not isinstance(edge, (tuple, list)) or len(edge) != 2 or not all(isinstance(n, str) for n in edge):
-                raise ArgumentTypeError(f"an edge is a (sender, receiver) pair of names, got {shown(edge)}")
-            sender, receiver = edge
+            if not (isinstance(edge, (tuple, list)) and len(edge) in (2, 3)
+                    and all(isinstance(n, str) for n in edge[:2])):
+                raise ArgumentTypeError(f"an edge is a (sender, receiver[, position]) of names, got {shown(edge)}")
+            sender, receiver, *position = edge
             if sender not in self.senders or receiver not in self.receivers:
                 raise GlassformerError(f"no edge {sender!r} -> {receiver!r}: senders are {self.senders[:6]}..., "
                                        f"receivers {self.receivers[:6]}...")
             i, j = self.senders.index(sender), self.receivers.index(receiver)
             if not self.allowed[i, j]:
                 raise GlassformerError(f"{sender} does not write before {receiver} reads: no such edge")
-            chosen[i, j] = True
-        return chosen
-
-    def index_positions(self, edges: Sequence[tuple], length: int) -> torch.Tensor:
-        """(S, R, T) bool: True at the given edges, each a (sender, receiver) pair (every position) or a
-        (sender, receiver, position) triple (that query position of the receiver alone, from 0; -1: the last)."""
-        if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
-            raise ArgumentTypeError(f"edges must be a list of (sender, receiver[, position]), got {shown(edges)}")
-        chosen = torch.zeros(*self.allowed.shape, length, dtype=torch.bool)
-        for edge in edges:
-            if isinstance(edge, (tuple, list)) and len(edge) == 3:
-                position = edge[2]
-                if isinstance(position, bool) or not isinstance(position, int) or not -length <= position < length:
-                    raise GlassformerError(f"edge {shown(edge)}: its position must be an int in [{-length}, "
-                                           f"{length}) for rows of {length} tokens")
-                chosen[..., position % length] |= self.index([tuple(edge[:2])])
+            if position:  # a triple: that query position alone
+                at = check_int(f"the position of edge {shown(edge)}", position[0], -length, length - 1)
+                chosen[i, j, at] = True
             else:
-                chosen |= self.index([edge])[..., None]
+                chosen[i, j] = True
         return chosen
 
 
 class _EdgeRun:
-    """Hooks for one forward that record every sender's write and rewrite receiver r's input as
+    """Hooks for one forward that record every sender's write and rewrite receiver r's input, at the tap where
+    the block reads it (a head's q/k/v input, the MLP's input, the last stream), as
     ``stream + sum_u weight[u, r] * (other[u] - write_u) + leaf[r]``; ``weight`` (S, R) or (S, R, T) (per
     position); ``other`` (S, B, T, d) None: no rewrite; ``leaf`` (R, B, T, d): zeros whose gradient is
     d metric / d receiver input; ``embed``: the embedding to run from."""
@@ -110,31 +101,25 @@ class _EdgeRun:
         self.model, self.graph, self.other, self.weight = model, graph, other, weight
         self.leaf, self.embed = leaf, embed
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
-        self.stream: dict[int, torch.Tensor] = {}  # layer -> resid_pre; ("mid", l) and "final" as keys too
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
         self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
-        out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store(self.writes, "embed"))]
+        out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store("embed"))]
         if self.embed is not None:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
         for layer, block in enumerate(self.model.blocks):
-            out += [(f"blocks.{layer}.hook_resid_pre", self._store(self.stream, layer)),
-                    *((f"blocks.{layer}.attn.hook_{kind}", self._qkv(layer, kind)) for kind in KINDS),
+            out += [*((f"blocks.{layer}.hook_{kind}_input", self._heads(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
             if block.ffn is not None:
-                out += [(f"blocks.{layer}.hook_resid_mid", self._store(self.stream, ("mid", layer))),
-                        (f"blocks.{layer}.ln2.hook_out", self._normed(f"MLP{layer}", ("mid", layer), block.ffn_norm)),
-                        (f"blocks.{layer}.hook_mlp_out", self._store(self.writes, f"MLP{layer}"))]
-        out += [(f"blocks.{L - 1}.hook_resid_post", self._store(self.stream, "final")),
-                ("ln_final.hook_out", self._normed("logits", "final", self.model.norm_f))]
-        return out
+                out += [(f"blocks.{layer}.hook_mlp_in", self._rewritten(f"MLP{layer}")),
+                        (f"blocks.{layer}.hook_mlp_out", self._store(f"MLP{layer}"))]
+        return out + [(f"blocks.{L - 1}.hook_resid_post", self._rewritten("logits"))]  # what the final norm reads
 
-    @staticmethod
-    def _store(table: dict, key: Any) -> Callable:
+    def _store(self, sender: str) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:
-            table[key] = x
+            self.writes[sender] = x
             return x
         return hook
 
@@ -148,19 +133,15 @@ class _EdgeRun:
                 x = x + w * (self.other[i] - self.writes[self.graph.senders[i]])
         if self.leaf is not None:
             x = x + self.leaf[j]
-        return x
+        return x.to(stream.dtype)
 
-    def _qkv(self, layer: int, kind: str) -> Callable:
-        block = self.model.blocks[layer]
+    def _rewritten(self, receiver: str) -> Callable:
+        return lambda x, _: self._input(receiver, x)
 
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, hd) as projected
-            stream = self.stream[layer]
-            weight, bias = block.self_attn.head_rows(kind)  # (h, hd, d), (h, hd) or None
-            heads = []
-            for head in range(self.h):
-                normed = block.attn_norm(self._input(f"L{layer}H{head}.{kind}", stream))  # (B, T, d)
-                heads.append(torch.nn.functional.linear(normed, weight[head], None if bias is None else bias[head]))
-            return torch.stack(heads, dim=2).to(x.dtype)  # (B, T, h, hd)
+    def _heads(self, layer: int, kind: str) -> Callable:
+        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, d): the stream, one copy per head
+            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(self.h)]
+            return torch.stack(heads, dim=2)  # the block norms and projects each head's own input
         return hook
 
     def _z(self, layer: int) -> Callable:
@@ -171,11 +152,6 @@ class _EdgeRun:
             for head in range(self.h):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z
-        return hook
-
-    def _normed(self, receiver: str, key: Any, norm: nn.Module) -> Callable:
-        def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # the norm's output, from the rewritten stream
-            return norm(self._input(receiver, self.stream[key])).to(x.dtype)
         return hook
 
     def run(self, ids: torch.Tensor) -> torch.Tensor:
@@ -196,7 +172,8 @@ def _checked_inputs(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tens
     return graph
 
 
-def _metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
+def metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
+    """``metric(logits)``, which must be a 0-dim float tensor (that requires grad, when ``differentiable``)."""
     if not callable(metric):
         raise ArgumentTypeError(f"metric must be a function of the logits, got {shown(metric)}")
     value = metric(logits)
@@ -218,18 +195,19 @@ def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def path_patching(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric,
-                  edges: Sequence[tuple[str, str]], *, direction: str = "noising") -> float:
-    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``) carry,
+                  edges: Sequence[tuple], *, direction: str = "noising") -> float:
+    """How much of metric(clean) - metric(corrupted) the paths ``edges`` (e.g. ``[("L0H3", "L1H2.k")]``; a
+    position as a third element, :meth:`EdgeGraph.index`) carry,
     positive when they carry the clean behaviour (docs/interpret.md, "One sign"). "noising" runs ``clean``
     with the edges carrying the corrupted writes: metric(clean) - metric(patched), what cutting them loses;
     "denoising" runs ``corrupted`` with the edges carrying the clean writes: metric(patched) - metric(corrupted)."""
     check_choice("direction", direction, ("noising", "denoising"))
     graph = _checked_inputs(model, clean, corrupted)
-    weight = graph.index(edges).float()
+    weight = graph.index(edges, clean.shape[1]).float()  # (S, R, T)
     base_ids, other_ids = (clean, corrupted) if direction == "noising" else (corrupted, clean)
     _, other_writes = sender_writes(model, other_ids)
-    base = float(_metric_value(metric, model(base_ids)))
-    patched = float(_metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
+    base = float(metric_value(metric, model(base_ids)))
+    patched = float(metric_value(metric, _EdgeRun(model, graph, other_writes, weight).run(base_ids)))
     return base - patched if direction == "noising" else patched - base
 
 
@@ -284,14 +262,14 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
         leaf = torch.zeros_like(grad_sum, requires_grad=True)
         embed = embed_corrupted + alpha * (embed_clean - embed_corrupted) if method == "eap-ig" else None
         with torch.enable_grad():
-            value = _metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean), True)
+            value = metric_value(metric, _EdgeRun(model, graph, leaf=leaf, embed=embed).run(clean), True)
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad
     grads = grad_sum / len(alphas)  # (R, B, T, d)
     by_position = torch.einsum("sbtd,rbtd->srt", delta.double(), grads.double())  # (S, R, T) per query position
     by_position = by_position.masked_fill(~graph.allowed[..., None].to(by_position.device), 0.0)
-    return EdgeScores(graph, by_position.sum(-1).float(), float(_metric_value(metric, clean_logits)),
-                      float(_metric_value(metric, corrupted_logits)), method, by_position.float())
+    return EdgeScores(graph, by_position.sum(-1).float(), float(metric_value(metric, clean_logits)),
+                      float(metric_value(metric, corrupted_logits)), method, by_position.float())
 
 
 @dataclass
@@ -340,8 +318,7 @@ def resample_rows(batch: int, seed: int = 0) -> torch.Tensor:
 
 def _ablated_writes(writes: torch.Tensor, ablation: str, seed: int) -> torch.Tensor:
     """What non-circuit edges carry, from the reference (corrupted) rows' writes (S, B, T, d)."""
-    if ablation not in ABLATIONS:
-        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
+    check_choice("ablation", ablation, ABLATIONS)
     if ablation == "mean":
         return writes.mean(1, keepdim=True).expand_as(writes)  # each position's mean over the rows
     if ablation == "zero":
@@ -361,9 +338,9 @@ def circuit_logits(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     (the same row's corrupted write), "mean" (each position's mean over the reference rows), "zero"
     (nothing), "resample" (another reference row's write, :func:`resample_rows`; pass ``corrupted=clean`` for
     the classic mean and resample ablations). An edge is a (sender, receiver) pair, or a (sender, receiver,
-    position) triple kept at that query position only (:meth:`EdgeGraph.index_positions`)."""
+    position) triple kept at that query position only (:meth:`EdgeGraph.index`)."""
     graph = _checked_inputs(model, clean, corrupted)
-    kept = graph.index_positions(edges, clean.shape[1])  # (S, R, T)
+    kept = graph.index(edges, clean.shape[1])  # (S, R, T)
     weight = (graph.allowed[..., None] & ~kept).float()
     if bool((kept == kept[..., :1]).all()):
         weight = weight[..., 0]  # the same at every position: one weight per edge
@@ -376,7 +353,7 @@ def circuit_metric(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
                    edges: Sequence[tuple], *, ablation: str = "corrupted", seed: int = 0) -> float:
     """``metric`` of :func:`circuit_logits` (the same arguments): the circuit ``edges`` alone, the rest ablated."""
     logits = circuit_logits(model, clean, corrupted, edges, ablation=ablation, seed=seed)
-    return float(_metric_value(metric, logits))
+    return float(metric_value(metric, logits))
 
 
 def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Tensor, metric: Metric, *,
@@ -388,8 +365,7 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     what the other edges carry (:func:`circuit_logits`); faithfulness is measured from the empty circuit's
     metric under that ablation (the corrupted metric for "corrupted"). The Circuit holds its run's ``logits``."""
     check_number("target", target, 0.0, 1.0)
-    if ablation not in ABLATIONS:
-        raise GlassformerError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}, got {shown(ablation)}")
+    check_choice("ablation", ablation, ABLATIONS)  # before the attribution, which takes the longest
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
     clean_m = scores.clean_metric

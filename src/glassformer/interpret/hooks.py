@@ -39,21 +39,19 @@ class _Attached:
         return x
 
     def _run(self, fns: list[HookFn], x: torch.Tensor, what: str) -> torch.Tensor:
+        """``x`` through each of ``fns``: what a hook returns, a tensor of the shape it was given, replaces it
+        (None keeps it)."""
         for fn in fns:
-            shown = self.point.show(x)
-            x = self.point.show(_checked(self.point, what, fn(shown, self.point), shown))
+            given = self.point.show(x)
+            out = fn(given, self.point)
+            if out is None:
+                out = given
+            elif not isinstance(out, torch.Tensor) or out.shape != given.shape:
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise GlassformerError(f"the {what} on {self.point.name} returned {got}; it must return None or a "
+                                       f"tensor of the shape it was given, {tuple(given.shape)}")
+            x = self.point.show(out)
         return x
-
-
-def _checked(point: HookPoint, what: str, out: object, given: torch.Tensor) -> torch.Tensor:
-    """``given`` when a hook returned None, else what it returned, which must be a tensor of the same shape."""
-    if out is None:
-        return given
-    if not isinstance(out, torch.Tensor) or out.shape != given.shape:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise GlassformerError(f"the {what} on {point.name} returned {got}; it must return None or a "
-                               f"tensor of the shape it was given, {tuple(given.shape)}")
-    return out
 
 
 class Hooks:
@@ -177,7 +175,7 @@ class Recording(Mapping[str, list[torch.Tensor]]):
             keys = max(p.shape[-1] for p in parts)
             fill = float("-inf") if point.kind == "attn_scores" else 0.0
             parts = [torch.nn.functional.pad(p, (0, keys - p.shape[-1]), value=fill) for p in parts]
-        return torch.cat(parts, dim=point.position_axis)
+        return torch.cat(parts, dim=point.module.position_axis)
 
     def remove(self) -> None:
         """Stop recording (what was recorded stays)."""

@@ -126,15 +126,12 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
     final = cache[names[1]][:, position].double()  # (B, d)
     tokens = torch.as_tensor(token, device=final.device).long().expand(B)  # (B,)
     w_u = (model.emb.weight if model.head.weight is None else model.head.weight)[tokens].double()  # (B, d)
-    gain = norm.weight.double() if getattr(norm, "weight", None) is not None else 1.0
-    direction = w_u * gain  # (B, d): the token's row of the output layer, seen before the norm's gain
+    direction = w_u * norm.weight.double()  # (B, d): the token's row of the output layer, seen before the gain
     if isinstance(norm, RMSNorm):
         direction = direction / final.pow(2).mean(-1, keepdim=True).add(norm.eps).sqrt()
-    elif isinstance(norm, nn.LayerNorm):
+    else:  # a pre-norm model's final LayerNorm
         direction = direction / final.var(-1, unbiased=False, keepdim=True).add(norm.eps).sqrt()
         direction = direction - direction.mean(-1, keepdim=True)  # (c - mean c)·u = c·(u - mean u)
-    else:
-        raise GlassformerError(f"unexpected final norm {type(norm).__name__}")
 
     def share(c: torch.Tensor) -> torch.Tensor:
         """(B, ..., d) parts of the stream -> (B, ...) their shares of the logit."""

@@ -107,12 +107,12 @@ def head_score_record(model: TransformerLM, lengths: Sequence[int], probe_length
                       bos: int | None = None) -> dict[str, Any]:
     """Head scores (L, h) on repeated-token probes of each of ``lengths`` (the least over lengths, and
     induction per length) and the losses of the ``probe_length`` probe (``batch`` rows of ids >= ``low``)."""
-    per = [head_scores(model, n, batch, low=low, bos=bos) for n in lengths]
-    at = per[list(lengths).index(probe_length)]  # its losses are recorded
+    per = {n: head_scores(model, n, batch, low=low, bos=bos) for n in lengths}
+    at = per[probe_length]  # its losses are recorded
     out: dict[str, Any] = {"loss_first": at.loss_first, "loss_repeat": at.loss_repeat}
     for kind in ("previous_token", "induction", "duplicate"):
-        out[kind] = _rounded(torch.stack([getattr(s, kind) for s in per]).min(0).values)
-    out["induction_by_length"] = {str(n): _rounded(s.induction) for n, s in zip(lengths, per)}
+        out[kind] = _rounded(torch.stack([getattr(s, kind) for s in per.values()]).min(0).values)
+    out["induction_by_length"] = {str(n): _rounded(s.induction) for n, s in per.items()}
     return out
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ArgumentTypeError, GlassformerError
+from ..io.checks import check_int, is_int
 from ..models import TransformerLM
 from ..validate import check_choice
 from .hooks import ActivationCache, HookFn, run_with_cache, run_with_hooks
@@ -31,7 +32,8 @@ def _chosen(point: HookPoint, shape: torch.Size, positions: Any, heads: Any,
     if positions is None and heads is None:
         return None
     where = torch.ones([1] * len(shape), dtype=torch.bool, device=device)
-    for axis, picked, what in ((point.position_axis, positions, "positions"), (point.head_axis, heads, "heads")):
+    tap = point.module
+    for axis, picked, what in ((tap.position_axis, positions, "positions"), (tap.head_axis, heads, "heads")):
         if picked is None:
             continue
         if axis is None:
@@ -89,7 +91,7 @@ def patching_effects(model: nn.Module, clean: Inputs, corrupted: Inputs, metric:
     _, cache = run_with_cache(model, *clean, names=what, **kwargs)
     points = resolve(cache.points, what)
     first = cache[points[0].name]
-    axis = points[0].position_axis if per == "position" else points[0].head_axis
+    axis = points[0].module.position_axis if per == "position" else points[0].module.head_axis
     if axis is None:
         raise GlassformerError(f"per='head' needs a per-head point (z, q, k, v, pattern...), not {what!r}")
     corrupted_metric = float(metric(model(*corrupted, **kwargs)))
@@ -112,7 +114,7 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ArgumentTypeError(f"heads must be (layer, head) pairs, got {pair!r}")
         layer, head = pair
-        if isinstance(layer, int) and not isinstance(layer, bool):
+        if is_int(layer):
             if not isinstance(model, TransformerLM):
                 raise GlassformerError("in an EncoderDecoder name the attention: ('encoder_blocks.0.attn', h), "
                                        "('decoder_blocks.0.self_attn', h) or ('decoder_blocks.0.cross_attn', h)")
@@ -123,10 +125,7 @@ def _z_points(model: nn.Module, heads: HeadSpec) -> dict[str, list[int]]:
             raise ArgumentTypeError(f"a head's layer must be an int or an attention's name, got {layer!r}")
         if name not in points:
             raise GlassformerError(f"no attention {name.removesuffix('.hook_z')!r} in this model")
-        n_heads = points[name].owner.n_heads
-        if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < n_heads:
-            raise GlassformerError(f"head {head!r} of {name.removesuffix('.hook_z')} is out of range: expected "
-                                   f"0 <= head < {n_heads}")
+        check_int(f"head of {name.removesuffix('.hook_z')}", head, 0, points[name].owner.n_heads - 1)
         chosen.setdefault(name, []).append(head)
     return chosen
 

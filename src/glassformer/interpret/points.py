@@ -17,6 +17,7 @@ from ..errors import ArgumentTypeError, GlassformerError
 from ..models import EncoderDecoder, TransformerLM
 from ..nn.block import TransformerBlock
 from ..nn.taps import NormTaps, Tap
+from ..validate import check_choice
 
 STACKS = {"blocks": "blocks", "encoder": "encoder_blocks", "decoder": "decoder_blocks",
           "encoder_blocks": "encoder_blocks", "decoder_blocks": "decoder_blocks"}
@@ -36,8 +37,9 @@ class LayerIndex(int):
 @dataclass(frozen=True, eq=False)
 class HookPoint:
     """One place in a model where a hook may read or replace a tensor; hook functions receive it. ``layer``:
-    the block's index (also callable) or None; ``module``: the :class:`~glassformer.nn.taps.Tap`; ``owner``:
-    the module whose forward runs it (the attention for ``hook_q``)."""
+    the block's index (also callable) or None; ``module``: the :class:`~glassformer.nn.taps.Tap` (which declares
+    the tensor's ``head_axis`` and ``position_axis``); ``owner``: the module whose forward runs it (the attention
+    for ``hook_q``)."""
 
     name: str
     short: str
@@ -50,16 +52,6 @@ class HookPoint:
     def kind(self) -> str:
         """The short name without "cross_": "pattern" for self- and cross-attention alike."""
         return self.short.removeprefix("cross_")
-
-    @property
-    def head_axis(self) -> int | None:
-        """The heads' axis in the tensor hooks see: 2 for q/k/v/z, 1 for scores/pattern, else None."""
-        return self.module.head_axis
-
-    @property
-    def position_axis(self) -> int:
-        """The (query) positions' axis in the tensor hooks see."""
-        return self.module.position_axis
 
     def show(self, x: torch.Tensor) -> torch.Tensor:
         """The model's tensor in the layout hooks see (TransformerLens's): RoPE'd q/k as (B, T, h, hd), and
@@ -136,8 +128,7 @@ def act_name(short: str, layer: int | None = None, stack: str = "blocks") -> str
     outside, in_block = _reference_names()
     if short in outside:
         return outside[short]
-    if stack not in STACKS:
-        raise GlassformerError(f"stack must be one of {sorted(STACKS)}, got {stack!r}")
+    check_choice("stack", stack, STACKS)
     if layer is None:
         raise GlassformerError(f"{short!r} is a per-layer hook point: give its layer")
     name = in_block.get(short, f"hook_{short}")

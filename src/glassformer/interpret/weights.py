@@ -197,33 +197,30 @@ class Weights:
         with torch.no_grad():
             self._read(model, blocks, fold_ln)
 
+    W_in = b_in = W_out = b_out = W_gate = None  # stay None without the part (attention-only; W_gate: gated MLPs)
+
     def _read(self, model: nn.Module, blocks: list, fold_ln: bool) -> None:
-        h, kv = self.n_heads, self.n_kv_heads
-        stacks: dict[str, list[torch.Tensor]] = {}
+        layers = []
         for block in blocks:
             attn = block.self_attn  # its per-head views: (heads, d, hd) for q, k, v; (h, hd, d) for o
-            d = attn.qkv.in_features
-            w = torch.cat([attn.W_Q, attn.W_K, attn.W_V]).detach()  # (h + 2 kv, d, hd)
-            b = torch.cat([attn.head_bias("q"), attn.head_bias("k"), attn.head_bias("v")]).detach()
-            w, b = _folded(block.attn_norm, w, b) if fold_ln else (w, b)
-            parts = {"W_Q": w[:h], "W_K": w[h:h + kv], "W_V": w[h + kv:], "b_Q": b[:h], "b_K": b[h:h + kv],
-                     "b_V": b[h + kv:], "W_O": attn.W_O.detach(), "b_O": attn.head_bias("o").detach()}
-            if block.ffn is not None:
-                ffn = block.ffn
-                w_in, b_in = ffn.up.weight.detach().T, _bias(ffn.up, ffn.up.out_features)  # (d, f), (f,)
+            parts = {"W_O": attn.W_O.detach(), "b_O": attn.head_bias("o").detach()}
+            for kind in "QKV":
+                w, b = getattr(attn, f"W_{kind}").detach(), attn.head_bias(kind.lower()).detach()
+                parts[f"W_{kind}"], parts[f"b_{kind}"] = _folded(block.attn_norm, w, b) if fold_ln else (w, b)
+            ffn = block.ffn
+            if ffn is not None:
+                w_in, b_in = ffn.up.weight.detach().T, _bias(ffn.up)  # (d, f), (f,)
                 w_gate = None if ffn.gate is None else ffn.gate.weight.detach().T
                 if fold_ln:
                     w_in, b_in = _folded(block.ffn_norm, w_in, b_in)
                     if w_gate is not None:
                         w_gate = _folded(block.ffn_norm, w_gate, torch.zeros_like(b_in))[0]
-                parts |= {"W_in": w_in, "b_in": b_in, "W_out": ffn.down.weight.detach().T,
-                          "b_out": _bias(ffn.down, d), "W_gate": w_gate}
-            for name, tensor in parts.items():
-                stacks.setdefault(name, []).append(tensor)
-        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out", "b_out",
-                     "W_gate"):
-            tensors = stacks.get(name)
-            setattr(self, name, None if not tensors or tensors[0] is None else torch.stack(tensors))
+                parts |= {"W_in": w_in, "b_in": b_in, "W_out": ffn.down.weight.detach().T, "b_out": _bias(ffn.down),
+                          "W_gate": w_gate}
+            layers.append(parts)
+        for name, first in layers[0].items():
+            if first is not None:
+                setattr(self, name, torch.stack([parts[name] for parts in layers]))
         self.W_E = model.emb.weight.detach()
         pos = getattr(model.embeddings, "pos", None)
         self.W_pos = None if pos is None else pos.weight.detach()[getattr(pos, "offset", 0):]  # BART's reserved rows
@@ -258,9 +255,9 @@ class Weights:
         return torch.where(earlier, scores, torch.zeros_like(scores))
 
 
-def _bias(linear: nn.Linear, size: int) -> torch.Tensor:
-    """A linear layer's bias, or zeros of ``size`` when it has none."""
-    return linear.bias.detach() if linear.bias is not None else linear.weight.new_zeros(size)
+def _bias(linear: nn.Linear) -> torch.Tensor:
+    """A linear layer's bias, or zeros when it has none."""
+    return linear.bias.detach() if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
 
 
 def _folded(norm: nn.Module, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -262,8 +262,7 @@ def training_bytes(config: ModelConfig, batch_size: int, block_size: int, grad_a
                    processes: int = 1, sharded: bool = False, moments: int = 2) -> int:
     """At least what one process of training takes: weights, gradients and the optimizer's ``moments`` (AdamW: 2;
     split over ``processes`` when ``sharded``), and per micro-batch position the kept activations and logits."""
-    processes = max(processes, 1)
-    rows = max(batch_size // (max(grad_accum, 1) * processes), 1)
+    rows = max(batch_size // (grad_accum * processes), 1)  # grad_accum and processes: >= 1 (the config, torchrun)
     tokens = rows * block_size
     # per block: the kept activations, and each head's attention row (measured: CPU attention keeps them)
     per_token = _blocks(config) * (6 * config.d_model + 2 * config.d_ff + config.n_heads * block_size) + \

@@ -207,7 +207,6 @@ def _special_tokens_map(value: Any) -> bool:
 
 HF_TOKENIZER_KEYS = ("version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
                      "post_processor", "decoder", "model")  # what the tokenizers library always writes
-_MODEL_CONFIG = _object("vocab_size", "d_model")  # ModelConfig.to_json
 _OWN_TOKENIZER = _object("kind", "specials")  # Tokenizer.save: char, byte and bpe (an HF tokenizer: special_tokens)
 _OWN_HF_TOKENIZER = _object("kind", "special_tokens", "hf")
 
@@ -238,7 +237,7 @@ ANY_NAME: tuple[Callable[[Any], bool], ...] = (
     _rows("step", "chosen", "top_k"),  # generate --trace --json
     _object("machine", "settings"),  # bench --out
     _object("machine", "checks"),  # bench --defaults --out
-    _MODEL_CONFIG, _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save(path)
+    _object("vocab_size", "d_model"), _OWN_TOKENIZER, _OWN_HF_TOKENIZER,  # ModelConfig.to_json(path), Tokenizer.save
 )
 
 
@@ -471,12 +470,10 @@ def disk_full_names(path: str | Path) -> Iterator[None]:
 
 
 @contextmanager
-def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES,
-                     sources: Iterable[str | Path] = ()) -> Iterator[Path]:
+def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES) -> Iterator[Path]:
     """Yield an empty temporary folder that becomes ``path`` when the block succeeds; an existing ``path``
-    (only if :func:`check_replaceable` and :func:`check_not_source`) is moved aside, removed after."""
+    (only if :func:`check_replaceable`) is moved aside, removed after."""
     path = Path(path)
-    check_not_source(path, sources)
     check_replaceable(path, names, "destination")
     restore_moved_aside(path, names)
     with _folder_in_place(path) as temp:

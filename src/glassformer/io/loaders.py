@@ -217,6 +217,9 @@ def check_zip_sizes(file: str | Path) -> None:
     try:
         with zipfile.ZipFile(file) as archive:
             records = archive.infolist()
+    except NotImplementedError as error:  # "zip file version 6.4": zipfile cannot size it, torch would inflate it
+        raise BadFileError(f"{str(file)!r} is a zip torch.save does not write ({first_line(error)}); refused before "
+                           "reading (a crafted or damaged file)") from None
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return
     size = file.stat().st_size

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from .checks import check_int, check_number
+from .checks import check_number
 
 EVERY_S = 10.0  # seconds between two lines of a long step
 POLL_S = 1.0  # how often the thread of :meth:`Heartbeat.beating` looks at the clock (real seconds)
@@ -56,7 +56,6 @@ class Heartbeat:
                  clock: Callable[[], float] | None = None, enabled: bool | None = None,
                  write: Callable[[str], None] | None = None):
         check_number("every", every, 0.0, low_open=True)
-        check_int("total", total, 0, allow_none=True)
         self.what, self.total, self.unit, self.every = what, total, unit, every
         self.clock = clock if clock is not None else seconds  # looked up now: a test's fake clock is seen
         self.enabled = showing() if enabled is None else enabled

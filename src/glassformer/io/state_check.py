@@ -2,6 +2,7 @@
 every shape); a mismatch is one line naming the file, the key, what it holds and what was expected."""
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,9 @@ def _bad(file: str, key: str, value: Any, expected: str) -> BadFileError:
     return BadFileError(f"{file}: {key} holds {shown(value)}, expected {expected}")
 
 
-def _count(file: str, key: str, value: Any, low: int = 0) -> None:
-    if not is_int(value) or not low <= value <= MAX_STEP:
-        raise _bad(file, key, value, f"an int in [{low}, {MAX_STEP}]")
-
-
 def _tensor(file: str, key: str, value: Any, shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> None:
     wanted = f"a tensor{f' of shape {shape}' if shape is not None else ''}{f' and dtype {dtype}' if dtype else ''}"
-    if not torch.is_tensor(value) or value.is_sparse or value.layout != torch.strided \
+    if not torch.is_tensor(value) or value.layout != torch.strided \
             or (shape is not None and tuple(value.shape) != shape) or (dtype is not None and value.dtype != dtype):
         raise _bad(file, key, value, wanted)
     if value.is_floating_point() and not bool(torch.isfinite(value).all()):
@@ -52,29 +48,24 @@ def _range_text(name: str) -> str:
     return f"in [{low}, {high}{']' if closed else ')'}"
 
 
-def _check_hyper(file: str, key: str, value: Any, fresh: Any) -> None:
-    name = key.rsplit(".", 1)[-1]
+def _hyper_expected(name: str, value: Any, fresh: Any) -> str | None:
+    """What a saved hyperparameter ``name`` must be beside this run's ``fresh`` one; None when ``value`` is that."""
     if fresh is None or (isinstance(fresh, bool) and name in OPTIONAL_FLAGS):
-        if not (value is None or isinstance(value, bool)):
-            raise _bad(file, key, value, "true, false or None")
-    elif isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
-        if value is not fresh:  # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its
-            # max_exp_avg_sq a KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
-            raise _bad(file, key, value, f"{fresh} (this run's optimizer)")
-    elif isinstance(fresh, (int, float)):
+        return None if value is None or isinstance(value, bool) else "true, false or None"
+    if isinstance(fresh, bool):  # amsgrad, maximize, capturable, differentiable, nesterov: the run decides them
+        # amsgrad=None was a TypeError in fused AdamW's kernel; amsgrad=True without its max_exp_avg_sq a
+        # KeyError; differentiable=True a RuntimeError with fused; capturable=True CUDA's
+        return None if value is fresh else f"{fresh} (this run's optimizer)"
+    if isinstance(fresh, (int, float)):
         if not is_number(value) or not math.isfinite(value):
-            raise _bad(file, key, value, "a finite number")
+            return "a finite number"
         if isinstance(fresh, int) and not (isinstance(value, int) and abs(value) <= 10_000):
-            raise _bad(file, key, value, "an int in [-10000, 10000]")
-        if not _in_range(name, value):
-            raise _bad(file, key, value, f"a number {_range_text(name)}")
-    elif isinstance(fresh, (tuple, list)):
-        if not (isinstance(value, (tuple, list)) and len(value) == len(fresh)
-                and all(is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
-            shown_range = f" {_range_text(name)}" if name in RANGES else ""
-            raise _bad(file, key, value, f"{len(fresh)} finite numbers{shown_range}")
-    elif isinstance(fresh, str) and value != fresh:
-        raise _bad(file, key, value, repr(fresh))
+            return "an int in [-10000, 10000]"
+        return None if _in_range(name, value) else f"a number {_range_text(name)}"
+    if isinstance(fresh, (tuple, list)) and not (isinstance(value, (tuple, list)) and len(value) == len(fresh) and all(
+            is_number(v) and math.isfinite(v) and _in_range(name, v) for v in value)):
+        return f"{len(fresh)} finite numbers" + (f" {_range_text(name)}" if name in RANGES else "")
+    return repr(fresh) if isinstance(fresh, str) and value != fresh else None
 
 
 def _moments(group: dict[str, Any]) -> set[str] | None:
@@ -98,25 +89,25 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         for name, part in parts.items():
             check_optimizer_state(saved[name], part, file, f"{key}.{name}")
         return
-    part = optimizer
     if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
         raise _bad(file, key, saved, "a dict with 'state' and 'param_groups'")
-    fresh = part.state_dict()["param_groups"]
+    fresh = optimizer.state_dict()["param_groups"]
     groups = saved["param_groups"]
     if not isinstance(groups, list) or len(groups) != len(fresh):
         raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
     params: dict[int, nn.Parameter] = {}
     needed: dict[int, set[str] | None] = {}  # per parameter index: the entries its state must hold
-    for g, (group, mine, live) in enumerate(zip(groups, fresh, part.param_groups, strict=True)):
+    for g, (group, mine, live) in enumerate(zip(groups, fresh, optimizer.param_groups, strict=True)):
         where = f"{key}.param_groups[{g}]"
         if not isinstance(group, dict) or group.get("params") != mine["params"]:
             raise BadFileError(f"{file}: {where} does not hold this model's parameters {mine['params'][:8]}"
                                f"{'...' if len(mine['params']) > 8 else ''} (a checkpoint of another model?)")
-        for name, value in mine.items():
-            if name != "params" and name in group:
-                _check_hyper(file, f"{where}.{name}", group[name], value)
-            elif name != "params" and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
+        for name, value in ((n, v) for n, v in mine.items() if n != "params"):
+            if name not in group and not (isinstance(value, bool) or value is None):  # flags get torch's defaults
                 raise BadFileError(f"{file}: {where} lacks {name!r} (this run's optimizer has {shown(value)})")
+            expected = _hyper_expected(name, group[name], value) if name in group else None
+            if expected is not None:
+                raise _bad(file, f"{where}.{name}", group[name], expected)
         params.update(zip(mine["params"], live["params"], strict=True))
         needed.update(dict.fromkeys(mine["params"], _moments(mine)))
     state = saved["state"]
@@ -129,10 +120,9 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
         if not isinstance(entry, dict) or not entry or not set(entry) <= KNOWN_KEYS:
             raise _bad(file, where, entry, f"a dict of {sorted(KNOWN_KEYS)}")
         param = params[index]
-        shape = tuple(param.shape)
         for name, value in entry.items():
             if name in MOMENTS:
-                _tensor(file, f"{where}.{name}", value, shape, param.dtype)
+                _tensor(file, f"{where}.{name}", value, tuple(param.shape), param.dtype)
             elif torch.is_tensor(value):
                 _tensor(file, f"{where}.step", value, None, None)
                 if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool \
@@ -145,9 +135,9 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
             wanted = {"exp_avg", "exp_avg_sq", "step"}
         if wanted is not None and set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
             missing, extra = sorted(wanted - set(entry)), sorted(set(entry) - wanted)
-            raise BadFileError(f"{file}: {where} " + "; ".join(
-                [*([f"lacks {missing}"] if missing else []), *([f"holds {extra}, not kept by this optimizer"]
-                                                                 if extra else [])]))
+            problems = [f"lacks {missing}"] if missing else []
+            problems += [f"holds {extra}, not kept by this optimizer"] if extra else []
+            raise BadFileError(f"{file}: {where} " + "; ".join(problems))
 
 
 MAX_KEPT = 1_000_000  # steps of a kept checkpoint series a train_state.pt may list
@@ -164,29 +154,33 @@ def check_train_state(state: dict[str, Any], file: str | Path, model: nn.Module,
     missing = [k for k in needed if k not in state]
     if missing:
         raise BadFileError(f"{file} lacks {missing} (is it a glassformer train_state.pt?)")
-    _count(file, "step", state["step"])
-    _count(file, "tokens_seen", state["tokens_seen"])
-    _count(file, "best_step", state.get("best_step", -1), -1)
-    best = state["best_val"]
-    if not is_number(best) or math.isnan(best):
-        raise _bad(file, "best_val", best, "a number (inf before the first evaluation)")
+
+    def count(low: int) -> tuple[Callable[[Any], bool], str]:  # a step or token count
+        return lambda v: is_int(v) and low <= v <= MAX_STEP, f"an int in [{low}, {MAX_STEP}]"
+
+    def kept(v: Any) -> bool:  # the steps of the kept checkpoints
+        return isinstance(v, list) and len(v) <= MAX_KEPT and all(is_int(s) and 0 <= s <= state["step"] for s in v)
+
+    def scaler(v: Any) -> bool:  # read only when this run scales its loss (float16)
+        return not scaler_enabled or isinstance(v, dict) and all(
+            is_number(x) and math.isfinite(x) and x >= 0 for x in v.values())
+
+    rules = {  # key: (is its value right, what it must be); in this order: kept reads a checked step
+        "step": count(0), "tokens_seen": count(0), "best_step": count(-1),
+        "best_val": (lambda v: is_number(v) and not math.isnan(v), "a number (inf before the first evaluation)"),
+        "kept": (kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step"),
+        "precision": (lambda v: isinstance(v, str), "a string"),
+        "scaler": (scaler, "a dict of finite non-negative numbers"),
+    }
+    for key, (right, expected) in rules.items():
+        if key in state and not right(state[key]):
+            raise _bad(file, key, state[key], expected)
     _tensor(file, "rng_cpu", state["rng_cpu"], tuple(torch.get_rng_state().shape), torch.uint8)
     if "rng_cuda" in state:
         expected = tuple(torch.cuda.get_rng_state().shape) if torch.cuda.is_available() else None
         _tensor(file, "rng_cuda", state["rng_cuda"], expected, torch.uint8)
         if state["rng_cuda"].dim() != 1:
             raise _bad(file, "rng_cuda", state["rng_cuda"], "a 1-D uint8 tensor")
-    kept = state.get("kept", [])
-    if not isinstance(kept, list) or len(kept) > MAX_KEPT or not all(
-            is_int(s) and 0 <= s <= state["step"] for s in kept):
-        raise _bad(file, "kept", kept, f"a list of at most {MAX_KEPT:,} steps from 0 to the state's step")
-    if "precision" in state and not isinstance(state["precision"], str):
-        raise _bad(file, "precision", state["precision"], "a string")
-    if "scaler" in state and scaler_enabled:
-        scaler = state["scaler"]
-        if not isinstance(scaler, dict) or not all(is_number(v) and math.isfinite(v) and v >= 0
-                                                   for v in scaler.values()):
-            raise _bad(file, "scaler", scaler, "a dict of finite non-negative numbers")
     check_optimizer_state(state["optimizer"], optimizer, file)
 
 

@@ -7,21 +7,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..interop.torch_nn import from_torch
 from ..models import TransformerLM
-from ..nn import MultiHeadAttention, causal_mask
+from ..nn import causal_mask
 
 
 def attention_vs_torch(d_model: int = 32, n_heads: int = 4, T: int = 7, seed: int = 0) -> dict:
-    """Our MultiHeadAttention against ``torch.nn.MultiheadAttention`` with the same weights (whose boolean mask
-    means "True = blocked", the opposite of ours); returns the largest output and weight differences."""
+    """Our MultiHeadAttention against ``torch.nn.MultiheadAttention`` with its weights (:func:`from_torch`; torch's
+    boolean mask means "True = blocked", the opposite of ours); returns the largest output and weight differences."""
     torch.manual_seed(seed)
-    ours = MultiHeadAttention(d_model, n_heads).eval()
     ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
+    ours = from_torch(ref)  # qkv.weight is torch's in_proj_weight, o_proj its out_proj
     with torch.no_grad():
-        ours.qkv.weight.copy_(ref.in_proj_weight)
-        ours.qkv.bias.copy_(ref.in_proj_bias)
-        ours.o_proj.weight.copy_(ref.out_proj.weight)
-        ours.o_proj.bias.copy_(ref.out_proj.bias)
         x = torch.randn(2, T, d_model)
         mask = causal_mask(T)
         out, weights = ours(x, mask=mask)

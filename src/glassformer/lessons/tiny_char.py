@@ -63,10 +63,8 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     tokenizer = CharTokenizer.from_text(corpus)
     ids = np.asarray(tokenizer.encode(corpus), dtype=np.int64)
     data = torch.from_numpy(ids)
-    starts = range(len(ids) - CONTEXT)  # every window whose next-token targets exist
-    x = torch.stack([data[s:s + CONTEXT] for s in starts])  # (N, T)
-    y = torch.stack([data[s + 1:s + CONTEXT + 1] for s in starts])  # (N, T), x shifted by one
-    assert torch.equal(x[:, 1:], y[:, :-1]) and tokenizer.decode(x[0].tolist()) == corpus[:CONTEXT]
+    x = data[:-1].unfold(0, CONTEXT, 1)  # (N, T): every window whose next-token targets exist
+    y = data[1:].unfold(0, CONTEXT, 1)  # (N, T), x shifted by one
 
     config = ModelConfig.preset("tiny-char", vocab_size=tokenizer.vocab_size, max_len=CONTEXT)
     model = build_model(config)
@@ -93,9 +91,8 @@ def run(out: str | Path, steps: int = STEPS, progress: bool = True) -> dict[str,
     plot_losses(trained["history"], out / "run" / "loss.png")  # the trainer's own curve, as `glassformer train` draws
     history = [{"step": 0, "train_loss": initial}] + [
         {"step": h["step"], "train_loss": h["val_loss"]} for h in trained["history"] if "val_loss" in h]
+    accuracy = evaluate(model, batches)["val_accuracy"]  # next-token accuracy on every window
     model.eval()
-    with torch.inference_mode():
-        accuracy = float((model(x).argmax(-1) == y).float().mean())
 
     records = trace_generation(model, tokenizer.encode(PREFIX), max_new_tokens=GENERATE, top_k=4,
                                tokenizer=tokenizer)

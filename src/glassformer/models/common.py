@@ -1,6 +1,7 @@
 """What TransformerLM and EncoderDecoder share: embeddings, blocks, the final norm and initialisation."""
 
 import math
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -8,6 +9,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn.block import TransformerBlock
+from ..nn.freezing import frozen
 from ..nn.norms import make_norm
 from ..nn.positions import LearnedPositions, alibi_bias, alibi_slopes, rope_angles, sinusoidal_positions
 from ..nn.taps import NormTaps, Tap, Tapped
@@ -31,10 +33,27 @@ def final_norm(config: ModelConfig) -> nn.Module:
     return make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_first else nn.Identity()
 
 
-class HookVerbs:
-    """TransformerLens's two verbs as methods: ``model.run_with_hooks(ids, fwd_hooks=[...])`` and
-    ``model.run_with_cache(ids)`` call :func:`glassformer.interpret.run_with_hooks` / ``run_with_cache`` (their
-    arguments and returns; imported when called: the model's own code needs no interpretability tool)."""
+class ModelBase(Tapped):
+    """What TransformerLM and EncoderDecoder share besides their parts: the token table ``emb``, the output
+    layer ``logits``, ``frozen`` mode, and TransformerLens's two verbs as methods,
+    ``model.run_with_hooks(ids, fwd_hooks=[...])`` and ``model.run_with_cache(ids)``, which call
+    :func:`glassformer.interpret.run_with_hooks` / ``run_with_cache`` (their arguments and returns; imported when
+    called: the model's own code needs no interpretability tool)."""
+
+    @property
+    def emb(self) -> nn.Embedding:
+        """The token embedding (V, d), shared with the output layer when ``tie`` (and by both stacks of an
+        EncoderDecoder)."""
+        return self.embeddings.tok
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Project the last layer's hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
+        return self.head(hidden, self.emb.weight)
+
+    def frozen(self) -> AbstractContextManager[nn.Module]:
+        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
+        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
+        return frozen(self)
 
     def run_with_hooks(self, *inputs: Any, **kwargs: Any) -> Any:
         """:func:`glassformer.interpret.run_with_hooks` on this model."""
@@ -83,13 +102,6 @@ class Embeddings(Tapped):
         if c.pos == "alibi":  # (h,)
             self.register_buffer("alibi", alibi_slopes(c.n_heads), persistent=False)
 
-    def tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        """The token vectors (x √d when configured), tapped as "embed": ids (B, T) -> (B, T, d)."""
-        x = self.tok(ids)  # (B, T, d)
-        if self.scale != 1.0:
-            x = x * self.scale
-        return self.hook_embed(x)
-
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, end: int, token_type_ids: torch.Tensor | None = None,
                 *, pos: nn.Module | None = None, norm: nn.Module | None = None) -> torch.Tensor:
         """The input vectors (B, T, d) of a block stack for ids (B, T) at ``positions`` (T,) or (B, T).
@@ -98,7 +110,8 @@ class Embeddings(Tapped):
         replace ``self.pos`` and ``self.norm`` (BART's decoder passes its own)."""
         pos = self.pos if pos is None else pos
         norm = self.norm if norm is None else norm
-        x = self.tokens(ids)  # (B, T, d)
+        x = self.tok(ids)  # (B, T, d)
+        x = self.hook_embed(x * self.scale if self.scale != 1.0 else x)  # "embed": the token vectors (x √d)
         if self.scheme == "sinusoidal":
             sinusoid = self.sinusoid if end <= self.max_len else sinusoidal_positions(end, x.shape[-1]).to(x.device)
             x = x + self._tap_positions(sinusoid[positions].to(x.dtype), x)  # + (T, d) or (B, T, d)

@@ -4,20 +4,17 @@ Bidirectional encoder blocks turn the source into ``memory`` (B, S, d); each dec
 cross-attention (queries from the target, keys and values from ``memory``) between its causal
 self-attention and its feed-forward, so every generated token can look back at every source position."""
 
-from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
-from torch import nn
 
 from ..config import ModelConfig, config_from_args
 from ..io.checks import check_int
 from ..nn.attention import AttentionInputs
-from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache, LayerCache
 from ..nn.masks import padding_mask
-from ..nn.taps import NormTaps, Tapped
-from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
+from ..nn.taps import NormTaps
+from .common import Embeddings, ModelBase, final_norm, init_weights, make_blocks
 from .families import BartDecoderEmbedding, output_head
 from .inputs import check_memory, check_pad, check_token_ids
 
@@ -33,7 +30,7 @@ class EncoderDecoderOutput(NamedTuple):
     attn: dict[str, list[torch.Tensor]]
 
 
-class EncoderDecoder(HookVerbs, Tapped):
+class EncoderDecoder(ModelBase):
     """An encoder-decoder Transformer with one vocabulary and one embedding shared by both sides, built from
     a config or keywords: ``EncoderDecoder(vocab_size=100, d_model=64, n_heads=4, n_enc=2, n_dec=2, d_ff=256)``.
     Parts: ``embeddings``, ``dec_embedding`` (BART's, or None), ``enc``, ``dec``, ``enc_norm`` and ``dec_norm``
@@ -52,11 +49,6 @@ class EncoderDecoder(HookVerbs, Tapped):
         self.decoder_ln_final = NormTaps(statistics=config.norm_first)
         self.head = output_head(config)
         init_weights(self, config, config.n_enc + config.n_dec)
-
-    @property
-    def emb(self) -> nn.Embedding:
-        """The shared token embedding (V, d)."""
-        return self.embeddings.tok
 
     def _embed(self, ids: torch.Tensor, start: int = 0, decoder: bool = False,
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
@@ -115,10 +107,6 @@ class EncoderDecoder(HookVerbs, Tapped):
                 attn_log["cross"].append(weights["cross"])
         return self.logits(self.decoder_ln_final(self.dec_norm, x))
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Project decoder states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
-        return self.head(hidden, self.emb.weight)
-
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad: torch.Tensor | None = None,
                 tgt_pad: torch.Tensor | None = None, return_attn: bool = False, *,
                 check_ids: bool = True) -> torch.Tensor | EncoderDecoderOutput:
@@ -128,11 +116,6 @@ class EncoderDecoder(HookVerbs, Tapped):
         memory = self.encode(src, src_pad, log, check_ids=check_ids)  # (B, S, d)
         logits = self.decode(tgt_in, memory, src_pad, tgt_pad, log, check_ids=check_ids)  # (B, T, V)
         return EncoderDecoderOutput(logits, log) if return_attn else logits
-
-    def frozen(self) -> AbstractContextManager[nn.Module]:
-        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
-        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
-        return frozen(self)
 
     def new_cache(self, batch: int, max_len: int | None = None, src_len: int | None = None, *,
                   preallocate: bool = False) -> list[LayerCache]:

@@ -13,8 +13,6 @@ from ..io.checks import is_int, token_id_error
 
 def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
     """Refuse ``ids`` unless a (B, T) long/int32 tensor of ids in [0, vocab_size), naming ``name``."""
-    import torch
-
     if not isinstance(ids, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype not in (torch.long, torch.int32):  # what an embedding table takes
@@ -31,8 +29,6 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> None:
 
 def check_pad(pad: torch.Tensor | None, batch: int, length: int, name: str = "pad") -> None:
     """Padding flags, when given, must be a bool tensor of shape (batch, length), True = padding."""
-    import torch
-
     if pad is None:
         return
     if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
@@ -51,33 +47,23 @@ def check_memory(memory: torch.Tensor | None, src_pad: torch.Tensor | None, batc
     check_pad(src_pad, batch, memory.shape[1], name="src_pad")
 
 
-def check_prefix_len(prefix_len: Any, length: int | torch.Tensor | None = None,
-                     batch: int | None = None) -> int | torch.Tensor:
-    """``prefix_len`` (an int, or a (B,) integer tensor made long) when in [0, ``length``] and of ``batch`` rows."""
-    import torch
-
+def check_prefix_len(prefix_len: Any, length: int | torch.Tensor, batch: int) -> int | torch.Tensor:
+    """``prefix_len`` (an int, or a (B,) integer tensor made long) when in [0, ``length``] (an int or (B,)
+    lengths) and, as a tensor, of ``batch`` rows."""
     if isinstance(prefix_len, torch.Tensor):
         if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
                 or prefix_len.dtype == torch.bool:
             raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
                                     f"tensor of shape {tuple(prefix_len.shape)}")
-        if batch is not None and prefix_len.shape[0] != batch:
+        if prefix_len.shape[0] != batch:
             raise GlassformerError(f"prefix_len must have one length per row: shape ({batch},), "
                                    f"got {tuple(prefix_len.shape)}")
         prefix_len = prefix_len.long()
-        shown: Any = prefix_len.tolist()
-        low_ok = bool((prefix_len >= 0).all())
-        high_ok = length is None or bool((prefix_len <= torch.as_tensor(length, device=prefix_len.device)).all())
-    elif is_int(prefix_len):
-        shown = prefix_len
-        low_ok = prefix_len >= 0
-        high_ok = length is None or bool(torch.as_tensor(prefix_len <= torch.as_tensor(length)).all())
-    else:
+    elif not is_int(prefix_len):
         raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got {type(prefix_len).__name__}")
-    if not (low_ok and high_ok):
-        if length is None:
-            raise GlassformerError(f"prefix_len must be >= 0, got {shown}")
+    values = torch.as_tensor(prefix_len)
+    if bool((values < 0).any()) or bool((values > torch.as_tensor(length, device=values.device)).any()):
         limit = length.tolist() if isinstance(length, torch.Tensor) else length
-        raise GlassformerError(f"prefix_len={shown} is out of range: "
+        raise GlassformerError(f"prefix_len={values.tolist()} is out of range: "
                                f"expected 0 <= prefix_len <= sequence length {limit}")
     return prefix_len

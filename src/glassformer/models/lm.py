@@ -4,21 +4,18 @@
     attn="bidirectional"  encoder-only (BERT): each position sees the whole sequence -> masked-LM
     attn="prefix"         prefix-LM: the first prefix_len positions see each other both ways, the rest is causal"""
 
-from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
-from torch import nn
 
 from ..config import ModelConfig, config_from_args
 from ..errors import GlassformerError
 from ..io.checks import check_int
 from ..nn.attention import AttentionInputs
-from ..nn.freezing import frozen
 from ..nn.kv_cache import KVCache
 from ..nn.masks import causal_mask, padding_mask, prefix_mask
-from ..nn.taps import NormTaps, Tapped
-from .common import Embeddings, HookVerbs, final_norm, init_weights, make_blocks
+from ..nn.taps import NormTaps
+from .common import Embeddings, ModelBase, final_norm, init_weights, make_blocks
 from .families import output_head
 from .inputs import check_pad, check_prefix_len, check_token_ids
 
@@ -42,7 +39,7 @@ class HiddenStates(NamedTuple):
     attn: list[torch.Tensor]
 
 
-class TransformerLM(HookVerbs, Tapped):
+class TransformerLM(ModelBase):
     """A stack of Transformer blocks over token embeddings, with an output layer to the vocabulary.
 
     Build it from a config, ``TransformerLM(ModelConfig.preset("gpt2-small"))``, or from keyword
@@ -58,11 +55,6 @@ class TransformerLM(HookVerbs, Tapped):
         self.ln_final = NormTaps(statistics=config.norm_first)  # post-norm: norm_f is the identity
         self.head = output_head(config)
         init_weights(self, config, config.n_layers)
-
-    @property
-    def emb(self) -> nn.Embedding:
-        """The token embedding (V, d), shared with the output layer when ``tie``."""
-        return self.embeddings.tok
 
     def make_mask(self, T: int, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
                   device: torch.device | str | None = None) -> torch.Tensor | None:
@@ -146,10 +138,6 @@ class TransformerLM(HookVerbs, Tapped):
         visible = (torch.arange(capacity, device=ids.device) <= slot).view(1, 1, 1, capacity)  # filled slots
         return x, AttentionInputs(mask=visible, rope=rope, score_bias=score_bias, need_weights=return_attn, slot=slot)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Project hidden states (B, T, d) to vocabulary scores (B, T, V) (see :class:`OutputHead`)."""
-        return self.head(hidden, self.emb.weight)
-
     def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None, prefix_len: int | torch.Tensor | None = None,
                 return_attn: bool = False, **kwargs: Any) -> torch.Tensor | LMOutput:
         """ids (B, T) -> logits (B, T, V); with ``return_attn`` an :class:`LMOutput`. Keyword arguments
@@ -158,11 +146,6 @@ class TransformerLM(HookVerbs, Tapped):
             hidden, attn = self.hidden_states(ids, pad, prefix_len, True, **kwargs)
             return LMOutput(self.logits(hidden), attn)
         return self.logits(self.hidden_states(ids, pad, prefix_len, False, **kwargs))
-
-    def frozen(self) -> AbstractContextManager[nn.Module]:
-        """``with model.frozen():`` attention patterns and norm scales are constants for autograd, values
-        unchanged (attribution graphs; :mod:`glassformer.nn.freezing`)."""
-        return frozen(self)
 
     # TransformerLens's stacked per-head weights (views of the parameters: gradients flow; interpret.weights
     # folds norms and adds the rest)

@@ -273,7 +273,6 @@ class MultiHeadAttention(Tapped):
             except RuntimeError as error:  # checked only when torch refuses: nothing per call
                 raise self._width_error("x", x, error) from None
             h, n_kv = self.n_heads, self.n_kv_heads
-            # every head's query, key, value side by side, split into views (B, Tq, h or kv, hd) by one call
             q, k, v = qkv.view(B, Tq, h + 2 * n_kv, self.head_dim).split_with_sizes((h, n_kv, n_kv), dim=2)
             q = self.hook_q(q).transpose(1, 2)  # (B, h, Tq, hd)
             k = self.hook_k(k).transpose(1, 2)  # (B, kv, Tq, hd)

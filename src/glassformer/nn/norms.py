@@ -5,7 +5,6 @@ Their hook points belong to the place that applies them (:class:`~glassformer.nn
 before the learned gain and bias; only while hooked is the norm written out (:meth:`LayerNorm.written_out`)."""
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .freezing import held
@@ -53,7 +52,7 @@ class LayerNorm(nn.LayerNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d) -> (..., d), torch's fused kernel."""
-        y = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        y = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         if not self.frozen_mode:
             return y
         x32 = x.float()

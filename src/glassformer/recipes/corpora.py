@@ -13,6 +13,7 @@ from ..data.text import read_text
 from ..errors import GlassformerError, MissingFileError
 from ..io.checks import check_number
 from ..io.fileio import atomic_write
+from ..validate import check_choice
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}"
@@ -44,8 +45,7 @@ def download(url: str, target: str | Path, timeout: float = 60.0) -> Path:
 def corpus_file(relative: str, data_dir: str | Path | None = None, download_missing: bool = False) -> Path:
     """The path of one corpus file (a key of ``URLS``) in ``data_dir``: downloaded when missing and
     ``download_missing``, else the shipped copy if any, else a MissingFileError naming the URL."""
-    if relative not in URLS:
-        raise GlassformerError(f"unknown corpus file {relative!r}; known: {sorted(URLS)}")
+    check_choice("corpus file", relative, sorted(URLS))
     folder = data_dir if data_dir is not None else os.environ.get("GLASSFORMER_DATA") or "data"
     path = Path(folder) / relative
     if path.is_file():
@@ -66,8 +66,7 @@ def tinyshakespeare(data_dir: str | Path | None = None, download: bool = False) 
 def multi30k(split: str, data_dir: str | Path | None = None, download: bool = False) -> tuple[Path, Path]:
     """(German, English) files of a Multi30k task-1 split: "train" (29,000 pairs), "val" (1,014) or
     "test_2016_flickr" (1,000). One caption per line, gzip; cite Elliott et al. 2016."""
-    if split not in MULTI30K_SPLITS:
-        raise GlassformerError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
+    check_choice("split", split, MULTI30K_SPLITS)
     de, en = (corpus_file(f"multi30k/{split}.{lang}.gz", data_dir, download) for lang in ("de", "en"))
     return de, en
 

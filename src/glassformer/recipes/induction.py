@@ -119,9 +119,8 @@ def hold_mlps_at_zero(model: nn.Module) -> None:
     """Zero every MLP's output layer (weight and bias): each MLP then adds exactly 0 to the residual stream."""
     with torch.no_grad():
         for block in model.blocks:
-            block.ffn.down.weight.zero_()
-            if block.ffn.down.bias is not None:
-                block.ffn.down.bias.zero_()
+            for p in block.ffn.down.parameters():  # its weight and bias (when it has one)
+                p.zero_()
 
 
 class MLPsJoinLate(Trainer):
@@ -170,22 +169,18 @@ def mlp_from_step(spec: dict[str, Any], model_config: ModelConfig, max_steps: in
     return value
 
 
-def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments, spec: dict[str, Any],
-                       max_steps: int, mlp_from: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train ``model`` with the microscope on (every ``measure_every`` steps), its MLPs held at zero and frozen
-    before step ``mlp_from`` (None: all along); the history read back from the run folder, and the validation."""
-    every = int(spec.get("measure_every", 10))  # (an int >= 1: checked with the recipe section)
-    length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
-    watch = {"every": every, "probe_length": length, "probe_batch": batch, **config.watch}
-    run_config = TrainConfig.from_dict({**config.to_dict(), "watch": watch, "max_steps": max_steps})
+def _train_and_measure(config: TrainConfig, model: nn.Module, task: RepeatedSegments,
+                       mlp_from: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train ``model`` by ``config`` (its microscope on), its MLPs held at zero and frozen before step ``mlp_from``
+    (None: all along); the history read back from the run folder, and the validation."""
     if mlp_from is None:
-        trainer = Trainer(run_config, model, task.tokenizer, task)
+        trainer = Trainer(config, model, task.tokenizer, task)
     else:
         hold_mlps_at_zero(model)  # a resumed run reads its weights back over these
-        trainer = MLPsJoinLate(run_config, model, task.tokenizer, task, mlp_from_step=mlp_from)
+        trainer = MLPsJoinLate(config, model, task.tokenizer, task, mlp_from_step=mlp_from)
     trainer.train()
     kinds = ("step", "loss_first", "loss_repeat", "previous_token", "induction")
-    history = [{k: r[k] for k in kinds} for r in read_records(Path(run_config.out_dir) / RECORDS)]
+    history = [{k: r[k] for k in kinds} for r in read_records(Path(config.out_dir) / RECORDS)]
     save_checkpoint(Path(config.out_dir) / "model", model, task.tokenizer)
     return history, trainer.evaluate()
 
@@ -197,30 +192,33 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
     and frozen until that step (:class:`MLPsJoinLate`)."""
     task = RepeatedSegments(int(spec.get("vocab", 62)), config.block_size, int(spec.get("min_len", 6)),
                             int(spec.get("max_len", 20)), config.seed)
-    length, batch = int(spec.get("probe_length", 20)), int(spec.get("probe_batch", 32))
+    every = spec.get("measure_every", 10)  # these: ints >= 1, checked with the recipe section
+    length, batch = spec.get("probe_length", 20), spec.get("probe_batch", 32)
+    watch = {"every": every, "probe_length": length, "probe_batch": batch, **config.watch}
     out = Path(config.out_dir)
     runs: dict[str, Any] = {}
     first = config.model_config(task.tokenizer.vocab_size)
     mlp_from = mlp_from_step(spec, first, config.max_steps)  # checked before any work
     parts = [("attn_only" if first.attn_only else "with_mlps", first, config.max_steps)]
     if spec.get("gpt2"):
-        c = parts[0][1]
+        c = first
         gpt2 = ModelConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers,
                            d_ff=int(spec.get("gpt2_d_ff", 4 * c.d_model)), max_len=config.block_size, pos="learned",
                            activation="gelu_tanh", scale_embeddings=False, init_std=c.init_std or 0.02)
         parts.append(("gpt2", gpt2, int(spec.get("gpt2_steps", config.max_steps))))
 
     for number, (name, model_config, steps) in enumerate(parts, 1):
-        run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps})
+        run_config = TrainConfig.from_dict({**config.to_dict(), "out_dir": str(out / name), "max_steps": steps,
+                                            "watch": watch})
         late = mlp_from if name == "with_mlps" and mlp_from else None  # 0: the MLPs train from the start (plain)
         what = {"attn_only": "attention-only model", "gpt2": "GPT-2 model"}.get(
             name, "model with MLPs" if late is None else f"model with MLPs (held at zero until step {late})")
         say(f"{what} ({number} of {len(parts)}): {steps} steps into {run_config.out_dir}, its heads scored every "
-            f"{spec.get('measure_every', 10)} steps (a line per {config.log_every} steps when no progress bar is "
+            f"{every} steps (a line per {config.log_every} steps when no progress bar is "
             f"drawn)", config.progress)
         torch.manual_seed(config.seed)
         model = build_model(model_config)
-        history, validation = _train_and_measure(run_config, model, task, spec, steps, late)
+        history, validation = _train_and_measure(run_config, model, task, late)
         run: dict[str, Any] = {"history": history, "phase_change_step": phase_change_step(history),
                                "final": history[-1], "best_heads": best_heads(history[-1]),
                                "by_probe_length": by_probe_length(model, task, spec),

@@ -79,7 +79,7 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
            "top_k": (lambda v: v is None or is_int(v) and v >= 1, "an int >= 1 or null"),
            "stop": (lambda v: v is None or _strings(v), "a list of strings or null")},
     "mlm": {"examples": _POSITIVE},
-    "translation": {"test_split": (lambda v: isinstance(v, str), "a split name"),
+    "translation": {"test_split": (lambda v: v in corpora.MULTI30K_SPLITS, f"one of {corpora.MULTI30K_SPLITS}"),
                     "beams": _POSITIVE_LIST, "batch_size": _POSITIVE,
                     "length_penalty": (lambda v: is_number(v) and math.isfinite(v), "a finite number")},
     "prefix-vs-causal": {k: (lambda v: True, "") for k in SEQUENCE_OPTIONS},
@@ -93,14 +93,12 @@ RECIPE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
 
 def check_recipe_section(spec: dict[str, Any]) -> None:
     """Refuse a ``recipe:`` section with a key its task does not read or a value of the wrong kind, naming it."""
-    if spec.get("task") not in TASKS:
-        raise GlassformerError(f"recipe.task must be one of {TASKS}, got {shown(spec.get('task'))}")
-    known = {**_COMMON, **RECIPE_OPTIONS.get(spec["task"], {})}
+    known = {**_COMMON, **RECIPE_OPTIONS.get(spec.get("task"), {})}
+    for key, (valid, expected) in known.items():
+        if (key in spec or key == "task") and not valid(spec.get(key)):  # the task first; it must be there
+            raise GlassformerError(f"recipe.{key} must be {expected}, got {shown(spec.get(key))}")
     if spec["task"] != "sae":  # the sae task passes its other keys to SAETrainConfig, which checks them
         check_known_keys(spec, set(known), f"recipe (task {spec['task']})")
-    for key, value in spec.items():
-        if key in known and not known[key][0](value):
-            raise GlassformerError(f"recipe.{key} must be {known[key][1]}, got {shown(value)}")
 
 
 def load_recipe(config: str | Path | dict[str, Any], overrides: Overrides = (),
@@ -174,7 +172,6 @@ def run_recipe(recipe: Recipe, data_dir: str | Path | None = None, download: boo
     "training" (or "models", "runs"), the evaluation ("samples", "fill_mask", "bleu"), "wall_s", the machine."""
     config, spec = recipe.train, recipe.spec
     out = Path(config.out_dir)
-    claim_recipe_outputs(out, spec)  # before any work
     started, load_before = time.perf_counter(), _load_average()
     if spec["task"] == "induction":
         results: dict[str, Any] = {"runs": run_induction(config, spec)}

@@ -11,6 +11,7 @@ from ..errors import GlassformerError
 from ..generation import generate
 from ..io.checks import check_int
 from ..tokenizers import CharTokenizer
+from ..validate import check_choice
 
 KINDS = ("reverse", "sort", "count")
 DIGITS = "0123456789"
@@ -23,10 +24,8 @@ class SequenceTask:
 
     def __init__(self, kind: str = "reverse", objective: str = "prefix", alphabet: str = "abcdefghij",
                  min_len: int = 4, max_len: int = 16, seed: int = 0, eval_examples: int = 512, max_count: int = 1):
-        if kind not in KINDS:
-            raise GlassformerError(f"kind must be one of {KINDS}, got {kind!r}")
-        if objective not in ("prefix", "clm"):
-            raise GlassformerError(f"objective must be 'prefix' or 'clm', got {objective!r}")
+        check_choice("kind", kind, KINDS)
+        check_choice("objective", objective, ("prefix", "clm"))
         if not alphabet or SEPARATOR in alphabet or END in alphabet or len(set(alphabet)) != len(alphabet):
             raise GlassformerError(f"alphabet must be distinct symbols without '=' or '.', got {alphabet!r}")
         check_int("max_count", max_count, 1, 9)

@@ -18,8 +18,6 @@ SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk")
 
 def check_specials(specials: Sequence[str]) -> tuple[str, ...]:
     """Validate special-token names (a subset of SPECIAL_NAMES, no repeats); return them as a tuple."""
-    if isinstance(specials, str):
-        raise ArgumentTypeError(f"specials must be a list of names, got the string {specials!r}")
     if not isinstance(specials, (list, tuple)) or not all(isinstance(name, str) for name in specials):
         raise ArgumentTypeError(f"specials must be a list of names, got {shown(specials)}")
     specials = tuple(specials)

@@ -8,11 +8,11 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from ..errors import GlassformerError
 from ..io.checks import check_int
 from ..io.loaders import rust_tokenizer
 from ..io.progress import Heartbeat
 from .base import Tokenizer, check_specials, check_text, field
+from .hf import adopt
 
 MAX_VOCAB = 1 << 22  # 4,194,304 ids, 16x Gemma's; a larger request aborts the Rust trainer
 
@@ -26,15 +26,8 @@ class BPETokenizer(Tokenizer):
 
     def __init__(self, hf: HFTokenizer, specials: Sequence[str] = ()):
         self.hf = hf
-        hf.no_padding()  # a tokenizer.json that pads or truncates (its "padding", "truncation") would change the
-        hf.no_truncation()  # ids of every text: glassformer cuts and batches itself, as HFTokenizer does
         self.specials = check_specials(specials)
-        self.special_tokens = {}
-        for name in self.specials:
-            token_id = hf.token_to_id(f"<{name}>")
-            if token_id is None:
-                raise GlassformerError(f"the BPE vocabulary has no token '<{name}>' for special {name!r}")
-            self.special_tokens[name] = token_id
+        self.special_tokens = adopt(hf, {name: f"<{name}>" for name in self.specials})
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int, specials: Sequence[str] = (),
@@ -43,9 +36,7 @@ class BPETokenizer(Tokenizer):
         the 256 bytes + specials), merging pairs seen ``min_frequency`` times; a long training prints
         its progress to stderr every ~10 s."""
         specials = check_specials(specials)
-        check_int("vocab_size", vocab_size, 256 + len(specials))
-        if vocab_size > MAX_VOCAB:
-            raise GlassformerError(f"vocab_size must be at most {MAX_VOCAB:,} for a BPE tokenizer, got {vocab_size:,}")
+        check_int("vocab_size", vocab_size, 256 + len(specials), MAX_VOCAB)
         hf = HFTokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = decoders.ByteLevel()

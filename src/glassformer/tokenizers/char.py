@@ -28,8 +28,7 @@ class CharTokenizer(Tokenizer):
         self.special_tokens = {name: i for i, name in enumerate(self.specials)}
         self.chars = chars
         self._pieces = [f"<{name}>" for name in self.specials] + chars
-        self._lookup = {c: i + len(self.specials) for i, c in enumerate(chars)}
-        codes = np.array([ord(c) for c in chars], dtype=np.int64)
+        codes = np.array([ord(c) for c in chars] + [0x110000], dtype=np.int64)  # a sentinel past every code point
         self._order = np.argsort(codes)
         self._sorted_codes = codes[self._order]
 
@@ -45,36 +44,27 @@ class CharTokenizer(Tokenizer):
         """Distinct characters + specials."""
         return len(self._pieces)
 
-    def _unknown(self, char: str, position: int) -> GlassformerError:
-        return GlassformerError(
-            f"character {char!r} (U+{ord(char):04X}) at position {position} is not in this tokenizer's "
-            f"vocabulary of {len(self.chars)} characters (configure an 'unk' special token to map unknown "
-            "characters)")
-
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> one id per character; an unknown character is an error naming it (or ``unk``)."""
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
-        unk = self.unk_id
-        ids = [self._lookup.get(char, unk) for char in text]
-        if None in ids:
-            position = ids.index(None)
-            raise self._unknown(text[position], position)
+        ids = self.encode_to_array(text).tolist()
         return self.add_specials(ids) if add_special_tokens else ids
 
     def encode_to_array(self, text: str) -> np.ndarray:
-        """Vectorised :meth:`encode` for large corpora: characters are looked up by code point."""
+        """:meth:`encode` as an int64 array, vectorised for large corpora: characters are looked up by code point."""
         # surrogatepass: a lone surrogate is looked up like any character (unknown unless in the vocabulary)
         if not isinstance(text, str):
             raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
         codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.int64)
-        where = np.searchsorted(self._sorted_codes, codes).clip(max=max(len(self.chars) - 1, 0))
-        known = self._sorted_codes[where] == codes if len(self.chars) else np.zeros(len(codes), dtype=bool)
+        where = np.searchsorted(self._sorted_codes, codes)  # (N,) the sentinel's place for a character past them all
+        known = self._sorted_codes[where] == codes
         ids = self._order[where] + len(self.specials)
         if not known.all():
             if self.unk_id is None:
                 position = int(np.argmin(known))
-                raise self._unknown(text[position], position)
+                raise GlassformerError(
+                    f"character {text[position]!r} (U+{ord(text[position]):04X}) at position {position} is not in "
+                    f"this tokenizer's vocabulary of {len(self.chars)} characters (configure an 'unk' special token "
+                    "to map unknown characters)")
             ids[~known] = self.unk_id
         return ids
 

@@ -37,19 +37,10 @@ class HFTokenizer(Tokenizer):
         if not isinstance(tokenizer, RustTokenizer):
             raise ArgumentTypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
         self.hf = tokenizer
-        self.hf.no_padding()
-        self.hf.no_truncation()
         if special_tokens is None:
-            found = {role: [name for name in names if tokenizer.token_to_id(name) is not None]
-                     for role, names in ROLE_GUESSES.items()}
-            special_tokens = {role: names[0] for role, names in found.items() if names}
+            special_tokens = _first_known(tokenizer, ROLE_GUESSES)
         self.special_strings = dict(special_tokens)
-        self.special_tokens = {}
-        for role, token in special_tokens.items():
-            token_id = tokenizer.token_to_id(token)
-            if token_id is None:
-                raise GlassformerError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
-            self.special_tokens[role] = token_id
+        self.special_tokens = adopt(tokenizer, self.special_strings)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "HFTokenizer":
@@ -77,13 +68,9 @@ class HFTokenizer(Tokenizer):
                                   files["vocab.json"])
         else:
             raise MissingFileError(f"{str(path)!r} has no tokenizer.json, vocab.txt or vocab.json + merges.txt")
-        specials = {}
-        for role, keys in ROLE_KEYS.items():
-            tokens = [t.get("content") if isinstance(t, dict) else t for t in map(settings.get, keys)]
-            found = [t for t in tokens if isinstance(t, str) and tokenizer.token_to_id(t) is not None]
-            if found:
-                specials[role] = found[0]
-        return cls(tokenizer, specials or None)
+        named = {role: [t.get("content") if isinstance(t, dict) else t for t in map(settings.get, keys)]
+                 for role, keys in ROLE_KEYS.items()}  # a token is a string or {"content": string, ...}
+        return cls(tokenizer, _first_known(tokenizer, named) or None)
 
     @property
     def vocab_size(self) -> int:
@@ -143,6 +130,27 @@ class HFTokenizer(Tokenizer):
         path.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             atomic_write(path / name, text + "\n", what="tokenizer file")
+
+
+def adopt(tokenizer: RustTokenizer, special_strings: dict[str, str]) -> dict[str, int]:
+    """Turn ``tokenizer``'s own padding and truncation off (a tokenizer.json that pads or truncates would change the
+    ids of every text: glassformer cuts and batches itself) and return {role: id} of ``special_strings``; a string
+    the vocabulary lacks is an error naming it."""
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    ids = {role: tokenizer.token_to_id(token) for role, token in special_strings.items()}
+    missing = [role for role, token_id in ids.items() if token_id is None]
+    if missing:
+        raise GlassformerError(f"special token {missing[0]}={special_strings[missing[0]]!r} is not in the "
+                               "tokenizer's vocabulary")
+    return ids
+
+
+def _first_known(tokenizer: RustTokenizer, candidates: dict[str, Sequence[Any]]) -> dict[str, str]:
+    """{role: the first of its candidate token strings the vocabulary holds}, for the roles that have one."""
+    found = {role: [t for t in tokens if isinstance(t, str) and tokenizer.token_to_id(t) is not None]
+             for role, tokens in candidates.items()}
+    return {role: tokens[0] for role, tokens in found.items() if tokens}
 
 
 @contextlib.contextmanager

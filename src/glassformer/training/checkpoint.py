@@ -14,35 +14,23 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..io.checks import check_inside
-from ..io.fileio import (
-    atomic_directory,
-    disk_full_names,
-    new_directory,
-    remove_owned,
-    replace_symlink,
-    rust_path,
-    shown_text,
-)
+from ..io.fileio import atomic_directory, disk_full_names, new_directory, remove_owned, rust_path, shown_text
 from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
 from ..io.safetensors_header import read_header, torch_dtype
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
 from .run_dir import (
-    _POINTS_TO_STEP,
-    BEST,
     CHECKPOINT_FILES,
     CONFIG,
-    LAST,
     STATE,
     TOKENIZER,
     TRAINING,
     WEIGHTS,
     _missing,
-    _pointer,
+    point_and_tidy,
     read_pointed,
     step_folder,
-    tidy_run,
 )
 from .weights import check_sizes, load_tensors, meta_specs
 
@@ -174,8 +162,5 @@ def commit_checkpoint(out_dir: str | Path, step: int, model: nn.Module, tokenize
     if not folder.exists():
         with disk_full_names(folder), new_directory(folder) as temp:
             _write_files(temp, model, tokenizer, training, train_state, weights)
-    if best:
-        replace_symlink(out / BEST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    replace_symlink(out / LAST, folder.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    tidy_run(out, keep=[folder, _pointer(out, BEST), *keep])
+    point_and_tidy(out, folder, folder if best else None, keep)
     return folder

@@ -11,7 +11,7 @@ from ..config import ModelConfig
 from ..data.batches import OBJECTIVES
 from ..errors import ArgumentTypeError, GlassformerError
 from ..io.budget import parse_size
-from ..io.checks import MAX_SEED, check_device_name, check_known_keys, shown
+from ..io.checks import MAX_SEED, check_device_name, check_known_keys, is_number, shown
 from ..io.loaders import expand_home
 from ..io.loaders import load_yaml as read_yaml  # the YAML document of a file ({} when empty), safe and bounded
 from ..runtime.precision import PRECISIONS
@@ -90,10 +90,9 @@ class TrainConfig(CheckedConfig):
     keep_checkpoints: str = "none"  # a series kept beside last and best, for replay: "log" or N (every N steps)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_memory, (int, float)) and not isinstance(self.max_memory, bool):
-            self.max_memory = str(self.max_memory)  # YAML reads 8000000000 as an int
-        if isinstance(self.keep_checkpoints, int) and not isinstance(self.keep_checkpoints, bool):
-            self.keep_checkpoints = str(self.keep_checkpoints)  # YAML's keep_checkpoints: 100
+        for name in ("max_memory", "keep_checkpoints"):  # YAML reads 8000000000 and 100 as numbers: their text
+            if is_number(getattr(self, name)):
+                setattr(self, name, str(getattr(self, name)))
         check_fields(self, coerce=True)  # "3e-4" from the command line becomes 3e-4
         for name in PATH_FIELDS:  # out_dir: ~/x is the home folder's x, not a folder named "~"
             setattr(self, name, expand_home(getattr(self, name)))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import math
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -26,22 +24,26 @@ from ..interpret.detectors import probe_lengths, repeated_tokens
 from ..interpret.measurements import Measurement, Probe, head_score_record, text_probe_record
 from ..io.budget import check_fits, describe, model_bytes, probe_bytes
 from ..io.checks import check_int, first_line, shown
-from ..io.fileio import atomic_write_text
+from ..io.fileio import atomic_write_text, fsync_file
 from ..io.loaders import load_json, read_records
 from ..io.records import record_line
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
-from ..validate import CommandLineText, check_fields, coerced, from_mapping, option
+from ..validate import CheckedConfig, CommandLineText, check_fields, option
+from .trackers import finite_numbers
 
 RECORDS, META = "microscope.jsonl", "microscope.json"
 MAX_MEASURED_NUMBERS = 10_000  # one measurement's numbers in one record, at most (records stay small)
 
 
 @dataclass
-class WatchConfig:
+class WatchConfig(CheckedConfig):
     """The ``watch:`` block of a training config: what the microscope records, and how often (every key
-    is described in docs/interpret.md; ``every`` 0: at each evaluation and at the end)."""
+    is described in docs/interpret.md; ``every`` 0: at each evaluation and at the end). A string value (every
+    field is a number, list or mapping) is read as its field's type (:func:`glassformer.validate.typed_text`:
+    YAML only for lists and mappings)."""
 
+    WHAT = "watch"
     every: int = option(0, ge=0)
     probe_length: int | None = option(None, ge=2)
     probe_batch: int = option(16, ge=1)
@@ -52,7 +54,10 @@ class WatchConfig:
     measurements: dict[str, str] = option(factory=dict)
 
     def __post_init__(self) -> None:
-        check_fields(self, "watch.")
+        for f in fields(self):
+            if isinstance(getattr(self, f.name), str):
+                setattr(self, f.name, CommandLineText(getattr(self, f.name)))
+        check_fields(self, "watch.", coerce=True)
         if not all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(i, int) for i in p)
                    for p in self.heads):
             raise ArgumentTypeError(f"watch.heads must be a list of [layer, head] pairs, got {self.heads!r:.80}")
@@ -62,62 +67,51 @@ class WatchConfig:
             raise ArgumentTypeError("watch.measurements must map names to 'package.module:function' strings, "
                                     f"got {self.measurements!r:.80}")
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WatchConfig:
-        """Build and check a ``watch:`` mapping; a string value (every field is a number, list or mapping) is
-        read as its field's type (:func:`glassformer.validate.typed_text`: YAML only for lists and mappings)."""
-        kinds = {f.name: f.type for f in fields(cls)}
-        if isinstance(data, dict):
-            data = {k: coerced(f"watch.{k}", kinds[k], CommandLineText(v) if isinstance(v, str) else v)
-                    if k in kinds else v for k, v in data.items()}
-        return from_mapping(cls, data, "watch")
-
 
 def record_scalars(record: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of one microscope record as tracker scalars: ``microscope/L{l}H{h}/{score}``,
     ``microscope/{lens_loss|resid_norm}/{i}``, ``microscope/weight_norm/L{l}``,
     ``microscope/{loss_first|loss_repeat|icl_score}``, ``microscope/measurements/{name}[/{key}]``."""
-    out: dict[str, float] = {}
-
-    def put(name: str, value: Any) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[f"microscope/{name}"] = float(value)
-
+    out: dict[str, Any] = {}
     for score in ("previous_token", "induction", "duplicate", "entropy"):
         for layer, row in enumerate(record.get(score) or []):
-            for head, value in enumerate(row):
-                put(f"L{layer}H{head}/{score}", value)
+            out.update({f"L{layer}H{head}/{score}": value for head, value in enumerate(row)})
     for series, prefix in (("lens_loss", ""), ("resid_norm", ""), ("weight_norm", "L")):
-        for place, value in enumerate(record.get(series) or []):
-            put(f"{series}/{prefix}{place}", value)
-    for name in ("loss_first", "loss_repeat", "icl_score"):
-        put(name, record.get(name))
+        out.update({f"{series}/{prefix}{place}": value for place, value in enumerate(record.get(series) or [])})
+    out.update({name: record.get(name) for name in ("loss_first", "loss_repeat", "icl_score")})
     for name, value in (record.get("measurements") or {}).items():
         if isinstance(value, dict):
-            for key, item in value.items():
-                put(f"measurements/{name}/{key}", item)
+            out.update({f"measurements/{name}/{key}": item for key, item in value.items()})
         else:
-            put(f"measurements/{name}", value)
-    return out
+            out[f"measurements/{name}"] = value
+    return {f"microscope/{name}": value for name, value in finite_numbers(out).items()}
+
+
+def _user_call(fn: Any, *args: Any, failed: str, end: str = "") -> Any:
+    """``fn(*args)``: whatever the user's code raises (SystemExit included, Ctrl-C aside) is one MeasurementError
+    line: ``failed``, the error's type and first line, ``end``."""
+    try:
+        return fn(*args)
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 (the user's code: any error is one line naming it)
+        raise MeasurementError(f"{failed}{type(error).__name__}: {first_line(error)[:200]}{end}") from None
 
 
 def _import_measurement(name: str, spec: str) -> Measurement:
     """The function ``spec`` ("package.module:function") names, taking (model, probe)."""
     module_name, _, attr = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (the user's module: any error, SystemExit included, is one line)
-        raise MeasurementError(f"watch.measurements.{name}: cannot import {spec!r} "
-                               f"({type(error).__name__}: {first_line(error)[:200]})") from None
-    return _checked_function(f"watch.measurements.{name}", spec, fn)
+    where = f"watch.measurements.{name}"
+    fn = _user_call(lambda: getattr(importlib.import_module(module_name), attr),
+                    failed=f"{where}: cannot import {spec!r} (", end=")")
+    return _checked_function(where, spec, fn)
 
 
 def _checked_function(where: str, spec: str, fn: Any) -> Measurement:
     """``fn`` when it can be called as ``fn(model, probe)``, else an error naming ``where``."""
     if not callable(fn):
-        raise ArgumentTypeError(f"{where}: {spec!r} is not a function")
+        raise ArgumentTypeError(f"{where}: {spec!r} must be a function (model, probe) -> numbers, "
+                                f"got {type(fn).__name__}")
     try:
         inspect.signature(fn).bind(None, None)
     except TypeError:
@@ -134,18 +128,6 @@ def _spec(name: str, fn: Measurement, named: dict[str, str]) -> str:
 
 
 MAX_MEASURED_DEPTH = 32  # lists and dicts inside one another in a measurement's result, at most
-
-
-def _measured(name: str, fn: Measurement, model: nn.Module, probe: Probe) -> Any:
-    """``fn(model, probe)`` checked: whatever it raises (SystemExit included, Ctrl-C aside) is a MeasurementError."""
-    try:
-        value = fn(model, probe)
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (user code: one line naming it)
-        raise MeasurementError(f"measurement {name!r} failed: {type(error).__name__}: "
-                               f"{first_line(error)[:200]}") from None
-    return _checked_value(name, value)
 
 
 def _checked_value(name: str, value: Any) -> Any:
@@ -213,9 +195,6 @@ class Microscope:
         eval mode with gradients allowed."""
         if not isinstance(name, str) or not name or name in self.measurements:
             raise GlassformerError(f"measurement name {name!r} is empty or taken; taken: {sorted(self.measurements)}")
-        if not callable(fn):
-            raise ArgumentTypeError(f"measurement {name!r} must be a function (model, probe) -> numbers, "
-                                    f"got {type(fn).__name__}")
         self.measurements[name] = _checked_function(f"measurement {name!r}", getattr(fn, "__name__", "fn"), fn)
 
     def start(self, out_dir: str | Path, step: int, model: nn.Module) -> None:
@@ -253,8 +232,7 @@ class Microscope:
         if self.file is not None:
             with open(self.file, "a", encoding="utf-8") as handle:
                 handle.write(record_line(record, compact=True))
-                handle.flush()
-                os.fsync(handle.fileno())
+            fsync_file(self.file)
         if self.tracker is not None:
             self.tracker.log(step, record_scalars(record))
         return record
@@ -291,7 +269,9 @@ class Microscope:
         devices = [model.emb.weight.device] if model.emb.weight.device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices), torch.enable_grad():
-                return {name: _measured(name, fn, model, probe) for name, fn in self.measurements.items()}
+                return {name: _checked_value(name, _user_call(fn, model, probe,
+                                                              failed=f"measurement {name!r} failed: "))
+                        for name, fn in self.measurements.items()}
         finally:
             for p, g in zip(params, grads):
                 p.grad = g
@@ -318,9 +298,15 @@ def microscope_for_run(watch: dict[str, Any], model: nn.Module, tokenizer: Any, 
     """The :class:`Microscope` of a training run, its probe text the first validation (or training) rows."""
     config = WatchConfig.from_dict(watch)
     rows = next(iter(batches.eval_batches(config.text_rows, 1)), None) or batches.global_batch(0, config.text_rows)
-    text = rows["ids"][:config.text_rows, :block_size].cpu()
+    return _microscope(config, model, tokenizer, rows["ids"][:config.text_rows, :block_size].cpu(), eval_every,
+                       max_steps, max_memory)
+
+
+def _microscope(config: WatchConfig, model: nn.Module, tokenizer: Any, text: torch.Tensor, eval_every: int,
+                max_steps: int, max_memory: Any = None) -> Microscope:
+    """A :class:`Microscope` on the probe ``text`` (R, T) ids, its tokens, <bos> and lowest random id from
+    ``tokenizer`` (the repeated-tokens probe starts with <bos>, as the model's rows do)."""
     tokens = tokenizer.tokens(text[0, :config.snapshot_tokens].tolist())
-    # the repeated-tokens probe starts with <bos>, as the model's rows do
     return Microscope(config, model, text, tokens, eval_every, max_steps, bos=tokenizer.bos_id,
                       low=_probe_low(tokenizer), max_memory=max_memory)
 
@@ -366,18 +352,16 @@ def replay(series: Iterable[tuple[int, nn.Module, Any]], out_dir: str | Path | N
     for step, model, tokenizer in series:
         check_int("step", step, 0)
         if scope is None:
-            low = _probe_low(tokenizer)
             if probe_text is not None:
                 check_token_ids(probe_text, tokenizer.vocab_size, "probe_text")
                 if probe_text.shape[0] < 1 or not 2 <= probe_text.shape[1] <= model.config.max_len:
                     raise GlassformerError(f"probe_text must be (R >= 1, T) ids with 2 <= T <= max_len="
                                            f"{model.config.max_len}, got shape {tuple(probe_text.shape)}")
             else:
-                probe_text = torch.randint(low, tokenizer.vocab_size, (config.text_rows, min(64, model.config.max_len)),
+                probe_text = torch.randint(_probe_low(tokenizer), tokenizer.vocab_size,
+                                           (config.text_rows, min(64, model.config.max_len)),
                                            generator=torch.Generator().manual_seed(1))
-            text = probe_text[:config.text_rows].cpu()
-            tokens = tokenizer.tokens(text[0, :config.snapshot_tokens].tolist())
-            scope = Microscope(config, model, text, tokens, 0, 0, bos=tokenizer.bos_id, low=low)
+            scope = _microscope(config, model, tokenizer, probe_text[:config.text_rows].cpu(), 0, 0)
             for name, fn in (measurements or {}).items():
                 scope.add(name, fn)
             first = model.config.to_dict()

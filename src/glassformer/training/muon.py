@@ -9,9 +9,9 @@ import torch
 from ..errors import GlassformerError
 from ..runtime import kernel_choice
 from ..runtime.precision import bf16_hardware
+from ..validate import check_choice
 
 NS_PRECISIONS = ("auto", "float32", "bfloat16")
-NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def newton_schulz(grad: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
@@ -84,10 +84,8 @@ class Muon(getattr(torch.optim, "Muon", torch.optim.Optimizer)):  # torch < 2.9 
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], ns_precision: str = "auto",
                  **options: object) -> None:
-        if ns_precision not in NS_PRECISIONS:
-            raise GlassformerError(f"ns_precision must be one of {list(NS_PRECISIONS)}, got {ns_precision!r}")
         super().__init__(params, **options)
-        self.ns_precision = ns_precision
+        self.ns_precision = check_choice("ns_precision", ns_precision, NS_PRECISIONS)
         self.ns_reason = ""
         self._ns_dtype: torch.dtype | None = None
 
@@ -99,7 +97,7 @@ class Muon(getattr(torch.optim, "Muon", torch.optim.Optimizer)):  # torch < 2.9 
             device = params[0].device if params else torch.device("cpu")
             name, self.ns_reason = resolve_ns_precision(self.ns_precision, device,
                                                         [tuple(p.shape) for p in params])
-            self._ns_dtype = NS_DTYPES[name]
+            self._ns_dtype = getattr(torch, name)  # torch.float32 or torch.bfloat16
         return self._ns_dtype
 
     @torch.no_grad()

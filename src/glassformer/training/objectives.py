@@ -10,6 +10,7 @@ from torch import nn
 from ..data.mlm import IGNORE
 from ..errors import GlassformerError
 from ..io.checks import check_number
+from ..validate import check_choice
 
 OBJECTIVE_ATTN = {"clm": "causal", "mlm": "bidirectional", "prefix": "prefix"}  # seq2seq: an EncoderDecoder
 
@@ -28,8 +29,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: floa
     """Cross-entropy of (..., V) ``logits`` against (...) ``labels`` (-100: no part), as ``F.cross_entropy``
     with ``label_smoothing``; ``count_correct``: also count argmax hits (training skips it).
     Returns LossParts (the summed loss a float32 scalar)."""
-    if check_number("label_smoothing", label_smoothing, 0.0) >= 1.0:
-        raise GlassformerError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    check_number("label_smoothing", label_smoothing, 0.0, 1.0, high_open=True)
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()
     flat_labels = labels.reshape(-1)
     loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE, reduction="sum",
@@ -62,8 +62,7 @@ def check_model_for(objective: str, model: nn.Module) -> None:
         if config.arch != "encoder-decoder":
             raise GlassformerError(f"objective 'seq2seq' needs model arch='encoder-decoder', got arch={config.arch!r}")
         return
-    if objective not in OBJECTIVE_ATTN:
-        raise GlassformerError(f"objective must be one of {[*OBJECTIVE_ATTN, 'seq2seq']}, got {objective!r}")
+    check_choice("objective", objective, [*OBJECTIVE_ATTN, "seq2seq"])
     if config.arch != "lm" or config.attn != OBJECTIVE_ATTN[objective]:
         raise GlassformerError(f"objective {objective!r} needs an lm with attn={OBJECTIVE_ATTN[objective]!r}, got "
                                f"arch={config.arch!r}, attn={config.attn!r}")

@@ -9,6 +9,7 @@ from torch import nn
 from ..errors import GlassformerError
 from ..nn.block import TransformerBlock
 from ..nn.positions import LearnedPositions
+from ..validate import check_choice
 from .muon import Muon
 
 SCHEDULES = ("cosine", "noam", "constant", "wsd")
@@ -82,24 +83,21 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     """The optimizer ``kind`` for ``model``: "adamw" over :func:`param_groups` (``fused=None``: where
     available), or "muon": :class:`Optimizers` of Muon on :func:`muon_params` (its updates scaled to
     AdamW's size, so one ``lr`` drives both) and AdamW on the rest; not on FSDP-sharded weights."""
-    if kind not in OPTIMIZERS:
-        raise GlassformerError(f"optimizer must be one of {list(OPTIMIZERS)}, got {kind!r}")
     groups = param_groups(model, weight_decay)
-    matrices = muon_params(model) if kind == "muon" else []
-    if kind == "muon":
-        if not hasattr(torch.optim, "Muon"):
-            raise GlassformerError(f"optimizer 'muon' needs torch.optim.Muon, which torch {torch.__version__} does not "
-                                   f"have; upgrade torch or use optimizer 'adamw'")
-        if not matrices:
-            raise GlassformerError("optimizer 'muon' needs Transformer blocks with weight matrices; the model has none")
-        if any(hasattr(p, "to_local") for p in matrices):  # DTensor: this process holds a shard
-            raise GlassformerError("optimizer 'muon' cannot update FSDP-sharded weights; use parallel 'ddp' or "
-                                   "optimizer 'adamw'")
-        taken = {id(p) for p in matrices}
-        groups = [{**g, "params": [p for p in g["params"] if id(p) not in taken]} for g in groups]
-        groups = [g for g in groups if g["params"]]
-    if kind == "adamw":
+    if check_choice("optimizer", kind, OPTIMIZERS) == "adamw":
         return _adamw(groups, lr, betas, eps, fused)
+    if not hasattr(torch.optim, "Muon"):
+        raise GlassformerError(f"optimizer 'muon' needs torch.optim.Muon, which torch {torch.__version__} does not "
+                               f"have; upgrade torch or use optimizer 'adamw'")
+    matrices = muon_params(model)
+    if not matrices:
+        raise GlassformerError("optimizer 'muon' needs Transformer blocks with weight matrices; the model has none")
+    if any(hasattr(p, "to_local") for p in matrices):  # DTensor: this process holds a shard
+        raise GlassformerError("optimizer 'muon' cannot update FSDP-sharded weights; use parallel 'ddp' or "
+                               "optimizer 'adamw'")
+    taken = {id(p) for p in matrices}
+    groups = [{**g, "params": [p for p in g["params"] if id(p) not in taken]} for g in groups]
+    groups = [g for g in groups if g["params"]]
     muon = Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
     return Optimizers(adamw=_adamw(groups, lr, betas, eps, fused), muon=muon)
 
@@ -125,9 +123,7 @@ def lr_at(step: int, schedule: str, lr: float, warmup_steps: int = 0, decay_step
     then a straight line down to ``min_lr`` at ``decay_steps`` over the last ``cooldown`` fraction of the
     steps after warmup (``cooldown=1``: a linear decay from the peak).
     """
-    if schedule not in SCHEDULES:
-        raise GlassformerError(f"lr_schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if schedule == "noam":
+    if check_choice("lr_schedule", schedule, SCHEDULES) == "noam":
         s, w = step + 1, max(warmup_steps, 1)
         return lr * min(s / w, math.sqrt(w / s))
     if step < warmup_steps:

@@ -87,7 +87,7 @@ def restore(path: str | Path | None, out: Path, config: TrainConfig, model: nn.M
 
 
 def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[dict[str, Any]],
-                 keep: list[Path] | None = None) -> Path | None:
+                 keep: list[Path]) -> Path | None:
     """Put ``out`` in order before training (rank 0): repair a resumed run's pointers and remove a crash's
     leftovers but ``keep`` (:func:`recover_run`), or clear an earlier run for a fresh one (``resumed`` None);
     rewrite ``metrics.jsonl`` with ``history``. Returns the path of the last good checkpoint (None when fresh)."""

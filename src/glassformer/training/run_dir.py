@@ -2,7 +2,7 @@
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -115,7 +115,7 @@ def find_resumable(out_dir: str | Path) -> Path | None:
     return None
 
 
-def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1, keep: list[Path] | None = None) -> Path:
+def recover_run(out_dir: str | Path, resumed: Path, best_step: int, keep: list[Path]) -> Path:
     """Put ``out_dir`` in order after resuming from ``resumed``: ``last`` points at it, ``best`` at
     ``best_step``'s folder (-1: none), and :func:`tidy_run` removes the rest but ``keep`` (a kept series).
     Returns the path naming the resumed checkpoint from now on (``out_dir/last``, or ``resumed`` itself for
@@ -123,13 +123,21 @@ def recover_run(out_dir: str | Path, resumed: Path, best_step: int = -1, keep: l
     out, resumed = Path(out_dir), Path(resumed)
     check_run_dir(out)
     step_layout = _STEP_FOLDER.fullmatch(resumed.name) and resumed.parent.resolve() == out.resolve()
-    if step_layout:
-        best = step_folder(out, best_step)
-        if best_step >= 0 and not _missing(best):
-            replace_symlink(out / BEST, best.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-        replace_symlink(out / LAST, resumed.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
-    tidy_run(out, keep=[resumed, _pointer(out, BEST), *(keep or [])])
-    return out / LAST if step_layout else resumed
+    if not step_layout:
+        tidy_run(out, keep=[resumed, _pointer(out, BEST), *keep])
+        return resumed
+    best = step_folder(out, best_step)
+    point_and_tidy(out, resumed, best if best_step >= 0 and not _missing(best) else None, keep)
+    return out / LAST
+
+
+def point_and_tidy(out: Path, last: Path, best: Path | None, keep: Iterable[Path] = ()) -> None:
+    """Point ``out/last`` (and ``out/best``, given its folder) at step folders of ``out``, then :func:`tidy_run`
+    removes the step folders no pointer needs and ``keep`` (a kept series) does not name."""
+    if best is not None:
+        replace_symlink(out / BEST, best.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
+    replace_symlink(out / LAST, last.name, CHECKPOINT_FILES, _POINTS_TO_STEP)
+    tidy_run(out, keep=[last, _pointer(out, BEST), *keep])
 
 
 def tidy_run(out_dir: str | Path, keep: list[Path | None]) -> list[Path]:

@@ -18,9 +18,8 @@ KEEP_CHOICES = "'none', 'log' or a number of steps N >= 1 (every N-th step's che
 
 
 def parse_keep(value: Any) -> str:
-    """``keep_checkpoints`` as stored: "none", "log", or N (digits, N >= 1) from an int or its text; an error else."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
+    """``keep_checkpoints`` as stored: "none", "log", or N (digits, N >= 1) from its text (TrainConfig makes
+    YAML's int a string first); an error else."""
     if isinstance(value, str):
         text = value.strip().lower()
         if text in ("none", "0", "log"):

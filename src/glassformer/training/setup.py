@@ -107,10 +107,9 @@ def _token_data(config: TrainConfig) -> tuple[Tokenizer, Any, Any]:
         raise GlassformerError(f"token data {config.data[0]!r} has no tokenizer.json beside it: put the glassformer "
                                "tokenizer file that made the ids there (glassformer prepare writes one)")
     shards = open_shards(config.data[0], tokenizer.vocab_size, tokenizer.to_dict())
-    val = shards.val
     if config.val_data:
-        val = open_shards(config.val_data[0], tokenizer.vocab_size, tokenizer.to_dict()).train
-    return tokenizer, shards.train, val
+        return tokenizer, shards.train, open_shards(config.val_data[0], tokenizer.vocab_size, tokenizer.to_dict()).train
+    return tokenizer, shards.train, shards.val
 
 
 def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache: Path) -> tuple[Tokenizer, Any, Any]:
@@ -124,16 +123,14 @@ def _prepared_data(config: TrainConfig, sources: list, val_sources: list, cache:
     import torch.distributed as dist
 
     waiting = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    if not waiting or dist.get_rank() == 0:
-        try:
+    try:
+        if not waiting or dist.get_rank() == 0:
             prepare(config.data, folder, resumed if resumed is not None else config.tokenizer,
                     vocab_size=config.tokenizer_vocab_size, specials=config.needed_specials(), val=config.val_data,
                     val_fraction=0.0 if config.val_data else config.val_fraction)
-        finally:
-            if waiting:
-                dist.barrier()
-    else:
-        dist.barrier()
+    finally:  # every rank meets here: the others wait until rank 0 has prepared the shards (or failed)
+        if waiting:
+            dist.barrier()
     tokenizer = resumed if resumed is not None else Tokenizer.load(folder / "tokenizer.json")
     shards = open_shards(folder, tokenizer.vocab_size, tokenizer.to_dict())
     return tokenizer, shards.train, shards.val

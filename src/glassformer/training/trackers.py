@@ -1,6 +1,7 @@
 """Experiment trackers (``log``: none, tensorboard, wandb, or both joined by a comma); W&B is offline unless
 ``WANDB_MODE=online``. A resumed run continues the same tracker run and never logs a step twice."""
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -14,6 +15,7 @@ from typing import Any
 from ..errors import GlassformerError
 from ..io.checks import is_int
 from ..io.fileio import NotOursError
+from ..io.loaders import load_json
 
 KINDS = ("none", "tensorboard", "wandb")  # each tracker's package (and extra) has its name
 EVENTS = "events.out.tfevents."  # the names of the event files TensorBoard writes
@@ -33,7 +35,7 @@ def parse_log(value: str, installed: bool = True) -> list[str]:
     return names
 
 
-def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+def finite_numbers(values: Mapping[str, Any]) -> dict[str, float]:
     """The finite int/float entries of ``values`` as floats."""
     return {str(k): float(v) for k, v in values.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
@@ -73,7 +75,7 @@ class TensorBoardTracker(Tracker):
             self.text("config", "```\n" + json.dumps(dict(config), indent=2, default=str) + "\n```")
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        for key, value in _numbers(values).items():
+        for key, value in finite_numbers(values).items():
             self.writer.add_scalar(key, value, step)
 
     def text(self, name: str, text: str) -> None:
@@ -97,7 +99,7 @@ class WandbTracker(Tracker):
                               config=dict(config), settings=wandb.Settings(silent=True, console="off"))
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.run.log(_numbers(values), step=step)
+        self.run.log(finite_numbers(values), step=step)
 
     def text(self, name: str, text: str) -> None:
         self.run.summary[name] = text
@@ -112,7 +114,6 @@ class Trackers(Tracker):
 
     def __init__(self, out_dir: Path, trackers: list[Tracker], state: dict[str, Any]):
         self.out, self.trackers, self.state = out_dir, trackers, state
-        self.name = ",".join(t.name for t in trackers) or "none"
         self.held = dict(state["logged_through"])  # what each tracker held when the run (re)started
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
@@ -148,10 +149,8 @@ def open_trackers(log: str, out_dir: str | Path, config: Mapping[str, Any], resu
     out = Path(out_dir)
     state: dict[str, Any] = {}
     if names and resume_step is not None and (out / STATE).is_file():
-        try:
-            state = json.loads((out / STATE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            state = {}
+        with contextlib.suppress(OSError, ValueError):  # unreadable: a new tracker run, as for a damaged one below
+            state = load_json(out / STATE, "tracker state")
     held = state.get("logged_through") if isinstance(state, dict) else None  # a damaged file: a new tracker run
     if not (isinstance(held, dict) and isinstance(state.get("run_id"), str) and all(map(is_int, held.values()))):
         resume_step, state = None, {"run_id": f"gf-{secrets.token_hex(4)}", "logged_through": {}}

@@ -18,13 +18,11 @@ MESSAGES: dict[str, Mapping[str, str]] = {"en": EN, "zh": ZH}
 
 
 def locale_lang(environ: Mapping[str, str] | None = None) -> str:
-    """``"zh"`` when the locale (``LC_ALL``, then ``LC_MESSAGES``, then ``LANG``) is Chinese, else ``"en"``."""
+    """``"zh"`` when the locale (``LC_ALL``, then ``LC_MESSAGES``, then ``LANG``: the first one set decides, as in
+    POSIX) is Chinese, else ``"en"``."""
     env = os.environ if environ is None else environ
-    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
-        value = env.get(name, "")
-        if value:  # the first one set decides, as in POSIX
-            return "zh" if value.lower().startswith("zh") else "en"
-    return "en"
+    value = next((env[name] for name in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(name)), "")
+    return "zh" if value.lower().startswith("zh") else "en"
 
 
 def resolve_lang(lang: str | None, name: str = "lang", environ: Mapping[str, str] | None = None) -> str:

@@ -6,9 +6,12 @@ import base64
 import hashlib
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from ..io.fileio import atomic_write, check_output_file
 from ..io.records import finite_or_null
 from .i18n import HTML_LANG
 
@@ -19,12 +22,16 @@ def page_start(title: str, lang: str, *styles: str, script: str | None = None) -
     text the policy lets run (by its SHA-256; None: no script runs).
     """
     css = "\n".join([asset("report.css"), *styles])
+    policy = CSP
+    if script is not None:
+        digest = base64.b64encode(hashlib.sha256(script_text(script).encode("utf-8")).digest()).decode("ascii")
+        policy = CSP.replace("script-src 'none'", f"script-src 'sha256-{digest}'")
     return f"""<!DOCTYPE html>
 <html lang="{HTML_LANG[lang]}">
 <head>
 <meta charset="utf-8">
 <meta name="generator" content="glassformer">
-<meta http-equiv="Content-Security-Policy" content="{content_security_policy(script)}">
+<meta http-equiv="Content-Security-Policy" content="{policy}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{html.escape(title)}</title>
@@ -57,14 +64,6 @@ CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-sr
        "font-src 'none'; connect-src 'none'")
 
 
-def content_security_policy(script: str | None) -> str:
-    """:data:`CSP` with ``script-src`` allowing exactly ``script`` (by its SHA-256 hash), or nothing."""
-    if script is None:
-        return CSP
-    digest = base64.b64encode(hashlib.sha256(script_text(script).encode("utf-8")).digest()).decode("ascii")
-    return CSP.replace("script-src 'none'", f"script-src 'sha256-{digest}'")
-
-
 def script_text(script: str) -> str:
     """The text inside the ``<script>`` element for ``script`` (what the policy's hash covers)."""
     return f"\n{script}\n"
@@ -74,9 +73,12 @@ def page_end(footer: str, data_id: str, data: Any, script: str) -> str:
     """The end of a page that :func:`page_start` began with ``script``: the ``footer`` (HTML), ``data`` as JSON in
     the element ``data_id`` (what the script reads), then the script."""
     return (f'<footer>{footer}</footer>\n<script type="application/json" id="{data_id}">{script_json(data)}</script>\n'
-            f"{script_element(script)}\n</body>\n</html>\n")
+            f"<script>{script_text(script)}</script>\n</body>\n</html>\n")
 
 
-def script_element(script: str) -> str:
-    """``<script>`` with ``script`` as :func:`page_start`'s policy allows it to run."""
-    return f"<script>{script_text(script)}</script>"
+def write_page(path: str | Path, text: str, what: str = "page", inputs: Sequence[str | Path] = ()) -> Path:
+    """Write the page ``text`` to ``path`` by :func:`~glassformer.io.fileio.atomic_write` (never a folder, a link,
+    one of ``inputs`` or a file glassformer did not write: a NotOursError before its folder is made); returns it."""
+    path = check_output_file(path, inputs, what)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, text, inputs=inputs, what=what)

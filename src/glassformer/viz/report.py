@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..io.fileio import atomic_write
 from .i18n import text as tr
-from .page import asset, page_end, page_start, shown_token
+from .page import asset, page_end, page_start, shown_token, write_page
 from .report_gather import ReportData, gather
 from .report_interpret import interpret_html
 from .report_tokens import check_report_options
@@ -127,10 +126,7 @@ class Report:
 
     def save(self, path: str | Path) -> Path:
         """Write the page to ``path`` (its folder is created); returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, self.html, what="report")  # never a folder, a device or a link
-        return path
+        return write_page(path, self.html, "report")
 
     def _repr_html_(self) -> str:
         """Jupyter's hook: the page in a sandboxed iframe."""

@@ -6,11 +6,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import GlassformerError
 from ..interpret.circuits import Circuit
 from ..io.checks import is_number
-from ..io.fileio import atomic_write, check_output_file
-from .page import page_start
+from .page import page_start, write_page
 
 SENDER = re.compile(r"embed|L\d{1,4}H\d{1,4}|MLP\d{1,4}")
 RECEIVER = re.compile(r"L\d{1,4}H\d{1,4}\.[qkv]|MLP\d{1,4}|logits")
@@ -101,9 +99,4 @@ def circuit_html(circuit: Circuit, title: str = "Circuit", lang: str = "en") -> 
 def write_circuit_page(circuit: Circuit, out: str | Path, title: str = "Circuit") -> Path:
     """Write :func:`circuit_html` to ``out`` (its folder is created) by :func:`glassformer.io.fileio.atomic_write`: a
     link, a FIFO or a file glassformer did not write there is refused (NotOursError); returns the path."""
-    path = Path(out)
-    if path.is_dir():
-        raise GlassformerError(f"out {str(path)!r} is a folder; give the HTML file to write")
-    check_output_file(path, (), "circuit page")  # before the folder is made
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, circuit_html(circuit, title), what="circuit page")
+    return write_page(out, circuit_html(circuit, title), "circuit page")

@@ -15,7 +15,7 @@ from ..models.inputs import check_prefix_len
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .report_interpret import gather_interpret
-from .report_tokens import cap_ids, check_report_options, generation_trace, pad_ids, to_ids, token_labels, trace_notes
+from .report_tokens import cap_ids, check_report_options, generation_trace, pad_ids, to_ids, token_labels
 from .shapes import shape_trace
 
 
@@ -109,21 +109,23 @@ def gather(model: nn.Module, tokenizer: Any, text: str | Sequence[int] | torch.T
     ids = cap_ids(ids, max_tokens, "text", notes, lang)
     tgt = None if target is None else cap_ids(to_ids(target, tokenizer, "target"), max_tokens, "target", notes, lang)
     pad_id = pad_id_for(tokenizer)
-    asked = dict(lens=logit_lens, heads=head_scores, ablation=ablation, notes=notes, lang=lang)
     was_training = model.training
     model.eval()
     try:
         if config.arch == "encoder-decoder":
             views, shapes, generation = _gather_encdec(model, tokenizer, ids, tgt, pad_to, pad_id, start_id,
                                                        prefix_len, generate, top_k, notes, lang)
-            interpret = gather_interpret(model, None, [], list, **asked)  # only a note, when asked
+            interpret = None
+            if logit_lens or head_scores or ablation:
+                notes.append(tr("note.interpret_encdec", lang))
         else:
             views, shapes, generation, (x, pad, prefix, tokens) = _gather_lm(
                 model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate, top_k, notes, lang)
             specials = getattr(tokenizer, "specials", None) or ()
             low = len(specials) if specials and special_id(tokenizer, specials[0]) == 0 else 0  # skip leading specials
-            interpret = gather_interpret(model, x, tokens, lambda ids: token_labels(ids, tokenizer), low=low,
-                                         bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix, **asked)
+            interpret = gather_interpret(model, x, tokens, lambda ids: token_labels(ids, tokenizer), lens=logit_lens,
+                                         heads=head_scores, ablation=ablation, low=low, notes=notes, lang=lang,
+                                         bos=special_id(tokenizer, "bos"), pad=pad, prefix_len=prefix)
     finally:
         model.train(was_training)
     params = count_params(model)
@@ -169,8 +171,7 @@ def _gather_lm(model, tokenizer, ids, tgt, pad_to, pad_id, prefix_len, generate,
         if tgt is not None:  # the model's own answer to the prefix, as long as the target: compare the two
             real, generate = real[:prefix_len], min(generate, len(tgt))
             notes.append(tr("note.trace_target", lang, n=len(tgt)))
-        generation = generation_trace(model, tokenizer, real, generate, top_k, **options)
-        trace_notes(generation, notes, lang)
+        generation = generation_trace(model, tokenizer, real, generate, top_k, notes, lang, **options)
     elif attn == "bidirectional":
         notes.append(tr("note.encoder_only", lang))
     return views, shapes, generation, (x, pad_t, prefix_len, tokens)
@@ -187,8 +188,7 @@ def _gather_encdec(model, tokenizer, src, tgt, pad_to, pad_id, start_id, prefix_
     generation = None
     if generate:
         steps = generate if tgt is None else min(generate, len(tgt) + 1)  # a target's length and its eos
-        generation = generation_trace(model, tokenizer, src, steps, top_k, decoder_start_token_id=start)
-        trace_notes(generation, notes, lang)
+        generation = generation_trace(model, tokenizer, src, steps, top_k, notes, lang, decoder_start_token_id=start)
     if tgt is None:
         tgt = generation["ids"] if generation else []
         notes.append(tr("note.no_target_encdec" if generation else "note.no_target_encdec_alone", lang))

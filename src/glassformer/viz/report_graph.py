@@ -9,8 +9,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..io.fileio import atomic_write_text
-from .page import asset, page_end, page_start
+from .page import asset, page_end, page_start, write_page
 
 LABELS = {"promotes": "tokens its decoder promotes (through the unembedding)", "examples": "top examples",
           "incoming": "strongest inputs", "outgoing": "strongest outputs"}
@@ -92,6 +91,4 @@ def graph_html(graph: Any, *, title: str | None = None, node_threshold: float = 
 
 def write_graph_page(graph: Any, out: str | Path, **options: Any) -> Path:
     """Write :func:`graph_html` of ``graph`` to the file ``out``."""
-    path = Path(out)
-    atomic_write_text(path, graph_html(graph, **options))
-    return path
+    return write_page(out, graph_html(graph, **options))

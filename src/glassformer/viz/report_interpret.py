@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..interpret import head_ablation_effects, head_scores, logit_lens
 from ..models import TransformerLM
@@ -15,20 +14,14 @@ from .i18n import text as tr
 Label = Callable[[list[int]], list[str]]
 
 
-def gather_interpret(model: nn.Module, x: torch.Tensor, tokens: list[str], label: Label, *,
-                     lens: bool = False, heads: bool = False, ablation: bool = False, top_k: int = 5,
-                     low: int = 0, bos: int | None = None, notes: list[str] | None = None,
-                     lang: str = "en", **kwargs: Any) -> dict[str, Any] | None:
+def gather_interpret(model: TransformerLM, x: torch.Tensor, tokens: list[str], label: Label, *, lens: bool, heads: bool,
+                     ablation: bool, low: int, bos: int | None, notes: list[str], lang: str,
+                     **kwargs: Any) -> dict[str, Any] | None:
     """The data of the sections asked for (``lens``, ``heads``, ``ablation``) on the (1, T) input ``x``, or None.
     ``low``, ``bos``: the smallest ordinary token id and the start token; ``notes``: why a section was left out."""
-    notes = notes if notes is not None else []
     found: dict[str, Any] = {}
-    if not isinstance(model, TransformerLM):
-        if lens or heads or ablation:
-            notes.append(tr("note.interpret_encdec", lang))
-        return None
     if lens:
-        top = logit_lens(model, x, top_k=top_k, **kwargs)  # (L + 1, 1, T, k)
+        top = logit_lens(model, x, top_k=5, **kwargs)  # (L + 1, 1, T, k)
         rows = [tr("lens.before", lang, block=i) for i in range(top.ids.shape[0] - 1)] + [tr("lens.output", lang)]
         cells = [[[{"id": int(i), "label": lab, "p": round(float(p), 4)}
                    for i, lab, p in zip(ids.tolist(), label(ids.tolist()), probs.tolist())]

@@ -4,19 +4,20 @@ the run was watched, the microscope's head scores, snapshots, lens and norms at 
 import html
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadFileError, GlassformerError, MissingFileError
+from ..errors import BadFileError, MissingFileError
 from ..interpret.attribution import ATTRIBUTION
 from ..interpret.measurements import detect_phase_change
 from ..io.checks import is_int, is_number, shown
-from ..io.fileio import atomic_write, check_output_file
+from ..io.fileio import check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_end, page_start, shown_token
+from .page import asset, page_end, page_start, shown_token, write_page
 from .report_circuit import circuit_svg, is_circuit
 from .report_interpret import head_table
 
@@ -83,6 +84,74 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
     return f'<figure class="gf-chart-box">{"".join(parts)}<figcaption class="gf-legend">{legend}</figcaption></figure>'
 
 
+BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _table(value: Any, rows: int | None = None, columns: int | None = None) -> bool:
+    """Whether ``value`` is a non-empty list of equally long non-empty lists (of ``rows`` x ``columns``)."""
+    return (isinstance(value, list) and bool(value) and all(isinstance(row, list) and row for row in value)
+            and len({len(row) for row in value}) == 1 and rows in (None, len(value))
+            and columns in (None, len(value[0])))
+
+
+def _top_heads(value: Any) -> bool:
+    """Whether ``value`` is a list of [layer, head, effect] (attribution patching's strongest heads)."""
+    return isinstance(value, list) and all(
+        isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
+        and is_number(t[2]) and abs(t[2]) < 1e300 for t in value)
+
+
+Rule = tuple[Callable[[Any], bool], str]  # (is a value valid, what it must be): a key's rule for _check_keys
+NUMBER: Rule = (lambda v: v is None or is_number(v), "a number or null")
+HEAD_TABLE: Rule = (lambda v: _table(v) and all(is_number(x) for row in v for x in row),
+                    "a table of numbers (layers x heads)")
+SNAPSHOTS: Rule = (lambda v: isinstance(v, dict) and all(re.fullmatch(r"\d{1,4}\.\d{1,4}", k)
+                                                         and _table(t, len(t), len(t)) for k, t in v.items()),
+                   "a mapping of 'layer.head' (e.g. '1.0') to square tables")
+SETTINGS: dict[str, Rule] = {  # microscope.json's keys the page reads (both may be absent)
+    "watch": (lambda v: isinstance(v, dict) and isinstance(v.get("probe_lengths") or [], list),
+              "an object (its probe_lengths a list)"),
+    "tokens": (_strings, "a list of strings")}
+ATTRIBUTION_KEYS: dict[str, Rule] = {"estimate": HEAD_TABLE, "exact": HEAD_TABLE, "correlation": NUMBER,
+                                     "top_estimate": (_top_heads, "a list of [layer, head, effect]"),
+                                     "top_exact": (_top_heads, "a list of [layer, head, effect]"),
+                                     "clean_metric": NUMBER, "corrupted_metric": NUMBER}
+
+
+def _check_keys(value: dict[str, Any], rules: dict[str, Rule], where: str, optional: tuple[str, ...] = ()) -> None:
+    """A BadFileError naming the first key of ``rules`` that ``value`` lacks (``optional`` aside) or holds in
+    another form than its rule's."""
+    for key, (valid, expected) in rules.items():
+        if key not in value and key not in optional:
+            raise BadFileError(f"{where} has no {key!r}")
+        if key in value and not valid(value[key]):
+            raise BadFileError(f"{where}: {key!r} must be {expected}, got {shown(value[key])}")
+
+
+def _check_records(records: list[dict[str, Any]], file: Path) -> None:
+    """What the page draws of each record is there, shaped as the microscope writes it (``read_records(uniform=
+    True)`` made every record like the first, its values numbers or null); else a BadFileError naming the key."""
+    if not records:
+        return
+    first, where = records[0], f"the first record of {str(file)!r}"
+    _check_keys(first, {"induction": (_table, "a table of layers x heads")}, where)
+    layers, heads = len(first["induction"]), len(first["induction"][0])
+    table = (lambda v: _table(v, layers, heads), f"a table of {layers} x {heads} (layers x heads) like 'induction'")
+
+    def values(n: int) -> Rule:
+        return lambda v: isinstance(v, list) and len(v) == n, f"a list of {n} values"
+
+    rules = {"loss_first": NUMBER, "loss_repeat": NUMBER, **dict.fromkeys(KINDS, table),
+             **{key: values(layers + extra) for key, extra in BY_LAYER.items()}, "attention": SNAPSHOTS,
+             "icl_score": NUMBER, "loss_by_position": (lambda v: isinstance(v, list) and all(map(NUMBER[0], v)),
+                                                       "a list of numbers")}
+    _check_keys(first, rules, where, optional=("icl_score", "loss_by_position"))
+
+
 def _object(path: Path, what: str) -> dict[str, Any]:
     value = load_json(path, what)
     if not isinstance(value, dict):
@@ -100,89 +169,17 @@ def gather_run(out_dir: str | Path) -> dict[str, Any]:
 
     metrics = [_floats(m) for m in read_metrics(out / METRICS)]
     records = [_floats(r) for r in read_records(out / RECORDS, uniform=True)]  # the page draws every record alike
-    bad = next((k for k in (records[0].get("attention") or {} if records else {})
-                if not re.fullmatch(r"\d{1,4}\.\d{1,4}", str(k))), None)
-    if bad is not None:
-        raise BadFileError(f"{str(out / RECORDS)!r}: attention key {bad[:40]!r} is not 'layer.head' (e.g. '1.0')")
     _check_records(records, out / RECORDS)
     meta = _object(out / META, "microscope settings") if (out / META).is_file() else {}
-    watch = meta.get("watch", {})
-    if not isinstance(watch, dict) or not _strings(meta.get("tokens", [])) or not isinstance(
-            watch.get("probe_lengths") or [], list):
-        raise BadFileError(f"microscope settings {str(out / META)!r}: 'watch' must be an object (its probe_lengths "
-                           "a list) and 'tokens' a list of strings")
+    _check_keys(meta, SETTINGS, f"microscope settings {str(out / META)!r}", optional=tuple(SETTINGS))
     place = next((p for p in (out / "last" / "config.json", out / "model" / "config.json") if p.is_file()), None)
     config = _object(place, "config file") if place else {}
     attribution = _object(out / ATTRIBUTION, "attribution file") if (out / ATTRIBUTION).is_file() else None
     if attribution is not None:
-        _check_attribution(attribution, out / ATTRIBUTION)
+        _check_keys(attribution, ATTRIBUTION_KEYS, f"attribution file {str(out / ATTRIBUTION)!r}")
         attribution = {k: v if k.startswith("top_") else _floats(v) for k, v in attribution.items()}
     return {"name": out.resolve().name, "metrics": metrics, "records": records, "meta": meta, "config": config,
             "attribution": attribution}
-
-
-BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _table(value: Any, rows: int | None = None, columns: int | None = None) -> bool:
-    """Whether ``value`` is a non-empty list of equally long non-empty lists (of ``rows`` x ``columns``)."""
-    return (isinstance(value, list) and bool(value) and all(isinstance(row, list) and row for row in value)
-            and len({len(row) for row in value}) == 1 and rows in (None, len(value))
-            and columns in (None, len(value[0])))
-
-
-def _check_records(records: list[dict[str, Any]], file: Path) -> None:
-    """What the page draws of each record is there, shaped as the microscope writes it (``read_records(uniform=
-    True)`` made every record like the first, its values numbers or null); else a BadFileError naming the key."""
-    if not records:
-        return
-    first, where = records[0], f"{str(file)!r}"
-    missing = next((k for k in ("loss_first", "loss_repeat", *KINDS, *BY_LAYER, "attention") if k not in first), None)
-    if missing is not None:
-        raise BadFileError(f"{where}: its records have no {missing!r}, which the microscope writes in each")
-    if not _table(first["induction"]):
-        raise BadFileError(f"{where}: 'induction' must be a table of layers x heads, got {shown(first['induction'])}")
-    layers, heads = len(first["induction"]), len(first["induction"][0])
-    for key in KINDS:
-        if not _table(first[key], layers, heads):
-            raise BadFileError(f"{where}: {key!r} must be a table of {layers} x {heads} (layers x heads) like "
-                               f"'induction', got {shown(first[key])}")
-    for key, extra in BY_LAYER.items():
-        if not isinstance(first[key], list) or len(first[key]) != layers + extra:
-            raise BadFileError(f"{where}: {key!r} must be a list of {layers + extra} values, got {shown(first[key])}")
-    snapshots = first["attention"]
-    if not isinstance(snapshots, dict) or not all(_table(v, len(v), len(v)) for v in snapshots.values()):
-        raise BadFileError(f"{where}: 'attention' must map 'layer.head' to square tables, got {shown(snapshots)}")
-    for key in ("loss_first", "loss_repeat", "icl_score"):
-        if isinstance(first.get(key), (list, dict)):
-            raise BadFileError(f"{where}: {key!r} must be a number or null, got {shown(first[key])}")
-    by_position = first.get("loss_by_position", [])
-    if not isinstance(by_position, list) or any(isinstance(v, (list, dict)) for v in by_position):
-        raise BadFileError(f"{where}: 'loss_by_position' must be a list of numbers, got {shown(by_position)}")
-
-
-def _check_attribution(a: dict[str, Any], file: Path) -> None:
-    """The keys of attribution patching's result, each of its kind (else a BadFileError naming the key)."""
-    where = f"attribution file {str(file)!r}"
-    missing = next((k for k in ("estimate", "exact", "correlation", "top_estimate", "top_exact", "clean_metric",
-                                "corrupted_metric") if k not in a), None)
-    if missing is not None:
-        raise BadFileError(f"{where} has no {missing!r}")
-    for key in ("estimate", "exact"):
-        if not _table(a[key]) or not all(is_number(v) for row in a[key] for v in row):
-            raise BadFileError(f"{where}: {key!r} must be a table of numbers (layers x heads), got {shown(a[key])}")
-    for key in ("correlation", "clean_metric", "corrupted_metric"):
-        if not (is_number(a[key]) or a[key] is None):
-            raise BadFileError(f"{where}: {key!r} must be a number, got {shown(a[key])}")
-    for key in ("top_estimate", "top_exact"):
-        if not (isinstance(a[key], list) and all(
-                isinstance(t, list) and len(t) == 3 and all(is_int(i) and 0 <= i < 1 << 20 for i in t[:2])
-                and is_number(t[2]) and abs(t[2]) < 1e300 for t in a[key])):
-            raise BadFileError(f"{where}: {key!r} must be a list of [layer, head, effect], got {shown(a[key])}")
 
 
 def _floats(value: Any) -> Any:
@@ -202,8 +199,7 @@ def _floats(value: Any) -> Any:
 
 def _best(values: list[Any]) -> float | None:
     """The largest finite number of ``values``; None when there is none (drawn as a gap)."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return max(finite) if finite else None
+    return max((v for v in values if v is not None and math.isfinite(v)), default=None)
 
 
 def _fixed(value: Any, spec: str) -> str:
@@ -354,12 +350,7 @@ def write_run_page(out_dir: str | Path, out: str | Path | None = None, lang: str
     """Write the page of the run folder ``out_dir`` to ``out`` (default ``out_dir/run.html``) in ``lang``; returns
     its path. MissingFileError when ``out_dir`` is not a run folder, GlassformerError when ``out`` is a folder."""
     path = Path(out) if out is not None else Path(out_dir) / "run.html"
-    if path.is_dir():
-        raise GlassformerError(f"--out {str(path)!r} is a folder; give the HTML file to write")
     inputs = [Path(out_dir) / name for name in (METRICS, RECORDS, META, ATTRIBUTION, "last", "model")]  # what is read
-    check_output_file(path, inputs, "--out")  # before reading the run: never an input, a link, a user's file
+    check_output_file(path, inputs, "--out")  # before reading the run: never a folder, an input, a user's file
     lang = resolve_lang(lang)  # before reading the run: a typo fails at once
-    text = run_page_html(gather_run(out_dir), lang)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text, inputs=inputs, what="--out")
-    return path
+    return write_page(path, run_page_html(gather_run(out_dir), lang), "--out", inputs)

@@ -6,10 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..io.fileio import atomic_write_text
 from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
-from .page import asset, page_end, page_start
+from .page import asset, page_end, page_start, write_page
 
 # (metric, format); each metric's label is the catalogue's sae.metric.<metric> (glassformer.viz.i18n)
 METRIC_NAMES = (("nmse", ".3f"), ("explained_variance", ".3f"), ("mse", ".4g"), ("l0", ".1f"), ("dead", "d"),
@@ -71,11 +70,7 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
 def write_feature_pages(summary: dict[str, Any], out: str | Path, *, metrics: dict[str, Any] | None = None,
                         title: str | None = None, lang: str = "en") -> Path:
     """Write the feature pages of ``summary`` to the file ``out`` (its folder is created), in ``lang``."""
-    page = feature_pages_html(summary, metrics=metrics, title=title, lang=lang)  # a bad lang: no folder made
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, page)
-    return path
+    return write_page(out, feature_pages_html(summary, metrics=metrics, title=title, lang=lang))
 
 
 def write_transcoder_pages(summaries: list[dict[str, Any]], out_dir: str | Path, *,
@@ -94,5 +89,5 @@ def write_transcoder_pages(summaries: list[dict[str, Any]], out_dir: str | Path,
             if "ce_zero" in metrics:
                 shown["ce_zero_mlps"] = metrics["ce_zero"]
         pages.append(write_feature_pages(summary, Path(out_dir) / f"features-L{layer}.html", metrics=shown,
-                                         title=tr("sae.transcoder_title", resolve_lang(lang), layer=layer), lang=lang))
+                                         title=tr("sae.transcoder_title", lang, layer=layer), lang=lang))
     return pages

@@ -3,12 +3,11 @@
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..data.padding import pad_rows
 from ..errors import ArgumentTypeError, GlassformerError
-from ..generation.api import special_id
+from ..generation.api import batch_prompts, special_id
 from ..io.checks import check_int
 from .i18n import text as tr
 
@@ -22,23 +21,15 @@ MAX_TOP_K = 100  # candidates shown per step
 def to_ids(value: Any, tokenizer: Any, name: str, add_special_tokens: bool | None = False) -> list[int]:
     """Text (with a tokenizer) or token ids (a list, a (T,) or (1, T) tensor) -> a non-empty list of ids;
     ``add_special_tokens=None``: the tokenizer's default."""
-    if isinstance(value, str):
-        if tokenizer is None:
-            raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
-        ids = list(tokenizer.encode(value) if add_special_tokens is None
-                   else tokenizer.encode(value, add_special_tokens=add_special_tokens))
-    elif isinstance(value, torch.Tensor):
-        if value.dim() == 2 and value.shape[0] == 1:
-            value = value[0]
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            raise GlassformerError(f"{name} as a tensor must be integer ids of shape (T,) or (1, T), "
-                                   f"got dtype {value.dtype} shape {tuple(value.shape)}")
-        ids = [int(i) for i in value.tolist()]
-    elif isinstance(value, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        ids = list(value)
-    else:
-        raise ArgumentTypeError(f"{name} must be text, a list of token ids or an id tensor, "
-                                f"got {type(value).__name__}")
+    if not isinstance(value, str):
+        rows, _ = batch_prompts(value, name=name)  # (B, T) ids, never empty
+        if len(rows) != 1:
+            raise GlassformerError(f"{name} must be one row of token ids, got {len(rows)} rows")
+        return rows[0].tolist()
+    if tokenizer is None:
+        raise ArgumentTypeError(f"{name} is text but no tokenizer was given; pass a tokenizer or token ids")
+    ids = list(tokenizer.encode(value) if add_special_tokens is None
+               else tokenizer.encode(value, add_special_tokens=add_special_tokens))
     if not ids:
         raise GlassformerError(f"{name} is empty: it gives no tokens")
     return ids
@@ -84,9 +75,10 @@ def pad_ids(ids: list[int], pad_to: int | None, pad_id: int) -> tuple[list[int],
     return padded[0].tolist(), pad[0].tolist()
 
 
-def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int,
-                      **options: Any) -> dict[str, Any]:
-    """Per step of a greedy continuation: the top-k candidates and the choice."""
+def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: int, top_k: int, notes: list[str],
+                     lang: str, **options: Any) -> dict[str, Any]:
+    """Per step of a greedy continuation: the top-k candidates and the choice. A note (in ``lang``) is added to
+    ``notes`` when the trace looks like an untrained model's: the same token chosen at every step."""
     from ..generation.trace import trace_generation
 
     eos = special_id(tokenizer, "eos")
@@ -100,12 +92,6 @@ def generation_trace(model: nn.Module, tokenizer: Any, ids: list[int], steps: in
     text = tokenizer.decode(new_ids) if tokenizer is not None else " ".join(map(str, new_ids))
     if new_ids and not text.strip():  # only special tokens (an untrained model's <bos> ...): show them
         text = "".join(r["chosen_label"] for r in rows)
+    if len(new_ids) >= 4 and len(set(new_ids)) == 1:
+        notes.append(tr("note.trace_same", lang, token=repr(rows[0]["chosen_label"])))
     return {"steps": rows, "ids": new_ids, "continuation": text, "top_k": top_k}
-
-
-def trace_notes(generation: dict[str, Any] | None, notes: list[str], lang: str = "en") -> None:
-    """A note when the trace looks like an untrained model's: the same token chosen at every step."""
-    if generation and len(generation["ids"]) >= 4 and len(set(generation["ids"])) == 1:
-        notes.append(tr("note.trace_same", lang, token=repr(generation["steps"][0]["chosen_label"])))
-
-

@@ -57,18 +57,15 @@ def run(args: argparse.Namespace) -> int:
         "seq2seq" if model.config.arch == "encoder-decoder" else
         {attn: name for name, attn in OBJECTIVE_ATTN.items()}[model.config.attn])
     check_model_for(objective, model)
-    for option in ("block_size", "max_batches"):  # None: the training block size / the whole file
+    for option in ("block_size", "max_batches", "batch_size"):  # None: the training block size / the whole file
         if getattr(args, option) is not None:
             check_int(f"--{option}", getattr(args, option), 1)
-    check_int("--batch_size", args.batch_size, 1)
-    block_size = args.block_size or training.get("block_size") or model.config.max_len
-    if not is_int(block_size) or block_size < 1:
-        block_size = model.config.max_len  # a training.json edited by hand
-    if block_size > model.config.max_len:  # the window never exceeds the model's positions
-        if args.block_size is not None:
-            raise GlassformerError(f"--block_size must be at most the model's max_len={model.config.max_len}, "
-                                   f"got {args.block_size}")
-        block_size = model.config.max_len
+    if args.block_size is not None and args.block_size > model.config.max_len:
+        raise GlassformerError(f"--block_size must be at most the model's max_len={model.config.max_len}, "
+                               f"got {args.block_size}")
+    block_size = args.block_size or training.get("block_size")
+    if not is_int(block_size) or not 1 <= block_size <= model.config.max_len:
+        block_size = model.config.max_len  # none recorded, edited by hand, or past the model's positions
     check_fits(forward_bytes(model.config, args.batch_size, block_size),
                f"--batch_size {args.batch_size} x --block_size {block_size} ({describe(model.config)})",
                args.max_memory)

@@ -3,6 +3,7 @@
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +14,16 @@ WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2",
                  ("{out}/g.json",)),)
 
 
-def _early_stopping(value: str) -> bool | str:
-    """``--early_stopping``: "true", "false" or "never" (any case) -> True, False or "never"."""
-    choices = {"true": True, "false": False, "never": "never"}
-    if value.lower() not in choices:
-        raise argparse.ArgumentTypeError(f"expected true, false or never, got {value!r}")
-    return choices[value.lower()]
+def _one_of(choices: dict[str, bool | str]) -> Callable[[str], bool | str]:
+    """An argparse type: one of the words of ``choices`` (any case) -> its value."""
+    words = list(choices)
 
+    def parse(value: str) -> bool | str:
+        if value.lower() not in choices:
+            raise argparse.ArgumentTypeError(f"expected {', '.join(words[:-1])} or {words[-1]}, got {value!r}")
+        return choices[value.lower()]
 
-def _compile(value: str) -> bool | str:
-    """``--compile``: "false", "true" or "auto" (any case) -> False, True or "auto"."""
-    choices = {"false": False, "true": True, "auto": "auto"}
-    if value.lower() not in choices:
-        raise argparse.ArgumentTypeError(f"expected false, true or auto, got {value!r}")
-    return choices[value.lower()]
+    return parse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,8 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--num_beams", type=int, default=1, help="beam width (1 = no beam search, the default)")
     parser.add_argument("--length_penalty", type=float, default=1.0,
                         help="beam search: score / length**penalty (> 1 favours longer outputs)")
-    parser.add_argument("--early_stopping", type=_early_stopping, default=False,
-                        help="beam search stop rule: true, false or never")
+    parser.add_argument("--early_stopping", type=_one_of({"true": True, "false": False, "never": "never"}),
+                        default=False, help="beam search stop rule: true, false or never")
     parser.add_argument("--num_return_sequences", type=int, default=1,
                         help="outputs per prompt (at most --num_beams with beam search)")
     parser.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
@@ -64,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--ignore_eos", action="store_true",
                         help="do not stop at the tokenizer's end-of-sequence token")
     parser.add_argument("--no_cache", action="store_true", help="recompute instead of KV caching")
-    parser.add_argument("--compile", type=_compile, default=False,
+    parser.add_argument("--compile", type=_one_of({"false": False, "true": True, "auto": "auto"}), default=False,
                         help="false (default), true or auto: one-token steps of a decoder-only model compiled by "
                              "torch.compile on a static cache (same tokens; the first call compiles for seconds)")
     parser.add_argument("--stream", action="store_true", help="print the text as it is generated")

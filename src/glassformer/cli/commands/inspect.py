@@ -98,10 +98,8 @@ def _load(args: argparse.Namespace):
     from ...tokenizers.byte import ByteTokenizer
 
     tokenizer = ByteTokenizer(["pad", "bos", "eos", "mask"])
-    overrides = {"vocab_size": tokenizer.vocab_size, "dropout": 0.0}
-    if args.attn is not None:
-        overrides["attn"] = args.attn
-    config = ModelConfig.preset(args.preset, **overrides)
+    attn = {} if args.attn is None else {"attn": args.attn}
+    config = ModelConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, dropout=0.0, **attn)
     torch.manual_seed(args.seed)
     return build_model(config).eval(), tokenizer
 

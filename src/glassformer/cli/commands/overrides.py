@@ -48,16 +48,16 @@ def did_you_mean(word: str, known: Collection[str], prefix: str = "--") -> str:
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
-def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None], where: str = "option",
-               prefix: str = "--", verb: str = "train", source: str = "") -> None:
+def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None], source: str = "") -> None:
     """Every key (``max_steps``, ``model.n_layers``) is a known one, else a UsageError naming it and the
     closest known key: ``unknown option --max_step (did you mean --max_steps?); glassformer train --help
     lists the keys``.
 
     ``known`` holds the top-level keys under "" and each section's under its name (None: any key, checked
-    by whoever reads the section); ``where``, ``prefix`` and ``source`` say how the message shows a key
-    ("option" / "--" on the command line, "key" / "" and the file for a file's key).
+    by whoever reads the section); ``source`` names the file the keys come from ("": the command line's
+    options, refused in its language).
     """
+    prefix = "" if source else "--"
     for key in keys:
         head, dot, rest = key.partition(".")
         if dot and head in known and head:
@@ -74,12 +74,11 @@ def check_keys(keys: Sequence[str], known: Mapping[str, Collection[str] | None],
             hint = did_you_mean(key, known[""], prefix)
             if not hint and RENAMED_KEYS.get(key) in known[""]:  # a removed key: the one that replaced it
                 hint = f" (did you mean {prefix}{RENAMED_KEYS[key]}?)"
-        if where == "option" and not source:  # the command line's: in its language (cli.main)
-            close_key = hint[len(" (did you mean "):-len("?)")]
-            raise usage_error("unknown_option_close" if hint else "unknown_option", option=f"{prefix}{key}",
-                              close=close_key, verb=verb)
-        place = f" in {source}" if source else ""
-        raise UsageError(f"unknown {where} {prefix}{key}{place}{hint}; glassformer {verb} --help lists the keys")
+        if source:
+            raise UsageError(f"unknown key {key} in {source}{hint}; glassformer train --help lists the keys")
+        close_key = hint[len(" (did you mean "):-len("?)")]
+        raise usage_error("unknown_option_close" if hint else "unknown_option", option=f"--{key}", close=close_key,
+                          verb="train")
 
 
 RENAMED_KEYS = {"dtype": "precision"}  # a key (option) glassformer removed: the one that replaced it

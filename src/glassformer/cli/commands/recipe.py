@@ -53,11 +53,11 @@ def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
     from ...errors import GlassformerError
     from ...io.loaders import load_yaml
-    from .overrides import check_keys, overrides_from_argv
-    from .train import count_follows_load, known_keys
+    from .overrides import overrides_from_argv
+    from .train import check_config_keys, count_follows_load
 
     pairs = overrides_from_argv(args.overrides)
-    check_keys([key for key, _ in pairs], known_keys())
+    check_config_keys(None, pairs)
     file = _recipe_file(args.config)
     try:  # how its threads wait (cli.main); a file that does not read is reported by the run, as before
         args.follows_load = file is not None and count_follows_load(load_yaml(file, "recipe"), pairs)

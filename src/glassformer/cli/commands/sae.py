@@ -4,6 +4,7 @@ hook point, measure it and write its feature pages; every key of ``SAETrainConfi
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, overrides=[])
 
 
-def activation_run(args: argparse.Namespace, config_class: Any, what: str, prefix: str) -> tuple[Any, Any, "Tracked"]:
-    """What ``sae`` and ``transcoders`` share before training: ``config_class`` from --config's YAML and the
-    overrides (--data required), the checkpoint on the config's device, and trackers opened at the first record
-    (``prefix``/key) -> (config, checkpoint, tracked)."""
+def train_features(args: argparse.Namespace, config_class: Any, what: str, prefix: str, train: Callable[..., dict],
+                   eval_scalars: Callable[[dict], dict]) -> tuple[Any, dict[str, Any]]:
+    """What ``sae`` and ``transcoders`` share: ``config_class`` from --config's YAML and the overrides (--data
+    required), the checkpoint on the config's device, ``train(config, model, tokenizer, ...)`` with trackers
+    opened at its first record (``prefix``/key, then ``eval_scalars(metrics)`` as ``prefix``_eval/key), and the
+    metrics printed as one JSON line -> (config, result)."""
     from ...errors import GlassformerError, UsageError
     from ...training.checkpoint import load_checkpoint
     from ...training.config import apply_overrides, read_yaml
     from ...training.distributed import pick_device
-    from ...training.trackers import parse_log
+    from ...training.trackers import open_trackers, parse_log
     from .overrides import overrides_from_argv
 
     data = read_yaml(args.config, f"{what} config file") if args.config is not None else {}
@@ -48,32 +51,25 @@ def activation_run(args: argparse.Namespace, config_class: Any, what: str, prefi
         raise UsageError("--data is required: one or more text files to read activations from")
     checkpoint = load_checkpoint(args.checkpoint, map_location=pick_device(config.device))
     parse_log(config.log)  # an unknown tracker or a missing extra: one line, before any work
-    return config, checkpoint, Tracked(config, prefix)
+    trackers = None  # opened at the first record (out_dir is settled by then)
 
+    def on_record(record: dict[str, float], resumed_from: int | None) -> None:
+        nonlocal trackers
+        if trackers is None:
+            trackers = open_trackers(config.log, config.out_dir, config.to_dict(), resumed_from)
+        trackers.log(int(record["step"]), {f"{prefix}/{k}": v for k, v in record.items() if k != "step"})
 
-class Tracked:
-    """The run's trackers, opened at the first record (out_dir is settled by then); a no-op until then."""
-
-    def __init__(self, config: Any, prefix: str):
-        self.config, self.prefix, self.trackers = config, prefix, None
-
-    def __call__(self, record: dict[str, float], resumed_from: int | None) -> None:
-        """Log one training record under ``prefix/``."""
-        from ...training.trackers import open_trackers
-
-        if self.trackers is None:
-            self.trackers = open_trackers(self.config.log, self.config.out_dir, self.config.to_dict(), resumed_from)
-        self.trackers.log(int(record["step"]), {f"{self.prefix}/{k}": v for k, v in record.items() if k != "step"})
-
-    def log(self, step: int, scalars: dict[str, float]) -> None:
-        """Log ``scalars`` at ``step`` where trackers were opened."""
-        if self.trackers is not None:
-            self.trackers.log(step, scalars)
-
-    def close(self) -> None:
-        """Close the trackers (where opened)."""
-        if self.trackers is not None:
-            self.trackers.close()
+    try:
+        result = train(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint, on_record=on_record)
+        if trackers is not None:
+            scalars = eval_scalars(result["metrics"])
+            trackers.log(result["training"]["steps"], {f"{prefix}_eval/{k}": v for k, v in scalars.items()})
+    finally:
+        if trackers is not None:
+            trackers.close()
+    print(json.dumps({"metrics": shown(result["metrics"]), "steps": result["training"]["steps"],
+                      "wall_s": result["training"]["wall_s"]}))
+    return config, result
 
 
 def shown(value: object) -> object:
@@ -94,20 +90,12 @@ def run(args: argparse.Namespace) -> int:
     from ...viz.i18n import text as ui_text
     from ...viz.report_sae import write_feature_pages
 
-    config, checkpoint, tracked = activation_run(args, SAETrainConfig, "SAE", "sae")
-    try:
-        result = run_sae(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint,
-                         on_record=tracked)
-        tracked.log(result["training"]["steps"], {f"sae_eval/{k}": v for k, v in result["metrics"].items()})
-    finally:
-        tracked.close()
+    config, result = train_features(args, SAETrainConfig, "SAE", "sae", run_sae, lambda metrics: metrics)
     pages = None
     if result["features"] is not None:
         pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
                                     metrics=result["metrics"], title=f"SAE features: {config.hook}",
                                     lang=resolve_lang(None))  # the locale's language (en or zh)
-    print(json.dumps({"metrics": shown(result["metrics"]), "steps": result["training"]["steps"],
-                      "wall_s": result["training"]["wall_s"]}))
     print(ui_text("cli.sae_in", args.ui_lang, path=Path(result["out_dir"]) / "sae")
           + (ui_text("cli.feature_pages", args.ui_lang, pages=pages) if pages else ""))
     return 0

@@ -19,18 +19,24 @@ def _shown_default(default: str) -> str:
     return {"None": "null", "True": "true", "False": "false"}.get(default, default.strip('"'))
 
 
-def keys_help() -> str:
-    """The help's list of config keys, defaults and meanings, read from the dataclasses' source (no torch)."""
+def _fields() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """TrainConfig's and ModelConfig's fields (name, default, comment), read from their source (no torch)."""
     from .overrides import dataclass_keys
 
     package = Path(__file__).resolve().parents[2]
+    return (dataclass_keys(package / "training" / "config.py", "TrainConfig"),
+            dataclass_keys(package / "config.py", "ModelConfig"))
+
+
+def keys_help() -> str:
+    """The help's list of config keys, defaults and meanings, read from the dataclasses' source (no torch)."""
+    train, model = _fields()
     lines = ["config keys (in the YAML file, or as --key value; default, then what it is):"]
-    for name, default, comment in dataclass_keys(package / "training" / "config.py", "TrainConfig"):
+    for name, default, comment in train:
         lines.append((f"  --{name} {_shown_default(default)}".ljust(34) + f" {comment}").rstrip())
-    model = [f"{name}={_shown_default(default)}" for name, default, _ in
-             dataclass_keys(package / "config.py", "ModelConfig") if name != "vocab_size"]
+    shown = [f"{name}={_shown_default(default)}" for name, default, _ in model if name != "vocab_size"]
     lines.append("model keys (model: section, or --model.KEY value; vocab_size comes from the tokenizer):")
-    lines += textwrap.wrap(" ".join(model), 101, initial_indent="  ", subsequent_indent="  ",
+    lines += textwrap.wrap(" ".join(shown), 101, initial_indent="  ", subsequent_indent="  ",
                            break_long_words=False, break_on_hyphens=False)
     lines.append("  (objective clm without a preset starts from pos=learned scale_embeddings=false init_std=0.02)")
     return "\n".join(lines)
@@ -58,13 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def known_keys() -> dict[str, set[str] | None]:
     """The keys a training config takes ("") and those of its sections (None: checked where it is read), read
     from the dataclasses' source like :func:`keys_help` (no torch)."""
-    from .overrides import dataclass_keys
-
-    package = Path(__file__).resolve().parents[2]
-    train = {name for name, _, _ in dataclass_keys(package / "training" / "config.py", "TrainConfig")}
-    model = {name for name, _, _ in dataclass_keys(package / "config.py", "ModelConfig")}
-    return {"": train,
-            "model": model | {"vocab_size", "preset"}, "watch": None, "recipe": None}
+    train, model = _fields()
+    return {"": {name for name, _, _ in train}, "model": {name for name, _, _ in model} | {"vocab_size", "preset"},
+            "watch": None, "recipe": None}
 
 
 def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]]) -> object:
@@ -81,8 +83,7 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
         if isinstance(data, dict) and all(isinstance(key, str) for key in data):
             model = data.get("model")
             nested = [f"model.{key}" for key in model] if isinstance(model, dict) else []
-            check_keys([str(key) for key in data if key != "model"] + nested, known, "key", "",
-                       source=str(config_file))
+            check_keys([str(key) for key in data if key != "model"] + nested, known, source=str(config_file))
     check_keys([key for key, _ in pairs], known)
     return data
 

@@ -3,7 +3,6 @@ transcoders for every MLP of a checkpoint, measure them and write circuit-tracer
 feature pages; every key of ``TranscoderTrainConfig`` is an option (docs/transcoders.md)."""
 
 import argparse
-import json
 from pathlib import Path
 
 from ...io.fileio import Writes
@@ -38,24 +37,17 @@ def run(args: argparse.Namespace) -> int:
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report_sae import write_transcoder_pages
-    from .sae import activation_run, shown
+    from .sae import train_features
 
-    config, checkpoint, tracked = activation_run(args, TranscoderTrainConfig, "transcoder", "transcoders")
-    try:
-        result = run_transcoders(config, checkpoint.model, checkpoint.tokenizer, checkpoint=args.checkpoint,
-                                 on_record=tracked)
-        metrics = result["metrics"]
-        scalars = {f"transcoders_eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}
-        scalars.update({f"transcoders_eval/nmse_L{i}": v for i, v in enumerate(metrics["nmse"])})
-        tracked.log(result["training"]["steps"], scalars)
-    finally:
-        tracked.close()
+    def eval_scalars(metrics: dict) -> dict:  # the overall figures, and each layer's NMSE
+        return {**{k: v for k, v in metrics.items() if isinstance(v, float)},
+                **{f"nmse_L{i}": v for i, v in enumerate(metrics["nmse"])}}
+
+    _, result = train_features(args, TranscoderTrainConfig, "transcoder", "transcoders", run_transcoders, eval_scalars)
     pages = None
     if result["features"] is not None:
         pages = write_transcoder_pages(result["features"], result["out_dir"], metrics=result["metrics"],
                                        lang=resolve_lang(None))  # the locale's language (en or zh)
-    print(json.dumps({"metrics": shown(result["metrics"]), "steps": result["training"]["steps"],
-                      "wall_s": result["training"]["wall_s"]}))
     print(ui_text("cli.transcoders_in", args.ui_lang, path=result["out_dir"])
           + (ui_text("cli.feature_pages", args.ui_lang, pages=pages[0].parent / "features-L*.html") if pages else ""))
     return 0

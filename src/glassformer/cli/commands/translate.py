@@ -36,15 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _read_sources(files: list[Path]) -> list[str]:
-    """The lines of ``files`` in order, or of standard input when there are none (or just '-')."""
-    from ...data import read_lines
-
-    if not files or files == [Path("-")]:
-        return sys.stdin.read().splitlines()
-    return [line for path in files for line in read_lines(path, "input file")]
-
-
 def run(args: argparse.Namespace) -> int:
     """Translate the input lines and write one translation per line (and sacreBLEU with --ref); returns 0."""
     from ...data import read_lines
@@ -68,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:  # never an input, a folder or a device: refused before any work
         check_output_file(args.output, inputs, "--output")
     model, tokenizer = load(args.checkpoint)
-    sources = _read_sources(args.files)
+    if not args.files or args.files == [Path("-")]:  # none, or just '-': standard input
+        sources = sys.stdin.read().splitlines()
+    else:
+        sources = [line for path in args.files for line in read_lines(path, "input file")]
     if not sources:
         raise GlassformerError("nothing to translate: the input has no lines")
     rows = min(args.batch_size, len(sources)) * args.beams

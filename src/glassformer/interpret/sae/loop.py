@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 
 from ...errors import BadFileError, GlassformerError
 from ...io.budget import check_threads
-from ...io.checks import MAX_SEED, check_device_name, check_int
+from ...io.checks import MAX_SEED, check_device_name, check_int, is_int, shown
 from ...io.fileio import atomic_directory, restore_moved_aside
-from ...io.loaders import expand_home
+from ...io.loaders import MAX_STEP, expand_home
 from ...io.progress import showing
 from ...io.signals import StopSignals
 from ...validate import CheckedConfig, check_fields, option
@@ -219,7 +219,7 @@ class ActivationTrainer:
         """Continue from ``out_dir/state/`` when it exists (False when there is none); BadFileError naming
         the keys when it was written with another config in ``SAME_ON_RESUME``."""
         from ...io.loaders import load_state_file
-        from ...io.state_check import _count, check_optimizer_state
+        from ...io.state_check import check_optimizer_state
 
         folder = self.out / STATE_DIR
         file = folder / STATE_FILE
@@ -232,9 +232,10 @@ class ActivationTrainer:
         ours = self.same_on_resume()
         differ = sorted(k for k in ours if state["config"].get(k) != ours[k])
         if differ:  # first: a changed key explains the shapes that would not fit below
-            shown = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
-            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({shown})")
-        _count(str(file), "step", state.get("step"))  # a negative step is refused, as the trainer's
+            changes = ", ".join(f"{k}: saved {state['config'].get(k)!r}, now {ours[k]!r}" for k in differ)
+            raise BadFileError(f"cannot resume from {str(folder)!r}: the config changed ({changes})")
+        if not is_int(state.get("step")) or not 0 <= state["step"] <= MAX_STEP:  # as the trainer's: no negative step
+            raise BadFileError(f"{file}: step holds {shown(state.get('step'))}, expected an int in [0, {MAX_STEP}]")
         check_optimizer_state(state.get("optimizer"), self.optimizer, str(file))  # shapes before a fused kernel
         for key in ("buffer", "history"):
             if key not in state:
