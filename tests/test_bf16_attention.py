@@ -101,8 +101,6 @@ def measured(monkeypatch):
     """Choices made in this test alone, the CPU shown with bfloat16 units and every measurement scripted:
     returns the list of (plain, special) measurements asked for; ``verdict[0]`` is their answer."""
     monkeypatch.setattr(kernel_choice, "_choices", {})
-    monkeypatch.setattr(kernel_choice, "_session", set())
-    monkeypatch.setattr(kernel_choice, "_answers", (None, {}))
     monkeypatch.setattr(kernel_choice, "_save", lambda choices: None)
     monkeypatch.setattr(bf16_attention, "cpu_features", lambda: ["avx2", "avx512f", "avx512_bf16"])
     asked: list[tuple] = []

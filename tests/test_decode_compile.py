@@ -157,7 +157,6 @@ def test_the_route_switch_holds_from_one_generation_to_the_next(monkeypatch):
     from glassformer.runtime.linear import MIN_WEIGHT, set_batched_matvec
 
     monkeypatch.setattr(kernel_choice, "_choices", {})
-    monkeypatch.setattr(kernel_choice, "_session", set())
     monkeypatch.setattr(kernel_choice, "_kept_in", False)
     monkeypatch.setattr(kernel_choice, "faster", lambda plain, special, pairs=7, rounds=3: True)
     monkeypatch.setattr(kernel_choice, "load_now", lambda: 0)

@@ -35,9 +35,8 @@ def cache(tmp_path, monkeypatch):
 
 def kept(monkeypatch, file, write=True) -> None:
     """Keep choices in ``file`` for this test (restored after it), starting with none in memory."""
-    for name in ("_kept_in", "_writes", "_choices", "_session", "_warned", "ignored"):
+    for name in ("_kept_in", "_writes", "_choices", "_warned", "ignored"):
         monkeypatch.setattr(kernel_choice, name, getattr(kernel_choice, name))
-    monkeypatch.setattr(kernel_choice, "_session", set())
     monkeypatch.setattr(kernel_choice, "_warned", set())
     monkeypatch.setattr(kernel_choice, "ignored", [])
     kernel_choice.use_cache(file, write=write)
@@ -53,7 +52,6 @@ def loaded(monkeypatch, others: float | None) -> None:
 def new_process(monkeypatch) -> None:
     """Forget what this process measured and read the cache file again, as the next program would."""
     monkeypatch.setattr(kernel_choice, "_choices", None)
-    monkeypatch.setattr(kernel_choice, "_session", set())
 
 
 def scripted(monkeypatch, plain_s: float, special_s: float | list[float]) -> list[str]:
@@ -301,7 +299,7 @@ def test_a_settled_answer_is_looked_up_once_and_forgotten_by_a_reset(cache, monk
     scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("case", ways) is True
     settled = kernel_choice._settled
-    monkeypatch.setattr(kernel_choice, "_settled", lambda case, entry: pytest.fail("record read again"))
+    monkeypatch.setattr(kernel_choice, "_settled", lambda record: pytest.fail("record read again"))
     assert kernel_choice.choose("case", ways) is True
     monkeypatch.setattr(kernel_choice, "_settled", settled)
     monkeypatch.setattr(kernel_choice, "_choices", kernel_choice._choices)  # restored after the reset below

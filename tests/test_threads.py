@@ -167,7 +167,7 @@ def test_a_loop_never_applies_a_thread_count_by_itself(monkeypatch):
     applied, followed = [], []
     monkeypatch.setattr(threads, "_at_start", None)
     monkeypatch.setattr(threads, "_applied", None)
-    monkeypatch.setattr(threads, "apply", lambda chosen=None: applied.append(chosen))
+    monkeypatch.setattr(threads, "prepare", lambda follows_load=False: applied.append(follows_load))
     monkeypatch.setattr(threads, "follow_load", lambda: followed.append(1))
     follower = threads.LoadFollower(first_s=0.0)
     follower.tick()

@@ -5,6 +5,7 @@ memory, and the context window: past ``config.max_len`` tokens the oldest are dr
 recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay identical."""
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import GlassformerError
 from ..models.inputs import check_token_ids
@@ -39,20 +40,15 @@ class IncrementalDecoder:
         self.max_new_tokens = max_new_tokens
         self.seq2seq = memory is not None
         self.memory, self.src_pad = memory, src_pad
-        B, T = ids.shape
+        T = ids.shape[1]
         self.window = model.config.max_len
         self.limit = T + max_new_tokens  # the most columns ``tokens`` will ever need
-        start = min(self.limit, T + 64)  # grown by doubling in ``append``
-        self.tokens = torch.zeros(B, start, dtype=torch.long, device=ids.device)  # every token so far
-        self.tokens[:, :T] = ids
-        self.pad = None
-        if pad is not None:
-            self.pad = torch.zeros(B, start, dtype=torch.bool, device=ids.device)
-            self.pad[:, :T] = pad
+        room = (0, min(self.limit, T + 64) - T)  # columns after the prompt, grown by doubling in ``append``
+        self.tokens = F.pad(ids, room).long()  # every token so far
+        self.pad = None if pad is None else F.pad(pad.bool(), room)
         self.length = T
-        self.prefix_end = None  # prefix-LM: the prefix ends at this column (left padding shifts it right)
-        if prefix_len is not None:
-            self.prefix_end = prefix_len + (pad.sum(dim=1) if pad is not None else 0)
+        # prefix-LM: the prefix ends at this column (left padding shifts it right)
+        self.prefix_end = None if prefix_len is None else prefix_len + (0 if pad is None else pad.sum(dim=1))
         self.capacity = min(self.limit, self.window)
         self.cache = None
         self.static: StaticSteps | None = None  # fixed-shape steps (runtime.decode.set_static_steps)
@@ -75,11 +71,9 @@ class IncrementalDecoder:
         if self.length == self.tokens.shape[1]:  # double the buffers, up to ``limit`` columns
             if self.length >= self.limit:
                 raise GlassformerError(f"cannot append beyond {self.limit} tokens (the prompt + max_new_tokens)")
-            B, old = self.tokens.shape
-            more = min(self.limit, 2 * old) - old
-            self.tokens = torch.cat([self.tokens, self.tokens.new_zeros(B, more)], dim=1)
-            if self.pad is not None:
-                self.pad = torch.cat([self.pad, self.pad.new_zeros(B, more)], dim=1)
+            more = (0, min(self.limit, 2 * self.length) - self.length)  # columns added
+            self.tokens = F.pad(self.tokens, more)
+            self.pad = None if self.pad is None else F.pad(self.pad, more)
         self.tokens[:, self.length] = tokens
         self.length += 1
 
@@ -91,14 +85,9 @@ class IncrementalDecoder:
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Continue from rows ``rows`` (B,) of the batch (beam search keeps its best beams)."""
-        self.tokens = self.tokens.index_select(0, rows)
-        if self.pad is not None:
-            self.pad = self.pad.index_select(0, rows)
-        if self.prefix_end is not None:
-            self.prefix_end = self.prefix_end.index_select(0, rows)
-        if self.memory is not None:
-            self.memory = self.memory.index_select(0, rows)
-            self.src_pad = None if self.src_pad is None else self.src_pad.index_select(0, rows)
+        for name in ("tokens", "pad", "prefix_end", "memory", "src_pad"):  # every per-row tensor held
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).index_select(0, rows))
         for layer in self.cache or []:
             layer.reorder(rows)
 
@@ -106,11 +95,8 @@ class IncrementalDecoder:
         """Recompute the last ``window`` tokens from scratch (fresh cache when caching)."""
         self.window_start = max(0, self.length - self.window)
         if self.use_cache:
-            B, static = self.tokens.shape[0], self.capacity <= STATIC_POSITIONS
-            if self.seq2seq:
-                self.cache = self.model.new_cache(B, self.capacity, self.memory.shape[1], preallocate=static)
-            else:
-                self.cache = self.model.new_cache(B, self.capacity, preallocate=static)
+            sizes = (self.capacity, self.memory.shape[1]) if self.seq2seq else (self.capacity,)  # (+ source length)
+            self.cache = self.model.new_cache(len(self.tokens), *sizes, preallocate=self.capacity <= STATIC_POSITIONS)
         return self._forward(self.tokens[:, self.window_start:self.length], self.window_start)
 
     def _forward(self, new: torch.Tensor, first: int) -> torch.Tensor:
@@ -127,13 +113,11 @@ class IncrementalDecoder:
             B, capacity = new.shape[0], cache[0].capacity
             wanted = self.compile and wants_compiled(self.model, self.compile, B, capacity, self.max_new_tokens)
             choice = self.compile if wanted else False
-            if StaticSteps.applies(self.model, cache, pad, compiled=wanted):  # one per cache (a window rerun
-                self.static = StaticSteps(self.model, cache, B, graphs=static_mode() == "graphs",  # makes one)
-                                          compiled=choice)
+            if StaticSteps.applies(self.model, cache, pad, compiled=wanted):  # one per cache (a window rerun anew)
+                self.static = StaticSteps(self.model, cache, B, graphs=static_mode() == "graphs", compiled=choice)
                 return self.static(new, first - start)
         positions = None if pad is None else left_pad_positions(pad)[:, first - start:]  # (B, T) real tokens only
-        prefix = None
-        if self.prefix_end is not None:  # in window coordinates; only the first call's mask uses it
-            prefix = (self.prefix_end - start).clamp(0, self.length - start)
+        # prefix-LM: the prefix end in window coordinates (only the first call's mask uses it)
+        prefix = None if self.prefix_end is None else (self.prefix_end - start).clamp(0, self.length - start)
         hidden = self.model.hidden_states(new, pad, prefix, positions=positions, cache=cache, check_ids=False)
         return self.model.logits(hidden[:, -1:])[:, 0].float()

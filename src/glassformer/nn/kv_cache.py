@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import GlassformerError
 
@@ -44,11 +45,10 @@ class KVCache:
         if self.length + T > self.max_len:
             raise GlassformerError(f"KV cache holds {self.max_len} positions; cannot add {T} to {self.length}")
         if self.length + T > self.capacity:  # reallocate: at least double, at most max_len
-            B, kv, _, hd = self.k.shape
             size = min(self.max_len, max(self.length + T, 2 * self.capacity))
-            empty = self.k.new_zeros(B, kv, size - self.length, hd)
-            self.k = torch.cat([self.k[:, :, :self.length], empty], dim=2)
-            self.v = torch.cat([self.v[:, :, :self.length], empty], dim=2)
+            room = (0, 0, 0, size - self.length)  # zero positions after the filled ones
+            self.k = F.pad(self.k[:, :, :self.length], room)
+            self.v = F.pad(self.v[:, :, :self.length], room)
         self.k[:, :, self.length:self.length + T] = k
         self.v[:, :, self.length:self.length + T] = v
         self.length += T

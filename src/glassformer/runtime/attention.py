@@ -14,6 +14,8 @@ Whether it is faster is measured per machine and shape class (:func:`.kernel_cho
 """
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -27,33 +29,30 @@ KEEP_WEIGHTS_KEYS = 512  # up to this many keys the forward's weights are kept f
 # bfloat16 numbers per query block and head, ~1.2 KB a token per head at T 256); beyond it they are recomputed
 
 
-def _hidden_future(n_queries: int, n_keys: int, first: int, device: torch.device) -> torch.Tensor:
-    """(n_queries, n_keys) bool, True where key j lies after query i, query i sitting at key position first + i."""
-    rows = torch.arange(first, first + n_queries, device=device).unsqueeze(1)  # (n_queries, 1)
-    return torch.arange(n_keys, device=device) > rows  # (n_queries, n_keys)
-
-
-def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int]]:
-    """[(qs, qe, keys)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); causal blocks see no key
-    after their last query (bottom-right aligned: query i sits at key position Tk - Tq + i)."""
+def _blocks(n_queries: int, n_keys: int, is_causal: bool, size: int) -> list[tuple[int, int, int, int | None]]:
+    """[(qs, qe, keys, first)]: query block [qs, qe) of ``size`` queries sees keys [0, keys); a causal block sees no
+    key after its last query, its first query sitting at key position ``first`` (bottom-right aligned: query i sits
+    at Tk - Tq + i); ``first`` None: nothing hidden but by the mask."""
     blocks = []
     for qs in range(0, n_queries, size):
         qe = min(qs + size, n_queries)
-        causal = is_causal and n_queries > 1
-        blocks.append((qs, qe, max(0, min(n_keys, n_keys - n_queries + qe)) if causal else n_keys))
+        first = n_keys - n_queries + qs if is_causal and n_queries > 1 else None
+        blocks.append((qs, qe, n_keys if first is None else max(0, min(n_keys, first + qe - qs)), first))
     return blocks
 
 
-def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, first: int | None) -> torch.Tensor:
-    """One query block's attention weights: softmax(q kᵀ) over its keys, q (N, bq, d) already scaled, k (N, keys, d)
-    -> (N, bq, keys) in q's dtype. The product runs in q's dtype (the bfloat16 units), the softmax in float32
-    inside torch's kernel. ``mask`` (N, bq, keys) bool; ``first``: causal, the block's first query's key position;
-    a row with no visible key gets zeros."""
-    s = torch.bmm(q, k.transpose(1, 2))  # (N, bq, keys)
-    if first is not None and first < k.shape[1] - 1:  # some key lies after the block's first query
-        s.masked_fill_(_hidden_future(q.shape[1], k.shape[1], first, q.device), float("-inf"))
+def _probabilities(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, qs: int, qe: int, keys: int,
+                   first: int | None) -> torch.Tensor:
+    """The attention weights of one block of :func:`_blocks`: softmax(q kᵀ) over its keys, q (N, Tq, d) already
+    scaled, k (N, Tk, d), ``mask`` (N, Tq, Tk) bool or None -> (N, qe - qs, keys) in q's dtype. The product runs in
+    q's dtype (the bfloat16 units), the softmax in float32 inside torch's kernel; a row with no visible key gets
+    zeros."""
+    s = torch.bmm(q[:, qs:qe], k[:, :keys].transpose(1, 2))  # (N, bq, keys)
+    if first is not None and first < keys - 1:  # some key lies after the block's first query: hide key j from
+        hidden = torch.ones(qe - qs, keys, dtype=torch.bool, device=q.device).triu(first + 1)  # query i, j > first + i
+        s.masked_fill_(hidden, float("-inf"))
     if mask is not None:
-        s.masked_fill_(~mask, float("-inf"))
+        s.masked_fill_(~mask[:, qs:qe, :keys], float("-inf"))
     p = torch.softmax(s, dim=-1)
     return p if mask is None else p.nan_to_num_(0.0)  # rows with nothing visible: 0/0 -> 0
 
@@ -70,10 +69,9 @@ class _BlockedAttention(torch.autograd.Function):
         kept = []
         with torch.autocast("cpu", enabled=False):
             q_scaled = q * scale  # (N, Tq, d); exact for a power-of-two scale (head width 4, 16, 64, 256)
-            for qs, qe, keys in _blocks(Tq, Tk, is_causal, BLOCK_Q):
+            for qs, qe, keys, first in _blocks(Tq, Tk, is_causal, BLOCK_Q):
                 if keys:
-                    p = _probabilities(q_scaled[:, qs:qe], k[:, :keys], None if mask is None else
-                                       mask[:, qs:qe, :keys], Tk - Tq + qs if is_causal and Tq > 1 else None)
+                    p = _probabilities(q_scaled, k, mask, qs, qe, keys, first)  # (N, bq, keys)
                     torch.bmm(p, v[:, :keys], out=out[:, qs:qe])  # (N, bq, dv)
                     kept += [p] if keep else []
         ctx.save_for_backward(q_scaled, k, v, out, mask, *kept)
@@ -90,14 +88,12 @@ class _BlockedAttention(torch.autograd.Function):
         weights = iter(kept)
         with torch.autocast("cpu", enabled=False):
             delta = (grad_out.float() * out.float()).sum(-1, keepdim=True).to(out.dtype)  # (N, Tq, 1): rowsum(dO∘O)
-            for qs, qe, keys in _blocks(Tq, Tk, ctx.is_causal, ctx.block):
+            for qs, qe, keys, first in _blocks(Tq, Tk, ctx.is_causal, ctx.block):
                 if not keys:
                     dq[:, qs:qe] = 0
                     continue
                 qb, gb = q_scaled[:, qs:qe], grad_out[:, qs:qe]  # (N, bq, d), (N, bq, dv)
-                p = next(weights) if kept else _probabilities(
-                    qb, k[:, :keys], None if mask is None else mask[:, qs:qe, :keys],
-                    Tk - Tq + qs if ctx.is_causal and Tq > 1 else None)  # (N, bq, keys): kept or recomputed
+                p = next(weights) if kept else _probabilities(q_scaled, k, mask, qs, qe, keys, first)
                 torch.baddbmm(dv[:, :keys], p.transpose(1, 2), gb, out=dv[:, :keys])  # summed in float32 inside
                 ds = torch.bmm(gb, v[:, :keys].transpose(1, 2)).sub_(delta[:, qs:qe]).mul_(p)  # softmax's backward
                 torch.bmm(ds, k[:, :keys], out=dq[:, qs:qe]).mul_(ctx.scale)
@@ -121,9 +117,8 @@ def blocked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     *batch, Tq, _ = q.shape
     Tk = k.shape[-2]
     if mask is not None:  # (N, Tq, Tk), N = B·h (copied where it broadcast)
-        mask = mask.expand(*batch, Tq, Tk).reshape(-1, Tq, Tk)
-    out = _BlockedAttention.apply(q.reshape(-1, Tq, q.shape[-1]), k.reshape(-1, Tk, k.shape[-1]),
-                                  v.reshape(-1, Tk, v.shape[-1]), mask, is_causal, scale)  # (N, Tq, dv)
+        mask = mask.expand(*batch, Tq, Tk).flatten(0, -3)
+    out = _BlockedAttention.apply(q.flatten(0, -3), k.flatten(0, -3), v.flatten(0, -3), mask, is_causal, scale)
     return out.view(*batch, Tq, v.shape[-1])
 
 
@@ -139,31 +134,27 @@ class Bf16Attention:
     read once, and each shape's answer asked once, per object (one serves a model)."""
 
     def __init__(self) -> None:
-        self.units: bool | None = None  # whether the CPU has bfloat16 units, read at the first bfloat16 call
+        self.units = bf16_units()  # whether the CPU has bfloat16 units
         self.answers: dict[tuple, bool] = {}  # (q's shape, Tk, mask shape, causal, autograd) -> blocked or not
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
                  is_causal: bool, score_bias: torch.Tensor | None, dropout_p: float, scale: float) -> torch.Tensor:
         """Arguments and result as :func:`~glassformer.nn.attention.fused_attention`: out (B, h, Tq, dv)."""
-        if (q.dtype == torch.bfloat16 and q.device.type == "cpu" and score_bias is None and dropout_p == 0
-                and q.dim() == 4 and q.shape[-2] > 1 and k.dtype == v.dtype == q.dtype and self.pays(q, k, mask,
-                                                                                                      is_causal)):
+        if (q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.device.type == "cpu" and score_bias is None
+                and dropout_p == 0 and q.dim() == 4 and q.shape[-2] > 1 and self.pays(q, k, mask, is_causal)):
             return blocked_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
         return fused_attention(q, k, v, mask, is_causal=is_causal, score_bias=score_bias, dropout_p=dropout_p,
                                scale=scale)
 
     def pays(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
         """Whether the blocked kernel takes this work: never without bfloat16 units, else :func:`blocked_pays`."""
-        if self.units is None:
-            self.units = bf16_units()
         if not self.units:
             return False
         key = (q.shape, k.shape[-2], None if mask is None else mask.shape, is_causal,
                torch.is_grad_enabled() and q.requires_grad)
-        answer = self.answers.get(key)
-        if answer is None:
-            answer = self.answers[key] = blocked_pays(q, k, mask, is_causal)
-        return answer
+        if key not in self.answers:
+            self.answers[key] = blocked_pays(q, k, mask, is_causal)
+        return self.answers[key]
 
 
 def _length_class(n: int) -> int:
@@ -174,32 +165,27 @@ def _length_class(n: int) -> int:
 def blocked_pays(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> bool:
     """Whether :func:`blocked_attention` beats the fused kernel here for this shape class (on a CPU with bfloat16
     units): measured once per (training or not, causal or masked, B·h, lengths, head width), with autograd."""
-    B, h, Tq, d = q.shape
-    Tk, grad = k.shape[-2], torch.is_grad_enabled() and q.requires_grad
+    B, h, _, d = q.shape
+    rows, tq, tk = B * h, _length_class(q.shape[-2]), _length_class(k.shape[-2])  # the shape class
+    grad = torch.is_grad_enabled() and q.requires_grad
     kind = "causal" if is_causal and mask is None else "masked" if mask is not None else "full"
-    rows = B * h
-    case = (f"attention bfloat16 blocked: {'train' if grad else 'infer'} {kind} {rows} rows Tq~{_length_class(Tq)} "
-            f"Tk~{_length_class(Tk)} d{d}")
+    case = f"attention bfloat16 blocked: {'train' if grad else 'infer'} {kind} {rows} rows Tq~{tq} Tk~{tk} d{d}"
 
     def ways() -> tuple:
         g = torch.Generator().manual_seed(0)
-        shapes = [(rows, 1, _length_class(Tq), d), (rows, 1, _length_class(Tk), d), (rows, 1, _length_class(Tk), d)]
+        shapes = [(rows, 1, tq, d), (rows, 1, tk, d), (rows, 1, tk, d)]
         q_, k_, v_ = (torch.randn(s, generator=g).to(torch.bfloat16).requires_grad_(grad) for s in shapes)
-        m_ = None if mask is None else torch.ones(q_.shape[-2], k_.shape[-2], dtype=torch.bool).tril(
-            k_.shape[-2] - q_.shape[-2])  # a prefix-like pattern: the mask's cost, whatever its values
-        c = is_causal
+        # a prefix-like pattern: the mask's cost, whatever its values
+        m_ = None if mask is None else torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq)
 
-        def run(fn) -> object:
+        def timed(attention: Callable[..., torch.Tensor]) -> Callable[[], None]:
             def call() -> None:
-                out = fn()
+                out = attention(q_, k_, v_, m_, is_causal=is_causal, scale=1.0 / math.sqrt(d))
                 if grad:
                     out.backward(torch.ones_like(out))
             return call
 
-        plain = run(lambda: fused_attention(q_, k_, v_, m_, is_causal=c, score_bias=None, dropout_p=0.0,
-                                            scale=1.0 / math.sqrt(d)))
-        special = run(lambda: blocked_attention(q_, k_, v_, m_, is_causal=c))
-        return plain, special
+        return timed(partial(fused_attention, score_bias=None, dropout_p=0.0)), timed(blocked_attention)
 
     return choose(case, ways, grad=grad)
 

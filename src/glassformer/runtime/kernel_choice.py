@@ -42,11 +42,10 @@ MAX_AGE_DAYS = 30  # a choice older than this is measured again
 MAX_CACHE_BYTES = 1 << 22  # a few hundred bytes per choice: a larger cache file is not one glassformer wrote
 
 Record = dict[str, Any]  # {"special": True/False/None, "final": bool, "measured": ISO time, "ratios": [...], ...}
-_choices: dict[str, Record | bool] | None = None  # loaded lazily from the file (a bool: a choice set by hand)
-_session: set[str] = set()  # cases measured by this process (a provisional one is not measured twice)
-_loaded_for: tuple[object, int] = (None, 0)  # (the dict read from the file, torch's thread count then)
-_answers: tuple[object, dict[str, bool]] = (None, {})  # (the choices dict they came from, {case: answer}):
-# a decoding step asks for each of its products, so a settled answer is looked up once, not re-read each call
+_choices: dict[str, Record] | None = None  # loaded lazily from the file
+_loaded_for: tuple[object, int, dict[str, bool]] = (None, 0, {})  # (the choices dict, torch's thread count when
+# it was read, {case: answer} given from it): a case measured here is not measured twice (even when provisional),
+# and a decoding step, which asks for each of its products, finds a settled answer without re-reading its record
 last_ratios: list[float] = []  # each round's median ratio (special / plain time) of the last faster() call
 last_others: float | None = None  # the load that faster() saw: other programs' threads wanting a CPU
 _kept_in: Path | bool = False  # the file choices are read from (True: cache_file(); False: this process only)
@@ -115,7 +114,6 @@ def use_cache(file: str | Path | bool | None, write: bool = True) -> None:
     _kept_in = file if isinstance(file, bool) else False if file is None else Path(file)
     _writes = write and _kept_in is not False
     _choices = None  # read from the new place at the next choice
-    _session.clear()
 
 
 def kept_in() -> Path | None:
@@ -140,17 +138,9 @@ def _finite(value: object) -> bool:
     return type(value) is float and math.isfinite(value) or type(value) is int and abs(value) <= 2**53
 
 
-def _warn_once(file: Path, why: str) -> None:
-    """One line on standard error, once per process and file: the cache file cannot be used."""
-    if str(file) not in _warned:
-        _warned.add(str(file))
-        print(f"glassformer: warning: {why}; kernel choices are measured again in this process and the file is "
-              "left as it is (delete it to start again)", file=sys.stderr, flush=True)
-
-
 def _read_file() -> dict | None:
-    """The cache file's content ({} where there is none or none is used; None where it cannot be used:
-    warned once, and never replaced)."""
+    """The cache file's content ({} where there is none or none is used; None where it cannot be used: one line
+    on standard error, once per process and file, and the file is never replaced)."""
     file = kept_in()
     if file is None:
         return {}
@@ -159,16 +149,19 @@ def _read_file() -> dict | None:
     except MissingFileError:
         return {}
     except (BadFileError, OSError) as error:  # OSError: unreadable (permissions), a dangling link loop...
-        _warn_once(file, str(error).rstrip("."))
-        return None
-    if not isinstance(data, dict):
-        _warn_once(file, f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of "
-                         "machines")
-        return None
-    return data
+        why = str(error).rstrip(".")
+    else:
+        if isinstance(data, dict):
+            return data
+        why = f"kernel-choice cache {str(file)!r} holds a JSON {type(data).__name__}, not an object of machines"
+    if str(file) not in _warned:
+        _warned.add(str(file))
+        print(f"glassformer: warning: {why}; kernel choices are measured again in this process and the file is "
+              "left as it is (delete it to start again)", file=sys.stderr, flush=True)
+    return None
 
 
-def _load() -> dict[str, Record | bool]:
+def _load() -> dict[str, Record]:
     """This machine's valid choices from the file (the rest are measured again)."""
     mine = (_read_file() or {}).get(machine(), {})
     if not isinstance(mine, dict):
@@ -178,44 +171,38 @@ def _load() -> dict[str, Record | bool]:
     return {k: v for k, v in mine.items() if _valid(v)}
 
 
-def _loaded() -> dict[str, Record | bool]:
+def _loaded() -> dict[str, Record]:
     """This machine's choices, read once per thread count: when torch's count changes, that count's choices."""
     global _choices, _loaded_for
-    if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != torch.get_num_threads():
+    threads = torch.get_num_threads()
+    if _choices is not None and _loaded_for[0] is _choices and _loaded_for[1] != threads:
         _choices = None  # a choice holds for the thread count it was measured at
-        _session.clear()
     if _choices is None:
         _choices = _load()
-        _loaded_for = (_choices, torch.get_num_threads())
+    if _loaded_for[0] is not _choices:  # read from the file, reset, or a test's own dict: answers start again
+        _loaded_for = (_choices, threads, {})
     return _choices
 
 
-def _save(choices: dict[str, Record | bool]) -> None:
+def _save(choices: dict[str, Record]) -> None:
     """Write this machine's choices next to other machines' (atomically) where a file was asked for with writing;
     skipped silently where it cannot be written (a read-only home), and where the file there cannot be read."""
-    file = kept_in()
-    if not _writes or file is None:
-        return
-    data = _read_file()
+    data = _read_file() if _writes else None
     if data is None:
         return
-    try:
+    file = kept_in()
+    # a full disk (a GlassformerError, which is a ValueError), a folder in the way: the choice still holds here
+    with contextlib.suppress(OSError, ValueError):
         data[machine()] = dict(sorted(choices.items()))
         file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(file, json.dumps(data, indent=1), what="kernel-choice cache")
-    except (OSError, ValueError):  # ValueError: a full disk (GlassformerError), or a folder in the way
-        pass  # the choice still holds for this process
-
-
-def _clock() -> Callable[[], float]:
-    """What a sample is timed with: with one torch thread, the thread's CPU time (a core shared with other
-    programs does not enter it, so a busy machine measures as an idle one); else wall time."""
-    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
 def _seconds_per_call(fn: Callable[[], object]) -> float:
-    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S (on :func:`_clock`)."""
-    clock = _clock()
+    """One timing sample of ``fn``: called until it lasts at least MIN_SAMPLE_S. With one torch thread it is timed
+    in the thread's CPU time (a core shared with other programs does not enter it, so a busy machine measures as an
+    idle one); else in wall time."""
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     calls, start = 0, clock()
     while True:
         fn()
@@ -225,17 +212,16 @@ def _seconds_per_call(fn: Callable[[], object]) -> float:
             return elapsed / calls
 
 
-def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS,
-           rounds: int = ROUNDS) -> bool | None:
-    """True when ``special`` takes at most MARGIN of ``plain``'s time in every round (the median of ``pairs``
-    paired ratios), False when more in every round, None when rounds disagree. Leaves each round's median
+def faster(plain: Callable[[], object], special: Callable[[], object], pairs: int = PAIRS) -> bool | None:
+    """True when ``special`` takes at most MARGIN of ``plain``'s time in every one of ROUNDS rounds (the median of
+    ``pairs`` paired ratios), False when more in every round, None when rounds disagree. Leaves each round's median
     in :data:`last_ratios` and the highest load seen before and after (:func:`load_now`), when busy confirmed by a
     second, longer look, in :data:`last_others`."""
     global last_others
     before = load_now()
     plain(), special()  # warm up both
     medians = []
-    for _ in range(rounds):
+    for _ in range(ROUNDS):
         ratios = []
         for i in range(pairs):  # alternate the order so a drift in machine speed hits both alike
             first, second = (plain, special) if i % 2 == 0 else (special, plain)
@@ -246,7 +232,7 @@ def faster(plain: Callable[[], object], special: Callable[[], object], pairs: in
     after = load_now()
     last_ratios[:] = medians
     seen = [x for x in (before, after) if x is not None]
-    last_others = confirmed(max(seen) if seen else None, _busy)  # a passing spike must not void the measurement
+    last_others = confirmed(max(seen, default=None), _busy)  # a passing spike must not void the measurement
     votes = {ratio <= MARGIN for ratio in medians}
     return votes.pop() if len(votes) == 1 else None
 
@@ -271,31 +257,23 @@ def _age_days(record: Record) -> float:
     """How many days ago ``record`` was measured (infinite when its time does not parse)."""
     try:
         measured = datetime.datetime.fromisoformat(record["measured"])
-    except (ValueError, TypeError, KeyError):
+    except ValueError:  # a record read from the file holds a str (_valid)
         return float("inf")
     if measured.tzinfo is None:
         measured = measured.replace(tzinfo=datetime.timezone.utc)
     return (_now() - measured).total_seconds() / 86400
 
 
-def _as_record(entry: Record | bool) -> Record:
-    """A stored entry as a record (a bool set by hand counts as a final choice)."""
-    return {"special": entry, "final": True, "measured": "", "how": "set by hand"} if isinstance(entry, bool) else entry
-
-
 def effective(entry: Record | bool) -> bool:
-    """Whether a record's special way is taken: decided, and measured on a machine with CPUs free."""
-    record = _as_record(entry)
-    return record["special"] is True and record["final"]
+    """Whether a record's special way is taken: decided, and measured on a machine with CPUs free (a bare bool, as
+    older files and a hand-written one hold: itself)."""
+    return entry if isinstance(entry, bool) else entry["special"] is True and entry["final"]
 
 
-def _settled(case: str, entry: Record | bool | None) -> bool:
-    """Whether ``entry`` answers ``case`` without measuring: final and young, or measured by this process."""
-    if entry is None:
-        return False
-    record = _as_record(entry)
-    return (case in _session or record.get("how") == "set by hand"
-            or record["final"] and _age_days(record) <= MAX_AGE_DAYS)
+def _settled(record: Record | None) -> bool:
+    """Whether ``record`` answers its case without measuring: final and measured less than MAX_AGE_DAYS ago (one
+    this process measured is remembered in ``_loaded_for``, provisional or not)."""
+    return record is not None and record["final"] and _age_days(record) <= MAX_AGE_DAYS
 
 
 def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
@@ -306,16 +284,15 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
     here, and the measurement (:func:`faster`) is remembered. While ``torch.compile`` traces, an unknown
     case takes the plain way. ``grad``: time with autograd (a training step), in fewer pairs.
     """
-    global last_others, _answers
+    global last_others
     loaded = _loaded()
-    if _answers[0] is not loaded:  # another file read (or a test's own dict): answers start again
-        _answers = (loaded, {})
-    known = _answers[1].get(case)
+    answers = _loaded_for[2]
+    known = answers.get(case)
     if known is not None:
         return known
     entry = loaded.get(case)
-    if _settled(case, entry):
-        _answers[1][case] = answer = effective(entry)
+    if _settled(entry):
+        answers[case] = answer = effective(entry)
         return answer
     if torch.compiler.is_compiling():
         return False
@@ -329,9 +306,8 @@ def choose(case: str, ways: Callable[[], tuple[Callable[[], object], Callable[[]
         "measured": _now().isoformat(timespec="seconds"),
         "how": f"{ROUNDS} rounds x {pairs} pairs, margin {MARGIN}", "ratios": [round(r, 4) for r in last_ratios],
         "others_running": last_others, "threads": torch.get_num_threads()}
-    _session.add(case)
     _save(_choices)
-    _answers[1][case] = answer = effective(record)  # measured by this process: settled here
+    answers[case] = answer = effective(record)  # measured by this process: settled here
     return answer
 
 
@@ -342,13 +318,11 @@ def choices() -> dict[str, bool]:
 
 def records() -> dict[str, Record]:
     """This machine's choices with how they were made: {case: record} (see :func:`describe`)."""
-    return {case: _as_record(entry) for case, entry in _loaded().items()}
+    return dict(_loaded())
 
 
 def describe(record: Record) -> str:
     """When and how a choice was measured, in words (``measured <time>, 3 rounds x 7 pairs, margin 0.9, ...``)."""
-    if record.get("how") == "set by hand":
-        return "set by hand"
     ratios = " ".join(f"{r:.2f}" for r in record.get("ratios") or []) or "-"
     others = record.get("others_running")
     load = "load unknown" if others is None else f"{others:g} other busy thread{'s' * (others != 1)}"
@@ -362,6 +336,5 @@ def reset_choices() -> None:
     """Forget every choice of this machine (in memory and in the file): they are measured again."""
     global _choices, _loaded_for
     _choices = {}
-    _loaded_for = (_choices, torch.get_num_threads())
-    _session.clear()
+    _loaded_for = (_choices, torch.get_num_threads(), {})
     _save(_choices)

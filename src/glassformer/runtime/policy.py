@@ -4,6 +4,7 @@ generation, SAE training) change none of these by themselves; the ``glassformer`
 for every verb; lessons and examples ask for it in one line. Standard library only until kernel choices are
 asked for (threads must be planned before torch loads OpenMP)."""
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,24 +63,15 @@ def tune(threads: str | int | None = "auto", *, follows_load: bool = False,
     plan, fixed = None, None
     if threads == "auto":
         plan = _threads.prepare(follows_load=follows_load)
-        _threads.apply(plan)
     elif threads is not None:
         if isinstance(threads, str):
             raise UsageError(f"threads must be 'auto', an int >= 1 or None, got {threads!r}")
         fixed = check_int("threads", threads, 1, 4096)
         _threads.fix(fixed)
-    kept = _kernel_cache(kernel_cache)
-    return SpeedPolicy(plan, fixed, kept)
-
-
-def _kernel_cache(asked: bool | str | Path | None) -> Path | None:
-    """Apply ``kernel_cache`` (see :func:`tune`); the file choices are kept in now."""
-    if asked is None:
-        import sys
-
+    if kernel_cache is None:
         module = sys.modules.get("glassformer.runtime.kernel_choice")  # never imported: nothing was asked
-        return module.kept_in() if module is not None else None
+        return SpeedPolicy(plan, fixed, module.kept_in() if module is not None else None)
     from . import kernel_choice
 
-    kernel_choice.use_cache(asked if isinstance(asked, bool) else Path(asked).expanduser())
-    return kernel_choice.kept_in()
+    kernel_choice.use_cache(kernel_cache if isinstance(kernel_cache, bool) else Path(kernel_cache).expanduser())
+    return SpeedPolicy(plan, fixed, kernel_choice.kept_in())

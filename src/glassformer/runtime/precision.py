@@ -60,10 +60,6 @@ class Precision:
         asked = f"{self.asked}: " if self.asked != self.name else ""
         return f"precision: {self.name} ({asked}{self.reason})"
 
-    def to_dict(self) -> dict[str, str]:
-        """What checkpoints and results record."""
-        return {"precision": self.name, "asked": self.asked, "reason": self.reason}
-
 
 def bf16_hardware(device: torch.device | str) -> tuple[bool, str]:
     """Whether ``device`` multiplies bfloat16 matrices natively, and the evidence in words."""
@@ -81,9 +77,8 @@ def bf16_hardware(device: torch.device | str) -> tuple[bool, str]:
 
 def model_case(config: object) -> str:
     """A model config's shape in words (``lm 4 layers d128 ff512 V65``), for a measured choice's key."""
-    c = config
-    layers = f"{c.n_enc}+{c.n_dec}" if c.arch == "encoder-decoder" else c.n_layers
-    return f"{c.arch} {layers} layers d{c.d_model} ff{c.d_ff} V{c.vocab_size}"
+    layers = f"{config.n_enc}+{config.n_dec}" if config.arch == "encoder-decoder" else config.n_layers
+    return f"{config.arch} {layers} layers d{config.d_model} ff{config.d_ff} V{config.vocab_size}"
 
 
 def resolve_precision(asked: str, device: torch.device | str,
@@ -92,12 +87,11 @@ def resolve_precision(asked: str, device: torch.device | str,
     """The precision to run with.
 
     Args:
-        asked: one of PRECISIONS. device: where the model runs.
+        asked: one of PRECISIONS, checked where it entered (the config, the command). device: where the model runs.
         measure: for "auto" on a CPU with bfloat16 instructions, gives (float32 step, bfloat16 step) callables
             of this model's work, timed by :func:`.kernel_choice.choose`; without it "auto" keeps float32 on CPUs.
         case: what was measured (model, batch, training or inference): the key the choice is remembered under.
     """
-    check_precision(asked)
     if asked in ("float32", "float16"):
         return Precision(asked, asked, "as asked")
     capable, why = bf16_hardware(device)

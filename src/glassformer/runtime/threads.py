@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how threads wait
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the user chose how many threads
@@ -41,17 +42,11 @@ def _runnable_total() -> int | None:
 def _own_running() -> int:
     """This process's threads that are running or runnable now (state R in /proc/self/task/*/stat), at least 1."""
     count = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 1
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]  # the name, in parentheses, may hold spaces
+    for stat in Path("/proc/self/task").glob("*/stat"):  # none where there is no /proc
+        try:  # the name, in parentheses, may hold spaces
+            count += stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()[0] == "R"
         except (OSError, IndexError):
-            continue
-        count += state == "R"
+            continue  # a thread that ended meanwhile
     return max(1, count)
 
 
@@ -73,15 +68,12 @@ def spare_cpus(others: float | None, cpus: int | None = None) -> float:
     """The CPUs of this process's ``cpus`` that ``others`` busy threads leave (may be negative), counting
     them in proportion of ``cpus`` to the machine's CPUs."""
     cpus = usable_cpus() if cpus is None else cpus
-    if not others:
-        return float(cpus)
     online = max(cpus, os.cpu_count() or cpus)
-    return cpus - others * cpus / online
+    return cpus - (others or 0) * cpus / online
 
 
-def free_cpus(others: float | None, cpus: int | None = None) -> int:
+def free_cpus(others: float | None, cpus: int) -> int:
     """The threads to run beside ``others`` busy threads: the spare CPUs, rounded, in [1, cpus]."""
-    cpus = usable_cpus() if cpus is None else cpus
     return max(1, min(cpus, round(spare_cpus(others, cpus) + 1e-9)))
 
 
@@ -105,13 +97,6 @@ class ThreadPlan:
 _ours: dict[str, str] = {}  # the variables set_wait_policy wrote (not the user's choice)
 
 
-def user_fixed(env: dict[str, str] | os._Environ = os.environ) -> list[str]:
-    """The variables by which the user fixed threads or waiting (glassformer then changes neither)."""
-    if env.get(SWITCH, "").lower() == "fixed":
-        return [SWITCH]
-    return [name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
-
-
 def confirmed(others: float | None, busy: Callable[[float | None], bool]) -> float | None:
     """``others`` busy threads as read, or, where ``busy(others)``, the lower of them and a second, longer look
     (:data:`CONFIRM_SAMPLES` reads): a passing spike, such as this process's own threads winding down as /proc is
@@ -128,7 +113,9 @@ def plan(others: float | None = None, cpus: int | None = None, env: dict[str, st
     ``follows_load``: the count will be measured again while the command runs (:class:`LoadFollower`), so
     threads spin even when busy now (under a load that came and went, a passive start took 1.09x the time)."""
     cpus = usable_cpus() if cpus is None else cpus
-    if fixed := user_fixed(env):
+    fixed = [SWITCH] if env.get(SWITCH, "").lower() == "fixed" else [  # the user's choice: glassformer changes nothing
+        name for name in (*THREAD_VARS, *WAIT_VARS) if env.get(name) and env.get(name) != _ours.get(name)]
+    if fixed:
         return ThreadPlan(None, "user", cpus, others, f"set by {', '.join(fixed)}")
     if others is None:
         others = confirmed(others_running(), lambda o: bool(o) and free_cpus(o, cpus) < cpus)
@@ -153,30 +140,18 @@ def set_wait_policy(chosen: ThreadPlan, env: dict[str, str] | os._Environ = os.e
     return True
 
 
-_at_start: ThreadPlan | None = None  # the plan made by prepare() or the first apply()
+_at_start: ThreadPlan | None = None  # the plan made by prepare()
 _default: int | None = None  # torch's own thread count
 _applied: int | None = None  # the count glassformer last set (None: never, or the user fixed it)
 
 
 def prepare(follows_load: bool = False) -> ThreadPlan:
-    """Measure the load and set the wait policy before torch is imported (:func:`apply` then sets the threads);
-    ``follows_load``: the command measures the load again as it runs (see :func:`plan`)."""
-    global _at_start
-    _at_start = plan(follows_load=follows_load)
-    set_wait_policy(_at_start)
-    return _at_start
-
-
-def at_start() -> ThreadPlan | None:
-    """The plan :func:`prepare` or the first :func:`apply` made (None before)."""
-    return _at_start
-
-
-def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
-    """Set torch's thread count to the plan's (``chosen``, else :func:`prepare`'s, else a new one); returns it."""
-    global _default, _applied, _at_start
-    chosen = chosen or _at_start or plan()
-    _at_start = _at_start or chosen
+    """Measure the load, set the wait policy (before torch is imported, while OpenMP still reads it), then torch's
+    thread count; returns the plan. ``follows_load``: the command measures the load again as it runs (see
+    :func:`plan`)."""
+    global _at_start, _default, _applied
+    _at_start = chosen = plan(follows_load=follows_load)
+    set_wait_policy(chosen)
     import torch
 
     if _default is None:
@@ -185,6 +160,11 @@ def apply(chosen: ThreadPlan | None = None) -> ThreadPlan:
         torch.set_num_threads(chosen.threads)
     _applied = None if chosen.wait == "user" else torch.get_num_threads()
     return chosen
+
+
+def at_start() -> ThreadPlan | None:
+    """The plan :func:`prepare` made (None before)."""
+    return _at_start
 
 
 def follow_load() -> ThreadPlan | None:
@@ -216,7 +196,7 @@ def fix(count: int) -> None:
 
 class LoadFollower:
     """Calls :func:`follow_load` from a loop, at most every ``every_s`` seconds (the first after ``first_s``), when
-    ``on`` and a thread count chosen by the policy is in force (:func:`apply`, asked for by
+    ``on`` and a thread count chosen by the policy is in force (:func:`prepare`, asked for by
     :func:`glassformer.runtime.tune` or the command): a loop alone never changes the thread count."""
 
     def __init__(self, first_s: float = 2.0, every_s: float = 10.0, on: bool = True) -> None:
