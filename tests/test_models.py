@@ -33,6 +33,16 @@ def test_seed_usage_runs_unchanged():
     assert model.make_mask(10).shape == (10, 10)
 
 
+def test_a_prefix_lm_mask_takes_one_length_or_one_per_row():
+    """make_mask builds a mask for any batch: a (1,) prefix tensor is one row's; forward checks it per row."""
+    model = TransformerLM(vocab_size=30, d_model=16, n_heads=2, n_layers=1, d_ff=32, attn="prefix")
+    one = model.make_mask(5, prefix_len=torch.tensor([3]))
+    assert torch.equal(one[0, 0], model.make_mask(5, prefix_len=3))
+    assert one[0, 0, 0, :3].all() and not one[0, 0, 0, 3:].any() and one[0, 0, 4].all()
+    with pytest.raises(glassformer.errors.GlassformerError, match=r"one length per row: shape \(2,\), got \(1,\)"):
+        model(torch.zeros(2, 5, dtype=torch.long), prefix_len=torch.tensor([3]))
+
+
 def test_return_attn_gives_named_results_that_unpack_as_tuples():
     ids = torch.randint(0, 30, (2, 6))
     model = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=2, d_ff=64).eval()

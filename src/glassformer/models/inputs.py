@@ -47,15 +47,15 @@ def check_memory(memory: torch.Tensor | None, src_pad: torch.Tensor | None, batc
     check_pad(src_pad, batch, memory.shape[1], name="src_pad")
 
 
-def check_prefix_len(prefix_len: Any, length: int | torch.Tensor, batch: int) -> int | torch.Tensor:
+def check_prefix_len(prefix_len: Any, length: int | torch.Tensor, batch: int | None) -> int | torch.Tensor:
     """``prefix_len`` (an int, or a (B,) integer tensor made long) when in [0, ``length``] (an int or (B,)
-    lengths) and, as a tensor, of ``batch`` rows."""
+    lengths) and, as a tensor, of ``batch`` rows (None: a mask made for any batch, ``make_mask``)."""
     if isinstance(prefix_len, torch.Tensor):
         if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype.is_complex \
                 or prefix_len.dtype == torch.bool:
             raise ArgumentTypeError(f"prefix_len must be an int or a (B,) integer tensor, got a {prefix_len.dtype} "
                                     f"tensor of shape {tuple(prefix_len.shape)}")
-        if prefix_len.shape[0] != batch:
+        if batch is not None and prefix_len.shape[0] != batch:
             raise GlassformerError(f"prefix_len must have one length per row: shape ({batch},), "
                                    f"got {tuple(prefix_len.shape)}")
         prefix_len = prefix_len.long()
