@@ -272,3 +272,13 @@ def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130():
                               "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
                              capture_output=True, text=True, timeout=600)
     assert library.returncode == 0, library.stderr  # a library user's Ctrl-C stays Python's
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "--rounds", "0"], "glassformer: error: --rounds must be an int >= 1, got 0"),
+    (["bench", "--defaults", "--tolerance", "-1"],
+     "glassformer: error: --tolerance must be a finite number >= 0.0, got -1.0"),
+])
+def test_bench_names_its_flags_before_any_timing(capsys, argv, expected):
+    """A command-line value is refused under the flag's own name (the library's message says ``rounds``)."""
+    assert one_line(capsys, argv) == expected + "\n"

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from ...bench.defaults import CHECKS, check_defaults, format_defaults
     from ...bench.runner import DEFAULT_PARTS
     from ...errors import UsageError
-    from ...io.checks import check_int
+    from ...io.checks import check_int, check_number
     from ...io.fileio import atomic_write, claim_outputs
     from ...runtime import kernel_choice
     from ...runtime.device import pick_device
@@ -116,9 +116,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {len(kernel_choice.ignored)} more entr{'ies' if len(kernel_choice.ignored) > 1 else 'y'} in "
                   "a form glassformer does not write: ignored (measured again)")
         return 0
-    out = args.out  # --rounds and --tolerance are checked by run_suite and check_defaults, before any timing
-    if args.defaults and out == Path("bench-output/bench.json"):
-        out = Path("bench-output/defaults.json")
+    out = args.out
+    if args.defaults:
+        check_number("--tolerance", args.tolerance, 0.0)  # the flag's name in the message, not the library's
+        if out == Path("bench-output/bench.json"):
+            out = Path("bench-output/defaults.json")
+    elif args.rounds is not None:
+        check_int("--rounds", args.rounds, 1)
     if args.threads is not None:
         torch.set_num_threads(check_int("--threads", args.threads, 1, 4096))
     if not args.defaults:
