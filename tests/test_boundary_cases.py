@@ -49,28 +49,37 @@ def run_cli(capsys, argv: list) -> tuple[int, str, str]:
 
 # ---------------------------------------------------------------------- out/last read during training
 def _race(out: Path, flip, reads: int) -> list[str]:
-    """Load ``out/last`` ``reads`` times while ``flip()`` runs in a loop in another thread; the failures. The
-    writer flips once per read begun (a read may still overlap a save and a prune), so how far it runs ahead
-    of a reader does not depend on how busy the machine is: a trainer saves far less often than a read takes."""
-    stop, failures, reading = threading.Event(), [], threading.Semaphore(0)
+    """Load ``out/last`` ``reads`` times while another thread calls ``flip()`` once per read, as the read begins;
+    the failures (a flip's own included). A read may overlap its flip (a save and a prune), and the next read
+    begins only once that flip is done: the writer is never more than one flip ahead of a reader (a trainer
+    saves far less often than a read takes), however busy the machine and however the threads are scheduled."""
+    failures: list[str] = []
+    go, done = threading.Semaphore(0), threading.Semaphore(0)
+    stopping = threading.Event()
 
     def writer():
-        while not stop.is_set():
-            if reading.acquire(timeout=0.05):
+        while go.acquire() and not stopping.is_set():
+            try:
                 flip()
+            except Exception as error:  # noqa: BLE001 (a failed save counts too)
+                failures.append(f"flip: {type(error).__name__}: {error}")
+            finally:
+                done.release()
 
-    thread = threading.Thread(target=writer)
+    thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
         for _ in range(reads):
-            reading.release()
+            go.release()
             try:
                 load_checkpoint(out / "last")
             except Exception as error:  # noqa: BLE001 (every failure counts)
                 failures.append(f"{type(error).__name__}: {error}")
+            assert done.acquire(timeout=600), "the writer hung"  # a bound on a hang, never a verdict by time
     finally:
-        stop.set()
-        thread.join()
+        stopping.set()
+        go.release()
+        thread.join(timeout=600)
     return failures
 
 
@@ -96,6 +105,44 @@ def test_last_read_while_the_trainer_saves_and_prunes_never_fails(tmp_path):
 
     failures = _race(out, save, 150)
     assert failures == []
+
+
+def test_a_save_and_prune_before_any_part_of_a_read_gives_the_newer_checkpoint_whole(tmp_path, monkeypatch):
+    """The interleavings the race above meets by chance, each made to happen: just before each part of a read
+    of ``out/last`` (config, tokenizer, header, tensors, model, state), the trainer saves a newer step and prunes
+    the folder being read. The read then gives the newer checkpoint, whole: its weights and state are one step's."""
+    import glassformer.training.checkpoint as checkpoint_module
+    from glassformer.tokenizers import Tokenizer
+
+    model, tok = tiny()
+    out = tmp_path / "run"
+    name, first = next(iter(model.named_parameters()))
+
+    def save(step: int) -> None:
+        with torch.no_grad():
+            first.fill_(step)  # which step's weights a read returns
+        commit_checkpoint(out, step, model, tok, training=None, train_state={"step": step})
+
+    save(1)
+    stages = [(ModelConfig, "from_json"), (Tokenizer, "load"), (checkpoint_module, "read_header"),
+              (checkpoint_module, "load_tensors"), (checkpoint_module, "build_model"),
+              (checkpoint_module, "load_state_file")]
+    for step, (owner, attribute) in enumerate(stages, start=2):
+        real, saved = getattr(owner, attribute), []
+
+        def save_first(*args, real=real, step=step, saved=saved, **kwargs):
+            if not saved:  # once per read: the retry reads on
+                saved.append(step)
+                save(step)
+            return real(*args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, attribute, staticmethod(save_first) if isinstance(owner, type) else save_first)
+            checkpoint = load_checkpoint(out / "last", with_state=True)
+        assert saved == [step], attribute
+        assert sorted(p.name for p in out.iterdir()) == [f"ckpt-{step:06d}", "last"], attribute  # the old one pruned
+        assert checkpoint.train_state == {"step": step}, attribute
+        assert torch.equal(checkpoint.model.state_dict()[name], torch.full_like(first, step)), attribute
 
 
 # ---------------------------------------------------------------------- a folder named "{...}"
