@@ -32,14 +32,28 @@ def test_no_thread_setting_of_the_caller_reaches_a_run(monkeypatch):
     assert not set(bench.POLICY_VARS) & set(env) and str(SCRIPT.parents[1] / "src") in env["PYTHONPATH"]
 
 
-@pytest.mark.parametrize(("words", "message"), [
+BAD_OPTIONS = [
     (["--policies", "spin,sleep"], "got 'sleep'"),
     (["--loads", "none,heavy"], "--loads: expected some of none, half, one, two"),
     (["--fluctuate", "10"], "--fluctuate: expected ON,OFF seconds"),
     (["--fluctuate", "nan,10"], "--fluctuate: expected ON,OFF seconds"),
     (["--busy-start", "inf"], "--busy-start: expected seconds in [0, 3600), got inf"),
     (["--rounds", "0"], "--rounds and --threads must be at least 1"),
-])
-def test_bad_options_are_one_line(words, message):
+]
+
+
+@pytest.mark.parametrize(("words", "message"), BAD_OPTIONS)
+def test_bad_options_are_one_line(words, message, monkeypatch, capsys):
+    """The script's own argument checks, run in this process (its module is loaded above): status 2 and the
+    message, before any run starts."""
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *words])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_bad_option_is_one_line_from_the_command_line():
+    """The same as a user meets it: a fresh process, status 2, the message and no traceback."""
+    words, message = BAD_OPTIONS[0]
     done = subprocess.run([sys.executable, str(SCRIPT), *words], capture_output=True, text=True, timeout=600)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
