@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -163,19 +162,30 @@ def test_recipes_default_to_auto_and_precision_overrides():
     assert load_recipe({**spec, "precision": "bfloat16"}).train.precision == "bfloat16"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassformer", *args], capture_output=True, text=True, timeout=600)
+def cli(capsys, *args: str) -> SimpleNamespace:
+    """``glassformer args`` in this process (glassformer.cli.main): returncode, stdout, stderr."""
+    from glassformer.cli import main
+
+    capsys.readouterr()
+    try:
+        status = main(list(args))
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return SimpleNamespace(returncode=status, stdout=captured.out, stderr=captured.err)
 
 
-def test_commands_take_precision(tmp_path):
+def test_commands_take_precision(tmp_path, capsys):
     trainer, _ = train(config(tmp_path, max_steps=1))
     ckpt, data = str(trainer.out / "last"), str(tmp_path / "corpus.txt")
-    full = json.loads(cli("eval", ckpt, "--data", data).stdout)
-    half = cli("eval", ckpt, "--data", data, "--precision", "bfloat16")
+    full = cli(capsys, "eval", ckpt, "--data", data)
+    assert full.returncode == 0, full.stderr
+    full = json.loads(full.stdout)
+    half = cli(capsys, "eval", ckpt, "--data", data, "--precision", "bfloat16")
     assert half.returncode == 0 and "precision: bfloat16 (as asked" in half.stderr
     half = json.loads(half.stdout)
     assert full["precision"] == "float32" and half["precision"] == "bfloat16"
     assert half["loss"] != full["loss"] and abs(half["loss"] - full["loss"]) < 0.05
-    bad = cli("generate", ckpt, "--prompt", "To be", "--precision", "half")
+    bad = cli(capsys, "generate", ckpt, "--prompt", "To be", "--precision", "half")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "glassformer: error: --precision must be one of ['auto', 'float32', 'bfloat16', 'float16'], got 'half'"]
