@@ -7,6 +7,7 @@ up fails here even when it would only show at run time. docs/architecture.md dra
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -88,14 +89,28 @@ def _module_name(path: Path) -> str:
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module) for every glassformer import in ``path``, at any depth; a pair of
     :data:`DEFERRED` is left out where it is inside a function."""
+    return _imports_under(path, PACKAGE)
+
+
+def _nodes(tree: ast.AST):
+    """(node, whether it lies inside a function) for every node of ``tree``, in one walk."""
+    stack = [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        yield node, inside
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+@functools.cache
+def _imports_under(path: Path, package_dir: Path) -> list[tuple[int, str]]:
+    """:func:`_imports` of ``path`` in the package at ``package_dir`` (read once: both scans below use it)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    deferred = {m for f, m in DEFERRED if PACKAGE / f == path}
-    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for n in ast.walk(f)}
+    deferred = {m for f, m in DEFERRED if package_dir / f == path}
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
-    for node in ast.walk(tree):
+    for node, inside in _nodes(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "glassformer"]
         elif isinstance(node, ast.ImportFrom):
@@ -107,12 +122,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 target = node.module or ""
             if target.split(".")[0] != "glassformer":
                 continue
-            if target in deferred and id(node) in inside:
+            if target in deferred and inside:
                 continue  # allowed inside a function: DEFERRED
             for alias in node.names:  # `from ..io import progress`: x may be a submodule or a name of the package
                 sub = f"{target}.{alias.name}"
-                is_module = (PACKAGE.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                    (PACKAGE.parent / Path(*sub.split("."))).is_dir()
+                is_module = (package_dir.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                    (package_dir.parent / Path(*sub.split("."))).is_dir()
                 found.append((node.lineno, sub if is_module else target))
     return found
 
