@@ -1,7 +1,6 @@
 """Lesson 2's experiments show what they claim, and the example scripts run."""
 
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 
@@ -104,7 +103,8 @@ def test_tiny_char_lesson_findings_and_summary(tmp_path):
         assert (tmp_path / name).is_file(), name
 
 
-def test_positions_example_runs():
-    out = subprocess.run([sys.executable, str(EXAMPLES / "04_positions.py"), "--steps", "5"], capture_output=True,
-                         text=True, check=True, timeout=600).stdout
+def test_positions_example_runs(capsys, monkeypatch):
+    """The script with its option, in this process (tests/test_docs.py runs it as a command, as documented)."""
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / "04_positions.py"), "--steps", "5"])
+    out = "\n".join(_run_example("04_positions.py", capsys))
     assert "rope" in out and "accuracy" in out
