@@ -90,10 +90,16 @@ SHORTEN = [  # (regex searched in a command, words appended to it)
     # a benchmark runs for minutes by design: each documented command runs its cheapest part once
     # (tests/test_bench.py runs every part shortened)
     (r"\bglassformer bench\b|benchmarks/bench_train.py", ["--only", "attn", "--quick", "--rounds", "1", "--sizes",
-                                                          "small", "--no_hf"]),
+                                                          "small", "--no_hf", "--precision", "float32"]),
     (r"benchmarks/bench_matvec.py", ["--rounds", "1", "--rows", "1", "--layers", "1"]),
     (r"\bglassformer transcoders\b", ["--steps", "3", "--batch_size", "64", "--buffer_size", "256",
                                       "--feature_windows", "2", "--eval_batches", "1", "--progress", "false"]),
+    # an SAE, alone or after a recipe's model, as the transcoders: a few steps of small batches
+    (r"\bglassformer sae\b", ["--steps", "3", "--batch_size", "64", "--buffer_size", "256", "--feature_windows", "2",
+                               "--eval_batches", "1", "--progress", "false"]),
+    (r"\bglassformer recipe \S*_sae\b", ["--recipe.steps", "3", "--recipe.batch_size", "64", "--recipe.buffer_size",
+                                         "256", "--recipe.feature_windows", "2", "--recipe.eval_batches", "1",
+                                         "--recipe.naming_batches", "1"]),
 ]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # Python code (comments aside) and shell commands that ran in this session's folder: the same command
@@ -191,6 +197,10 @@ import torch._dynamo
 import glassformer.cli
 import glassformer.bench, glassformer.generation, glassformer.interop.hf_dir, glassformer.lessons.tiny_char
 import glassformer.recipes, glassformer.training, glassformer.viz.report
+import transformers  # the version `glassformer bench` records
+from glassformer.interpret.points import act_name
+
+act_name("embed")  # hook names, read once from models on the meta device (torch's meta kernels load then)
 
 server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 server.bind(sys.argv[1])
