@@ -180,7 +180,7 @@ def test_resume_after_sigkill_gives_identical_shards(tmp_path):
     prepare([str(data)], tmp_path / "whole", "bpe", **options)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     done = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data), str(tmp_path / "cut")], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # a hang guard, never a verdict
     assert done.returncode == -9, done.stderr
     assert not (tmp_path / "cut" / "manifest.json").exists()
     assert json.loads((tmp_path / "cut" / "progress.json").read_text())["train"][-1]["file"] == "train_000002.bin"
