@@ -1,11 +1,13 @@
 """The way in: one bounded reader per format, turning every way a file can be unusable into a BadFileError."""
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,12 +299,21 @@ def rust_tokenizer(data: Any, file: str | Path) -> Any:
 
 
 def rust_call(build: Any, file: str | Path) -> Any:
-    """``build()`` (Rust reading ``file``) with any error but Ctrl-C, a Rust panic included, as a BadFileError."""
-    try:
+    """``build()`` (Rust reading ``file``), a failure as one BadFileError naming ``file`` (:func:`rust_errors`)."""
+    with rust_errors(f"{_named(file)} is not a tokenizer the Hugging Face library can read"):
         return build()
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (a plain Exception, or pyo3's PanicException)
-        detail = " ".join(str(error).split()) or type(error).__name__
-        raise BadFileError(f"{_named(file)} is not a tokenizer the Hugging Face library can read ({detail})") from None
 
+
+@contextlib.contextmanager
+def rust_errors(message: str, error: type[GlassformerError] = BadFileError) -> Iterator[None]:
+    """Inside the block, a failure of the Rust ``tokenizers`` library (a bare Exception, or a panic such as a regex's
+    backtracking limit) is one ``error``: ``message (what Rust said)``; Ctrl-C and glassformer's own errors pass."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GlassformerError):
+        raise
+    except BaseException as problem:  # noqa: BLE001 (pyo3's PanicException derives from BaseException)
+        detail = " ".join(str(problem).split())[:200] or type(problem).__name__
+        hint = ": the tokenizer's vocabulary lacks the unknown token its model names" if "Missing" in detail and \
+            "token from the vocabulary" in detail else ""
+        raise error(f"{message} ({detail}){hint}") from None
