@@ -195,8 +195,8 @@ def _parse_yaml(text: str | bytes, where: str, error: type[GlassformerError], al
         aliased = not aliases and any(isinstance(t, (yaml.AliasToken, yaml.AnchorToken)) for t in yaml.scan(text))
         value = None if aliased else yaml.safe_load(text)
     except yaml.YAMLError as problem:
-        shown_text = "" if aliases else f": got {shown(text)}"  # a value typed on a command line is shown
-        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}){shown_text}") from None
+        got = "" if aliases else f": got {shown(text)}"  # a value typed on a command line is shown
+        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}){got}") from None
     except (ValueError, RecursionError) as problem:
         raise error(str(_unreadable(where, problem))) from None
     if aliased:
