@@ -32,22 +32,18 @@ def _unreadable(where: str, error: ValueError | RecursionError) -> BadFileError:
     return BadFileError(f"{where} holds a number with more than {digits:,} digits")  # Python's int limit
 
 
-def _expand(path: str) -> str:
-    expanded = os.path.expandvars(os.path.expanduser(path))
-    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in path else None
-    if unset:
-        raise GlassformerError(f"path {path!r} names the environment variable {unset.group(0)}, which is not set")
-    return expanded
-
-
 def expand_home(value: Any) -> Any:
     """A path option (or a list of them) with ``~``, ``$NAME`` and ``${NAME}`` expanded as a shell does (a YAML
     file's paths are no shell's: ``out_dir: $HOME/x``); an unset variable is an error; anything else as it is."""
-    if isinstance(value, str):
-        return _expand(value)
     if isinstance(value, list):
-        return [_expand(v) if isinstance(v, str) else v for v in value]
-    return value
+        return [expand_home(v) for v in value]
+    if not isinstance(value, str):
+        return value
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in value else None
+    if unset:
+        raise GlassformerError(f"path {value!r} names the environment variable {unset.group(0)}, which is not set")
+    return expanded
 
 
 def parse_json(text: str | bytes, where: str) -> Any:
