@@ -92,9 +92,7 @@ def _user_call(fn: Any, *args: Any, failed: str, end: str = "") -> Any:
     line: ``failed``, the error's type and first line, ``end``."""
     try:
         return fn(*args)
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (the user's code: any error is one line naming it)
+    except (Exception, SystemExit) as error:  # the user's code: any error is one line naming it
         raise MeasurementError(f"{failed}{type(error).__name__}: {first_line(error)[:200]}{end}") from None
 
 
