@@ -198,13 +198,12 @@ def _column_documents(path: Path, field: str, kind: str) -> Iterator[str]:
             row += 1
 
 
-def iter_pieces(sources: Sequence[Source], text_field: str = "text",
-                piece_chars: int = PIECE_CHARS) -> Iterator[tuple[str, bool]]:
+def iter_pieces(sources: Sequence[Source], text_field: str = "text") -> Iterator[tuple[str, bool]]:
     """Every document of ``sources`` as pieces ``(text, last)``; ``last`` ends a document. Empty documents
     (a JSON line whose text is "") are kept: one piece "" (they still take an end-of-text token)."""
     for source in sources:
         if source.kind == "text":
-            pieces = iter_text(source.path, piece_chars)
+            pieces = iter_text(source.path, PIECE_CHARS)
             previous = next(pieces)  # there is one: iter_text refuses a file without text
             for piece in pieces:
                 yield previous, False
