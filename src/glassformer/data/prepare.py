@@ -161,8 +161,8 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
     if not isinstance(text_field, str) or not text_field.strip():
         raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
-    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))  # a missing file first
-    val_sources = list_sources(list(val)) if val else []
+    sources = list_sources(data)  # a missing file first
+    val_sources = list_sources(val) if val else []
     if tokenizer == "bpe" and vocab_size is None:
         raise GlassformerError("--tokenizer bpe needs --vocab_size (e.g. 8192)")
     check_int("--vocab_size", vocab_size, 1, allow_none=True)

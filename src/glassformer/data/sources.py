@@ -65,7 +65,7 @@ def _arrow_folder(folder: Path) -> list[Path] | None:
     return None
 
 
-def list_sources(data: Sequence[str | Path]) -> list[Source]:
+def list_sources(data: str | Path | Sequence[str | Path]) -> list[Source]:
     """The files ``data`` names, in order: a file; a folder (every readable file under it, sorted; a Hugging
     Face ``save_to_disk`` folder: its Arrow files); a glob pattern (``corpus/*.jsonl.gz``, sorted)."""
     if isinstance(data, (str, Path)):

@@ -154,6 +154,8 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
     if prefix_len is not None and model_config.attn != "prefix":  # (an encoder-decoder's attn is "causal")
         raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
                                f"(this model has attn={model_config.attn!r})")
+    if gen.stop_strings and tokenizer is None:
+        raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
     gen.check_vocab(model_config.vocab_size)
     pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else pad_id_for(tokenizer, gen.eos_token_id)
     processors = gen.processors()
@@ -184,13 +186,17 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
         decoder = IncrementalDecoder(model, rows(ids), rows(pad), gen.max_new_tokens, use_cache=gen.use_cache,
                                      prefix_len=rows(prefix_len), compile=gen.compile)
 
+    prompt_len = decoder.length
+
+    def stop_strings_found(seq: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B,): a row's new text holds a stop string
+        texts = [tokenizer.decode(row) for row in seq[:, prompt_len:].tolist()]
+        return torch.tensor([any(s in text for s in gen.stop_strings) for text in texts], device=seq.device)
+
     criteria = list(stopping_criteria or [])
     if gen.stop_strings:
-        if tokenizer is None:
-            raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
-        criteria.append(StopOnStrings(tokenizer, gen.stop_strings, decoder.length))
+        criteria.append(stop_strings_found)
     generator = None if gen.seed is None else torch.Generator(device=device).manual_seed(gen.seed)
-    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, decoder.length)
+    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, prompt_len)
 
 
 def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
@@ -199,18 +205,6 @@ def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what
     if longest > config.max_len:
         raise GlassformerError(f"{what} of {longest} tokens is longer than the model allows "
                                f"(max_len={config.max_len})")
-
-
-class StopOnStrings:
-    """A stopping criterion: seq (B, L) -> (B,) bool, True once the text after the first ``prompt_len``
-    columns (decoded with ``tokenizer``) contains one of ``stop_strings``."""
-
-    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int) -> None:
-        self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
-
-    def __call__(self, seq: torch.Tensor) -> torch.Tensor:
-        texts = [self.tokenizer.decode(row) for row in seq[:, self.prompt_len:].tolist()]
-        return torch.tensor([any(s in text for s in self.stop_strings) for text in texts], device=seq.device)
 
 
 def generate(model: Generative, ids: PromptLike, max_new_tokens: int | None = None, *,
