@@ -61,8 +61,6 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
         if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
             got = type(ids).__name__ if rows is None else f"{ids!r:.80}"
             raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, got {got}")
-        if any(len(r) == 0 for r in rows):
-            raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
         for value in (v for r in rows for v in r):
             if not is_int(value):
                 raise ArgumentTypeError(f"{name} must hold int token ids, got {shown(value)}")
