@@ -71,10 +71,7 @@ def _source_and_start(model: Generative, tokenizer: Any, prompt: str, options: d
         raise GlassformerError("prompt is empty: give at least one character")
     if getattr(model.config, "arch", "") != "encoder-decoder":
         return ids
-    if options.get("decoder_start_token_id") is None:
-        if tokenizer.bos_id is None:
-            raise GlassformerError("an encoder-decoder needs decoder_start_token_id; "
-                                   "this tokenizer has no bos token")
+    if options.get("decoder_start_token_id") is None:  # (None without a bos token: setup_generation refuses it)
         options["decoder_start_token_id"] = tokenizer.bos_id
     return ids + ([tokenizer.eos_id] if tokenizer.eos_id is not None else [])
 
