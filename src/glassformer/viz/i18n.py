@@ -1,7 +1,6 @@
 """The words a learner reads, in English and Chinese (locale/report.en.json, report.zh.json: same keys and
 ``{fields}``). Error messages stay in English: they are searched for, quoted in issues and matched by tests."""
 
-import html
 import os
 import string
 from collections.abc import Mapping
@@ -39,11 +38,6 @@ def resolve_lang(lang: str | None, name: str = "lang", environ: Mapping[str, str
 def text(key: str, lang: str = "en", **fields: object) -> str:
     """The message ``key`` in ``lang``, its ``{fields}`` filled in (widths counted in display columns)."""
     return format_columns(MESSAGES[resolve_lang(lang)][key], **fields)
-
-
-def html_text(key: str, lang: str = "en", **fields: object) -> str:
-    """:func:`text`, escaped for HTML (quotes too: safe in an attribute)."""
-    return html.escape(text(key, lang, **fields))
 
 
 def fields(message: str) -> set[str]:

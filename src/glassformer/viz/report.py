@@ -4,14 +4,12 @@ of what a model does with one input: every head's attention, the forward pass's 
 import html
 import json
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from .i18n import html_text
 from .i18n import text as tr
 from .page import asset, page_end, page_start, shown_token, write_page
 from .report_gather import ReportData, gather
@@ -39,10 +37,10 @@ def _generation_html(gen: dict[str, Any], lang: str = "en") -> str:
         chosen_label = shown_token(step["chosen_label"])
         rows.append(f'<tr class="gf-step"><td>{n}</td><td><code>{chosen_label}</code></td>{"".join(cells)}</tr>')
     head = "".join(f"<th>#{k + 1}</th>" for k in range(gen["top_k"]))
-    return (f'<p>{html_text("generation.continuation", lang)} <code class="gf-continuation">'
+    return (f'<p>{html.escape(tr("generation.continuation", lang))} <code class="gf-continuation">'
             f'{html.escape(gen["continuation"])}</code></p>'
-            f'<table class="gf-generation"><thead><tr><th>{html_text("generation.step", lang)}</th>'
-            f'<th>{html_text("generation.chosen", lang)}</th>{head}</tr></thead>'
+            f'<table class="gf-generation"><thead><tr><th>{html.escape(tr("generation.step", lang))}</th>'
+            f'<th>{html.escape(tr("generation.chosen", lang))}</th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -53,7 +51,9 @@ def render_html(data: ReportData) -> str:
                    for v in data.views)
     config_rows = [(k, json.dumps(v)) for k, v in data.config.items()]
     lang = data.lang
-    label = partial(html_text, lang=lang)
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
 
     part_rows = [(k, f"{v:,}") for k, v in data.params_by_part.items()]
     part_rows.append((tr("model.total", lang), f"{data.params:,}"))

@@ -3,14 +3,12 @@ and ablation effects (the drop in the log-probability of the model's top predict
 
 import html
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
 
 from ..interpret import head_ablation_effects, head_scores, logit_lens
 from ..models import TransformerLM
-from .i18n import html_text
 from .i18n import text as tr
 
 Label = Callable[[list[int]], list[str]]
@@ -63,9 +61,9 @@ def head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], s
     """An (L, h) table of ``values``, each cell shaded by ``rgb`` (red below 0) as |value| / ``scale``, printed as
     ``fmt`` (the report's and the run page's head tables)."""
     heads = len(values[0])
-    head = "".join(f"<th>{html_text('table.head', lang, head=h)}</th>" for h in range(heads))
+    head = "".join(f"<th>{html.escape(tr('table.head', lang, head=h))}</th>" for h in range(heads))
     body = "".join(
-        f"<tr><th>{html_text('table.layer', lang, layer=layer)}</th>" + "".join(
+        f"<tr><th>{html.escape(tr('table.layer', lang, layer=layer))}</th>" + "".join(
             f'<td style="{_shade(v, rgb if v >= 0 else (200, 60, 60), scale)}">{v:{fmt}}</td>' for v in row)
         + "</tr>" for layer, row in enumerate(values))
     return f'<table class="{cls}"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -73,7 +71,10 @@ def head_table(values: list[list[float]], cls: str, rgb: tuple[int, int, int], s
 
 def interpret_html(data: dict[str, Any], shown: Callable[[str], str], lang: str = "en") -> str:
     """The sections' HTML (``shown`` escapes a token label for display; labels in ``lang``)."""
-    label = partial(html_text, lang=lang)
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
+
     parts = []
     if "lens" in data:
         lens = data["lens"]

@@ -15,7 +15,7 @@ from ..io.checks import is_int, is_number, shown
 from ..io.fileio import check_output_file
 from ..io.loaders import load_json, read_records
 from ..training.microscope import META, RECORDS
-from .i18n import html_text, js_labels, resolve_lang
+from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .page import asset, page_end, page_start, shown_token, write_page
 from .report_circuit import circuit_svg, is_circuit
@@ -87,6 +87,10 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
 BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _table(value: Any, rows: int | None = None, columns: int | None = None) -> bool:
     """Whether ``value`` is a non-empty list of equally long non-empty lists (of ``rows`` x ``columns``)."""
     return (isinstance(value, list) and bool(value) and all(isinstance(row, list) and row for row in value)
@@ -111,7 +115,7 @@ SNAPSHOTS: Rule = (lambda v: isinstance(v, dict) and all(re.fullmatch(r"\d{1,4}\
 SETTINGS: dict[str, Rule] = {  # microscope.json's keys the page reads (both may be absent)
     "watch": (lambda v: isinstance(v, dict) and isinstance(v.get("probe_lengths") or [], list),
               "an object (its probe_lengths a list)"),
-    "tokens": (lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of strings")}
+    "tokens": (_strings, "a list of strings")}
 ATTRIBUTION_KEYS: dict[str, Rule] = {"estimate": HEAD_TABLE, "exact": HEAD_TABLE, "correlation": NUMBER,
                                      "top_estimate": (_top_heads, "a list of [layer, head, effect]"),
                                      "top_exact": (_top_heads, "a list of [layer, head, effect]"),
@@ -251,10 +255,10 @@ def _attribution_html(a: dict[str, Any], lang: str = "en") -> str:
     caption = tr("run.attribution.intro", lang, corrupted=_fixed(a["corrupted_metric"], ".2f"),
                  clean=_fixed(a["clean_metric"], ".2f"), correlation=_fixed(a["correlation"], ".3f"),
                  estimate=top(a["top_estimate"]), exact=top(a["top_exact"]))
-    tables = "".join(f'<figure><figcaption>{html_text(f"run.attribution.{k}", lang)}</figcaption>'
+    tables = "".join(f'<figure><figcaption>{html.escape(tr(f"run.attribution.{k}", lang))}</figcaption>'
                      f'{head_table(a[k], f"gf-head-table gf-{k}", (47, 95, 208), scale, "+.2f", lang)}</figure>'
                      for k in ("estimate", "exact"))
-    return (f'<section id="gf-attribution"><h2>{html_text("run.attribution.title", lang)}</h2>'
+    return (f'<section id="gf-attribution"><h2>{html.escape(tr("run.attribution.title", lang))}</h2>'
             f'<p class="gf-caption">{html.escape(caption, quote=False)}</p>'
             f'<div class="gf-side">{tables}</div></section>')
 
@@ -273,8 +277,8 @@ def _circuits_html(records: list[dict[str, Any]], name: str, lang: str = "en") -
         figures.append(f'<figure class="gf-circuit-snap" data-index="{index}" data-step="{record["step"]}"'
                        f'{"" if index == len(records) - 1 else " hidden"}><figcaption>{html.escape(caption)}'
                        f"</figcaption>{circuit_svg(circuit)}</figure>")
-    return (f'<section id="gf-circuits"><h2>{html_text("run.circuit.title", lang)}</h2>'
-            f'<p class="gf-caption">{html_text("run.circuit.intro", lang, name=name)}</p>'
+    return (f'<section id="gf-circuits"><h2>{html.escape(tr("run.circuit.title", lang))}</h2>'
+            f'<p class="gf-caption">{html.escape(tr("run.circuit.intro", lang, name=name))}</p>'
             f'{"".join(figures)}</section>')
 
 

@@ -3,11 +3,10 @@ listing the features of :func:`glassformer.interpret.sae.feature_summary` (drawn
 
 import html
 import math
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .i18n import html_text, js_labels, resolve_lang
+from .i18n import js_labels, resolve_lang
 from .i18n import text as tr
 from .page import asset, page_end, page_start, write_page
 
@@ -34,7 +33,9 @@ def feature_pages_html(summary: dict[str, Any], *, metrics: dict[str, Any] | Non
                        title: str | None = None, lang: str = "en") -> str:
     """The page for ``summary`` (from ``feature_summary``) as one HTML string, its words in ``lang``."""
     lang = resolve_lang(lang)
-    label = partial(html_text, lang=lang)
+
+    def label(key: str, **fields: Any) -> str:
+        return html.escape(tr(key, lang, **fields))
 
     title = title or tr("sae.title", lang, hook=summary.get("hook", ""))
     live = len(summary["features"])
