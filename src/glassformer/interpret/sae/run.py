@@ -108,31 +108,26 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
     """Train ``config``'s SAE on ``model`` (on ``source`` rows of width ``d_in`` when given), measure it on
     held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
+    def locked(out: Path) -> dict[str, Any]:  # the work, while ``out`` is locked
+        trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
+        training = train_resumed(trainer, "SAE", on_record)
+        sae = trainer.sae.eval()
+        held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
+        metrics = evaluate_sae(sae, held_out, config.eval_batches)
+        info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
+                "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
+        save_sae(sae, out / "sae", info)
+        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        summary = None
+        if config.feature_windows:
+            pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
+            summary = feature_summary(sae, pages, config.feature_windows)
+            atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
+        return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
+
     names = SAE_FILES | {STATE_FILE}
     return run_in_out_dir(config, checkpoint, f"sae-{config.hook}", _check_out_dir,
-                          {"sae": names, STATE_DIR: names}, "SAE",
-                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record))
-
-
-def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
-                source: Any, d_in: int | None,
-                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
-    """:func:`run_sae`'s body, run while ``out`` is locked."""
-    trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
-    training = train_resumed(trainer, "SAE", on_record)
-    sae = trainer.sae.eval()
-    held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
-    metrics = evaluate_sae(sae, held_out, config.eval_batches)
-    info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
-            "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
-    save_sae(sae, out / "sae", info)
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    summary = None
-    if config.feature_windows:
-        pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
-        summary = feature_summary(sae, pages, config.feature_windows)
-        atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
-    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
+                          {"sae": names, STATE_DIR: names}, "SAE", locked)
 
 
 def train_sae(model: nn.Module, tokenizer: Any, hook: str, data: list[str | Path], *, out_dir: str | Path,

@@ -230,7 +230,7 @@ class TrainableTranscoders(nn.Module):
             b_dec=folded.b_dec[i].clone(), W_skip=None if folded.W_skip is None else folded.W_skip[i].clone(),
             threshold=None if folded.threshold is None else folded.threshold[i].clone()) for i in range(c.n_layers)]
         return Transcoders(layers, c.kind, c.activation, c.k if c.activation == "topk" else None, c.input_hook,
-                           c.output_hook, scan=scan).check()
+                           c.output_hook, scan=scan)
 
     @classmethod
     @torch.no_grad()
