@@ -165,12 +165,9 @@ class TrainableTranscoders(nn.Module):
     def decode(self, f: torch.Tensor, x: torch.Tensor | None = None, *, bias: bool = True) -> torch.Tensor:
         """(..., L, F) features -> (..., L, d) predicted MLP outputs. ``x`` (..., L, d): the MLP inputs the
         skip connection reads (needed when there is one); ``bias=False`` leaves out b_dec and the skip."""
-        parts: list[list[torch.Tensor]] = [[] for _ in range(self.config.n_layers)]
-        for i, W in enumerate(self.W_dec):
-            written = torch.einsum("...f,fsd->...sd", f[..., i, :], W)  # (..., span, d)
-            for s in range(W.shape[1]):
-                parts[i + s].append(written[..., s, :])
-        out = torch.stack([sum(p[1:], p[0]) for p in parts], dim=-2)  # (..., L, d)
+        out = f.new_zeros(*f.shape[:-1], self.config.d_model)  # (..., L, d)
+        for i, W in enumerate(self.W_dec):  # layer i's features write to layers i .. i + span - 1
+            out[..., i:i + W.shape[1], :] += torch.einsum("...f,fsd->...sd", f[..., i, :], W)
         if bias:
             out = out + self.b_dec
             if self.W_skip is not None:
