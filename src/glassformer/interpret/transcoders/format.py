@@ -36,7 +36,7 @@ from ...io.safetensors_header import read_header
 from ..sae.model import read_tensors
 
 PLT, CLT = "transcoder_set", "cross_layer_transcoder"  # circuit-tracer's model_kind values
-ACTIVATIONS = ("relu", "jumprelu", "topk")
+KINDS, ACTIVATIONS = ("plt", "clt"), ("relu", "jumprelu", "topk")
 CONFIG = "config.yaml"
 WRITER = "glassformer"  # config.yaml's ``writer``: a folder glassformer may replace
 MAX_LAYERS = 1024
@@ -117,7 +117,7 @@ class Transcoders:
 
     def check(self, where: str = "transcoders") -> Transcoders:
         """Self (shapes, dtypes and options consistent across layers); a BadFileError naming ``where`` if not."""
-        if self.kind not in ("plt", "clt"):
+        if self.kind not in KINDS:
             raise BadFileError(f"{where}: kind must be 'plt' or 'clt', got {self.kind!r}")
         if self.activation not in ACTIVATIONS:
             raise BadFileError(f"{where}: activation must be one of {ACTIVATIONS}, got {self.activation!r}")

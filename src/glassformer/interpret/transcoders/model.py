@@ -24,11 +24,9 @@ from torch import nn
 from ...errors import GlassformerError
 from ...io.checks import check_int, shown
 from ...validate import check_fields, option
-from .format import LayerTranscoder, Transcoders, topk
+from ..sae.model import MAX_WIDTH
+from .format import ACTIVATIONS, KINDS, LayerTranscoder, Transcoders, topk
 
-KINDS = ("plt", "clt")
-ACTIVATIONS = ("relu", "jumprelu", "topk")
-MAX_WIDTH = 1 << 20  # d_model and features per layer above this are not transcoders one trains here
 INPUT_HOOK, OUTPUT_HOOK = "ln2.hook_normalized", "hook_mlp_out"  # in each block: what the MLP reads (before
 # the norm's gain and bias, which the encoder absorbs: TransformerLens 3 names it so too) and what it writes
 
