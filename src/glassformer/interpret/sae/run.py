@@ -35,7 +35,6 @@ OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json"
 
 def _check_out_dir(out: Path, inputs: list[Path]) -> None:
     """Refuse, touching nothing, an out_dir whose sae/, state/ or :data:`OUTPUT_FILES` are not ours."""
-    check_folder("out_dir", out)
     for name in ("sae", STATE_DIR):
         if ((out / name).exists() or (out / name).is_symlink()) and not is_sae_folder(out / name):
             raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "
@@ -60,15 +59,15 @@ def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: str,
                    check: Callable[[Path, list[Path]], None], folders: dict[str, Collection[str]], what: str,
                    body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """What an SAE run and a transcoder run do around their work: settle ``config.out_dir`` (when unset: the
-    folder named ``default`` next to the ``checkpoint`` folder), ``check(out, inputs)`` it touching nothing, make
-    and lock it (a second run of it is refused before anything is removed), :func:`tidy_out_dir` it, then return
-    ``body(out)``.
+    folder named ``default`` next to the ``checkpoint`` folder), check that it can be a folder and
+    ``check(out, inputs)`` it, touching nothing, make and lock it (a second run of it is refused before anything
+    is removed), :func:`tidy_out_dir` it, then return ``body(out)``.
     A failure (a refusal: past the memory budget, a bad hook) removes the folders this made while still empty."""
     if config.out_dir is None:
         if checkpoint is None:
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
         config.out_dir = str(Path(checkpoint).parent / default)
-    out = Path(config.out_dir)
+    out = check_folder("out_dir", config.out_dir)
     check(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)

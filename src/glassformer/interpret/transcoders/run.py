@@ -17,7 +17,6 @@ from ...errors import NotOursError
 from ...io.fileio import (
     LOCK_FILE,
     atomic_write_text,
-    check_folder,
     check_output_file,
     claim_outputs,
     fsync_dir,
@@ -47,7 +46,6 @@ def _transcoder_names(n_layers: int) -> set[str]:
 
 def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     """Refuse, touching nothing, an out_dir whose transcoder files, state/ or outputs glassformer did not write."""
-    check_folder("out_dir", out)
     state = out / STATE_DIR
     if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
         raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
