@@ -34,7 +34,7 @@ SAE_FILES = frozenset({WEIGHTS, CONFIG})
 """Every file :func:`save_sae` writes (the ownership rule's names for an SAE folder)."""
 FORMAT = "glassformer-sae/1"  # sae.json's "format": how a folder is recognised as an SAE glassformer wrote
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # the safetensors dtypes a weights file may hold
-MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here (and would allocate too much)
+MAX_WIDTH = 1 << 20  # widths above this are not an SAE (or transcoder) one trains here (and would allocate too much)
 
 
 @dataclass
