@@ -60,28 +60,22 @@ class Hooks:
     def __init__(self, model: nn.Module, pairs: HookList, bwd_pairs: HookList = ()):
         self.model = model
         self.points = hook_points(model)
-        self._attached: list[tuple[HookPoint, tuple[HookFn, bool]]] = []
-        try:
-            for backward, given in ((False, pairs), (True, bwd_pairs)):
-                for pair in given.items() if isinstance(given, Mapping) else given:
-                    if not isinstance(pair, tuple) or len(pair) != 2:
-                        raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
-                    names, fn = pair
-                    if not callable(fn):
-                        raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
-                                                f"tensor or None, got {type(fn).__name__}")
-                    for point in resolve(self.points, names):
-                        self._attach(point, (fn, backward))
-        except BaseException:
-            self.remove()
-            raise
-
-    def _attach(self, point: HookPoint, entry: tuple[HookFn, bool]) -> None:
-        tap = point.module
-        if tap.fn is None:
-            tap.fn = _Attached(point)
-        tap.fn.fns.append(entry)
-        self._attached.append((point, entry))
+        chosen: list[tuple[HookPoint, tuple[HookFn, bool]]] = []  # every pair is checked before any is attached
+        for backward, given in ((False, pairs), (True, bwd_pairs)):
+            for pair in given.items() if isinstance(given, Mapping) else given:
+                if not isinstance(pair, tuple) or len(pair) != 2:
+                    raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
+                names, fn = pair
+                if not callable(fn):
+                    raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
+                                            f"tensor or None, got {type(fn).__name__}")
+                chosen += [(point, (fn, backward)) for point in resolve(self.points, names)]
+        for point, entry in chosen:
+            tap = point.module
+            if tap.fn is None:
+                tap.fn = _Attached(point)
+            tap.fn.fns.append(entry)
+        self._attached = chosen
 
     def remove(self) -> None:
         """Detach every function this object attached (others' hooks stay); idempotent."""

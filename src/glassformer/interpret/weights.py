@@ -187,8 +187,6 @@ class Weights:
 
         if not isinstance(model, TransformerLM):
             raise ArgumentTypeError(f"weights() reads a glassformer TransformerLM, got {type(model).__name__}")
-        if not isinstance(fold_ln, bool):
-            raise ArgumentTypeError(f"fold_ln must be True or False, got {fold_ln!r}")
         blocks = list(model.blocks)
         if fold_ln and not blocks[0].norm_first:
             raise GlassformerError("fold_ln=True needs a pre-norm model (a post-norm block's norm reads the "
