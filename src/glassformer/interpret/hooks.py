@@ -107,29 +107,26 @@ def run_with_hooks(model: nn.Module, *inputs: Any, hooks: HookList = (), fwd_hoo
     this one call. With ``bwd_hooks``, a backward pass from ``metric(output)`` (default: the output, a
     scalar) runs inside the call. Returns the model's output.
     """
-    with Hooks(model, _joined(hooks, fwd_hooks), bwd_hooks):
-        out = model(*inputs, **kwargs)
-        if bwd_hooks:
-            _scalar(out, metric).backward()
+    with Hooks(model, hooks, bwd_hooks), Hooks(model, fwd_hooks):
+        return _call(model, inputs, kwargs, bool(bwd_hooks), metric)
+
+
+def _call(model: nn.Module, inputs: tuple, kwargs: dict[str, Any], backward: bool,
+          metric: Callable[[Any], torch.Tensor] | None) -> Any:
+    """``model(*inputs, **kwargs)``; with ``backward``, then a backward pass from ``metric(output)`` (default: the
+    output), which must be a scalar that requires grad."""
+    out = model(*inputs, **kwargs)
+    if backward:
+        value = out if metric is None else metric(out)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise GlassformerError(f"a backward pass needs a scalar: pass metric=, a function of the model's output "
+                                   f"returning one (e.g. the loss); got {got}")
+        if not value.requires_grad:
+            raise GlassformerError("the metric does not require grad: run with gradients enabled (not under "
+                                   "torch.no_grad or inference_mode)")
+        value.backward()
     return out
-
-
-def _joined(a: HookList, b: HookList) -> list[tuple[NameSpec, HookFn]]:
-    """Two hook lists (pairs or mappings) as one list of pairs."""
-    return [*(a.items() if isinstance(a, Mapping) else a), *(b.items() if isinstance(b, Mapping) else b)]
-
-
-def _scalar(out: Any, metric: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:
-    """What a backward pass starts from: ``metric(out)``, or ``out``; a scalar that requires grad."""
-    value = out if metric is None else metric(out)
-    if not isinstance(value, torch.Tensor) or value.numel() != 1:
-        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise GlassformerError(f"a backward pass needs a scalar: pass metric=, a function of the model's output "
-                               f"returning one (e.g. the loss); got {got}")
-    if not value.requires_grad:
-        raise GlassformerError("the metric does not require grad: run with gradients enabled (not under "
-                               "torch.no_grad or inference_mode)")
-    return value
 
 
 class Recording(Mapping[str, list[torch.Tensor]]):
@@ -198,7 +195,5 @@ def run_with_cache(model: nn.Module, *inputs: Any, names: NameSpec = None, names
         raise ArgumentTypeError("give names= or names_filter= (TransformerLens's name for it), not both")
     names = names_filter if names is None else names
     with Recording(model, names, incl_bwd=incl_bwd) as rec:
-        out = model(*inputs, **kwargs)
-        if incl_bwd:
-            _scalar(out, metric).backward()
+        out = _call(model, inputs, kwargs, incl_bwd, metric)
     return out, ActivationCache({name: parts[-1] for name, parts in rec.tensors.items()}, rec.all_points, model)
