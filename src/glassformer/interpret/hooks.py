@@ -129,15 +129,16 @@ def _call(model: nn.Module, inputs: tuple, kwargs: dict[str, Any], backward: boo
     return out
 
 
-class Recording(Mapping[str, list[torch.Tensor]]):
-    """What some hook points produced while recording: name -> one tensor per call; made by :func:`record`."""
+class Recording(Hooks, Mapping[str, list[torch.Tensor]]):
+    """What some hook points produced while recording: name -> one tensor per call; made by :func:`record`. The
+    hooks that keep them are attached until :meth:`remove` or the ``with`` block's end (what was recorded stays)."""
 
     def __init__(self, model: nn.Module, names: NameSpec = None, detach: bool = True, incl_bwd: bool = False):
         self.tensors: dict[str, list[torch.Tensor]] = {}
         self.detach = detach
-        self._hooks = Hooks(model, [(names, self._keep)], [(names, self._keep_grad)] if incl_bwd else ())
-        self.points = {p.name: p for p, (_, backward) in self._hooks._attached if not backward}  # the recorded
-        self.all_points = self._hooks.points
+        super().__init__(model, [(names, self._keep)], [(names, self._keep_grad)] if incl_bwd else ())
+        self.all_points = self.points  # every point of the model; ``points``: the recorded ones
+        self.points = {p.name: p for p, (_, backward) in self._attached if not backward}
 
     def _keep(self, x: torch.Tensor, hook: HookPoint) -> None:
         self.tensors.setdefault(hook.name, []).append(x.detach() if self.detach else x)
@@ -167,16 +168,6 @@ class Recording(Mapping[str, list[torch.Tensor]]):
             fill = float("-inf") if point.kind == "attn_scores" else 0.0
             parts = [torch.nn.functional.pad(p, (0, keys - p.shape[-1]), value=fill) for p in parts]
         return torch.cat(parts, dim=point.module.position_axis)
-
-    def remove(self) -> None:
-        """Stop recording (what was recorded stays)."""
-        self._hooks.remove()
-
-    def __enter__(self) -> "Recording":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
 
 def record(model: nn.Module, names: NameSpec = None, *, detach: bool = True) -> Recording:
