@@ -187,8 +187,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             heads = torch.cat([apply_slice(self.head_results(i), index, -3) for i in range(layer)], dim=-2)
             stack = heads.movedim(-2, 0)  # (layer * h, B, T, d)
         else:
-            stack = torch.zeros(0, *apply_slice(self["hook_embed"], index, -2).shape,
-                                dtype=self["hook_embed"].dtype, device=self["hook_embed"].device)
+            stack = self["hook_embed"].new_zeros(0, *apply_slice(self["hook_embed"], index, -2).shape)  # no heads
         if incl_remainder:
             if layer == 0:
                 raise GlassformerError("incl_remainder needs layer >= 1: the remainder is resid_post of layer - 1")
@@ -203,8 +202,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                          sublayer_type: str | None = None) -> torch.Tensor:
         """One kind of activation (a short name) for layers < ``layer`` (None or -1: all), stacked: (layer, ...).
         ``sublayer_type`` is accepted for TransformerLens's sake and ignored."""
-        layer = self._layer(layer)
-        return torch.stack([self[(activation_name, i, sublayer_type)] for i in range(layer)])
+        return torch.stack([self[(activation_name, i, sublayer_type)] for i in range(self._layer(layer))])
 
     def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
                           pos_slice: SliceInput = None, batch_slice: SliceInput = None, has_batch_dim: bool = True,
