@@ -384,9 +384,7 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
         last, k = k, min(2 * k, len(ranked))
-    if not faithful(k) >= target:
-        k = len(ranked)
-    else:
+    if faithful(k) >= target:  # else k is every edge, and no size reaches the target
         lo, hi = last, k  # faithful(hi) >= target; lo is 0 or a size that fell short
         while hi - lo > 1:
             mid = (lo + hi) // 2
