@@ -102,7 +102,6 @@ class _EdgeRun:
         self.leaf, self.embed = leaf, embed
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
-        self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
@@ -140,7 +139,7 @@ class _EdgeRun:
 
     def _heads(self, layer: int, kind: str) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, d): the stream, one copy per head
-            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(self.h)]
+            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(x.shape[2])]
             return torch.stack(heads, dim=2)  # the block norms and projects each head's own input
         return hook
 
@@ -149,7 +148,7 @@ class _EdgeRun:
 
         def hook(z: torch.Tensor, _: Any) -> torch.Tensor:  # (B, T, h, hd)
             writes = attention.per_head_output(z)  # (B, T, h, d): each head's write
-            for head in range(self.h):
+            for head in range(writes.shape[2]):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z
         return hook
@@ -384,9 +383,7 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
         last, k = k, min(2 * k, len(ranked))
-    if not faithful(k) >= target:
-        k = len(ranked)
-    else:
+    if faithful(k) >= target:  # else k is every edge, and no size reaches the target
         lo, hi = last, k  # faithful(hi) >= target; lo is 0 or a size that fell short
         while hi - lo > 1:
             mid = (lo + hi) // 2
