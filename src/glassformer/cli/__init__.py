@@ -39,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=cli_text("epilog"))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb in VERBS:
-        importlib.import_module(f"glassformer.cli.commands.{verb.replace('-', '_')}").register(sub)
+    for verb in VERBS:  # each verb's module declares its options (register) and runs it (run)
+        commands = importlib.import_module(f"glassformer.cli.commands.{verb}")
+        commands.register(sub)
+        sub.choices[verb].set_defaults(func=commands.run)
     for verb_parser in sub.choices.values():
         verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
         accept_dashes(verb_parser)

@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "precision, bf16_attention, decode_route, threads, compile)")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
-    parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
+    parser.set_defaults(keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
 
 
 WAYS = {  # a kernel choice's case prefix -> (its special way, its plain way), as --kernel_choices names them

@@ -24,7 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="run lesson 2's experiments instead (attention vs torch.nn, sqrt(d), positions)")
     parser.add_argument("--lang", metavar="LANG",
                         help="language of the printed steps: en or zh (default: the locale; LANG=zh_CN.UTF-8 gives zh)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max_memory", default=None,
                         help="memory evaluation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
-    parser.set_defaults(func=run, follows_load=True)  # evaluate() follows the load: threads spin
+    parser.set_defaults(follows_load=True)  # evaluate() follows the load: threads spin
 
 
 def run(args: argparse.Namespace) -> int:

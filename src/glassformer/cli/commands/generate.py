@@ -69,7 +69,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--trace_top_k", type=int, default=4, help="candidates shown per traced step (default 4)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
     add_precision(parser)
-    parser.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:

@@ -71,12 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--attn", choices=("causal", "bidirectional", "prefix"),
                         help="with --preset: override its attention type")
     source.add_argument("--seed", type=int, default=0, help="with --preset: the random seed of the weights")
-    parser.set_defaults(func=run)
 
 
 def _load(args: argparse.Namespace):
     """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
-    from ...errors import GlassformerError, UsageError
+    from ...errors import UsageError
+    from . import load_model_folder
 
     if (args.checkpoint is None) == (args.preset is None):
         raise UsageError("give either CHECKPOINT or --preset (a random model), not "
@@ -84,13 +84,7 @@ def _load(args: argparse.Namespace):
     if args.attn is not None and args.preset is None:
         raise UsageError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
     if args.checkpoint is not None:
-        from ...interop.hf_dir import is_hf_dir, load_hf_dir
-        from ...training.checkpoint import load
-
-        model, tokenizer = load_hf_dir(args.checkpoint) if is_hf_dir(args.checkpoint) else load(args.checkpoint)
-        if tokenizer is None:  # a Hugging Face folder without tokenizer files
-            raise GlassformerError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
-        return model, tokenizer
+        return load_model_folder(args.checkpoint)
     import torch
 
     from ...config import ModelConfig

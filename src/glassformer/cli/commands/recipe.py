@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--download", action="store_true", help="fetch a missing corpus from its public URL")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON (without config and recipe) instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[], precheck=precheck)
+    parser.set_defaults(overrides=[], precheck=precheck)
 
 
 def precheck(args: argparse.Namespace) -> None:

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: glassformer sae out/sc/best --hook blocks.2.hook_resid_post --data input.txt --steps 1000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of SAE keys (optional: --key value alone works)")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(overrides=[])
 
 
 def train_features(args: argparse.Namespace, config_class: Any, what: str, prefix: str, train: Callable[..., dict],

@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.add_argument("--json", action="store_true",
                         help="print the run's summary as one JSON line instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[], precheck=precheck)
+    parser.set_defaults(overrides=[], precheck=precheck)
 
 
 def known_keys() -> dict[str, set[str] | None]:

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "--steps 2000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of transcoder keys (optional: --key value alone works)")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(overrides=[])
 
 
 def run(args: argparse.Namespace) -> int:

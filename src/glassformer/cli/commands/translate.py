@@ -33,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max_memory", default=None,
                         help="memory translation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
