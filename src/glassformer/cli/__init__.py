@@ -109,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         precheck = getattr(args, "precheck", None)
         if precheck is not None:  # argument errors (a key typo) are answered before torch loads
             precheck(args)
-        from ..runtime import kernel_choice, tune  # the speed policy, asked for by the command (never by the import)
+        from ..runtime import tune  # the speed policy, asked for by the command (never by the import)
 
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
         tune(follows_load=getattr(args, "follows_load", False) is True)
+        from ..runtime import kernel_choice  # after tune: it loads torch, which reads the wait policy tune set
+
         # every verb reads the kernel choices kept in the user's cache; only bench (keeps_kernel_choices) writes
         # what it measures there (the other verbs measure what is missing in their own process)
         kernel_choice.use_cache(True, write=getattr(args, "keeps_kernel_choices", False) is True)
