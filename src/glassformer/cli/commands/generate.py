@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...errors import GlassformerError, UsageError
 from ...io.fileio import Writes
 from .precision import add_precision
 
@@ -85,7 +86,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:
     """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
-    from ...errors import GlassformerError
     from ...generation.processors import make_processors
 
     values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
@@ -104,7 +104,6 @@ def _warn_sampling_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
-    from ...errors import UsageError
     from ...generation import check_max_new_tokens, generate_text
     from ...io.budget import check_fits, describe, generation_bytes
     from ...io.checks import check_int

@@ -4,6 +4,7 @@ a training run's folder."""
 import argparse
 from pathlib import Path
 
+from ...errors import UsageError
 from ...io.fileio import Writes
 from .precision import add_precision
 
@@ -75,7 +76,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _load(args: argparse.Namespace):
     """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
-    from ...errors import UsageError
     from . import load_model_folder
 
     if (args.checkpoint is None) == (args.preset is None):
@@ -103,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     run folder; returns 0."""
     import torch
 
-    from ...errors import UsageError
     from ...io.checks import MAX_SEED, check_int
     from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
