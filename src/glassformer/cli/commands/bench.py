@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_write, claim_outputs
 
 WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)  # test_outputs_guard
 
@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
     from ...bench.runner import DEFAULT_PARTS
     from ...errors import UsageError
     from ...io.checks import check_int, check_number
-    from ...io.fileio import atomic_write, claim_outputs
     from ...runtime import kernel_choice
     from ...runtime.device import pick_device
 

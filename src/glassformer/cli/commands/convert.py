@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
-from ...errors import MissingFileError
-from ...io.fileio import Writes
+from ...errors import GlassformerError, MissingFileError
+from ...io.fileio import Writes, check_not_source, check_replaceable
 
 WRITES = (Writes(("convert", "{ck}", "{out}/hf"), ("{out}/hf/config.json", "{out}/hf/model.safetensors")),)
 
@@ -30,9 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst`` (direction from what SRC is); print a one-line summary; 0."""
-    from ...errors import GlassformerError
     from ...interop.hf_dir import is_hf_dir, save_hf_dir
-    from ...io.fileio import check_not_source, check_replaceable
     from ...models import count_params
     from ...training.checkpoint import save_checkpoint
     from . import load_model_folder

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ...io.fileio import Writes
-from .precision import add_precision
+from .precision import add_precision, choose_precision
 
 WRITES: tuple[Writes, ...] = ()  # prints its scores; writes no file
 
@@ -47,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
     from ...viz.i18n import text as ui_text
-    from .precision import choose_precision
 
     if args.max_memory is not None:
         parse_size(args.max_memory)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import GlassformerError, UsageError
-from ...io.fileio import Writes
-from .precision import add_precision
+from ...io.fileio import Writes, atomic_write, claim_outputs
+from .precision import add_precision, choose_precision
 
 WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2", "--json", "{out}/g.json"),
                  ("{out}/g.json",)),)
@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     from ...io.budget import check_fits, describe, generation_bytes
     from ...io.checks import check_int
     from ...training import load
-    from .precision import choose_precision
 
     if not all(args.prompt):
         raise UsageError("--prompt must not be empty")
@@ -118,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
     if args.json is not None:  # never the checkpoint's own files, a link or a user's file: before any work
-        from ...io.fileio import claim_outputs
         claim_outputs([args.json], [args.checkpoint], "--json")
     model, tokenizer = load(args.checkpoint)
     rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
@@ -136,7 +134,6 @@ def run(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any) -> None:
     """The generation of :func:`run` (printed, and written to ``--json``), once the model is loaded."""
     from ...generation import format_trace, generate_text, stream_text, trace_text
-    from ...io.fileio import atomic_write
     from ...viz.i18n import text as ui_text
 
     options = _options(args)

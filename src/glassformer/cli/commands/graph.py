@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_directory, check_not_source
 
 GRAPH_FILES = ("graph.pt", "graph.json", "graph.html")
 WRITES = (Writes(("graph", "{ck}", "--transcoders", "{tc}", "--prompt", "hello", "--out", "{out}"),
@@ -53,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
     from ...interpret.graph.files import frontend_json, graph_bytes_pt
     from ...interpret.transcoders import load_transcoders
     from ...io.checks import check_number
-    from ...io.fileio import atomic_directory, check_not_source
     from ...io.progress import Heartbeat
     from ...training.checkpoint import load_checkpoint
     from ...viz.report_graph import graph_html, node_id

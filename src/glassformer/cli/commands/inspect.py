@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 
 from ...errors import UsageError
-from ...io.fileio import Writes
-from .precision import add_precision
+from ...io.fileio import Writes, claim_outputs
+from .precision import add_precision, choose_precision
 
 WRITES = (Writes(("inspect", "{ck}", "--text", "ab", "--out", "{out}/r.html"), ("{out}/r.html",)),
           Writes(("inspect", "{run}"), ("{run}/run.html",)),
@@ -104,12 +104,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ...io.checks import MAX_SEED, check_int
-    from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report import check_report_options, write_report
     from ...viz.report_run import is_run_dir, write_run_page
-    from .precision import choose_precision
 
     lang = resolve_lang(args.lang, "--lang")
     if args.checkpoint is not None and is_run_dir(args.checkpoint):
