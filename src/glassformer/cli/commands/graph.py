@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = checkpoint.model.eval(), checkpoint.tokenizer
     tc = load_transcoders(args.transcoders, model)
     ids = tokenizer.encode(args.prompt)
-    if tokenizer.bos_id is not None and ids[:1] != [tokenizer.bos_id]:  # position 0 holds no features
+    if tokenizer.bos_id is not None and ids[:1] != [tokenizer.bos_id]:  # BOS first: position 0 holds no features
         ids = [tokenizer.bos_id, *ids]
     with Heartbeat("attribution graph", unit="targets") as beat:
         graph = attribute(model, tc, ids, prompt=args.prompt, max_n_logits=args.max_n_logits,
