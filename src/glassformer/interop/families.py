@@ -22,6 +22,11 @@ OPEN_CONTEXT = 2048
 Fill = dict[str, tuple[tuple[int, ...], float]]  # their tensor name -> (shape, the value of every element)
 
 
+def _no_fill(config: ModelConfig) -> Fill:
+    """Nothing to write as constants: the model has every tensor of the family."""
+    return {}
+
+
 @dataclass(frozen=True)
 class Family:
     """One Hugging Face architecture family: our ``name``, their ``model_type`` and classes with and without head.
@@ -42,7 +47,7 @@ class Family:
     rules: Callable[[ModelConfig, bool], list[Rule]]
     has_head: Callable[[ModelConfig], bool]
     ignore: tuple[str, ...] = ()
-    fill: Callable[[ModelConfig], Fill] = lambda config: {}  # default: the model has every tensor of the family
+    fill: Callable[[ModelConfig], Fill] = _no_fill
 
     def check_exportable(self, config: ModelConfig) -> None:
         """Raise ValueError naming the first field this family cannot represent."""
