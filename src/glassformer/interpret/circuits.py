@@ -339,12 +339,16 @@ def circuit_logits(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     the classic mean and resample ablations). An edge is a (sender, receiver) pair, or a (sender, receiver,
     position) triple kept at that query position only (:meth:`EdgeGraph.index`)."""
     graph = _checked_inputs(model, clean, corrupted)
+    return _circuit_run(model, graph, clean, edges, _ablated_writes(sender_writes(model, corrupted)[1], ablation, seed))
+
+
+def _circuit_run(model: TransformerLM, graph: EdgeGraph, clean: torch.Tensor, edges: Sequence[tuple],
+                 other: torch.Tensor) -> torch.Tensor:
+    """(B, T, V) :func:`circuit_logits` given the writes ``other`` (S, B, T, d) the non-circuit edges carry."""
     kept = graph.index(edges, clean.shape[1])  # (S, R, T)
     weight = (graph.allowed[..., None] & ~kept).float()
     if bool((kept == kept[..., :1]).all()):
         weight = weight[..., 0]  # the same at every position: one weight per edge
-    _, reference = sender_writes(model, corrupted)
-    other = _ablated_writes(reference, ablation, seed)
     return _EdgeRun(model, graph, other, weight.to(clean.device)).run(clean)
 
 
@@ -368,16 +372,22 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
     clean_m = scores.clean_metric
-    baseline = scores.corrupted_metric if ablation == "corrupted" else \
-        circuit_metric(model, clean, corrupted, metric, [], ablation=ablation, seed=seed)
+    graph = _checked_inputs(model, clean, corrupted)
+    with torch.no_grad():  # what the other edges carry, the same for every size tried
+        other = _ablated_writes(sender_writes(model, corrupted)[1], ablation, seed)
+
+    def run(k: int) -> torch.Tensor:  # (B, T, V) the top k edges alone
+        with torch.no_grad():
+            return _circuit_run(model, graph, clean, [(s, r) for s, r, _ in ranked[:k]], other)
+
+    baseline = scores.corrupted_metric if ablation == "corrupted" else float(metric_value(metric, run(0)))
     tried: dict[int, float] = {}  # edges kept -> the circuit's metric
     span = clean_m - baseline
 
     def faithful(k: int) -> float:
         """(metric(top k edges) - baseline) / (clean - baseline); nan when clean equals the baseline."""
         if k not in tried:
-            tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
-                                      ablation=ablation, seed=seed)
+            tried[k] = float(metric_value(metric, run(k)))
         return (tried[k] - baseline) / span if span != 0 else float("nan")
 
     k, last = 1, 0
@@ -389,7 +399,7 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if faithful(mid) >= target else (mid, hi)
         k = hi
-    logits = circuit_logits(model, clean, corrupted, [(s, r) for s, r, _ in ranked[:k]], ablation=ablation, seed=seed)
+    logits = run(k)
     return Circuit(ranked[:k], faithful(k), tried[k], clean_m, baseline, scores.method, len(ranked),
                    [(n, faithful(n)) for n in sorted(tried)], ablation, logits)
 
