@@ -125,6 +125,18 @@ def test_find_circuit_ablation_and_its_errors():
         circuit_metric(model, clean[:1], corrupted[:1], metric, [], ablation="resample")
 
 
+@pytest.mark.parametrize("method, steps", [("eap", 1), ("eap-ig", 3)])
+def test_edge_attribution_runs_each_input_once_then_once_a_step(method, steps):
+    model, clean, corrupted, metric = _setup()
+    forwards = []
+    handle = model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
+    finally:
+        handle.remove()
+    assert len(forwards) == 2 + steps  # clean and corrupted (writes and embeddings together), then the gradients
+
+
 def test_find_circuit_runs_the_reference_once_and_one_forward_a_size():
     from glassformer.interpret import circuit_metric, find_circuit
 

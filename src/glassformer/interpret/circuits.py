@@ -17,7 +17,7 @@ from ..io.checks import check_int, check_number, shown
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
 from ..validate import check_choice
-from .hooks import Hooks, run_with_cache
+from .hooks import Hooks
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 KINDS = ("q", "k", "v")
@@ -108,6 +108,8 @@ class _EdgeRun:
         out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store("embed"))]
         if self.embed is not None:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
+        else:  # kept beside the writes: the embedding eap-ig runs from
+            out.append(("hook_embed", self._store("hook_embed")))
         for layer, block in enumerate(self.model.blocks):
             out += [*((f"blocks.{layer}.hook_{kind}_input", self._heads(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
@@ -187,9 +189,14 @@ def metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = Fa
 @torch.no_grad()
 def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, (S, B, T, d) every sender's write) of one plain forward of ``ids``."""
-    run = _EdgeRun(model, EdgeGraph.of(model))
+    return _recorded(model, EdgeGraph.of(model), ids)[:2]
+
+
+def _recorded(model: TransformerLM, graph: EdgeGraph, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(logits, (S, B, T, d) every sender's write, (B, T, d) ``hook_embed``) of one plain forward of ``ids``."""
+    run = _EdgeRun(model, graph)
     logits = run.run(ids)
-    return logits, torch.stack([run.writes[name] for name in run.graph.senders])
+    return logits, torch.stack([run.writes[name] for name in graph.senders]), run.writes["hook_embed"]
 
 
 @torch.no_grad()
@@ -250,10 +257,8 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
                f"edge_attribution over {len(graph.senders)} senders x {len(graph.receivers)} receivers on "
                f"{tuple(clean.shape)} tokens")
     with torch.no_grad():
-        clean_logits, clean_writes = sender_writes(model, clean)
-        corrupted_logits, corrupted_writes = sender_writes(model, corrupted)
-        embed_clean = run_with_cache(model, clean, names="hook_embed")[1]["hook_embed"]
-        embed_corrupted = run_with_cache(model, corrupted, names="hook_embed")[1]["hook_embed"]
+        clean_logits, clean_writes, embed_clean = _recorded(model, graph, clean)
+        corrupted_logits, corrupted_writes, embed_corrupted = _recorded(model, graph, corrupted)
     delta = clean_writes - corrupted_writes  # (S, B, T, d)
     alphas = [1.0] if method == "eap" else [(i + 0.5) / steps for i in range(steps)]
     grad_sum = torch.zeros(len(graph.receivers), *clean_writes.shape[1:], dtype=torch.float32, device=delta.device)
