@@ -535,16 +535,6 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
     fsync_dir(link.parent)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace the file ``path`` with ``text`` (UTF-8) by :func:`atomic_write`."""
-    atomic_write(path, text)
-
-
-def move_in(source: str | Path, target: str | Path) -> None:
-    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
-    os.replace(source, target)
-
-
 def fsync_file(path: str | Path) -> None:
     """Flush the file ``path`` to disk."""
     fd = os.open(path, os.O_RDONLY)

@@ -14,7 +14,7 @@ from torch import nn
 from ...errors import GlassformerError
 from ...io.fileio import (
     LOCK_FILE,
-    atomic_write_text,
+    atomic_write,
     check_folder,
     claim_outputs,
     owned_folder,
@@ -116,12 +116,12 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
         info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
                 "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
         save_sae(sae, out / "sae", info)
-        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        atomic_write(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         summary = None
         if config.feature_windows:
             pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
             summary = feature_summary(sae, pages, config.feature_windows)
-            atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
+            atomic_write(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
         return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
 
     names = SAE_FILES | {STATE_FILE}

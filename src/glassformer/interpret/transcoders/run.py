@@ -16,12 +16,11 @@ from torch import nn
 from ...errors import NotOursError
 from ...io.fileio import (
     LOCK_FILE,
-    atomic_write_text,
+    atomic_write,
     check_output_file,
     claim_outputs,
     fsync_dir,
     fsync_tree,
-    move_in,
     owned_folder,
     remove_path,
 )
@@ -73,7 +72,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         write_transcoder_files(staging, tc)
         fsync_tree(staging)
         for name in [*names[1:], names[0]]:
-            move_in(staging / name, out / name)
+            os.replace(staging / name, out / name)
         for path in out.iterdir():
             if is_transcoder_file(path.name) and path.name not in names and path.is_file():
                 path.unlink()
@@ -100,14 +99,14 @@ def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: 
         metrics.update(steps=trainer.step, wall_s=training["wall_s"],
                        checkpoint=None if checkpoint is None else str(checkpoint))
         write_transcoder_folder(out, files)
-        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        atomic_write(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         summaries = None
         if config.feature_windows:
             summaries = transcoder_feature_summaries(
                 transcoders, model, tokenizer, config.data, config.feature_windows,
                 context=config.context or model.config.max_len, batch=config.model_batch,
                 val_fraction=config.val_fraction, seed=config.seed + 20, prefix_len=config.prefix_len)
-            atomic_write_text(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
+            atomic_write(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
         return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
                 "training": training}
 
