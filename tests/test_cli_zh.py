@@ -110,13 +110,14 @@ def test_lang_resolution_and_hand_on() -> None:
     assert move_lang(["train", "--lang=zh", "--max_steps", "3"], ("demo",)) == ["train", "--max_steps", "3"]
 
 
-def test_locale_rule_matches_viz() -> None:
-    from glassformer.cli.zh import locale_lang
-    from glassformer.viz.i18n import locale_lang as viz_locale_lang
+def test_locale_rule() -> None:
+    """The first of LC_ALL, LC_MESSAGES, LANG that is set decides (the CLI and the reports share the rule)."""
+    from glassformer.locale import locale_lang
 
-    for env in ({}, {"LANG": "zh_CN.UTF-8"}, {"LC_ALL": "C", "LANG": "zh_CN"}, {"LC_MESSAGES": "zh_TW"},
-                {"LANG": "en_US.UTF-8"}, {"LC_ALL": "", "LANG": "zh"}):
-        assert locale_lang(env) == viz_locale_lang(env), env
+    for env, lang in (({}, "en"), ({"LANG": "zh_CN.UTF-8"}, "zh"), ({"LC_ALL": "C", "LANG": "zh_CN"}, "en"),
+                      ({"LC_MESSAGES": "zh_TW"}, "zh"), ({"LANG": "en_US.UTF-8"}, "en"),
+                      ({"LC_ALL": "", "LANG": "zh"}, "zh")):
+        assert locale_lang(env) == lang, env
 
 
 def test_translations_keep_placeholders() -> None:

@@ -47,4 +47,13 @@ def test_counts_a_known_file(tmp_path: Path) -> None:
     assert nn["check_lines"] == 4  # the check function (3 code lines) and the call
     assert nn["math_lines"] == 6
     assert counts["total"] == {"code_lines": 11, "raises": 2, "check_lines": 5, "math_lines": 6,
-                               "check_to_math": round(5 / 6, 2)}
+                               "check_to_math": round(5 / 6, 2), "added_feature_lines": 0,
+                               "old_feature_lines": 11}
+
+
+def test_files_of_added_features_are_set_apart(tmp_path: Path) -> None:
+    (tmp_path / "interpret" / "graph").mkdir(parents=True)
+    (tmp_path / "interpret" / "graph" / "a.py").write_text("x = 1\ny = 2\n", encoding="utf-8")
+    (tmp_path / "interpret" / "graphs.py").write_text("z = 3\n", encoding="utf-8")  # a prefix, not the folder
+    total = _tool().count_tree(tmp_path)["total"]
+    assert (total["added_feature_lines"], total["old_feature_lines"]) == (2, 1)

@@ -568,6 +568,10 @@ def test_errors_name_the_problem():
         run_with_hooks(model, ids(), hooks=[("blocks.0.hook_resid_post", lambda x, hook: x[..., 0])])
     with pytest.raises(TypeError, match="must be a function"):
         hooks(model, [("z", 3)])
+    with pytest.raises(TypeError, match="must be a function"):  # a good pair before a bad one: neither stays
+        run_with_hooks(model, ids(), hooks=[("z", lambda z, hook: None)], fwd_hooks=[("resid_pre", 3)])
+    with pytest.raises(TypeError, match="must be a function"):
+        hooks(model, [("z", lambda z, hook: None), ("resid_pre", 3)])
     with pytest.raises(ValueError, match=r"head of blocks.1.attn must be an int in \[0, 3\], got 4"):
         ablate_heads(model, ids(), heads=[(1, 4)])
     with pytest.raises(ValueError, match="name the attention"):

@@ -125,6 +125,39 @@ def test_find_circuit_ablation_and_its_errors():
         circuit_metric(model, clean[:1], corrupted[:1], metric, [], ablation="resample")
 
 
+@pytest.mark.parametrize("method, steps", [("eap", 1), ("eap-ig", 3)])
+def test_edge_attribution_runs_each_input_once_then_once_a_step(method, steps):
+    model, clean, corrupted, metric = _setup()
+    forwards = []
+    handle = model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
+    finally:
+        handle.remove()
+    assert len(forwards) == 2 + steps  # clean and corrupted (writes and embeddings together), then the gradients
+
+
+def test_find_circuit_runs_the_reference_once_and_one_forward_a_size():
+    from glassformer.interpret import circuit_metric, find_circuit
+
+    model, clean, corrupted, metric = _setup()
+    scores = edge_attribution(model, clean, corrupted, metric, method="eap")
+    forwards = []
+    handle = model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        circuit = find_circuit(model, clean, corrupted, metric, scores=scores, ablation="resample", target=0.8)
+    finally:
+        handle.remove()
+    # the reference rows' writes once, the empty circuit (the baseline), each size tried, the circuit's logits
+    assert len(forwards) == 1 + 1 + len(circuit.curve) + 1
+    ranked = scores.top(circuit.total_edges)
+    span = circuit.clean_metric - circuit.corrupted_metric
+    for k, faithfulness in circuit.curve:  # each size as circuit_metric measures it alone
+        alone = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
+                               ablation="resample")
+        assert faithfulness == pytest.approx((alone - circuit.corrupted_metric) / span, abs=1e-5)
+
+
 def test_edge_scores_per_position_sum_to_the_edge_score():
     model, clean, corrupted, metric = _setup()
     scores = edge_attribution(model, clean, corrupted, metric, method="eap")

@@ -350,7 +350,6 @@ def test_a_library_call_measures_in_its_process_and_keeps_no_file(tmp_path, monk
 def test_tune_asks_for_the_cache_file_and_the_commands_read_it(cache, monkeypatch):
     """runtime.tune(kernel_cache=True) reads and writes the user's file; a command other than bench reads it
     and writes nothing new; tune(kernel_cache=False) goes back to this process only."""
-    from glassformer import cli
     from glassformer.runtime import tune
 
     scripted(monkeypatch, 1.0, 0.5)
@@ -358,7 +357,7 @@ def test_tune_asks_for_the_cache_file_and_the_commands_read_it(cache, monkeypatc
     assert kernel_choice.choose("kept", ways) is True
     assert "kept" in json.loads(cache.read_text())[kernel_choice.machine()]
     before = cache.read_text()
-    cli._read_kernel_choices(write=False)
+    kernel_choice.use_cache(True, write=False)  # what cli.main asks for a verb other than bench
     calls = scripted(monkeypatch, 1.0, 0.5)
     assert kernel_choice.choose("kept", ways) is True and calls == []  # read from the file
     assert kernel_choice.choose("new", ways) is True and calls  # measured here ...

@@ -205,7 +205,7 @@ def test_nothing_is_written_into_a_checkpoint_folder_the_command_reads(inputs, t
 # ---------------------------------------------------------------------- the library's writers (found by reading it)
 PACKAGE = Path(importlib.import_module("glassformer").__file__).parent
 RAW = {"write_text", "write_bytes", "save_file", "savefig", "open"}  # writes no guard sees ("open": for writing)
-GUARDED = {"atomic_write", "atomic_write_text", "atomic_directory", "new_directory", "replace_symlink",
+GUARDED = {"atomic_write", "atomic_directory", "new_directory", "replace_symlink",
            "write_page"}  # write_page: viz.page's atomic_write of an HTML page
 
 

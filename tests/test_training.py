@@ -337,6 +337,12 @@ def test_batch_must_split_evenly(tmp_path):
         config(tmp_path, "x", batch_size=6, grad_accum=4)
 
 
+def test_prefix_objective_needs_two_tokens_a_window_before_any_data_is_read(tmp_path):
+    with pytest.raises(ValueError, match=r"^block_size must be >= 2 for objective 'prefix', got 1$"):
+        config(tmp_path, "x", objective="prefix", block_size=1)
+    assert not (tmp_path / "x").exists()
+
+
 def test_recipe_config_given_to_train_says_how_to_run_it():
     from glassformer.training.config import TrainConfig
 

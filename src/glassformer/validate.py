@@ -148,18 +148,6 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
-def from_mapping(cls: type, data: Any, what: str = "config") -> Any:
-    """``cls(**data)`` for a mapping of ``cls``'s fields; else an error naming ``what`` and the key."""
-    if not isinstance(data, dict):
-        raise ArgumentTypeError(f"{what} must be a mapping of keys to values, got {type(data).__name__}")
-    check_known_keys(data, {f.name for f in fields(cls)}, what)
-    missing = [f.name for f in fields(cls)
-               if f.default is MISSING and f.default_factory is MISSING and f.name not in data]
-    if missing:
-        raise GlassformerError(f"{what} is missing {', '.join(missing)}")
-    return cls(**data)
-
-
 Config = TypeVar("Config", bound="DictConfig")
 
 
@@ -175,8 +163,15 @@ class DictConfig:
 
     @classmethod
     def from_dict(cls: type[Config], data: dict[str, Any]) -> Config:
-        """Build and check; an unknown key or a missing required one is an error naming it."""
-        return from_mapping(cls, data, cls.WHAT)
+        """``cls(**data)``, checked; a non-mapping, an unknown key or a missing required one is an error naming it."""
+        if not isinstance(data, dict):
+            raise ArgumentTypeError(f"{cls.WHAT} must be a mapping of keys to values, got {type(data).__name__}")
+        check_known_keys(data, {f.name for f in fields(cls)}, cls.WHAT)
+        missing = [f.name for f in fields(cls)
+                   if f.default is MISSING and f.default_factory is MISSING and f.name not in data]
+        if missing:
+            raise GlassformerError(f"{cls.WHAT} is missing {', '.join(missing)}")
+        return cls(**data)
 
 
 class CheckedConfig(DictConfig):

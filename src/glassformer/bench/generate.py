@@ -12,7 +12,7 @@ from ..generation import generate
 from ..runtime import pages
 from ..runtime.linear import set_batched_matvec
 from .setups import Size, glass_model, hf_model, in_precision
-from .timing import paired, paired_ratio, time_call, with_setting
+from .timing import compile_gain, paired, paired_ratio, time_call, with_setting
 
 CASES = ((1, 1, 256), (1, 200, 56), (8, 1, 256), (8, 200, 56))  # (batch, prompt tokens, new tokens)
 
@@ -96,11 +96,5 @@ def bench_decode_compile(size: Size, *, batch: int = 1, prompt: int = 1, new: in
     ids = torch.randint(0, size.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
     runs = {"eager": in_precision(lambda: generate(model, ids, new), precision, device),
             "compiled": in_precision(lambda: generate(model, ids, new, compile=True), precision, device)}
-    first_call = time_call(runs["compiled"], device)
-    timings = paired(runs, rounds=rounds, calls=1, device=device)
-    return {
-        "size": size.name, "precision": precision, "case": f"B{batch}-P{prompt}-N{new}", "first_call_s": first_call,
-        "tokens_per_s": {n: batch * new / t.median for n, t in timings.items()},
-        "gain": paired_ratio(timings["eager"], timings["compiled"]),
-        "seconds": {n: t.rounds for n, t in timings.items()},
-    }
+    return compile_gain(runs, batch * new, rounds=rounds, calls=1, device=device, size=size.name, precision=precision,
+                        case=f"B{batch}-P{prompt}-N{new}")

@@ -88,24 +88,19 @@ def run_suite(parts: tuple[str, ...] = DEFAULT_PARTS, sizes: tuple[str, ...] = t
     else:
         peaks = matmul_peaks(precisions, n=matmul_n, rounds=n, calls=calls, device=device)
     results["machine"]["matmul_peak_flops"] = peaks
-    if "gen" in parts:
-        cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
-        # the few-row route exists on the CPU only; elsewhere there is nothing to compare it with
-        results["gen"] = bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
-                                        precisions=precisions, plain=torch.device(device).type == "cpu")
-        done("gen")
-    if "attn" in parts:
-        results["attn"] = {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device,
-                                                 precisions=precisions) for s in sizes}
-        done("attn")
-    if "compile" in parts:
-        results["compile"] = {
+    cases = tuple(c for c in CASES if c[0] == 1) if quick else CASES
+    later = {  # the parts after training, in PARTS' order; the few-row route ("plain") exists on the CPU only
+        "gen": lambda: bench_generate(last, cases=cases, rounds=max(2, n - 2), hf=hf, device=device,
+                                      precisions=precisions, plain=torch.device(device).type == "cpu"),
+        "attn": lambda: {s: bench_transparency(SIZES[s], rounds=n, calls=calls, device=device,
+                                               precisions=precisions) for s in sizes},
+        "compile": lambda: {
             "train": bench_train_compile(first, rounds=n, calls=calls, device=device, precision=precisions[0]),
-            "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, precision=precisions[0])}
-        done("compile")
-    if "scaling" in parts:
-        results["scaling"] = bench_scaling(first, rounds=n, device=device, precision=precisions[0])
-        done("scaling")
+            "decode": bench_decode_compile(last, rounds=max(2, n - 2), device=device, precision=precisions[0])},
+        "scaling": lambda: bench_scaling(first, rounds=n, device=device, precision=precisions[0])}
+    for part in (p for p in PARTS if p in later and p in parts):
+        results[part] = later[part]()
+        done(part)
     results["machine"]["load_1min_after"] = machine().get("load_1min")
     return results
 

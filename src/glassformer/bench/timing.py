@@ -99,6 +99,18 @@ def paired_ratio(numerator: Timing, denominator: Timing) -> float:
     return statistics.median(n / d for n, d in zip(numerator.rounds, denominator.rounds))
 
 
+def compile_gain(runs: dict[str, Callable[[], object]], units: int, *, rounds: int, calls: int,
+                 device: torch.device | str = "cpu", **facts: Any) -> dict[str, Any]:
+    """``runs["eager"]`` against ``runs["compiled"]`` (``units`` tokens a call): ``facts`` with first_call_s (the
+    first compiled call, compiling included), tokens_per_s of each, gain (eager / compiled seconds, paired) and
+    seconds (each round's)."""
+    first_call = time_call(runs["compiled"], device)
+    timings = paired(runs, rounds=rounds, calls=calls, device=device)
+    return {**facts, "first_call_s": first_call, "tokens_per_s": {n: units / t.median for n, t in timings.items()},
+            "gain": paired_ratio(timings["eager"], timings["compiled"]),
+            "seconds": {n: t.rounds for n, t in timings.items()}}
+
+
 def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
     """Peak bytes of tensor memory allocated *during* ``fn()`` above what was live before it (CUDA: the
     allocator's high-water mark; CPU: the profiler's memory events replayed, its C output discarded)."""

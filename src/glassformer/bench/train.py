@@ -10,12 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import GlassformerError
 from ..runtime.attention import use_bf16_attention
 from ..training.optim import make_optimizer
 from .nanogpt import nanogpt_loss, nanogpt_model
 from .setups import PRECISIONS, Size, autocast, glass_model, hf_model, seeded_batch, train_flops_per_token
-from .timing import paired, paired_ratio, peak_memory, time_call
+from .timing import compile_gain, paired, paired_ratio, peak_memory, time_call
 
 # nanoGPT's AdamW settings, built by the library's make_optimizer (fused, decay on weight matrices only)
 ADAMW = {"lr": 1e-3, "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8, "fused": True}
@@ -60,18 +59,11 @@ def _non_embedding_params(model: nn.Module) -> int:
 def build_contender(name: str, size: Size, device: torch.device | str = "cpu",
                     nanogpt: ModuleType | None = None) -> nn.Module:
     """The float32 model ``name`` of CONTENDERS: "glassformer" computes GPT-2's function (tanh GELU) like
-    "hf"; "glassformer-gelu" uses the exact GELU; "nanogpt" is ``nanogpt.GPT`` (from ``load_nanogpt``)."""
-    if name == "glassformer":
-        return glass_model(size, device)
-    if name == "glassformer-gelu":
-        return glass_model(size, device, activation="gelu")
-    if name == "hf":
-        return hf_model(size, device)
-    if name == "nanogpt" and nanogpt is not None:
-        return nanogpt_model(size, nanogpt, device)
-    if name == "nanogpt":
-        raise GlassformerError("the nanogpt contender needs nanoGPT's model.py (--nanogpt PATH)")
-    raise GlassformerError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
+    "hf"; "glassformer-gelu" uses the exact GELU; "nanogpt" is ``nanogpt.GPT`` (``nanogpt``: from ``load_nanogpt``)."""
+    builders = {"glassformer": lambda: glass_model(size, device),
+                "glassformer-gelu": lambda: glass_model(size, device, activation="gelu"),
+                "hf": lambda: hf_model(size, device), "nanogpt": lambda: nanogpt_model(size, nanogpt, device)}
+    return builders[name]()
 
 
 def _matmuls(precisions: tuple[str, ...], n: int, device: torch.device | str) -> dict[str, tuple[int, Callable]]:
@@ -163,12 +155,5 @@ def bench_train_compile(size: Size, *, rounds: int = 5, calls: int = 3, device: 
                                     precision=precision)}
     steps["eager"]()
     eager_step = time_call(steps["eager"], device)
-    first_call = time_call(steps["compiled"], device)
-    timings = paired(steps, rounds=rounds, calls=calls, device=device)
-    tokens = size.batch * size.block
-    return {
-        "size": size.name, "precision": precision, "first_call_s": first_call, "eager_step_s": eager_step,
-        "tokens_per_s": {n: tokens / t.median for n, t in timings.items()},
-        "gain": paired_ratio(timings["eager"], timings["compiled"]),
-        "seconds": {n: t.rounds for n, t in timings.items()},
-    }
+    return compile_gain(steps, size.batch * size.block, rounds=rounds, calls=calls, device=device, size=size.name,
+                        precision=precision, eager_step_s=eager_step)

@@ -39,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=cli_text("epilog"))
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb in VERBS:
-        importlib.import_module(f"glassformer.cli.commands.{verb.replace('-', '_')}").register(sub)
+    for verb in VERBS:  # each verb's module declares its options (register) and runs it (run)
+        commands = importlib.import_module(f"glassformer.cli.commands.{verb}")
+        commands.register(sub)
+        sub.choices[verb].set_defaults(func=commands.run)
     for verb_parser in sub.choices.values():
         verb_parser.allow_abbrev = False  # --max_new_token is a typo, not --max_new_tokens
         accept_dashes(verb_parser)
@@ -112,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         # inside the try: Ctrl-C while torch loads is one line too. A verb whose thread count follows the load
         # (train and recipe without num_threads, eval) says so: its threads spin even on a busy machine
         tune(follows_load=getattr(args, "follows_load", False) is True)
-        _read_kernel_choices(write=getattr(args, "keeps_kernel_choices", False) is True)
+        from ..runtime import kernel_choice  # after tune: it loads torch, which reads the wait policy tune set
+
+        # every verb reads the kernel choices kept in the user's cache; only bench (keeps_kernel_choices) writes
+        # what it measures there (the other verbs measure what is missing in their own process)
+        kernel_choice.use_cache(True, write=getattr(args, "keeps_kernel_choices", False) is True)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("glassformer: interrupted", file=sys.stderr)
@@ -131,28 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _read_kernel_choices(write: bool) -> None:
-    """Every verb reads the kernel choices kept in the user's cache; only ``bench`` (``keeps_kernel_choices``)
-    writes what it measures there (the other verbs measure what is missing in their own process)."""
-    from ..runtime import kernel_choice
-
-    kernel_choice.use_cache(True, write=write)
-
-
 @contextlib.contextmanager
 def _frame_lang(lang: str) -> Iterator[None]:
     """While parsing: argparse's own strings and the one-line error frame in ``lang`` (restored after)."""
-    if lang != "zh":
-        yield
-        return
     saved = argparse._
-    argparse._ = argparse_zh
-    OneLineParser.lang = "zh"
+    if lang == "zh":
+        argparse._, OneLineParser.lang = argparse_zh, "zh"
     try:
         yield
     finally:
-        argparse._ = saved
-        OneLineParser.lang = "en"
+        argparse._, OneLineParser.lang = saved, "en"
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, verb: str, extra: list[str], lang: str = "en") -> str:

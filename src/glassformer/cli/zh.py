@@ -1,10 +1,9 @@
 """The command line's own frame in Chinese (argparse's messages, the top-level help, the verbs' summaries,
 the "did you mean" hint), from locale/cli.json; each verb's own help is in cli/help_zh.py. Torch-free."""
 
-import os
 from collections.abc import Mapping, Sequence
 
-from ..locale import catalogue
+from ..locale import catalogue, locale_lang
 
 _CLI = catalogue("cli")
 ARGPARSE_ZH: dict[str, str] = _CLI["argparse"]  # argparse's own strings (its gettext keys), same %-placeholders
@@ -22,14 +21,6 @@ def argparse_zh(message: str) -> str:
     return ARGPARSE_ZH.get(message, message)
 
 
-def locale_lang(environ: Mapping[str, str] | None = None) -> str:
-    """viz/i18n.py's rule, here so the CLI need not load glassformer.viz (which loads torch): "zh" when
-    the first of LC_ALL, LC_MESSAGES, LANG that is set is Chinese, else "en" (tests check they agree)."""
-    env = os.environ if environ is None else environ
-    value = next((env[name] for name in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(name)), "")
-    return "zh" if value.lower().startswith("zh") else "en"
-
-
 def cli_lang(words: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
     """The language of the command line: the last ``--lang X``/``--lang=X`` among ``words`` when it is
     "zh" or "en", else the locale's (LC_ALL, LC_MESSAGES, LANG). A bad value is left to the verb's check."""
@@ -39,20 +30,17 @@ def cli_lang(words: Sequence[str], environ: Mapping[str, str] | None = None) -> 
 
 def _without_lang(words: Sequence[str]) -> tuple[list[str], str | None]:
     """``words`` without any ``--lang X`` or ``--lang=X`` before a ``--``, and the last X (None: none)."""
-    kept, lang, i = [], None, 0
-    while i < len(words):
-        word = words[i]
+    kept: list[str] = []
+    lang, rest = None, iter(words)
+    for word in rest:
         if word == "--":
-            kept += words[i:]
-            break
-        if word == "--lang" and i + 1 < len(words):
-            lang, i = words[i + 1], i + 2
-            continue
+            return [*kept, word, *rest], lang
         if word.startswith("--lang="):
-            lang, i = word.split("=", 1)[1], i + 1
-            continue
-        kept.append(word)
-        i += 1
+            lang = word.split("=", 1)[1]
+        elif word == "--lang" and (value := next(rest, None)) is not None:
+            lang = value
+        else:
+            kept.append(word)
     return kept, lang
 
 

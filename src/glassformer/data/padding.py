@@ -25,10 +25,9 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right",
             raise GlassformerError(f"length={length} is shorter than the longest row ({L} tokens)")
         L = length
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if len(row):
-            span = slice(L - len(row), L) if side == "left" else slice(0, len(row))
-            ids[i, span] = torch.tensor(row, dtype=torch.long)
+    for i, row in enumerate(rows):  # (an empty row: an empty span)
+        span = slice(L - len(row), L) if side == "left" else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
     column = torch.arange(L)[None, :]  # (1, L)
     pad = column < (L - lengths)[:, None] if side == "left" else column >= lengths[:, None]  # (B, L)
     return ids.to(device), pad.to(device)

@@ -161,8 +161,8 @@ def prepare(data: str | Sequence[str], out: str | Path, tokenizer: str | Tokeniz
     check_int("--tokenizer_sample", tokenizer_sample, 1, allow_none=True)
     if not isinstance(text_field, str) or not text_field.strip():
         raise GlassformerError(f"--text_field must name a field or column, got {text_field!r}")
-    sources = list_sources([data] if isinstance(data, (str, Path)) else list(data))  # a missing file first
-    val_sources = list_sources(list(val)) if val else []
+    sources = list_sources(data)  # a missing file first
+    val_sources = list_sources(val) if val else []
     if tokenizer == "bpe" and vocab_size is None:
         raise GlassformerError("--tokenizer bpe needs --vocab_size (e.g. 8192)")
     check_int("--vocab_size", vocab_size, 1, allow_none=True)
@@ -263,7 +263,6 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
     state = progress or {"train": [], "val": [], "start": {"train": [0, 0], "val": [0, 0]}}
     writers = {split: _Writer(folder, split, fmt, version, limit, state[split], tuple(state["start"][split]), inputs)
                for split in ("train", "val")}
-    resume_at = min(w.start[0] for w in writers.values())
     documents = {"train": 0, "val": 0}
     tokens = {split: sum(e["tokens"] for e in writers[split].entries) for split in writers}
     total = sum(f["bytes"] for f in fingerprint) if all(
@@ -312,7 +311,7 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
 
             for number, split, text, last in stream():
                 nbytes = len(text.encode("utf-8"))
-                if number >= resume_at and number >= writers[split].start[0]:
+                if number >= writers[split].start[0]:  # (pieces before it are in the split's shards already)
                     batch.append((number, split, text, last))
                     size += len(text)
                 if size >= BATCH_CHARS:
@@ -332,17 +331,16 @@ def _prepare(folder: Path, sources: list[Source], val_sources: list[Source], inp
             writer.discard()
         raise
     _check_unchanged(sources + val_sources, fingerprint)
-    if not sum(e["tokens"] for e in writers["train"].entries):
+    if not tokens["train"]:
         raise GlassformerError(f"the corpus {[str(s.path) for s in sources]} gives no training tokens")
-    hashes = {str(s.path): file_hash(s.path) for s in sources + val_sources}
     manifest = {
         "format": shards.MANIFEST_FORMAT, "version": 1, "glassformer": __version__,
         "shard_format": "nanogpt" if fmt == "nanogpt" else "modded-nanogpt",
         "token_dtype": "uint16" if fmt == "nanogpt" else VERSIONS[version].name,
         "header": None if fmt == "nanogpt" else {"bytes": shards.HEADER_BYTES, "magic": MAGIC, "version": version},
-        "documents": documents, "tokens": {s: sum(e["tokens"] for e in writers[s].entries) for s in writers},
+        "documents": documents, "tokens": tokens,
         "train": writers["train"].entries, "val": writers["val"].entries,
-        "sources": [{**f, "sha256": hashes[str(s.path)], "split": "val" if s in val_sources else "train"}
+        "sources": [{**f, "sha256": file_hash(s.path), "split": "val" if s in val_sources else "train"}
                     for s, f in zip(sources + val_sources, fingerprint)],
         "tokenizer": {"file": TOKENIZER_FILE, "kind": tok.kind, "vocab_size": tok.vocab_size,
                       "sha256": tokenizer_hash(tok.to_dict()), "file_sha256": file_hash(tokenizer_file), "eot": eot},

@@ -102,7 +102,7 @@ def tokenizer_hash(tokenizer_dict: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-Part = tuple[np.ndarray, "mmap.mmap | None", int]  # ids, the memory map under them, their first byte in it
+Part = tuple[np.ndarray, "mmap.mmap | None"]  # ids, the memory map under them
 
 
 class TokenView:
@@ -111,7 +111,7 @@ class TokenView:
     read are let go of every :data:`RELEASE_EVERY` reads: resident memory does not grow with the corpus."""
 
     def __init__(self, parts: Sequence[np.ndarray | Part]):
-        parts = [p if isinstance(p, tuple) else (p, None, 0) for p in parts]
+        parts = [p if isinstance(p, tuple) else (p, None) for p in parts]
         self.parts = [p for p in parts if len(p[0])]
         self.ends = np.cumsum([len(p[0]) for p in self.parts], dtype=np.int64)
         self.dtype = self.parts[0][0].dtype if self.parts else np.dtype("<u2")
@@ -134,7 +134,7 @@ class TokenView:
         while start < stop:
             first = int(self.ends[part - 1]) if part else 0
             take = min(stop, int(self.ends[part]))
-            ids, memory, offset = self.parts[part]
+            ids, memory = self.parts[part]
             pieces.append(np.array(ids[start - first:take - first]))
             self.reads[part] += 1
             if memory is not None and self.reads[part] % RELEASE_EVERY == 0 and hasattr(mmap, "MADV_DONTNEED"):
@@ -167,7 +167,7 @@ def map_raw(path: Path, vocab_size: int | None = None) -> Part:
 
 def mapped(path: Path, dtype: np.dtype, offset: int, count: int, vocab_size: int | None = None) -> Part:
     """``count`` ids of ``dtype`` from byte ``offset`` of ``path``: a read-only array over a memory map advised
-    for random access (no read-ahead), the map and the offset. Given ``vocab_size``, the ids are read first in
+    for random access (no read-ahead), and the map. Given ``vocab_size``, the ids are read first in
     chunks (file reads, not mapped pages): a BadFileError names the file and the first id >= ``vocab_size``."""
     with open(path, "rb") as handle:
         if vocab_size is not None:
@@ -179,11 +179,11 @@ def mapped(path: Path, dtype: np.dtype, offset: int, count: int, vocab_size: int
                     raise BadFileError(f"token file {str(path)!r} holds id {int(chunk[at - start])} at token "
                                        f"{at:,}, past the tokenizer's vocabulary of {vocab_size:,} ids")
         if count == 0:
-            return np.zeros(0, dtype=dtype), None, 0
+            return np.zeros(0, dtype=dtype), None
         memory = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     if hasattr(mmap, "MADV_RANDOM"):
         memory.madvise(mmap.MADV_RANDOM)
-    return np.frombuffer(memory, dtype=dtype, count=count, offset=offset), memory, offset
+    return np.frombuffer(memory, dtype=dtype, count=count, offset=offset), memory
 
 
 @dataclass

@@ -65,7 +65,7 @@ def _arrow_folder(folder: Path) -> list[Path] | None:
     return None
 
 
-def list_sources(data: Sequence[str | Path]) -> list[Source]:
+def list_sources(data: str | Path | Sequence[str | Path]) -> list[Source]:
     """The files ``data`` names, in order: a file; a folder (every readable file under it, sorted; a Hugging
     Face ``save_to_disk`` folder: its Arrow files); a glob pattern (``corpus/*.jsonl.gz``, sorted)."""
     if isinstance(data, (str, Path)):
@@ -109,15 +109,6 @@ def list_sources(data: Sequence[str | Path]) -> list[Source]:
     return found
 
 
-def _field(record: object, field: str) -> object:
-    """``record[field]``, a dotted ``field`` reading nested objects (``meta.text``); KeyError when absent."""
-    for key in field.split("."):
-        if not isinstance(record, dict) or key not in record:
-            raise KeyError(key)
-        record = record[key]
-    return record
-
-
 def _json_documents(path: Path, field: str) -> Iterator[str]:
     """The ``field`` of each JSON line of ``path`` (a ``.json`` file holding one array: of each item)."""
     with open_binary(path) as handle:
@@ -147,12 +138,14 @@ def _json_documents(path: Path, field: str) -> Iterator[str]:
 
 
 def _text_of(record: object, field: str, where: str) -> str:
-    try:
-        value = _field(record, field)
-    except KeyError:
-        keys = sorted(record)[:8] if isinstance(record, dict) else []
-        raise BadFileError(f"{where} has no field {field!r} (its fields: {keys}); name the text's field with "
-                           "--text_field") from None
+    """``record[field]``, a dotted ``field`` reading nested objects (``meta.text``), which must be text."""
+    value = record
+    for key in field.split("."):
+        if not isinstance(value, dict) or key not in value:
+            keys = sorted(record)[:8] if isinstance(record, dict) else []
+            raise BadFileError(f"{where} has no field {field!r} (its fields: {keys}); name the text's field with "
+                               "--text_field")
+        value = value[key]
     if not isinstance(value, str):
         raise BadFileError(f"{where}: field {field!r} holds {type(value).__name__}, not text")
     return value
@@ -198,13 +191,12 @@ def _column_documents(path: Path, field: str, kind: str) -> Iterator[str]:
             row += 1
 
 
-def iter_pieces(sources: Sequence[Source], text_field: str = "text",
-                piece_chars: int = PIECE_CHARS) -> Iterator[tuple[str, bool]]:
+def iter_pieces(sources: Sequence[Source], text_field: str = "text") -> Iterator[tuple[str, bool]]:
     """Every document of ``sources`` as pieces ``(text, last)``; ``last`` ends a document. Empty documents
     (a JSON line whose text is "") are kept: one piece "" (they still take an end-of-text token)."""
     for source in sources:
         if source.kind == "text":
-            pieces = iter_text(source.path, piece_chars)
+            pieces = iter_text(source.path, PIECE_CHARS)
             previous = next(pieces)  # there is one: iter_text refuses a file without text
             for piece in pieces:
                 yield previous, False

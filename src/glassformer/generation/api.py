@@ -29,8 +29,6 @@ __all__ = ["MAX_LENGTH_PENALTY", "GenerationConfig", "batch_prompts", "generate"
 def special_id(tokenizer: Any, name: str) -> int | None:
     """A tokenizer's special id ``name`` ("pad", "eos", "bos"): glassformer's ``{name}_id`` or a Hugging
     Face tokenizer's ``{name}_token_id``; None without a tokenizer or without that token."""
-    if tokenizer is None:
-        return None
     value = getattr(tokenizer, f"{name}_id", None)
     return value if value is not None else getattr(tokenizer, f"{name}_token_id", None)
 
@@ -63,8 +61,6 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
         if not rows or not all(isinstance(r, (list, tuple)) for r in rows):
             got = type(ids).__name__ if rows is None else f"{ids!r:.80}"
             raise ArgumentTypeError(f"{name} must be a tensor, a list of ids or a list of lists of ids, got {got}")
-        if any(len(r) == 0 for r in rows):
-            raise GlassformerError(f"{name}: empty prompt; give at least one token per row")
         for value in (v for r in rows for v in r):
             if not is_int(value):
                 raise ArgumentTypeError(f"{name} must hold int token ids, got {shown(value)}")
@@ -102,16 +98,6 @@ def batch_prompts(ids: PromptLike, *, pad: torch.Tensor | None = None,
     return ids, (pad if bool(pad.any()) else None)
 
 
-def _no_autograd(device: torch.device) -> contextlib.AbstractContextManager[object]:
-    """``torch.inference_mode`` (faster), except under autocast: there ``torch.no_grad``, in which
-    autocast keeps its 16-bit weight copies from one step to the next."""
-    try:
-        autocast_on = torch.is_autocast_enabled(device.type)
-    except TypeError:  # an older torch takes no device type
-        autocast_on = torch.is_autocast_enabled() if device.type == "cuda" else torch.is_autocast_cpu_enabled()
-    return torch.no_grad() if autocast_on else torch.inference_mode()
-
-
 @contextlib.contextmanager
 def _eval_mode(model: Model) -> Iterator[None]:
     """Eval mode, no autograd and the decoding choices (:mod:`glassformer.runtime.decode`: the few-row product,
@@ -121,8 +107,11 @@ def _eval_mode(model: Model) -> Iterator[None]:
     if training:
         model.eval()
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    # no autograd: torch.inference_mode (faster), except under autocast: there torch.no_grad, in which autocast
+    # keeps its 16-bit weight copies from one step to the next
+    no_autograd = torch.no_grad() if torch.is_autocast_enabled(device.type) else torch.inference_mode()
     try:
-        with _no_autograd(device), few_row_products(model), decoding_attention(device):
+        with no_autograd, few_row_products(model), decoding_attention(device):
             yield
     finally:
         for m in training:
@@ -155,9 +144,16 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
     gen = generation_config(config, options)
     model_config = model.config
     seq2seq = getattr(model_config, "arch", None) == "encoder-decoder"
-    if not seq2seq and model_config.attn == "bidirectional":
+    if model_config.attn == "bidirectional":
         raise GlassformerError("an encoder-only model (attn='bidirectional') cannot generate left to right; "
                                "use glassformer.generation.fill_mask")
+    if seq2seq and gen.decoder_start_token_id is None:
+        raise GlassformerError("an encoder-decoder model needs decoder_start_token_id (e.g. the tokenizer's bos id)")
+    if prefix_len is not None and model_config.attn != "prefix":  # (an encoder-decoder's attn is "causal")
+        raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
+                               f"(this model has attn={model_config.attn!r})")
+    if gen.stop_strings and tokenizer is None:
+        raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
     gen.check_vocab(model_config.vocab_size)
     pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else pad_id_for(tokenizer, gen.eos_token_id)
     processors = gen.processors()
@@ -166,46 +162,39 @@ def setup_generation(model: Generative, ids: PromptLike, config: GenerationConfi
         processors.append(VocabLimit(known))
     device = next(model.parameters()).device
     copies = gen.num_beams if gen.num_beams > 1 else gen.num_return_sequences  # rows per prompt
+    # prompts are left-padded (each row's last token in the last column), an encoder-decoder's sources right-padded
+    ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
+                             side="right" if seq2seq else "left", name="src" if seq2seq else "ids", device=device)
+    _check_length(model_config, ids, pad, "source" if seq2seq else "prompt")
+    if model_config.attn == "prefix":  # counted in real tokens; by default the whole prompt
+        B, n_pad = ids.shape[0], (pad.sum(dim=1) if pad is not None else 0)
+        lengths = torch.as_tensor(ids.shape[1] - n_pad, device=device).expand(B)
+        prefix_len = lengths if prefix_len is None else check_prefix_len(prefix_len, lengths, B)
+        prefix_len = torch.as_tensor(prefix_len, device=device).expand(B)
+
+    def rows(t: torch.Tensor | None) -> torch.Tensor | None:  # (B, ...) -> (B * copies, ...), each row's copies in turn
+        return None if t is None else t.repeat_interleave(copies, dim=0)
 
     if seq2seq:
-        if gen.decoder_start_token_id is None:
-            raise GlassformerError("an encoder-decoder model needs decoder_start_token_id "
-                                   "(e.g. the tokenizer's bos id)")
-        if prefix_len is not None:
-            raise GlassformerError("prefix_len is only meaningful for attn='prefix' decoder-only models")
-        src, src_pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
-                                     side="right", name="src", device=device)
-        _check_length(model_config, src, src_pad, "source")
-        memory = model.encode(src, src_pad).repeat_interleave(copies, dim=0)  # (encode checks src's ids)
-        src_pad = None if src_pad is None else src_pad.repeat_interleave(copies, dim=0)
+        memory = rows(model.encode(ids, pad))  # (encode checks the source's ids)
         start = torch.full((memory.shape[0], 1), gen.decoder_start_token_id, dtype=torch.long, device=device)
         decoder = IncrementalDecoder(model, start, None, gen.max_new_tokens, use_cache=gen.use_cache,
-                                     memory=memory, src_pad=src_pad)
-    else:
-        ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, pad_token_id=pad_token_id,
-                                 device=device)
-        _check_length(model_config, ids, pad, "prompt")
-        if model_config.attn == "prefix":  # counted in real tokens; by default the whole prompt
-            B, n_pad = ids.shape[0], (pad.sum(dim=1) if pad is not None else 0)
-            lengths = torch.as_tensor(ids.shape[1] - n_pad, device=device).expand(B)
-            prefix_len = lengths if prefix_len is None else check_prefix_len(prefix_len, lengths, B)
-            prefix_len = torch.as_tensor(prefix_len, device=device).expand(B).clone()
-        elif prefix_len is not None:
-            raise GlassformerError(f"prefix_len is only meaningful with attn='prefix' "
-                                   f"(this model has attn={model_config.attn!r})")
-        ids = ids.repeat_interleave(copies, dim=0)
-        pad = None if pad is None else pad.repeat_interleave(copies, dim=0)
-        prefix_len = None if prefix_len is None else prefix_len.repeat_interleave(copies, dim=0)
-        decoder = IncrementalDecoder(model, ids, pad, gen.max_new_tokens, use_cache=gen.use_cache,
-                                     prefix_len=prefix_len, compile=gen.compile)  # (checks the prompt's ids, once)
+                                     memory=memory, src_pad=rows(pad))
+    else:  # (the decoder checks the prompt's ids, once)
+        decoder = IncrementalDecoder(model, rows(ids), rows(pad), gen.max_new_tokens, use_cache=gen.use_cache,
+                                     prefix_len=rows(prefix_len), compile=gen.compile)
+
+    prompt_len = decoder.length
+
+    def stop_strings_found(seq: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B,): a row's new text holds a stop string
+        texts = [tokenizer.decode(row) for row in seq[:, prompt_len:].tolist()]
+        return torch.tensor([any(s in text for s in gen.stop_strings) for text in texts], device=seq.device)
 
     criteria = list(stopping_criteria or [])
     if gen.stop_strings:
-        if tokenizer is None:
-            raise GlassformerError("stop_strings need a tokenizer to decode the generated text")
-        criteria.append(StopOnStrings(tokenizer, gen.stop_strings, decoder.length))
+        criteria.append(stop_strings_found)
     generator = None if gen.seed is None else torch.Generator(device=device).manual_seed(gen.seed)
-    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, decoder.length)
+    return GenerationSetup(decoder, gen, processors, pad_token_id, criteria, generator, prompt_len)
 
 
 def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what: str) -> None:
@@ -214,18 +203,6 @@ def _check_length(config: Any, ids: torch.Tensor, pad: torch.Tensor | None, what
     if longest > config.max_len:
         raise GlassformerError(f"{what} of {longest} tokens is longer than the model allows "
                                f"(max_len={config.max_len})")
-
-
-class StopOnStrings:
-    """A stopping criterion: seq (B, L) -> (B,) bool, True once the text after the first ``prompt_len``
-    columns (decoded with ``tokenizer``) contains one of ``stop_strings``."""
-
-    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int) -> None:
-        self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, list(stop_strings), prompt_len
-
-    def __call__(self, seq: torch.Tensor) -> torch.Tensor:
-        texts = [self.tokenizer.decode(row) for row in seq[:, self.prompt_len:].tolist()]
-        return torch.tensor([any(s in text for s in self.stop_strings) for text in texts], device=seq.device)
 
 
 def generate(model: Generative, ids: PromptLike, max_new_tokens: int | None = None, *,

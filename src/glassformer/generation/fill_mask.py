@@ -6,7 +6,7 @@ import torch
 
 from ..errors import GlassformerError
 from ..io.checks import check_int
-from .api import PromptLike, _eval_mode, batch_prompts
+from .api import PromptLike, _check_length, _eval_mode, batch_prompts
 from .protocol import Encoder
 
 
@@ -29,9 +29,7 @@ def fill_mask(model: Encoder, ids: PromptLike, mask_token_id: int | None = None,
     check_int("top_k", top_k, 1)
     device = next(model.parameters()).device
     ids, pad = batch_prompts(ids, pad=pad, attention_mask=attention_mask, side="right", device=device)
-    if ids.shape[1] > config.max_len:
-        raise GlassformerError(f"input of {ids.shape[1]} tokens is longer than the model allows "
-                               f"(max_len={config.max_len})")
+    _check_length(config, ids, None, "input")
     where = (ids == mask_token_id) if pad is None else (ids == mask_token_id) & ~pad
     if not bool(where.any()):
         raise GlassformerError(f"no mask token (id {mask_token_id}) in the input")

@@ -7,7 +7,6 @@ recomputed from scratch (nanoGPT's crop), so cached and uncached runs stay ident
 import torch
 import torch.nn.functional as F
 
-from ..errors import GlassformerError
 from ..models.inputs import check_token_ids
 from ..runtime.decode import StaticSteps, static_mode, wants_compiled
 from .protocol import Generative
@@ -69,8 +68,6 @@ class IncrementalDecoder:
     def append(self, tokens: torch.Tensor) -> None:
         """Append ``tokens`` (B,), one per row, without running the model."""
         if self.length == self.tokens.shape[1]:  # double the buffers, up to ``limit`` columns
-            if self.length >= self.limit:
-                raise GlassformerError(f"cannot append beyond {self.limit} tokens (the prompt + max_new_tokens)")
             more = (0, min(self.limit, 2 * self.length) - self.length)  # columns added
             self.tokens = F.pad(self.tokens, more)
             self.pad = None if self.pad is None else F.pad(self.pad, more)

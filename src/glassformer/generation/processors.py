@@ -129,22 +129,23 @@ def make_processors(*, do_sample: bool, temperature: float = 1.0, top_k: int | N
                     no_repeat_ngram_size: int | None = None, min_tokens_to_keep: int = 1) -> LogitsProcessorList:
     """The processors a ``generate`` call asks for, in Hugging Face's order (empty when none applies).
 
-    Temperature, top-k, top-p and min-p apply only when ``do_sample`` (as in Hugging Face), but are
-    checked always. ``min_tokens_to_keep`` protects the best tokens from the filters. ``top_k`` and
-    ``no_repeat_ngram_size`` of 0 (or None) are off."""
+    Temperature, top-k, top-p and min-p apply only when ``do_sample`` (as in Hugging Face); each processor
+    checks its value when made (a :class:`~glassformer.generation.GenerationConfig` checks them all, always).
+    ``min_tokens_to_keep`` protects the best tokens from the filters. ``top_k`` and ``no_repeat_ngram_size``
+    of 0 (or None) are off."""
     processors = LogitsProcessorList()
     if repetition_penalty is not None and repetition_penalty != 1.0:
         processors.append(RepetitionPenalty(repetition_penalty))
-    if check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0, allow_none=True):  # None or 0: off
+    if no_repeat_ngram_size:  # None or 0: off
         processors.append(NoRepeatNGram(no_repeat_ngram_size))
-    temperature_filter = Temperature(temperature)  # each filter checks its value, used or not
-    filters = [] if temperature_filter.temperature == 1.0 else [temperature_filter]
-    if check_int("top_k", top_k, 0, allow_none=True):  # None or 0: off
-        filters.append(TopK(top_k, min_tokens_to_keep))
+    if not do_sample:
+        return processors
+    if temperature != 1.0:
+        processors.append(Temperature(temperature))
+    if top_k:  # None or 0: off
+        processors.append(TopK(top_k, min_tokens_to_keep))
     if top_p is not None:
-        filters.append(TopP(top_p, min_tokens_to_keep))
+        processors.append(TopP(top_p, min_tokens_to_keep))
     if min_p is not None:
-        filters.append(MinP(min_p, min_tokens_to_keep))
-    if do_sample:
-        processors += filters
+        processors.append(MinP(min_p, min_tokens_to_keep))
     return processors

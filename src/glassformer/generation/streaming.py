@@ -49,11 +49,10 @@ class TextStream:
 
 
 def _text_options(tokenizer: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the tokenizer's eos id by default, and the tokenizer (stop strings, pad id, vocabulary)."""
+    """``options`` with the tokenizer's eos id by default."""
     options = dict(options)
     if options.get("eos_token_id") is None and tokenizer.eos_id is not None:
         options["eos_token_id"] = tokenizer.eos_id
-    options["tokenizer"] = tokenizer
     return options
 
 
@@ -72,10 +71,7 @@ def _source_and_start(model: Generative, tokenizer: Any, prompt: str, options: d
         raise GlassformerError("prompt is empty: give at least one character")
     if getattr(model.config, "arch", "") != "encoder-decoder":
         return ids
-    if options.get("decoder_start_token_id") is None:
-        if tokenizer.bos_id is None:
-            raise GlassformerError("an encoder-decoder needs decoder_start_token_id; "
-                                   "this tokenizer has no bos token")
+    if options.get("decoder_start_token_id") is None:  # (None without a bos token: setup_generation refuses it)
         options["decoder_start_token_id"] = tokenizer.bos_id
     return ids + ([tokenizer.eos_id] if tokenizer.eos_id is not None else [])
 
@@ -88,7 +84,7 @@ def generate_text(model: Generative, tokenizer: Any, prompt: str | Sequence[str]
     options = _text_options(tokenizer, options)
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     ids = [_source_and_start(model, tokenizer, p, options) for p in prompts]
-    out = generate(model, ids, max_new_tokens, **options)
+    out = generate(model, ids, max_new_tokens, tokenizer=tokenizer, **options)
     start = 1 if getattr(model.config, "arch", "") == "encoder-decoder" else max(len(i) for i in ids)
     stops = options.get("stop_strings")
     texts = [_cut_at_stop(tokenizer.decode(row), stops) for row in out[:, start:].tolist()]
@@ -105,7 +101,7 @@ def stream_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: 
     ids = _source_and_start(model, tokenizer, prompt, options)
     stops = list(options.get("stop_strings") or [])
     with _eval_mode(model):
-        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, **options)
+        setup = setup_generation(model, ids, max_new_tokens=max_new_tokens, tokenizer=tokenizer, **options)
     if setup.decoder.tokens.shape[0] != 1:
         raise GlassformerError("stream_text streams one sequence; use num_return_sequences=1")
     steps, stream, pending = iter_steps(setup), TextStream(tokenizer), ""
@@ -133,5 +129,4 @@ def trace_text(model: Generative, tokenizer: Any, prompt: str, max_new_tokens: i
     """:func:`glassformer.generation.trace_generation` for a text prompt (records with ``*_text`` fields)."""
     options = _text_options(tokenizer, options)
     ids = _source_and_start(model, tokenizer, prompt, options)
-    options.pop("tokenizer")  # trace_generation takes it as its own argument
     return trace_generation(model, ids, max_new_tokens, top_k, tokenizer=tokenizer, **options)

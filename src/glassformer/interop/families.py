@@ -9,7 +9,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import GlassformerError
 from ..io.checks import check_int, check_number, shown
-from .mapping import Rule, rule
+from .mapping import Rule, linear_rules, rule
 
 # Hugging Face activation names <-> ours.
 ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -91,12 +91,6 @@ def _rope(family: str, hf: dict[str, Any]) -> dict[str, Any]:
     return rope
 
 
-def _linear(ours: str, theirs: str, bias: bool = True, layout: str = "same", heads: int = 0) -> list[Rule]:
-    out = [rule(f"{ours}.weight", f"{theirs}.weight", layout=layout, heads=heads)]
-    bias_layout = "heads_qkv" if layout == "heads_qkv" else "same"
-    return out + [rule(f"{ours}.bias", f"{theirs}.bias", layout=bias_layout, heads=heads)] if bias else out
-
-
 def _qkv(ours: str, q: str, k: str, v: str, sizes: tuple[int, int, int], bias: bool = True) -> list[Rule]:
     params = ("weight", "bias") if bias else ("weight",)
     return [rule(f"{ours}.{p}", f"{q}.{p}", f"{k}.{p}", f"{v}.{p}", sizes=sizes) for p in params]
@@ -129,13 +123,13 @@ def _fused_block_rules(c: ModelConfig, layers: str, names: tuple[str, ...], layo
     heads, out = c.n_heads if qkv_layout == "heads_qkv" else 0, []
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{layers}{i}."
-        out += _linear(f"{ours}attn_norm", f"{theirs}{attn_norm}", c.bias)
-        out += _linear(f"{ours}self_attn.qkv", f"{theirs}{qkv}", c.bias, qkv_layout, heads)
-        out += _linear(f"{ours}self_attn.o_proj", f"{theirs}{o_proj}", c.bias, layout)
+        out += linear_rules(f"{ours}attn_norm", f"{theirs}{attn_norm}", c.bias)
+        out += linear_rules(f"{ours}self_attn.qkv", f"{theirs}{qkv}", c.bias, qkv_layout, heads)
+        out += linear_rules(f"{ours}self_attn.o_proj", f"{theirs}{o_proj}", c.bias, layout)
         if not c.attn_only:
-            out += _linear(f"{ours}ffn_norm", f"{theirs}{ffn_norm}", c.bias)
-            out += _linear(f"{ours}ffn.up", f"{theirs}{up}", c.bias, layout)
-            out += _linear(f"{ours}ffn.down", f"{theirs}{down}", c.bias, layout)
+            out += linear_rules(f"{ours}ffn_norm", f"{theirs}{ffn_norm}", c.bias)
+            out += linear_rules(f"{ours}ffn.up", f"{theirs}{up}", c.bias, layout)
+            out += linear_rules(f"{ours}ffn.down", f"{theirs}{down}", c.bias, layout)
     return out
 
 
@@ -194,7 +188,7 @@ def _gpt2_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     if c.pos == "learned":
         out.append(rule("embeddings.pos.weight", f"{t}wpe.weight"))
     out += _fused_block_rules(c, f"{t}h.", _GPT2_NAMES, "transposed", "transposed")
-    return out + _linear("norm_f", f"{t}ln_f", c.bias)
+    return out + linear_rules("norm_f", f"{t}ln_f", c.bias)
 
 
 def _gpt2_fill(c: ModelConfig) -> Fill:
@@ -248,7 +242,7 @@ def _neox_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     m = "gpt_neox."
     out = [rule("embeddings.tok.weight", f"{m}embed_in.weight", aliases=["lm_head.weight"] if c.tie else [])]
     out += _fused_block_rules(c, f"{m}layers.", _NEOX_NAMES, "same", "heads_qkv")
-    out += _linear("norm_f", f"{m}final_layer_norm", c.bias)
+    out += linear_rules("norm_f", f"{m}final_layer_norm", c.bias)
     return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
 
 
@@ -307,10 +301,10 @@ def _llama_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
         out.append(rule(f"{ours}attn_norm.weight", f"{theirs}input_layernorm.weight"))
         a = f"{theirs}self_attn."
         out += _qkv(f"{ours}self_attn.qkv", f"{a}q_proj", f"{a}k_proj", f"{a}v_proj", _sizes(c), c.bias)
-        out += _linear(f"{ours}self_attn.o_proj", f"{a}o_proj", c.bias)
+        out += linear_rules(f"{ours}self_attn.o_proj", f"{a}o_proj", c.bias)
         out.append(rule(f"{ours}ffn_norm.weight", f"{theirs}post_attention_layernorm.weight"))
         for ours_name, theirs_name in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            out += _linear(f"{ours}ffn.{ours_name}", f"{theirs}mlp.{theirs_name}", c.bias)
+            out += linear_rules(f"{ours}ffn.{ours_name}", f"{theirs}mlp.{theirs_name}", c.bias)
     out.append(rule("norm_f.weight", f"{m}norm.weight"))
     return out if c.tie else out + [rule("head.weight", "lm_head.weight")]
 
@@ -350,12 +344,12 @@ def _block_rules(c: ModelConfig, ours: str, attentions: list[tuple[str, ...]],
     out = []
     for mine, norm, q, k, v, o, their_norm in attentions:
         out += _qkv(f"{ours}{mine}.qkv", q, k, v, _sizes(c))
-        out += _linear(f"{ours}{mine}.o_proj", o)
-        out += _linear(f"{ours}{norm}", their_norm)
+        out += linear_rules(f"{ours}{mine}.o_proj", o)
+        out += linear_rules(f"{ours}{norm}", their_norm)
     up, down, their_norm = ffn
-    out += _linear(f"{ours}ffn.up", up)
-    out += _linear(f"{ours}ffn.down", down)
-    return out + _linear(f"{ours}ffn_norm", their_norm)
+    out += linear_rules(f"{ours}ffn.up", up)
+    out += linear_rules(f"{ours}ffn.down", down)
+    return out + linear_rules(f"{ours}ffn_norm", their_norm)
 
 
 def _bert_required(c: ModelConfig) -> dict[str, tuple]:
@@ -371,7 +365,7 @@ def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     out = [rule("embeddings.tok.weight", f"{e}word_embeddings.weight", aliases=["cls.predictions.decoder.weight"]),
            rule("embeddings.pos.weight", f"{e}position_embeddings.weight"),
            rule("embeddings.types.weight", f"{e}token_type_embeddings.weight")]
-    out += _linear("embeddings.norm", f"{e}LayerNorm")
+    out += linear_rules("embeddings.norm", f"{e}LayerNorm")
     for i in range(c.n_layers):
         ours, theirs = f"blocks.{i}.", f"{b}encoder.layer.{i}."
         a = f"{theirs}attention."
@@ -381,8 +375,8 @@ def _bert_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
                                                    f"{theirs}output.LayerNorm"))
     if has_head:
         p = "cls.predictions."
-        out += _linear("head.transform.dense", f"{p}transform.dense")
-        out += _linear("head.transform.norm", f"{p}transform.LayerNorm")
+        out += linear_rules("head.transform.dense", f"{p}transform.dense")
+        out += linear_rules("head.transform.norm", f"{p}transform.LayerNorm")
         out.append(rule("head.bias", f"{p}bias", aliases=[f"{p}decoder.bias"]))
     return out
 
@@ -443,8 +437,8 @@ def _bart_rules(c: ModelConfig, has_head: bool) -> list[Rule]:
     out = [rule("embeddings.tok.weight", f"{m}shared.weight", aliases=tied + (["lm_head.weight"] if c.tie else [])),
            rule("embeddings.pos.weight", f"{m}encoder.embed_positions.weight"),
            rule("dec_embedding.pos.weight", f"{m}decoder.embed_positions.weight")]
-    out += _linear("embeddings.norm", f"{m}encoder.layernorm_embedding")
-    out += _linear("dec_embedding.norm", f"{m}decoder.layernorm_embedding")
+    out += linear_rules("embeddings.norm", f"{m}encoder.layernorm_embedding")
+    out += linear_rules("dec_embedding.norm", f"{m}decoder.layernorm_embedding")
     for i in range(c.n_enc):
         out += _bart_layer(c, f"enc.{i}.", f"{m}encoder.layers.{i}.", cross=False)
     for i in range(c.n_dec):

@@ -37,6 +37,14 @@ def rule(ours: str, *theirs: str, sizes: tuple[int, ...] = (), layout: str = "sa
     return Rule(ours, theirs, tuple(sizes), layout, tuple(aliases), heads)
 
 
+def linear_rules(ours: str, theirs: str, bias: bool = True, layout: str = "same", heads: int = 0) -> list[Rule]:
+    """The rules of a linear or norm layer: ``ours.weight`` <- ``theirs.weight`` in ``layout``, and the biases
+    when ``bias`` (laid out as the weight only for "heads_qkv")."""
+    out = [rule(f"{ours}.weight", f"{theirs}.weight", layout=layout, heads=heads)]
+    bias_layout = "heads_qkv" if layout == "heads_qkv" else "same"
+    return out + [rule(f"{ours}.bias", f"{theirs}.bias", layout=bias_layout, heads=heads)] if bias else out
+
+
 def _regroup(t: torch.Tensor, groups: tuple[int, int]) -> torch.Tensor:
     """Rows (a*b*n, ...) as (a, b, n, ...) -> (b, a, n, ...), flattened back: (q; k; v) by part <-> by head."""
     return t.reshape(*groups, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)

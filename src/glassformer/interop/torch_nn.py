@@ -12,7 +12,7 @@ from torch import nn
 from ..errors import ArgumentTypeError, GlassformerError
 from ..nn.attention import AttentionInputs, MultiHeadAttention
 from ..nn.block import TransformerBlock
-from .mapping import Rule, import_state, rule
+from .mapping import Rule, import_state, linear_rules, rule
 
 TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
 
@@ -93,9 +93,7 @@ def _layer_rules(layer: TorchLayer, ours: str, theirs: str) -> list[Rule]:
     else:
         pairs.append(("ffn_norm", "norm2"))
     for o, t in pairs:
-        out.append(rule(f"{ours}{o}.weight", f"{theirs}{t}.weight"))
-        if bias:
-            out.append(rule(f"{ours}{o}.bias", f"{theirs}{t}.bias"))
+        out += linear_rules(f"{ours}{o}", f"{theirs}{t}", bias)
     return out
 
 

@@ -70,12 +70,11 @@ def attribution_patching(model: nn.Module, clean: Inputs, corrupted: Inputs, met
 
     with torch.enable_grad(), Hooks(model, [(names, keep)]):
         value = metric_value(metric, model(*corrupted, **kwargs), differentiable=True)
-    grads = torch.autograd.grad(value, list(kept.values()), allow_unused=True)
+    # zeros where the metric does not depend on a point (e.g. a decoder-only metric and the encoder's last norm)
+    grads = torch.autograd.grad(value, list(kept.values()), materialize_grads=True)
     by_position, by_head, total = {}, {}, {}
     for name, grad in zip(kept, grads):
         tap = clean_cache.points[name].module
-        if grad is None:  # the metric does not depend on it (e.g. a decoder-only metric and the encoder's last norm)
-            grad = torch.zeros_like(kept[name])
         before, after = kept[name].detach(), clean_cache[name].to(grad.dtype)
         product = torch.where(torch.isfinite(before) & torch.isfinite(after), (after - before) * grad, 0.0).double()
         for table, axis in ((by_position, tap.position_axis), (by_head, tap.head_axis)):  # summed over the rest

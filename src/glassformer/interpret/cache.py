@@ -108,12 +108,14 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                                    f"it); this cache has {type(self.model).__name__}")
         return self.model
 
-    def _layer(self, layer: int | None) -> int:
-        """TransformerLens's layer argument: None or -1 mean n_layers, else 0..n_layers."""
+    def _layer(self, layer: int | None, mlp_input: bool = False) -> int:
+        """TransformerLens's layer argument: None or -1 mean n_layers, else 0..n_layers (before the last, for the
+        MLP's input with ``mlp_input``)."""
         n = len(self._lm().blocks)
-        if layer is None or layer == -1:
-            return n
-        return check_int("layer", layer, low=0, high=n)
+        layer = n if layer is None or layer == -1 else check_int("layer", layer, low=0, high=n)
+        if mlp_input and layer == n:
+            raise GlassformerError("mlp_input=True needs a layer before the last, not the final stream")
+        return layer
 
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
                           pos_slice: SliceInput = None, mlp_input: bool = False,
@@ -142,10 +144,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         """The residual stream entering ``layer`` (None or -1: the final one; its MLP with ``mlp_input``) as the
         (n, B, T, d) stack of what wrote into it, and the labels "embed", "pos_embed", "0_attn_out", ... when
         ``return_labels``. ``mode``: "all", "attn" or "mlp" outputs."""
-        model, layer = self._lm(), self._layer(layer)
+        model, layer = self._lm(), self._layer(layer, mlp_input)
         check_choice("mode", mode, ("all", "mlp", "attn"))
-        if mlp_input and layer == len(model.blocks):
-            raise GlassformerError("mlp_input=True needs a layer before the last, not the final stream")
         attn, mlp = mode != "mlp", mode != "attn" and model.blocks[0].ffn is not None
         parts = [(label, self[name]) for name, label in (("hook_embed", "embed"), ("hook_pos_embed", "pos_embed"))
                  if incl_embeds and name in self.points]
@@ -187,8 +187,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             heads = torch.cat([apply_slice(self.head_results(i), index, -3) for i in range(layer)], dim=-2)
             stack = heads.movedim(-2, 0)  # (layer * h, B, T, d)
         else:
-            stack = torch.zeros(0, *apply_slice(self["hook_embed"], index, -2).shape,
-                                dtype=self["hook_embed"].dtype, device=self["hook_embed"].device)
+            stack = self["hook_embed"].new_zeros(0, *apply_slice(self["hook_embed"], index, -2).shape)  # no heads
         if incl_remainder:
             if layer == 0:
                 raise GlassformerError("incl_remainder needs layer >= 1: the remainder is resid_post of layer - 1")
@@ -203,8 +202,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                          sublayer_type: str | None = None) -> torch.Tensor:
         """One kind of activation (a short name) for layers < ``layer`` (None or -1: all), stacked: (layer, ...).
         ``sublayer_type`` is accepted for TransformerLens's sake and ignored."""
-        layer = self._layer(layer)
-        return torch.stack([self[(activation_name, i, sublayer_type)] for i in range(layer)])
+        return torch.stack([self[(activation_name, i, sublayer_type)] for i in range(self._layer(layer))])
 
     def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
                           pos_slice: SliceInput = None, batch_slice: SliceInput = None, has_batch_dim: bool = True,
@@ -213,10 +211,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         sees it: centred (LayerNorm) and divided by its cached scale, without gain and bias; unchanged in a
         post-norm model. ``pos_slice``: the positions the stack holds; ``batch_slice``: rows to keep;
         ``recompute_ln``: at ``ln_final``, the norm itself on each entry."""
-        model, layer = self._lm(), self._layer(layer)
+        model, layer = self._lm(), self._layer(layer, mlp_input)
         final = layer == len(model.blocks)
-        if mlp_input and final:
-            raise GlassformerError("mlp_input=True needs a layer before the last, not ln_final")
         rows = as_index(batch_slice, "batch_slice")
         if has_batch_dim:
             residual_stack = apply_slice(residual_stack, rows, 1)

@@ -17,7 +17,7 @@ from ..io.checks import check_int, check_number, shown
 from ..models import TransformerLM
 from ..models.inputs import check_token_ids
 from ..validate import check_choice
-from .hooks import Hooks, run_with_cache
+from .hooks import Hooks
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 KINDS = ("q", "k", "v")
@@ -102,13 +102,14 @@ class _EdgeRun:
         self.leaf, self.embed = leaf, embed
         self.writes: dict[str, torch.Tensor] = {}  # sender -> (B, T, d)
         self.r_index = {name: j for j, name in enumerate(graph.receivers)}
-        self.h = model.config.n_heads
 
     def hooks(self) -> list[tuple[str, Callable]]:
         L = len(self.model.blocks)
         out: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", self._store("embed"))]
         if self.embed is not None:
             out.append(("hook_embed", lambda x, hook: self.embed.to(x.dtype)))
+        else:  # kept beside the writes: the embedding eap-ig runs from
+            out.append(("hook_embed", self._store("hook_embed")))
         for layer, block in enumerate(self.model.blocks):
             out += [*((f"blocks.{layer}.hook_{kind}_input", self._heads(layer, kind)) for kind in KINDS),
                     (f"blocks.{layer}.attn.hook_z", self._z(layer))]
@@ -140,7 +141,7 @@ class _EdgeRun:
 
     def _heads(self, layer: int, kind: str) -> Callable:
         def hook(x: torch.Tensor, _: Any) -> torch.Tensor:  # x (B, T, h, d): the stream, one copy per head
-            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(self.h)]
+            heads = [self._input(f"L{layer}H{head}.{kind}", x[:, :, head]) for head in range(x.shape[2])]
             return torch.stack(heads, dim=2)  # the block norms and projects each head's own input
         return hook
 
@@ -149,7 +150,7 @@ class _EdgeRun:
 
         def hook(z: torch.Tensor, _: Any) -> torch.Tensor:  # (B, T, h, hd)
             writes = attention.per_head_output(z)  # (B, T, h, d): each head's write
-            for head in range(self.h):
+            for head in range(writes.shape[2]):
                 self.writes[f"L{layer}H{head}"] = writes[:, :, head]
             return z
         return hook
@@ -188,9 +189,14 @@ def metric_value(metric: Metric, logits: torch.Tensor, differentiable: bool = Fa
 @torch.no_grad()
 def sender_writes(model: TransformerLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, (S, B, T, d) every sender's write) of one plain forward of ``ids``."""
-    run = _EdgeRun(model, EdgeGraph.of(model))
+    return _recorded(model, EdgeGraph.of(model), ids)[:2]
+
+
+def _recorded(model: TransformerLM, graph: EdgeGraph, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(logits, (S, B, T, d) every sender's write, (B, T, d) ``hook_embed``) of one plain forward of ``ids``."""
+    run = _EdgeRun(model, graph)
     logits = run.run(ids)
-    return logits, torch.stack([run.writes[name] for name in run.graph.senders])
+    return logits, torch.stack([run.writes[name] for name in graph.senders]), run.writes["hook_embed"]
 
 
 @torch.no_grad()
@@ -251,10 +257,8 @@ def edge_attribution(model: TransformerLM, clean: torch.Tensor, corrupted: torch
                f"edge_attribution over {len(graph.senders)} senders x {len(graph.receivers)} receivers on "
                f"{tuple(clean.shape)} tokens")
     with torch.no_grad():
-        clean_logits, clean_writes = sender_writes(model, clean)
-        corrupted_logits, corrupted_writes = sender_writes(model, corrupted)
-        embed_clean = run_with_cache(model, clean, names="hook_embed")[1]["hook_embed"]
-        embed_corrupted = run_with_cache(model, corrupted, names="hook_embed")[1]["hook_embed"]
+        clean_logits, clean_writes, embed_clean = _recorded(model, graph, clean)
+        corrupted_logits, corrupted_writes, embed_corrupted = _recorded(model, graph, corrupted)
     delta = clean_writes - corrupted_writes  # (S, B, T, d)
     alphas = [1.0] if method == "eap" else [(i + 0.5) / steps for i in range(steps)]
     grad_sum = torch.zeros(len(graph.receivers), *clean_writes.shape[1:], dtype=torch.float32, device=delta.device)
@@ -340,12 +344,16 @@ def circuit_logits(model: TransformerLM, clean: torch.Tensor, corrupted: torch.T
     the classic mean and resample ablations). An edge is a (sender, receiver) pair, or a (sender, receiver,
     position) triple kept at that query position only (:meth:`EdgeGraph.index`)."""
     graph = _checked_inputs(model, clean, corrupted)
+    return _circuit_run(model, graph, clean, edges, _ablated_writes(sender_writes(model, corrupted)[1], ablation, seed))
+
+
+def _circuit_run(model: TransformerLM, graph: EdgeGraph, clean: torch.Tensor, edges: Sequence[tuple],
+                 other: torch.Tensor) -> torch.Tensor:
+    """(B, T, V) :func:`circuit_logits` given the writes ``other`` (S, B, T, d) the non-circuit edges carry."""
     kept = graph.index(edges, clean.shape[1])  # (S, R, T)
     weight = (graph.allowed[..., None] & ~kept).float()
     if bool((kept == kept[..., :1]).all()):
         weight = weight[..., 0]  # the same at every position: one weight per edge
-    _, reference = sender_writes(model, corrupted)
-    other = _ablated_writes(reference, ablation, seed)
     return _EdgeRun(model, graph, other, weight.to(clean.device)).run(clean)
 
 
@@ -369,30 +377,34 @@ def find_circuit(model: TransformerLM, clean: torch.Tensor, corrupted: torch.Ten
     scores = scores or edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)
     ranked = scores.top(int(scores.graph.allowed.sum()))
     clean_m = scores.clean_metric
-    baseline = scores.corrupted_metric if ablation == "corrupted" else \
-        circuit_metric(model, clean, corrupted, metric, [], ablation=ablation, seed=seed)
+    graph = _checked_inputs(model, clean, corrupted)
+    with torch.no_grad():  # what the other edges carry, the same for every size tried
+        other = _ablated_writes(sender_writes(model, corrupted)[1], ablation, seed)
+
+    def run(k: int) -> torch.Tensor:  # (B, T, V) the top k edges alone
+        with torch.no_grad():
+            return _circuit_run(model, graph, clean, [(s, r) for s, r, _ in ranked[:k]], other)
+
+    baseline = scores.corrupted_metric if ablation == "corrupted" else float(metric_value(metric, run(0)))
     tried: dict[int, float] = {}  # edges kept -> the circuit's metric
     span = clean_m - baseline
 
     def faithful(k: int) -> float:
         """(metric(top k edges) - baseline) / (clean - baseline); nan when clean equals the baseline."""
         if k not in tried:
-            tried[k] = circuit_metric(model, clean, corrupted, metric, [(s, r) for s, r, _ in ranked[:k]],
-                                      ablation=ablation, seed=seed)
+            tried[k] = float(metric_value(metric, run(k)))
         return (tried[k] - baseline) / span if span != 0 else float("nan")
 
     k, last = 1, 0
     while k < len(ranked) and not faithful(k) >= target:
         last, k = k, min(2 * k, len(ranked))
-    if not faithful(k) >= target:
-        k = len(ranked)
-    else:
+    if faithful(k) >= target:  # else k is every edge, and no size reaches the target
         lo, hi = last, k  # faithful(hi) >= target; lo is 0 or a size that fell short
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if faithful(mid) >= target else (mid, hi)
         k = hi
-    logits = circuit_logits(model, clean, corrupted, [(s, r) for s, r, _ in ranked[:k]], ablation=ablation, seed=seed)
+    logits = run(k)
     return Circuit(ranked[:k], faithful(k), tried[k], clean_m, baseline, scores.method, len(ranked),
                    [(n, faithful(n)) for n in sorted(tried)], ablation, logits)
 

@@ -60,28 +60,22 @@ class Hooks:
     def __init__(self, model: nn.Module, pairs: HookList, bwd_pairs: HookList = ()):
         self.model = model
         self.points = hook_points(model)
-        self._attached: list[tuple[HookPoint, tuple[HookFn, bool]]] = []
-        try:
-            for backward, given in ((False, pairs), (True, bwd_pairs)):
-                for pair in given.items() if isinstance(given, Mapping) else given:
-                    if not isinstance(pair, tuple) or len(pair) != 2:
-                        raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
-                    names, fn = pair
-                    if not callable(fn):
-                        raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
-                                                f"tensor or None, got {type(fn).__name__}")
-                    for point in resolve(self.points, names):
-                        self._attach(point, (fn, backward))
-        except BaseException:
-            self.remove()
-            raise
-
-    def _attach(self, point: HookPoint, entry: tuple[HookFn, bool]) -> None:
-        tap = point.module
-        if tap.fn is None:
-            tap.fn = _Attached(point)
-        tap.fn.fns.append(entry)
-        self._attached.append((point, entry))
+        chosen: list[tuple[HookPoint, tuple[HookFn, bool]]] = []  # every pair is checked before any is attached
+        for backward, given in ((False, pairs), (True, bwd_pairs)):
+            for pair in given.items() if isinstance(given, Mapping) else given:
+                if not isinstance(pair, tuple) or len(pair) != 2:
+                    raise ArgumentTypeError(f"hooks must be (name or filter, function) pairs, got {pair!r}")
+                names, fn = pair
+                if not callable(fn):
+                    raise ArgumentTypeError(f"the hook for {names!r} must be a function (tensor, hook) -> "
+                                            f"tensor or None, got {type(fn).__name__}")
+                chosen += [(point, (fn, backward)) for point in resolve(self.points, names)]
+        for point, entry in chosen:
+            tap = point.module
+            if tap.fn is None:
+                tap.fn = _Attached(point)
+            tap.fn.fns.append(entry)
+        self._attached = chosen
 
     def remove(self) -> None:
         """Detach every function this object attached (others' hooks stay); idempotent."""
@@ -113,40 +107,38 @@ def run_with_hooks(model: nn.Module, *inputs: Any, hooks: HookList = (), fwd_hoo
     this one call. With ``bwd_hooks``, a backward pass from ``metric(output)`` (default: the output, a
     scalar) runs inside the call. Returns the model's output.
     """
-    with Hooks(model, _joined(hooks, fwd_hooks), bwd_hooks):
-        out = model(*inputs, **kwargs)
-        if bwd_hooks:
-            _scalar(out, metric).backward()
+    with Hooks(model, hooks, bwd_hooks), Hooks(model, fwd_hooks):
+        return _call(model, inputs, kwargs, bool(bwd_hooks), metric)
+
+
+def _call(model: nn.Module, inputs: tuple, kwargs: dict[str, Any], backward: bool,
+          metric: Callable[[Any], torch.Tensor] | None) -> Any:
+    """``model(*inputs, **kwargs)``; with ``backward``, then a backward pass from ``metric(output)`` (default: the
+    output), which must be a scalar that requires grad."""
+    out = model(*inputs, **kwargs)
+    if backward:
+        value = out if metric is None else metric(out)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise GlassformerError(f"a backward pass needs a scalar: pass metric=, a function of the model's output "
+                                   f"returning one (e.g. the loss); got {got}")
+        if not value.requires_grad:
+            raise GlassformerError("the metric does not require grad: run with gradients enabled (not under "
+                                   "torch.no_grad or inference_mode)")
+        value.backward()
     return out
 
 
-def _joined(a: HookList, b: HookList) -> list[tuple[NameSpec, HookFn]]:
-    """Two hook lists (pairs or mappings) as one list of pairs."""
-    return [*(a.items() if isinstance(a, Mapping) else a), *(b.items() if isinstance(b, Mapping) else b)]
-
-
-def _scalar(out: Any, metric: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:
-    """What a backward pass starts from: ``metric(out)``, or ``out``; a scalar that requires grad."""
-    value = out if metric is None else metric(out)
-    if not isinstance(value, torch.Tensor) or value.numel() != 1:
-        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise GlassformerError(f"a backward pass needs a scalar: pass metric=, a function of the model's output "
-                               f"returning one (e.g. the loss); got {got}")
-    if not value.requires_grad:
-        raise GlassformerError("the metric does not require grad: run with gradients enabled (not under "
-                               "torch.no_grad or inference_mode)")
-    return value
-
-
-class Recording(Mapping[str, list[torch.Tensor]]):
-    """What some hook points produced while recording: name -> one tensor per call; made by :func:`record`."""
+class Recording(Hooks, Mapping[str, list[torch.Tensor]]):
+    """What some hook points produced while recording: name -> one tensor per call; made by :func:`record`. The
+    hooks that keep them are attached until :meth:`remove` or the ``with`` block's end (what was recorded stays)."""
 
     def __init__(self, model: nn.Module, names: NameSpec = None, detach: bool = True, incl_bwd: bool = False):
         self.tensors: dict[str, list[torch.Tensor]] = {}
         self.detach = detach
-        self._hooks = Hooks(model, [(names, self._keep)], [(names, self._keep_grad)] if incl_bwd else ())
-        self.points = {p.name: p for p, (_, backward) in self._hooks._attached if not backward}  # the recorded
-        self.all_points = self._hooks.points
+        super().__init__(model, [(names, self._keep)], [(names, self._keep_grad)] if incl_bwd else ())
+        self.all_points = self.points  # every point of the model; ``points``: the recorded ones
+        self.points = {p.name: p for p, (_, backward) in self._attached if not backward}
 
     def _keep(self, x: torch.Tensor, hook: HookPoint) -> None:
         self.tensors.setdefault(hook.name, []).append(x.detach() if self.detach else x)
@@ -177,16 +169,6 @@ class Recording(Mapping[str, list[torch.Tensor]]):
             parts = [torch.nn.functional.pad(p, (0, keys - p.shape[-1]), value=fill) for p in parts]
         return torch.cat(parts, dim=point.module.position_axis)
 
-    def remove(self) -> None:
-        """Stop recording (what was recorded stays)."""
-        self._hooks.remove()
-
-    def __enter__(self) -> "Recording":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
-
 
 def record(model: nn.Module, names: NameSpec = None, *, detach: bool = True) -> Recording:
     """Keep what the hook points ``names`` (None: every point) produce, call after call, until the ``with``
@@ -204,7 +186,5 @@ def run_with_cache(model: nn.Module, *inputs: Any, names: NameSpec = None, names
         raise ArgumentTypeError("give names= or names_filter= (TransformerLens's name for it), not both")
     names = names_filter if names is None else names
     with Recording(model, names, incl_bwd=incl_bwd) as rec:
-        out = model(*inputs, **kwargs)
-        if incl_bwd:
-            _scalar(out, metric).backward()
+        out = _call(model, inputs, kwargs, incl_bwd, metric)
     return out, ActivationCache({name: parts[-1] for name, parts in rec.tensors.items()}, rec.all_points, model)

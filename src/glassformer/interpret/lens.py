@@ -144,8 +144,7 @@ def direct_logit_attribution(model: nn.Module, *inputs: torch.Tensor, token: int
             attention = getattr(block, attr)
             z = cache[act_name(short, i, stack)][:, position].double()  # (B, h, hd)
             heads.append(share(attention.per_head_output(z)))  # each head's write (B, h, d), its share
-            bias = attention.o_proj.bias
-            biases.append(share(bias.expand(B, -1)) if bias is not None else final.new_zeros(B))
+            biases.append(share(attention.head_bias("o").expand(B, -1)))  # zeros without a bias
         return torch.stack(heads, 1), torch.stack(biases, 1)  # (B, L, h), (B, L)
 
     heads, attn_bias = attention_parts("z", "self_attn")

@@ -45,9 +45,7 @@ def _chosen(point: HookPoint, shape: torch.Size, positions: Any, heads: Any,
         except IndexError as error:
             raise GlassformerError(f"{what}={picked!r} out of range for {point.name}, whose axis {axis} "
                                    f"has {shape[axis]} entries") from error
-        view = [1] * len(shape)
-        view[axis] = shape[axis]
-        where = where & line.view(view)
+        where = where & line.view(-1, *[1] * (len(shape) - axis - 1))  # (n, 1, ...): broadcast along axis
     return where
 
 

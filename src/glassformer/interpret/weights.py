@@ -180,13 +180,13 @@ class Weights:
         b_out (L, d). Biases of a bias-free model are zeros (TransformerLens refuses them there).
     """
 
+    W_in = b_in = W_out = b_out = W_gate = None  # stay None without the part (attention-only; W_gate: gated MLPs)
+
     def __init__(self, model: nn.Module, fold_ln: bool):
         from ..models import TransformerLM
 
         if not isinstance(model, TransformerLM):
             raise ArgumentTypeError(f"weights() reads a glassformer TransformerLM, got {type(model).__name__}")
-        if not isinstance(fold_ln, bool):
-            raise ArgumentTypeError(f"fold_ln must be True or False, got {fold_ln!r}")
         blocks = list(model.blocks)
         if fold_ln and not blocks[0].norm_first:
             raise GlassformerError("fold_ln=True needs a pre-norm model (a post-norm block's norm reads the "
@@ -194,13 +194,7 @@ class Weights:
         attn = blocks[0].self_attn
         self.n_layers, self.n_heads, self.n_kv_heads = len(blocks), attn.n_heads, attn.n_kv_heads
         self.d_head = attn.head_dim
-        with torch.no_grad():
-            self._read(model, blocks, fold_ln)
-
-    W_in = b_in = W_out = b_out = W_gate = None  # stay None without the part (attention-only; W_gate: gated MLPs)
-
-    def _read(self, model: nn.Module, blocks: list, fold_ln: bool) -> None:
-        layers = []
+        layers = []  # every tensor below is detached: nothing here is part of a graph
         for block in blocks:
             attn = block.self_attn  # its per-head views: (heads, d, hd) for q, k, v; (h, hd, d) for o
             parts = {"W_O": attn.W_O.detach(), "b_O": attn.head_bias("o").detach()}

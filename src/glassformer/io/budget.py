@@ -15,7 +15,6 @@ from ..errors import GlassformerError, OutOfMemoryError
 from .checks import is_number, shown
 
 FLOAT = 4  # bytes of a float32
-INT64_MAX = 2**63 - 1
 MAX_SIMILARITY_TEXTS = 4096  # --similarity prints an N x N matrix: 16.7M numbers at most
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,

@@ -471,39 +471,13 @@ def disk_full_names(path: str | Path) -> Iterator[None]:
 
 @contextmanager
 def atomic_directory(path: str | Path, names: Collection[str] = MODEL_FILES) -> Iterator[Path]:
-    """Yield an empty temporary folder that becomes ``path`` when the block succeeds; an existing ``path``
-    (only if :func:`check_replaceable`) is moved aside, removed after."""
+    """Yield an empty temporary folder ``.NAME.tmp-PID-RANDOM`` beside ``path`` that becomes ``path`` when the block
+    succeeds; an existing ``path`` (only if :func:`check_replaceable`) is moved aside, removed after."""
     path = Path(path)
     check_replaceable(path, names, "destination")
     restore_moved_aside(path, names)
-    with _folder_in_place(path) as temp:
-        yield temp
-
-
-def restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
-    """Undo a crash between :func:`atomic_directory`'s two renames: put the newest owned ``.NAME.old-*`` back."""
-    if path.exists() or path.is_symlink():
-        return
-    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if olds and owned_folder(olds[-1], names):
-        os.replace(olds[-1], path)
-
-
-@contextmanager
-def new_directory(path: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary folder that becomes ``path`` (which must not exist) when the block succeeds."""
-    path = Path(path)
-    if path.exists() or path.is_symlink():
-        raise FileExistsError(f"{str(path)!r} already exists")
-    with _folder_in_place(path) as temp:
-        yield temp
-
-
-@contextmanager
-def _folder_in_place(path: Path) -> Iterator[Path]:
-    """A new folder ``.NAME.tmp-PID-RANDOM`` (not private, as mkdtemp's) that becomes ``path`` if the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
+    while True:  # a name of our own, made with the umask's mode (mkdtemp's folders are private)
         temp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         with contextlib.suppress(FileExistsError):
             temp.mkdir()
@@ -524,6 +498,25 @@ def _folder_in_place(path: Path) -> Iterator[Path]:
             shutil.rmtree(temp)
 
 
+def restore_moved_aside(path: Path, names: Collection[str] = MODEL_FILES) -> None:
+    """Undo a crash between :func:`atomic_directory`'s two renames: put the newest owned ``.NAME.old-*`` back."""
+    if path.exists() or path.is_symlink():
+        return
+    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and owned_folder(olds[-1], names):
+        os.replace(olds[-1], path)
+
+
+@contextmanager
+def new_directory(path: str | Path) -> Iterator[Path]:
+    """:func:`atomic_directory` for a ``path`` that must not exist (a FileExistsError if it does)."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise FileExistsError(f"{str(path)!r} already exists")
+    with atomic_directory(path, ()) as temp:
+        yield temp
+
+
 def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODEL_FILES,
                     pattern: re.Pattern[str] | None = None) -> None:
     """Point ``link`` at ``target`` atomically, replacing only a link ``pattern`` matches or an owned folder."""
@@ -531,7 +524,7 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
     if link.is_symlink() and os.readlink(link) == target:
         return
     pattern = pattern or re.compile(r"[^/]+")
-    if _entry(link) is not None and not owned_link(link, pattern):
+    if not owned_link(link, pattern):  # an absent link passes check_replaceable too
         check_replaceable(link, names, "pointer")
     temp = link.parent / f".{link.name}.tmp-{os.getpid()}"
     remove_owned(temp, (), pattern, "temporary link")
@@ -540,16 +533,6 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
         shutil.rmtree(link)
     os.replace(temp, link)
     fsync_dir(link.parent)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace the file ``path`` with ``text`` (UTF-8) by :func:`atomic_write`."""
-    atomic_write(path, text)
-
-
-def move_in(source: str | Path, target: str | Path) -> None:
-    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
-    os.replace(source, target)
 
 
 def fsync_file(path: str | Path) -> None:

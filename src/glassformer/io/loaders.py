@@ -1,11 +1,13 @@
 """The way in: one bounded reader per format, turning every way a file can be unusable into a BadFileError."""
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +32,18 @@ def _unreadable(where: str, error: ValueError | RecursionError) -> BadFileError:
     return BadFileError(f"{where} holds a number with more than {digits:,} digits")  # Python's int limit
 
 
-def _expand(path: str) -> str:
-    expanded = os.path.expandvars(os.path.expanduser(path))
-    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in path else None
-    if unset:
-        raise GlassformerError(f"path {path!r} names the environment variable {unset.group(0)}, which is not set")
-    return expanded
-
-
 def expand_home(value: Any) -> Any:
     """A path option (or a list of them) with ``~``, ``$NAME`` and ``${NAME}`` expanded as a shell does (a YAML
     file's paths are no shell's: ``out_dir: $HOME/x``); an unset variable is an error; anything else as it is."""
-    if isinstance(value, str):
-        return _expand(value)
     if isinstance(value, list):
-        return [_expand(v) if isinstance(v, str) else v for v in value]
-    return value
+        return [expand_home(v) for v in value]
+    if not isinstance(value, str):
+        return value
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    unset = re.search(r"\$(\w+|\{[^}]*\})", expanded) if "$" in value else None
+    if unset:
+        raise GlassformerError(f"path {value!r} names the environment variable {unset.group(0)}, which is not set")
+    return expanded
 
 
 def parse_json(text: str | bytes, where: str) -> Any:
@@ -59,12 +57,9 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise _unreadable(where, error) from None
 
 
-def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable (not a
-    regular file: a FIFO, a device, a folder; more than ``max_bytes``, :data:`MAX_CONFIG_BYTES` for configs; not
-    JSON; nested too deeply)."""
-    path = Path(path)
-    where = f"{what} {str(path)!r}"
+def _read_bounded(path: str | Path, where: str, max_bytes: int, kind: str) -> bytes:
+    """The bytes of the file ``path``: a MissingFileError when missing, a BadFileError when it is not a regular
+    file (a FIFO, a device, a folder) or holds more than ``max_bytes`` (too large for ``kind``)."""
     try:  # non-blocking: a FIFO put there (even after a check) must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -76,14 +71,22 @@ def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
         os.close(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BadFileError(f"{where} is not a file")
-        raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for a JSON {what} (at most {max_bytes:,})")
+        raise BadFileError(f"{where} is {info.st_size:,} bytes, too large for {kind} (at most {max_bytes:,})")
     with os.fdopen(fd, "rb") as file:
         data = file.read(info.st_size + 1)  # read(n) sets n bytes aside first: the file's size, not the bound
         if len(data) > info.st_size:  # it grew meanwhile: still read no further than the bound
             data += file.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
-        raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for a JSON {what}")
-    return parse_json(data, where)
+        raise BadFileError(f"{where} is more than {max_bytes:,} bytes, too large for {kind}")
+    return data
+
+
+def load_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of the file ``path``: a MissingFileError when missing, a BadFileError when unusable (not a
+    regular file: a FIFO, a device, a folder; more than ``max_bytes``, :data:`MAX_CONFIG_BYTES` for configs; not
+    JSON; nested too deeply)."""
+    where = f"{what} {str(Path(path))!r}"
+    return parse_json(_read_bounded(path, where, max_bytes, f"a JSON {what}"), where)
 
 
 UNIFORM_EXEMPT = frozenset({"step", "measurements"})  # keys read_records(uniform=True) leaves uncompared
@@ -165,47 +168,39 @@ def expanded_size(value: Any, limit: int = MAX_YAML_NODES) -> int:
 
 def load_yaml(path: str | Path, what: str = "config file") -> Any:
     """The YAML document of ``path`` ({} when empty), bounded in bytes and in values with aliases expanded."""
-    import yaml
-
-    path = Path(path)
-    where = f"{what} {str(path)!r}"
-    if not path.is_file():
-        raise MissingFileError(f"{where} does not exist")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise BadFileError(f"{where} is {size:,} bytes, too large for a config (at most {MAX_CONFIG_BYTES:,})")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise BadFileError(f"{where} is not valid YAML ({str(error).splitlines()[0]})") from None
-    except (ValueError, RecursionError) as error:
-        raise _unreadable(where, error) from None
-    if expanded_size(data) > MAX_YAML_NODES:
-        raise BadFileError(f"{where} expands (through its aliases) to more than {MAX_YAML_NODES:,} "
-                           "values; write the values out or use fewer nested aliases")
-    return data
+    where = f"{what} {str(Path(path))!r}"
+    return _parse_yaml(_read_bounded(path, where, MAX_CONFIG_BYTES, "a config"), where, BadFileError, True) or {}
 
 
 def parse_yaml_text(text: str, where: str, error: type[GlassformerError] = BadFileError) -> Any:
     """The YAML value of ``text`` (a list or mapping typed on a command line), with aliases and anchors refused
     (a line of ``*a`` can stand for billions of values) and at most :data:`MAX_YAML_NODES` values; else ``error``
     naming ``where``."""
-    import yaml
-
     if len(text) > MAX_CONFIG_BYTES:
         raise error(f"{where} is {len(text):,} characters, too long for a value (at most {MAX_CONFIG_BYTES:,})")
+    return _parse_yaml(text, where, error, False)
+
+
+def _parse_yaml(text: str | bytes, where: str, error: type[GlassformerError], aliases: bool) -> Any:
+    """The YAML value of ``text`` (bytes: UTF-8) of at most :data:`MAX_YAML_NODES` values, aliases expanded;
+    ``aliases`` False: an anchor or alias is refused. Else ``error`` naming ``where``."""
+    import yaml
+
     try:
-        aliased = any(isinstance(token, (yaml.AliasToken, yaml.AnchorToken)) for token in yaml.scan(text))
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+        aliased = not aliases and any(isinstance(t, (yaml.AliasToken, yaml.AnchorToken)) for t in yaml.scan(text))
         value = None if aliased else yaml.safe_load(text)
     except yaml.YAMLError as problem:
-        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}): got {shown(text)}") from None
+        got = "" if aliases else f": got {shown(text)}"  # a value typed on a command line is shown
+        raise error(f"{where} is not valid YAML ({str(problem).splitlines()[0]}){got}") from None
     except (ValueError, RecursionError) as problem:
         raise error(str(_unreadable(where, problem))) from None
     if aliased:
         raise error(f"{where} uses a YAML anchor or alias (&name, *name), which a value given here may not: "
                     "write the values out")
     if expanded_size(value) > MAX_YAML_NODES:
-        raise error(f"{where} stands for more than {MAX_YAML_NODES:,} values")
+        raise error(f"{where} expands (through its aliases, if any) to more than {MAX_YAML_NODES:,} values; "
+                    "write fewer values or use fewer nested aliases")
     return value
 
 
@@ -300,12 +295,21 @@ def rust_tokenizer(data: Any, file: str | Path) -> Any:
 
 
 def rust_call(build: Any, file: str | Path) -> Any:
-    """``build()`` (Rust reading ``file``) with any error but Ctrl-C, a Rust panic included, as a BadFileError."""
-    try:
+    """``build()`` (Rust reading ``file``), a failure as one BadFileError naming ``file`` (:func:`rust_errors`)."""
+    with rust_errors(f"{_named(file)} is not a tokenizer the Hugging Face library can read"):
         return build()
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (a plain Exception, or pyo3's PanicException)
-        detail = " ".join(str(error).split()) or type(error).__name__
-        raise BadFileError(f"{_named(file)} is not a tokenizer the Hugging Face library can read ({detail})") from None
 
+
+@contextlib.contextmanager
+def rust_errors(message: str, error: type[GlassformerError] = BadFileError) -> Iterator[None]:
+    """Inside the block, a failure of the Rust ``tokenizers`` library (a bare Exception, or a panic such as a regex's
+    backtracking limit) is one ``error``: ``message (what Rust said)``; Ctrl-C and glassformer's own errors pass."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GlassformerError):
+        raise
+    except BaseException as problem:  # noqa: BLE001 (pyo3's PanicException derives from BaseException)
+        detail = " ".join(str(problem).split())[:200] or type(problem).__name__
+        hint = ": the tokenizer's vocabulary lacks the unknown token its model names" if "Missing" in detail and \
+            "token from the vocabulary" in detail else ""
+        raise error(f"{message} ({detail}){hint}") from None

@@ -37,6 +37,3 @@ def read_header(files: Sequence[Path]) -> Header:
     return header
 
 
-def torch_dtype(name: str) -> torch.dtype | None:
-    """The torch dtype of a safetensors dtype name ("F32" -> torch.float32); None for one unknown here."""
-    return DTYPES.get(name)

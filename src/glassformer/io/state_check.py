@@ -68,14 +68,12 @@ def _hyper_expected(name: str, value: Any, fresh: Any) -> str | None:
     return repr(fresh) if isinstance(fresh, str) and value != fresh else None
 
 
-def _moments(group: dict[str, Any]) -> set[str] | None:
-    """The entries a parameter's state holds under the optimizer of ``group`` (a fresh one's): Adam's count and
-    two moments (and the running maximum under amsgrad), Muon's momentum; None for an optimizer not known here."""
-    if "betas" in group:
-        return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
+def _moments(group: dict[str, Any]) -> set[str]:
+    """The entries a parameter's state holds under the optimizer of ``group`` (a fresh one's, of those glassformer
+    builds): Muon's momentum, else Adam's count and two moments (and the running maximum under amsgrad)."""
     if "momentum" in group:
         return {"momentum_buffer"}
-    return None
+    return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
 
 
 def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "optimizer") -> None:
@@ -96,7 +94,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
     if not isinstance(groups, list) or len(groups) != len(fresh):
         raise _bad(file, f"{key}.param_groups", groups, f"a list of {len(fresh)} parameter groups")
     params: dict[int, nn.Parameter] = {}
-    needed: dict[int, set[str] | None] = {}  # per parameter index: the entries its state must hold
+    needed: dict[int, set[str]] = {}  # per parameter index: the entries its state must hold
     for g, (group, mine, live) in enumerate(zip(groups, fresh, optimizer.param_groups, strict=True)):
         where = f"{key}.param_groups[{g}]"
         if not isinstance(group, dict) or group.get("params") != mine["params"]:
@@ -131,9 +129,7 @@ def check_optimizer_state(saved: Any, optimizer: Any, file: str, key: str = "opt
             elif not is_number(value) or not 0 <= value <= MAX_STEP:
                 raise _bad(file, f"{where}.step", value, f"a number in [0, {MAX_STEP}]")
         wanted = needed[index]
-        if wanted is None and "momentum_buffer" not in entry:
-            wanted = {"exp_avg", "exp_avg_sq", "step"}
-        if wanted is not None and set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
+        if set(entry) != wanted:  # torch reads each (a KeyError) and ignores no other
             missing, extra = sorted(wanted - set(entry)), sorted(set(entry) - wanted)
             problems = [f"lacks {missing}"] if missing else []
             problems += [f"holds {extra}, not kept by this optimizer"] if extra else []

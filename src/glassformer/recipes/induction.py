@@ -21,7 +21,7 @@ from ..interpret import head_scores
 from ..interpret.attribution import ATTRIBUTION, induction_patching
 from ..interpret.measurements import detect_phase_change
 from ..io.checks import check_int
-from ..io.fileio import atomic_write_text
+from ..io.fileio import atomic_write
 from ..io.loaders import read_records
 from ..models import build_model
 from ..tokenizers import CharTokenizer
@@ -228,7 +228,7 @@ def run_induction(config: TrainConfig, spec: dict[str, Any]) -> dict[str, Any]:
         model.eval()  # attribution patching against exact patching, per head; the run page shows both
         say(f"attribution and exact patching of every head ({run_config.out_dir}/{ATTRIBUTION})", config.progress)
         run["attribution"] = induction_patching(model, length, batch, low=task.low, bos=task.bos)
-        atomic_write_text(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
+        atomic_write(out / name / ATTRIBUTION, json.dumps(run["attribution"], indent=1) + "\n")
         if name == "gpt2":  # through a Hugging Face folder and back, as any GPT-2 would come in
             folder = save_hf_dir(model, None, out / name / "hf")
             loaded, _ = load_hf_dir(folder)

@@ -1,9 +1,8 @@
 """HFTokenizer: a pretrained Hugging Face tokenizer (tokenizer.json, BERT's vocab.txt, GPT-2's
 vocab.json + merges.txt) behind glassformer's tokenizer interface. Needs only ``tokenizers``."""
 
-import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,9 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import ArgumentTypeError, BadFileError, GlassformerError, MissingFileError
-from ..io.checks import check_inside, first_line
+from ..io.checks import check_inside
 from ..io.fileio import atomic_write, check_output_file, rust_path
-from ..io.loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_tokenizer
+from ..io.loaders import MAX_CONFIG_BYTES, load_json, rust_call, rust_errors, rust_tokenizer
 from .base import Tokenizer, check_text, field
 
 # Where Hugging Face's tokenizer_config.json names each of our special roles, in order of preference.
@@ -80,22 +79,21 @@ class HFTokenizer(Tokenizer):
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Text -> ids, as ``transformers`` encodes: by default with the tokenizer's own specials."""
         text = check_text(text)
-        with _rust_errors("encode"):
+        with rust_errors("the tokenizer could not encode the text", GlassformerError):
             return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Several texts at once (in parallel, in Rust); no padding."""
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        if isinstance(texts, str):
             raise ArgumentTypeError("texts must be a sequence of str")
-        for i, text in enumerate(texts):
-            check_text(text, f"texts[{i}]")
-        with _rust_errors("encode"):
-            return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+        texts = [check_text(text, f"texts[{i}]") for i, text in enumerate(texts)]  # each a str of valid Unicode
+        with rust_errors("the tokenizer could not encode the text", GlassformerError):
+            return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text by the tokenizer's decoder; specials dropped unless ``skip_special_tokens=False``."""
         ids = [self.check_id(i) for i in ids]
-        with _rust_errors("decode"):
+        with rust_errors("the tokenizer could not decode the text", GlassformerError):
             return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str:
@@ -151,21 +149,6 @@ def _first_known(tokenizer: RustTokenizer, candidates: dict[str, Sequence[Any]])
     found = {role: [t for t in tokens if isinstance(t, str) and tokenizer.token_to_id(t) is not None]
              for role, tokens in candidates.items()}
     return {role: tokens[0] for role, tokens in found.items() if tokens}
-
-
-@contextlib.contextmanager
-def _rust_errors(doing: str) -> Iterator[None]:
-    """A ``tokenizers`` failure while ``doing`` (a bare Exception, or a Rust panic such as a regex's backtracking
-    limit) as one GlassformerError; Ctrl-C stays Ctrl-C."""
-    try:
-        yield
-    except (KeyboardInterrupt, SystemExit, GlassformerError):
-        raise
-    except BaseException as error:  # noqa: BLE001 (pyo3's PanicException derives from BaseException)
-        detail = first_line(error)
-        hint = ": the tokenizer's vocabulary lacks the unknown token its model names" if "Missing" in detail and \
-            "token from the vocabulary" in detail else ""
-        raise GlassformerError(f"the tokenizer could not {doing} the text ({detail[:200]}){hint}") from None
 
 
 def wordpiece(vocab_file: str | Path, lowercase: bool = True) -> RustTokenizer:

@@ -16,7 +16,7 @@ from ..errors import BadFileError, GlassformerError, MissingFileError
 from ..io.checks import check_inside
 from ..io.fileio import atomic_directory, disk_full_names, new_directory, remove_owned, rust_path, shown_text
 from ..io.loaders import MAX_CONFIG_BYTES, load_json, load_state_file
-from ..io.safetensors_header import read_header, torch_dtype
+from ..io.safetensors_header import DTYPES, read_header
 from ..models import build_model, upgrade_state_dict
 from ..models.legacy import upgrade_key
 from ..tokenizers import Tokenizer
@@ -126,7 +126,7 @@ def _load_folder(path: Path, map_location: str | torch.device, with_state: bool)
     wrong = [f"{k}: file {header[names[k]][0]} vs config {tuple(v)}" for k, (v, _) in specs.items()
              if k in names and header[names[k]][0] != tuple(v)]
     wrong += [f"{k}: dtype {header[names[k]][1]} in the file, {dtype} in the model" for k, (_, dtype) in specs.items()
-              if k in names and torch_dtype(header[names[k]][1]) != dtype]
+              if k in names and DTYPES.get(header[names[k]][1]) != dtype]
     if missing or unexpected or wrong:
         detail = "; ".join(filter(None, [f"missing {missing[:3]}" if missing else "",
                                          f"unexpected {unexpected[:3]}" if unexpected else "", "; ".join(wrong[:3])]))

@@ -101,6 +101,8 @@ class TrainConfig(CheckedConfig):
         self.keep_checkpoints = parse_keep(self.keep_checkpoints)
         if self.batch_size % self.grad_accum:
             raise GlassformerError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
+        if self.objective == "prefix" and self.block_size < 2:  # a prefix of >= 1 token, then >= 1 target
+            raise GlassformerError(f"block_size must be >= 2 for objective 'prefix', got {self.block_size}")
         if self.tokenizer == "bpe" and self.tokenizer_vocab_size is None:
             raise GlassformerError("tokenizer 'bpe' needs tokenizer_vocab_size (e.g. 1024)")
         if self.specials is not None:

@@ -24,7 +24,7 @@ from ..interpret.detectors import probe_lengths, repeated_tokens
 from ..interpret.measurements import Measurement, Probe, head_score_record, text_probe_record
 from ..io.budget import check_fits, describe, model_bytes, probe_bytes
 from ..io.checks import check_int, first_line, shown
-from ..io.fileio import atomic_write_text, fsync_file
+from ..io.fileio import atomic_write, fsync_file
 from ..io.loaders import load_json, read_records
 from ..io.records import record_line
 from ..models import TransformerLM
@@ -92,9 +92,7 @@ def _user_call(fn: Any, *args: Any, failed: str, end: str = "") -> Any:
     line: ``failed``, the error's type and first line, ``end``."""
     try:
         return fn(*args)
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as error:  # noqa: BLE001 (the user's code: any error is one line naming it)
+    except (Exception, SystemExit) as error:  # the user's code: any error is one line naming it
         raise MeasurementError(f"{failed}{type(error).__name__}: {first_line(error)[:200]}{end}") from None
 
 
@@ -202,14 +200,14 @@ class Microscope:
         out = Path(out_dir)
         self.file = out / RECORDS
         kept = [r for r in read_records(self.file) if r["step"] <= step] if step > 0 else []
-        atomic_write_text(self.file, "".join(record_line(r, compact=True) for r in kept))
+        atomic_write(self.file, "".join(record_line(r, compact=True) for r in kept))
         watch = {**asdict(self.watch), "probe_length": self.probe_length, "probe_lengths": self.lengths}
         meta = {"tokens": self.tokens, "heads": self.heads, "watch": watch,
                 "n_layers": model.config.n_layers, "n_heads": model.config.n_heads,
                 "measurements": {name: _spec(name, fn, self.watch.measurements)
                                  for name, fn in self.measurements.items()},
                 "probe_text": self.probe_text.tolist()}  # what a replay reads (training.replay)
-        atomic_write_text(out / META, json.dumps(meta, indent=1) + "\n")
+        atomic_write(out / META, json.dumps(meta, indent=1) + "\n")
         if step == 0:
             self.record(model, 0)
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import GlassformerError
-from ..io.fileio import atomic_write_text
+from ..io.fileio import atomic_write
 from ..io.state_check import check_resume_matches, check_train_state
 from .checkpoint import load_checkpoint
 from .config import TrainConfig
@@ -94,5 +94,5 @@ def tidy_run_dir(out: Path, resumed: Path | None, best_step: int, history: list[
     if resumed is None:
         clear_run(out)
     last = recover_run(out, resumed, best_step, keep) if resumed is not None else None
-    atomic_write_text(out / METRICS, "".join(metrics_line(h) for h in history))
+    atomic_write(out / METRICS, "".join(metrics_line(h) for h in history))
     return last

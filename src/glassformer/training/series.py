@@ -62,18 +62,13 @@ def checkpoint_bytes(model: nn.Module, tokenizer: Any, optimizer: Any, training:
     return size + len(json.dumps(training, indent=2, ensure_ascii=False).encode()) + 1
 
 
-def _free_bytes(folder: Path) -> int:
-    """Free bytes on the disk that holds ``folder`` (or its nearest existing parent)."""
-    place = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
-    return shutil.disk_usage(place).free
-
-
 def check_series_disk(out_dir: str | Path, steps: list[int], each: int, first: int, after: int = -1) -> str:
     """The start line of a run keeping ``steps`` (those after ``after`` still to write, ``each`` bytes
     apiece, ``first`` for step 0's); a GlassformerError, before training, when they do not fit the free disk
     of ``out_dir``."""
     to_write = [s for s in steps if s > after]
-    needed, free = sum(first if s == 0 else each for s in to_write), _free_bytes(Path(out_dir))
+    place = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists()), Path("."))  # out_dir may be new
+    needed, free = sum(first if s == 0 else each for s in to_write), shutil.disk_usage(place).free
     line = (f"keep_checkpoints: {len(steps)} checkpoints (steps {_listed(steps)}), about {human(each)} each: "
             f"{human(needed)} more on disk ({human(free)} free)")
     if needed > free:

@@ -155,11 +155,6 @@ def prepare_run(config: TrainConfig, *, checked: bool = False) -> Run:
     unless ``checked`` (the command ran it before claiming its outputs)."""
     if not checked:
         check_run(config)
-    with quiet(not config.progress):
-        return _prepare(config)
-
-
-def _prepare(config: TrainConfig) -> Run:
     check_run_dir(config.out_dir)  # a user's file where the run writes: refused before anything is read or written
     # before reading any data: the run must fit with the smallest vocabulary its tokenizer can have
     smallest = config.tokenizer_vocab_size or len(config.needed_specials()) + 1
@@ -169,24 +164,25 @@ def _prepare(config: TrainConfig) -> Run:
 
         # without a <bos> (extra 0): the run's Microscope checks again, exactly
         probe_plan(WatchConfig.from_dict(config.watch), config.model_config(smallest), 0, config.max_memory)
-    if config.objective == "seq2seq":
-        has_val = config.val_pairs or (config.val_src and config.val_tgt)
+    with quiet(not config.progress):  # the data's progress lines, as the run asks
+        if config.objective == "seq2seq":
+            has_val = config.val_pairs or (config.val_src and config.val_tgt)
 
-        def pairs() -> itertools.chain:  # streamed from the files each time (no list of every sentence)
-            val = iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else ()
-            return itertools.chain(iter_pairs(config.src, config.tgt, config.pairs), val)
-        # the tokenizer sees every source, then every target (train, then val), as it always did
-        tokenizer = _tokenizer(config, itertools.chain((s for s, _ in pairs()), (t for _, t in pairs())))
-        train = encode_pairs(iter_pairs(config.src, config.tgt, config.pairs), tokenizer, config.block_size)
-        val = encode_pairs(iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else (),
-                           tokenizer, config.block_size)
-        batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(train, val, tokenizer.pad_id, config.seed)
-    else:
-        tokenizer, train_ids, val_ids = _lm_data(config)
-        batches = LMBatches(config.objective, train_ids, val_ids if val_ids is not None and len(val_ids) else None,
-                            config.block_size, config.seed, mask_id=tokenizer.mask_id,
-                            vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
-                            mask_prob=config.mask_prob, rows=_rank_rows(config))
+            def pairs() -> itertools.chain:  # streamed from the files each time (no list of every sentence)
+                val = iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else ()
+                return itertools.chain(iter_pairs(config.src, config.tgt, config.pairs), val)
+            # the tokenizer sees every source, then every target (train, then val), as it always did
+            tokenizer = _tokenizer(config, itertools.chain((s for s, _ in pairs()), (t for _, t in pairs())))
+            train = encode_pairs(iter_pairs(config.src, config.tgt, config.pairs), tokenizer, config.block_size)
+            val = encode_pairs(iter_pairs(config.val_src, config.val_tgt, config.val_pairs) if has_val else (),
+                               tokenizer, config.block_size)
+            batches: LMBatches | Seq2SeqBatches = Seq2SeqBatches(train, val, tokenizer.pad_id, config.seed)
+        else:
+            tokenizer, train_ids, val_ids = _lm_data(config)
+            batches = LMBatches(config.objective, train_ids, val_ids if val_ids is not None and len(val_ids) else None,
+                                config.block_size, config.seed, mask_id=tokenizer.mask_id,
+                                vocab_size=tokenizer.vocab_size, special_ids=list(tokenizer.special_tokens.values()),
+                                mask_prob=config.mask_prob, rows=_rank_rows(config))
     _check_fits(config, tokenizer.vocab_size, batches)
     torch.manual_seed(config.seed)
     return Run(build_model(config.model_config(tokenizer.vocab_size)), tokenizer, batches)

@@ -15,7 +15,7 @@ from ..config import ModelConfig
 from ..errors import BadFileError
 from ..io.checks import first_line
 from ..io.fileio import rust_path
-from ..io.safetensors_header import Header, torch_dtype
+from ..io.safetensors_header import DTYPES, Header
 from ..models import build_model
 
 MAX_ALIBI_HEADS = 2**16  # more heads than any model has; their slopes are built in a Python loop
@@ -93,7 +93,7 @@ def meta_shapes(config: ModelConfig) -> dict[str, torch.Size]:
 
 def meta_tensors(header: Header) -> dict[str, torch.Tensor]:
     """A stand-in state dict: one ``meta`` tensor (shape and dtype, no data) per entry of ``header``."""
-    return {name: torch.empty(shape, device="meta", dtype=torch_dtype(kind) or torch.float32)
+    return {name: torch.empty(shape, device="meta", dtype=DTYPES.get(kind) or torch.float32)
             for name, (shape, kind) in header.items()}
 
 

@@ -1,28 +1,19 @@
 """The words a learner reads, in English and Chinese (locale/report.en.json, report.zh.json: same keys and
 ``{fields}``). Error messages stay in English: they are searched for, quoted in issues and matched by tests."""
 
-import os
 import string
 from collections.abc import Mapping
 
 from ..errors import GlassformerError
 from ..io.checks import shown
 from ..io.textwidth import format_columns
-from ..locale import catalogue
+from ..locale import catalogue, locale_lang
 
 LANGS = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>: picks the CJK glyph variants
 EN: dict[str, str] = catalogue("report.en")
 ZH: dict[str, str] = catalogue("report.zh")
 MESSAGES: dict[str, Mapping[str, str]] = {"en": EN, "zh": ZH}
-
-
-def locale_lang(environ: Mapping[str, str] | None = None) -> str:
-    """``"zh"`` when the locale (``LC_ALL``, then ``LC_MESSAGES``, then ``LANG``: the first one set decides, as in
-    POSIX) is Chinese, else ``"en"``."""
-    env = os.environ if environ is None else environ
-    value = next((env[name] for name in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(name)), "")
-    return "zh" if value.lower().startswith("zh") else "en"
 
 
 def resolve_lang(lang: str | None, name: str = "lang", environ: Mapping[str, str] | None = None) -> str:

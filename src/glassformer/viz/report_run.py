@@ -87,10 +87,6 @@ def _line_chart(series: list[tuple[str, list[tuple[float, float]]]], title: str,
 BY_LAYER = {"lens_loss": 1, "resid_norm": 1, "weight_norm": 0}  # layers + this many values each
 
 
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def _table(value: Any, rows: int | None = None, columns: int | None = None) -> bool:
     """Whether ``value`` is a non-empty list of equally long non-empty lists (of ``rows`` x ``columns``)."""
     return (isinstance(value, list) and bool(value) and all(isinstance(row, list) and row for row in value)
@@ -115,7 +111,7 @@ SNAPSHOTS: Rule = (lambda v: isinstance(v, dict) and all(re.fullmatch(r"\d{1,4}\
 SETTINGS: dict[str, Rule] = {  # microscope.json's keys the page reads (both may be absent)
     "watch": (lambda v: isinstance(v, dict) and isinstance(v.get("probe_lengths") or [], list),
               "an object (its probe_lengths a list)"),
-    "tokens": (_strings, "a list of strings")}
+    "tokens": (lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of strings")}
 ATTRIBUTION_KEYS: dict[str, Rule] = {"estimate": HEAD_TABLE, "exact": HEAD_TABLE, "correlation": NUMBER,
                                      "top_estimate": (_top_heads, "a list of [layer, head, effect]"),
                                      "top_exact": (_top_heads, "a list of [layer, head, effect]"),

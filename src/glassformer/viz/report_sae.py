@@ -78,16 +78,14 @@ def write_transcoder_pages(summaries: list[dict[str, Any]], out_dir: str | Path,
     """One page per layer, ``out_dir/features-L{i}.html``, for the summaries of
     :func:`glassformer.interpret.transcoders.transcoder_feature_summaries`; ``metrics``: those of
     ``evaluate_transcoders`` (each page shows its layer's and the whole replacement's)."""
-    pages = []
+    pages, metrics = [], metrics or {}
     for summary in summaries:
         layer = int(summary["layer"])
-        shown: dict[str, Any] = {}
-        if metrics:
-            shown = {key: metrics[key][layer] for key in ("nmse", "explained_variance", "l0", "dead") if key in metrics}
-            shown.update({key: metrics[key] for key in ("ce_clean", "ce_replaced", "ce_recovered", "tokens")
-                          if key in metrics})
-            if "ce_zero" in metrics:
-                shown["ce_zero_mlps"] = metrics["ce_zero"]
+        shown = {key: metrics[key][layer] for key in ("nmse", "explained_variance", "l0", "dead") if key in metrics}
+        shown.update({key: metrics[key] for key in ("ce_clean", "ce_replaced", "ce_recovered", "tokens")
+                      if key in metrics})
+        if "ce_zero" in metrics:
+            shown["ce_zero_mlps"] = metrics["ce_zero"]
         pages.append(write_feature_pages(summary, Path(out_dir) / f"features-L{layer}.html", metrics=shown,
                                          title=tr("sae.transcoder_title", lang, layer=layer), lang=lang))
     return pages

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_write, claim_outputs
 
 WRITES = (Writes(("bench", "--quick", "--out", "{out}/bench.json"), ("{out}/bench.json",)),)  # test_outputs_guard
 
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "precision, bf16_attention, decode_route, threads, compile)")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="with --defaults: how much slower than its alternative a default may be (default 0.10)")
-    parser.set_defaults(func=run, keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
+    parser.set_defaults(keeps_kernel_choices=True)  # the one verb that writes the kernel-choice cache
 
 
 WAYS = {  # a kernel choice's case prefix -> (its special way, its plain way), as --kernel_choices names them
@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
     from ...bench.runner import DEFAULT_PARTS
     from ...errors import UsageError
     from ...io.checks import check_int, check_number
-    from ...io.fileio import atomic_write, claim_outputs
     from ...runtime import kernel_choice
     from ...runtime.device import pick_device
 

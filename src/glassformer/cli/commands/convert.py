@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
-from ...errors import MissingFileError
-from ...io.fileio import Writes
+from ...errors import GlassformerError, MissingFileError
+from ...io.fileio import Writes, check_not_source, check_replaceable
 
 WRITES = (Writes(("convert", "{ck}", "{out}/hf"), ("{out}/hf/config.json", "{out}/hf/model.safetensors")),)
 
@@ -26,34 +26,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help="the folder to read")
     parser.add_argument("dst", type=Path, help="the folder to write (replaced only if glassformer wrote it)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst`` (direction from what SRC is); print a one-line summary; 0."""
-    from ...errors import GlassformerError
-    from ...interop.hf_dir import is_hf_dir, load_hf_dir, save_hf_dir
-    from ...io.fileio import check_not_source, check_replaceable
+    from ...interop.hf_dir import is_hf_dir, save_hf_dir
     from ...models import count_params
-    from ...training.checkpoint import load, save_checkpoint
+    from ...training.checkpoint import save_checkpoint
+    from . import load_model_folder
 
     if not args.src.is_dir():
         raise MissingFileError(f"{str(args.src)!r} is not a folder")
     # Before reading anything: never the source or a folder above it, never a path glassformer did not write.
     check_not_source(args.dst, [args.src], "dst")
     check_replaceable(args.dst, what="dst")
+    model, tokenizer = load_model_folder(args.src)  # a glassformer checkpoint needs a tokenizer
     if is_hf_dir(args.src):
-        model, tokenizer = load_hf_dir(args.src)
-        if tokenizer is None:
-            raise GlassformerError(f"{str(args.src)!r} has no tokenizer files (tokenizer.json, vocab.txt or "
-                                   "vocab.json + merges.txt); a glassformer checkpoint needs one")
         if tokenizer.vocab_size > model.config.vocab_size:  # smaller is fine (a padded vocabulary): load agrees
             raise GlassformerError(f"{str(args.src)!r}: its tokenizer has {tokenizer.vocab_size} ids but the model's "
                                    f"vocab_size is {model.config.vocab_size}; ids beyond it would have no embedding")
         save_checkpoint(args.dst, model, tokenizer)
         what = "Hugging Face folder -> glassformer checkpoint"
     else:
-        model, tokenizer = load(args.src)
         save_hf_dir(model, tokenizer, args.dst)
         what = "glassformer checkpoint -> Hugging Face folder"
     c = model.config

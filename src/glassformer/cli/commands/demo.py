@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_write, claim_outputs
 
 WRITES = (Writes(("demo", "--out", "{out}"), ("{out}/results.json", "{out}/loss_curve.png",
                                            "{out}/attention_layer1.png", "{out}/run/metrics.jsonl")),
@@ -24,7 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="run lesson 2's experiments instead (attention vs torch.nn, sqrt(d), positions)")
     parser.add_argument("--lang", metavar="LANG",
                         help="language of the printed steps: en or zh (default: the locale; LANG=zh_CN.UTF-8 gives zh)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_lesson2(out: Path, lang: str = "en") -> int:
     """Run lesson 2's experiments, print their summary and write the findings to ``out/lesson2.json``; 0."""
-    from ...io.fileio import atomic_write, claim_outputs
     from ...lessons import lesson2
     from ...viz.i18n import text
 

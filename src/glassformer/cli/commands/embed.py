@@ -4,7 +4,6 @@ import argparse
 import json
 from pathlib import Path
 
-from ...errors import MissingFileError
 from ...io.fileio import Writes
 
 WRITES: tuple[Writes, ...] = ()  # prints its vectors; writes no file
@@ -33,7 +32,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--digits", type=int, default=6, help="decimals printed")
     parser.add_argument("--max_memory", default=None,
                         help="memory embedding may use (8GB, 512MiB; default: what the machine has free)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,10 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ...errors import GlassformerError, UsageError
     from ...generation import sentence_embeddings
-    from ...interop.hf_dir import is_hf_dir, load_hf_dir
     from ...io.budget import check_fits, check_similarity_fits, describe, forward_bytes, parse_size
     from ...io.checks import check_int
-    from ...training.checkpoint import load
+    from . import load_model_folder
 
     check_int("--digits", args.digits, 0, 16)
     empty = [i + 1 for i, text in enumerate(args.texts) if not text]
@@ -55,11 +52,7 @@ def run(args: argparse.Namespace) -> int:
         parse_size(args.max_memory)
     if args.similarity:  # the N x N matrix, before the model is even read
         check_similarity_fits(len(args.texts), args.max_memory)
-    if not args.model.is_dir():
-        raise MissingFileError(f"model folder {str(args.model)!r} does not exist")
-    model, tokenizer = load_hf_dir(args.model) if is_hf_dir(args.model) else load(args.model)
-    if tokenizer is None:
-        raise GlassformerError(f"{str(args.model)!r} has no tokenizer files")
+    model, tokenizer = load_model_folder(args.model)
     if model.config.arch != "lm" or model.config.attn != "bidirectional":
         raise GlassformerError(f"embed needs an encoder (arch='lm', attn='bidirectional'); {str(args.model)!r} "
                                f"has arch={model.config.arch!r}, attn={model.config.attn!r}")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ...io.fileio import Writes
-from .precision import add_precision
+from .precision import add_precision, choose_precision
 
 WRITES: tuple[Writes, ...] = ()  # prints its scores; writes no file
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max_memory", default=None,
                         help="memory evaluation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
-    parser.set_defaults(func=run, follows_load=True)  # evaluate() follows the load: threads spin
+    parser.set_defaults(follows_load=True)  # evaluate() follows the load: threads spin
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,14 +40,13 @@ def run(args: argparse.Namespace) -> int:
 
     from ...data import LMBatches, Seq2SeqBatches, encode_files, encode_pairs, iter_pairs
     from ...data.shards import looks_like_tokens, open_shards
-    from ...errors import GlassformerError, UsageError
+    from ...errors import UsageError
     from ...io.budget import check_fits, describe, forward_bytes, parse_size
     from ...io.checks import check_int, is_int
     from ...io.records import finite_or_null
     from ...training import check_model_for, evaluate, load_checkpoint
     from ...training.objectives import OBJECTIVE_ATTN, batch_loss
     from ...viz.i18n import text as ui_text
-    from .precision import choose_precision
 
     if args.max_memory is not None:
         parse_size(args.max_memory)
@@ -57,12 +56,9 @@ def run(args: argparse.Namespace) -> int:
         "seq2seq" if model.config.arch == "encoder-decoder" else
         {attn: name for name, attn in OBJECTIVE_ATTN.items()}[model.config.attn])
     check_model_for(objective, model)
-    for option in ("block_size", "max_batches", "batch_size"):  # None: the training block size / the whole file
-        if getattr(args, option) is not None:
-            check_int(f"--{option}", getattr(args, option), 1)
-    if args.block_size is not None and args.block_size > model.config.max_len:
-        raise GlassformerError(f"--block_size must be at most the model's max_len={model.config.max_len}, "
-                               f"got {args.block_size}")
+    for option, high in (("block_size", model.config.max_len), ("max_batches", None), ("batch_size", None)):
+        if getattr(args, option) is not None:  # None: the training block size / the whole file
+            check_int(f"--{option}", getattr(args, option), 1, high)
     block_size = args.block_size or training.get("block_size")
     if not is_int(block_size) or not 1 <= block_size <= model.config.max_len:
         block_size = model.config.max_len  # none recorded, edited by hand, or past the model's positions

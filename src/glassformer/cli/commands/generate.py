@@ -7,8 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...io.fileio import Writes
-from .precision import add_precision
+from ...errors import GlassformerError, UsageError
+from ...io.fileio import Writes, atomic_write, claim_outputs
+from .precision import add_precision, choose_precision
 
 WRITES = (Writes(("generate", "{ck}", "--prompt", "ab", "--max_new_tokens", "2", "--json", "{out}/g.json"),
                  ("{out}/g.json",)),)
@@ -69,7 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--trace_top_k", type=int, default=4, help="candidates shown per traced step (default 4)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results (or trace) as JSON")
     add_precision(parser)
-    parser.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,7 +86,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _warn_sampling_options(args: argparse.Namespace) -> None:
     """A warning on stderr for the sampling options given without --sample: greedy and beam search ignore them."""
-    from ...errors import GlassformerError
     from ...generation.processors import make_processors
 
     values = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "min_p")
@@ -105,12 +104,10 @@ def _warn_sampling_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or stream, or trace) from each ``--prompt`` and print the text; returns 0."""
-    from ...errors import UsageError
     from ...generation import check_max_new_tokens, generate_text
     from ...io.budget import check_fits, describe, generation_bytes
     from ...io.checks import check_int
     from ...training import load
-    from .precision import choose_precision
 
     if not all(args.prompt):
         raise UsageError("--prompt must not be empty")
@@ -120,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--stream and --trace follow one sequence: one --prompt, --num_beams 1, "
                          "--num_return_sequences 1")
     if args.json is not None:  # never the checkpoint's own files, a link or a user's file: before any work
-        from ...io.fileio import claim_outputs
         claim_outputs([args.json], [args.checkpoint], "--json")
     model, tokenizer = load(args.checkpoint)
     rows = len(args.prompt) * max(args.num_beams, args.num_return_sequences)  # beams x prompts, before any buffer
@@ -138,7 +134,6 @@ def run(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, model: Any, tokenizer: Any) -> None:
     """The generation of :func:`run` (printed, and written to ``--json``), once the model is loaded."""
     from ...generation import format_trace, generate_text, stream_text, trace_text
-    from ...io.fileio import atomic_write
     from ...viz.i18n import text as ui_text
 
     options = _options(args)

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_directory, check_not_source
 
 GRAPH_FILES = ("graph.pt", "graph.json", "graph.html")
 WRITES = (Writes(("graph", "{ck}", "--transcoders", "{tc}", "--prompt", "hello", "--out", "{out}"),
@@ -40,14 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", type=Path, default=None,
                         help="a text file whose strongest activations the page shows for each kept feature")
     parser.add_argument("--max_memory", default=None, help="refuse before allocating beyond this size (e.g. 4GB)")
-    parser.set_defaults(func=run)
-
-
-def prompt_ids(tokenizer, prompt: str) -> list[int]:  # noqa: ANN001 (a glassformer Tokenizer)
-    """The prompt's ids with the tokenizer's BOS first (when it has one and the prompt does not start with it)."""
-    ids = tokenizer.encode(prompt)
-    bos = tokenizer.special_tokens.get("bos")
-    return ids if bos is None or (ids and ids[0] == bos) else [bos, *ids]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
     from ...interpret.graph.files import frontend_json, graph_bytes_pt
     from ...interpret.transcoders import load_transcoders
     from ...io.checks import check_number
-    from ...io.fileio import atomic_directory, check_not_source
     from ...io.progress import Heartbeat
     from ...training.checkpoint import load_checkpoint
     from ...viz.report_graph import graph_html, node_id
@@ -74,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = load_checkpoint(args.checkpoint)
     model, tokenizer = checkpoint.model.eval(), checkpoint.tokenizer
     tc = load_transcoders(args.transcoders, model)
-    ids = prompt_ids(tokenizer, args.prompt)
+    ids = tokenizer.encode(args.prompt)
+    if tokenizer.bos_id is not None and ids[:1] != [tokenizer.bos_id]:  # BOS first: position 0 holds no features
+        ids = [tokenizer.bos_id, *ids]
     with Heartbeat("attribution graph", unit="targets") as beat:
         graph = attribute(model, tc, ids, prompt=args.prompt, max_n_logits=args.max_n_logits,
                           desired_logit_prob=args.desired_logit_prob, batch_size=args.batch_size,

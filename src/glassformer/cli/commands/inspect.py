@@ -4,8 +4,9 @@ a training run's folder."""
 import argparse
 from pathlib import Path
 
-from ...io.fileio import Writes
-from .precision import add_precision
+from ...errors import UsageError
+from ...io.fileio import Writes, claim_outputs
+from .precision import add_precision, choose_precision
 
 WRITES = (Writes(("inspect", "{ck}", "--text", "ab", "--out", "{out}/r.html"), ("{out}/r.html",)),
           Writes(("inspect", "{run}"), ("{run}/run.html",)),
@@ -71,12 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--attn", choices=("causal", "bidirectional", "prefix"),
                         help="with --preset: override its attention type")
     source.add_argument("--seed", type=int, default=0, help="with --preset: the random seed of the weights")
-    parser.set_defaults(func=run)
 
 
 def _load(args: argparse.Namespace):
     """(model, tokenizer) from CHECKPOINT (glassformer or Hugging Face folder) or --preset."""
-    from ...errors import GlassformerError, UsageError
+    from . import load_model_folder
 
     if (args.checkpoint is None) == (args.preset is None):
         raise UsageError("give either CHECKPOINT or --preset (a random model), not "
@@ -84,13 +84,7 @@ def _load(args: argparse.Namespace):
     if args.attn is not None and args.preset is None:
         raise UsageError("--attn only applies to --preset (a checkpoint's attention type is fixed)")
     if args.checkpoint is not None:
-        from ...interop.hf_dir import is_hf_dir, load_hf_dir
-        from ...training.checkpoint import load
-
-        model, tokenizer = load_hf_dir(args.checkpoint) if is_hf_dir(args.checkpoint) else load(args.checkpoint)
-        if tokenizer is None:  # a Hugging Face folder without tokenizer files
-            raise GlassformerError(f"{str(args.checkpoint)!r} has no tokenizer files (tokenizer.json, vocab.txt...)")
-        return model, tokenizer
+        return load_model_folder(args.checkpoint)
     import torch
 
     from ...config import ModelConfig
@@ -109,14 +103,11 @@ def run(args: argparse.Namespace) -> int:
     run folder; returns 0."""
     import torch
 
-    from ...errors import UsageError
     from ...io.checks import MAX_SEED, check_int
-    from ...io.fileio import claim_outputs
     from ...viz.i18n import resolve_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report import check_report_options, write_report
     from ...viz.report_run import is_run_dir, write_run_page
-    from .precision import choose_precision
 
     lang = resolve_lang(args.lang, "--lang")
     if args.checkpoint is not None and is_run_dir(args.checkpoint):

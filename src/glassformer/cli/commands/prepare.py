@@ -40,7 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("shards", "nanogpt"), default="shards",
                         help="shards (modded-nanogpt's) or nanogpt (train.bin and val.bin, raw uint16)")
     parser.add_argument("--json", action="store_true", help="print the manifest's summary as one JSON line")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ...io.fileio import Writes
+from .overrides import overrides_from_argv
 
 WRITES = (Writes(("recipe", "tang_poems_char", "--out_dir", "{out}", "--recipe.source", "{tang}", "--max_steps", "2"),
                  ("{out}/results.json", "{out}/tang300.txt", "{out}/metrics.jsonl")),)
@@ -46,14 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--download", action="store_true", help="fetch a missing corpus from its public URL")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON (without config and recipe) instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[], precheck=precheck)
+    parser.set_defaults(overrides=[], precheck=precheck)
 
 
 def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: every override key is one of ``train --help`` (else UsageError)."""
     from ...errors import GlassformerError
     from ...io.loaders import load_yaml
-    from .overrides import overrides_from_argv
     from .train import check_config_keys, count_follows_load
 
     pairs = overrides_from_argv(args.overrides)
@@ -71,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
     from ...recipes import find_recipe, load_recipe, run_recipe
     from ...recipes.summary import recipe_summary
     from ...training.report import use_language
-    from .overrides import overrides_from_argv
 
     use_language(args.ui_lang)  # the trainer's lines in the command line's language
     recipe = load_recipe(find_recipe(args.config), overrides_from_argv(args.overrides), args.data_dir, args.download)

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: glassformer sae out/sc/best --hook blocks.2.hook_resid_post --data input.txt --steps 1000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of SAE keys (optional: --key value alone works)")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(overrides=[])
 
 
 def train_features(args: argparse.Namespace, config_class: Any, what: str, prefix: str, train: Callable[..., dict],
@@ -86,7 +86,7 @@ def shown(value: object) -> object:
 def run(args: argparse.Namespace) -> int:
     """Train as the config and overrides say; print the metrics and where everything went; 0."""
     from ...interpret.sae import SAETrainConfig, run_sae
-    from ...viz.i18n import resolve_lang
+    from ...locale import locale_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report_sae import write_feature_pages
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if result["features"] is not None:
         pages = write_feature_pages(result["features"], Path(result["out_dir"]) / "features.html",
                                     metrics=result["metrics"], title=f"SAE features: {config.hook}",
-                                    lang=resolve_lang(None))  # the locale's language (en or zh)
+                                    lang=locale_lang())
     print(ui_text("cli.sae_in", args.ui_lang, path=Path(result["out_dir"]) / "sae")
           + (ui_text("cli.feature_pages", args.ui_lang, pages=pages) if pages else ""))
     return 0

@@ -7,7 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ...io.fileio import Writes
+from ...io.fileio import Writes, atomic_write, claim_outputs
+from .overrides import check_keys, dataclass_keys, overrides_from_argv
 
 WRITES = (Writes(("train", "--config", "{config}", "--out_dir", "{out}"),
                  ("{out}/metrics.jsonl", "{out}/loss.png", "{out}/microscope.jsonl", "{out}/microscope.json",
@@ -21,8 +22,6 @@ def _shown_default(default: str) -> str:
 
 def _fields() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """TrainConfig's and ModelConfig's fields (name, default, comment), read from their source (no torch)."""
-    from .overrides import dataclass_keys
-
     package = Path(__file__).resolve().parents[2]
     return (dataclass_keys(package / "training" / "config.py", "TrainConfig"),
             dataclass_keys(package / "config.py", "ModelConfig"))
@@ -58,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", type=Path, help="YAML file of training keys (optional: overrides alone work)")
     parser.add_argument("--json", action="store_true",
                         help="print the run's summary as one JSON line instead of the readable lines")
-    parser.set_defaults(func=run, overrides=[], precheck=precheck)
+    parser.set_defaults(overrides=[], precheck=precheck)
 
 
 def known_keys() -> dict[str, set[str] | None]:
@@ -73,7 +72,6 @@ def check_config_keys(config_file: Path | None, pairs: list[tuple[str, object]])
     """Refuse an unknown key of the YAML file or of the command line, naming the closest known one; returns
     the file's content (None without a file)."""
     from ...io.loaders import load_yaml
-    from .overrides import check_keys
 
     known = known_keys()
     data = None
@@ -92,8 +90,6 @@ def precheck(args: argparse.Namespace) -> None:
     """Run by ``cli.main`` before torch loads: the overrides parse and every key of them and of ``--config`` is
     a known one (else UsageError with "did you mean"); ``args.follows_load`` says whether the run's thread count
     will follow the load (no ``num_threads``), which decides how its threads wait (runtime/threads.py)."""
-    from .overrides import overrides_from_argv
-
     pairs = overrides_from_argv(args.overrides)
     args.follows_load = count_follows_load(check_config_keys(args.config, pairs), pairs)
 
@@ -132,7 +128,6 @@ def run(args: argparse.Namespace) -> int:
     error) draw ``out_dir/loss.png``. Returns 0, or 128 + the signal number when Ctrl-C (130) or SIGTERM
     (143) stopped the run after saving a checkpoint (then the command that resumes is printed).
     """
-    from ...io.fileio import atomic_write, claim_outputs
     from ...io.records import finite_or_null
     from ...training import TrainConfig, Trainer, prepare_run
     from ...training.distributed import init_distributed, shutdown
@@ -140,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
     from ...training.run_dir import find_resumable
     from ...training.setup import check_run
     from ...viz.plots import plot_losses
-    from .overrides import overrides_from_argv
 
     use_language(args.ui_lang)  # the command line's language (--lang zh, a zh locale)
     config = TrainConfig.from_yaml(args.config, overrides_from_argv(args.overrides))

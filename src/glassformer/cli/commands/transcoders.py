@@ -28,13 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                "--steps 2000")
     parser.add_argument("checkpoint", type=Path, help="a glassformer checkpoint folder (e.g. out/run/best)")
     parser.add_argument("--config", type=Path, help="YAML file of transcoder keys (optional: --key value alone works)")
-    parser.set_defaults(func=run, overrides=[])
+    parser.set_defaults(overrides=[])
 
 
 def run(args: argparse.Namespace) -> int:
     """Train as the config and overrides say; print the metrics and where everything went; 0."""
     from ...interpret.transcoders import TranscoderTrainConfig, run_transcoders
-    from ...viz.i18n import resolve_lang
+    from ...locale import locale_lang
     from ...viz.i18n import text as ui_text
     from ...viz.report_sae import write_transcoder_pages
     from .sae import train_features
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     pages = None
     if result["features"] is not None:
         pages = write_transcoder_pages(result["features"], result["out_dir"], metrics=result["metrics"],
-                                       lang=resolve_lang(None))  # the locale's language (en or zh)
+                                       lang=locale_lang())
     print(ui_text("cli.transcoders_in", args.ui_lang, path=result["out_dir"])
           + (ui_text("cli.feature_pages", args.ui_lang, pages=pages[0].parent / "features-L*.html") if pages else ""))
     return 0

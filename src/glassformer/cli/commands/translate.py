@@ -4,8 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ...io.fileio import Writes
-from .precision import add_precision
+from ...io.fileio import Writes, atomic_write, check_output_file
+from .precision import add_precision, choose_precision
 
 WRITES = (Writes(("translate", "{s2s}", "{text}", "--max_new_tokens", "2", "--output", "{out}/t.txt"),
                  ("{out}/t.txt",)),)
@@ -33,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max_memory", default=None,
                         help="memory translation may use (8GB, 512MiB; default: what the machine has free)")
     add_precision(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ...generation.api import MAX_LENGTH_PENALTY
     from ...io.budget import check_fits, describe, generation_bytes, parse_size
     from ...io.checks import check_int, check_number
-    from ...io.fileio import atomic_write, check_output_file
     from ...training import load
-    from .precision import choose_precision
 
     check_int("--beams", args.beams, 1)
     check_number("--length_penalty", args.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)

@@ -278,26 +278,23 @@ def attribute(model: nn.Module, tc: Transcoders, ids: Sequence[int] | torch.Tens
         raise GlassformerError(f"the prompt must be 2 to {c.max_len} tokens long, got {ids.shape[0]}")
     check_fits(graph_bytes(model, tc, ids.shape[0], batch_size, 0, max_n_logits), "the attribution graph's "
                f"forward pass ({batch_size} copies of {ids.shape[0]} tokens)", max_memory)
-    training = model.training
-    model.eval()  # no dropout; the caller's mode comes back after
-    try:
-        with _no_weight_grads(model):
-            return _edges(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
-                          max_feature_nodes, update_interval, max_memory, progress)
-    finally:
-        model.train(training)
+    with _inference(model):
+        return _edges(model, tc, ids, prompt, max_n_logits, desired_logit_prob, target_ids, batch_size,
+                      max_feature_nodes, update_interval, max_memory, progress)
 
 
 @contextlib.contextmanager
-def _no_weight_grads(model: nn.Module) -> Iterator[None]:
-    """While inside, the model's parameters ask for no gradient (the backward passes need the activations'
-    alone: weight gradients would double their work); each gets its flag back after."""
-    asking = [p for p in model.parameters() if p.requires_grad]
+def _inference(model: nn.Module) -> Iterator[None]:
+    """While inside, the model is in eval mode (no dropout) and its parameters ask for no gradient (the backward
+    passes need the activations' alone: weight gradients would double their work); both come back after."""
+    training, asking = model.training, [p for p in model.parameters() if p.requires_grad]
+    model.eval()
     for p in asking:
         p.requires_grad_(False)
     try:
         yield
     finally:
+        model.train(training)
         for p in asking:
             p.requires_grad_(True)
 

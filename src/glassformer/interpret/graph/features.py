@@ -38,30 +38,25 @@ def feature_info(model: nn.Module, tc: Transcoders, features: dict[str, tuple[in
     by_layer: dict[int, list[tuple[str, int]]] = {}
     for key, (layer, feat) in features.items():
         by_layer.setdefault(layer, []).append((key, feat))
-    found: dict[str, list[tuple[float, int, int]]] = {key: [] for key in features}  # (value, start, position)
+    # per feature its best windows so far: (peak value, window start, peak position, values on the window)
+    found: dict[str, list[tuple[float, int, int, torch.Tensor]]] = {key: [] for key in features}
     kept: dict[int, torch.Tensor] = {}
     window = max(2, min(window, model.config.max_len))
-    starts = list(range(0, max(ids.numel() - 1, 1), window))
     pairs = [(point_name(tc.feature_input_hook, layer), keeper(kept, layer)) for layer in by_layer]
     with torch.no_grad(), hooks(model, pairs):
-        for start in starts:
-            chunk = ids[start:start + window]
-            model(chunk[None])
+        for start in range(0, max(ids.numel() - 1, 1), window):
+            model(ids[start:start + window][None])
             for layer, wanted in by_layer.items():
                 acts = tc.encode(layer, kept[layer])  # (t, d_tc)
                 for key, feat in wanted:
                     value, pos = acts[:, feat].max(0)
-                    if float(value) > 0:
-                        found[key].append((float(value), start, int(pos)))
+                    if float(value) > 0:  # equal peaks: the later window first
+                        hits = [*found[key], (float(value), start, int(pos), acts[:, feat].clone())]
+                        found[key] = sorted(hits, key=lambda hit: hit[:3], reverse=True)[:top_examples]
     for key, hits in found.items():
-        hits.sort(reverse=True)
         examples = []
-        for _, start, pos in hits[:top_examples]:
-            layer, feat = features[key]
+        for _, start, pos, acts in hits:
             chunk = ids[start:start + window]
-            with torch.no_grad(), hooks(model, [pairs[list(by_layer).index(layer)]]):
-                model(chunk[None])
-            acts = tc.encode(layer, kept[layer])[:, feat]
             lo, hi = max(0, pos - 12), min(chunk.numel(), pos + 4)
             examples.append({"tokens": [token_text(int(t)) for t in chunk[lo:hi]],
                              "values": [round(float(v), 4) for v in acts[lo:hi]], "peak": pos - lo})

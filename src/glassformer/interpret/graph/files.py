@@ -43,10 +43,6 @@ class UnifiedConfig:
     n_key_value_heads: int | None = None
     dtype: Any | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields that are set, as circuit-tracer's ``UnifiedConfig.to_dict`` gives them."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
 
 STORED_AS = {LogitTarget: ("circuit_tracer.attribution.targets", "LogitTarget"),
              UnifiedConfig: ("circuit_tracer.utils.tl_nnsight_mapping", "UnifiedConfig")}

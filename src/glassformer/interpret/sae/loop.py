@@ -135,10 +135,6 @@ class ActivationTrainer:
         """One optimiser step; returns at least "loss" and the figures the progress bar shows."""
         raise NotImplementedError
 
-    def postfix(self, last: dict[str, float]) -> dict[str, str]:
-        """The progress bar's figures after a logged step: the error, L0 and the fraction of dead features."""
-        return {self.error: f"{last[self.error]:.3g}", "l0": f"{last['l0']:.1f}", "dead": f"{last['dead']:.2f}"}
-
     def module_state(self, folder: Path) -> dict[str, Any]:
         """Write the trained module's own files into ``folder``; return its extra entries of the state file."""
         return {}
@@ -192,7 +188,8 @@ class ActivationTrainer:
                     self.on_record(record)
                 if lines:
                     print(record_line(self.what, record, c.steps), file=sys.stderr, flush=True)
-                bar.set_postfix(**self.postfix(last))
+                bar.set_postfix({self.error: f"{last[self.error]:.3g}", "l0": f"{last['l0']:.1f}",
+                                 "dead": f"{last['dead']:.2f}"})  # the error, L0 and the fraction of dead features
             if not math.isfinite(last["loss"]):
                 raise GlassformerError(f"the {self.title}'s loss became {last['loss']} at step {self.step}; "
                                        f"{self.hint}")

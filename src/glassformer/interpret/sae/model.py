@@ -25,7 +25,7 @@ from ...errors import BadFileError, GlassformerError, MissingFileError
 from ...io.checks import check_inside, check_int, shown
 from ...io.fileio import atomic_directory, rust_path, shown_text
 from ...io.loaders import load_json
-from ...io.safetensors_header import read_header, torch_dtype
+from ...io.safetensors_header import DTYPES, read_header
 from ...validate import check_fields, option
 
 KINDS = ("relu", "topk")
@@ -34,7 +34,7 @@ SAE_FILES = frozenset({WEIGHTS, CONFIG})
 """Every file :func:`save_sae` writes (the ownership rule's names for an SAE folder)."""
 FORMAT = "glassformer-sae/1"  # sae.json's "format": how a folder is recognised as an SAE glassformer wrote
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # the safetensors dtypes a weights file may hold
-MAX_WIDTH = 1 << 20  # d_in and d_sae above this are not an SAE one trains here (and would allocate too much)
+MAX_WIDTH = 1 << 20  # widths above this are not an SAE (or transcoder) one trains here (and would allocate too much)
 
 
 @dataclass
@@ -217,7 +217,7 @@ def read_tensors(file: Path, expected: dict[str, tuple[int, ...]], optional: Col
             raise BadFileError(f"{file}: {name} has shape {shape}, expected {expected[name]}")
         if dtype not in FLOAT_DTYPES:
             raise BadFileError(f"{file}: {name} has dtype {dtype}, expected a float ({', '.join(FLOAT_DTYPES)})")
-        size += math.prod(shape) * torch_dtype(dtype).itemsize
+        size += math.prod(shape) * DTYPES.get(dtype).itemsize
     if size > file.stat().st_size:
         raise BadFileError(f"{file}: its header describes {size:,} bytes of tensors in a "
                            f"{file.stat().st_size:,}-byte file (truncated or crafted)")

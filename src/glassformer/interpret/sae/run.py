@@ -14,7 +14,7 @@ from torch import nn
 from ...errors import GlassformerError
 from ...io.fileio import (
     LOCK_FILE,
-    atomic_write_text,
+    atomic_write,
     check_folder,
     claim_outputs,
     owned_folder,
@@ -35,7 +35,6 @@ OUTPUT_FILES = ("metrics.json", "features.json", "features.html", "tracker.json"
 
 def _check_out_dir(out: Path, inputs: list[Path]) -> None:
     """Refuse, touching nothing, an out_dir whose sae/, state/ or :data:`OUTPUT_FILES` are not ours."""
-    check_folder("out_dir", out)
     for name in ("sae", STATE_DIR):
         if ((out / name).exists() or (out / name).is_symlink()) and not is_sae_folder(out / name):
             raise GlassformerError(f"{str(out / name)!r} exists and glassformer did not write it; choose "
@@ -60,15 +59,15 @@ def run_in_out_dir(config: Any, checkpoint: str | Path | None, default: str,
                    check: Callable[[Path, list[Path]], None], folders: dict[str, Collection[str]], what: str,
                    body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """What an SAE run and a transcoder run do around their work: settle ``config.out_dir`` (when unset: the
-    folder named ``default`` next to the ``checkpoint`` folder), ``check(out, inputs)`` it touching nothing, make
-    and lock it (a second run of it is refused before anything is removed), :func:`tidy_out_dir` it, then return
-    ``body(out)``.
+    folder named ``default`` next to the ``checkpoint`` folder), check that it can be a folder and
+    ``check(out, inputs)`` it, touching nothing, make and lock it (a second run of it is refused before anything
+    is removed), :func:`tidy_out_dir` it, then return ``body(out)``.
     A failure (a refusal: past the memory budget, a bad hook) removes the folders this made while still empty."""
     if config.out_dir is None:
         if checkpoint is None:
             raise GlassformerError("out_dir must be set when no checkpoint folder is given")
         config.out_dir = str(Path(checkpoint).parent / default)
-    out = Path(config.out_dir)
+    out = check_folder("out_dir", config.out_dir)
     check(out, [Path(d) for d in config.data] + ([Path(checkpoint)] if checkpoint else []))
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
@@ -108,31 +107,26 @@ def run_sae(config: SAETrainConfig, model: nn.Module, tokenizer: Any, *, checkpo
     """Train ``config``'s SAE on ``model`` (on ``source`` rows of width ``d_in`` when given), measure it on
     held-out text, save it and its feature pages; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "sae", "metrics", "features" (or None), "training"}."""
+    def locked(out: Path) -> dict[str, Any]:  # the work, while ``out`` is locked
+        trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
+        training = train_resumed(trainer, "SAE", on_record)
+        sae = trainer.sae.eval()
+        held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
+        metrics = evaluate_sae(sae, held_out, config.eval_batches)
+        info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
+                "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
+        save_sae(sae, out / "sae", info)
+        atomic_write(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        summary = None
+        if config.feature_windows:
+            pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
+            summary = feature_summary(sae, pages, config.feature_windows)
+            atomic_write(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
+        return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
+
     names = SAE_FILES | {STATE_FILE}
     return run_in_out_dir(config, checkpoint, f"sae-{config.hook}", _check_out_dir,
-                          {"sae": names, STATE_DIR: names}, "SAE",
-                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, source, d_in, on_record))
-
-
-def _run_locked(config: SAETrainConfig, model: nn.Module, tokenizer: Any, out: Path, checkpoint: str | Path | None,
-                source: Any, d_in: int | None,
-                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
-    """:func:`run_sae`'s body, run while ``out`` is locked."""
-    trainer = SAETrainer(config, model, tokenizer, source=source, d_in=d_in)
-    training = train_resumed(trainer, "SAE", on_record)
-    sae = trainer.sae.eval()
-    held_out = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 10)
-    metrics = evaluate_sae(sae, held_out, config.eval_batches)
-    info = {"hook": config.hook, "checkpoint": None if checkpoint is None else str(checkpoint),
-            "steps": trainer.step, "metrics": metrics, "config": config.to_dict()}
-    save_sae(sae, out / "sae", info)
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    summary = None
-    if config.feature_windows:
-        pages = config.activation_source(model, tokenizer, config.hook, "val", config.seed + 20)
-        summary = feature_summary(sae, pages, config.feature_windows)
-        atomic_write_text(out / "features.json", json.dumps(summary, ensure_ascii=False) + "\n")
-    return {"out_dir": str(out), "sae": sae, "metrics": metrics, "features": summary, "training": training}
+                          {"sae": names, STATE_DIR: names}, "SAE", locked)
 
 
 def train_sae(model: nn.Module, tokenizer: Any, hook: str, data: list[str | Path], *, out_dir: str | Path,

@@ -36,7 +36,7 @@ from ...io.safetensors_header import read_header
 from ..sae.model import read_tensors
 
 PLT, CLT = "transcoder_set", "cross_layer_transcoder"  # circuit-tracer's model_kind values
-ACTIVATIONS = ("relu", "jumprelu", "topk")
+KINDS, ACTIVATIONS = ("plt", "clt"), ("relu", "jumprelu", "topk")
 CONFIG = "config.yaml"
 WRITER = "glassformer"  # config.yaml's ``writer``: a folder glassformer may replace
 MAX_LAYERS = 1024
@@ -117,7 +117,7 @@ class Transcoders:
 
     def check(self, where: str = "transcoders") -> Transcoders:
         """Self (shapes, dtypes and options consistent across layers); a BadFileError naming ``where`` if not."""
-        if self.kind not in ("plt", "clt"):
+        if self.kind not in KINDS:
             raise BadFileError(f"{where}: kind must be 'plt' or 'clt', got {self.kind!r}")
         if self.activation not in ACTIVATIONS:
             raise BadFileError(f"{where}: activation must be one of {ACTIVATIONS}, got {self.activation!r}")
@@ -349,15 +349,10 @@ def load_transcoders(path: str | Path, model: torch.nn.Module | None = None) -> 
     activation = config.get("activation") or "relu"
     if activation in ("jump_relu", "jumprelu") or layers[0].threshold is not None:
         activation = "jumprelu"
-    where = str(path)
-    thresholds = {layer.threshold is None for layer in layers}
-    if len(thresholds) > 1 or (activation == "jumprelu" and layers[0].threshold is None):
-        raise BadFileError(f"{where}: JumpReLU needs a threshold in every layer's file")
-    if activation == "topk" and layers[0].threshold is not None:
-        raise BadFileError(f"{where}: activation 'topk' and JumpReLU thresholds do not go together")
     extra = {k: v for k, v in config.items() if k not in known and isinstance(k, str)}
+    # check: every layer has a threshold when JumpReLU, none otherwise, and every shape fits
     return Transcoders(layers, kind, activation, config.get("k"), config["feature_input_hook"],
-                       config["feature_output_hook"], config.get("scan"), extra).check(where)
+                       config["feature_output_hook"], config.get("scan"), extra).check(str(path))
 
 
 def _read_layer(files: list[Path], kind: str, shapes: dict[str, tuple[int, ...]], i: int) -> LayerTranscoder:

@@ -24,11 +24,9 @@ from torch import nn
 from ...errors import GlassformerError
 from ...io.checks import check_int, shown
 from ...validate import check_fields, option
-from .format import LayerTranscoder, Transcoders, topk
+from ..sae.model import MAX_WIDTH
+from .format import ACTIVATIONS, KINDS, LayerTranscoder, Transcoders, topk
 
-KINDS = ("plt", "clt")
-ACTIVATIONS = ("relu", "jumprelu", "topk")
-MAX_WIDTH = 1 << 20  # d_model and features per layer above this are not transcoders one trains here
 INPUT_HOOK, OUTPUT_HOOK = "ln2.hook_normalized", "hook_mlp_out"  # in each block: what the MLP reads (before
 # the norm's gain and bias, which the encoder absorbs: TransformerLens 3 names it so too) and what it writes
 
@@ -165,12 +163,9 @@ class TrainableTranscoders(nn.Module):
     def decode(self, f: torch.Tensor, x: torch.Tensor | None = None, *, bias: bool = True) -> torch.Tensor:
         """(..., L, F) features -> (..., L, d) predicted MLP outputs. ``x`` (..., L, d): the MLP inputs the
         skip connection reads (needed when there is one); ``bias=False`` leaves out b_dec and the skip."""
-        parts: list[list[torch.Tensor]] = [[] for _ in range(self.config.n_layers)]
-        for i, W in enumerate(self.W_dec):
-            written = torch.einsum("...f,fsd->...sd", f[..., i, :], W)  # (..., span, d)
-            for s in range(W.shape[1]):
-                parts[i + s].append(written[..., s, :])
-        out = torch.stack([sum(p[1:], p[0]) for p in parts], dim=-2)  # (..., L, d)
+        out = f.new_zeros(*f.shape[:-1], self.config.d_model)  # (..., L, d)
+        for i, W in enumerate(self.W_dec):  # layer i's features write to layers i .. i + span - 1
+            out[..., i:i + W.shape[1], :] += torch.einsum("...f,fsd->...sd", f[..., i, :], W)
         if bias:
             out = out + self.b_dec
             if self.W_skip is not None:
@@ -230,7 +225,7 @@ class TrainableTranscoders(nn.Module):
             b_dec=folded.b_dec[i].clone(), W_skip=None if folded.W_skip is None else folded.W_skip[i].clone(),
             threshold=None if folded.threshold is None else folded.threshold[i].clone()) for i in range(c.n_layers)]
         return Transcoders(layers, c.kind, c.activation, c.k if c.activation == "topk" else None, c.input_hook,
-                           c.output_hook, scan=scan).check()
+                           c.output_hook, scan=scan)
 
     @classmethod
     @torch.no_grad()

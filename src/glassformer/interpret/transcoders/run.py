@@ -16,13 +16,11 @@ from torch import nn
 from ...errors import NotOursError
 from ...io.fileio import (
     LOCK_FILE,
-    atomic_write_text,
-    check_folder,
+    atomic_write,
     check_output_file,
     claim_outputs,
     fsync_dir,
     fsync_tree,
-    move_in,
     owned_folder,
     remove_path,
 )
@@ -47,7 +45,6 @@ def _transcoder_names(n_layers: int) -> set[str]:
 
 def _check_out_dir(out: Path, inputs: list[Path], n_layers: int) -> None:
     """Refuse, touching nothing, an out_dir whose transcoder files, state/ or outputs glassformer did not write."""
-    check_folder("out_dir", out)
     state = out / STATE_DIR
     if (state.exists() or state.is_symlink()) and not owned_folder(state, {STATE_FILE}):
         raise NotOursError(f"{str(state)!r} exists and glassformer did not write it; choose another out_dir "
@@ -75,7 +72,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         write_transcoder_files(staging, tc)
         fsync_tree(staging)
         for name in [*names[1:], names[0]]:
-            move_in(staging / name, out / name)
+            os.replace(staging / name, out / name)
         for path in out.iterdir():
             if is_transcoder_file(path.name) and path.name not in names and path.is_file():
                 path.unlink()
@@ -90,38 +87,32 @@ def run_transcoders(config: TranscoderTrainConfig, model: nn.Module, tokenizer: 
     """Train ``config``'s transcoders for every MLP of ``model``, measure them on held-out text, write them as
     circuit-tracer's folder and their feature pages' data; ``on_record(record, resumed step or None)`` sees each
     logged record. Returns {"out_dir", "transcoders", "metrics", "features" (or None), "training"}."""
-    n_layers = len(mlp_hooks(model)[0])
-    return run_in_out_dir(config, checkpoint, f"transcoders-{config.kind}",
-                          lambda out, inputs: _check_out_dir(out, inputs, n_layers),
-                          {STATE_DIR: {STATE_FILE}, STAGING: _transcoder_names(n_layers)}, "transcoder",
-                          lambda out: _run_locked(config, model, tokenizer, out, checkpoint, on_record))
-
-
-def _run_locked(config: TranscoderTrainConfig, model: nn.Module, tokenizer: Any, out: Path,
-                checkpoint: str | Path | None,
-                on_record: Callable[[dict[str, float], int | None], None] | None) -> dict[str, Any]:
-    """:func:`run_transcoders`'s body, run while ``out`` is locked."""
-    trainer = TranscoderTrainer(config, model, tokenizer)
-    training = train_resumed(trainer, "transcoder", on_record)
-    files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
-    transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
-    context = config.context or model.config.max_len
     inputs, outputs = mlp_hooks(model)
-    held_out = config.activation_source(model, tokenizer, inputs + outputs, "val", config.seed + 10)
-    metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
-    metrics.update(steps=trainer.step, wall_s=training["wall_s"],
-                   checkpoint=None if checkpoint is None else str(checkpoint))
-    write_transcoder_folder(out, files)
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    summaries = None
-    if config.feature_windows:
-        summaries = transcoder_feature_summaries(transcoders, model, tokenizer, config.data, config.feature_windows,
-                                                 context=context, batch=config.model_batch,
-                                                 val_fraction=config.val_fraction, seed=config.seed + 20,
-                                                 prefix_len=config.prefix_len)
-        atomic_write_text(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
-    return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
-            "training": training}
+
+    def locked(out: Path) -> dict[str, Any]:  # the work, while ``out`` is locked
+        trainer = TranscoderTrainer(config, model, tokenizer)
+        training = train_resumed(trainer, "transcoder", on_record)
+        files = trainer.transcoders.to_transcoders()  # the scales folded in: what the folder holds
+        transcoders = TrainableTranscoders.from_transcoders(files).to(trainer.device)
+        held_out = config.activation_source(model, tokenizer, inputs + outputs, "val", config.seed + 10)
+        metrics = evaluate_transcoders(transcoders, held_out, config.eval_batches)
+        metrics.update(steps=trainer.step, wall_s=training["wall_s"],
+                       checkpoint=None if checkpoint is None else str(checkpoint))
+        write_transcoder_folder(out, files)
+        atomic_write(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        summaries = None
+        if config.feature_windows:
+            summaries = transcoder_feature_summaries(
+                transcoders, model, tokenizer, config.data, config.feature_windows,
+                context=config.context or model.config.max_len, batch=config.model_batch,
+                val_fraction=config.val_fraction, seed=config.seed + 20, prefix_len=config.prefix_len)
+            atomic_write(out / "features.json", json.dumps({"features": summaries}, ensure_ascii=False) + "\n")
+        return {"out_dir": str(out), "transcoders": transcoders, "metrics": metrics, "features": summaries,
+                "training": training}
+
+    return run_in_out_dir(config, checkpoint, f"transcoders-{config.kind}",
+                          lambda out, paths: _check_out_dir(out, paths, len(inputs)),
+                          {STATE_DIR: {STATE_FILE}, STAGING: _transcoder_names(len(inputs))}, "transcoder", locked)
 
 
 def train_transcoders(model: nn.Module, tokenizer: Any, data: list[str | Path], *, out_dir: str | Path,
