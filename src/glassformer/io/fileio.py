@@ -535,6 +535,11 @@ def replace_symlink(link: str | Path, target: str, names: Collection[str] = MODE
     fsync_dir(link.parent)
 
 
+def move_in(source: str | Path, target: str | Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system): the last move of a staged write."""
+    os.replace(source, target)
+
+
 def fsync_file(path: str | Path) -> None:
     """Flush the file ``path`` to disk."""
     fd = os.open(path, os.O_RDONLY)

@@ -21,6 +21,7 @@ from ...io.fileio import (
     claim_outputs,
     fsync_dir,
     fsync_tree,
+    move_in,
     owned_folder,
     remove_path,
 )
@@ -72,7 +73,7 @@ def write_transcoder_folder(out: Path, tc: Transcoders) -> None:
         write_transcoder_files(staging, tc)
         fsync_tree(staging)
         for name in [*names[1:], names[0]]:
-            os.replace(staging / name, out / name)
+            move_in(staging / name, out / name)
         for path in out.iterdir():
             if is_transcoder_file(path.name) and path.name not in names and path.is_file():
                 path.unlink()
