@@ -52,7 +52,7 @@ demo: $(STAMP)
 
 test: $(DEV_STAMP) system-deps
 	$(BIN)/ruff check .
-	@echo "Running the test suite: about 10 minutes on 2 CPU cores (the docs pages are the longest part)..."
+	@echo "Running the test suite: about 8 minutes on 2 CPU cores (the docs pages are the longest part)..."
 	$(BIN)/python -m pytest -q
 
 # The notebook in Jupyter (NOTEBOOK_ARGS, e.g. '--no-browser --port 8890', go to Jupyter).
