@@ -98,11 +98,25 @@ class Trainer:
         self.resumed_from: dict[str, Any] | None = None  # set by resume(): {"step", "checkpoint", "training"}
         self.series = kept_steps(config.keep_checkpoints, config.max_steps)  # kept beside last and best (replay)
 
-    # the counters of run_state, read as the trainer's own
-    step = property(lambda self: self.run_state.step, doc="Optimiser updates done.")
-    best_val = property(lambda self: self.run_state.best_val, doc="The lowest validation loss (inf before any).")
-    best_step = property(lambda self: self.run_state.best_step, doc="The step of best_val (-1 before any).")
-    tokens_seen = property(lambda self: self.run_state.tokens_seen, doc="Training tokens so far, over all processes.")
+    @property
+    def step(self) -> int:
+        """Optimiser updates done."""
+        return self.run_state.step
+
+    @property
+    def best_val(self) -> float:
+        """The lowest validation loss (inf before any)."""
+        return self.run_state.best_val
+
+    @property
+    def best_step(self) -> int:
+        """The step of :attr:`best_val` (-1 before any)."""
+        return self.run_state.best_step
+
+    @property
+    def tokens_seen(self) -> int:
+        """Training tokens so far, over all processes."""
+        return self.run_state.tokens_seen
 
     def state(self) -> dict[str, Any]:
         """What resuming needs besides the weights: :func:`~glassformer.training.resume.state_to_dict`."""
